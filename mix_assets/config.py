@@ -1,0 +1,345 @@
+"""The mix spec: one YAML file in `configs/` per mix, validated at load time.
+
+`MIX_CONFIG` names the file (default `configs/demo.yaml`); `MIX_STORAGE_ROOT`, when set, overrides
+`storage.root`. Relative paths in the file resolve against the directory holding the file, so a
+config means the same thing whatever the working directory. A bad file raises `MixConfigError`
+naming the file, the field and what was expected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Literal, Optional, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = REPO_ROOT / "configs" / "demo.yaml"
+
+# Split names that must never be opened by the audit (lm-eval and HF spellings).
+TEST_SPLIT_ALIASES = frozenset({"test", "tests", "testing", "eval_test", "test_set"})
+_NAME = r"^[a-z][a-z0-9_]{0,62}$"
+
+
+class MixConfigError(ValueError):
+    """A config file that does not describe a buildable mix; the message names file and field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HubDataset(_Strict):
+    """A Hugging Face hub dataset at a pinned revision."""
+
+    kind: Literal["hub"] = "hub"
+    repo_id: str  # e.g. "HuggingFaceFW/fineweb-edu"; a local directory laid out like a hub repo also works
+    revision: str  # commit sha or tag; a branch name is refused (not reproducible)
+    config_name: Optional[str] = None  # the dataset's configuration ("subset"), if it has several
+    data_files: Optional[list[str]] = None  # glob(s) inside the repo when only part of it is wanted
+    streaming: Optional[bool] = None  # None: stream when the repo is far larger than the budget
+
+    @field_validator("revision")
+    @classmethod
+    def _pinned(cls, v: str) -> str:
+        if v in {"main", "master", "HEAD", ""}:
+            raise ValueError("must pin a commit sha or a tag, not a moving branch")
+        return v
+
+
+class LocalJsonl(_Strict):
+    """One or more local JSON Lines files (globs allowed)."""
+
+    kind: Literal["jsonl"] = "jsonl"
+    paths: list[str]  # files or globs, relative to the config file's directory
+
+
+class LocalParquet(_Strict):
+    """One or more local Parquet files (globs allowed)."""
+
+    kind: Literal["parquet"] = "parquet"
+    paths: list[str]  # files or globs, relative to the config file's directory
+
+
+class TextFolder(_Strict):
+    """A folder of plain-text files; each file is split into documents by `unit`."""
+
+    kind: Literal["text"] = "text"
+    paths: list[str]  # folders, files or globs, relative to the config file's directory
+    unit: Literal["file", "paragraphs", "lines"] = "paragraphs"  # how a file becomes documents
+    group_chars: int = Field(0, ge=0)  # >0: join consecutive paragraphs/lines up to this many chars
+    encoding: str = "utf-8"  # bytes that do not decode are counted per file, never fatal
+
+
+Loader = Annotated[Union[HubDataset, LocalJsonl, LocalParquet, TextFolder], Field(discriminator="kind")]
+
+
+class SourceSpec(_Strict):
+    """One source of the mix."""
+
+    name: str = Field(pattern=_NAME)  # asset key raw/<name>; also the doc_id prefix
+    loader: Loader  # where the rows come from
+    split: str = "train"  # the split read (hub / datasets builders); local loaders ignore it
+    text_field: Optional[str] = None  # the field holding the text ...
+    template: Optional[str] = None  # ... or a str.format template joining fields, "{question}\n{answer}"
+    license: str = Field(min_length=1)  # licence as stated by the source
+    rationale: str = Field(min_length=20)  # the corpus property relied on (shown in the UI)
+    share: float = Field(gt=0, le=1)  # fraction of N (unique tokens) this source provides
+    epochs: float = Field(1.0, ge=1, le=8)  # times its unique tokens repeat in the token stream
+    priority: int = 0  # keep-rule tie-break across sources (higher survives)
+    max_doc_chars: int = Field(1_000_000, gt=0)  # longer documents are dropped and counted
+    min_doc_chars: int = Field(1, ge=1)  # shorter documents (after strip) are dropped as empty
+
+    @model_validator(mode="after")
+    def _text_or_template(self) -> "SourceSpec":
+        if self.loader.kind == "text":
+            if self.text_field or self.template:
+                raise ValueError("a text-folder source takes neither text_field nor template")
+        elif bool(self.text_field) == bool(self.template):
+            raise ValueError("give exactly one of text_field or template")
+        return self
+
+    @property
+    def fields(self) -> list[str]:
+        """Row fields this source reads."""
+        if self.template:
+            return sorted(set(re.findall(r"{([A-Za-z_][A-Za-z0-9_]*)", self.template)))
+        return [self.text_field] if self.text_field else []
+
+
+class TokenizerSpec(_Strict):
+    """Which tokenizer tokenises the mix (identity is recorded in the manifest)."""
+
+    kind: Literal["hub", "file", "train"] = "train"
+    repo_id: Optional[str] = None  # hub: tokenizer repo
+    revision: Optional[str] = None  # hub: pinned commit
+    path: Optional[str] = None  # file: a tokenizer.json, relative to the config file's directory
+    vocab_size: int = Field(8192, ge=260, le=1 << 20)  # train: BPE vocabulary size
+    train_sample_bytes: int = Field(8_000_000, gt=0)  # train: size of the seeded training sample
+    special_tokens: list[str] = ["<|endoftext|>"]  # train: added first, in this order
+    bytes_per_token_fallback: float = Field(4.0, gt=0)  # estimate when no tokenizer is available yet
+
+    @model_validator(mode="after")
+    def _complete(self) -> "TokenizerSpec":
+        if self.kind == "hub" and not (self.repo_id and self.revision):
+            raise ValueError("kind 'hub' needs repo_id and a pinned revision")
+        if self.kind == "file" and not self.path:
+            raise ValueError("kind 'file' needs path")
+        return self
+
+
+class PackingSpec(_Strict):
+    """How tokens become fixed-length samples and shards."""
+
+    seq_len: int = Field(512, ge=8)  # model context length
+    shifted_targets: bool = False  # True: samples are seq_len + 1 tokens (inputs and shifted targets)
+    samples_per_seq: int = Field(1, ge=1)  # sample = samples_per_seq * seq_len tokens (unless shifted)
+    separator: Optional[str] = None  # token appended after each document; None = contiguous, no separator
+    shard_tokens: int = Field(1 << 22, ge=1024)  # target tokens per shard (rounded down to whole samples)
+    encode_batch_docs: int = Field(1000, ge=1)  # documents per encode_batch call (bounds memory)
+    threads: int = Field(2, ge=1)  # tokenizer threads (RAYON_NUM_THREADS); output does not depend on it
+
+    @property
+    def sample_len(self) -> int:
+        return self.seq_len + 1 if self.shifted_targets else self.seq_len * self.samples_per_seq
+
+
+class DedupSpec(_Strict):
+    """Exact and near-duplicate removal over the merged pool."""
+
+    shingle_words: int = Field(5, ge=1)  # word shingle size
+    num_perm: int = Field(128, ge=16)  # MinHash permutations
+    threshold: float = Field(0.8, gt=0, lt=1)  # Jaccard at which two documents are near-duplicates
+    max_loss_share_warn: float = Field(0.3, gt=0, le=1)  # WARN when a source loses more than this
+
+
+class EvalTask(_Strict):
+    """One evaluation task the model will be scored on; only its non-test splits are read."""
+
+    name: str = Field(pattern=_NAME)
+    dataset: Union[HubDataset, "LocalEvalFiles"] = Field(discriminator="kind")
+    scored_split: str  # the split the harness scores (documented per task; may be validation)
+    audit_splits: list[str] = Field(min_length=1)  # non-test splits whose text is audited
+    fields: list[str] = Field(min_length=1)  # dotted paths, e.g. "question.stem", "question.choices.text"
+    min_rows: int = Field(1, ge=1)  # the audit fails when fewer rows than this were read
+    note: str = ""  # where the scored split was verified
+
+    @field_validator("audit_splits")
+    @classmethod
+    def _no_test(cls, v: list[str]) -> list[str]:
+        bad = [s for s in v if s.lower() in TEST_SPLIT_ALIASES]
+        if bad:
+            raise ValueError(f"test splits are never audited (found {bad}); use validation/dev splits")
+        return v
+
+
+class LocalEvalFiles(_Strict):
+    """A local folder holding `<split>.jsonl` files."""
+
+    kind: Literal["local"] = "local"
+    path: str  # folder, relative to the config file's directory
+
+
+EvalTask.model_rebuild()
+
+
+class AuditSpec(_Strict):
+    """Contamination audit against the eval registry."""
+
+    ngram: int = Field(13, ge=4)  # n-gram length in normalised words
+    tasks: list[EvalTask] = []  # the eval registry
+    mask_contaminated: bool = True  # drop contaminated documents (off only to prove the gate fires)
+    source_rate_warn: float = Field(0.02, gt=0, le=1)  # WARN when a source's contaminated share exceeds
+
+
+class SplitSpec(_Strict):
+    """The held-out validation split."""
+
+    val_fraction: float = Field(0.02, gt=0, lt=0.5)  # target share of kept documents
+    tolerance: float = Field(0.5, gt=0, le=1)  # allowed relative deviation of the realised share
+
+
+class PublishSpec(_Strict):
+    """Where the published revision goes: a local directory, s3://bucket/prefix or hf://datasets/org/name."""
+
+    url: str = "../build/published"  # local path (relative to the config file's directory) or URL
+    s3_endpoint_url: Optional[str] = None  # for S3-compatible servers (SeaweedFS, MinIO)
+    s3_region: Optional[str] = None
+
+
+class StorageSpec(_Strict):
+    """The one root every artifact is written under."""
+
+    root: str = "../build/storage"  # local path (relative to the config file's directory) or s3://bucket/prefix
+    s3_endpoint_url: Optional[str] = None  # for S3-compatible servers
+    cache_dir: str = "../build/cache"  # local scratch for S3-backed roots
+
+
+class DemoCorpusSpec(_Strict):
+    """The embedded demo corpus, generated offline and deterministically before it is read."""
+
+    path: str = "../build/demo_corpus"  # where it is generated, relative to the config file's directory
+    seed: int = 7  # generator seed (independent of the mix seed)
+    docs_per_source: int = Field(400, ge=20)  # documents per generated source
+
+
+class ScheduleSpec(_Strict):
+    """When the scheduled rebuild runs."""
+
+    cron: str = "0 3 * * 0"  # default weekly, Sunday 03:00
+    timezone: str = "UTC"
+
+
+class MixSpec(_Strict):
+    """A whole mix."""
+
+    name: str = Field(pattern=_NAME)  # the mix's name (dataset card, revision ids)
+    description: str = ""
+    target_tokens: int = Field(gt=0)  # N: tokens in the final training mix
+    headroom: float = Field(1.15, ge=1.1, le=1.25)  # raw sampling multiplier; dedup and masks eat it
+    seed: int = 0  # the mix seed (sampling, split, tokenizer sample)
+    sources: list[SourceSpec] = Field(min_length=1)
+    tokenizer: TokenizerSpec = TokenizerSpec()
+    packing: PackingSpec = PackingSpec()
+    dedup: DedupSpec = DedupSpec()
+    audit: AuditSpec = AuditSpec()
+    split: SplitSpec = SplitSpec()
+    storage: StorageSpec = StorageSpec()
+    publish: PublishSpec = PublishSpec()
+    schedule: ScheduleSpec = ScheduleSpec()
+    demo_corpus: Optional[DemoCorpusSpec] = None  # set only by the embedded demo
+    owners: list[str] = ["team:data"]  # shown on every asset in the UI
+
+    # Filled by load_spec: where the file was, for resolving relative paths. Not part of the YAML.
+    config_path: Optional[str] = Field(None, exclude=True)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "MixSpec":
+        names = [s.name for s in self.sources]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"source names must be unique, repeated: {dup}")
+        total = sum(s.share for s in self.sources)
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"source shares must sum to 1, they sum to {total:.6f}")
+        tasks = [t.name for t in self.audit.tasks]
+        if len(set(tasks)) != len(tasks):
+            raise ValueError("eval task names must be unique")
+        return self
+
+    # -- derived values -------------------------------------------------------------------
+    @property
+    def base_dir(self) -> Path:
+        return Path(self.config_path).parent if self.config_path else REPO_ROOT / "configs"
+
+    def resolve(self, p: str) -> str:
+        """A config path as an absolute local path, or the URL unchanged."""
+        if "://" in p:
+            return p
+        return str((self.base_dir / p).resolve())
+
+    def source(self, name: str) -> SourceSpec:
+        return next(s for s in self.sources if s.name == name)
+
+    def unique_budget(self, name: str) -> int:
+        """Unique tokens a source must still provide after dedup, masks and the split."""
+        return int(round(self.target_tokens * self.source(name).share))
+
+    def stream_budget(self, name: str) -> int:
+        """Tokens a source contributes to the token stream: N x share x epochs."""
+        s = self.source(name)
+        return int(round(self.target_tokens * s.share * s.epochs))
+
+    def raw_budget(self, name: str) -> int:
+        """Tokens sampled from a source: its unique budget x headroom (plus the validation share)."""
+        return int(round(self.unique_budget(name) * self.headroom / (1.0 - self.split.val_fraction)))
+
+    def canonical_json(self) -> str:
+        """The resolved spec as canonical JSON (published beside the mix; hashed for code_version)."""
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:16]
+
+
+def _describe(err: dict) -> str:
+    loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-after", "tagged-union")))
+    msg = err["msg"].removeprefix("Value error, ")
+    got = err.get("input")
+    shown = "" if isinstance(got, (dict, list)) or got is None else f" (got {got!r})"
+    return f"  {loc or '<top level>'}: {msg}{shown}"
+
+
+def parse_spec(data: object, origin: str) -> MixSpec:
+    """Validate a parsed YAML document; errors name `origin` and each bad field."""
+    if not isinstance(data, dict):
+        raise MixConfigError(f"{origin}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return MixSpec.model_validate({**data, "config_path": origin})
+    except ValidationError as e:
+        lines = "\n".join(_describe(x) for x in e.errors(include_url=False))
+        raise MixConfigError(f"{origin}: invalid mix config:\n{lines}") from None
+
+
+def load_spec(path: str | os.PathLike | None = None) -> MixSpec:
+    """Load the mix spec from `path`, else `$MIX_CONFIG`, else configs/demo.yaml."""
+    p = Path(path or os.environ.get("MIX_CONFIG") or DEFAULT_CONFIG)
+    if not p.is_absolute():
+        p = (Path.cwd() / p) if (Path.cwd() / p).exists() else (REPO_ROOT / p)
+    p = p.resolve()
+    if not p.is_file():
+        raise MixConfigError(f"{p}: mix config file not found (set MIX_CONFIG to a file in configs/)")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise MixConfigError(f"{p}: not valid YAML: {e}") from None
+    spec = parse_spec(data, str(p))
+    root = os.environ.get("MIX_STORAGE_ROOT")
+    if root:
+        spec = spec.model_copy(update={"storage": spec.storage.model_copy(update={"root": root})})
+    return spec

@@ -1,0 +1,48 @@
+"""Where each asset's files live under the storage root: the contract between stages.
+
+Every key is relative to the storage root (see `lib/storage.py`). The `mix/` prefix holds exactly
+what is published: shards, manifest.json and the review files the manifest lists.
+"""
+
+# raw/<source>: Parquet documents, columns
+#   doc_id (str, stable across rebuilds), source (str), text (str), row_index (int64, ordinal of the
+#   row/document in the source as read), origin (str, file:line or split:row), n_bytes (int64, UTF-8),
+#   n_chars (int64), est_tokens (int64)
+RAW_DOCS = "raw/{source}/documents.parquet"
+RAW_STATS = "raw/{source}/stats.json"
+
+# dedup_keys: doc_id, source, exact_key (hex sha256 of normalised text), cluster_id (str: doc_id of the
+#   cluster's survivor), cluster_size (int), keep (bool), reason (null | "exact_dup" | "near_dup")
+DEDUP_KEYS = "dedup/dedup_keys.parquet"
+
+# eval_registry: per task a sorted, unique uint64 array of hashed n-grams (numpy .npy) + denominators
+EVAL_NGRAMS = "audit/eval_registry/{task}.npy"
+EVAL_REGISTRY = "audit/eval_registry/registry.json"
+
+# contamination_report: counts per source x task (JSON) and the ids of contaminated documents
+CONTAMINATION_REPORT = "audit/contamination_report.json"
+CONTAMINATED_DOCS = "audit/contaminated_docs.parquet"  # doc_id, source, tasks (list<str>), overlap_ngrams
+
+# exclusion_masks: one row per excluded document: doc_id, source, reasons (list<str>), kept_doc_id (str|null)
+EXCLUSION_MASKS = "masks/exclusion_masks.parquet"
+COMPOSITION = "masks/composition.json"
+
+# validation_split: one row per KEPT document: doc_id, source, cluster_id, split ("train" | "val")
+VALIDATION_SPLIT = "split/validation_split.parquet"
+
+# tokenizer: the tokenizer file and its identity record
+TOKENIZER_FILE = "mix/tokenizer/tokenizer.json"
+TOKENIZER_IDENTITY = "tokenizer/identity.json"
+
+# token_shards and manifest: the publishable directory
+MIX_DIR = "mix"
+SHARD = "mix/{split}/{split}-{index:05d}.bin"
+SHARD_STATS = "tokens/shard_stats.json"
+MANIFEST = "mix/manifest.json"
+MIX_DEDUP_KEYS = "mix/review/dedup_keys.parquet"
+MIX_EXCLUSION_MASKS = "mix/review/exclusion_masks.parquet"
+MIX_CONTAMINATION_REPORT = "mix/review/contamination_report.json"
+MIX_CONFIG = "mix/review/mix_config.json"
+
+# published_revision: what was published where
+PUBLISHED = "publish/published_revision.json"
