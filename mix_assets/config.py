@@ -233,6 +233,7 @@ class ScheduleSpec(_Strict):
 
     cron: str = "0 3 * * 0"  # default weekly, Sunday 03:00
     timezone: str = "UTC"
+    enabled: bool = True  # the schedule starts RUNNING in a new deployment; false: off until toggled in the UI
 
 
 class MixSpec(_Strict):
