@@ -105,7 +105,7 @@ def start_seaweedfs(workdir: Path, timeout: float = 30.0) -> SeaweedS3:
             client.put_object(Bucket=BUCKET, Key=".ready", Body=b"ok")  # volumes are writable
             client.delete_object(Bucket=BUCKET, Key=".ready")
             return server
-        except Exception as e:  # not listening yet, or no writable volume yet
+        except Exception as e:  # noqa: BLE001 -- not listening yet, or no writable volume yet
             last = e
             time.sleep(0.2)
     stop_seaweedfs(server)

@@ -30,9 +30,9 @@ import random
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Union
 
 from mix_assets.lib.storage import atomic_path, sha256_file, split_s3_url
 
@@ -93,8 +93,8 @@ def dataset_card(manifest: dict) -> str:
         f"- content fingerprint (sha256 over the ordered per-file sha256s): `{fp}`",
         f"- seed: {manifest.get('seed')}, config sha256: `{manifest.get('config_sha256')}`",
         f"- dtype: `{manifest.get('dtype')}` little-endian, raw arrays without header",
-        f"- packing: {pk.get('rule')}, seq_len {pk.get('seq_len')}, sample_len {pk.get('sample_len')}, "
-        f"separator {pk.get('separator')!r}, shifted targets {pk.get('shifted_targets')}",
+        (f"- packing: {pk.get('rule')}, seq_len {pk.get('seq_len')}, sample_len {pk.get('sample_len')}, "
+         f"separator {pk.get('separator')!r}, shifted targets {pk.get('shifted_targets')}"),
         f"- tokenizer: {tok.get('kind')} {tok.get('repo_id') or ''} {tok.get('revision') or ''}".rstrip()
         + f", vocab size {tok.get('vocab_size')}",
         "",
@@ -179,11 +179,11 @@ class Target:
 
     url: str
 
-    def read(self, key: str) -> Optional[bytes]:
+    def read(self, key: str) -> bytes | None:
         """The object's bytes, or None when it does not exist."""
         raise NotImplementedError
 
-    def stat(self, key: str) -> Optional[tuple[int, Optional[str]]]:
+    def stat(self, key: str) -> tuple[int, str | None] | None:
         """(size, recorded sha256 or None) of an existing object, else None."""
         raise NotImplementedError
 
@@ -210,7 +210,7 @@ class Target:
 
 
 class LocalTarget(Target):
-    def __init__(self, root: Union[str, os.PathLike]):
+    def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
         self.url = str(self.root)
 
@@ -261,8 +261,8 @@ class LocalTarget(Target):
             shutil.copyfile(src, tmp)
 
 
-def s3_client(endpoint_url: Optional[str] = None, region: Optional[str] = None,
-              access_key: Optional[str] = None, secret_key: Optional[str] = None, anonymous: bool = False):
+def s3_client(endpoint_url: str | None = None, region: str | None = None,
+              access_key: str | None = None, secret_key: str | None = None, anonymous: bool = False):
     """A boto3 S3 client; `anonymous` signs nothing (public-read buckets)."""
     import boto3
     from botocore import UNSIGNED
@@ -372,7 +372,7 @@ class PublishResult:
         return dict(self.__dict__)
 
 
-def _resolver(mix: Union[str, os.PathLike, Callable[[str], str]]) -> Callable[[str], str]:
+def _resolver(mix: str | os.PathLike | Callable[[str], str]) -> Callable[[str], str]:
     if callable(mix):
         return mix
 
@@ -385,7 +385,7 @@ def _resolver(mix: Union[str, os.PathLike, Callable[[str], str]]) -> Callable[[s
     return local
 
 
-def load_manifest(mix: Union[str, os.PathLike, Callable[[str], str]]) -> dict:
+def load_manifest(mix: str | os.PathLike | Callable[[str], str]) -> dict:
     path = _resolver(mix)(MANIFEST)
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
@@ -406,7 +406,7 @@ def _same_revision(existing: bytes, manifest: dict, where: str) -> None:
         )
 
 
-def publish(mix: Union[str, os.PathLike, Callable[[str], str]], target: "Target | HubTarget",
+def publish(mix: str | os.PathLike | Callable[[str], str], target: Target | HubTarget,
             *, log: Callable[[str], None] = lambda s: None) -> PublishResult:
     """Publish the mix directory (or a resolver of its relative paths) to `target`."""
     resolve = _resolver(mix)
@@ -456,7 +456,7 @@ def _point_latest(target: Target, rev: str, fingerprint: str) -> None:
         target.put_bytes(LATEST, body)
 
 
-def read_latest(target: Target) -> Optional[str]:
+def read_latest(target: Target) -> str | None:
     """The revision the `latest` pointer names, if it names one whose manifest exists."""
     raw = target.read(LATEST)
     if raw is None:
@@ -471,7 +471,7 @@ def read_latest(target: Target) -> Optional[str]:
 class HubTarget:
     """`hf://datasets/org/name`: one commit per revision, tagged `rev-<fp16>`; the revision is the commit."""
 
-    def __init__(self, url: str, api=None, token: Union[str, bool, None] = None):
+    def __init__(self, url: str, api=None, token: str | bool | None = None):
         rest = url.removeprefix("hf://")
         if not rest.startswith("datasets/") or rest.count("/") != 2:
             raise PublishError(f"{url}: a hub publish URL looks like hf://datasets/<org>/<name>")
@@ -489,7 +489,7 @@ class HubTarget:
     def uri(self, key: str, revision: str) -> str:
         return f"{self.url}@{revision}/{key}"
 
-    def _download(self, key: str, revision: str, cache_dir: Optional[str] = None) -> Optional[str]:
+    def _download(self, key: str, revision: str, cache_dir: str | None = None) -> str | None:
         from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
 
         try:
@@ -498,7 +498,7 @@ class HubTarget:
         except (EntryNotFoundError, RevisionNotFoundError):
             return None
 
-    def tag_commit(self, tag: str) -> Optional[str]:
+    def tag_commit(self, tag: str) -> str | None:
         refs = self.api.list_repo_refs(self.repo_id, repo_type="dataset")
         return next((t.target_commit for t in refs.tags if t.name == tag), None)
 
@@ -510,7 +510,7 @@ class HubTarget:
             with atomic_path(dest) as tmp:
                 shutil.copyfile(got, tmp)
 
-    def read(self, key: str, revision: str) -> Optional[bytes]:
+    def read(self, key: str, revision: str) -> bytes | None:
         with tempfile.TemporaryDirectory() as d:
             got = self._download(key, revision, cache_dir=d)
             return None if got is None else Path(got).read_bytes()
@@ -556,8 +556,8 @@ class HubTarget:
         return PublishResult(self.url, commit, self.location(commit), fp, n_files, total, *up, created)
 
 
-def make_target(url: str, *, s3_endpoint_url: Optional[str] = None, s3_region: Optional[str] = None,
-                s3_client_=None, hf_api=None) -> "Target | HubTarget":
+def make_target(url: str, *, s3_endpoint_url: str | None = None, s3_region: str | None = None,
+                s3_client_=None, hf_api=None) -> Target | HubTarget:
     """The target a publish URL names (write access from the environment's credentials)."""
     if url.startswith("s3://"):
         return S3Target(url, s3_client_ or s3_client(s3_endpoint_url, s3_region))
@@ -587,7 +587,7 @@ class Verification:
 
 
 @contextlib.contextmanager
-def _fresh_cache(cache_dir: Optional[str]) -> Iterator[str]:
+def _fresh_cache(cache_dir: str | None) -> Iterator[str]:
     if cache_dir is not None:
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
         if any(Path(cache_dir).iterdir()):
@@ -606,9 +606,9 @@ def _sample_indices(n: int, n_random: int, seed: int) -> list[int]:
     return sorted(picks)
 
 
-def verify(target: "Target | HubTarget", revision: str, local_mix: Union[str, os.PathLike, Callable[[str], str]],
-           *, cache_dir: Optional[str] = None, n_random: int = 8, seed: int = 0,
-           open_reader: Optional[Callable[..., object]] = None) -> Verification:
+def verify(target: Target | HubTarget, revision: str, local_mix: str | os.PathLike | Callable[[str], str],
+           *, cache_dir: str | None = None, n_random: int = 8, seed: int = 0,
+           open_reader: Callable[..., object] | None = None) -> Verification:
     """Read `revision` from `target` (read-only access) into an empty cache and compare it with the local mix.
 
     Downloads the manifest, re-hashes every listed file, recomputes the fingerprint, regenerates the
@@ -640,7 +640,7 @@ def verify(target: "Target | HubTarget", revision: str, local_mix: Union[str, os
             out.problems.append(f"{uri(MANIFEST)}: missing, so {loc} is not a revision")
             out.seconds = time.monotonic() - t0
             return out
-        except Exception as e:  # access denied, endpoint down: a stranger could not read it either
+        except Exception as e:  # noqa: BLE001 -- access denied, endpoint down: a stranger could not read it
             out.problems.append(f"{uri(MANIFEST)}: cannot be read ({type(e).__name__}: {e})")
             out.seconds = time.monotonic() - t0
             return out
@@ -667,7 +667,7 @@ def verify(target: "Target | HubTarget", revision: str, local_mix: Union[str, os
             except FileNotFoundError:
                 out.problems.append(f"{uri(f['path'])}: listed in the manifest but missing")
                 continue
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 -- reported as a problem naming the object
                 out.problems.append(f"{uri(f['path'])}: cannot be read ({type(e).__name__}: {e})")
                 continue
             size, digest = dest.stat().st_size, sha256_file(dest)
@@ -729,7 +729,7 @@ def _compare_through_reader(open_reader, location, manifest, resolve, cache: Pat
         try:
             pub = open_reader(location, cache_dir=str(cache / "published" / split), shuffle_seed=seed, split=split)
             ref = open_reader(local_dir, cache_dir=str(cache / "local" / split), shuffle_seed=seed, split=split)
-        except Exception as e:  # the reader's own error names the file and the number
+        except Exception as e:  # noqa: BLE001 -- the reader's own error names the file and the number
             problems.append(f"{location}: the reader refused the {split} split: {e}")
             continue
         if len(pub) != len(ref) or pub.fingerprint != ref.fingerprint:

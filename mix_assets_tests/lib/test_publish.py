@@ -109,8 +109,8 @@ def test_local_publish_killed_midway_leaves_no_revision_and_a_retry_completes(sy
     assert len(list((tmp_path / "published" / rev).rglob("*.bin"))) == 3  # files landed, no manifest
     assert pub.read_latest(target) is None
     v = pub.verify(target, rev, synthetic_mix)
-    assert v.problems == [f"{tmp_path / 'published' / rev / 'manifest.json'}: missing, so "
-                          f"{tmp_path / 'published' / rev} is not a revision"]
+    where = tmp_path / "published" / rev
+    assert v.problems == [f"{where / 'manifest.json'}: missing, so {where} is not a revision"]
     restore()
     res = pub.publish(synthetic_mix, target)
     assert res.created and res.uploaded_files == len(m["files"]) - 3 + 2  # resumed: 3 files kept
