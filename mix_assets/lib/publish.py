@@ -208,6 +208,10 @@ class Target:
         """What `mix_assets.reader.open_mix` is given to read `revision`."""
         return self.uri(revision)
 
+    def reader_kwargs(self) -> dict:
+        """Keyword arguments for `open_mix` so it reads with this target's access (and no more)."""
+        return {}
+
 
 class LocalTarget(Target):
     def __init__(self, root: str | os.PathLike):
@@ -292,6 +296,9 @@ class S3Target(Target):
 
     def _k(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
+
+    def reader_kwargs(self) -> dict:
+        return {"s3_client": self.client}
 
     def read(self, key):
         from botocore.exceptions import ClientError
@@ -485,6 +492,9 @@ class HubTarget:
 
     def location(self, revision: str) -> str:
         return f"{self.url}@{revision}"
+
+    def reader_kwargs(self) -> dict:
+        return {"hub_endpoint": self.api.endpoint}
 
     def uri(self, key: str, revision: str) -> str:
         return f"{self.url}@{revision}/{key}"
@@ -691,7 +701,8 @@ def verify(target: Target | HubTarget, revision: str, local_mix: str | os.PathLi
             out.samples_compared += _compare_raw_samples(remote, root, resolve, n_random, seed, out.problems, uri)
         if not out.problems and open_reader is not None:
             out.samples_compared += _compare_through_reader(
-                open_reader, loc, remote, resolve, Path(cache) / "reader", n_random, seed, out.problems)
+                open_reader, loc, target.reader_kwargs(), remote, resolve, Path(cache) / "reader", n_random, seed,
+                out.problems)
     out.seconds = time.monotonic() - t0
     return out
 
@@ -718,8 +729,8 @@ def _compare_raw_samples(manifest, root: Path, resolve, n_random, seed, problems
     return compared
 
 
-def _compare_through_reader(open_reader, location, manifest, resolve, cache: Path, n_random, seed,
-                            problems) -> int:
+def _compare_through_reader(open_reader, location, reader_kwargs, manifest, resolve, cache: Path, n_random,
+                            seed, problems) -> int:
     """The trainer's reader over the published revision and over the local mix yield the same samples."""
     import numpy as np
 
@@ -727,7 +738,8 @@ def _compare_through_reader(open_reader, location, manifest, resolve, cache: Pat
     compared = 0
     for split in manifest["splits"]:
         try:
-            pub = open_reader(location, cache_dir=str(cache / "published" / split), shuffle_seed=seed, split=split)
+            pub = open_reader(location, cache_dir=str(cache / "published" / split), shuffle_seed=seed, split=split,
+                              **reader_kwargs)
             ref = open_reader(local_dir, cache_dir=str(cache / "local" / split), shuffle_seed=seed, split=split)
         except Exception as e:  # noqa: BLE001 -- the reader's own error names the file and the number
             problems.append(f"{location}: the reader refused the {split} split: {e}")
