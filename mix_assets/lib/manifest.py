@@ -113,10 +113,10 @@ class _Opener:
 
 
 def as_source(source: Any) -> Any:
+    if isinstance(source, (str, os.PathLike)):  # before the duck test: pathlib.Path has .open too
+        return LocalDir(source)
     if source is None or hasattr(source, "open"):
         return source
-    if isinstance(source, (str, os.PathLike)):
-        return LocalDir(source)
     if callable(source):
         return _Opener(source)
     raise TypeError(f"manifest file source must be a directory, a callable or None, got {type(source).__name__}")
@@ -266,6 +266,8 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
                 c.eq(f"splits.{split}.sources.{src}", split_sums[split]["sources"].get(src, 0),
                      f"sources.{src}.{key}", got)
     totals = c.need(m, "totals", "manifest", Mapping) or {}
+    claimed = {k: c.need(totals, k, "totals") if totals else None
+               for k in ("train_tokens", "val_tokens", "train_samples", "val_samples", "shards", "dropped_tail_tokens")}
     if "train" in split_sums and "val" in split_sums:
         tr, va = split_sums["train"], split_sums["val"]
         dropped_sum = None if tr["dropped"] is None or va["dropped"] is None else tr["dropped"] + va["dropped"]
@@ -277,7 +279,7 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
             ("shards", "the number of shards listed in splits", tr["shards"] + va["shards"]),
             ("dropped_tail_tokens", "the sum of the splits' dropped_tail_tokens", dropped_sum),
         ):
-            c.eq(what, got, f"totals.{key}", c.need(totals, key, "totals"))
+            c.eq(what, got, f"totals.{key}", claimed[key])
 
     # -- files and fingerprint ---------------------------------------------------------------------------
     files = c.need(m, "files", "manifest", list) or []
