@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from mix_assets.reader import open_mix  # noqa: E402
+from mix_assets.reader import open_mix
 
 
 class BigramModel:

@@ -41,8 +41,9 @@ import logging
 import os
 import tempfile
 from bisect import bisect_right
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any
 
 import numpy as np
 
@@ -127,7 +128,7 @@ class _LocalBackend:
         except FileNotFoundError:
             raise ReaderError(f"{self.root / MANIFEST_NAME}: not found (is {self.root} a published mix?)") from None
 
-    def cached(self, rel: str, sha: str) -> Optional[str]:
+    def cached(self, rel: str, sha: str) -> str | None:
         p = self.root / rel
         return str(p) if p.exists() else None
 
@@ -143,7 +144,7 @@ class _S3Backend:
 
     remote = True
 
-    def __init__(self, url: str, cache_dir: Path, endpoint_url: Optional[str], anonymous: Optional[bool],
+    def __init__(self, url: str, cache_dir: Path, endpoint_url: str | None, anonymous: bool | None,
                  client: Any = None):
         rest = url[len("s3://"):]
         self.bucket, _, prefix = rest.partition("/")
@@ -155,7 +156,7 @@ class _S3Backend:
         self.client = client if client is not None else self._client(endpoint_url, anonymous)
 
     @staticmethod
-    def _client(endpoint_url: Optional[str], anonymous: Optional[bool]) -> Any:
+    def _client(endpoint_url: str | None, anonymous: bool | None) -> Any:
         import boto3
         from botocore import UNSIGNED
         from botocore.config import Config
@@ -186,7 +187,7 @@ class _S3Backend:
     def _path(self, sha: str) -> Path:
         return self.store / sha[:2] / sha
 
-    def cached(self, rel: str, sha: str) -> Optional[str]:
+    def cached(self, rel: str, sha: str) -> str | None:
         p = self._path(sha)
         return str(p) if p.exists() else None
 
@@ -219,7 +220,7 @@ class _HubBackend:
 
     remote = True
 
-    def __init__(self, url: str, cache_dir: Path, endpoint: Optional[str]):
+    def __init__(self, url: str, cache_dir: Path, endpoint: str | None):
         rest = url[len("hf://"):]
         if not rest.startswith("datasets/"):
             raise ReaderError(f"{url}: expected hf://datasets/org/name@revision[/subdir]")
@@ -250,7 +251,7 @@ class _HubBackend:
     def read_manifest(self) -> bytes:
         return Path(self._download(MANIFEST_NAME)).read_bytes()
 
-    def cached(self, rel: str, sha: str) -> Optional[str]:
+    def cached(self, rel: str, sha: str) -> str | None:
         from huggingface_hub import try_to_load_from_cache
 
         p = try_to_load_from_cache(self.repo_id, self._filename(rel), cache_dir=self.hub_cache,
@@ -268,15 +269,15 @@ class _HubBackend:
                 os.unlink(p)
 
 
-def _raise_if_corrupt(label: str, n: int, sha: Optional[str], want_n: int, want_sha: str) -> None:
+def _raise_if_corrupt(label: str, n: int, sha: str | None, want_n: int, want_sha: str) -> None:
     if n != want_n:
         raise ShardCorruptError(f"{label}: {n} bytes, manifest says {want_n} (truncated or wrong file)")
     if sha is not None and sha != want_sha:
         raise ShardCorruptError(f"{label}: sha256 {sha}, manifest says {want_sha} (corrupt shard)")
 
 
-def _backend(location: Any, cache_dir: Path, s3_endpoint_url: Optional[str], anonymous: Optional[bool],
-             hub_endpoint: Optional[str], s3_client: Any):
+def _backend(location: Any, cache_dir: Path, s3_endpoint_url: str | None, anonymous: bool | None,
+             hub_endpoint: str | None, s3_client: Any):
     loc = os.fspath(location)
     if loc.startswith("s3://"):
         return _S3Backend(loc, cache_dir, s3_endpoint_url, anonymous, s3_client)
@@ -297,7 +298,7 @@ class _Shards:
         self.sample_len = sample_len
         self.dtype = dtype
         self.budget = cache_bytes
-        self.maps: list[Optional[np.ndarray]] = [None] * len(entries)
+        self.maps: list[np.ndarray | None] = [None] * len(entries)
         self.lru: collections.OrderedDict[int, str] = collections.OrderedDict()  # shard -> local path
         self.resident_bytes = 0
         self.fetched: list[str] = []  # relative paths fetched by this reader, in order
@@ -371,7 +372,7 @@ class MixReader:
     """Positional reader over one split of a mix. Build with `open_mix`."""
 
     def __init__(self, backend, manifest: dict, *, split: str, shuffle_seed: int, shuffle: bool,
-                 epochs: Optional[int], cache_bytes: int, cache_dir: Path):
+                 epochs: int | None, cache_bytes: int, cache_dir: Path):
         if split not in manifest["splits"]:
             raise ReaderError(f"{backend.label}: no split {split!r} in manifest (has {sorted(manifest['splits'])})")
         self._backend = backend
@@ -588,7 +589,7 @@ class MixReader:
     def cache_resident_bytes(self) -> int:
         return self._shards.resident_bytes
 
-    def validation_reader(self, shuffle: bool = False, shuffle_seed: Optional[int] = None) -> "MixReader":
+    def validation_reader(self, shuffle: bool = False, shuffle_seed: int | None = None) -> MixReader:
         """A separate reader over the val split (storage order, one pass) sharing this location and cache dir."""
         return MixReader(self._backend, self.manifest, split="val",
                          shuffle_seed=self.shuffle_seed if shuffle_seed is None else shuffle_seed,
@@ -607,17 +608,17 @@ def _default_cache_dir() -> Path:
 
 def open_mix(
     location: Any,
-    cache_dir: Optional[str | os.PathLike] = None,
+    cache_dir: str | os.PathLike | None = None,
     shuffle_seed: int = 0,
     split: str = "train",
     *,
-    shuffle: Optional[bool] = None,
-    epochs: Optional[int] = 1,
+    shuffle: bool | None = None,
+    epochs: int | None = 1,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
-    expected_fingerprint: Optional[str] = None,
-    s3_endpoint_url: Optional[str] = None,
-    anonymous: Optional[bool] = None,
-    hub_endpoint: Optional[str] = None,
+    expected_fingerprint: str | None = None,
+    s3_endpoint_url: str | None = None,
+    anonymous: bool | None = None,
+    hub_endpoint: str | None = None,
     s3_client: Any = None,
 ) -> MixReader:
     """Open one split of a published mix (see the module doc).

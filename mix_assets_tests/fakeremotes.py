@@ -27,7 +27,7 @@ class FakeS3Client:
         self.gets: Counter[str] = Counter()
         self.overrides: dict[str, bytes] = {}  # key -> bytes served instead of the file (corruption)
 
-    def get_object(self, Bucket: str, Key: str):  # noqa: N803 - boto3's argument names
+    def get_object(self, Bucket: str, Key: str):
         if Bucket != self.bucket or not Key.startswith(self.prefix):
             raise ClientError({"Error": {"Code": "NoSuchBucket", "Message": Bucket}}, "GetObject")
         rel = Key[len(self.prefix):].lstrip("/")
@@ -70,7 +70,7 @@ class FakeHub:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return None
-                rel, p = found
+                _, p = found
                 data = p.read_bytes()
                 self.send_response(200)
                 self.send_header("X-Repo-Commit", hub.commit)
@@ -79,10 +79,10 @@ class FakeHub:
                 self.end_headers()
                 return data
 
-            def do_HEAD(self):  # noqa: N802
+            def do_HEAD(self):
                 self._headers(self._resolve())
 
-            def do_GET(self):  # noqa: N802
+            def do_GET(self):
                 found = self._resolve()
                 data = self._headers(found)
                 if data is not None:
@@ -93,7 +93,7 @@ class FakeHub:
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "FakeHub":
+    def __enter__(self) -> FakeHub:  # noqa: PYI034
         self.thread.start()
         return self
 

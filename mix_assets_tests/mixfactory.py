@@ -7,8 +7,8 @@ learn. `all_tokens()` reads a split back without the reader (the ground truth te
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

@@ -39,7 +39,7 @@ def test_sound_mix_passes_through_every_kind_of_source(mix):
     assert m["format"] == FORMAT
     assert check_manifest(m, root) == []
     assert check_manifest(m, LocalDir(root)) == []
-    assert check_manifest(m, lambda p: open(root / p, "rb")) == []
+    assert check_manifest(m, lambda p: (root / p).open("rb")) == []
     assert check_manifest(m, None) == []  # structure only
     assert load_manifest(root) == m
 
@@ -158,7 +158,7 @@ def test_unlisted_extra_file_and_wrong_order_are_named(mix):
 
 
 def test_tokenizer_and_review_files_must_be_listed(mix):
-    root, m = mix
+    _, m = mix
     m["tokenizer"]["files"]["tokenizer/tokenizer.json"] = "f" * 64
     m["review"]["dedup_keys"] = "review/missing.parquet"
     problems = manifest_problems(m, None)

@@ -25,8 +25,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterable, Mapping, Optional, Union
+from typing import Any, BinaryIO
 
 FORMAT = "mix_assets.manifest/1"
 MANIFEST_NAME = "manifest.json"
@@ -46,7 +47,7 @@ class ManifestError(ValueError):
         super().__init__(f"{origin}: {len(self.problems)} problem(s):\n{shown}{more}")
 
 
-def compute_fingerprint(files: Iterable[Union[Mapping[str, Any], str]]) -> str:
+def compute_fingerprint(files: Iterable[Mapping[str, Any] | str]) -> str:
     """sha256 over the concatenated hex sha256s of `files` (entries with "sha256", or the hex strings), in order."""
     h = hashlib.sha256()
     for f in files:
@@ -74,7 +75,7 @@ def itemsize(dtype: str) -> int:
 class LocalDir:
     """A mix directory on local disk."""
 
-    def __init__(self, root: Union[str, os.PathLike]):
+    def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
 
     def open(self, path: str) -> BinaryIO:
@@ -348,7 +349,7 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
     return c.problems
 
 
-def _file_problems(src: Any, path: str, want_bytes: Optional[int], want_sha: Optional[str],
+def _file_problems(src: Any, path: str, want_bytes: int | None, want_sha: str | None,
                    verify_hashes: bool) -> list[str]:
     try:
         if verify_hashes:
@@ -375,7 +376,7 @@ def check_manifest(manifest: Mapping[str, Any], root_or_opener: Any = None, veri
     return problems
 
 
-def file_entry(root: Union[str, os.PathLike], path: str) -> dict:
+def file_entry(root: str | os.PathLike, path: str) -> dict:
     """The `files` entry of one file of a local mix directory: path, bytes, sha256."""
     with open(Path(root) / path, "rb") as f:
         sha, n = sha256_stream(f)
