@@ -397,8 +397,12 @@ class MixReader:
         for e in entries[:-1]:
             self._starts.append(self._starts[-1] + e["samples"])
         self._shards = _Shards(backend, entries, self.sample_len, self.dtype, cache_bytes)
+        self._starts_arr = np.asarray(self._starts, dtype=np.int64)
+        self._maps = self._shards.maps  # the same list object: hot-path alias
+        self._remote = backend.remote
         self._perm_cache: dict[int, np.ndarray] = {}
-        self.shuffle_perm_sha = perm_sha(self._perm(0))
+        self._perm0 = self._perm(0)
+        self.shuffle_perm_sha = perm_sha(self._perm0)
         self.samples_consumed = 0
         self.step = 0
 
@@ -438,15 +442,13 @@ class MixReader:
 
     def sample(self, k: int) -> np.ndarray:
         """Sample k (a copy, shape (sample_len,)); pure: does not move the cursor."""
-        if 0 <= k < self._n:
-            g = int(self._perm_cache[0][k]) if 0 in self._perm_cache else self.storage_index(k)
-        else:
-            g = self.storage_index(k)
+        # The hot path of random access: epoch-0 index, shard by bisection, one row copy out of the memmap.
+        g = self._perm0.item(k) if 0 <= k < self._n else self.storage_index(k)
         si = bisect_right(self._starts, g) - 1
-        mm = self._shards.maps[si]
+        mm = self._maps[si]
         if mm is None:
             mm = self._shards.open(si)
-        elif self._backend.remote:
+        elif self._remote:
             self._shards.lru.move_to_end(si)
         return mm[g - self._starts[si]].copy()
 
@@ -460,16 +462,24 @@ class MixReader:
             take = min(count - pos, self._n - i)
             idx[pos:pos + take] = self._perm(e)[i:i + take]
             pos += take
-        shard = np.searchsorted(np.asarray(self._starts), idx, side="right") - 1
+        shard = np.searchsorted(self._starts_arr, idx, side="right") - 1
+        rows = idx - self._starts_arr[shard]
         out = np.empty((count, self.sample_len), dtype=self.dtype)
-        for si in np.unique(shard).tolist():
-            sel = shard == si
-            mm = self._shards.maps[si]
-            if mm is None:
-                mm = self._shards.open(si)
-            elif self._backend.remote:
+        shard_list = shard.tolist()
+        maps = self._maps
+        for si in dict.fromkeys(shard_list):  # open (fetch) what is missing, mark the rest recently used
+            if maps[si] is None:
+                self._shards.open(si)
+            elif self._remote:
                 self._shards.lru.move_to_end(si)
-            out[sel] = mm[idx[sel] - self._starts[si]]
+        if any(maps[si] is None for si in dict.fromkeys(shard_list)):
+            # The cache cannot hold every shard of this batch at once: open shard by shard as rows need them.
+            for j, si, row in zip(range(count), shard_list, rows.tolist()):
+                out[j] = (maps[si] if maps[si] is not None else self._shards.open(si))[row]
+            return out
+        # Row by row: one copy per sample straight into `out` (cheaper than masks + fancy indexing).
+        for j, si, row in zip(range(count), shard_list, rows.tolist()):
+            out[j] = maps[si][row]
         return out
 
     # -- reads that consume ----------------------------------------------------------------------------------

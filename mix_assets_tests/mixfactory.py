@@ -42,8 +42,12 @@ def write_test_mix(
     seed: int = 0,
     sources: Sequence[str] = ("web", "books"),
     dropped_tail: tuple[int, int] = (7, 3),
+    markov: bool = True,
 ) -> dict:
-    """Write a mix directory under `root`; return its manifest (also written to root/manifest.json)."""
+    """Write a mix directory under `root`; return its manifest (also written to root/manifest.json).
+
+    markov=False writes uniform random tokens (fast, for benchmarks).
+    """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -56,7 +60,8 @@ def write_test_mix(
         for i, n in enumerate(counts):
             rel = f"{split}/{split}-{i:05d}.bin"
             (root / split).mkdir(exist_ok=True)
-            (root / rel).write_bytes(_tokens(rng, n * sample_len, vocab_size).astype(np_dtype).tobytes())
+            toks = _tokens(rng, n * sample_len, vocab_size) if markov else rng.integers(0, vocab_size, n * sample_len)
+            (root / rel).write_bytes(toks.astype(np_dtype).tobytes())
             e = file_entry(root, rel)
             shards.append({"path": rel, "samples": n, "bytes": e["bytes"], "sha256": e["sha256"]})
             shard_files.append(rel)

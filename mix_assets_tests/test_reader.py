@@ -320,10 +320,14 @@ def test_s3_fetches_only_needed_shards_within_a_tiny_cache(mix, tmp_path):
     assert s3.gets["train/train-00000.bin"] == 0 and s3.gets["train/train-00002.bin"] == 0
     on_disk = sum(f.stat().st_size for f in (tmp_path / "c").rglob("*") if f.is_file())
     assert on_disk <= shard_bytes and r.cache_resident_bytes <= shard_bytes
-    # A second reader on the same cache finds shard 1 there and does not fetch it.
+    # A batch spanning all four shards still reads right through a one-shard cache (fetching as it goes).
+    assert (r.samples(0, 27) == truth[permutation(27, SEED)]).all()
+    assert r.cache_resident_bytes <= shard_bytes
+    # A second reader on the same cache finds the last fetched shard there and does not fetch it again.
+    last = int(r.fetched[-1][-9:-4])
     r2 = open_mix("s3://bucket/mix", cache_dir=tmp_path / "c", shuffle_seed=SEED, s3_client=s3,
                   cache_bytes=2 * shard_bytes)
-    r2.sample(in_shard[1][0])
+    assert (r2.sample(in_shard[last][0]) == truth[r2.storage_index(in_shard[last][0])]).all()
     assert r2.fetched == []
 
 
