@@ -10,8 +10,10 @@ from typing import Optional
 
 import dagster as dg
 
+from mix_assets.assets.reproducibility import build_reproducibility_checks
 from mix_assets.assets.sources import build_source_assets
 from mix_assets.config import MixSpec, load_spec
+from mix_assets.jobs import build_jobs, executor_from_env
 from mix_assets.resources import MixResource
 
 
@@ -22,13 +24,16 @@ def build_assets(spec: MixSpec) -> list:
 
 def build_definitions(spec: Optional[MixSpec] = None, storage_root: Optional[str] = None) -> dg.Definitions:
     spec = spec or load_spec()
-    assets = build_assets(spec)
-    rebuild_mix = dg.define_asset_job(
-        "rebuild_mix", selection=dg.AssetSelection.all(), description="Rebuild the whole mix, gates included."
-    )
+    # jobs.py: rebuild_mix, refresh_<source>, the rebuild schedule, gated automation (see its docstring)
+    orch = build_jobs(spec, build_assets(spec))
+    keys = {k for a in orch.assets for k in a.keys}
     return dg.Definitions(
-        assets=assets,
-        jobs=[rebuild_mix],
+        assets=orch.assets,
+        asset_checks=build_reproducibility_checks(keys),
+        jobs=orch.jobs,
+        schedules=orch.schedules,
+        sensors=orch.sensors,
+        executor=executor_from_env(),
         resources={"mix": MixResource(config_path=spec.config_path, storage_root=storage_root)},
     )
 

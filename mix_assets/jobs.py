@@ -26,6 +26,7 @@ start, so the guard lives in the conditions that decide which runs start.
 from __future__ import annotations
 
 from collections.abc import Sequence
+import os
 from typing import NamedTuple
 
 import dagster as dg
@@ -38,6 +39,27 @@ AUTOMATION_SENSOR = "mix_automation"
 SOURCE_PREFIX = "raw"
 # roots that read outside inputs; they are refreshed by jobs, never by automation
 ROOT_ASSETS = (dg.AssetKey("eval_registry"),)
+
+
+EXECUTORS = ("multiprocess", "in_process", "k8s")
+
+
+def executor_from_env() -> dg.ExecutorDefinition:
+    """The step executor named by `MIX_EXECUTOR` (default multiprocess; also pass it to Definitions).
+
+    `k8s` runs every step in its own Kubernetes Job (dagster-k8s, `pip install .[k8s]`), so the
+    raw/<source> steps of one rebuild fan out over the cluster; see deploy/README.md.
+    """
+    kind = os.environ.get("MIX_EXECUTOR", "multiprocess")
+    if kind == "multiprocess":
+        return dg.multiprocess_executor
+    if kind == "in_process":
+        return dg.in_process_executor
+    if kind == "k8s":
+        from dagster_k8s import k8s_job_executor
+
+        return k8s_job_executor
+    raise ValueError(f"MIX_EXECUTOR={kind!r}: expected one of {', '.join(EXECUTORS)}")
 
 
 def refresh_job_name(source: str) -> str:
@@ -87,7 +109,9 @@ def gated_automation(assets: Sequence, condition: dg.AutomationCondition = GATED
             )
         return spec
 
-    return list(dg.map_asset_specs(attach, assets))
+    checks = [a for a in assets if isinstance(a, dg.AssetChecksDefinition)]
+    mapped = iter(dg.map_asset_specs(attach, [a for a in assets if not isinstance(a, dg.AssetChecksDefinition)]))
+    return [a if isinstance(a, dg.AssetChecksDefinition) else next(mapped) for a in assets] if checks else list(mapped)
 
 
 def _keys(assets: Sequence) -> set[dg.AssetKey]:
@@ -104,6 +128,7 @@ def build_jobs(spec: MixSpec, assets: Sequence) -> Orchestration:
     `result.assets` to `Definitions`, not the originals.
     """
     keys = _keys(assets)
+    executor = executor_from_env()
     missing = [s.name for s in spec.sources if dg.AssetKey([SOURCE_PREFIX, s.name]) not in keys]
     if missing:
         have = sorted(k.to_user_string() for k in keys)
@@ -114,6 +139,7 @@ def build_jobs(spec: MixSpec, assets: Sequence) -> Orchestration:
         selection=dg.AssetSelection.all(),
         description=f"Rebuild the whole mix '{spec.name}': every source, every stage, every check.",
         tags={"mix/name": spec.name},
+        executor_def=executor,
     )
     refresh = [
         dg.define_asset_job(
@@ -121,6 +147,7 @@ def build_jobs(spec: MixSpec, assets: Sequence) -> Orchestration:
             selection=dg.AssetSelection.assets(dg.AssetKey([SOURCE_PREFIX, s.name])),
             description=f"Re-read source '{s.name}' (raw/{s.name} and its checks) only.",
             tags={"mix/name": spec.name, "mix/source": s.name},
+            executor_def=executor,
         )
         for s in spec.sources
     ]

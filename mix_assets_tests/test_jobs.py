@@ -152,3 +152,16 @@ def test_schedule_tick_runs_rebuild_and_gate_holds_in_run_and_across_automation(
 def _requested(result) -> set[str]:
     keys = ["raw/alpha", "raw/beta", "masks", "split", "shards"]
     return {k for k in keys if result.get_num_requested(dg.AssetKey.from_user_string(k)) > 0}
+
+
+def test_executor_from_env(monkeypatch):
+    from mix_assets.jobs import executor_from_env
+
+    monkeypatch.delenv("MIX_EXECUTOR", raising=False)
+    assert executor_from_env() is dg.multiprocess_executor
+    monkeypatch.setenv("MIX_EXECUTOR", "k8s")
+    k8s = pytest.importorskip("dagster_k8s")
+    assert executor_from_env() is k8s.k8s_job_executor
+    monkeypatch.setenv("MIX_EXECUTOR", "ray")
+    with pytest.raises(ValueError, match="MIX_EXECUTOR='ray': expected one of multiprocess"):
+        executor_from_env()
