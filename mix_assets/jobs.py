@@ -25,8 +25,8 @@ start, so the guard lives in the conditions that decide which runs start.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import os
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import dagster as dg
