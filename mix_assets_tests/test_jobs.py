@@ -22,12 +22,14 @@ from mix_assets.jobs import (
 )
 
 
+def _src(name: str, share: float) -> dict:
+    return {"name": name, "loader": {"kind": "jsonl", "paths": [f"{name}.jsonl"]}, "text_field": "text",
+            "license": "cc-by-4.0", "rationale": f"{name}: a source with a stated reason to be in the mix",
+            "share": share}
+
+
 def _spec(cron: str = "0 3 * * 0", enabled: bool = True):
-    src = lambda name, share: {
-        "name": name, "loader": {"kind": "jsonl", "paths": [f"{name}.jsonl"]}, "text_field": "text",
-        "license": "cc-by-4.0", "rationale": f"{name}: a source with a stated reason to be in the mix",
-        "share": share,
-    }
+    src = _src
     return parse_spec({"name": "toy", "target_tokens": 1000, "sources": [src("alpha", 0.5), src("beta", 0.5)],
                        "schedule": {"cron": cron, "enabled": enabled}}, "toy.yaml")
 
