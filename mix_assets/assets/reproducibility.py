@@ -11,7 +11,6 @@ compares with the previous publication. Outcomes:
     whose bytes changed and every count that moved, so nothing non-reproducible gets published.
 """
 
-from __future__ import annotations
 
 import json
 
