@@ -5,7 +5,6 @@ value, log line or exception raised here; `audit_artifact_scrubbed` proves it fo
 metadata. The logic is in `lib/evals.py` and `lib/contamination.py`.
 """
 
-from __future__ import annotations
 
 import hashlib
 import io
