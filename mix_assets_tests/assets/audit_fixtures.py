@@ -1,8 +1,9 @@
 """A tiny mix with planted eval copies, and stand-ins for the assets around the audit.
 
 The stand-ins (raw/<source>, exclusion_masks, validation_split) honour the layout contract
-(lib/layout.py) so the audit assets run in a real Dagster graph before the lead's sources and the
-dedup engineer's masks are merged; tests of the merged graph use the real ones.
+(lib/layout.py), so the audit runs in a real Dagster graph on a corpus whose plants are known
+exactly; `exclusion_masks` stands in for the dedup stage's asset (masks = contaminated docs when
+`audit.mask_contaminated`), as that stage declares it.
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
+import yaml
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mix_assets.assets.audit import CONTAMINATION_REPORT_KEY, EXCLUSION_MASKS_KEY, RESOURCE_KEY
-from mix_assets.config import MixSpec, parse_spec
+from mix_assets.config import MixSpec, load_spec
 from mix_assets.lib import layout
 from mix_assets.lib.storage import Storage
+from mix_assets.resources import MixResource
 
 CANARY = "zqxvcanary"
 EVAL_ROWS = [
@@ -96,15 +99,13 @@ def make_spec(tmp_path: Path, mask: bool = True, tasks: list[dict] | None = None
         },
         "storage": {"root": str(tmp_path / "storage")},
     }
-    return parse_spec(data, str(tmp_path / "mix.yaml"))
+    path = tmp_path / "mix.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return load_spec(path)
 
 
-class Res:
-    """Stand-in for MixResource (.spec, .storage)."""
-
-    def __init__(self, spec: MixSpec):
-        self.spec = spec
-        self.storage = Storage(spec.storage.root)
+def Res(spec: MixSpec) -> MixResource:  # noqa: N802 - reads like the resource it builds
+    return MixResource(config_path=spec.config_path)
 
 
 def write_docs(storage: Storage, source: str, docs: list[tuple[str, str]]) -> None:
@@ -114,6 +115,10 @@ def write_docs(storage: Storage, source: str, docs: list[tuple[str, str]]) -> No
 
 
 def standins(spec: MixSpec, corpus: Corpus) -> list:
+    return [*standin_raw(spec, corpus), *standin_masks(spec)]
+
+
+def standin_raw(spec: MixSpec, corpus: Corpus) -> list:
     def raw_asset(name: str):
         @dg.asset(key=["raw", name], required_resource_keys={RESOURCE_KEY})
         def raw(context):
@@ -121,7 +126,11 @@ def standins(spec: MixSpec, corpus: Corpus) -> list:
 
         return raw
 
-    out = [raw_asset(s.name) for s in spec.sources]
+    return [raw_asset(s.name) for s in spec.sources]
+
+
+def standin_masks(spec: MixSpec) -> list:
+    """exclusion_masks (contaminated docs, when masking is on) and a downstream validation_split."""
 
     @dg.asset(key=EXCLUSION_MASKS_KEY, deps=[CONTAMINATION_REPORT_KEY], required_resource_keys={RESOURCE_KEY})
     def exclusion_masks(context):
@@ -138,4 +147,4 @@ def standins(spec: MixSpec, corpus: Corpus) -> list:
     def validation_split():
         return None
 
-    return [*out, exclusion_masks, validation_split]
+    return [exclusion_masks, validation_split]
