@@ -17,10 +17,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mix_assets.assets.common import code_version
 from mix_assets.assets.sources import prepare_inputs
 from mix_assets.config import HubDataset, MixSpec
 from mix_assets.lib import contamination as ct
-from mix_assets.lib import layout
+from mix_assets.lib import evals, layout
 from mix_assets.lib.evals import load_task_items
 
 GROUP = "audit"
@@ -31,7 +32,6 @@ ZERO_EVAL_OVERLAP = "zero_eval_overlap"
 EVAL_REGISTRY_KEY = dg.AssetKey("eval_registry")
 CONTAMINATION_REPORT_KEY = dg.AssetKey("contamination_report")
 EXCLUSION_MASKS_KEY = dg.AssetKey("exclusion_masks")
-_CODE = "audit-1"
 _SCAN_BATCH_ROWS = 1024
 
 
@@ -137,16 +137,14 @@ def build_audit_assets(spec: MixSpec) -> list:
     audit = spec.audit
     raw_keys = [dg.AssetKey(["raw", s.name]) for s in spec.sources]
     sources = [s.name for s in spec.sources]
-    code_version = hashlib.sha256(
-        (_CODE + json.dumps(audit.model_dump(mode="json"), sort_keys=True)).encode()
-    ).hexdigest()[:16]
+    version = code_version(ct, evals, audit.model_dump_json())
 
     @dg.asset(
         key=EVAL_REGISTRY_KEY,
         group_name=GROUP,
         kinds={"python", "numpy"},
         owners=spec.owners,
-        code_version=code_version,
+        code_version=version,
         required_resource_keys={RESOURCE_KEY},
         check_specs=[
             dg.AssetCheckSpec(
@@ -260,7 +258,7 @@ def build_audit_assets(spec: MixSpec) -> list:
         group_name=GROUP,
         kinds={"python", "numpy", "parquet"},
         owners=spec.owners,
-        code_version=code_version,
+        code_version=version,
         deps=[*raw_keys, EVAL_REGISTRY_KEY],
         required_resource_keys={RESOURCE_KEY},
         check_specs=[

@@ -142,8 +142,30 @@ class TaskNgrams:
     empty_items: int  # items that normalise to no words
 
 
-def task_ngrams(items: Sequence[str], n: int = 13, short_item_min_words: int = 8) -> TaskNgrams:
-    """Hashed n-grams of reference items, with the whole-item rule for short items."""
+def task_ngrams(
+    items: Sequence[str], n: int = 13, short_item_min_words: int = 8, chunk: int = 4096
+) -> TaskNgrams:
+    """Hashed n-grams of reference items, with the whole-item rule for short items.
+
+    Items are processed `chunk` at a time, which bounds the Arrow buffers of the normalisation.
+    """
+    parts = [_task_ngrams(items[i : i + chunk], n, short_item_min_words) for i in range(0, len(items), chunk)]
+    if not parts:
+        parts = [_task_ngrams([], n, short_item_min_words)]
+    hashes = _sorted_unique(np.concatenate([p.hashes for p in parts]))
+    short = np.concatenate([p.short for p in parts])
+    return TaskNgrams(
+        hashes=hashes,
+        short=np.unique(short, axis=0) if len(short) else short,
+        items=len(items),
+        ngrams=int(hashes.size),
+        short_items=sum(p.short_items for p in parts),
+        short_items_unmatched=sum(p.short_items_unmatched for p in parts),
+        empty_items=sum(p.empty_items for p in parts),
+    )
+
+
+def _task_ngrams(items: Sequence[str], n: int, short_item_min_words: int) -> TaskNgrams:
     wl = tk.words(pa.array(list(items), pa.large_string()))
     h, off = tk.word_hashes(wl)
     lens = np.diff(off)

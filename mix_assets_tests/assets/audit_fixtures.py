@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
-import yaml
 import pyarrow as pa
 import pyarrow.parquet as pq
+import yaml
 
 from mix_assets.assets.audit import CONTAMINATION_REPORT_KEY, EXCLUSION_MASKS_KEY, RESOURCE_KEY
 from mix_assets.config import MixSpec, load_spec
