@@ -83,6 +83,12 @@ def _plant_text(shared_data, task, row, how):
     return text
 
 
+def _shared(path: str, shared_data) -> str:
+    """A configs/-relative path into the shared data folder, resolved against the fixture's folder."""
+    rest = path.split("shared/data/", 1)[1]
+    return str(shared_data / rest)
+
+
 @pytest.mark.slow
 def test_shared_data_audit_counts_and_planted_items(tmp_path, shared_data):
     spec = load_spec(REPO_ROOT / "configs" / "shared-sample.yaml")
@@ -99,10 +105,10 @@ def test_shared_data_audit_counts_and_planted_items(tmp_path, shared_data):
         if s["name"] == "classic_novels":
             s["loader"]["paths"] = [str(tmp_path / "novels" / "sherlock.txt"),
                                     str(shared_data / "sources" / "botchan" / "botchan.txt")]
-        else:  # other paths are relative to configs/
-            s["loader"]["paths"] = [str((REPO_ROOT / "configs" / p).resolve()) for p in s["loader"]["paths"]]
+        else:
+            s["loader"]["paths"] = [_shared(p, shared_data) for p in s["loader"]["paths"]]
     for t in cfg["audit"]["tasks"]:
-        t["dataset"]["path"] = str((REPO_ROOT / "configs" / t["dataset"]["path"]).resolve())
+        t["dataset"]["path"] = _shared(t["dataset"]["path"], shared_data)
     cfg["storage"] = {"root": str(tmp_path / "storage"), "cache_dir": str(tmp_path / "cache")}
     (tmp_path / "mix.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     spec = load_spec(tmp_path / "mix.yaml")
@@ -136,3 +142,36 @@ def test_shared_data_audit_counts_and_planted_items(tmp_path, shared_data):
     masked = set(pq.read_table(storage.local_path(layout.EXCLUSION_MASKS)).column("doc_id").to_pylist())
     assert expected <= masked
     shutil.rmtree(tmp_path / "novels")
+
+
+def test_demo_masking_off_fails_gate_and_skips_downstream(tmp_path):
+    cfg = yaml.safe_load((REPO_ROOT / "configs" / "demo.yaml").read_text())
+    here = REPO_ROOT / "configs"
+    for s in cfg["sources"]:
+        s["loader"]["paths"] = [str((here / p).resolve()) for p in s["loader"]["paths"]]
+    cfg["demo_corpus"]["path"] = str((here / cfg["demo_corpus"]["path"]).resolve())
+    for t in cfg["audit"]["tasks"]:
+        t["dataset"]["path"] = str((here / t["dataset"]["path"]).resolve())
+    cfg["audit"]["mask_contaminated"] = False
+    (tmp_path / "mix.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    spec = load_spec(tmp_path / "mix.yaml")
+
+    @dg.asset(deps=[A.EXCLUSION_MASKS_KEY])
+    def after_masks_probe():
+        """Stands for every asset downstream of the masks (validation_split, ...)."""
+
+    res = MixResource(config_path=spec.config_path, storage_root=str(tmp_path / "storage"))
+    assets = build_assets(spec)
+    if not any(A.EXCLUSION_MASKS_KEY in getattr(a, "keys", ()) for a in assets):
+        assets = [*assets, *standin_masks(spec)]
+    result = dg.materialize(
+        [*assets, after_masks_probe], resources={A.RESOURCE_KEY: res}, instance=dg.DagsterInstance.ephemeral(),
+        raise_on_error=False,
+        selection=dg.AssetSelection.keys(A.EXCLUSION_MASKS_KEY).upstream() | dg.AssetSelection.keys("after_masks_probe"),
+    )
+    assert not result.success
+    gate = _checks(result)[A.ZERO_EVAL_OVERLAP]
+    assert not gate.passed and gate.metadata["overlap_total_after_masks"].value > 0
+    done = {e.asset_key for e in result.get_asset_materialization_events()}
+    assert A.EXCLUSION_MASKS_KEY in done and dg.AssetKey("after_masks_probe") not in done
+    assert result.is_node_untouched("after_masks_probe")
