@@ -156,6 +156,13 @@ class DedupSpec(_Strict):
     num_perm: int = Field(128, ge=16)  # MinHash permutations
     threshold: float = Field(0.8, gt=0, lt=1)  # Jaccard at which two documents are near-duplicates
     max_loss_share_warn: float = Field(0.3, gt=0, le=1)  # WARN when a source loses more than this
+    # LSH (b, r) minimise fp_weight * P(false positive) + fn_weight * P(false negative) around the
+    # threshold (datasketch's integral). Candidates are confirmed by estimated Jaccard afterwards,
+    # so a false positive is cheap and a false negative loses a duplicate: weight misses more.
+    lsh_fp_weight: float = Field(0.05, gt=0, lt=1)
+    lsh_fn_weight: float = Field(0.95, gt=0, lt=1)
+    threads: int = Field(2, ge=1)  # signature threads; the output does not depend on it
+    samples_per_reason: int = Field(5, ge=0, le=50)  # excluded docs shown beside their kept member
 
 
 class EvalTask(_Strict):
