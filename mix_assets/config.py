@@ -74,6 +74,7 @@ class TextFolder(_Strict):
     unit: Literal["file", "paragraphs", "lines"] = "paragraphs"  # how a file becomes documents
     group_chars: int = Field(0, ge=0)  # >0: join consecutive paragraphs/lines up to this many chars
     encoding: str = "utf-8"  # bytes that do not decode are counted per file, never fatal
+    fallback_encoding: Optional[str] = None  # e.g. "cp1252": tried when `encoding` fails (counted)
 
 
 Loader = Annotated[Union[HubDataset, LocalJsonl, LocalParquet, TextFolder], Field(discriminator="kind")]
