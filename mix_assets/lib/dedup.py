@@ -104,7 +104,6 @@ def dedup_keys_table(
             n_words.append(signed.n_words)
             n_sh.append(signed.n_shingles)
             n_chars.append(np.asarray(batch.column("n_chars").fill_null(0), dtype=np.int64))
-    n = len(keys)
     doc_ids = pa.concat_arrays(ids) if ids else pa.array([], pa.string())
     source = np.concatenate(srcs) if srcs else np.zeros(0, dtype=object)
     sig = np.concatenate(sigs) if sigs else np.zeros((0, params.num_perm), np.uint32)
