@@ -218,6 +218,10 @@ class PublishSpec(_Strict):
     url: str = "../build/published"  # local path (relative to the config file's directory) or URL
     s3_endpoint_url: Optional[str] = None  # for S3-compatible servers (SeaweedFS, MinIO)
     s3_region: Optional[str] = None
+    # The verifier reads as a stranger. S3: env prefix of a read-only key pair (<P>_ACCESS_KEY_ID,
+    # <P>_SECRET_ACCESS_KEY); hub: name of an env var holding a read token. None = anonymous access.
+    # (Writes use the ordinary credential chain: AWS_* variables / HF_TOKEN.)
+    read_credentials_env: Optional[str] = None
 
 
 class StorageSpec(_Strict):
