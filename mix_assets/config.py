@@ -167,6 +167,13 @@ class DedupSpec(_Strict):
     num_perm: int = Field(128, ge=16)  # MinHash permutations
     threshold: float = Field(0.8, gt=0, lt=1)  # Jaccard at which two documents are near-duplicates
     max_loss_share_warn: float = Field(0.3, gt=0, le=1)  # WARN when a source loses more than this
+    # LSH (b, r) minimise fp_weight * P(false positive) + fn_weight * P(false negative) around the
+    # threshold (datasketch's integral). Candidates are confirmed by estimated Jaccard afterwards,
+    # so a false positive is cheap and a false negative loses a duplicate: weight misses more.
+    lsh_fp_weight: float = Field(0.05, gt=0, lt=1)
+    lsh_fn_weight: float = Field(0.95, gt=0, lt=1)
+    threads: int = Field(2, ge=1)  # signature threads; the output does not depend on it
+    samples_per_reason: int = Field(5, ge=0, le=50)  # excluded docs shown beside their kept member
 
 
 class EvalTask(_Strict):
@@ -247,6 +254,10 @@ class PublishSpec(_Strict):
     url: str = "../build/published"  # local path (relative to the config file's directory) or URL
     s3_endpoint_url: Optional[str] = None  # for S3-compatible servers (SeaweedFS, MinIO)
     s3_region: Optional[str] = None
+    # The verifier reads as a stranger. S3: env prefix of a read-only key pair (<P>_ACCESS_KEY_ID,
+    # <P>_SECRET_ACCESS_KEY); hub: name of an env var holding a read token. None = anonymous access.
+    # (Writes use the ordinary credential chain: AWS_* variables / HF_TOKEN.)
+    read_credentials_env: Optional[str] = None
 
 
 class StorageSpec(_Strict):

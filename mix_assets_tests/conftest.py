@@ -8,6 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+# Reusable fixtures: a SeaweedFS S3 server (session), a synthetic mix directory, an offline hub.
+from mix_assets_tests.fake_hub import fake_hub  # noqa: F401
+from mix_assets_tests.s3server import seaweedfs  # noqa: F401
+from mix_assets_tests.synthetic_mix import synthetic_mix  # noqa: F401
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("MIX_SHARED_DATA", REPO.parent / "shared" / "data"))
 
