@@ -10,6 +10,8 @@ from typing import Optional
 
 import dagster as dg
 
+from mix_assets.assets.audit import build_audit_assets
+from mix_assets.assets.dedup import build_dedup_assets
 from mix_assets.assets.publish import build_publish_assets
 from mix_assets.assets.reproducibility import build_reproducibility_checks
 from mix_assets.assets.sources import build_source_assets
@@ -20,7 +22,8 @@ from mix_assets.resources import MixResource
 
 def build_assets(spec: MixSpec) -> list:
     """Assets and checks of every stage, in graph order."""
-    return [*build_source_assets(spec), *build_publish_assets(spec)]
+    return [*build_source_assets(spec), *build_dedup_assets(spec), *build_audit_assets(spec),
+            *build_publish_assets(spec)]
 
 
 def build_definitions(spec: Optional[MixSpec] = None, storage_root: Optional[str] = None) -> dg.Definitions:
