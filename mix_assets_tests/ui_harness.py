@@ -304,3 +304,13 @@ def shot(page, name: str) -> Path:
     path = OUT / f"{name}.png"
     page.screenshot(path=str(path))
     return path
+
+
+def save_small_png(src: Path, dest: Path, colors: int = 64) -> Path:
+    """A palette-quantized copy of a screenshot (UI screenshots are flat colours: ~3x smaller)."""
+    from PIL import Image
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with Image.open(src) as im:
+        im.convert("RGB").quantize(colors=colors, method=Image.Quantize.MEDIANCUT).save(dest, optimize=True)
+    return dest
