@@ -73,9 +73,6 @@ def test_schedule_tick_rebuilds_the_demo_mix_on_postgres(tmp_path, monkeypatch):
     })
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_", "MIX_"))}
     base_env.update({"MIX_CONFIG": str(cfg), "MIX_EXECUTOR": "in_process"})
-    graph = ui.expected_graph(base_env)
-    assert {"cron": "* * * * *", "name": SCHEDULE} in graph.schedules
-
     with postgres_server() as pg:
         home = tmp_path / "dagster_home"
         home.mkdir()
@@ -91,6 +88,8 @@ def test_schedule_tick_rebuilds_the_demo_mix_on_postgres(tmp_path, monkeypatch):
             monkeypatch.setenv(k, v)
         instance = dg.DagsterInstance.from_config(str(home))
         try:
+            graph = ui.expected_graph(base_env)  # while the daemon starts
+            assert {"cron": "* * * * *", "name": SCHEDULE} in graph.schedules
             assert type(instance.run_storage).__name__ == "PostgresRunStorage"
             deadline = time.monotonic() + TICK_AND_RUN_TIMEOUT_S
             run = None
