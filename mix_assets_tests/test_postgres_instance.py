@@ -139,5 +139,11 @@ def test_schedule_tick_rebuilds_the_demo_mix_on_postgres(tmp_path, monkeypatch):
 
 
 def _run_failure(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
-    records = instance.all_logs(run.run_id, of_type={dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE})
-    return f"run {run.run_id} {run.status}: " + "; ".join(str(r.message)[:500] for r in records)
+    """Why the run failed: each failed step with the root cause of its error."""
+    out = []
+    for r in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
+        err = r.dagster_event.step_failure_data.error
+        while err is not None and err.cause is not None:
+            err = err.cause
+        out.append(f"{r.step_key}: {err.message.strip()[-600:] if err else r.message}")
+    return f"run {run.run_id} {run.status.value}: " + " | ".join(out or ["no step failed"])
