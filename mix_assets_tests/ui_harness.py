@@ -314,3 +314,20 @@ def save_small_png(src: Path, dest: Path, colors: int = 64) -> Path:
     with Image.open(src) as im:
         im.convert("RGB").quantize(colors=colors, method=Image.Quantize.MEDIANCUT).save(dest, optimize=True)
     return dest
+
+
+def failure_reason(home: Path, run_id: str) -> str:
+    """Each failed step of a run with the root cause of its error, read from the instance at `home`."""
+    import dagster as dg
+
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        out = []
+        for r in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
+            err = r.dagster_event.step_failure_data.error
+            while err is not None and err.cause is not None:
+                err = err.cause
+            out.append(f"{r.step_key}: {err.message.strip()[-600:] if err else r.message}")
+        return " | ".join(out or ["no step failed"])
+    finally:
+        instance.dispose()
