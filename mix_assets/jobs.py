@@ -109,9 +109,9 @@ def gated_automation(assets: Sequence, condition: dg.AutomationCondition = GATED
             )
         return spec
 
-    checks = [a for a in assets if isinstance(a, dg.AssetChecksDefinition)]
+    # checks defined apart from their asset pass through unchanged, in place
     mapped = iter(dg.map_asset_specs(attach, [a for a in assets if not isinstance(a, dg.AssetChecksDefinition)]))
-    return [a if isinstance(a, dg.AssetChecksDefinition) else next(mapped) for a in assets] if checks else list(mapped)
+    return [a if isinstance(a, dg.AssetChecksDefinition) else next(mapped) for a in assets]
 
 
 def _keys(assets: Sequence) -> set[dg.AssetKey]:

@@ -51,9 +51,9 @@ def test_materialize_all_from_the_ui_and_read_the_checks(tmp_path):
     assert "rebuild_mix" in graph.jobs and graph.schedules, graph.jobs
     with ui.webserver(env, tmp_path / "dagster_home") as web, ui.browser_page() as page:
         shown = ui.graph_node_names(page, web.url)
+        ui.shot(page, "01-asset-graph")
         assert ui.missing_from_graph(shown, graph.assets) == [], f"graph shows {shown}"
         assert len(shown) == len(graph.assets), f"graph shows {shown}, Definitions have {graph.assets}"
-        ui.shot(page, "01-asset-graph")
 
         run_id = ui.materialize_all(page, web.url)
         status = ui.wait_for_run(page, web.url, run_id, RUN_TIMEOUT_S)

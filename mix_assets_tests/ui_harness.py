@@ -228,8 +228,34 @@ def graph_node_names(page, url: str) -> list[str]:
         page.keyboard.press("Escape")
     nodes = page.locator("[class*='AssetNode_assetName']")
     nodes.first.wait_for()
-    page.wait_for_timeout(1000)
-    return [t.strip() for t in nodes.all_inner_texts()]
+    # The graph draws only nodes inside the viewport, and none below a minimum zoom: zoom out step
+    # by step while that reveals more nodes, then keep the best view.
+    def read() -> list[str]:
+        seen: list[str] = []
+        for _ in range(20):  # the layout renders in steps: two reads 0.7 s apart must agree
+            page.wait_for_timeout(700)
+            now = sorted(t.strip() for t in nodes.all_inner_texts())
+            if now == seen:
+                break
+            seen = now
+        return seen
+
+    best = read()
+    zoom_out = page.locator("button:has([aria-label='zoom_out'])").first
+    zoom_in = page.locator("button:has([aria-label='zoom_in'])").first
+    for _ in range(6):
+        if not zoom_out.count() or zoom_out.is_disabled():
+            break
+        zoom_out.click()
+        now = read()
+        if len(now) <= len(best):
+            if not now:
+                zoom_in.click()
+                read()
+            break
+        best = now
+    seen = best
+    return seen
 
 
 def hide_navigation(page) -> None:
