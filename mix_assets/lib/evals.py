@@ -87,9 +87,6 @@ def _local_rows(task: EvalTask, spec_dir: Path, split: str) -> Iterator[tuple[st
 def _hub_rows(task: EvalTask, spec_dir: Path, split: str) -> Iterator[tuple[str, int, dict]]:
     ds = task.dataset
     assert isinstance(ds, HubDataset)
-    # Never download at run time: the dataset must be in the local HF cache or be a local directory.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     import datasets
 
     repo = ds.repo_id

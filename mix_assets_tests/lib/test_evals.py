@@ -111,7 +111,7 @@ def test_bad_json_names_line_without_text(tmp_path):
     assert "validation.jsonl:2" in str(e.value) and "secret" not in str(e.value)
 
 
-def test_hub_layout_reads_only_the_requested_split(tmp_path):
+def test_hub_layout_reads_only_the_requested_split(tmp_path, hf_offline):
     repo = tmp_path / "evalfix_hub"
     (repo / "data").mkdir(parents=True)
     (repo / "data" / "validation.jsonl").write_text(json.dumps({"goal": "pour the water", "sol1": "slowly"}) + "\n")
