@@ -31,7 +31,7 @@ def human(n: float, unit: str = "") -> str:
     n = float(n)
     for prefix in _UNITS:
         if abs(n) < 1000 or prefix == _UNITS[-1]:
-            return f"{n:.0f}{prefix}{unit}" if prefix == "" else f"{n:.2f}{prefix}{unit}"
+            return f"{n:.3g}{unit}" if prefix == "" else f"{n:.2f}{prefix}{unit}"
         n /= 1000
     raise AssertionError("unreachable")
 

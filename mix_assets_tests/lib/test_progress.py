@@ -40,6 +40,7 @@ def test_eta_without_totals_and_formatting():
     assert p.update(docs=3)
     assert "ETA" not in log.lines[0] and "3 docs" in log.lines[0]
     assert human(999) == "999" and human(1500, "B") == "1.50KB" and human(2.5e9) == "2.50G"
+    assert human(0.25) == "0.25" and human(12.0) == "12"
     assert duration(5.25) == "5.2s" and duration(125) == "2m05s" and duration(3723) == "1h02m03s"
 
 
