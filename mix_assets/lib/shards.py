@@ -1,0 +1,322 @@
+"""Tokenise kept documents once and write train/val token shards with bounded memory.
+
+Pass 1 reads each source's Parquet in file order, in record batches, and encodes the documents
+it needs with `Tokenizer.encode_batch_fast` (multi-threaded in Rust) in batches of
+`encode_batch_docs`; the ids go to a local spill file (one dtype array, appended), never to RAM.
+Train documents are read in rounds: only as many as the budget fill needs (estimated from byte
+counts, then corrected with the observed bytes/token), so the excess headroom is not encoded;
+the final selection depends only on true token counts, never on the estimate.
+Pass 2 walks the appearances in stream order, reads each document's ids back from the spill
+with pread, and feeds the packer, which writes each shard atomically through `Storage`.
+Peak memory: one encode batch + one shard buffer + O(documents) small integer arrays.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from tokenizers import Tokenizer
+
+from mix_assets.lib import layout
+from mix_assets.lib.packing import Packer, ShardRecord, SplitStats, fill_budget, stream_order
+from mix_assets.lib.split import unit_hash
+
+
+@dataclass(frozen=True)
+class SourceBudget:
+    name: str
+    unique_budget: int  # N x share
+    stream_budget: int  # N x share x epochs
+    epochs: float
+
+
+@dataclass(frozen=True)
+class PackingPlan:
+    seq_len: int
+    sample_len: int
+    shard_tokens: int
+    separator_id: Optional[int]
+    encode_batch_docs: int = 1000
+    seed: int = 0
+
+    @property
+    def shard_samples(self) -> int:
+        return max(1, self.shard_tokens // self.sample_len)
+
+
+@dataclass
+class SourceResult:
+    unique_documents: int = 0
+    budget_tokens: int = 0
+    epochs: float = 1.0
+    train_tokens: int = 0
+    val_tokens: int = 0
+    encoded_train_documents: int = 0  # how many were encoded to find the unique set (>= unique)
+
+
+@dataclass
+class ShardsResult:
+    dtype: str
+    splits: dict[str, SplitStats]
+    sources: dict[str, SourceResult]
+    encoded_bytes: int = 0  # UTF-8 bytes of text encoded
+    encoded_tokens: int = 0  # ids produced by the tokenizer (separators excluded)
+    rounds: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "dtype": self.dtype,
+            "splits": {k: v.to_json() for k, v in self.splits.items()},
+            "sources": {
+                k: {
+                    "train_tokens": v.train_tokens,
+                    "val_tokens": v.val_tokens,
+                    "budget_tokens": v.budget_tokens,
+                    "epochs": v.epochs,
+                    "unique_documents": v.unique_documents,
+                }
+                for k, v in sorted(self.sources.items())
+            },
+        }
+
+
+class _Spill:
+    """Append-only local file of token ids; documents addressed by (offset, length) in tokens."""
+
+    def __init__(self, path: str, dtype: np.dtype):
+        self.path, self.dtype = path, dtype
+        self.f = open(path, "wb")
+        self.n = 0
+
+    def append(self, flat: np.ndarray) -> int:
+        off = self.n
+        self.f.write(flat.astype(self.dtype, copy=False).tobytes())
+        self.n += len(flat)
+        return off
+
+    def reader(self) -> "_SpillReader":
+        self.f.flush()
+        return _SpillReader(self.path, self.dtype)
+
+    def close(self) -> None:
+        self.f.close()
+
+
+class _SpillReader:
+    def __init__(self, path: str, dtype: np.dtype):
+        self.fd = os.open(path, os.O_RDONLY)
+        self.dtype = dtype
+
+    def read(self, offset: int, n: int) -> np.ndarray:
+        isz = self.dtype.itemsize
+        b = os.pread(self.fd, n * isz, offset * isz)
+        if len(b) != n * isz:
+            raise IOError(f"spill file short read at token {offset} (+{n})")
+        return np.frombuffer(b, dtype=self.dtype)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class _Encoder:
+    """Batches texts, encodes them, appends ids (+ separator) to the spill, records offsets."""
+
+    def __init__(self, tok: Tokenizer, spill: _Spill, batch_docs: int, separator_id: Optional[int]):
+        self.tok, self.spill, self.batch_docs, self.sep = tok, spill, batch_docs, separator_id
+        self.pending_ids: list[str] = []
+        self.pending_texts: list[str] = []
+        self.where: dict[str, tuple[int, int]] = {}  # doc_id -> (offset, length incl. separator)
+        self.bytes = 0
+        self.tokens = 0
+
+    def add(self, doc_ids: list[str], texts: list[str]) -> None:
+        self.pending_ids.extend(doc_ids)
+        self.pending_texts.extend(texts)
+        while len(self.pending_texts) >= self.batch_docs:
+            self._encode(self.batch_docs)
+
+    def flush(self) -> None:
+        while self.pending_texts:
+            self._encode(self.batch_docs)
+
+    def _encode(self, n: int) -> None:
+        ids, texts = self.pending_ids[:n], self.pending_texts[:n]
+        del self.pending_ids[:n], self.pending_texts[:n]
+        encs = self.tok.encode_batch_fast(texts, add_special_tokens=False)
+        seqs = [e.ids for e in encs]
+        lens = np.fromiter((len(s) for s in seqs), np.int64, len(seqs))
+        total = int(lens.sum())
+        flat = np.fromiter(itertools.chain.from_iterable(seqs), self.spill.dtype, total)
+        self.tokens += total
+        self.bytes += sum(len(t.encode("utf-8")) for t in texts)
+        if self.sep is not None:
+            flat = np.insert(flat, np.cumsum(lens), self.sep)
+            lens = lens + 1
+        off = self.spill.append(flat)
+        starts = off + np.concatenate(([0], np.cumsum(lens)[:-1]))
+        for d, s, ln in zip(ids, starts.tolist(), lens.tolist()):
+            self.where[d] = (s, ln)
+
+
+def _read_source(path: str, wanted: set[str], enc: _Encoder, batch_rows: int = 2048) -> None:
+    """Feed the wanted documents of one Parquet file to the encoder, in file order."""
+    if not wanted:
+        return
+    value_set = pa.array(sorted(wanted), pa.string())
+    pf = pq.ParquetFile(path)
+    for batch in pf.iter_batches(columns=["doc_id", "text"], batch_size=batch_rows):
+        mask = pc.is_in(batch.column(0), value_set=value_set)
+        if not pc.any(mask).as_py():
+            continue
+        sel = batch.filter(mask)
+        texts = sel.column(1)
+        if texts.null_count:
+            row = sel.column(0)[int(np.flatnonzero(pc.is_null(texts).to_numpy(zero_copy_only=False))[0])]
+            raise ValueError(f"{path}: document {row.as_py()!r}: field text is null")
+        enc.add(sel.column(0).to_pylist(), texts.to_pylist())
+    enc.flush()
+
+
+def build_shards(
+    tok: Tokenizer,
+    split_path: str,
+    raw_paths: dict[str, str],
+    budgets: dict[str, SourceBudget],
+    plan: PackingPlan,
+    dtype: str,
+    storage,
+    scratch_dir: Optional[str] = None,
+    bytes_per_token_guess: float = 4.0,
+) -> ShardsResult:
+    """Encode, fill budgets, pack and write `mix/train/*.bin` and `mix/val/*.bin` through `storage`."""
+    np_dtype = np.dtype(dtype).newbyteorder("<")
+    split = pq.read_table(split_path, columns=["doc_id", "source", "n_bytes", "split"])
+    missing = sorted(set(budgets) - set(raw_paths))
+    if missing:
+        raise ValueError(f"no raw documents for source(s) {missing}")
+    result = ShardsResult(dtype=dtype, splits={}, sources={})
+    # A rebuild never leaves shards of an older build beside the new ones, and the old manifest
+    # (the completion marker of the mix directory) goes first.
+    _delete(storage, layout.MANIFEST)
+    for split_name in ("train", "val"):
+        storage.delete_prefix(f"{layout.MIX_DIR}/{split_name}/")
+
+    with tempfile.TemporaryDirectory(prefix="token_spill_", dir=scratch_dir) as tmp:
+        spill = _Spill(os.path.join(tmp, "spill.bin"), np_dtype)
+        enc = _Encoder(tok, spill, plan.encode_batch_docs, plan.separator_id)
+
+        # per source: val documents (all) and train documents in selection order
+        per_source = {}
+        for s in sorted(budgets):
+            rows = split.filter(pc.equal(split.column("source"), s))
+            is_val = pc.equal(rows.column("split"), "val")
+            val_ids = rows.filter(is_val).column("doc_id").to_pylist()
+            tr = rows.filter(pc.invert(is_val))
+            ids = tr.column("doc_id").to_pylist()
+            nb = np.asarray(tr.column("n_bytes").to_numpy(zero_copy_only=False), np.int64)
+            order = sorted(range(len(ids)), key=lambda i: (unit_hash(plan.seed, f"sel:{ids[i]}"), ids[i]))
+            per_source[s] = (val_ids, [ids[i] for i in order], nb[order])
+
+        # pass 1: encode val + the train prefix the budget needs, round by round
+        selections: dict[str, tuple[list[str], np.ndarray]] = {}
+        for s in sorted(budgets):
+            val_ids, sel_ids, sel_bytes = per_source[s]
+            b = budgets[s]
+            done, rounds, extra = 0, 0, set(val_ids)
+            while True:
+                bpt = (enc.bytes / enc.tokens) if enc.tokens else bytes_per_token_guess
+                have = sum(enc.where[d][1] for d in sel_ids[:done])
+                need = b.unique_budget - have
+                if need <= 0 or done == len(sel_ids):
+                    break
+                est = np.cumsum(sel_bytes[done:] / bpt)
+                k = int(np.searchsorted(est, need * 1.05 + 64, side="left")) + 1
+                upto = min(len(sel_ids), done + max(k, 16))
+                _read_source(raw_paths[s], set(sel_ids[done:upto]) | extra, enc)
+                extra, done, rounds = set(), upto, rounds + 1
+                cum = np.cumsum([enc.where[d][1] for d in sel_ids[:done]])
+                if len(cum) and cum[-1] >= b.unique_budget:
+                    break
+            if extra:  # budget already met (or no train docs): still encode val
+                _read_source(raw_paths[s], extra, enc)
+            result.rounds[s] = rounds
+            lengths = np.array([enc.where[d][1] for d in sel_ids[:done]], np.int64)
+            selections[s] = (sel_ids[:done], lengths)
+            result.sources[s] = SourceResult(budget_tokens=b.stream_budget, epochs=b.epochs,
+                                             encoded_train_documents=done)
+        result.encoded_bytes, result.encoded_tokens = enc.bytes, enc.tokens
+        reader = spill.reader()
+        spill.close()
+
+        try:
+            # pass 2: train stream (budget fill) and val stream (all val documents, one epoch)
+            app_docs, app_epochs, app_take, app_src = [], [], [], []
+            for s in sorted(budgets):
+                sel_ids, lengths = selections[s]
+                b = budgets[s]
+                n_unique, apps = fill_budget(s, lengths, b.unique_budget, b.stream_budget,
+                                             n_docs_available=len(per_source[s][1]))
+                result.sources[s].unique_documents = n_unique
+                for a in apps:
+                    app_docs.append(sel_ids[a.index])
+                    app_epochs.append(a.epoch)
+                    app_take.append(a.take)
+                    app_src.append(s)
+            result.splits["train"] = _pack("train", app_docs, app_epochs, app_take, app_src,
+                                           enc.where, reader, plan, dtype, storage)
+            vd, vs = [], []
+            for s in sorted(budgets):
+                vd.extend(per_source[s][0])
+                vs.extend([s] * len(per_source[s][0]))
+            result.splits["val"] = _pack("val", vd, [0] * len(vd), [enc.where[d][1] for d in vd], vs,
+                                         enc.where, reader, plan, dtype, storage)
+        finally:
+            reader.close()
+
+    for s, r in result.sources.items():
+        r.train_tokens = result.splits["train"].sources.get(s, 0)
+        r.val_tokens = result.splits["val"].sources.get(s, 0)
+    return result
+
+
+def _delete(storage, key: str) -> None:
+    if storage.is_s3:
+        storage.delete_prefix(key)
+    else:
+        try:
+            os.remove(storage.local_path(key))
+        except FileNotFoundError:
+            pass
+
+
+def _pack(split_name, doc_ids, epochs, takes, sources, where, reader, plan: PackingPlan, dtype, storage):
+    def write(index: int, tokens: np.ndarray) -> ShardRecord:
+        key = layout.SHARD.format(split=split_name, index=index)
+        data = tokens.tobytes()
+        with storage.writing(key) as tmp:
+            with open(tmp, "wb") as f:
+                f.write(data)
+        return ShardRecord(
+            path=key.removeprefix(layout.MIX_DIR + "/"),
+            samples=len(tokens) // plan.sample_len,
+            bytes=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+        )
+
+    packer = Packer(plan.sample_len, plan.shard_samples, dtype, write)
+    order = stream_order(plan.seed, doc_ids, np.asarray(epochs, np.int64)) if doc_ids else []
+    for i in order:
+        off, _ = where[doc_ids[i]]
+        packer.feed(reader.read(off, takes[i]), sources[i])
+    stats = packer.finish()
+    stats.documents = len(set(doc_ids))
+    return stats
