@@ -47,6 +47,19 @@ class PackingPlan:
     separator_id: Optional[int]
     encode_batch_docs: int = 1000
     seed: int = 0
+    separator: Optional[str] = None
+    shifted_targets: bool = False
+
+    def to_json(self) -> dict:
+        """The manifest's `packing` section."""
+        return {
+            "rule": "contiguous",
+            "separator": self.separator,
+            "separator_id": self.separator_id,
+            "seq_len": self.seq_len,
+            "sample_len": self.sample_len,
+            "shifted_targets": self.shifted_targets,
+        }
 
     @property
     def shard_samples(self) -> int:
@@ -72,9 +85,10 @@ class ShardsResult:
     encoded_tokens: int = 0  # ids produced by the tokenizer (separators excluded)
     rounds: dict[str, int] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def to_json(self, packing: Optional[dict] = None) -> dict:
         return {
             "dtype": self.dtype,
+            "packing": packing,
             "splits": {k: v.to_json() for k, v in self.splits.items()},
             "sources": {
                 k: {
@@ -320,3 +334,46 @@ def _pack(split_name, doc_ids, epochs, takes, sources, where, reader, plan: Pack
     stats = packer.finish()
     stats.documents = len(set(doc_ids))
     return stats
+
+
+def packing_plan(spec, tok: Tokenizer) -> PackingPlan:
+    from mix_assets.lib.tokenizer import separator_id
+
+    p = spec.packing
+    return PackingPlan(
+        seq_len=p.seq_len,
+        sample_len=p.sample_len,
+        shard_tokens=p.shard_tokens,
+        separator_id=separator_id(tok, p.separator),
+        encode_batch_docs=p.encode_batch_docs,
+        seed=spec.seed,
+        separator=p.separator,
+        shifted_targets=p.shifted_targets,
+    )
+
+
+def build_token_shards(storage, spec, scratch_dir: Optional[str] = None) -> ShardsResult:
+    """Shards of the mix described by `spec` (a MixSpec) and `tokens/shard_stats.json`.
+
+    The encoder uses `spec.packing.threads` Rust threads unless RAYON_NUM_THREADS is already set
+    (it only takes effect before the process's first parallel encode); outputs do not depend on it.
+    """
+    import json
+
+    from mix_assets.lib.tokenizer import dtype_for_vocab
+
+    os.environ.setdefault("RAYON_NUM_THREADS", str(spec.packing.threads))
+    tok = Tokenizer.from_file(storage.local_path(layout.TOKENIZER_FILE))
+    plan = packing_plan(spec, tok)
+    budgets = {
+        s.name: SourceBudget(s.name, spec.unique_budget(s.name), spec.stream_budget(s.name), s.epochs)
+        for s in spec.sources
+    }
+    raw = {s.name: storage.local_path(layout.RAW_DOCS.format(source=s.name)) for s in spec.sources}
+    result = build_shards(
+        tok, storage.local_path(layout.VALIDATION_SPLIT), raw, budgets, plan,
+        dtype_for_vocab(tok.get_vocab_size(with_added_tokens=True)), storage, scratch_dir,
+        bytes_per_token_guess=spec.tokenizer.bytes_per_token_fallback,
+    )
+    storage.write_text(layout.SHARD_STATS, json.dumps(result.to_json(plan.to_json()), indent=1) + "\n")
+    return result

@@ -182,3 +182,15 @@ def per_source_counts(split: pa.Table) -> dict[str, dict[str, int]]:
         d = out.setdefault(s, {"train_docs": 0, "val_docs": 0})
         d[f"{sp}_docs"] += 1
     return dict(sorted(out.items()))
+
+
+def build_validation_split(storage, sources: list[str], seed: int, val_fraction: float) -> pa.Table:
+    """Read raw/<source>, dedup_keys and exclusion_masks through `storage`; write the split file."""
+    from mix_assets.lib import layout
+
+    raw = {s: storage.local_path(layout.RAW_DOCS.format(source=s)) for s in sources}
+    kept = kept_documents(raw, storage.local_path(layout.DEDUP_KEYS), storage.local_path(layout.EXCLUSION_MASKS))
+    split = assign_split(kept, seed, val_fraction)
+    with storage.writing(layout.VALIDATION_SPLIT) as tmp:
+        pq.write_table(split, tmp)
+    return split

@@ -196,3 +196,35 @@ def separator_id(tok: Tokenizer, separator: Optional[str]) -> Optional[int]:
     if i is None:
         raise TokenizerError(f"packing.separator {separator!r} is not a token of the tokenizer")
     return int(i)
+
+
+def build_tokenizer(storage, spec) -> TokenizerIdentity:
+    """Get the configured tokenizer into `mix/tokenizer/` and write its identity record."""
+    import json
+    import tempfile
+
+    from mix_assets.lib import layout
+
+    ts = spec.tokenizer
+    with tempfile.TemporaryDirectory(prefix="tokenizer_") as out:
+        if ts.kind == "hub":
+            fetch_hub(ts.repo_id, ts.revision, out)
+        elif ts.kind == "file":
+            copy_file(spec.resolve(ts.path), out)
+        else:
+            names = [s.name for s in spec.sources]
+            raw = {n: storage.local_path(layout.RAW_DOCS.format(source=n)) for n in names}
+            texts = training_sample(storage.local_path(layout.VALIDATION_SPLIT), raw,
+                                    {s.name: s.share for s in spec.sources}, ts.train_sample_bytes, spec.seed)
+            train_bpe(texts, ts.vocab_size, ts.special_tokens, out)
+        ident = identity_of(ts.kind, out, ts.repo_id if ts.kind == "hub" else None,
+                            ts.revision if ts.kind == "hub" else None)
+        tok_dir = layout.TOKENIZER_FILE.rsplit("/", 1)[0]
+        if storage.exists(layout.MANIFEST):  # the old manifest would describe other tokenizer files
+            storage.delete_prefix(layout.MANIFEST) if storage.is_s3 else os.remove(storage.local_path(layout.MANIFEST))
+        storage.delete_prefix(tok_dir + "/")
+        for p in sorted(Path(out).iterdir()):
+            with storage.writing(f"{tok_dir}/{p.name}") as tmp:
+                shutil.copyfile(p, tmp)
+    storage.write_text(layout.TOKENIZER_IDENTITY, json.dumps(ident.to_json(), indent=1, sort_keys=True) + "\n")
+    return ident

@@ -1,0 +1,125 @@
+"""split -> tokenizer -> shards -> manifest through lib/, on synthetic upstream files."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mix_assets.lib import layout
+from mix_assets.lib.manifest_builder import fingerprint, write_manifest
+from mix_assets.lib.packing import ShortfallError
+from mix_assets.lib.shards import build_token_shards
+from mix_assets.lib.split import build_validation_split
+from mix_assets.lib.tokenizer import build_tokenizer
+from mix_assets_tests.tokens_fixtures import write_upstream
+from mix_assets_tests.tokens_spec import tiny_spec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def build(root: Path, **spec_kw):
+    spec = tiny_spec(root, **spec_kw)
+    st = write_upstream(root, {s.name: 400 for s in spec.sources}, near_dups=10, masked=5)
+    build_validation_split(st, [s.name for s in spec.sources], spec.seed, spec.split.val_fraction)
+    build_tokenizer(st, spec)
+    res = build_token_shards(st, spec)
+    man = write_manifest(st, name=spec.name, seed=spec.seed, spec_dump=spec.model_dump(mode="json"))
+    return spec, st, res, man
+
+
+def assert_self_consistent(man: dict, mix_dir: Path) -> None:
+    """Small stand-in assertions until the reader's check_manifest lands on main."""
+    isz = np.dtype(man["dtype"]).itemsize
+    L = man["packing"]["sample_len"]
+    for split in ("train", "val"):
+        sp = man["splits"][split]
+        assert sp["tokens"] == sp["samples"] * L
+        assert sp["emitted_tokens"] == sp["tokens"] + sp["dropped_tail_tokens"]
+        assert sum(sp["sources"].values()) == sp["emitted_tokens"]
+        assert sum(s["samples"] for s in sp["shards"]) == sp["samples"]
+        for s in sp["shards"]:
+            assert s["samples"] > 0 and s["bytes"] == s["samples"] * L * isz
+    assert man["totals"]["shards"] == len(man["splits"]["train"]["shards"]) + len(man["splits"]["val"]["shards"])
+    for f in man["files"]:
+        data = (mix_dir / f["path"]).read_bytes()
+        assert len(data) == f["bytes"] and hashlib.sha256(data).hexdigest() == f["sha256"], f["path"]
+    assert man["fingerprint"] == fingerprint(man["files"])
+    listed = {f["path"] for f in man["files"]}
+    on_disk = {str(p.relative_to(mix_dir)) for p in mix_dir.rglob("*") if p.is_file()} - {"manifest.json"}
+    assert listed == on_disk
+
+
+def test_pipeline_manifest_contract(tmp_path):
+    spec, st, res, man = build(tmp_path, epochs={"a": 2.0})
+    mix_dir = tmp_path / "mix"
+    assert_self_consistent(man, mix_dir)
+    assert json.loads((mix_dir / "manifest.json").read_text()) == man
+    assert man["dtype"] == "uint16" and man["tokenizer"]["kind"] == "train"
+    assert man["tokenizer"]["special_tokens"] == {"<|endoftext|>": 0}
+    assert list(man["tokenizer"]["files"]) == ["tokenizer/tokenizer.json"]
+    # budgets are filled exactly: N x share x epochs per source
+    for s in spec.sources:
+        assert man["sources"][s.name]["train_tokens"] == spec.stream_budget(s.name)
+        assert man["sources"][s.name]["budget_tokens"] == spec.stream_budget(s.name)
+    assert man["sources"]["a"]["train_tokens"] == 2 * man["sources"]["b"]["train_tokens"]
+    assert man["splits"]["val"]["samples"] > 0 and man["totals"]["val_tokens"] > 0
+    # file order: train shards, val shards, tokenizer, review
+    paths = [f["path"] for f in man["files"]]
+    kinds = [p.split("/")[0] for p in paths]
+    assert kinds == sorted(kinds, key=["train", "val", "tokenizer", "review"].index)
+    assert paths[-4:] == list(man["review"].values())
+    # contiguous, no separator, seams measured
+    assert man["packing"]["separator"] is None and 0 < man["splits"]["train"]["seam_rate"] <= 1
+    # the validation documents never reach a train shard: val text is disjoint by doc id
+    assert res.sources["a"].unique_documents <= res.sources["a"].encoded_train_documents
+
+
+def test_separator_and_shifted_targets(tmp_path):
+    spec, st, res, man = build(tmp_path, packing={"separator": "<|endoftext|>", "shifted_targets": True})
+    assert man["packing"]["separator_id"] == 0 and man["packing"]["sample_len"] == 65
+    train = np.concatenate([np.fromfile(tmp_path / "mix" / s["path"], "<u2")
+                            for s in man["splits"]["train"]["shards"]])
+    assert (train == 0).sum() >= man["splits"]["train"]["documents"] - 2 * len(spec.sources) - 1
+    assert_self_consistent(man, tmp_path / "mix")
+
+
+def test_shortfall_fails_naming_the_source(tmp_path):
+    with pytest.raises(ShortfallError, match=r"source 'b' cannot fill its token budget"):
+        build(tmp_path, shares={"a": 0.2, "b": 0.8}, target_tokens=200_000)
+
+
+def test_rebuild_removes_stale_shards(tmp_path):
+    build(tmp_path)
+    (tmp_path / "mix" / "train" / "train-00999.bin").write_bytes(b"old")
+    spec, st, res, man = build(tmp_path)
+    assert not (tmp_path / "mix" / "train" / "train-00999.bin").exists()
+    assert_self_consistent(man, tmp_path / "mix")
+
+
+_SUBPROCESS = """
+import sys, json
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from mix_assets_tests.lib.test_tokens_pipeline import build
+spec, st, res, man = build(Path(sys.argv[1]), epochs={"b": 1.5})
+print(json.dumps({"fp": man["fingerprint"], "files": [f["sha256"] for f in man["files"]]}))
+"""
+
+
+@pytest.mark.slow
+def test_bit_identical_across_thread_counts(tmp_path):
+    out = []
+    for threads in ("1", "2"):
+        env = {**os.environ, "RAYON_NUM_THREADS": threads}
+        r = subprocess.run([sys.executable, "-c", _SUBPROCESS, str(tmp_path / threads), str(REPO)],
+                           env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        out.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    assert out[0] == out[1]
+    a, b = tmp_path / "1" / "mix", tmp_path / "2" / "mix"
+    assert (a / "manifest.json").read_bytes() == (b / "manifest.json").read_bytes()
