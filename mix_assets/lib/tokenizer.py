@@ -97,24 +97,22 @@ def fetch_hub(repo_id: str, revision: str, out_dir: str, cache_dir: Optional[str
 
     def get(name: str) -> Optional[str]:
         try:
-            return hf_hub_download(repo_id, name, revision=revision, cache_dir=cache_dir,
-                                   local_files_only=offline)
-        except EntryNotFoundError:
-            return None
-        except LocalEntryNotFoundError:
-            if name != "tokenizer.json":
+            return hf_hub_download(repo_id, name, revision=revision, cache_dir=cache_dir, local_files_only=offline)
+        except (EntryNotFoundError, LocalEntryNotFoundError):
+            if offline:
                 return None
-            # one more try from the cache only (no network on this machine)
-            try:
-                return hf_hub_download(repo_id, name, revision=revision, cache_dir=cache_dir,
-                                       local_files_only=True)
-            except LocalEntryNotFoundError:
-                raise TokenizerError(
-                    f"hub tokenizer {repo_id}@{revision}: tokenizer.json is neither reachable nor in the "
-                    f"huggingface_hub cache ({cache_dir or 'HF_HUB_CACHE'})"
-                ) from None
+        # the hub was unreachable or said no: a pinned revision still resolves from the cache
+        try:
+            return hf_hub_download(repo_id, name, revision=revision, cache_dir=cache_dir, local_files_only=True)
+        except (EntryNotFoundError, LocalEntryNotFoundError):
+            return None
 
     main = get("tokenizer.json")
+    if main is None:
+        raise TokenizerError(
+            f"hub tokenizer {repo_id}@{revision}: tokenizer.json is neither reachable nor in the "
+            f"huggingface_hub cache ({cache_dir or 'HF_HUB_CACHE'})"
+        )
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     shutil.copyfile(main, Path(out_dir) / "tokenizer.json")
     for name in HUB_EXTRA_FILES:
