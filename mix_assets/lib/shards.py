@@ -17,6 +17,7 @@ import hashlib
 import itertools
 import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -141,35 +142,61 @@ class _SpillReader:
         os.close(self.fd)
 
 
+# An encode batch is also capped in characters: the tokenizer's Encoding objects cost ~100 bytes
+# per token, so a batch of 1,000 long documents would otherwise set the peak memory.
+ENCODE_BATCH_CHARS = 4_000_000
+
+
 class _Encoder:
     """Batches texts, encodes them, appends ids (+ separator) to the spill, records offsets."""
 
-    def __init__(self, tok: Tokenizer, spill: _Spill, batch_docs: int, separator_id: Optional[int]):
+    def __init__(self, tok: Tokenizer, spill: _Spill, batch_docs: int, separator_id: Optional[int],
+                 batch_chars: int = ENCODE_BATCH_CHARS):
         self.tok, self.spill, self.batch_docs, self.sep = tok, spill, batch_docs, separator_id
+        self.batch_chars = batch_chars
         self.pending_ids: list[str] = []
         self.pending_texts: list[str] = []
+        self.pending_chars = 0
         self.where: dict[str, tuple[int, int]] = {}  # doc_id -> (offset, length incl. separator)
         self.bytes = 0
         self.tokens = 0
+        self.inflight = None
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode")
 
     def add(self, doc_ids: list[str], texts: list[str]) -> None:
-        self.pending_ids.extend(doc_ids)
-        self.pending_texts.extend(texts)
-        while len(self.pending_texts) >= self.batch_docs:
-            self._encode(self.batch_docs)
+        for d, t in zip(doc_ids, texts):
+            self.pending_ids.append(d)
+            self.pending_texts.append(t)
+            self.pending_chars += len(t)
+            if len(self.pending_texts) >= self.batch_docs or self.pending_chars >= self.batch_chars:
+                self._encode()
 
     def flush(self) -> None:
-        while self.pending_texts:
-            self._encode(self.batch_docs)
+        if self.pending_texts:
+            self._encode()
+        self._finish_inflight()
 
-    def _encode(self, n: int) -> None:
-        ids, texts = self.pending_ids[:n], self.pending_texts[:n]
-        del self.pending_ids[:n], self.pending_texts[:n]
-        encs = self.tok.encode_batch_fast(texts, add_special_tokens=False)
+    def _encode(self) -> None:
+        """Submit the pending batch; while Rust encodes it (GIL released), the previous batch's ids
+        are converted and spilled here, and the caller goes on reading Parquet."""
+        ids, texts = self.pending_ids, self.pending_texts
+        self.pending_ids, self.pending_texts, self.pending_chars = [], [], 0
+        fut = self.pool.submit(self.tok.encode_batch_fast, texts, add_special_tokens=False)
+        self._finish_inflight()
+        self.inflight = (ids, texts, fut)
+
+    def _finish_inflight(self) -> None:
+        if self.inflight is None:
+            return
+        ids, texts, fut = self.inflight
+        self.inflight = None
+        encs = fut.result()
         seqs = [e.ids for e in encs]
+        del encs
         lens = np.fromiter((len(s) for s in seqs), np.int64, len(seqs))
         total = int(lens.sum())
         flat = np.fromiter(itertools.chain.from_iterable(seqs), self.spill.dtype, total)
+        del seqs
         self.tokens += total
         self.bytes += sum(len(t.encode("utf-8")) for t in texts)
         if self.sep is not None:
@@ -179,6 +206,9 @@ class _Encoder:
         starts = off + np.concatenate(([0], np.cumsum(lens)[:-1]))
         for d, s, ln in zip(ids, starts.tolist(), lens.tolist()):
             self.where[d] = (s, ln)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
 
 
 def _read_source(path: str, wanted: set[str], enc: _Encoder, batch_rows: int = 2048) -> None:
@@ -267,6 +297,7 @@ def build_shards(
             selections[s] = (sel_ids[:done], lengths)
             result.sources[s] = SourceResult(budget_tokens=b.stream_budget, epochs=b.epochs,
                                              encoded_train_documents=done)
+        enc.close()
         result.encoded_bytes, result.encoded_tokens = enc.bytes, enc.tokens
         reader = spill.reader()
         spill.close()
