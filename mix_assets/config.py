@@ -74,6 +74,7 @@ class TextFolder(_Strict):
     unit: Literal["file", "paragraphs", "lines"] = "paragraphs"  # how a file becomes documents
     group_chars: int = Field(0, ge=0)  # >0: join consecutive paragraphs/lines up to this many chars
     encoding: str = "utf-8"  # bytes that do not decode are counted per file, never fatal
+    fallback_encoding: Optional[str] = None  # e.g. "cp1252": tried when `encoding` fails (counted)
 
 
 Loader = Annotated[Union[HubDataset, LocalJsonl, LocalParquet, TextFolder], Field(discriminator="kind")]
@@ -210,6 +211,10 @@ class PublishSpec(_Strict):
     url: str = "../build/published"  # local path (relative to the config file's directory) or URL
     s3_endpoint_url: Optional[str] = None  # for S3-compatible servers (SeaweedFS, MinIO)
     s3_region: Optional[str] = None
+    # The verifier reads as a stranger. S3: env prefix of a read-only key pair (<P>_ACCESS_KEY_ID,
+    # <P>_SECRET_ACCESS_KEY); hub: name of an env var holding a read token. None = anonymous access.
+    # (Writes use the ordinary credential chain: AWS_* variables / HF_TOKEN.)
+    read_credentials_env: Optional[str] = None
 
 
 class StorageSpec(_Strict):

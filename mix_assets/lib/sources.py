@@ -1,0 +1,338 @@
+"""Reading a configured source into normalised documents, sampled to its token budget.
+
+Hub datasets and local Parquet go through `datasets` (streaming, so a source far larger than its
+budget is never downloaded whole). Local JSONL and text folders are read here line by line: the
+`datasets` JSON builder reports a malformed line without its file and line number and cannot count
+undecodable bytes without failing, and both are required of this stage (a bad row names file, row
+and field; undecodable bytes are counted, never fatal).
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import pyarrow as pa
+
+from mix_assets.config import HubDataset, LocalJsonl, LocalParquet, MixSpec, SourceSpec, TextFolder
+
+DOC_SCHEMA = pa.schema([
+    ("doc_id", pa.string()),
+    ("source", pa.string()),
+    ("text", pa.large_string()),
+    ("row_index", pa.int64()),
+    ("origin", pa.string()),
+    ("n_bytes", pa.int64()),
+    ("n_chars", pa.int64()),
+    ("est_tokens", pa.int64()),
+])
+
+# Stop reading a source once this many times its budget has been seen (then sample by hash order):
+# large enough that the sample is spread over the source, small enough not to read a huge corpus.
+SCAN_FACTOR = 4.0
+DROP_REASONS = ("empty", "undecodable", "too_long", "sampled_out")
+
+
+class SourceError(ValueError):
+    """A source that cannot be read as configured; the message names source, file, row and field."""
+
+
+@dataclass
+class Row:
+    row_index: int  # ordinal of the row/document in the source as read
+    origin: str  # file:line, file#paragraph, or split:row
+    text: Optional[str]  # None when the bytes did not decode
+    id_key: str  # what the doc_id is derived from (stable across rebuilds)
+
+
+def doc_id(source: str, id_key: str) -> str:
+    """A document id stable across rebuilds: the source name and a hash of where the row came from."""
+    return f"{source}-{hashlib.blake2b(id_key.encode(), digest_size=8).hexdigest()}"
+
+
+def _sample_key(seed: int, did: str) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{did}".encode(), digest_size=8).digest(), "little")
+
+
+def _expand(spec: MixSpec, src: SourceSpec, patterns: list[str], folder_ok: bool) -> tuple[list[Path], Path]:
+    files: list[Path] = []
+    for pat in patterns:
+        p = spec.resolve(pat)
+        hits = sorted(glob.glob(p, recursive=True)) or ([p] if os.path.exists(p) else [])
+        if not hits:
+            raise SourceError(f"source {src.name}: no file matches {pat!r} (resolved to {p})")
+        for h in hits:
+            hp = Path(h)
+            if hp.is_dir():
+                if not folder_ok:
+                    raise SourceError(f"source {src.name}: {h} is a folder; give files or a glob")
+                files += sorted(q for q in hp.rglob("*") if q.is_file() and not q.name.startswith("."))
+            else:
+                files.append(hp)
+    files = sorted(dict.fromkeys(files))
+    base = Path(os.path.commonpath([str(f.parent) for f in files])) if files else Path(".")
+    return files, base
+
+
+def _render(src: SourceSpec, row: dict, where: str) -> str:
+    fields = src.fields
+    missing = [f for f in fields if f not in row]
+    if missing:
+        raise SourceError(
+            f"source {src.name}: {where}: missing field {missing[0]!r} "
+            f"(the config reads {fields}; the row has {sorted(row)[:12]})"
+        )
+    if src.text_field:
+        v = row[src.text_field]
+        if v is not None and not isinstance(v, str):
+            raise SourceError(
+                f"source {src.name}: {where}: field {src.text_field!r} holds {type(v).__name__}, expected a string"
+            )
+        return v or ""
+    return src.template.format(**{f: "" if row[f] is None else row[f] for f in fields})
+
+
+def _read_jsonl(spec: MixSpec, src: SourceSpec, loader: LocalJsonl) -> Iterator[Row]:
+    files, base = _expand(spec, src, loader.paths, folder_ok=False)
+    i = 0
+    for f in files:
+        rel = str(f.relative_to(base))
+        with open(f, "rb") as fh:
+            for lineno, raw in enumerate(fh, 1):
+                if not raw.strip():
+                    continue
+                where = f"{f}:{lineno}"
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    yield Row(i, f"{rel}:{lineno}", None, f"{rel}:{lineno}")
+                    i += 1
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise SourceError(
+                        f"source {src.name}: {where}: malformed JSON ({e.msg} at column {e.colno})"
+                    ) from None
+                if not isinstance(obj, dict):
+                    raise SourceError(f"source {src.name}: {where}: expected a JSON object, got {type(obj).__name__}")
+                yield Row(i, f"{rel}:{lineno}", _render(src, obj, where), f"{rel}:{lineno}")
+                i += 1
+
+
+def _units(data: bytes, unit: str) -> list[bytes]:
+    data = data.replace(b"\r\n", b"\n").removeprefix(b"\xef\xbb\xbf")
+    if unit == "file":
+        return [data]
+    if unit == "lines":
+        return data.split(b"\n")
+    out, cur = [], []
+    for line in data.split(b"\n"):
+        if line.strip():
+            cur.append(line)
+        elif cur:
+            out.append(b"\n".join(cur))
+            cur = []
+    if cur:
+        out.append(b"\n".join(cur))
+    return out
+
+
+def _read_text(
+    spec: MixSpec, src: SourceSpec, loader: TextFolder, fallback_used: list[str]
+) -> Iterator[Row]:
+    files, base = _expand(spec, src, loader.paths, folder_ok=True)
+    i = 0
+    for f in files:
+        rel = str(f.relative_to(base))
+        units = [u for u in _units(f.read_bytes(), loader.unit) if u.strip()]
+        groups: list[tuple[int, list[bytes]]] = []
+        for k, u in enumerate(units):
+            if loader.group_chars and groups and sum(len(x) for x in groups[-1][1]) < loader.group_chars:
+                groups[-1][1].append(u)
+            else:
+                groups.append((k, [u]))
+        sep = b"\n\n" if loader.unit == "paragraphs" else b"\n"
+        for k, parts in groups:
+            key = f"{rel}#{k}"
+            data = sep.join(parts)
+            try:
+                text = data.decode(loader.encoding)
+            except UnicodeDecodeError:
+                text = None
+                if loader.fallback_encoding:
+                    try:
+                        text = data.decode(loader.fallback_encoding)
+                        fallback_used.append(key)
+                    except UnicodeDecodeError:
+                        pass
+            yield Row(i, key, text, key)
+            i += 1
+
+
+def _read_datasets(src: SourceSpec, loader, split: str) -> Iterator[Row]:
+    import datasets
+
+    datasets.logging.set_verbosity_error()
+    if isinstance(loader, HubDataset):
+        kwargs = dict(path=loader.repo_id, name=loader.config_name, revision=loader.revision,
+                      data_files=loader.data_files)
+        streaming = True if loader.streaming is None else loader.streaming
+        where = f"{loader.repo_id}@{loader.revision}"
+    else:
+        kwargs = dict(path="parquet", data_files=loader.paths)
+        streaming, where = True, ",".join(loader.paths)
+    try:
+        ds = datasets.load_dataset(**kwargs, split=split, streaming=streaming)
+    except ValueError as e:
+        if "split" in str(e).lower():
+            raise SourceError(f"source {src.name}: {where}: {e}") from None
+        raise
+    for i, row in enumerate(ds):
+        key = f"{split}:{i}"
+        yield Row(i, key, _render(src, row, f"{where} {key}"), key)
+
+
+PLACEHOLDER_REVISION = "0" * 40
+
+
+def iter_rows(spec: MixSpec, src: SourceSpec, fallback_used: Optional[list[str]] = None) -> Iterator[Row]:
+    """Rows of a source in source order (`fallback_used` collects rows decoded with the fallback)."""
+    loader = src.loader
+    if isinstance(loader, LocalJsonl):
+        return _read_jsonl(spec, src, loader)
+    if isinstance(loader, TextFolder):
+        return _read_text(spec, src, loader, fallback_used if fallback_used is not None else [])
+    if isinstance(loader, LocalParquet):
+        resolved = loader.model_copy(update={"paths": [spec.resolve(p) for p in loader.paths]})
+        for p in resolved.paths:
+            if not glob.glob(p):
+                raise SourceError(f"source {src.name}: no file matches {p}")
+        return _read_datasets(src, resolved, "train")
+    if isinstance(loader, HubDataset):
+        if loader.revision == PLACEHOLDER_REVISION:
+            raise SourceError(
+                f"source {src.name}: {loader.repo_id} has the placeholder revision {PLACEHOLDER_REVISION}; "
+                "pin the commit sha of the snapshot you reviewed"
+            )
+        repo = loader.repo_id
+        if repo.startswith((".", "/")):
+            loader = loader.model_copy(update={"repo_id": spec.resolve(repo)})
+        return _read_datasets(src, loader, src.split)
+    raise SourceError(f"source {src.name}: unknown loader {loader!r}")  # pragma: no cover - pydantic refuses
+
+
+@dataclass
+class SourceSample:
+    """The documents kept from one source and what happened to every row read."""
+
+    table: pa.Table
+    rows_read: int = 0
+    dropped: dict = field(default_factory=lambda: {r: 0 for r in DROP_REASONS})
+    bytes_read: int = 0
+    exhausted: bool = True  # False when reading stopped early (SCAN_FACTOR x budget seen)
+    undecodable_origins: list = field(default_factory=list)
+    fallback_decoded: list = field(default_factory=list)  # origins decoded with the fallback encoding
+
+
+def sample_source(
+    spec: MixSpec,
+    src: SourceSpec,
+    bytes_per_token: float,
+    budget_tokens: int,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> SourceSample:
+    """Read a source, drop bad rows, and keep a seeded sample up to `budget_tokens` (estimated).
+
+    The sample is the prefix of the rows ordered by a hash of (seed, doc_id): deterministic, spread
+    over the whole source, and independent of how the rows were batched or streamed.
+    """
+    out = SourceSample(table=DOC_SCHEMA.empty_table())
+    cand: list[tuple[int, Row, int, int]] = []  # (sample key, row, n_bytes, est_tokens)
+    seen_tokens = 0
+    for row in iter_rows(spec, src, out.fallback_decoded):
+        out.rows_read += 1
+        if progress and out.rows_read % 5000 == 0:
+            progress(out.rows_read, out.bytes_read)
+        if row.text is None:
+            out.dropped["undecodable"] += 1
+            if len(out.undecodable_origins) < 20:
+                out.undecodable_origins.append(row.origin)
+            continue
+        text = row.text.strip()
+        nb = len(text.encode("utf-8"))
+        out.bytes_read += nb
+        if len(text) < src.min_doc_chars:
+            out.dropped["empty"] += 1
+            continue
+        if len(text) > src.max_doc_chars:
+            out.dropped["too_long"] += 1
+            continue
+        est = max(1, int(round(nb / bytes_per_token)))
+        did = doc_id(src.name, row.id_key)
+        cand.append((_sample_key(spec.seed, did), Row(row.row_index, row.origin, text, did), nb, est))
+        seen_tokens += est
+        if seen_tokens >= SCAN_FACTOR * budget_tokens:
+            out.exhausted = False
+            break
+    if out.rows_read == 0:
+        raise SourceError(f"source {src.name}: the source is empty (no rows were read)")
+    cand.sort(key=lambda c: (c[0], c[1].text))
+    kept, total = [], 0
+    for c in cand:
+        if total >= budget_tokens:
+            break
+        kept.append(c)
+        total += c[3]
+    out.dropped["sampled_out"] = len(cand) - len(kept)
+    kept.sort(key=lambda c: c[1].row_index)
+    out.table = pa.Table.from_pydict(
+        {
+            "doc_id": [c[1].id_key for c in kept],
+            "source": [src.name] * len(kept),
+            "text": [c[1].text for c in kept],
+            "row_index": [c[1].row_index for c in kept],
+            "origin": [c[1].origin for c in kept],
+            "n_bytes": [c[2] for c in kept],
+            "n_chars": [len(c[1].text) for c in kept],
+            "est_tokens": [c[3] for c in kept],
+        },
+        schema=DOC_SCHEMA,
+    )
+    dup = len(set(out.table.column("doc_id").to_pylist())) != out.table.num_rows
+    if dup:
+        raise SourceError(f"source {src.name}: two rows map to the same doc_id; check for repeated files")
+    return out
+
+
+def bytes_per_token(spec: MixSpec, texts: list[str]) -> tuple[float, str]:
+    """Estimated bytes per token and how it was obtained (recorded beside every estimate)."""
+    tok = spec.tokenizer
+    path = None
+    if tok.kind == "file" and tok.path:
+        path = spec.resolve(tok.path)
+    elif tok.kind == "hub":
+        try:
+            from huggingface_hub import hf_hub_download
+
+            path = hf_hub_download(tok.repo_id, "tokenizer.json", revision=tok.revision)
+        except Exception as e:  # offline without a cache: fall back, and say so
+            return tok.bytes_per_token_fallback, f"fallback {tok.bytes_per_token_fallback} B/token (hub tokenizer unavailable: {type(e).__name__})"
+    if path and texts:
+        from tokenizers import Tokenizer
+
+        t = Tokenizer.from_file(path)
+        sample = texts[:500]
+        n_tok = sum(len(e.ids) for e in t.encode_batch(sample, add_special_tokens=False))
+        n_bytes = sum(len(s.encode("utf-8")) for s in sample)
+        if n_tok:
+            return n_bytes / n_tok, f"measured with {tok.kind} tokenizer on {len(sample)} documents"
+    return tok.bytes_per_token_fallback, (
+        f"fallback {tok.bytes_per_token_fallback} B/token (the tokenizer is trained after dedup)"
+        if tok.kind == "train" else f"fallback {tok.bytes_per_token_fallback} B/token"
+    )

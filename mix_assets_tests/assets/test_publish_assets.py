@@ -1,0 +1,125 @@
+"""published_revision + published_readable_from_empty_cache through Dagster (local and SeaweedFS targets)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import dagster as dg
+import pytest
+
+from mix_assets.assets.publish import PUBLISHED_READABLE, build_publish_assets, read_only_target
+from mix_assets.config import parse_spec
+from mix_assets.lib import layout
+from mix_assets.lib import publish as pub
+from mix_assets.lib.storage import Storage
+from mix_assets_tests.synthetic_mix import build_synthetic_mix
+
+
+def make_spec(tmp_path: Path, publish: dict):
+    return parse_spec({
+        "name": "synthetic", "target_tokens": 1000,
+        "sources": [{"name": "web", "loader": {"kind": "jsonl", "paths": ["x.jsonl"]}, "text_field": "text",
+                     "license": "cc-by", "rationale": "broad english prose for general knowledge", "share": 1.0}],
+        "storage": {"root": str(tmp_path / "storage")},
+        "publish": publish,
+    }, str(tmp_path / "mix.yaml"))
+
+
+def mix_resource(spec):
+    return dg.ResourceDefinition.hardcoded_resource(
+        SimpleNamespace(spec=spec, storage=Storage(spec.storage.root)))
+
+
+def run(spec, extra_assets=(), selection=None):
+    return dg.materialize([*extra_assets, *build_publish_assets(spec)], resources={"mix": mix_resource(spec)},
+                          instance=dg.DagsterInstance.ephemeral(), raise_on_error=False, selection=selection)
+
+
+def check_eval(result):
+    evals = [e for e in result.get_asset_check_evaluations() if e.check_name == PUBLISHED_READABLE]
+    assert len(evals) == 1
+    return evals[0]
+
+
+def test_local_target_publishes_and_the_gate_passes_then_catches_tampering(tmp_path):
+    spec = make_spec(tmp_path, {"url": str(tmp_path / "published")})
+    manifest = build_synthetic_mix(tmp_path / "storage" / "mix")
+    result = run(spec)
+    assert result.success
+    mat = result.asset_materializations_for_node("published_revision")[0].metadata
+    rev = pub.revision_id(manifest["fingerprint"])
+    assert mat["revision"].value == rev and mat["created"].value is True
+    ev = check_eval(result)
+    assert ev.passed and ev.metadata["files_verified"].value == len(manifest["files"]) + 2
+    assert ev.metadata["bytes_verified"].value == mat["n_bytes"].value
+    record = json.loads((tmp_path / "storage" / layout.PUBLISHED).read_text())
+    assert record["location"] == str(tmp_path / "published" / rev)
+
+    shard = tmp_path / "published" / rev / "train" / "train-00000.bin"
+    shard.write_bytes(b"\x00" + shard.read_bytes()[1:] if shard.read_bytes()[0] else b"\x01" + shard.read_bytes()[1:])
+    again = run(spec)
+    assert not again.success  # the blocking check failed the step
+    ev = check_eval(again)
+    assert not ev.passed and str(shard) in ev.description
+    assert again.asset_materializations_for_node("published_revision")[0].metadata["created"].value is False
+
+
+def test_a_failed_upstream_gate_stops_publishing_in_the_run(tmp_path):
+    spec = make_spec(tmp_path, {"url": str(tmp_path / "published")})
+    build_synthetic_mix(tmp_path / "storage" / "mix")
+
+    @dg.asset(name="manifest", check_specs=[dg.AssetCheckSpec("manifest_self_consistent", asset="manifest",
+                                                               blocking=True)])
+    def manifest():
+        return dg.MaterializeResult(check_results=[dg.AssetCheckResult(passed=False)])
+
+    result = run(spec, extra_assets=[manifest])
+    assert not result.success
+    assert result.asset_materializations_for_node("published_revision") == []
+    assert not (tmp_path / "published").exists()
+
+
+def test_automation_never_requests_a_publish_past_a_failed_gate(tmp_path):
+    spec = make_spec(tmp_path, {"url": str(tmp_path / "published")})
+    gate_passes = {"value": False}
+
+    @dg.asset(name="manifest", check_specs=[dg.AssetCheckSpec("manifest_self_consistent", asset="manifest",
+                                                               blocking=True)])
+    def manifest():
+        return dg.MaterializeResult(check_results=[dg.AssetCheckResult(passed=gate_passes["value"])])
+
+    assets = dg.Definitions(assets=[manifest, *build_publish_assets(spec)], resources={"mix": mix_resource(spec)})
+    instance = dg.DagsterInstance.ephemeral()
+    target = dg.AssetKey("published_revision")
+    tick = dg.evaluate_automation_conditions(defs=assets, instance=instance)
+    dg.materialize([manifest], instance=instance, raise_on_error=False)  # the gate fails
+    tick = dg.evaluate_automation_conditions(defs=assets, instance=instance, cursor=tick.cursor)
+    assert tick.get_num_requested(target) == 0
+
+    gate_passes["value"] = True
+    dg.materialize([manifest], instance=instance)
+    tick = dg.evaluate_automation_conditions(defs=assets, instance=instance, cursor=tick.cursor)
+    assert tick.get_num_requested(target) == 1
+
+
+@pytest.mark.s3
+def test_s3_target_with_a_read_only_verifier(tmp_path, seaweedfs, monkeypatch):
+    from mix_assets_tests.s3server import READER, WRITER
+
+    url = seaweedfs.url("asset")
+    spec = make_spec(tmp_path, {"url": url, "s3_endpoint_url": seaweedfs.endpoint,
+                                "read_credentials_env": "MIX_PUBLISH_READ"})
+    manifest = build_synthetic_mix(tmp_path / "storage" / "mix")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", WRITER[0])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", WRITER[1])
+    monkeypatch.setenv("MIX_PUBLISH_READ_ACCESS_KEY_ID", READER[0])
+    monkeypatch.setenv("MIX_PUBLISH_READ_SECRET_ACCESS_KEY", READER[1])
+    result = run(spec)
+    assert result.success
+    ev = check_eval(result)
+    assert ev.passed and ev.metadata["files_verified"].value == len(manifest["files"]) + 2
+    reader = read_only_target(spec)
+    with pytest.raises(Exception, match="AccessDenied"):
+        reader.put_bytes("intruder", b"x")

@@ -1,0 +1,58 @@
+"""Shared fixtures: configs written into tmp_path, storage roots, the shared data folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+# Reusable fixtures: a SeaweedFS S3 server (session), a synthetic mix directory, an offline hub.
+from mix_assets_tests.fake_hub import fake_hub  # noqa: F401
+from mix_assets_tests.s3server import seaweedfs  # noqa: F401
+from mix_assets_tests.synthetic_mix import synthetic_mix  # noqa: F401
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = Path(os.environ.get("MIX_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not (SHARED_DATA / "README.md").exists():
+        pytest.fail(f"the shared data folder is missing at {SHARED_DATA} (set MIX_SHARED_DATA)")
+    return SHARED_DATA
+
+
+def write_config(tmp_path: Path, data: dict, name: str = "mix.yaml") -> Path:
+    """Write a config dict as YAML into tmp_path and return its path."""
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data, sort_keys=False))
+    return p
+
+
+def minimal_config(**overrides) -> dict:
+    """A one-source config dict; sources/paths are filled in by the test."""
+    base = {
+        "name": "t_mix",
+        "target_tokens": 1000,
+        "seed": 3,
+        "sources": [],
+        "storage": {"root": "storage", "cache_dir": "cache"},
+    }
+    base.update(overrides)
+    return base
+
+
+def source(name: str, loader: dict, share: float = 1.0, **kw) -> dict:
+    d = {
+        "name": name,
+        "loader": loader,
+        "license": "test",
+        "rationale": "A test source whose property is that it is small and local.",
+        "share": share,
+    }
+    if loader["kind"] != "text":
+        d["text_field"] = "text"
+    d.update(kw)
+    return d

@@ -1,0 +1,303 @@
+"""Publishing and verifying a revision: local directory, SeaweedFS S3, and the hub (offline, fake HTTP)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mix_assets.lib import publish as pub
+from mix_assets_tests.synthetic_mix import build_synthetic_mix
+
+
+class Killed(RuntimeError):
+    pass
+
+
+def kill_after(monkeypatch, target, n: int):
+    """Make the target's (n+1)-th file upload raise, as if the process died mid-publish."""
+    calls = {"n": 0}
+    real = target.put_file
+
+    def put_file(key, local, sha256):
+        if calls["n"] >= n:
+            raise Killed(f"killed before uploading {key}")
+        calls["n"] += 1
+        real(key, local, sha256)
+
+    monkeypatch.setattr(target, "put_file", put_file)
+    return lambda: monkeypatch.setattr(target, "put_file", real)
+
+
+def flip_byte(data: bytes, at: int = 3) -> bytes:
+    return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:]
+
+
+def _manifest(mix: Path) -> dict:
+    return json.loads((mix / "manifest.json").read_text())
+
+
+# -- pure parts --------------------------------------------------------------------------------
+
+
+def test_revision_id_and_card_are_pure_functions_of_the_manifest(synthetic_mix):
+    m = _manifest(synthetic_mix)
+    assert pub.revision_id(m["fingerprint"]) == "rev-" + m["fingerprint"][:16]
+    assert pub.dataset_card(m) == pub.dataset_card(json.loads(json.dumps(m)))
+    card = pub.dataset_card(m)
+    assert m["fingerprint"] in card and "| train | 12 | 192 | 3 |" in card
+    with pytest.raises(pub.PublishError, match="not a lowercase hex"):
+        pub.revision_id("XYZ")
+
+
+def test_local_mix_that_disagrees_with_its_manifest_is_not_published(synthetic_mix, tmp_path):
+    shard = synthetic_mix / "train" / "train-00001.bin"
+    shard.write_bytes(flip_byte(shard.read_bytes()))
+    with pytest.raises(pub.PublishError, match="train/train-00001.bin: sha256 differs"):
+        pub.publish(synthetic_mix, pub.LocalTarget(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+# -- local target -------------------------------------------------------------------------------
+
+
+def test_local_publish_verify_republish_and_tamper(synthetic_mix, tmp_path):
+    target = pub.LocalTarget(tmp_path / "published")
+    m = _manifest(synthetic_mix)
+    res = pub.publish(synthetic_mix, target)
+    rev = pub.revision_id(m["fingerprint"])
+    assert res.created and res.revision == rev and res.location == str(tmp_path / "published" / rev)
+    assert res.files == len(m["files"]) + 2 == res.uploaded_files
+    assert pub.read_latest(target) == rev
+
+    v = pub.verify(target, rev, synthetic_mix)
+    assert v.passed, v.problems
+    assert v.files_verified == res.files and v.bytes_verified == res.bytes
+    assert v.samples_compared >= 4  # first and last of train and val at least
+
+    mtimes = {p: p.stat().st_mtime_ns for p in (tmp_path / "published").rglob("*")}
+    again = pub.publish(synthetic_mix, target)
+    assert (again.created, again.uploaded_files, again.revision) == (False, 0, rev)
+    assert mtimes == {p: p.stat().st_mtime_ns for p in (tmp_path / "published").rglob("*")}
+
+    victim = tmp_path / "published" / rev / "val" / "val-00000.bin"
+    victim.write_bytes(flip_byte(victim.read_bytes()))
+    bad = pub.verify(target, rev, synthetic_mix)
+    assert not bad.passed
+    assert len(bad.problems) == 1 and bad.problems[0].startswith(str(victim) + ":")
+
+
+def test_local_different_content_under_an_existing_revision_is_refused(synthetic_mix, tmp_path):
+    target = pub.LocalTarget(tmp_path / "published")
+    pub.publish(synthetic_mix, target)
+    m = _manifest(synthetic_mix)
+    m["seed"] = 99  # same files, same fingerprint, different manifest
+    (synthetic_mix / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(pub.RevisionConflict, match="fields differ: seed"):
+        pub.publish(synthetic_mix, target)
+
+
+def test_local_publish_killed_midway_leaves_no_revision_and_a_retry_completes(synthetic_mix, tmp_path,
+                                                                               monkeypatch):
+    target = pub.LocalTarget(tmp_path / "published")
+    m = _manifest(synthetic_mix)
+    rev = pub.revision_id(m["fingerprint"])
+    restore = kill_after(monkeypatch, target, 3)
+    with pytest.raises(Killed):
+        pub.publish(synthetic_mix, target)
+    assert len(list((tmp_path / "published" / rev).rglob("*.bin"))) == 3  # files landed, no manifest
+    assert pub.read_latest(target) is None
+    v = pub.verify(target, rev, synthetic_mix)
+    where = tmp_path / "published" / rev
+    assert v.problems == [f"{where / 'manifest.json'}: missing, so {where} is not a revision"]
+    restore()
+    res = pub.publish(synthetic_mix, target)
+    assert res.created and res.uploaded_files == len(m["files"]) - 3 + 2  # resumed: 3 files kept
+    assert pub.verify(target, rev, synthetic_mix).passed
+    assert pub.read_latest(target) == rev
+
+
+def test_local_two_revisions_coexist_and_latest_moves(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    ma, mb = build_synthetic_mix(a, seed=1), build_synthetic_mix(b, seed=2)
+    target = pub.LocalTarget(tmp_path / "published")
+    ra, rb = pub.publish(a, target).revision, pub.publish(b, target).revision
+    assert ra != rb and pub.read_latest(target) == rb
+    assert pub.verify(target, ra, a).passed and pub.verify(target, rb, b).passed
+    mismatch = pub.verify(target, ra, b)
+    assert not mismatch.passed and "differs from the local manifest" in mismatch.problems[0]
+    assert ma["fingerprint"] != mb["fingerprint"]
+
+
+# -- S3 (SeaweedFS) -------------------------------------------------------------------------------
+
+
+@pytest.mark.s3
+def test_s3_publish_verify_readonly_and_tamper(synthetic_mix, seaweedfs):
+    url = seaweedfs.url("publish")
+    writer = pub.S3Target(url, seaweedfs.client("writer"))
+    reader = pub.S3Target(url, seaweedfs.client("reader"))
+    m = _manifest(synthetic_mix)
+    res = pub.publish(synthetic_mix, writer)
+    rev = pub.revision_id(m["fingerprint"])
+    assert res.location == f"{url}/{rev}" and res.created
+
+    v = pub.verify(reader, rev, synthetic_mix)
+    assert v.passed, v.problems
+    assert v.files_verified == len(m["files"]) + 2
+
+    # the verifying identity really is read-only; anonymous access is refused outright
+    with pytest.raises(Exception, match="AccessDenied"):
+        reader.put_bytes(f"{rev}/intruder", b"x")
+    anon = pub.verify(pub.S3Target(url, seaweedfs.client("anonymous")), rev, synthetic_mix)
+    assert not anon.passed
+
+    key = f"{writer.prefix}/{rev}/train/train-00002.bin"
+    body = writer.client.get_object(Bucket=writer.bucket, Key=key)["Body"].read()
+    writer.client.put_object(Bucket=writer.bucket, Key=key, Body=flip_byte(body, 10))
+    bad = pub.verify(reader, rev, synthetic_mix)
+    assert [p.split(": ")[0] for p in bad.problems] == [f"{url}/{rev}/train/train-00002.bin"]
+
+
+@pytest.mark.s3
+def test_s3_republish_is_a_noop_and_conflicts_are_refused(synthetic_mix, seaweedfs):
+    url = seaweedfs.url("idem")
+    target = pub.S3Target(url, seaweedfs.client("writer"))
+    first = pub.publish(synthetic_mix, target)
+    listing = target.client.list_objects_v2(Bucket=target.bucket, Prefix=target.prefix)["Contents"]
+    again = pub.publish(synthetic_mix, target)
+    assert (again.created, again.uploaded_files, again.revision) == (False, 0, first.revision)
+    assert target.client.list_objects_v2(Bucket=target.bucket, Prefix=target.prefix)["Contents"] == listing
+
+    m = _manifest(synthetic_mix)
+    m["name"] = "other"
+    (synthetic_mix / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(pub.RevisionConflict, match=f"{url}/{first.revision}/manifest.json"):
+        pub.publish(synthetic_mix, target)
+    # the conditional PUT itself refuses to replace a manifest, even without the read-before-write
+    assert target.create_if_absent(f"{first.revision}/manifest.json", b"{}") is False
+
+
+@pytest.mark.s3
+def test_s3_publish_killed_mid_upload_leaves_no_revision_and_a_retry_completes(synthetic_mix, seaweedfs,
+                                                                                monkeypatch):
+    url = seaweedfs.url("killed")
+    target = pub.S3Target(url, seaweedfs.client("writer"))
+    reader = pub.S3Target(url, seaweedfs.client("reader"))
+    m = _manifest(synthetic_mix)
+    rev = pub.revision_id(m["fingerprint"])
+    restore = kill_after(monkeypatch, target, 4)
+    with pytest.raises(Killed):
+        pub.publish(synthetic_mix, target)
+    keys = [o["Key"] for o in target.client.list_objects_v2(Bucket=target.bucket,
+                                                            Prefix=target.prefix)["Contents"]]
+    assert len(keys) == 4 and not any(k.endswith(("manifest.json", "latest")) for k in keys)
+    assert pub.read_latest(reader) is None
+    assert "is not a revision" in pub.verify(reader, rev, synthetic_mix).problems[0]
+
+    restore()
+    res = pub.publish(synthetic_mix, target)
+    assert res.uploaded_files == len(m["files"]) - 4 + 2
+    assert pub.verify(reader, rev, synthetic_mix).passed
+    assert pub.read_latest(reader) == rev
+
+
+# -- the hub (real huggingface_hub code, fake HTTP) -------------------------------------------------
+
+
+def test_hub_publish_commit_tag_verify_and_republish(tmp_path, fake_hub):
+    a, b = tmp_path / "a", tmp_path / "b"
+    ma, mb = build_synthetic_mix(a, seed=1), build_synthetic_mix(b, seed=2, train_shards=(3, 3))
+    target = pub.HubTarget("hf://datasets/org/mix", api=fake_hub.api())
+    ra = pub.publish(a, target)
+    repo = fake_hub.repos["org/mix"]
+    assert ra.created and repo.tags["rev-" + ma["fingerprint"][:16]] == ra.revision == repo.branches["main"]
+    assert ra.location == f"hf://datasets/org/mix@{ra.revision}"
+    assert set(repo.commits[ra.revision]["tree"]) == {".gitattributes", *pub.published_paths(ma)}
+    assert ("PUT", f"/lfs-upload/{ma['files'][0]['sha256']}") in fake_hub.requests  # shards went through LFS
+
+    anonymous = pub.HubTarget("hf://datasets/org/mix", api=fake_hub.api(token=False))
+    v = pub.verify(anonymous, ra.revision, a)
+    assert v.passed, v.problems
+    assert v.files_verified == len(ma["files"]) + 2
+
+    n_commits = len(repo.commits)
+    again = pub.publish(a, target)
+    assert (again.created, again.revision, again.uploaded_files) == (False, ra.revision, 0)
+    assert len(repo.commits) == n_commits
+
+    rb = pub.publish(b, target)
+    assert rb.revision != ra.revision and repo.branches["main"] == rb.revision
+    # the new commit's tree is exactly revision b: a's third train shard was deleted from it
+    assert set(repo.commits[rb.revision]["tree"]) == {".gitattributes", *pub.published_paths(mb)}
+    assert pub.verify(anonymous, ra.revision, a).passed  # a stays readable at its commit
+    assert pub.verify(anonymous, rb.revision, b).passed
+
+
+def test_hub_publish_killed_before_the_commit_leaves_no_revision(tmp_path, fake_hub):
+    mix = tmp_path / "mix"
+    m = build_synthetic_mix(mix)
+    target = pub.HubTarget("hf://datasets/org/mix", api=fake_hub.api())
+    fake_hub.fail_commit = True
+    with pytest.raises(Exception, match="injected failure"):
+        pub.publish(mix, target)
+    repo = fake_hub.repos["org/mix"]
+    assert len(repo.commits) == 1 and not repo.tags  # only the repo's initial commit
+    assert len(fake_hub.lfs) > 0  # blobs were uploaded, but nothing references them
+
+    fake_hub.fail_commit = False
+    res = pub.publish(mix, target)
+    assert res.created and pub.verify(target, res.revision, mix).passed
+    assert repo.tags[pub.revision_id(m["fingerprint"])] == res.revision
+
+
+def test_hub_tag_with_different_content_is_refused(tmp_path, fake_hub):
+    a, b = tmp_path / "a", tmp_path / "b"
+    build_synthetic_mix(a, seed=1)
+    mb = build_synthetic_mix(b, seed=2)
+    target = pub.HubTarget("hf://datasets/org/mix", api=fake_hub.api())
+    ra = pub.publish(a, target)
+    # someone tagged revision a with b's revision id
+    fake_hub.repos["org/mix"].tags[pub.revision_id(mb["fingerprint"])] = ra.revision
+    with pytest.raises(pub.RevisionConflict, match="already exists with different content"):
+        pub.publish(b, target)
+
+
+def test_make_target_parses_urls(tmp_path):
+    assert isinstance(pub.make_target(str(tmp_path)), pub.LocalTarget)
+    t = pub.make_target("s3://bucket/some/prefix", s3_endpoint_url="http://127.0.0.1:1")
+    assert (t.bucket, t.prefix) == ("bucket", "some/prefix")
+    h = pub.make_target("hf://datasets/org/name", hf_api=object())
+    assert h.repo_id == "org/name"
+    for bad in ["hf://org/name", "gs://bucket/x"]:
+        with pytest.raises(pub.PublishError):
+            pub.make_target(bad, hf_api=object())
+
+
+# -- through the trainer's reader (mix_assets.reader lands from its own branch) ---------------------
+
+
+@pytest.mark.s3
+def test_published_revisions_read_through_the_reader_equal_the_local_shards(tmp_path, seaweedfs, fake_hub):
+    reader = pytest.importorskip("mix_assets.reader")
+    mix = tmp_path / "mix"
+    m = build_synthetic_mix(mix, seed=5)
+    n_splits = len(m["splits"])
+    s3_url = seaweedfs.url("reader")
+    targets = [
+        (pub.LocalTarget(tmp_path / "published"), pub.LocalTarget(tmp_path / "published")),
+        (pub.S3Target(s3_url, seaweedfs.client("writer")), pub.S3Target(s3_url, seaweedfs.client("reader"))),
+        (pub.HubTarget("hf://datasets/org/mix", api=fake_hub.api()),
+         pub.HubTarget("hf://datasets/org/mix", api=fake_hub.api(token=False))),
+    ]
+    for writer, read_only in targets:
+        res = pub.publish(mix, writer)
+        raw = pub.verify(read_only, res.revision, mix)
+        full = pub.verify(read_only, res.revision, mix, open_reader=reader.open_mix)
+        assert full.passed, (writer.url, full.problems)
+        # first, last and random samples of each split, once more through the reader
+        assert full.samples_compared > raw.samples_compared >= 2 * n_splits
+        r = reader.open_mix(res.location, cache_dir=tmp_path / "trainer" / writer.url.replace("/", "_"),
+                            **read_only.reader_kwargs())
+        assert r.fingerprint == m["fingerprint"] and len(r) == m["splits"]["train"]["samples"]

@@ -1,0 +1,146 @@
+import json
+import random
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mix_assets.config import load_spec
+from mix_assets.lib import sources as lib
+
+from ..conftest import minimal_config, source, write_config
+
+
+def _spec(tmp_path, *srcs, **kw):
+    return load_spec(write_config(tmp_path, minimal_config(sources=list(srcs), **kw)))
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_jsonl_loader_reads_rows_with_origins(tmp_path):
+    _jsonl(tmp_path / "a.jsonl", [{"text": f"document number {i}"} for i in range(5)])
+    spec = _spec(tmp_path, source("a", {"kind": "jsonl", "paths": ["a.jsonl"]}))
+    rows = list(lib.iter_rows(spec, spec.sources[0]))
+    assert [r.text for r in rows] == [f"document number {i}" for i in range(5)]
+    assert [r.origin for r in rows] == [f"a.jsonl:{i}" for i in range(1, 6)]
+
+
+def test_template_joins_fields(tmp_path):
+    _jsonl(tmp_path / "q.jsonl", [{"question": "Two plus two?", "answer": "Four."}])
+    spec = _spec(tmp_path, {**source("q", {"kind": "jsonl", "paths": ["q.jsonl"]}), "text_field": None,
+                            "template": "Q: {question}\nA: {answer}"})
+    assert [r.text for r in lib.iter_rows(spec, spec.sources[0])] == ["Q: Two plus two?\nA: Four."]
+
+
+def test_malformed_jsonl_names_file_and_line(tmp_path):
+    p = tmp_path / "bad.jsonl"
+    p.write_text('{"text": "fine"}\n{"text": "broken\n')
+    spec = _spec(tmp_path, source("bad", {"kind": "jsonl", "paths": ["bad.jsonl"]}))
+    with pytest.raises(lib.SourceError, match=rf"source bad: {p}:2: malformed JSON"):
+        list(lib.iter_rows(spec, spec.sources[0]))
+
+
+def test_missing_text_field_names_source_and_field(tmp_path):
+    p = _jsonl(tmp_path / "m.jsonl", [{"text": "ok"}, {"body": "no text here"}])
+    spec = _spec(tmp_path, source("m", {"kind": "jsonl", "paths": ["m.jsonl"]}))
+    with pytest.raises(lib.SourceError, match=rf"source m: {p}:2: missing field 'text'"):
+        list(lib.iter_rows(spec, spec.sources[0]))
+
+
+def test_empty_source_is_a_clear_error(tmp_path):
+    (tmp_path / "e.jsonl").write_text("\n\n")
+    spec = _spec(tmp_path, source("e", {"kind": "jsonl", "paths": ["e.jsonl"]}))
+    with pytest.raises(lib.SourceError, match="source e: the source is empty"):
+        lib.sample_source(spec, spec.sources[0], 4.0, 100)
+
+
+def test_missing_files_are_named(tmp_path):
+    spec = _spec(tmp_path, source("x", {"kind": "jsonl", "paths": ["nowhere/*.jsonl"]}))
+    with pytest.raises(lib.SourceError, match="source x: no file matches 'nowhere/\\*.jsonl'"):
+        list(lib.iter_rows(spec, spec.sources[0]))
+
+
+def test_undecodable_rows_are_counted_not_fatal(tmp_path):
+    p = tmp_path / "u.jsonl"
+    p.write_bytes(b'{"text": "good one"}\n{"text": "bad \xff\xfe bytes"}\n{"text": "good two"}\n')
+    spec = _spec(tmp_path, source("u", {"kind": "jsonl", "paths": ["u.jsonl"]}))
+    got = lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
+    assert got.dropped["undecodable"] == 1 and got.undecodable_origins == ["u.jsonl:2"]
+    assert got.table.column("text").to_pylist() == ["good one", "good two"]
+
+
+def test_text_folder_paragraphs_grouping_and_fallback_encoding(tmp_path):
+    d = tmp_path / "books"
+    d.mkdir()
+    (d / "a.txt").write_bytes(b"\xef\xbb\xbfFirst para.\r\nstill first.\r\n\r\nSecond para.\r\n\r\n\r\nThird.\r\n")
+    (d / "b.txt").write_bytes("Caf\xe9 au lait.\n\nPlain.\n".encode("latin-1"))
+    spec = _spec(tmp_path, source("books", {"kind": "text", "paths": ["books"], "unit": "paragraphs"}))
+    got = lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
+    assert got.table.column("text").to_pylist() == ["First para.\nstill first.", "Second para.", "Third.", "Plain."]
+    assert got.dropped["undecodable"] == 1 and got.undecodable_origins == ["b.txt#0"]
+    spec2 = _spec(tmp_path, source("books", {"kind": "text", "paths": ["books"], "unit": "paragraphs",
+                                             "group_chars": 20, "fallback_encoding": "cp1252"}))
+    got2 = lib.sample_source(spec2, spec2.sources[0], 4.0, 10_000)
+    assert got2.table.column("text").to_pylist() == [
+        "First para.\nstill first.", "Second para.\n\nThird.", "Café au lait.\n\nPlain."]
+    assert got2.fallback_decoded == ["b.txt#0"]
+
+
+def test_parquet_loader_through_datasets(tmp_path):
+    pq.write_table(pa.table({"text": ["alpha beta", "gamma delta"], "other": [1, 2]}), tmp_path / "p.parquet")
+    spec = _spec(tmp_path, source("p", {"kind": "parquet", "paths": ["p.parquet"]}))
+    assert [r.text for r in lib.iter_rows(spec, spec.sources[0])] == ["alpha beta", "gamma delta"]
+
+
+def test_hub_loader_offline_on_a_local_repo(tmp_path, monkeypatch):
+    # A folder laid out like a hub dataset repo: the same datasets.load_dataset code path, no network.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    repo = tmp_path / "hubrepo" / "data"
+    repo.mkdir(parents=True)
+    _jsonl(repo / "train-00000.jsonl", [{"content": f"hub row {i}"} for i in range(3)])
+    _jsonl(repo / "validation-00000.jsonl", [{"content": "val row"}])
+    loader = {"kind": "hub", "repo_id": "./hubrepo", "revision": "v1.0"}
+    spec = _spec(tmp_path, {**source("h", loader), "text_field": "content"})
+    rows = list(lib.iter_rows(spec, spec.sources[0]))
+    assert [r.text for r in rows] == ["hub row 0", "hub row 1", "hub row 2"]
+    assert rows[0].origin == "train:0"
+    bad = _spec(tmp_path, {**source("h", loader), "text_field": "content", "split": "tset"})
+    with pytest.raises(lib.SourceError, match="source h: .*tset"):
+        list(lib.iter_rows(bad, bad.sources[0]))
+
+
+def test_placeholder_hub_revision_is_refused(tmp_path):
+    loader = {"kind": "hub", "repo_id": "org/x", "revision": "0" * 40}
+    spec = _spec(tmp_path, source("h", loader))
+    with pytest.raises(lib.SourceError, match="placeholder revision"):
+        list(lib.iter_rows(spec, spec.sources[0]))
+
+
+def test_too_long_and_empty_rows_are_dropped_and_counted(tmp_path):
+    _jsonl(tmp_path / "a.jsonl", [{"text": "  "}, {"text": "x" * 50}, {"text": "fine text"}])
+    spec = _spec(tmp_path, source("a", {"kind": "jsonl", "paths": ["a.jsonl"]}, max_doc_chars=20))
+    got = lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
+    assert got.dropped["empty"] == 1 and got.dropped["too_long"] == 1
+    assert got.table.column("text").to_pylist() == ["fine text"]
+
+
+def test_doc_ids_stable_and_sampling_deterministic(tmp_path):
+    rows = [{"text": f"row {i} " + "word " * random.Random(i).randint(5, 60)} for i in range(300)]
+    _jsonl(tmp_path / "a.jsonl", rows)
+    spec = _spec(tmp_path, source("a", {"kind": "jsonl", "paths": ["a.jsonl"]}))
+    one = lib.sample_source(spec, spec.sources[0], 4.0, 2000).table
+    two = lib.sample_source(spec, spec.sources[0], 4.0, 2000).table
+    assert one.equals(two)
+    assert 0 < one.num_rows < 300 and sum(one.column("est_tokens").to_pylist()) >= 2000
+    assert one.column("doc_id").to_pylist()[0].startswith("a-")
+    # another seed samples other rows; ids of the same rows do not change
+    other = lib.sample_source(_spec(tmp_path, source("a", {"kind": "jsonl", "paths": ["a.jsonl"]}), seed=4),
+                              spec.sources[0], 4.0, 2000).table
+    assert set(other.column("origin").to_pylist()) != set(one.column("origin").to_pylist())
+    ids = dict(zip(one.column("origin").to_pylist(), one.column("doc_id").to_pylist()))
+    ids2 = dict(zip(other.column("origin").to_pylist(), other.column("doc_id").to_pylist()))
+    assert all(ids[o] == ids2[o] for o in set(ids) & set(ids2))

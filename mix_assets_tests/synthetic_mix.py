@@ -1,0 +1,94 @@
+"""A small mix directory in the manifest contract (mix_assets.manifest/1), built without the pipeline.
+
+`build_synthetic_mix(dir, seed=...)` writes train/val shards of random uint16 tokens, a tokenizer file,
+the four review files and a manifest.json whose sizes, sha256s, totals and fingerprint are computed
+here from the bytes written. The fixture `synthetic_mix` gives a fresh one per test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+
+def _sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def build_synthetic_mix(mix_dir: Path, *, seed: int = 0, seq_len: int = 16, vocab: int = 500,
+                        train_shards: tuple[int, ...] = (5, 4, 3), val_shards: tuple[int, ...] = (2,)) -> dict:
+    """Write a mix under `mix_dir`; returns the manifest (also written as manifest.json)."""
+    mix_dir = Path(mix_dir)
+    rng = np.random.default_rng(seed)
+    sources = {"web": 0.7, "math": 0.3}
+    splits, files = {}, []
+    for split, counts in (("train", train_shards), ("val", val_shards)):
+        shards = []
+        for i, n in enumerate(counts):
+            rel = f"{split}/{split}-{i:05d}.bin"
+            p = mix_dir / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(rng.integers(0, vocab, size=n * seq_len, dtype=np.uint16).astype("<u2").tobytes())
+            shards.append({"path": rel, "samples": n, "bytes": p.stat().st_size, "sha256": _sha(p)})
+            files.append({"path": rel, "bytes": p.stat().st_size, "sha256": _sha(p)})
+        samples = sum(counts)
+        tokens = samples * seq_len
+        web = int(tokens * sources["web"])
+        splits[split] = {
+            "samples": samples, "tokens": tokens, "emitted_tokens": tokens + 7, "dropped_tail_tokens": 7,
+            "seam_rate": 0.25, "documents": samples * 2, "sources": {"web": web + 7, "math": tokens - web},
+            "shards": shards,
+        }
+    tok = mix_dir / "tokenizer" / "tokenizer.json"
+    tok.parent.mkdir(parents=True, exist_ok=True)
+    tok.write_text(json.dumps({"version": "1.0", "model": {"type": "WordLevel", "seed": seed,
+                                                           "vocab": {f"t{i}": i for i in range(8)}}}))
+    review = {
+        "dedup_keys": "review/dedup_keys.parquet", "exclusion_masks": "review/exclusion_masks.parquet",
+        "contamination_report": "review/contamination_report.json", "config": "review/mix_config.json",
+    }
+    (mix_dir / "review").mkdir(exist_ok=True)
+    pq.write_table(pa.table({"doc_id": [f"web-{i}" for i in range(6)], "keep": [True] * 5 + [False]}),
+                   mix_dir / review["dedup_keys"])
+    pq.write_table(pa.table({"doc_id": ["web-5"], "reasons": [["exact_dup"]]}), mix_dir / review["exclusion_masks"])
+    (mix_dir / review["contamination_report"]).write_text(json.dumps({"counts": {"web": {"task": 0}}}))
+    (mix_dir / review["config"]).write_text(json.dumps({"name": "synthetic", "seed": seed}))
+    for rel in ["tokenizer/tokenizer.json", *review.values()]:
+        p = mix_dir / rel
+        files.append({"path": rel, "bytes": p.stat().st_size, "sha256": _sha(p)})
+    tr, va = splits["train"], splits["val"]
+    manifest = {
+        "format": "mix_assets.manifest/1", "name": "synthetic", "seed": seed, "config_sha256": "0" * 64,
+        "tokenizer": {"kind": "file", "repo_id": None, "revision": None, "vocab_size": vocab,
+                      "special_tokens": {"<|endoftext|>": 0},
+                      "files": {"tokenizer/tokenizer.json": _sha(tok)}},
+        "packing": {"rule": "contiguous", "separator": None, "separator_id": None, "seq_len": seq_len,
+                    "sample_len": seq_len, "shifted_targets": False},
+        "dtype": "uint16",
+        "splits": splits,
+        "sources": {s: {"train_tokens": tr["sources"][s], "val_tokens": va["sources"][s],
+                        "budget_tokens": tr["sources"][s], "epochs": 1.0, "unique_documents": 4}
+                    for s in sources},
+        "totals": {"train_tokens": tr["tokens"], "val_tokens": va["tokens"], "train_samples": tr["samples"],
+                   "val_samples": va["samples"], "shards": len(train_shards) + len(val_shards),
+                   "dropped_tail_tokens": tr["dropped_tail_tokens"] + va["dropped_tail_tokens"]},
+        "review": review,
+        "files": files,
+        "fingerprint": hashlib.sha256("".join(f["sha256"] for f in files).encode()).hexdigest(),
+    }
+    (mix_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return manifest
+
+
+@pytest.fixture
+def synthetic_mix(tmp_path) -> Path:
+    """A fresh synthetic mix directory (seed 0)."""
+    d = tmp_path / "mix"
+    build_synthetic_mix(d)
+    return d

@@ -1,0 +1,103 @@
+import pytest
+
+from mix_assets.config import REPO_ROOT, MixConfigError, load_spec
+
+from .conftest import minimal_config, source, write_config
+
+
+@pytest.mark.parametrize("name", ["demo.yaml", "shared-sample.yaml", "example-hub.yaml"])
+def test_shipped_configs_validate(name):
+    spec = load_spec(REPO_ROOT / "configs" / name)
+    assert abs(sum(s.share for s in spec.sources) - 1) < 1e-9
+    assert all(len(s.rationale) >= 20 for s in spec.sources)
+
+
+def test_example_hub_pins_every_hub_dataset():
+    spec = load_spec(REPO_ROOT / "configs" / "example-hub.yaml")
+    assert {s.loader.kind for s in spec.sources} == {"hub"}
+    assert all(s.loader.revision for s in spec.sources)
+    assert 1.1 <= spec.headroom <= 1.25
+
+
+def test_mix_config_env_and_storage_override(monkeypatch, tmp_path):
+    cfg = write_config(tmp_path, minimal_config(sources=[source("a", {"kind": "jsonl", "paths": ["a.jsonl"]})]))
+    monkeypatch.setenv("MIX_CONFIG", str(cfg))
+    monkeypatch.setenv("MIX_STORAGE_ROOT", "s3://bucket/prefix")
+    spec = load_spec()
+    assert spec.name == "t_mix" and spec.storage.root == "s3://bucket/prefix"
+    # relative paths resolve against the config file's folder, not the working directory
+    assert spec.resolve("a.jsonl") == str(tmp_path / "a.jsonl")
+
+
+def _error(tmp_path, data) -> str:
+    cfg = write_config(tmp_path, data)
+    with pytest.raises(MixConfigError) as e:
+        load_spec(cfg)
+    msg = str(e.value)
+    assert str(cfg) in msg
+    return msg
+
+
+def test_missing_field_names_file_and_field(tmp_path):
+    data = minimal_config(sources=[source("a", {"kind": "jsonl", "paths": ["a.jsonl"]})])
+    del data["target_tokens"]
+    assert "target_tokens: Field required" in _error(tmp_path, data)
+
+
+def test_wrong_type_names_field_and_expectation(tmp_path):
+    data = minimal_config(sources=[source("a", {"kind": "jsonl", "paths": ["a.jsonl"]}, share="lots")])
+    msg = _error(tmp_path, data)
+    assert "sources.0.share" in msg and "valid number" in msg and "'lots'" in msg
+
+
+def test_unknown_loader_kind(tmp_path):
+    data = minimal_config(sources=[source("a", {"kind": "ftp", "paths": ["a"]})])
+    msg = _error(tmp_path, data)
+    assert "sources.0.loader" in msg and "'hub', 'jsonl', 'parquet', 'text'" in msg
+
+
+def test_shares_must_sum_to_one(tmp_path):
+    data = minimal_config(sources=[
+        source("a", {"kind": "jsonl", "paths": ["a.jsonl"]}, share=0.5),
+        source("b", {"kind": "jsonl", "paths": ["b.jsonl"]}, share=0.3),
+    ])
+    assert "shares must sum to 1, they sum to 0.800000" in _error(tmp_path, data)
+
+
+def test_headroom_range_and_unknown_keys(tmp_path):
+    data = minimal_config(headroom=2.0, sources=[source("a", {"kind": "jsonl", "paths": ["a"]})], colour="red")
+    msg = _error(tmp_path, data)
+    assert "headroom: Input should be less than or equal to 1.25" in msg
+    assert "colour: Extra inputs are not permitted" in msg
+
+
+def test_hub_source_needs_a_pinned_revision(tmp_path):
+    data = minimal_config(sources=[source("a", {"kind": "hub", "repo_id": "org/x", "revision": "main"})])
+    assert "not a moving branch" in _error(tmp_path, data)
+
+
+def test_text_or_template_exactly_one(tmp_path):
+    data = minimal_config(sources=[source("a", {"kind": "jsonl", "paths": ["a"]}, template="{q}")])
+    assert "exactly one of text_field or template" in _error(tmp_path, data)
+
+
+def test_eval_task_refuses_test_split_in_config(tmp_path):
+    data = minimal_config(
+        sources=[source("a", {"kind": "jsonl", "paths": ["a"]})],
+        audit={"tasks": [{"name": "t", "dataset": {"kind": "local", "path": "evals/t"},
+                          "scored_split": "test", "audit_splits": ["Test"], "fields": ["q"]}]},
+    )
+    assert "test splits are never audited" in _error(tmp_path, data)
+
+
+def test_bad_yaml_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(MixConfigError, match="not valid YAML"):
+        load_spec(bad)
+    with pytest.raises(MixConfigError, match="not found"):
+        load_spec(tmp_path / "nope.yaml")
+    top = tmp_path / "list.yaml"
+    top.write_text("- a\n- b\n")
+    with pytest.raises(MixConfigError, match="expected a mapping"):
+        load_spec(top)
