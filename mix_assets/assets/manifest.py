@@ -6,8 +6,9 @@ import json
 
 import dagster as dg
 
+from mix_assets.assets.common import code_version
 from mix_assets.config import MixSpec
-from mix_assets.lib import layout
+from mix_assets.lib import layout, manifest_builder
 from mix_assets.lib.manifest import check_manifest
 from mix_assets.lib.manifest_builder import write_manifest
 from mix_assets.resources import MixResource
@@ -22,7 +23,7 @@ def build_manifest_assets(spec: MixSpec) -> list:
         group_name=GROUP,
         kinds={"json"},
         owners=spec.owners,
-        code_version="manifest-1",
+        code_version=code_version(manifest_builder),
         deps=[dg.AssetKey("token_shards"), dg.AssetKey("tokenizer"), dg.AssetKey("dedup_keys"),
               dg.AssetKey("exclusion_masks"), dg.AssetKey("contamination_report")],
     )

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-
 import dagster as dg
 import pyarrow.parquet as pq
 
+from mix_assets.assets.common import code_version, raw_key
 from mix_assets.config import MixSpec
 from mix_assets.lib import layout
-from mix_assets.lib.split import build_validation_split, measure_disjointness, measure_val_share, per_source_counts
+from mix_assets.lib import split as split_lib
+from mix_assets.lib.split import (
+    build_validation_split,
+    measure_disjointness,
+    measure_val_share,
+    per_source_counts,
+)
 from mix_assets.resources import MixResource
 
 GROUP = "split"
@@ -18,21 +22,16 @@ VAL_DISJOINT_FROM_TRAIN = "val_disjoint_from_train"
 VAL_SHARE_IN_TOLERANCE = "val_share_in_tolerance"
 
 
-def _code_version(spec: MixSpec) -> str:
-    cfg = json.dumps({"seed": spec.seed, "split": spec.split.model_dump(mode="json")}, sort_keys=True)
-    return "split-1-" + hashlib.sha256(cfg.encode()).hexdigest()[:8]
-
-
 def build_split_assets(spec: MixSpec) -> list:
     sources = [s.name for s in spec.sources]
-    deps = [dg.AssetKey("exclusion_masks"), dg.AssetKey("dedup_keys"), *(dg.AssetKey(["raw", s]) for s in sources)]
+    deps = [dg.AssetKey("exclusion_masks"), dg.AssetKey("dedup_keys"), *(raw_key(s) for s in sources)]
 
     @dg.asset(
         name="validation_split",
         group_name=GROUP,
         kinds={"parquet"},
         owners=spec.owners,
-        code_version=_code_version(spec),
+        code_version=code_version(split_lib, spec.seed, spec.split),
         deps=deps,
     )
     def validation_split(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 
 import dagster as dg
 
+from mix_assets.assets.common import code_version
 from mix_assets.config import MixSpec
 from mix_assets.lib import layout
+from mix_assets.lib import packing as packing_lib
+from mix_assets.lib import shards as shards_lib
+from mix_assets.lib import tokenizer as tokenizer_lib
 from mix_assets.lib.shards import build_token_shards
 from mix_assets.lib.tokenizer import build_tokenizer
 from mix_assets.resources import MixResource
@@ -17,11 +20,6 @@ from mix_assets.resources import MixResource
 GROUP = "tokens"
 NO_EMPTY_SHARD = "no_empty_shard"
 DROPPED_TAIL_AND_SEAM_RECORDED = "dropped_tail_and_seam_recorded"
-
-
-def _version(tag: str, *parts) -> str:
-    cfg = json.dumps([p.model_dump(mode="json") if hasattr(p, "model_dump") else p for p in parts], sort_keys=True)
-    return f"{tag}-1-" + hashlib.sha256(cfg.encode()).hexdigest()[:8]
 
 
 def _stats(mix: MixResource) -> dict:
@@ -34,7 +32,7 @@ def build_tokens_assets(spec: MixSpec) -> list:
         group_name=GROUP,
         kinds={"json"},
         owners=spec.owners,
-        code_version=_version("tokenizer", spec.tokenizer, spec.seed, [s.share for s in spec.sources]),
+        code_version=code_version(tokenizer_lib, spec.tokenizer, spec.seed, [s.share for s in spec.sources]),
         deps=[dg.AssetKey("validation_split")],
     )
     def tokenizer(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
@@ -57,8 +55,8 @@ def build_tokens_assets(spec: MixSpec) -> list:
         group_name=GROUP,
         kinds={"numpy"},
         owners=spec.owners,
-        code_version=_version("token_shards", spec.packing, spec.seed, spec.target_tokens,
-                              [(s.name, s.share, s.epochs) for s in spec.sources]),
+        code_version=code_version(shards_lib, packing_lib, spec.packing, spec.seed, spec.target_tokens,
+                                  [(s.name, s.share, s.epochs) for s in spec.sources]),
         deps=[dg.AssetKey("tokenizer"), dg.AssetKey("validation_split")],
     )
     def token_shards(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mix_assets.lib import layout
+from mix_assets.lib.manifest import ManifestError, check_manifest, compute_fingerprint
 from mix_assets.lib.manifest_builder import fingerprint, write_manifest
 from mix_assets.lib.packing import ShortfallError
 from mix_assets.lib.shards import build_token_shards
@@ -33,22 +33,9 @@ def build(root: Path, **spec_kw):
 
 
 def assert_self_consistent(man: dict, mix_dir: Path) -> None:
-    """Small stand-in assertions until the reader's check_manifest lands on main."""
-    isz = np.dtype(man["dtype"]).itemsize
-    L = man["packing"]["sample_len"]
-    for split in ("train", "val"):
-        sp = man["splits"][split]
-        assert sp["tokens"] == sp["samples"] * L
-        assert sp["emitted_tokens"] == sp["tokens"] + sp["dropped_tail_tokens"]
-        assert sum(sp["sources"].values()) == sp["emitted_tokens"]
-        assert sum(s["samples"] for s in sp["shards"]) == sp["samples"]
-        for s in sp["shards"]:
-            assert s["samples"] > 0 and s["bytes"] == s["samples"] * L * isz
-    assert man["totals"]["shards"] == len(man["splits"]["train"]["shards"]) + len(man["splits"]["val"]["shards"])
-    for f in man["files"]:
-        data = (mix_dir / f["path"]).read_bytes()
-        assert len(data) == f["bytes"] and hashlib.sha256(data).hexdigest() == f["sha256"], f["path"]
-    assert man["fingerprint"] == fingerprint(man["files"])
+    """The reader's checker (structure + every file's size and sha256), plus the on-disk listing."""
+    assert check_manifest(man, mix_dir) == []
+    assert man["fingerprint"] == fingerprint(man["files"]) == compute_fingerprint(man["files"])
     listed = {f["path"] for f in man["files"]}
     on_disk = {str(p.relative_to(mix_dir)) for p in mix_dir.rglob("*") if p.is_file()} - {"manifest.json"}
     assert listed == on_disk
@@ -57,6 +44,7 @@ def assert_self_consistent(man: dict, mix_dir: Path) -> None:
 def test_pipeline_manifest_contract(tmp_path):
     spec, st, res, man = build(tmp_path, epochs={"a": 2.0})
     mix_dir = tmp_path / "mix"
+    assert spec.source("a").epochs == 2.0
     assert_self_consistent(man, mix_dir)
     assert json.loads((mix_dir / "manifest.json").read_text()) == man
     assert man["dtype"] == "uint16" and man["tokenizer"]["kind"] == "train"
@@ -99,6 +87,62 @@ def test_rebuild_removes_stale_shards(tmp_path):
     spec, st, res, man = build(tmp_path)
     assert not (tmp_path / "mix" / "train" / "train-00999.bin").exists()
     assert_self_consistent(man, tmp_path / "mix")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("built")
+    return build(root)
+
+
+def _copy_mix(built, tmp_path) -> tuple[Path, dict]:
+    import shutil
+
+    spec, st, res, man = built
+    dst = tmp_path / "mix"
+    shutil.copytree(Path(st.root) / "mix", dst)
+    return dst, json.loads((dst / "manifest.json").read_text())
+
+
+def test_flipped_byte_in_a_shard_is_named(built, tmp_path):
+    mix_dir, man = _copy_mix(built, tmp_path)
+    shard = man["splits"]["train"]["shards"][1]["path"]
+    data = bytearray((mix_dir / shard).read_bytes())
+    data[100] ^= 0x01
+    (mix_dir / shard).write_bytes(bytes(data))
+    with pytest.raises(ManifestError) as e:
+        check_manifest(man, mix_dir)
+    assert shard in str(e.value) and hashlib.sha256(bytes(data)).hexdigest() in str(e.value)
+
+
+def test_missing_shard_is_named(built, tmp_path):
+    mix_dir, man = _copy_mix(built, tmp_path)
+    shard = man["splits"]["val"]["shards"][0]
+    (mix_dir / shard["path"]).unlink()
+    problems = check_manifest(man, mix_dir, strict=False)
+    assert any(shard["path"] in p and "not found" in p and str(shard["bytes"]) in p for p in problems)
+
+
+def test_totals_off_by_one_are_named(built, tmp_path):
+    mix_dir, man = _copy_mix(built, tmp_path)
+    right = man["totals"]["train_tokens"]
+    man["totals"]["train_tokens"] = right + 1
+    with pytest.raises(ManifestError) as e:
+        check_manifest(man, mix_dir)
+    assert f"totals.train_tokens: says {right + 1}" in str(e.value) and str(right) in str(e.value)
+
+
+def test_reader_reads_what_was_packed(built, tmp_path):
+    from mix_assets.reader import open_mix
+
+    spec, st, res, man = built
+    mix_dir = Path(st.root) / "mix"
+    r = open_mix(str(mix_dir), cache_dir=str(tmp_path / "cache"), shuffle_seed=0, split="val")
+    assert len(r) == man["splits"]["val"]["samples"] and r.fingerprint == man["fingerprint"]
+    flat = np.concatenate([np.fromfile(mix_dir / s["path"], "<u2") for s in man["splits"]["val"]["shards"]])
+    L = man["packing"]["sample_len"]
+    got = sorted(tuple(r.sample(k).tolist()) for k in range(len(r)))
+    assert got == sorted(tuple(row) for row in flat.reshape(-1, L).tolist())
 
 
 _SUBPROCESS = """
