@@ -1,7 +1,5 @@
 """manifest: manifest.json describing the mix directory, proven self-consistent before publishing."""
 
-from __future__ import annotations
-
 import json
 
 import dagster as dg

@@ -1,7 +1,5 @@
 """validation_split: kept documents -> train/val by near-dup cluster, reserved before sharding."""
 
-from __future__ import annotations
-
 import dagster as dg
 import pyarrow.parquet as pq
 

@@ -1,7 +1,5 @@
 """tokenizer and token_shards: tokenise the kept documents once and pack them into shards."""
 
-from __future__ import annotations
-
 import json
 import time
 
