@@ -1,0 +1,72 @@
+"""The shared-sample config (real public data) from raw/<source> through manifest.json.
+
+dedup_keys / exclusion_masks / contamination_report come from other stages; until they land here
+this test writes stand-ins that honour their file contracts: exact-text clusters (the first doc_id
+of each normalised-text hash survives, the others are masked as exact_dup) and an empty report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mix_assets.assets.manifest import build_manifest_assets
+from mix_assets.assets.sources import build_source_assets
+from mix_assets.assets.split import build_split_assets
+from mix_assets.assets.tokens import build_tokens_assets
+from mix_assets.config import REPO_ROOT, load_spec
+from mix_assets.lib import layout
+from mix_assets.lib.manifest import check_manifest
+from mix_assets.lib.storage import Storage
+from mix_assets.resources import MixResource
+
+
+def _stand_in_dedup_and_masks(st: Storage, sources: list[str]) -> None:
+    keys, masks, first = [], [], {}
+    for s in sources:
+        t = pq.read_table(st.local_path(layout.RAW_DOCS.format(source=s)), columns=["doc_id", "text"])
+        for d, text in zip(t.column(0).to_pylist(), t.column(1).to_pylist()):
+            k = hashlib.sha256(" ".join(text.lower().split()).encode()).hexdigest()
+            c = first.setdefault(k, d)
+            keys.append(dict(doc_id=d, source=s, exact_key=k, cluster_id=c, cluster_size=1, keep=c == d,
+                             reason=None if c == d else "exact_dup"))
+            if c != d:
+                masks.append(dict(doc_id=d, source=s, reasons=["exact_dup"], kept_doc_id=c))
+    with st.writing(layout.DEDUP_KEYS) as tmp:
+        pq.write_table(pa.Table.from_pylist(keys), tmp)
+    schema = pa.schema([("doc_id", pa.string()), ("source", pa.string()), ("reasons", pa.list_(pa.string())),
+                        ("kept_doc_id", pa.string())])
+    with st.writing(layout.EXCLUSION_MASKS) as tmp:
+        pq.write_table(pa.Table.from_pylist(masks, schema=schema), tmp)
+    st.write_text(layout.CONTAMINATION_REPORT, json.dumps({"stand_in": True}))
+
+
+@pytest.mark.slow
+def test_shared_sample_through_manifest(tmp_path, shared_data):
+    cfg = REPO_ROOT / "configs" / "shared-sample.yaml"
+    spec = load_spec(cfg)
+    res = {"mix": MixResource(config_path=str(cfg), storage_root=str(tmp_path / "storage"))}
+    inst = dg.DagsterInstance.ephemeral()
+    raw = dg.materialize(build_source_assets(spec), resources=res, instance=inst)
+    assert raw.success
+    st = Storage(str(tmp_path / "storage"))
+    _stand_in_dedup_and_masks(st, [s.name for s in spec.sources])
+
+    assets = [*build_split_assets(spec), *build_tokens_assets(spec), *build_manifest_assets(spec)]
+    result = dg.materialize(assets, resources=res, instance=inst, raise_on_error=False)
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    evals = result.get_asset_check_evaluations()
+    assert len(evals) == 5 and all(e.passed for e in evals)
+
+    manifest = json.loads((tmp_path / "storage" / layout.MANIFEST).read_text())
+    assert check_manifest(manifest, tmp_path / "storage" / "mix") == []
+    for s in spec.sources:  # every source filled exactly to N x share x epochs
+        assert manifest["sources"][s.name]["train_tokens"] == spec.stream_budget(s.name)
+        assert manifest["sources"][s.name]["val_tokens"] > 0
+    assert manifest["packing"]["separator"] == "<|endoftext|>" and manifest["dtype"] == "uint16"
+    assert manifest["tokenizer"]["vocab_size"] == spec.tokenizer.vocab_size
