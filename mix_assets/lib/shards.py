@@ -119,11 +119,42 @@ class _Spill:
         return off
 
     def reader(self) -> "_SpillReader":
-        self.f.flush()
+        """A reader over the closed (flushed) spill."""
+        if not self.f.closed:
+            self.f.flush()
         return _SpillReader(self.path, self.dtype)
 
     def close(self) -> None:
         self.f.close()
+
+
+def _encode_sources(budgets, per_source, raw_paths, enc, bytes_per_token_guess, result, selections) -> None:
+    """Pass 1: per source, encode its val documents and the train prefix its budget needs; fail
+    with ShortfallError as soon as a source's kept train documents cannot fill its budget."""
+    for s in sorted(budgets):
+        val_ids, sel_ids, sel_bytes = per_source[s]
+        b = budgets[s]
+        done, rounds, extra = 0, 0, set(val_ids)
+        while True:
+            bpt = (enc.bytes / enc.tokens) if enc.tokens else bytes_per_token_guess
+            have = sum(enc.where[d][1] for d in sel_ids[:done])
+            need = b.unique_budget - have
+            if need <= 0 or done == len(sel_ids):
+                break
+            # estimated docs to reach the budget (+5 %); the final cut uses true counts only
+            est = np.cumsum(sel_bytes[done:] / bpt)
+            k = int(np.searchsorted(est, need * 1.05 + 64, side="left")) + 1
+            upto = min(len(sel_ids), done + max(k, 16))
+            _read_source(raw_paths[s], set(sel_ids[done:upto]) | extra, enc)
+            extra, done, rounds = set(), upto, rounds + 1
+        if extra:  # budget already met (or no train docs): still encode val
+            _read_source(raw_paths[s], extra, enc)
+        result.rounds[s] = rounds
+        lengths = np.array([enc.where[d][1] for d in sel_ids[:done]], np.int64)
+        n_unique, apps = fill_budget(s, lengths, b.unique_budget, b.stream_budget, n_docs_available=len(sel_ids))
+        selections[s] = (sel_ids[:done], apps)
+        result.sources[s] = SourceResult(unique_documents=n_unique, budget_tokens=b.stream_budget,
+                                         epochs=b.epochs, encoded_train_documents=done)
 
 
 class _SpillReader:
@@ -271,46 +302,20 @@ def build_shards(
             per_source[s] = (val_ids, [ids[i] for i in order], nb[order])
 
         # pass 1: encode val + the train prefix the budget needs, round by round
-        selections: dict[str, tuple[list[str], np.ndarray]] = {}
-        for s in sorted(budgets):
-            val_ids, sel_ids, sel_bytes = per_source[s]
-            b = budgets[s]
-            done, rounds, extra = 0, 0, set(val_ids)
-            while True:
-                bpt = (enc.bytes / enc.tokens) if enc.tokens else bytes_per_token_guess
-                have = sum(enc.where[d][1] for d in sel_ids[:done])
-                need = b.unique_budget - have
-                if need <= 0 or done == len(sel_ids):
-                    break
-                est = np.cumsum(sel_bytes[done:] / bpt)
-                k = int(np.searchsorted(est, need * 1.05 + 64, side="left")) + 1
-                upto = min(len(sel_ids), done + max(k, 16))
-                _read_source(raw_paths[s], set(sel_ids[done:upto]) | extra, enc)
-                extra, done, rounds = set(), upto, rounds + 1
-                cum = np.cumsum([enc.where[d][1] for d in sel_ids[:done]])
-                if len(cum) and cum[-1] >= b.unique_budget:
-                    break
-            if extra:  # budget already met (or no train docs): still encode val
-                _read_source(raw_paths[s], extra, enc)
-            result.rounds[s] = rounds
-            lengths = np.array([enc.where[d][1] for d in sel_ids[:done]], np.int64)
-            selections[s] = (sel_ids[:done], lengths)
-            result.sources[s] = SourceResult(budget_tokens=b.stream_budget, epochs=b.epochs,
-                                             encoded_train_documents=done)
-        enc.close()
+        selections: dict[str, tuple[list[str], list]] = {}
+        try:
+            _encode_sources(budgets, per_source, raw_paths, enc, bytes_per_token_guess, result, selections)
+        finally:
+            enc.close()
+            spill.close()
         result.encoded_bytes, result.encoded_tokens = enc.bytes, enc.tokens
         reader = spill.reader()
-        spill.close()
 
         try:
             # pass 2: train stream (budget fill) and val stream (all val documents, one epoch)
             app_docs, app_epochs, app_take, app_src = [], [], [], []
             for s in sorted(budgets):
-                sel_ids, lengths = selections[s]
-                b = budgets[s]
-                n_unique, apps = fill_budget(s, lengths, b.unique_budget, b.stream_budget,
-                                             n_docs_available=len(per_source[s][1]))
-                result.sources[s].unique_documents = n_unique
+                sel_ids, apps = selections[s]
                 for a in apps:
                     app_docs.append(sel_ids[a.index])
                     app_epochs.append(a.epoch)
