@@ -9,6 +9,7 @@ from mix_assets.lib import layout
 from mix_assets.lib import split as split_lib
 from mix_assets.lib.split import (
     build_validation_split,
+    cross_split_near_dups,
     measure_disjointness,
     measure_val_share,
     per_source_counts,
@@ -51,17 +52,25 @@ def build_split_assets(spec: MixSpec) -> list:
 
     @dg.asset_check(asset=validation_split, name=VAL_DISJOINT_FROM_TRAIN, blocking=True)
     def val_disjoint_from_train(mix: MixResource) -> dg.AssetCheckResult:
-        """No doc id, near-dup cluster or exact text key on both sides; cross-split near-dup rate 0."""
-        d = measure_disjointness(pq.read_table(mix.storage.local_path(layout.VALIDATION_SPLIT)))
+        """No doc id, cluster or exact text on both sides; cross-split near-dup rate (shingle Jaccard) 0."""
+        s, st = mix.spec, mix.storage
+        split = pq.read_table(st.local_path(layout.VALIDATION_SPLIT))
+        d = measure_disjointness(split)
+        raw = {x.name: st.local_path(layout.RAW_DOCS.format(source=x.name)) for x in s.sources}
+        scan = cross_split_near_dups(split, raw, s.dedup.threshold, s.dedup.shingle_words)
         return dg.AssetCheckResult(
-            passed=d.ok,
+            passed=d.ok and scan.val_docs_with_train_near_dup == 0,
             metadata={
                 "shared_doc_ids": d.shared_doc_ids,
                 "shared_clusters": d.shared_clusters,
                 "shared_exact_keys": d.shared_exact_keys,
-                "val_docs_with_train_dup": d.val_docs_with_train_dup,
                 "val_docs": d.val_docs,
-                "cross_split_near_dup_rate": d.cross_split_near_dup_rate,
+                "train_docs_scanned": scan.train_docs,
+                "val_docs_with_train_near_dup": scan.val_docs_with_train_near_dup,
+                "cross_split_near_dup_rate": scan.rate,
+                "max_cross_split_jaccard": scan.max_jaccard,
+                "jaccard_threshold": scan.threshold,
+                "pairs_compared": scan.pairs_compared,
             },
         )
 

@@ -194,3 +194,89 @@ def build_validation_split(storage, sources: list[str], seed: int, val_fraction:
     with storage.writing(layout.VALIDATION_SPLIT) as tmp:
         pq.write_table(split, tmp)
     return split
+
+
+# -- independent near-duplicate scan across the split ---------------------------------------------
+@dataclass(frozen=True)
+class NearDupScan:
+    """Exact word-shingle Jaccard between every val document and every train document that shares a shingle."""
+
+    val_docs: int
+    train_docs: int
+    val_docs_with_train_near_dup: int  # Jaccard >= threshold with at least one train document
+    max_jaccard: float
+    threshold: float
+    pairs_compared: int
+
+    @property
+    def rate(self) -> float:
+        return self.val_docs_with_train_near_dup / self.val_docs if self.val_docs else 0.0
+
+
+def _shingles(texts: list[str], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(doc index, shingle hash) unique pairs sorted by doc then hash, and per-doc set sizes."""
+    from mix_assets.lib import textkeys
+
+    h, off = textkeys.word_hashes(textkeys.words(texts))
+    g, goff = textkeys.ngram_hashes(h, off, n, short="whole")
+    doc = np.repeat(np.arange(len(texts), dtype=np.int64), np.diff(goff))
+    order = np.lexsort((g, doc))
+    doc, g = doc[order], g[order]
+    keep = np.ones(len(g), bool)
+    keep[1:] = (doc[1:] != doc[:-1]) | (g[1:] != g[:-1])
+    doc, g = doc[keep], g[keep]
+    return doc, g, np.bincount(doc, minlength=len(texts))
+
+
+def _iter_texts(path: str, wanted: set[str], batch_rows: int = 2048):
+    value_set = pa.array(sorted(wanted), pa.string())
+    for batch in pq.ParquetFile(path).iter_batches(columns=["doc_id", "text"], batch_size=batch_rows):
+        sel = batch.filter(pc.is_in(batch.column(0), value_set=value_set))
+        if sel.num_rows:
+            yield sel.column(0).to_pylist(), sel.column(1).fill_null("").to_pylist()
+
+
+def cross_split_near_dups(split: pa.Table, raw_paths: dict[str, str], threshold: float,
+                          shingle_words: int = 5) -> NearDupScan:
+    """Re-measure train/val near-duplicates from the text itself, independently of dedup's clusters.
+
+    Val shingle sets are held in memory (val is ~2 % of the mix); train documents stream by in
+    Parquet batches and are compared exactly (set Jaccard) with every val document they share a
+    shingle with.
+    """
+    is_val = pc.equal(split.column("split"), "val")
+    by_source: dict[str, tuple[set, set]] = {}
+    for d, s, v in zip(split.column("doc_id").to_pylist(), split.column("source").to_pylist(),
+                       is_val.to_pylist()):
+        by_source.setdefault(s, (set(), set()))[0 if v else 1].add(d)
+    val_texts: list[str] = []
+    for s in sorted(by_source):
+        for _, texts in _iter_texts(raw_paths[s], by_source[s][0]):
+            val_texts.extend(texts)
+    vdoc, vh, vsize = _shingles(val_texts, shingle_words)
+    order = np.argsort(vh, kind="stable")
+    vdoc, vh = vdoc[order], vh[order]
+    hit = np.zeros(len(val_texts), bool)
+    max_j, pairs, n_train = 0.0, 0, 0
+    for s in sorted(by_source):
+        for _, texts in _iter_texts(raw_paths[s], by_source[s][1]):
+            n_train += len(texts)
+            tdoc, th, tsize = _shingles(texts, shingle_words)
+            lo = np.searchsorted(vh, th, "left")
+            hi = np.searchsorted(vh, th, "right")
+            cnt = hi - lo
+            m = cnt > 0
+            if not m.any():
+                continue
+            tdoc, lo, cnt = tdoc[m], lo[m], cnt[m]
+            # expand each matching shingle to the val documents holding it
+            rep_t = np.repeat(tdoc, cnt)
+            starts = np.repeat(lo - np.concatenate(([0], np.cumsum(cnt)[:-1])), cnt)
+            rep_v = vdoc[starts + np.arange(len(rep_t))]
+            key, inter = np.unique(rep_t * len(val_texts) + rep_v, return_counts=True)
+            t_i, v_i = key // len(val_texts), key % len(val_texts)
+            jac = inter / (tsize[t_i] + vsize[v_i] - inter)
+            pairs += len(key)
+            max_j = max(max_j, float(jac.max()))
+            hit[v_i[jac >= threshold]] = True
+    return NearDupScan(len(val_texts), n_train, int(hit.sum()), max_j, threshold, pairs)

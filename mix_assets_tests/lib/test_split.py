@@ -95,3 +95,35 @@ def test_wrong_source_names_row(tmp_path):
     with pytest.raises(SplitError, match=r"documents.parquet: row 7: field source is 'zzz'"):
         kept_documents(raw_paths(st, ["a"]), st.local_path(layout.DEDUP_KEYS),
                        st.local_path(layout.EXCLUSION_MASKS))
+
+
+def test_near_dup_scan_finds_an_edited_copy_across_the_split(tmp_path):
+    from mix_assets.lib.split import cross_split_near_dups
+
+    st, kept = _kept(tmp_path)
+    sp = assign_split(kept, seed=0, val_fraction=0.1)
+    raws = raw_paths(st, ["a", "b"])
+    clean = cross_split_near_dups(sp, raws, threshold=0.8)
+    assert clean.val_docs == sp.column("split").to_pylist().count("val") and clean.train_docs > 0
+    assert clean.val_docs_with_train_near_dup == 0 and clean.max_jaccard < 0.8
+
+    # put a lightly edited copy of a val document into train (its own cluster, as if dedup missed it)
+    splits, ids = sp.column("split").to_pylist(), sp.column("doc_id").to_pylist()
+    v_id, t_id = ids[splits.index("val")], ids[splits.index("train")]
+    for path in raws.values():
+        t = pq.read_table(path)
+        texts, tids = t.column("text").to_pylist(), t.column("doc_id").to_pylist()
+        if v_id in tids:
+            v_text = texts[tids.index(v_id)]
+    for path in raws.values():
+        t = pq.read_table(path)
+        tids = t.column("doc_id").to_pylist()
+        if t_id in tids:
+            texts = t.column("text").to_pylist()
+            words = v_text.split()
+            words[3] = "zebra"
+            texts[tids.index(t_id)] = " ".join(words)
+            pq.write_table(t.set_column(t.column_names.index("text"), "text", pa.array(texts)), path)
+    dirty = cross_split_near_dups(sp, raws, threshold=0.8)
+    assert dirty.val_docs_with_train_near_dup == 1 and dirty.max_jaccard >= 0.8
+    assert dirty.rate == pytest.approx(1 / dirty.val_docs)
