@@ -68,3 +68,16 @@ def test_val_share_gate_stops_the_shards(tmp_path):
     assert checks(result)[VAL_SHARE_IN_TOLERANCE] is False
     assert result.asset_materializations_for_node("token_shards") == []
     assert not (tmp_path / "storage" / layout.MANIFEST).exists()
+
+
+def test_shortfall_fails_token_shards_naming_the_source(tmp_path):
+    spec, assets, res = setup(tmp_path, shares={"a": 0.1, "b": 0.9}, target_tokens=200_000)
+    result = run(assets, res)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.is_step_failure and e.step_key == "token_shards")
+    err, messages = failure.event_specific_data.error, []
+    while err is not None:
+        messages.append(err.message)
+        err = err.cause
+    assert any("ShortfallError: source 'b' cannot fill its token budget: it needs 180,000" in m for m in messages)
+    assert result.asset_materializations_for_node("manifest") == []
