@@ -136,7 +136,9 @@ def tokenizer_file(corpus: Path) -> Path:
 
 
 def spec_for(corpus: Path, tok: Path):
-    """Budgets = 97 % of each source's train tokens (estimated from a sample), so nearly all is used."""
+    """Budgets = 97 % of each source's train tokens (estimated from a sample), so nearly all is used.
+
+    Built in the parent (it encodes a sample) and saved as bench_spec.json for the child."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
     from tokenizers import Tokenizer
@@ -169,7 +171,28 @@ def spec_for(corpus: Path, tok: Path):
         "split": {"val_fraction": 0.02},
         "storage": {"root": str(corpus)},
     }
+    (corpus / "bench_spec.json").write_text(json.dumps(data))
     return parse_spec(data, str(corpus / "bench.yaml"))
+
+
+def load_bench_spec(corpus: Path):
+    from mix_assets.config import parse_spec
+
+    return parse_spec(json.loads((corpus / "bench_spec.json").read_text()), str(corpus / "bench.yaml"))
+
+
+def cpu_s() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def vmrss_mb() -> float:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def vmhwm_mb() -> float:
@@ -193,22 +216,26 @@ def child(tool: str, corpus: str, tok: str) -> None:
         for s in ("math", "prose"):
             texts += pq.read_table(str(corpus_p / layout.RAW_DOCS.format(source=s)), columns=["text"]).column(0).to_pylist()
         nbytes = sum(len(x.encode()) for x in texts)
+        rss_before = vmrss_mb()
+        c0 = cpu_s()
         t0 = time.perf_counter()
         ntok = 0
         for i in range(0, len(texts), 1000):
             ntok += sum(len(e.ids) for e in t.encode_batch_fast(texts[i : i + 1000], add_special_tokens=False))
         dt = time.perf_counter() - t0
-        out = {"bytes": nbytes, "tokens": ntok, "secs": dt}
+        out = {"bytes": nbytes, "tokens": ntok, "secs": dt, "cpu": cpu_s() - c0, "rss_before_mb": rss_before}
     else:
         from mix_assets.lib.shards import build_token_shards
         from mix_assets.lib.storage import Storage
 
-        spec = spec_for(corpus_p, Path(tok))
+        spec = load_bench_spec(corpus_p)
         st = Storage(str(corpus_p))
+        out0 = {"rss_before_mb": vmrss_mb()}
+        c0 = cpu_s()
         t0 = time.perf_counter()
         res = build_token_shards(st, spec, scratch_dir=str(corpus_p))
         dt = time.perf_counter() - t0
-        out = {"bytes": res.encoded_bytes, "tokens": res.encoded_tokens, "secs": dt,
+        out = {**out0, "cpu": cpu_s() - c0, "bytes": res.encoded_bytes, "tokens": res.encoded_tokens, "secs": dt,
                "emitted": res.splits["train"].emitted_tokens + res.splits["val"].emitted_tokens,
                "shards": len(res.splits["train"].shards) + len(res.splits["val"].shards)}
     out["peak_rss_mb"] = vmhwm_mb()
@@ -233,6 +260,7 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[50, 200])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--tools", nargs="+", default=["raw", "e2e"], choices=["raw", "e2e"])
     ap.add_argument("--child", nargs=3)
     a = ap.parse_args()
     if a.child:
@@ -246,24 +274,31 @@ def main() -> None:
     for corpus in corpora.values():  # the tokenizer asset's output: mix/tokenizer/ + identity
         build_tokenizer(Storage(str(corpus)), spec_for(corpus, tok))
     for mb, corpus in corpora.items():
-        res = {"raw": [], "e2e": []}
+        res = {t: [] for t in a.tools}
         for k in range(a.reps):
-            for tool in (["raw", "e2e"] if k % 2 == 0 else ["e2e", "raw"]):
+            order = a.tools if k % 2 == 0 else a.tools[::-1]
+            for tool in order:
                 res[tool].append(run(tool, corpus, tok, a.threads))
-        print(f"\n## corpus {mb} MB ({res['raw'][0]['bytes'] / 1e6:.1f} MB text, all docs)")
-        print("| tool | MB text | MB/s | tokens/s | peak RSS MB | runs (s) | ratio to raw |")
-        print("|---|---|---|---|---|---|---|")
-        med = {}
-        for tool in ("raw", "e2e"):
+        first = res[a.tools[0]][0]
+        print(f"\n## corpus {mb} MB ({first['bytes'] / 1e6:.1f} MB text encoded)")
+        print("| tool | MB text | MB/s (wall) | tokens/s | CPU s per MB | peak RSS MB | RSS before MB | runs (s) "
+              "| ratio to raw (wall) | ratio to raw (CPU) |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        med: dict[str, tuple[float, float]] = {}
+        for tool in a.tools:
             rs = res[tool]
             mbps = statistics.median(r["bytes"] / 1e6 / r["secs"] for r in rs)
             tps = statistics.median(r["tokens"] / r["secs"] for r in rs)
-            med[tool] = mbps
-            print(f"| {tool} | {rs[0]['bytes'] / 1e6:.1f} | {mbps:.2f} | {tps / 1e3:.0f} k | "
+            cpm = statistics.median(r["cpu"] / (r["bytes"] / 1e6) for r in rs)
+            med[tool] = (mbps, cpm)
+            base = med.get("raw")
+            ratio = f"{mbps / base[0]:.2f} | {base[1] / cpm:.2f}" if base else "— | —"
+            print(f"| {tool} | {rs[0]['bytes'] / 1e6:.1f} | {mbps:.2f} | {tps / 1e3:.0f} k | {cpm:.2f} | "
                   f"{statistics.median(r['peak_rss_mb'] for r in rs):.0f} | "
-                  f"{runs(rs)} | {mbps / med['raw']:.2f} |")
-        e = res["e2e"][0]
-        print(f"e2e wrote {e['shards']} shards, {e['emitted']:,} tokens emitted (train+val)")
+                  f"{statistics.median(r['rss_before_mb'] for r in rs):.0f} | {runs(rs)} | {ratio} |")
+        if "e2e" in res:
+            e = res["e2e"][0]
+            print(f"e2e wrote {e['shards']} shards, {e['emitted']:,} tokens emitted (train+val)")
 
 
 if __name__ == "__main__":

@@ -175,7 +175,7 @@ class _SpillReader:
 
 # An encode batch is also capped in characters: the tokenizer's Encoding objects cost ~100 bytes
 # per token, so a batch of 1,000 long documents would otherwise set the peak memory.
-ENCODE_BATCH_CHARS = 4_000_000
+ENCODE_BATCH_CHARS = 2_000_000
 
 
 class _Encoder:
