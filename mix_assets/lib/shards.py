@@ -1,14 +1,15 @@
 """Tokenise kept documents once and write train/val token shards with bounded memory.
 
 Pass 1 reads each source's Parquet in file order, in record batches, and encodes the documents
-it needs with `Tokenizer.encode_batch_fast` (multi-threaded in Rust) in batches of
-`encode_batch_docs`; the ids go to a local spill file (one dtype array, appended), never to RAM.
+it needs with `Tokenizer.encode_batch_fast` (multi-threaded in Rust) in batches of at most
+`encode_batch_docs` documents and ENCODE_BATCH_CHARS characters; the next batch encodes (GIL
+released) while the previous one's ids go to a local spill file (one dtype array, appended).
 Train documents are read in rounds: only as many as the budget fill needs (estimated from byte
 counts, then corrected with the observed bytes/token), so the excess headroom is not encoded;
 the final selection depends only on true token counts, never on the estimate.
 Pass 2 walks the appearances in stream order, reads each document's ids back from the spill
 with pread, and feeds the packer, which writes each shard atomically through `Storage`.
-Peak memory: one encode batch + one shard buffer + O(documents) small integer arrays.
+Peak memory: two encode batches + one shard buffer + O(documents) small integer arrays.
 """
 
 from __future__ import annotations
@@ -247,6 +248,7 @@ def _read_source(path: str, wanted: set[str], enc: _Encoder, batch_rows: int = 2
     if not wanted:
         return
     value_set = pa.array(sorted(wanted), pa.string())
+    found = 0
     pf = pq.ParquetFile(path)
     for batch in pf.iter_batches(columns=["doc_id", "text"], batch_size=batch_rows):
         mask = pc.is_in(batch.column(0), value_set=value_set)
@@ -257,8 +259,13 @@ def _read_source(path: str, wanted: set[str], enc: _Encoder, batch_rows: int = 2
         if texts.null_count:
             row = sel.column(0)[int(np.flatnonzero(pc.is_null(texts).to_numpy(zero_copy_only=False))[0])]
             raise ValueError(f"{path}: document {row.as_py()!r}: field text is null")
+        found += sel.num_rows
         enc.add(sel.column(0).to_pylist(), texts.to_pylist())
     enc.flush()
+    if found != len(wanted):
+        missing = sorted(d for d in wanted if d not in enc.where)[:3]
+        raise ValueError(f"{path}: {len(wanted) - found} document(s) of the validation split are not in this "
+                         f"file (e.g. {missing}); the split is older than the raw documents: rebuild validation_split")
 
 
 def build_shards(

@@ -81,3 +81,25 @@ def test_shortfall_fails_token_shards_naming_the_source(tmp_path):
         err = err.cause
     assert any("ShortfallError: source 'b' cannot fill its token budget: it needs 180,000" in m for m in messages)
     assert result.asset_materializations_for_node("manifest") == []
+
+
+def test_stage_composes_with_sources_and_publish(tmp_path):
+    from mix_assets.assets.publish import build_publish_assets
+    from mix_assets.assets.sources import build_source_assets
+    from mix_assets.config import REPO_ROOT, load_spec
+
+    spec = load_spec(REPO_ROOT / "configs" / "demo.yaml")
+    defs = dg.Definitions(
+        assets=[*build_source_assets(spec), *build_split_assets(spec), *build_tokens_assets(spec),
+                *build_manifest_assets(spec), *build_publish_assets(spec)],
+        resources={"mix": MixResource(config_path=spec.config_path)},
+    )
+    dg.Definitions.validate_loadable(defs)
+    graph = defs.resolve_asset_graph()
+    parents = lambda k: {p.to_user_string() for p in graph.get(dg.AssetKey(k)).parent_keys}  # noqa: E731
+    assert parents("validation_split") >= {"exclusion_masks", "dedup_keys", *(f"raw/{s.name}" for s in spec.sources)}
+    assert parents("token_shards") == {"tokenizer", "validation_split"}
+    assert "token_shards" in parents("manifest") and "manifest" in parents("published_revision")
+    for key in ("validation_split", "tokenizer", "token_shards", "manifest"):
+        node = graph.get(dg.AssetKey(key))
+        assert node.owners == spec.owners and node.description and node.code_version

@@ -167,3 +167,18 @@ def test_bit_identical_across_thread_counts(tmp_path):
     assert out[0] == out[1]
     a, b = tmp_path / "1" / "mix", tmp_path / "2" / "mix"
     assert (a / "manifest.json").read_bytes() == (b / "manifest.json").read_bytes()
+
+
+def test_split_older_than_raw_is_named(tmp_path):
+    import pyarrow.parquet as pq
+
+    from mix_assets.lib import layout
+
+    spec = tiny_spec(tmp_path)
+    st = write_upstream(tmp_path, {"a": 200, "b": 200})
+    build_validation_split(st, ["a", "b"], spec.seed, spec.split.val_fraction)
+    build_tokenizer(st, spec)
+    path = st.local_path(layout.RAW_DOCS.format(source="b"))
+    pq.write_table(pq.read_table(path).slice(0, 150), path)  # raw rebuilt smaller after the split
+    with pytest.raises(ValueError, match=r"b/documents.parquet: \d+ document\(s\) of the validation split are not"):
+        build_token_shards(st, spec)
