@@ -2,7 +2,8 @@
 
     /tmp/venvprobe/bin/python bench/tokenize.py --sizes 50 200 --reps 3 --threads 2
 
-Corpus: the prose and GSM8K files of ../shared/data/sources cut into ~1.5-4 KB documents, repeated
+Corpus: the prose and GSM8K files of ../shared/data/sources cut into ~1.5-4 KB documents (paragraphs
+> 6 KB cut at whitespace, like the perf-anchors corpus), repeated
 with small seeded edits (2 % of words replaced per copy) until the target size; written as
 raw/<source>/documents.parquet + dedup_keys + exclusion_masks + validation_split under bench/out/.
 Tokenizer: 32k byte-level BPE trained with lib/tokenizer.py on a seeded 8 MB sample.
@@ -40,8 +41,19 @@ OUT = REPO / "bench" / "out" / "tokenize"
 sys.path.insert(0, str(REPO))
 
 
+def _cut(p: str, limit: int = 6000) -> list[str]:
+    """A paragraph longer than `limit` chars cut at whitespace (as the perf-anchors corpus does)."""
+    out = []
+    while len(p) > limit:
+        i = p.rfind(" ", 0, limit)
+        i = i if i > 0 else limit
+        out.append(p[:i])
+        p = p[i:].lstrip()
+    return out + [p] if p else out
+
+
 def _paragraph_docs(text: str, rng: random.Random) -> list[str]:
-    paras = [p.strip() for p in text.replace("\r\n", "\n").split("\n\n") if p.strip()]
+    paras = [c for p in text.replace("\r\n", "\n").split("\n\n") if p.strip() for c in _cut(p.strip())]
     docs, cur, target = [], [], rng.randint(1500, 4000)
     for p in paras:
         cur.append(p)
@@ -71,7 +83,7 @@ def build_corpus(mb: int) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    root = OUT / f"corpus_{mb}mb"
+    root = OUT / f"corpus_{mb}mb_v2"
     if (root / "done").exists():
         return root
     from mix_assets.lib import layout
