@@ -1,0 +1,159 @@
+"""Build manifest.json (format `mix_assets.manifest/1`) from the shard stats, the tokenizer
+identity and the review files. The checker is `mix_assets.lib.manifest.check_manifest`.
+
+Nothing time- or location-dependent goes in: the review config is the spec without its storage,
+publish and schedule sections (where a mix is built or published does not change its content).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Callable
+
+FORMAT = "mix_assets.manifest/1"
+# review name -> path relative to the mix dir, in the order they are listed in `files`
+REVIEW_FILES = {
+    "dedup_keys": "review/dedup_keys.parquet",
+    "exclusion_masks": "review/exclusion_masks.parquet",
+    "contamination_report": "review/contamination_report.json",
+    "config": "review/mix_config.json",
+}
+_OPERATIONAL = ("storage", "publish", "schedule")
+
+
+def review_config_json(spec_dump: dict) -> str:
+    """Canonical JSON of the spec minus its operational sections."""
+    content = {k: v for k, v in spec_dump.items() if k not in _OPERATIONAL}
+    return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
+
+
+def fingerprint(files: list[dict]) -> str:
+    return hashlib.sha256("".join(f["sha256"] for f in files).encode("utf-8")).hexdigest()
+
+
+def build_manifest(
+    *,
+    name: str,
+    seed: int,
+    config_sha256: str,
+    tokenizer: dict,
+    packing: dict,
+    shard_stats: dict,
+    file_sha256: Callable[[str], tuple[int, str]],
+) -> dict:
+    """The manifest dict. `file_sha256(rel_path) -> (bytes, sha256)` hashes tokenizer and review
+    files (relative to the mix dir); shard sizes and hashes come from the shard stats."""
+    splits, files = {}, []
+    for split in ("train", "val"):
+        st = shard_stats["splits"][split]
+        splits[split] = {
+            "samples": st["samples"],
+            "tokens": st["tokens"],
+            "emitted_tokens": st["emitted_tokens"],
+            "dropped_tail_tokens": st["dropped_tail_tokens"],
+            "seam_rate": st["seam_rate"],
+            "documents": st["documents"],
+            "sources": dict(sorted(st["sources"].items())),
+            "shards": [
+                {"path": s["path"], "samples": s["samples"], "bytes": s["bytes"], "sha256": s["sha256"]}
+                for s in st["shards"]
+            ],
+        }
+        files += [{"path": s["path"], "bytes": s["bytes"], "sha256": s["sha256"]} for s in st["shards"]]
+    for rel in sorted(tokenizer["files"]):
+        n, h = file_sha256(rel)
+        if h != tokenizer["files"][rel]:
+            raise ValueError(f"{rel}: sha256 {h} differs from the tokenizer identity ({tokenizer['files'][rel]})")
+        files.append({"path": rel, "bytes": n, "sha256": h})
+    for rel in REVIEW_FILES.values():
+        n, h = file_sha256(rel)
+        files.append({"path": rel, "bytes": n, "sha256": h})
+
+    sources = {
+        s: {k: v[k] for k in ("train_tokens", "val_tokens", "budget_tokens", "epochs", "unique_documents")}
+        for s, v in sorted(shard_stats["sources"].items())
+    }
+    tr, va = splits["train"], splits["val"]
+    return {
+        "format": FORMAT,
+        "name": name,
+        "seed": seed,
+        "config_sha256": config_sha256,
+        "tokenizer": {
+            "kind": tokenizer["kind"],
+            "repo_id": tokenizer["repo_id"],
+            "revision": tokenizer["revision"],
+            "vocab_size": tokenizer["vocab_size"],
+            "special_tokens": dict(tokenizer["special_tokens"]),
+            "files": dict(sorted(tokenizer["files"].items())),
+        },
+        "packing": {
+            "rule": "contiguous",
+            "separator": packing["separator"],
+            "separator_id": packing["separator_id"],
+            "seq_len": packing["seq_len"],
+            "sample_len": packing["sample_len"],
+            "shifted_targets": packing["shifted_targets"],
+        },
+        "dtype": shard_stats["dtype"],
+        "splits": splits,
+        "sources": sources,
+        "totals": {
+            "train_tokens": tr["tokens"],
+            "val_tokens": va["tokens"],
+            "train_samples": tr["samples"],
+            "val_samples": va["samples"],
+            "shards": len(tr["shards"]) + len(va["shards"]),
+            "dropped_tail_tokens": tr["dropped_tail_tokens"] + va["dropped_tail_tokens"],
+        },
+        "review": dict(REVIEW_FILES),
+        "files": files,
+        "fingerprint": fingerprint(files),
+    }
+
+
+def dumps(manifest: dict) -> str:
+    """The bytes written as manifest.json: stable key order as built, 1-space indent, trailing newline."""
+    return json.dumps(manifest, indent=1, ensure_ascii=False) + "\n"
+
+
+def write_manifest(storage, *, name: str, seed: int, spec_dump: dict) -> dict:
+    """Copy the review files into the mix dir, then build and write manifest.json (last).
+
+    Reads the shard stats and tokenizer identity written by the upstream assets through `storage`.
+    """
+    import shutil
+
+    from mix_assets.lib import layout
+    from mix_assets.lib.storage import sha256_file
+
+    for src, dst in (
+        (layout.DEDUP_KEYS, layout.MIX_DEDUP_KEYS),
+        (layout.EXCLUSION_MASKS, layout.MIX_EXCLUSION_MASKS),
+        (layout.CONTAMINATION_REPORT, layout.MIX_CONTAMINATION_REPORT),
+    ):
+        local = storage.local_path(src)
+        with storage.writing(dst) as tmp:
+            shutil.copyfile(local, tmp)
+    config_text = review_config_json(spec_dump)
+    storage.write_text(layout.MIX_CONFIG, config_text)
+
+    def file_sha256(rel: str) -> tuple[int, str]:
+        import os
+
+        p = storage.local_path(f"{layout.MIX_DIR}/{rel}")
+        return os.path.getsize(p), sha256_file(p)
+
+    shard_stats = json.loads(storage.read_text(layout.SHARD_STATS))
+    manifest = build_manifest(
+        name=name,
+        seed=seed,
+        config_sha256=hashlib.sha256(config_text.encode("utf-8")).hexdigest(),
+        tokenizer=json.loads(storage.read_text(layout.TOKENIZER_IDENTITY)),
+        packing=shard_stats["packing"],
+        shard_stats=shard_stats,
+        file_sha256=file_sha256,
+    )
+    storage.write_text(layout.MANIFEST, dumps(manifest))
+    return manifest

@@ -1,0 +1,185 @@
+"""Budget fill, stream order and contiguous packing of token streams into fixed-length samples.
+
+Pure logic, no I/O besides the `write_shard` callback: the caller owns files.
+
+* Budget fill (per source): train documents in a seeded selection order; the unique set is the
+  shortest prefix holding >= N x share tokens; the stream repeats that set for `epochs` (a
+  fractional last epoch takes a prefix) and is cut at exactly N x share x epochs tokens, the last
+  appearance truncated. A source whose kept train tokens cannot reach N x share is an error.
+* Stream order: every (document, epoch) appearance sorted by hash(seed, doc_id, epoch), so
+  sources and epochs interleave deterministically.
+* Packing: appearances are concatenated (plus the separator token when configured, counted as
+  part of its document), cut into samples of `sample_len` tokens, grouped into shards of
+  `shard_samples`; the tail that does not fill a sample is dropped and counted. A sample has a
+  seam when a document boundary falls strictly inside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+import xxhash
+
+
+class ShortfallError(ValueError):
+    """A source whose kept documents cannot fill its token budget."""
+
+
+@dataclass(frozen=True)
+class Appearance:
+    index: int  # position of the document in the source's selection order
+    epoch: int
+    take: int  # tokens of the document used (< its length only for the final, truncated one)
+
+
+def fill_budget(
+    source: str,
+    lengths: np.ndarray,
+    unique_budget: int,
+    stream_budget: int,
+    n_docs_available: Optional[int] = None,
+) -> tuple[int, list[Appearance]]:
+    """(unique documents used, appearances) for one source; `lengths` in selection order."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    cum = np.cumsum(lengths)
+    have = int(cum[-1]) if len(cum) else 0
+    if have < unique_budget:
+        raise ShortfallError(
+            f"source {source!r} cannot fill its token budget: it needs {unique_budget:,} unique train "
+            f"tokens (N x share; {stream_budget:,} with epochs) but has {have:,} in "
+            f"{n_docs_available if n_docs_available is not None else len(lengths):,} kept train documents "
+            f"after dedup, exclusion masks and the validation split. The mix cannot be topped up after "
+            f"publication: raise the source's raw sample (headroom) or lower its share."
+        )
+    n_unique = int(np.searchsorted(cum, unique_budget, side="left")) + 1 if unique_budget > 0 else 0
+    out: list[Appearance] = []
+    emitted, epoch = 0, 0
+    while emitted < stream_budget and n_unique:
+        for i in range(n_unique):
+            n = int(lengths[i])
+            if n == 0:
+                continue
+            take = min(n, stream_budget - emitted)
+            out.append(Appearance(i, epoch, take))
+            emitted += take
+            if emitted == stream_budget:
+                break
+        epoch += 1
+    return n_unique, out
+
+
+def order_key(seed: int, doc_id: str, epoch: int) -> int:
+    return xxhash.xxh64_intdigest(f"{doc_id}\x00{epoch}".encode("utf-8"), seed=seed & 0xFFFFFFFFFFFFFFFF)
+
+
+def stream_order(seed: int, doc_ids: list[str], epochs: np.ndarray) -> np.ndarray:
+    """Permutation putting appearances in stream order (hash, then doc_id and epoch on ties)."""
+    keys = np.fromiter((order_key(seed, d, int(e)) for d, e in zip(doc_ids, epochs)), np.uint64, len(doc_ids))
+    rank = np.empty(len(doc_ids), np.int64)
+    rank[sorted(range(len(doc_ids)), key=doc_ids.__getitem__)] = np.arange(len(doc_ids))
+    return np.lexsort((np.asarray(epochs), rank, keys))
+
+
+@dataclass
+class ShardRecord:
+    path: str  # relative to the mix directory
+    samples: int
+    bytes: int
+    sha256: str
+
+
+@dataclass
+class SplitStats:
+    sample_len: int
+    samples: int = 0
+    emitted_tokens: int = 0
+    dropped_tail_tokens: int = 0
+    seam_samples: int = 0
+    documents: int = 0
+    sources: dict[str, int] = field(default_factory=dict)
+    shards: list[ShardRecord] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> int:
+        return self.samples * self.sample_len
+
+    @property
+    def seam_rate(self) -> float:
+        return self.seam_samples / self.samples if self.samples else 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "samples": self.samples,
+            "tokens": self.tokens,
+            "emitted_tokens": self.emitted_tokens,
+            "dropped_tail_tokens": self.dropped_tail_tokens,
+            "seam_rate": self.seam_rate,
+            "seam_samples": self.seam_samples,
+            "documents": self.documents,
+            "sources": dict(sorted(self.sources.items())),
+            "shards": [vars(s).copy() for s in self.shards],
+        }
+
+
+# write_shard(index, tokens) -> ShardRecord; tokens is a 1-D array of whole samples.
+ShardWriter = Callable[[int, np.ndarray], ShardRecord]
+
+
+class Packer:
+    """Streaming contiguous packer: memory is one shard buffer, whatever the stream length."""
+
+    def __init__(self, sample_len: int, shard_samples: int, dtype: str, write_shard: ShardWriter):
+        if shard_samples < 1:
+            raise ValueError("shard_samples must be >= 1")
+        self.L = sample_len
+        self.buf = np.empty(sample_len * shard_samples, dtype=np.dtype(dtype).newbyteorder("<"))
+        self.fill = 0
+        self.pos = 0  # tokens fed so far (global stream position)
+        self.write_shard = write_shard
+        self.stats = SplitStats(sample_len)
+        self._last_seam = -1
+        self._finished = False
+
+    def feed(self, tokens: np.ndarray, source: str) -> None:
+        """Append one document appearance."""
+        n = len(tokens)
+        if n == 0:
+            return
+        if self.pos and self.pos % self.L:  # a boundary strictly inside sample pos // L
+            s = self.pos // self.L
+            if s != self._last_seam:
+                self.stats.seam_samples += 1
+                self._last_seam = s
+        self.stats.sources[source] = self.stats.sources.get(source, 0) + n
+        self.stats.emitted_tokens += n
+        self.pos += n
+        off = 0
+        while off < n:
+            k = min(n - off, len(self.buf) - self.fill)
+            self.buf[self.fill : self.fill + k] = tokens[off : off + k]
+            self.fill += k
+            off += k
+            if self.fill == len(self.buf):
+                self._flush(self.fill)
+
+    def _flush(self, n_tokens: int) -> None:
+        rec = self.write_shard(len(self.stats.shards), self.buf[:n_tokens])
+        if rec.samples * self.L != n_tokens or rec.samples == 0:
+            raise RuntimeError(f"{rec.path}: writer recorded {rec.samples} samples for {n_tokens} tokens")
+        self.stats.shards.append(rec)
+        self.stats.samples += rec.samples
+        self.fill = 0
+
+    def finish(self) -> SplitStats:
+        if self._finished:
+            return self.stats
+        self._finished = True
+        whole = (self.fill // self.L) * self.L
+        if whole:
+            self._flush(whole)
+        self.stats.dropped_tail_tokens = self.pos - self.stats.samples * self.L
+        if self._last_seam >= self.stats.samples:  # the seam fell in the dropped tail
+            self.stats.seam_samples -= 1
+        return self.stats

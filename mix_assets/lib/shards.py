@@ -1,0 +1,422 @@
+"""Tokenise kept documents once and write train/val token shards with bounded memory.
+
+Pass 1 reads each source's Parquet in file order, in record batches, and encodes the documents
+it needs with `Tokenizer.encode_batch_fast` (multi-threaded in Rust) in batches of at most
+`encode_batch_docs` documents and ENCODE_BATCH_CHARS characters; the next batch encodes (GIL
+released) while the previous one's ids go to a local spill file (one dtype array, appended).
+Train documents are read in rounds: only as many as the budget fill needs (estimated from byte
+counts, then corrected with the observed bytes/token), so the excess headroom is not encoded;
+the final selection depends only on true token counts, never on the estimate.
+Pass 2 walks the appearances in stream order, reads each document's ids back from the spill
+with pread, and feeds the packer, which writes each shard atomically through `Storage`.
+Peak memory: two encode batches + one shard buffer + O(documents) small integer arrays.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from tokenizers import Tokenizer
+
+from mix_assets.lib import layout
+from mix_assets.lib.packing import Packer, ShardRecord, SplitStats, fill_budget, stream_order
+from mix_assets.lib.split import unit_hash
+
+
+@dataclass(frozen=True)
+class SourceBudget:
+    name: str
+    unique_budget: int  # N x share
+    stream_budget: int  # N x share x epochs
+    epochs: float
+
+
+@dataclass(frozen=True)
+class PackingPlan:
+    seq_len: int
+    sample_len: int
+    shard_tokens: int
+    separator_id: Optional[int]
+    encode_batch_docs: int = 1000
+    seed: int = 0
+    separator: Optional[str] = None
+    shifted_targets: bool = False
+
+    def to_json(self) -> dict:
+        """The manifest's `packing` section."""
+        return {
+            "rule": "contiguous",
+            "separator": self.separator,
+            "separator_id": self.separator_id,
+            "seq_len": self.seq_len,
+            "sample_len": self.sample_len,
+            "shifted_targets": self.shifted_targets,
+        }
+
+    @property
+    def shard_samples(self) -> int:
+        return max(1, self.shard_tokens // self.sample_len)
+
+
+@dataclass
+class SourceResult:
+    unique_documents: int = 0
+    budget_tokens: int = 0
+    epochs: float = 1.0
+    train_tokens: int = 0
+    val_tokens: int = 0
+    encoded_train_documents: int = 0  # how many were encoded to find the unique set (>= unique)
+
+
+@dataclass
+class ShardsResult:
+    dtype: str
+    splits: dict[str, SplitStats]
+    sources: dict[str, SourceResult]
+    encoded_bytes: int = 0  # UTF-8 bytes of text encoded
+    encoded_tokens: int = 0  # ids produced by the tokenizer (separators excluded)
+    rounds: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self, packing: Optional[dict] = None) -> dict:
+        return {
+            "dtype": self.dtype,
+            "packing": packing,
+            "splits": {k: v.to_json() for k, v in self.splits.items()},
+            "sources": {
+                k: {
+                    "train_tokens": v.train_tokens,
+                    "val_tokens": v.val_tokens,
+                    "budget_tokens": v.budget_tokens,
+                    "epochs": v.epochs,
+                    "unique_documents": v.unique_documents,
+                }
+                for k, v in sorted(self.sources.items())
+            },
+        }
+
+
+class _Spill:
+    """Append-only local file of token ids; documents addressed by (offset, length) in tokens."""
+
+    def __init__(self, path: str, dtype: np.dtype):
+        self.path, self.dtype = path, dtype
+        self.f = open(path, "wb")
+        self.n = 0
+
+    def append(self, flat: np.ndarray) -> int:
+        off = self.n
+        self.f.write(flat.astype(self.dtype, copy=False).tobytes())
+        self.n += len(flat)
+        return off
+
+    def reader(self) -> "_SpillReader":
+        """A reader over the closed (flushed) spill."""
+        if not self.f.closed:
+            self.f.flush()
+        return _SpillReader(self.path, self.dtype)
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def _encode_sources(budgets, per_source, raw_paths, enc, bytes_per_token_guess, result, selections) -> None:
+    """Pass 1: per source, encode its val documents and the train prefix its budget needs; fail
+    with ShortfallError as soon as a source's kept train documents cannot fill its budget."""
+    for s in sorted(budgets):
+        val_ids, sel_ids, sel_bytes = per_source[s]
+        b = budgets[s]
+        done, rounds, extra = 0, 0, set(val_ids)
+        while True:
+            bpt = (enc.bytes / enc.tokens) if enc.tokens else bytes_per_token_guess
+            have = sum(enc.where[d][1] for d in sel_ids[:done])
+            need = b.unique_budget - have
+            if need <= 0 or done == len(sel_ids):
+                break
+            # estimated docs to reach the budget (+5 %); the final cut uses true counts only
+            est = np.cumsum(sel_bytes[done:] / bpt)
+            k = int(np.searchsorted(est, need * 1.05 + 64, side="left")) + 1
+            upto = min(len(sel_ids), done + max(k, 16))
+            _read_source(raw_paths[s], set(sel_ids[done:upto]) | extra, enc)
+            extra, done, rounds = set(), upto, rounds + 1
+        if extra:  # budget already met (or no train docs): still encode val
+            _read_source(raw_paths[s], extra, enc)
+        result.rounds[s] = rounds
+        lengths = np.array([enc.where[d][1] for d in sel_ids[:done]], np.int64)
+        n_unique, apps = fill_budget(s, lengths, b.unique_budget, b.stream_budget, n_docs_available=len(sel_ids))
+        selections[s] = (sel_ids[:done], apps)
+        result.sources[s] = SourceResult(unique_documents=n_unique, budget_tokens=b.stream_budget,
+                                         epochs=b.epochs, encoded_train_documents=done)
+
+
+class _SpillReader:
+    def __init__(self, path: str, dtype: np.dtype):
+        self.fd = os.open(path, os.O_RDONLY)
+        self.dtype = dtype
+
+    def read(self, offset: int, n: int) -> np.ndarray:
+        isz = self.dtype.itemsize
+        b = os.pread(self.fd, n * isz, offset * isz)
+        if len(b) != n * isz:
+            raise IOError(f"spill file short read at token {offset} (+{n})")
+        return np.frombuffer(b, dtype=self.dtype)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+# An encode batch is also capped in characters: the tokenizer's Encoding objects cost ~100 bytes
+# per token, so a batch of 1,000 long documents would otherwise set the peak memory.
+ENCODE_BATCH_CHARS = 2_000_000
+
+
+class _Encoder:
+    """Batches texts, encodes them, appends ids (+ separator) to the spill, records offsets."""
+
+    def __init__(self, tok: Tokenizer, spill: _Spill, batch_docs: int, separator_id: Optional[int],
+                 batch_chars: int = ENCODE_BATCH_CHARS):
+        self.tok, self.spill, self.batch_docs, self.sep = tok, spill, batch_docs, separator_id
+        self.batch_chars = batch_chars
+        self.pending_ids: list[str] = []
+        self.pending_texts: list[str] = []
+        self.pending_chars = 0
+        self.where: dict[str, tuple[int, int]] = {}  # doc_id -> (offset, length incl. separator)
+        self.bytes = 0
+        self.tokens = 0
+        self.inflight = None
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode")
+
+    def add(self, doc_ids: list[str], texts: list[str]) -> None:
+        for d, t in zip(doc_ids, texts):
+            self.pending_ids.append(d)
+            self.pending_texts.append(t)
+            self.pending_chars += len(t)
+            if len(self.pending_texts) >= self.batch_docs or self.pending_chars >= self.batch_chars:
+                self._encode()
+
+    def flush(self) -> None:
+        if self.pending_texts:
+            self._encode()
+        self._finish_inflight()
+
+    def _encode(self) -> None:
+        """Submit the pending batch; while Rust encodes it (GIL released), the previous batch's ids
+        are converted and spilled here, and the caller goes on reading Parquet."""
+        ids, texts = self.pending_ids, self.pending_texts
+        self.pending_ids, self.pending_texts, self.pending_chars = [], [], 0
+        fut = self.pool.submit(self.tok.encode_batch_fast, texts, add_special_tokens=False)
+        self._finish_inflight()
+        self.inflight = (ids, texts, fut)
+
+    def _finish_inflight(self) -> None:
+        if self.inflight is None:
+            return
+        ids, texts, fut = self.inflight
+        self.inflight = None
+        encs = fut.result()
+        seqs = [e.ids for e in encs]
+        del encs
+        lens = np.fromiter((len(s) for s in seqs), np.int64, len(seqs))
+        total = int(lens.sum())
+        flat = np.fromiter(itertools.chain.from_iterable(seqs), self.spill.dtype, total)
+        del seqs
+        self.tokens += total
+        self.bytes += sum(len(t.encode("utf-8")) for t in texts)
+        if self.sep is not None:
+            flat = np.insert(flat, np.cumsum(lens), self.sep)
+            lens = lens + 1
+        off = self.spill.append(flat)
+        starts = off + np.concatenate(([0], np.cumsum(lens)[:-1]))
+        for d, s, ln in zip(ids, starts.tolist(), lens.tolist()):
+            self.where[d] = (s, ln)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
+def _read_source(path: str, wanted: set[str], enc: _Encoder, batch_rows: int = 2048) -> None:
+    """Feed the wanted documents of one Parquet file to the encoder, in file order."""
+    if not wanted:
+        return
+    value_set = pa.array(sorted(wanted), pa.string())
+    found = 0
+    pf = pq.ParquetFile(path)
+    for batch in pf.iter_batches(columns=["doc_id", "text"], batch_size=batch_rows):
+        mask = pc.is_in(batch.column(0), value_set=value_set)
+        if not pc.any(mask).as_py():
+            continue
+        sel = batch.filter(mask)
+        texts = sel.column(1)
+        if texts.null_count:
+            row = sel.column(0)[int(np.flatnonzero(pc.is_null(texts).to_numpy(zero_copy_only=False))[0])]
+            raise ValueError(f"{path}: document {row.as_py()!r}: field text is null")
+        found += sel.num_rows
+        enc.add(sel.column(0).to_pylist(), texts.to_pylist())
+    enc.flush()
+    if found != len(wanted):
+        missing = sorted(d for d in wanted if d not in enc.where)[:3]
+        raise ValueError(f"{path}: {len(wanted) - found} document(s) of the validation split are not in this "
+                         f"file (e.g. {missing}); the split is older than the raw documents: rebuild validation_split")
+
+
+def build_shards(
+    tok: Tokenizer,
+    split_path: str,
+    raw_paths: dict[str, str],
+    budgets: dict[str, SourceBudget],
+    plan: PackingPlan,
+    dtype: str,
+    storage,
+    scratch_dir: Optional[str] = None,
+    bytes_per_token_guess: float = 4.0,
+) -> ShardsResult:
+    """Encode, fill budgets, pack and write `mix/train/*.bin` and `mix/val/*.bin` through `storage`."""
+    np_dtype = np.dtype(dtype).newbyteorder("<")
+    split = pq.read_table(split_path, columns=["doc_id", "source", "n_bytes", "split"])
+    missing = sorted(set(budgets) - set(raw_paths))
+    if missing:
+        raise ValueError(f"no raw documents for source(s) {missing}")
+    result = ShardsResult(dtype=dtype, splits={}, sources={})
+    # A rebuild never leaves shards of an older build beside the new ones, and the old manifest
+    # (the completion marker of the mix directory) goes first.
+    _delete(storage, layout.MANIFEST)
+    for split_name in ("train", "val"):
+        storage.delete_prefix(f"{layout.MIX_DIR}/{split_name}/")
+
+    with tempfile.TemporaryDirectory(prefix="token_spill_", dir=scratch_dir) as tmp:
+        spill = _Spill(os.path.join(tmp, "spill.bin"), np_dtype)
+        enc = _Encoder(tok, spill, plan.encode_batch_docs, plan.separator_id)
+
+        # per source: val documents (all) and train documents in selection order
+        per_source = {}
+        for s in sorted(budgets):
+            rows = split.filter(pc.equal(split.column("source"), s))
+            is_val = pc.equal(rows.column("split"), "val")
+            val_ids = rows.filter(is_val).column("doc_id").to_pylist()
+            tr = rows.filter(pc.invert(is_val))
+            ids = tr.column("doc_id").to_pylist()
+            nb = np.asarray(tr.column("n_bytes").to_numpy(zero_copy_only=False), np.int64)
+            order = sorted(range(len(ids)), key=lambda i: (unit_hash(plan.seed, f"sel:{ids[i]}"), ids[i]))
+            per_source[s] = (val_ids, [ids[i] for i in order], nb[order])
+
+        # pass 1: encode val + the train prefix the budget needs, round by round
+        selections: dict[str, tuple[list[str], list]] = {}
+        try:
+            _encode_sources(budgets, per_source, raw_paths, enc, bytes_per_token_guess, result, selections)
+        finally:
+            enc.close()
+            spill.close()
+        result.encoded_bytes, result.encoded_tokens = enc.bytes, enc.tokens
+        reader = spill.reader()
+
+        try:
+            # pass 2: train stream (budget fill) and val stream (all val documents, one epoch)
+            app_docs, app_epochs, app_take, app_src = [], [], [], []
+            for s in sorted(budgets):
+                sel_ids, apps = selections[s]
+                for a in apps:
+                    app_docs.append(sel_ids[a.index])
+                    app_epochs.append(a.epoch)
+                    app_take.append(a.take)
+                    app_src.append(s)
+            result.splits["train"] = _pack("train", app_docs, app_epochs, app_take, app_src,
+                                           enc.where, reader, plan, dtype, storage)
+            vd, vs = [], []
+            for s in sorted(budgets):
+                vd.extend(per_source[s][0])
+                vs.extend([s] * len(per_source[s][0]))
+            result.splits["val"] = _pack("val", vd, [0] * len(vd), [enc.where[d][1] for d in vd], vs,
+                                         enc.where, reader, plan, dtype, storage)
+        finally:
+            reader.close()
+
+    for s, r in result.sources.items():
+        r.train_tokens = result.splits["train"].sources.get(s, 0)
+        r.val_tokens = result.splits["val"].sources.get(s, 0)
+    return result
+
+
+def _delete(storage, key: str) -> None:
+    if storage.is_s3:
+        storage.delete_prefix(key)
+    else:
+        try:
+            os.remove(storage.local_path(key))
+        except FileNotFoundError:
+            pass
+
+
+def _pack(split_name, doc_ids, epochs, takes, sources, where, reader, plan: PackingPlan, dtype, storage):
+    def write(index: int, tokens: np.ndarray) -> ShardRecord:
+        key = layout.SHARD.format(split=split_name, index=index)
+        data = tokens.tobytes()
+        with storage.writing(key) as tmp:
+            with open(tmp, "wb") as f:
+                f.write(data)
+        return ShardRecord(
+            path=key.removeprefix(layout.MIX_DIR + "/"),
+            samples=len(tokens) // plan.sample_len,
+            bytes=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+        )
+
+    packer = Packer(plan.sample_len, plan.shard_samples, dtype, write)
+    order = stream_order(plan.seed, doc_ids, np.asarray(epochs, np.int64)) if doc_ids else []
+    for i in order:
+        off, _ = where[doc_ids[i]]
+        packer.feed(reader.read(off, takes[i]), sources[i])
+    stats = packer.finish()
+    stats.documents = len(set(doc_ids))
+    return stats
+
+
+def packing_plan(spec, tok: Tokenizer) -> PackingPlan:
+    from mix_assets.lib.tokenizer import separator_id
+
+    p = spec.packing
+    return PackingPlan(
+        seq_len=p.seq_len,
+        sample_len=p.sample_len,
+        shard_tokens=p.shard_tokens,
+        separator_id=separator_id(tok, p.separator),
+        encode_batch_docs=p.encode_batch_docs,
+        seed=spec.seed,
+        separator=p.separator,
+        shifted_targets=p.shifted_targets,
+    )
+
+
+def build_token_shards(storage, spec, scratch_dir: Optional[str] = None) -> ShardsResult:
+    """Shards of the mix described by `spec` (a MixSpec) and `tokens/shard_stats.json`.
+
+    The encoder uses `spec.packing.threads` Rust threads unless RAYON_NUM_THREADS is already set
+    (it only takes effect before the process's first parallel encode); outputs do not depend on it.
+    """
+    import json
+
+    from mix_assets.lib.tokenizer import dtype_for_vocab
+
+    os.environ.setdefault("RAYON_NUM_THREADS", str(spec.packing.threads))
+    tok = Tokenizer.from_file(storage.local_path(layout.TOKENIZER_FILE))
+    plan = packing_plan(spec, tok)
+    budgets = {
+        s.name: SourceBudget(s.name, spec.unique_budget(s.name), spec.stream_budget(s.name), s.epochs)
+        for s in spec.sources
+    }
+    raw = {s.name: storage.local_path(layout.RAW_DOCS.format(source=s.name)) for s in spec.sources}
+    result = build_shards(
+        tok, storage.local_path(layout.VALIDATION_SPLIT), raw, budgets, plan,
+        dtype_for_vocab(tok.get_vocab_size(with_added_tokens=True)), storage, scratch_dir,
+        bytes_per_token_guess=spec.tokenizer.bytes_per_token_fallback,
+    )
+    storage.write_text(layout.SHARD_STATS, json.dumps(result.to_json(plan.to_json()), indent=1) + "\n")
+    return result

@@ -1,0 +1,105 @@
+"""validation_split -> tokenizer -> token_shards -> manifest through Dagster, with their gates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dagster as dg
+import yaml
+
+from mix_assets.assets.manifest import MANIFEST_SELF_CONSISTENT, build_manifest_assets
+from mix_assets.assets.split import VAL_DISJOINT_FROM_TRAIN, VAL_SHARE_IN_TOLERANCE, build_split_assets
+from mix_assets.assets.tokens import DROPPED_TAIL_AND_SEAM_RECORDED, NO_EMPTY_SHARD, build_tokens_assets
+from mix_assets.lib import layout
+from mix_assets.resources import MixResource
+from mix_assets_tests.tokens_fixtures import write_upstream
+from mix_assets_tests.tokens_spec import tiny_spec
+
+
+def setup(tmp_path: Path, **kw):
+    spec = tiny_spec(tmp_path, **kw)
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(yaml.safe_dump(spec.model_dump(mode="json")))
+    write_upstream(tmp_path / "storage", {s.name: 300 for s in spec.sources}, near_dups=5, masked=3)
+    assets = [*build_split_assets(spec), *build_tokens_assets(spec), *build_manifest_assets(spec)]
+    res = {"mix": MixResource(config_path=str(cfg), storage_root=str(tmp_path / "storage"))}
+    return spec, assets, res
+
+
+def run(assets, res, selection=None):
+    return dg.materialize(assets, resources=res, instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
+                          selection=selection)
+
+
+def checks(result) -> dict[str, bool]:
+    return {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+
+
+def test_stage_materialises_with_every_gate_green(tmp_path):
+    spec, assets, res = setup(tmp_path)
+    result = run(assets, res)
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    assert checks(result) == {VAL_DISJOINT_FROM_TRAIN: True, VAL_SHARE_IN_TOLERANCE: True, NO_EMPTY_SHARD: True,
+                              DROPPED_TAIL_AND_SEAM_RECORDED: True, MANIFEST_SELF_CONSISTENT: True}
+    meta = result.asset_materializations_for_node("manifest")[0].metadata
+    manifest = json.loads((tmp_path / "storage" / layout.MANIFEST).read_text())
+    assert meta["fingerprint"].value == manifest["fingerprint"]
+    assert meta["train_tokens"].value == manifest["totals"]["train_tokens"] > 0
+    shards = result.asset_materializations_for_node("token_shards")[0].metadata
+    assert shards["dtype"].value == "uint16" and 0 <= shards["train_seam_rate"].value <= 1
+
+    # a shard corrupted after the fact: rebuilding only the manifest trips its gate, naming the file
+    shard = tmp_path / "storage" / "mix" / manifest["splits"]["train"]["shards"][0]["path"]
+    data = bytearray(shard.read_bytes())
+    data[7] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    again = run(assets, res, selection=[dg.AssetKey("manifest")])
+    assert not again.success
+    ev = next(e for e in again.get_asset_check_evaluations() if e.check_name == MANIFEST_SELF_CONSISTENT)
+    assert not ev.passed and any(str(shard.relative_to(tmp_path / "storage" / "mix")) in p
+                                 for p in ev.metadata["problems"].value)
+
+
+def test_val_share_gate_stops_the_shards(tmp_path):
+    spec, assets, res = setup(tmp_path, split={"val_fraction": 0.3, "tolerance": 0.001})
+    result = run(assets, res)
+    assert not result.success
+    assert checks(result)[VAL_SHARE_IN_TOLERANCE] is False
+    assert result.asset_materializations_for_node("token_shards") == []
+    assert not (tmp_path / "storage" / layout.MANIFEST).exists()
+
+
+def test_shortfall_fails_token_shards_naming_the_source(tmp_path):
+    spec, assets, res = setup(tmp_path, shares={"a": 0.1, "b": 0.9}, target_tokens=200_000)
+    result = run(assets, res)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.is_step_failure and e.step_key == "token_shards")
+    err, messages = failure.event_specific_data.error, []
+    while err is not None:
+        messages.append(err.message)
+        err = err.cause
+    assert any("ShortfallError: source 'b' cannot fill its token budget: it needs 180,000" in m for m in messages)
+    assert result.asset_materializations_for_node("manifest") == []
+
+
+def test_stage_composes_with_sources_and_publish(tmp_path):
+    from mix_assets.assets.publish import build_publish_assets
+    from mix_assets.assets.sources import build_source_assets
+    from mix_assets.config import REPO_ROOT, load_spec
+
+    spec = load_spec(REPO_ROOT / "configs" / "demo.yaml")
+    defs = dg.Definitions(
+        assets=[*build_source_assets(spec), *build_split_assets(spec), *build_tokens_assets(spec),
+                *build_manifest_assets(spec), *build_publish_assets(spec)],
+        resources={"mix": MixResource(config_path=spec.config_path)},
+    )
+    dg.Definitions.validate_loadable(defs)
+    graph = defs.resolve_asset_graph()
+    parents = lambda k: {p.to_user_string() for p in graph.get(dg.AssetKey(k)).parent_keys}  # noqa: E731
+    assert parents("validation_split") >= {"exclusion_masks", "dedup_keys", *(f"raw/{s.name}" for s in spec.sources)}
+    assert parents("token_shards") == {"tokenizer", "validation_split"}
+    assert "token_shards" in parents("manifest") and "manifest" in parents("published_revision")
+    for key in ("validation_split", "tokenizer", "token_shards", "manifest"):
+        node = graph.get(dg.AssetKey(key))
+        assert node.owners == spec.owners and node.description and node.code_version
