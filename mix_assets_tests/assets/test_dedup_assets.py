@@ -1,4 +1,5 @@
 import json
+import re
 from pathlib import Path
 
 import dagster as dg
@@ -136,7 +137,8 @@ def test_exclusion_masks_reasons_composition_and_scrubbing(demo):
 def test_budget_gate_blocks_when_a_source_falls_short(demo, tmp_path):
     spec, mix, storage, _ = demo
     # The same storage under a config whose target is far above what the sources hold.
-    cfg = Path(spec.config_path).read_text().replace("target_tokens: 250000", "target_tokens: 5000000")
+    cfg = re.sub(r"(?m)^target_tokens: \d+", "target_tokens: 5000000", Path(spec.config_path).read_text())
+    assert "target_tokens: 5000000" in cfg
     p = Path(spec.config_path).parent / f".test_budget_{tmp_path.name}.yaml"
     p.write_text(cfg)
     try:
