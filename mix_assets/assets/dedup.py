@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 
 from mix_assets.assets.common import code_version, md_table, raw_key, read_parquet, write_parquet
 from mix_assets.config import MixSpec
+from mix_assets.lib import charts, layout, lsh, minhash
 from mix_assets.lib import dedup as lib
-from mix_assets.lib import layout, lsh, minhash
 from mix_assets.resources import MixResource
 
 GROUP = "dedup"
@@ -108,6 +108,7 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
                 "s_curve": dg.MetadataValue.md(
                     f"P(pair shares a band) = 1 - (1 - J^{r})^{b}; candidates are then confirmed by "
                     f"estimated Jaccard >= {st['threshold']}\n\n" + md_table(["Jaccard", "P(candidate)"], curve)
+                    + "\n\n" + charts.s_curve_md(b, r, st["threshold"])
                 ),
                 "documents": st["documents"],
                 "kept": st["kept"],
@@ -279,6 +280,9 @@ def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
                 "kill_rate_total": table.num_rows / n,
                 "mask_contaminated": spec_now.audit.mask_contaminated,
                 "composition": comp_table,
+                "composition_chart": dg.MetadataValue.md(charts.composition_md(
+                    {a["source"]: a["tokens_before"] for a in comp}, {a["source"]: a["tokens_after"] for a in comp},
+                    "estimated tokens per source, before and after the masks")),
                 "composition_md": dg.MetadataValue.md(md_table(
                     comp_cols, [[f"{a[c]:.2%}" if "share" in c else (f"{a[c]:,}" if isinstance(a[c], int) else a[c])
                                  for c in comp_cols] for a in comp])),
