@@ -16,9 +16,11 @@ RSS = VmHWM of the child):
   datatrove_split    datatrove NGramsDecontFilter in-process with a str.split word tokenizer
   datatrove_spacy    datatrove NGramsDecontFilter with its default spaCy tokenizer (first
                      --spacy-docs documents only: it is ~20x slower; rates are per MB)
-datatrove runs from a separate venv (--datatrove-python), as it pins its own dependencies.
+datatrove runs from a separate venv (--datatrove-python), as it pins its own dependencies:
+  python3 -m venv /tmp/dtvenv && /tmp/dtvenv/bin/pip install 'datatrove[processing]' spacy orjson regex 'xxhash==3.8.2'
+(xxhash 4.x refuses the str datatrove passes it).
 
-  /tmp/venvprobe/bin/python bench/audit.py --reps 3 --datatrove-python /tmp/dtvenv/bin/python
+  .venv/bin/python bench/audit.py --reps 3 --datatrove-python /tmp/dtvenv/bin/python
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Benchmark: MinHash signatures and LSH clustering vs the peers, measured in the same run.
 
-    /tmp/venvprobe/bin/python bench/dedup.py [--reps 3] [--replicas 20] [--data ../shared/data]
+    .venv/bin/python bench/dedup.py [--reps 3] [--replicas 20] [--data ../shared/data]
 
 Corpus (built in memory from `<data>/sources`, seed 1234, as perf-anchors.md §2 describes):
 Gutenberg headers/footers stripped, hard-wrapped lines joined, paragraphs grouped into documents
