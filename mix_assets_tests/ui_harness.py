@@ -196,8 +196,18 @@ def browser_page(width: int = 1400, height: int = 900):
         try:
             page = browser.new_page(viewport={"width": width, "height": height})
             page.set_default_timeout(60_000)
-            page.add_locator_handler(page.get_by_text("Join the Dagster community"),
-                                     lambda: page.get_by_role("button", name="Skip").click())
+            dialog = page.get_by_text("Join the Dagster community")
+
+            def dismiss() -> None:
+                # Skip closes it; when a popover steals the click, Escape does.
+                try:
+                    page.get_by_role("button", name="Skip").click(timeout=5_000)
+                except Exception:
+                    page.keyboard.press("Escape")
+                if dialog.count() and dialog.first.is_visible():
+                    page.keyboard.press("Escape")
+
+            page.add_locator_handler(dialog, dismiss, no_wait_after=True)
             yield page
         finally:
             browser.close()
