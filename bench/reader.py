@@ -1,7 +1,7 @@
 """Random-access throughput of mix_assets.reader beside raw numpy.memmap reads of the same files, same run.
 
-    /tmp/venvprobe/bin/python bench/reader.py                      # builds a synthetic local mix in bench/out/
-    /tmp/venvprobe/bin/python bench/reader.py --mix build/published/mix
+    .venv/bin/python bench/reader.py                      # builds a synthetic local mix in bench/out/
+    .venv/bin/python bench/reader.py --mix build/published/mix
 
 Both sides read the same storage samples, in the same random order, from the same shard files (page
 cache warm, each side faulted in every page of its mappings before timing). The reader does all of its work inside the

@@ -1,6 +1,6 @@
 """token_shards throughput and peak memory vs raw `Tokenizer.encode_batch_fast` (same docs, same threads).
 
-    /tmp/venvprobe/bin/python bench/tokenize.py --sizes 50 200 --reps 3 --threads 2
+    .venv/bin/python bench/tokenize.py --sizes 50 200 --reps 3 --threads 2
 
 Corpus: the prose and GSM8K files of ../shared/data/sources cut into ~1.5-4 KB documents (paragraphs
 > 6 KB cut at whitespace, like the perf-anchors corpus), repeated

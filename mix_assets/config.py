@@ -23,6 +23,16 @@ DEFAULT_CONFIG = REPO_ROOT / "configs" / "demo.yaml"
 
 # Split names that must never be opened by the audit (lm-eval and HF spellings).
 TEST_SPLIT_ALIASES = frozenset({"test", "tests", "testing", "eval_test", "test_set"})
+
+
+def is_test_split(split: str) -> bool:
+    """True for any spelling of a test split: an alias, a `test` word inside the name
+    ("test_matched", "validation+test", "test[:10%]"), whatever the case."""
+    for part in str(split).lower().split("+"):
+        base = part.split("[", 1)[0].strip()
+        if base in TEST_SPLIT_ALIASES or {"test", "tests", "testing"} & set(re.split(r"[^a-z0-9]+", base)):
+            return True
+    return False
 _NAME = r"^[a-z][a-z0-9_]{0,62}$"
 
 
@@ -157,14 +167,27 @@ class DedupSpec(_Strict):
     num_perm: int = Field(128, ge=16)  # MinHash permutations
     threshold: float = Field(0.8, gt=0, lt=1)  # Jaccard at which two documents are near-duplicates
     max_loss_share_warn: float = Field(0.3, gt=0, le=1)  # WARN when a source loses more than this
+    # LSH (b, r) minimise fp_weight * P(false positive) + fn_weight * P(false negative) around the
+    # threshold (datasketch's integral). Candidates are confirmed by estimated Jaccard afterwards,
+    # so a false positive is cheap and a false negative loses a duplicate: weight misses more.
+    lsh_fp_weight: float = Field(0.05, gt=0, lt=1)
+    lsh_fn_weight: float = Field(0.95, gt=0, lt=1)
+    threads: int = Field(2, ge=1)  # signature threads; the output does not depend on it
+    samples_per_reason: int = Field(5, ge=0, le=50)  # excluded docs shown beside their kept member
 
 
 class EvalTask(_Strict):
-    """One evaluation task the model will be scored on; only its non-test splits are read."""
+    """One evaluation task the model will be scored on; only its non-test splits are read.
+
+    Reference items of a row (see `lib/evals.py`): the string fields joined in order form the stem;
+    each string of a list-valued field (`endings`, `question.choices.text`) gives one item = stem +
+    that string, as the harness presents context + continuation; without list fields the stem is
+    the one item.
+    """
 
     name: str = Field(pattern=_NAME)
     dataset: Union[HubDataset, "LocalEvalFiles"] = Field(discriminator="kind")
-    scored_split: str  # the split the harness scores (documented per task; may be validation)
+    scored_split: str  # the split the harness scores (documented per task; may be validation or test)
     audit_splits: list[str] = Field(min_length=1)  # non-test splits whose text is audited
     fields: list[str] = Field(min_length=1)  # dotted paths, e.g. "question.stem", "question.choices.text"
     min_rows: int = Field(1, ge=1)  # the audit fails when fewer rows than this were read
@@ -173,9 +196,17 @@ class EvalTask(_Strict):
     @field_validator("audit_splits")
     @classmethod
     def _no_test(cls, v: list[str]) -> list[str]:
-        bad = [s for s in v if s.lower() in TEST_SPLIT_ALIASES]
+        bad = [s for s in v if is_test_split(s)]
         if bad:
             raise ValueError(f"test splits are never audited (found {bad}); use validation/dev splits")
+        return v
+
+    @field_validator("fields")
+    @classmethod
+    def _dotted(cls, v: list[str]) -> list[str]:
+        bad = [f for f in v if not re.fullmatch(r"[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)*", f)]
+        if bad:
+            raise ValueError(f"fields are dotted paths like 'question.choices.text', got {bad}")
         return v
 
 
@@ -196,6 +227,18 @@ class AuditSpec(_Strict):
     tasks: list[EvalTask] = []  # the eval registry
     mask_contaminated: bool = True  # drop contaminated documents (off only to prove the gate fires)
     source_rate_warn: float = Field(0.02, gt=0, le=1)  # WARN when a source's contaminated share exceeds
+    # An item shorter than `ngram` words is matched as one n-gram over all its words (whole-item
+    # rule) when it has at least this many words; shorter ones are too generic to attribute and are
+    # counted as `short_items_unmatched` in the denominators.
+    short_item_min_words: int = Field(8, ge=1)
+    scrub_words: int = Field(8, ge=4)  # audit_artifact_scrubbed: runs of this many item words are a leak
+    threads: int = Field(2, ge=1)  # scan threads; the counts do not depend on it
+
+    @model_validator(mode="after")
+    def _short_rule(self) -> "AuditSpec":
+        if self.short_item_min_words > self.ngram:
+            raise ValueError("short_item_min_words must not exceed ngram")
+        return self
 
 
 class SplitSpec(_Strict):
@@ -238,6 +281,7 @@ class ScheduleSpec(_Strict):
 
     cron: str = "0 3 * * 0"  # default weekly, Sunday 03:00
     timezone: str = "UTC"
+    enabled: bool = True  # the schedule starts RUNNING in a new deployment; false: off until toggled in the UI
 
 
 class MixSpec(_Strict):

@@ -10,26 +10,44 @@ from typing import Optional
 
 import dagster as dg
 
+from mix_assets.assets.audit import build_audit_assets
+from mix_assets.assets.dedup import build_dedup_assets
+from mix_assets.assets.manifest import build_manifest_assets
 from mix_assets.assets.publish import build_publish_assets
+from mix_assets.assets.reproducibility import build_reproducibility_checks
 from mix_assets.assets.sources import build_source_assets
+from mix_assets.assets.split import build_split_assets
+from mix_assets.assets.tokens import build_tokens_assets
 from mix_assets.config import MixSpec, load_spec
+from mix_assets.jobs import build_jobs, executor_from_env
 from mix_assets.resources import MixResource
 
 
 def build_assets(spec: MixSpec) -> list:
     """Assets and checks of every stage, in graph order."""
-    return [*build_source_assets(spec), *build_publish_assets(spec)]
+    return [
+        *build_source_assets(spec),
+        *build_dedup_assets(spec),
+        *build_audit_assets(spec),
+        *build_split_assets(spec),
+        *build_tokens_assets(spec),
+        *build_manifest_assets(spec),
+        *build_publish_assets(spec),
+    ]
 
 
 def build_definitions(spec: Optional[MixSpec] = None, storage_root: Optional[str] = None) -> dg.Definitions:
     spec = spec or load_spec()
-    assets = build_assets(spec)
-    rebuild_mix = dg.define_asset_job(
-        "rebuild_mix", selection=dg.AssetSelection.all(), description="Rebuild the whole mix, gates included."
-    )
+    # jobs.py: rebuild_mix, refresh_<source>, the rebuild schedule, gated automation (see its docstring)
+    orch = build_jobs(spec, build_assets(spec))
+    keys = {k for a in orch.assets for k in a.keys}
     return dg.Definitions(
-        assets=assets,
-        jobs=[rebuild_mix],
+        assets=orch.assets,
+        asset_checks=build_reproducibility_checks(keys),
+        jobs=orch.jobs,
+        schedules=orch.schedules,
+        sensors=orch.sensors,
+        executor=executor_from_env(),
         resources={"mix": MixResource(config_path=spec.config_path, storage_root=storage_root)},
     )
 

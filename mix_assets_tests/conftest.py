@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# huggingface_hub and datasets freeze HF_HUB_OFFLINE into constants at import: import them now, with
+# the real environment, so a test that goes offline (the `hf_offline` fixture) cannot leak into others.
+import datasets  # noqa: E402,F401
+import huggingface_hub.constants  # noqa: E402
 import pytest
 import yaml
 
@@ -22,6 +26,17 @@ def shared_data() -> Path:
     if not (SHARED_DATA / "README.md").exists():
         pytest.fail(f"the shared data folder is missing at {SHARED_DATA} (set MIX_SHARED_DATA)")
     return SHARED_DATA
+
+
+@pytest.fixture
+def hf_offline(monkeypatch):
+    """Hub code paths with no network: env and the libraries' frozen constants, restored afterwards."""
+    import datasets.config
+
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.setenv(var, "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
 
 
 def write_config(tmp_path: Path, data: dict, name: str = "mix.yaml") -> Path:

@@ -2,15 +2,15 @@
 
 import itertools
 import json
-import time
 
 import dagster as dg
 import numpy as np
 
 from mix_assets.assets.common import code_version, md_table, raw_key, write_parquet
 from mix_assets.config import MixSpec, SourceSpec
-from mix_assets.lib import demo_corpus, layout
+from mix_assets.lib import charts, demo_corpus, layout
 from mix_assets.lib import sources as lib
+from mix_assets.lib.progress import Progress
 from mix_assets.resources import MixResource
 
 HAS_DOCUMENTS = "has_documents"
@@ -58,13 +58,16 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
         src_now = spec_now.source(src.name)
         head = [r.text for r in itertools.islice(lib.iter_rows(spec_now, src_now), 500) if r.text]
         bpt, how = lib.bytes_per_token(spec_now, head)
-        started = time.monotonic()
+        prog = Progress(context.log, f"raw/{src.name}", interval=10.0)
+        seen = [0, 0]
 
         def progress(rows: int, nbytes: int) -> None:
-            rate = nbytes / 1e6 / max(1e-9, time.monotonic() - started)
-            context.log.info(f"{src.name}: {rows:,} rows, {nbytes / 1e6:.1f} MB read ({rate:.1f} MB/s)")
+            prog.update(docs=rows - seen[0], bytes=nbytes - seen[1])
+            seen[:] = [rows, nbytes]
 
         got = lib.sample_source(spec_now, src_now, bpt, target, progress)
+        progress(got.rows_read, got.bytes_read)
+        prog.done()
         table = got.table
         write_parquet(storage, layout.RAW_DOCS.format(source=src.name), table)
         est = int(np.sum(table.column("est_tokens"))) if table.num_rows else 0
@@ -118,7 +121,11 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
                 "token_estimate": how,
                 "exhausted_source": got.exhausted,
                 "fallback_decoded": len(got.fallback_decoded),
-                "length_histogram": dg.MetadataValue.md(md_table(["chars", "documents"], hist)),
+                "length_histogram": dg.MetadataValue.md(
+                    md_table(["chars", "documents"], hist)
+                    + ("\n\n" + charts.histogram_md(np.asarray(table.column("n_chars")), f"{src.name}: document length",
+                                                      "characters", log_x=True) if table.num_rows else "")
+                ),
             },
             check_results=checks,
         )

@@ -12,12 +12,17 @@ RAW_DOCS = "raw/{source}/documents.parquet"
 RAW_STATS = "raw/{source}/stats.json"
 
 # dedup_keys: doc_id, source, exact_key (hex sha256 of normalised text), cluster_id (str: doc_id of the
-#   cluster's survivor), cluster_size (int), keep (bool), reason (null | "exact_dup" | "near_dup")
+#   cluster's survivor), cluster_size (int), keep (bool), reason (null | "exact_dup" | "near_dup"),
+#   jaccard_to_kept (float32, estimated), n_words (int64, normalised words)
 DEDUP_KEYS = "dedup/dedup_keys.parquet"
 
 # eval_registry: per task a sorted, unique uint64 array of hashed n-grams (numpy .npy) + denominators
 EVAL_NGRAMS = "audit/eval_registry/{task}.npy"
 EVAL_REGISTRY = "audit/eval_registry/registry.json"
+# per task, items shorter than the n-gram: uint64 (k, 3) [hash of first words, length, whole hash]
+EVAL_SHORT_ITEMS = "audit/eval_registry/{task}.short.npy"
+# every 8-word run of every reference item, hashed (audit_artifact_scrubbed looks leaks up in it)
+EVAL_SCRUB_NGRAMS = "audit/eval_registry/scrub-ngrams.npy"
 
 # contamination_report: counts per source x task (JSON) and the ids of contaminated documents
 CONTAMINATION_REPORT = "audit/contamination_report.json"

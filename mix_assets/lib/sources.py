@@ -257,7 +257,7 @@ def sample_source(
     seen_tokens = 0
     for row in iter_rows(spec, src, out.fallback_decoded):
         out.rows_read += 1
-        if progress and out.rows_read % 5000 == 0:
+        if progress and out.rows_read % 1000 == 0:
             progress(out.rows_read, out.bytes_read)
         if row.text is None:
             out.dropped["undecodable"] += 1

@@ -95,10 +95,8 @@ def test_parquet_loader_through_datasets(tmp_path):
     assert [r.text for r in lib.iter_rows(spec, spec.sources[0])] == ["alpha beta", "gamma delta"]
 
 
-def test_hub_loader_offline_on_a_local_repo(tmp_path, monkeypatch):
+def test_hub_loader_offline_on_a_local_repo(tmp_path, hf_offline):
     # A folder laid out like a hub dataset repo: the same datasets.load_dataset code path, no network.
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     repo = tmp_path / "hubrepo" / "data"
     repo.mkdir(parents=True)
     _jsonl(repo / "train-00000.jsonl", [{"content": f"hub row {i}"} for i in range(3)])

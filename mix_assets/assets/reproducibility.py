@@ -1,0 +1,84 @@
+"""Check `fingerprint_reproduced` on `manifest`: a rebuild of the same config reproduces what was published.
+
+The comparison point is the revision this deployment last published (`publish/published_revision.json`
+in the storage root, written by `published_revision`), read back from the publish target. In a
+`rebuild_mix` run the check runs after `manifest` and before `published_revision`, so it always
+compares with the previous publication. Outcomes:
+  * nothing published yet, or the config changed since (a new fingerprint is expected): passed,
+    with the reason in the description;
+  * same config, same fingerprint: passed;
+  * same config, different fingerprint: failed (blocking, ERROR) with a table naming every file
+    whose bytes changed and every count that moved, so nothing non-reproducible gets published.
+"""
+
+
+import json
+
+import dagster as dg
+
+from mix_assets.lib import layout
+from mix_assets.lib.drift import compare_manifests
+
+FINGERPRINT_REPRODUCED = "fingerprint_reproduced"
+MANIFEST_KEY = dg.AssetKey("manifest")
+MANIFEST_FILE = "manifest.json"
+
+
+def _published_manifest(mix, record: dict) -> dict | None:
+    """The manifest of the recorded revision, read from the publish target (None if it is gone)."""
+    from mix_assets.assets.publish import write_target
+    from mix_assets.lib.publish import HubTarget
+
+    target = write_target(mix.spec)
+    rev = record["revision"]
+    raw = target.read(MANIFEST_FILE, rev) if isinstance(target, HubTarget) else target.read(f"{rev}/{MANIFEST_FILE}")
+    return None if raw is None else json.loads(raw)
+
+
+def build_reproducibility_checks(asset_keys: set[dg.AssetKey]) -> list:
+    """The check, when the graph has a `manifest` asset (none otherwise)."""
+    if MANIFEST_KEY not in asset_keys:
+        return []
+
+    @dg.asset_check(
+        asset=MANIFEST_KEY,
+        name=FINGERPRINT_REPRODUCED,
+        blocking=True,
+        required_resource_keys={"mix"},
+        description="With an unchanged config, the rebuilt manifest's fingerprint equals the last published "
+                    "one; on drift, names each changed file and count.",
+    )
+    def fingerprint_reproduced(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        mix = context.resources.mix
+        storage = mix.storage
+        rebuilt = json.loads(storage.read_text(layout.MANIFEST))
+        meta: dict = {"rebuilt_fingerprint": dg.MetadataValue.text(rebuilt["fingerprint"])}
+        if not storage.exists(layout.PUBLISHED):
+            return dg.AssetCheckResult(passed=True, metadata={**meta, "n_drifts": 0},
+                                       description="nothing published yet from this storage root")
+        record = json.loads(storage.read_text(layout.PUBLISHED))
+        meta["published_revision"] = dg.MetadataValue.text(str(record.get("revision")))
+        meta["published_location"] = dg.MetadataValue.text(str(record.get("location")))
+        published = _published_manifest(mix, record)
+        if published is None:
+            return dg.AssetCheckResult(
+                passed=False, metadata={**meta, "n_drifts": 0},
+                description=f"revision {record.get('revision')} recorded as published, but its manifest.json "
+                            f"is missing at {record.get('location')}")
+        cmp = compare_manifests(published, rebuilt)
+        meta["published_fingerprint"] = dg.MetadataValue.text(cmp.published_fingerprint)
+        meta["comparable"] = cmp.comparable
+        meta["n_drifts"] = len(cmp.drifts) if cmp.comparable else 0
+        meta["n_files_changed"] = sum(d.kind.startswith("file_") for d in cmp.drifts) if cmp.comparable else 0
+        if cmp.drifts and cmp.comparable:
+            from mix_assets.metadata import markdown_table, table
+
+            rows = [d.as_row() for d in cmp.drifts]
+            meta["drift"] = table(rows[:200], columns=["kind", "what", "published", "rebuilt"])
+            meta["drift_md"] = markdown_table(rows, columns=["kind", "what", "published", "rebuilt"])
+            for d in cmp.drifts[:20]:
+                context.log.error(f"fingerprint drift: {d.describe()}")
+        return dg.AssetCheckResult(passed=cmp.passed, metadata=meta, description=cmp.summary(),
+                                   severity=dg.AssetCheckSeverity.ERROR)
+
+    return [fingerprint_reproduced]

@@ -1,0 +1,279 @@
+"""The dedup stage over the merged pool, and the exclusion masks built from it (no Dagster here).
+
+`dedup_keys_table` streams each source's documents parquet in batches (only doc_id, text and
+n_chars are read; the text is dropped after signing), so memory is ~0.7 KB per document plus one
+batch of text. `exclusion_table` unions the dedup exclusions with the contaminated documents into
+one row per excluded document with an open set of reasons; `composition` compares every source
+before and after; `reject_samples` picks excluded documents to show beside their kept cluster
+member. Text of a document flagged contaminated is never read into a sample.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from mix_assets.lib import lsh
+from mix_assets.lib import minhash as mh
+
+DEDUP_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("source", pa.string()),
+        ("exact_key", pa.string()),
+        ("cluster_id", pa.string()),
+        ("cluster_size", pa.int64()),
+        ("keep", pa.bool_()),
+        ("reason", pa.string()),
+        ("jaccard_to_kept", pa.float32()),
+        ("n_words", pa.int64()),
+    ]
+)
+EXCLUSION_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("source", pa.string()),
+        ("reasons", pa.list_(pa.string())),
+        ("kept_doc_id", pa.string()),
+    ]
+)
+READ_BATCH_ROWS = 8192
+
+
+class DedupInputError(ValueError):
+    """Raw documents that cannot be deduplicated; the message names file, row and field."""
+
+
+@dataclass
+class DedupParams:
+    """What the stage needs from the mix spec (kept separate so lib code takes no pydantic model)."""
+
+    shingle: int = 5
+    num_perm: int = 128
+    threshold: float = 0.8
+    fp_weight: float = 0.05
+    fn_weight: float = 0.95
+    seed: int = mh.DEFAULT_SEED
+    threads: int = 2
+
+    @property
+    def bands_rows(self) -> tuple[int, int]:
+        return lsh.optimal_params(self.threshold, self.num_perm, self.fp_weight, self.fn_weight)
+
+
+def _read_source(path: str, source: str) -> Iterable[pa.RecordBatch]:
+    f = pq.ParquetFile(path)
+    missing = {"doc_id", "text", "n_chars"} - set(f.schema_arrow.names)
+    if missing:
+        raise DedupInputError(f"{path}: missing column(s) {sorted(missing)} (source {source})")
+    row = 0
+    for batch in f.iter_batches(batch_size=READ_BATCH_ROWS, columns=["doc_id", "text", "n_chars"]):
+        for field in ("doc_id", "text"):
+            col = batch.column(field)
+            if col.null_count:
+                bad = row + int(np.flatnonzero(np.asarray(col.is_null()))[0])
+                raise DedupInputError(f"{path}: row {bad}: field {field!r} is null (source {source})")
+        yield batch
+        row += batch.num_rows
+
+
+def dedup_keys_table(
+    sources: Mapping[str, str], priorities: Mapping[str, int], params: DedupParams
+) -> tuple[pa.Table, dict]:
+    """Dedup keys for every document of every source ({source: documents parquet path}).
+
+    Returns the table (DEDUP_SCHEMA, rows sorted by doc_id) and stage statistics.
+    """
+    b, r = params.bands_rows
+    ids, srcs, keys, sigs, n_words, n_sh, n_chars = [], [], [], [], [], [], []
+    for name in sorted(sources):
+        for batch in _read_source(sources[name], name):
+            signed = mh.sign_texts(
+                batch.column("text"), params.num_perm, params.shingle, params.seed, threads=params.threads
+            )
+            ids.append(batch.column("doc_id").cast(pa.string()))
+            srcs.append(np.full(batch.num_rows, name, dtype=object))
+            keys += signed.exact_keys
+            sigs.append(signed.signatures)
+            n_words.append(signed.n_words)
+            n_sh.append(signed.n_shingles)
+            n_chars.append(np.asarray(batch.column("n_chars").fill_null(0), dtype=np.int64))
+    doc_ids = pa.concat_arrays(ids) if ids else pa.array([], pa.string())
+    source = np.concatenate(srcs) if srcs else np.zeros(0, dtype=object)
+    sig = np.concatenate(sigs) if sigs else np.zeros((0, params.num_perm), np.uint32)
+    nw = np.concatenate(n_words) if n_words else np.zeros(0, np.int64)
+    nsh = np.concatenate(n_sh) if n_sh else np.zeros(0, np.int64)
+    nch = np.concatenate(n_chars) if n_chars else np.zeros(0, np.int64)
+    prio = np.array([priorities.get(s, 0) for s in source], dtype=np.int64)
+    res = lsh.dedup(doc_ids, keys, sig, nsh, nch, prio, b, r, params.threshold)
+    id_list = doc_ids.to_pylist()
+    table = pa.table(
+        {
+            "doc_id": doc_ids,
+            "source": pa.array(source.tolist(), pa.string()),
+            "exact_key": pa.array(keys, pa.string()),
+            "cluster_id": pa.array([id_list[k] for k in res.kept_index.tolist()], pa.string()),
+            "cluster_size": res.cluster_size,
+            "keep": res.keep,
+            "reason": pa.array(res.reason, pa.string()),
+            "jaccard_to_kept": res.jaccard_to_kept,
+            "n_words": nw,
+        },
+        schema=DEDUP_SCHEMA,
+    )
+    table = table.take(pc.sort_indices(table, [("doc_id", "ascending")]))
+    stats = dict(res.stats, bands=b, rows=r, threshold=params.threshold, num_perm=params.num_perm)
+    stats["per_source"] = _per_source_kills(table)
+    return table, stats
+
+
+def _per_source_kills(table: pa.Table) -> dict:
+    out = {}
+    src = np.asarray(table.column("source").to_pylist(), dtype=object)
+    reason = np.asarray(table.column("reason").to_pylist(), dtype=object)
+    for s in sorted(set(src.tolist())):
+        m = src == s
+        out[s] = {
+            "documents": int(m.sum()),
+            "exact_dup": int(np.sum(reason[m] == "exact_dup")),
+            "near_dup": int(np.sum(reason[m] == "near_dup")),
+        }
+    return out
+
+
+def check_clusters(table: pa.Table) -> list[str]:
+    """Problems with a dedup keys table (empty list = consistent)."""
+    problems = []
+    d = table.to_pydict()
+    n = len(d["doc_id"])
+    if len(set(d["doc_id"])) != n:
+        problems.append("doc_id is not unique")
+    members: dict[str, list[int]] = {}
+    for i, c in enumerate(d["cluster_id"]):
+        members.setdefault(c, []).append(i)
+    index = {x: i for i, x in enumerate(d["doc_id"])}
+    for c, rows in members.items():
+        kept = [i for i in rows if d["keep"][i]]
+        if c not in index or not d["keep"][index[c]]:
+            problems.append(f"cluster {c}: its id is not a kept document")
+        if len(kept) != 1:
+            problems.append(f"cluster {c}: {len(kept)} kept members (expected 1)")
+        if any(d["cluster_size"][i] != len(rows) for i in rows):
+            problems.append(f"cluster {c}: cluster_size differs from its {len(rows)} members")
+        for i in rows:
+            want = None if d["keep"][i] else ("exact_dup" if d["exact_key"][i] == d["exact_key"][index[c]] else "near_dup")
+            if d["reason"][i] != want:
+                problems.append(f"doc {d['doc_id'][i]}: reason {d['reason'][i]!r}, expected {want!r}")
+    by_key: dict[str, set] = {}
+    for k, c in zip(d["exact_key"], d["cluster_id"]):
+        by_key.setdefault(k, set()).add(c)
+    split = [k for k, cs in by_key.items() if len(cs) > 1]
+    if split:
+        problems.append(f"{len(split)} exact key(s) spread over several clusters")
+    return problems[:20]
+
+
+# -- exclusion masks ---------------------------------------------------------------------------
+def exclusion_table(dedup_keys: pa.Table, contaminated: Optional[pa.Table]) -> pa.Table:
+    """One row per excluded document: doc_id, source, reasons (sorted list), kept_doc_id.
+
+    `contaminated` (doc_id, source, ...) or None when contaminated documents are not masked. A
+    contaminated survivor is excluded too; its cluster is then not re-elected (its duplicates
+    carry the same text and stay excluded as duplicates).
+    """
+    d = dedup_keys.select(["doc_id", "source", "reason", "cluster_id"]).to_pydict()
+    rows: dict[str, dict] = {}
+    for doc, src, reason, cluster in zip(d["doc_id"], d["source"], d["reason"], d["cluster_id"]):
+        if reason is not None:
+            rows[doc] = {"doc_id": doc, "source": src, "reasons": {reason}, "kept_doc_id": cluster}
+    if contaminated is not None:
+        known = dict(zip(d["doc_id"], d["source"]))
+        for doc in contaminated.column("doc_id").to_pylist():
+            if doc not in known:
+                raise DedupInputError(f"contaminated_docs: doc_id {doc!r} is not in the dedup keys")
+            row = rows.setdefault(doc, {"doc_id": doc, "source": known[doc], "reasons": set(), "kept_doc_id": None})
+            row["reasons"].add("contaminated")
+    out = [dict(r, reasons=sorted(r["reasons"])) for _, r in sorted(rows.items())]
+    return pa.Table.from_pylist(out, schema=EXCLUSION_SCHEMA)
+
+
+def composition(docs: pa.Table, excluded_ids: set[str], sources: Iterable[str]) -> list[dict]:
+    """Per source before/after: documents, bytes, est. tokens, token share of the mix."""
+    d = docs.select(["doc_id", "source", "n_bytes", "est_tokens"]).to_pydict()
+    agg = {s: dict(source=s, docs_before=0, docs_after=0, bytes_before=0, bytes_after=0,
+                   tokens_before=0, tokens_after=0) for s in sources}
+    for doc, s, nb, nt in zip(d["doc_id"], d["source"], d["n_bytes"], d["est_tokens"]):
+        a = agg.setdefault(s, dict(source=s, docs_before=0, docs_after=0, bytes_before=0, bytes_after=0,
+                                   tokens_before=0, tokens_after=0))
+        a["docs_before"] += 1
+        a["bytes_before"] += nb
+        a["tokens_before"] += nt
+        if doc not in excluded_ids:
+            a["docs_after"] += 1
+            a["bytes_after"] += nb
+            a["tokens_after"] += nt
+    tb = sum(a["tokens_before"] for a in agg.values()) or 1
+    ta = sum(a["tokens_after"] for a in agg.values()) or 1
+    out = []
+    for s in sorted(agg):
+        a = agg[s]
+        a["share_before"] = a["tokens_before"] / tb
+        a["share_after"] = a["tokens_after"] / ta
+        a["lost_token_share"] = 1 - a["tokens_after"] / a["tokens_before"] if a["tokens_before"] else 0.0
+        out.append(a)
+    return out
+
+
+def _rank(doc_id: str) -> str:
+    # A stable pseudo-random order: the sample does not depend on input order or worker count.
+    return hashlib.sha256(doc_id.encode()).hexdigest()
+
+
+def reject_samples(
+    dedup_keys: pa.Table, contaminated_ids: set[str], per_reason: int = 5
+) -> dict[str, list[tuple[str, str, float]]]:
+    """Per dedup reason up to `per_reason` (excluded doc_id, kept doc_id, est. Jaccard) pairs.
+
+    Pairs where either side is contaminated are left out here (they are listed by id only).
+    """
+    d = dedup_keys.select(["doc_id", "reason", "cluster_id", "jaccard_to_kept"]).to_pydict()
+    out: dict[str, list] = {}
+    for reason in ("exact_dup", "near_dup"):
+        cand = [
+            (doc, kept, float(j))
+            for doc, r, kept, j in zip(d["doc_id"], d["reason"], d["cluster_id"], d["jaccard_to_kept"])
+            if r == reason and doc not in contaminated_ids and kept not in contaminated_ids
+        ]
+        # Near-dups: show the least similar first (the ones a reviewer must judge), then random.
+        if reason == "near_dup":
+            cand.sort(key=lambda x: (x[2], _rank(x[0])))
+            half = per_reason // 2 + per_reason % 2
+            picked = cand[:half] + sorted(cand[half:], key=lambda x: _rank(x[0]))[: per_reason - half]
+        else:
+            picked = sorted(cand, key=lambda x: _rank(x[0]))[:per_reason]
+        out[reason] = picked
+    return out
+
+
+def snippets(paths: Mapping[str, str], wanted: set[str], chars: int = 240) -> dict[str, str]:
+    """First `chars` characters (whitespace collapsed) of the wanted documents' texts."""
+    out: dict[str, str] = {}
+    if not wanted:
+        return out
+    want = pa.array(sorted(wanted), pa.string())
+    for name in sorted(paths):
+        for batch in pq.ParquetFile(paths[name]).iter_batches(batch_size=READ_BATCH_ROWS, columns=["doc_id", "text"]):
+            mask = pc.is_in(batch.column("doc_id").cast(pa.string()), value_set=want)
+            if not pc.any(mask).as_py():
+                continue
+            sel = batch.filter(mask)
+            for doc, text in zip(sel.column("doc_id").to_pylist(), sel.column("text").to_pylist()):
+                flat = " ".join((text or "").split())
+                out[doc] = flat[:chars] + ("…" if len(flat) > chars else "")
+    return out

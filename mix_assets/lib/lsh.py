@@ -1,0 +1,320 @@
+"""LSH banding, confirmed candidate pairs, clusters and the keep rule, in numpy.
+
+Pipeline (`dedup`):
+1. Documents are put in a canonical order (sorted by doc_id) first, so nothing below depends on
+   the input order or on how signatures were computed in parallel.
+2. Exact duplicates: documents with the same exact key (sha256 of the normalised text) are joined
+   unconditionally. Only one representative per exact key enters the LSH stage.
+3. Near duplicates: per band, a 64-bit key over the band's `r` signature values; one `argsort` per
+   band groups equal keys. Inside a group every pair of members fewer than `group_cap` apart in
+   canonical order becomes a candidate, plus a star from the group's first member for larger
+   groups (bounds the pairs of a huge group to O(size * group_cap)). Candidate pairs are
+   de-duplicated across bands and CONFIRMED by estimated Jaccard (share of equal signature values)
+   >= threshold; only confirmed pairs become edges, so two documents are never joined by a weak
+   band collision. Chains of confirmed pairs do join (A~B, B~C puts A, B, C in one cluster).
+4. Clusters = connected components of exact + confirmed edges (scipy csgraph).
+5. Keep rule, a pure function of a cluster's members: the longest document (n_chars) survives;
+   ties go to the higher source priority, then to the smallest doc_id. Every other member is
+   excluded with reason `exact_dup` when its exact key equals the survivor's, else `near_dup`.
+
+Index memory is a few arrays of N 8-byte values per band, one band at a time, plus the candidate
+pairs; the signature matrix itself is not copied.
+
+(b, r) come from the false-positive / false-negative integral datasketch's `MinHashLSH` minimises
+(`optimal_params`, equal to `datasketch.lsh._optimal_param`). Because every candidate is confirmed
+afterwards, a false positive costs one 128-value comparison while a false negative loses a
+duplicate; the config therefore weights false negatives more (default 0.05 / 0.95 -> b=16, r=8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from scipy.integrate import quad
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+_K = np.uint64(0x9E3779B97F4A7C15)  # golden-ratio multiplier for band keys
+CONFIRM_CHUNK = 8192  # candidate pairs compared per step (bounds the gather to ~8 MiB)
+
+
+# -- parameters ------------------------------------------------------------------------------
+def _fp(threshold: float, b: int, r: int) -> float:
+    return quad(lambda s: 1 - (1 - s ** float(r)) ** float(b), 0.0, threshold)[0]
+
+
+def _fn(threshold: float, b: int, r: int) -> float:
+    return quad(lambda s: 1 - (1 - (1 - s ** float(r)) ** float(b)), threshold, 1.0)[0]
+
+
+def optimal_params(
+    threshold: float, num_perm: int, fp_weight: float = 0.5, fn_weight: float = 0.5
+) -> tuple[int, int]:
+    """(bands, rows) minimising fp_weight * P(false positive) + fn_weight * P(false negative)."""
+    best, opt = float("inf"), (0, 0)
+    for b in range(1, num_perm + 1):
+        for r in range(1, num_perm // b + 1):
+            err = _fp(threshold, b, r) * fp_weight + _fn(threshold, b, r) * fn_weight
+            if err < best:
+                best, opt = err, (b, r)
+    return opt
+
+
+def s_curve(b: int, r: int, jaccard: float | np.ndarray) -> float | np.ndarray:
+    """Probability that a pair with this Jaccard shares at least one band: 1 - (1 - J^r)^b."""
+    return 1.0 - (1.0 - np.asarray(jaccard, dtype=np.float64) ** r) ** b
+
+
+# -- banding and candidates ------------------------------------------------------------------
+def band_keys(sig: np.ndarray, b: int, r: int, chunk: int = 8192) -> np.ndarray:
+    """(b, n) uint64: key of band k of every row (band k = columns k*r .. k*r+r-1).
+
+    One pass over the signature matrix in row chunks (band-by-band column slices would stream the
+    whole matrix once per band). Equal bands give equal keys; unequal bands collide with
+    probability ~2^-64, and a collision only adds a candidate pair that confirmation rejects.
+    """
+    n = len(sig)
+    out = np.empty((b, n), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for s in range(0, n, chunk):
+            part = sig[s : s + chunk, : b * r]
+            if r % 2 == 0:  # two signature values per 64-bit word
+                words = np.ascontiguousarray(part, dtype=np.uint32).view(np.uint64).reshape(len(part), b, r // 2)
+            else:
+                words = part.astype(np.uint64).reshape(len(part), b, r)
+            key = words[:, :, 0].copy()
+            for j in range(1, words.shape[2]):
+                key *= _K
+                key ^= key >> np.uint64(31)
+                key += words[:, :, j]
+            out[:, s : s + chunk] = key.T
+    return out
+
+
+def _group_pairs(keys: np.ndarray, group_cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate (lo, hi) index pairs among equal keys; see the module docstring."""
+    order = np.argsort(keys)
+    sk = keys[order]
+    dup = np.zeros(len(sk), dtype=bool)  # position shares its key with a neighbour
+    if len(sk) > 1:
+        eq = sk[1:] == sk[:-1]
+        dup[1:] |= eq
+        dup[:-1] |= eq
+    pos = np.flatnonzero(dup)
+    if pos.size == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    # Only members of multi-member groups from here on; put each group in index order, so the
+    # pairs depend on the (canonical) indices only, not on the sort's tie order.
+    g = np.cumsum(np.r_[True, sk[pos[1:]] != sk[pos[:-1]]]) - 1
+    members = order[pos]
+    o = np.lexsort((members, g))
+    members, g = members[o], g[o]
+    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    size = np.diff(np.r_[first, len(g)])
+    rank = np.arange(len(g)) - np.repeat(first, size)
+    los, his = [], []
+    for d in range(1, min(group_cap, int(size.max()))):
+        same = g[:-d] == g[d:]
+        los.append(members[:-d][same])
+        his.append(members[d:][same])
+    far = rank >= group_cap
+    if far.any():
+        head = np.repeat(members[first], size)
+        los.append(head[far])
+        his.append(members[far])
+    lo, hi = np.concatenate(los), np.concatenate(his)
+    return np.minimum(lo, hi), np.maximum(lo, hi)
+
+
+def candidate_pairs(
+    sig: np.ndarray, rows: np.ndarray | None, b: int, r: int, group_cap: int = 32
+) -> tuple[np.ndarray, np.ndarray]:
+    """Unique candidate pairs (positions into `rows`, lo < hi) over all bands."""
+    n = len(sig) if rows is None else len(rows)
+    if n < 2:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    keys = band_keys(sig, b, r)
+    codes = []
+    for band in range(b):
+        lo, hi = _group_pairs(keys[band] if rows is None else keys[band][rows], group_cap)
+        codes.append(lo * n + hi)
+    del keys
+    c = np.unique(np.concatenate(codes))
+    return c // n, c % n
+
+
+def estimated_jaccard(sig: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Estimated Jaccard of each (lo, hi) row pair of `sig`, computed in bounded chunks."""
+    out = np.empty(len(lo), dtype=np.float32)
+    for s in range(0, len(lo), CONFIRM_CHUNK):
+        e = s + CONFIRM_CHUNK
+        out[s:e] = np.count_nonzero(sig[lo[s:e]] == sig[hi[s:e]], axis=1) / sig.shape[1]
+    return out
+
+
+# -- keep rule -------------------------------------------------------------------------------
+def keep_rank(doc_ids: Sequence[str] | pa.Array, n_chars: np.ndarray, priority: np.ndarray) -> np.ndarray:
+    """Rank of every document under the keep rule (0 = best): longest, higher priority, smaller doc_id."""
+    return _keep_rank(_argsort_ids(doc_ids), n_chars, priority)
+
+
+def _keep_rank(id_order: np.ndarray, n_chars: np.ndarray, priority: np.ndarray) -> np.ndarray:
+    id_rank = np.empty(len(id_order), dtype=np.int64)
+    id_rank[id_order] = np.arange(len(id_order))
+    order = np.lexsort((id_rank, -np.asarray(priority, np.int64), -np.asarray(n_chars, np.int64)))
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return rank
+
+
+def _argsort_ids(doc_ids: Sequence[str] | pa.Array) -> np.ndarray:
+    arr = doc_ids if isinstance(doc_ids, (pa.Array, pa.ChunkedArray)) else pa.array(list(doc_ids), pa.string())
+    return np.asarray(pc.sort_indices(arr), dtype=np.int64)
+
+
+def key_groups(exact_keys: Sequence[str] | pa.Array) -> np.ndarray:
+    """An int64 label per key, equal labels for equal keys.
+
+    sha256 hex keys (the normal case) are grouped on two 64-bit mixes of their first 32 hex digits
+    (128 bits of a uniform digest; a false merge needs ~2^64 documents), computed on the raw Arrow
+    buffer without a Python loop; anything else falls back to Arrow's dictionary encoding.
+    """
+    arr = exact_keys if isinstance(exact_keys, pa.Array) else pa.array(list(exact_keys), pa.string())
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    arr = arr.cast(pa.string())
+    if arr.null_count == 0 and pc.all(pc.match_substring_regex(arr, r"^[0-9a-f]{64}$")).as_py():
+        offs = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset : arr.offset + n + 1]
+        raw = np.frombuffer(arr.buffers()[2], np.uint8)[offs[0] : offs[-1]].reshape(n, 64)
+        w = np.ascontiguousarray(raw[:, :32]).view(np.uint64)  # (n, 4): 8 hex digits per word
+        with np.errstate(over="ignore"):
+            h1 = ((w[:, 0] * _K) ^ w[:, 1]) * np.uint64(0xBF58476D1CE4E5B9)
+            h2 = ((w[:, 2] * _K) ^ w[:, 3]) * np.uint64(0x94D049BB133111EB)
+        order = np.lexsort((h2, h1))
+        h1, h2 = h1[order], h2[order]
+        new = np.r_[True, (h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1])]
+        label = np.empty(n, dtype=np.int64)
+        label[order] = np.cumsum(new) - 1
+        return label
+    return np.asarray(arr.dictionary_encode().indices, dtype=np.int64)
+
+
+# -- the whole stage -------------------------------------------------------------------------
+KEEP, EXACT_DUP, NEAR_DUP = 0, 1, 2
+REASONS = (None, "exact_dup", "near_dup")  # indexed by the codes above
+
+
+@dataclass
+class DedupResult:
+    """Per document (input order) plus stage statistics."""
+
+    kept_index: np.ndarray  # int64: index (input order) of the survivor of this document's cluster
+    cluster_size: np.ndarray  # int64
+    code: np.ndarray  # int8: KEEP, EXACT_DUP or NEAR_DUP
+    jaccard_to_kept: np.ndarray  # float32: estimated Jaccard to the survivor (1.0 for the survivor)
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def keep(self) -> np.ndarray:
+        return self.code == KEEP
+
+    @property
+    def reason(self) -> list:
+        return [REASONS[c] for c in self.code.tolist()]
+
+
+def dedup(
+    doc_ids: Sequence[str] | pa.Array,
+    exact_keys: Sequence[str] | pa.Array,
+    signatures: np.ndarray,
+    n_shingles: np.ndarray,
+    n_chars: np.ndarray,
+    priority: np.ndarray,
+    b: int,
+    r: int,
+    threshold: float,
+    group_cap: int = 32,
+) -> DedupResult:
+    """Exact + near-duplicate clusters and survivors; the result ignores the input order."""
+    n = len(exact_keys)
+    if signatures.shape[0] != n or len(n_shingles) != n or len(n_chars) != n or len(priority) != n:
+        raise ValueError("dedup: exact_keys, signatures, n_shingles, n_chars, priority differ in length")
+    if b * r > signatures.shape[1]:
+        raise ValueError(f"dedup: b*r = {b * r} exceeds the {signatures.shape[1]} signature values")
+    ids = doc_ids if isinstance(doc_ids, pa.Array) else pa.array(list(doc_ids), pa.string())
+    if len(ids) != n:
+        raise ValueError(f"dedup: {len(ids)} doc_ids for {n} documents")
+    canon = _argsort_ids(ids)  # canonical position -> input index
+    sorted_ids = ids.take(pa.array(canon))
+    same = pc.equal(sorted_ids.slice(1), sorted_ids.slice(0, max(n - 1, 0)))
+    if n > 1 and pc.any(same).as_py():
+        dup = sorted(set(sorted_ids.filter(pa.concat_arrays([same, pa.array([False])])).to_pylist()))[:5]
+        raise ValueError(f"dedup: doc_id must be unique; repeated: {dup}")
+    at = np.arange(n)
+    # Exact groups, in canonical order: the representative is the group's first member.
+    group = key_groups(exact_keys)[canon]
+    _, rep_pos = np.unique(group, return_index=True)
+    rep_of = rep_pos[group]  # canonical position of each document's exact representative
+    is_rep = rep_of == at
+    ex_lo, ex_hi = rep_of[~is_rep], at[~is_rep]
+
+    # Near duplicates among representatives with at least one shingle.
+    sh_c = np.asarray(n_shingles)[canon]
+    active = np.flatnonzero(is_rep & (sh_c > 0))
+    rows = canon[active]  # input indices, canonical order
+    lo, hi = candidate_pairs(signatures, rows, b, r, group_cap)
+    est = estimated_jaccard(signatures, rows[lo], rows[hi])
+    ok = est >= threshold
+    nd_lo, nd_hi = active[lo[ok]], active[hi[ok]]
+
+    u = np.concatenate([ex_lo, nd_lo])
+    v = np.concatenate([ex_hi, nd_hi])
+    graph = coo_matrix((np.ones(len(u), dtype=np.int8), (u, v)), shape=(n, n)).tocsr()
+    _, label = connected_components(graph, directed=False)
+
+    rank_c = _keep_rank(canon, n_chars, priority)[canon]
+    # Survivor per component: the member with the smallest keep rank.
+    sizes = np.bincount(label) if n else np.zeros(0, np.int64)
+    best = np.full(len(sizes), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(best, label, rank_c)
+    pos_of_rank = np.empty(n, dtype=np.int64)
+    pos_of_rank[rank_c] = at
+    kept_c = pos_of_rank[best[label]]  # canonical position of each document's survivor
+
+    kept_index = np.empty(n, dtype=np.int64)
+    kept_index[canon] = canon[kept_c]
+    cluster_size = np.empty(n, dtype=np.int64)
+    cluster_size[canon] = sizes[label]
+    code_c = np.where(kept_c == at, KEEP, np.where(group == group[kept_c], EXACT_DUP, NEAR_DUP))
+    code = np.empty(n, dtype=np.int8)
+    code[canon] = code_c
+    jac = np.ones(n, dtype=np.float32)
+    drop = np.flatnonzero(code != KEEP)
+    jac[drop] = estimated_jaccard(signatures, drop, kept_index[drop])
+
+    counts = np.bincount(code, minlength=3)
+    stats = {
+        "documents": n,
+        "exact_groups": int(len(rep_pos)),
+        "lsh_documents": int(len(active)),
+        "no_shingle_documents": int(np.count_nonzero(sh_c == 0)),
+        "candidate_pairs": int(len(lo)),
+        "confirmed_pairs": int(ok.sum()),
+        "rejected_pairs": int(len(lo) - ok.sum()),
+        "clusters": int(len(sizes)),
+        "multi_member_clusters": int(np.count_nonzero(sizes > 1)),
+        "largest_cluster": int(sizes.max()) if n else 0,
+        "kept": int(counts[KEEP]),
+        "excluded_exact_dup": int(counts[EXACT_DUP]),
+        "excluded_near_dup": int(counts[NEAR_DUP]),
+        "confirmed_jaccard_min": float(est[ok].min()) if ok.any() else None,
+        "rejected_jaccard_max": float(est[~ok].max()) if (~ok).any() else None,
+    }
+    return DedupResult(kept_index, cluster_size, code, jac, stats)

@@ -1,0 +1,184 @@
+"""MinHash signatures over word shingles, computed in numpy a chunk of shingles at a time.
+
+The permutation scheme is datasketch 2.x `affine32`, bit for bit: each 32-bit shingle hash is
+pre-mixed with the MurmurHash3 finaliser, then permutation k maps it to `a_k * h + b_k mod 2**32`
+(odd `a_k`, so a bijection), and the signature is the per-permutation minimum. `a`, `b` come from
+`numpy.random.RandomState(seed)` exactly as datasketch draws them, so a signature here equals
+`datasketch.MinHash(num_perm, seed, hashfunc=<our 32-bit shingle hash>).hashvalues`
+(mix_assets_tests/lib/test_minhash.py proves it).
+
+Shingles: normalised words (lib/textkeys.py), 5-word n-gram hashes from `textkeys.ngram_hashes`;
+the 32-bit shingle hash is the low half of that 64-bit hash. A document with at least one but
+fewer than `shingle` words has exactly one shingle (all its words, `short="whole"`), so short
+documents only ever match documents with the same few words. A document with no words has no
+shingle and an all-`EMPTY` signature; the LSH stage never bands such documents (they would all
+collide), so they can only be exact duplicates.
+
+Memory is bounded by the chunk, not the document: the (num_perm x chunk) uint32 work matrix is
+fixed (4 MiB at 128 x 8192), a long document is reduced over several chunks, and documents are
+fed in batches of bounded text size. Batches run on a thread pool: Arrow's string kernels and
+numpy's ufunc loops release the GIL, so two threads use both cores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mix_assets.lib import textkeys
+
+EMPTY = np.uint32(0xFFFFFFFF)  # signature value of a document without shingles (datasketch's too)
+DEFAULT_SEED = 1  # datasketch's default seed
+CHUNK = 8192  # shingles per work matrix: 128 x 8192 x 4 B = 4 MiB, about an L2/L3 slice
+BATCH_BYTES = 1 << 20  # text per batch handed to a worker thread
+
+
+def permutations(num_perm: int, seed: int = DEFAULT_SEED) -> tuple[np.ndarray, np.ndarray]:
+    """(a, b) uint32 arrays of the affine32 permutations, drawn as datasketch draws them."""
+    gen = np.random.RandomState(seed)
+    a = gen.randint(0, 1 << 31, num_perm, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
+    b = gen.randint(0, 1 << 32, num_perm, dtype=np.uint32)
+    return a, b
+
+
+def fmix32(h: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 32-bit finaliser (datasketch's pre-mix), element-wise on uint32."""
+    h = h.astype(np.uint32, copy=True)
+    with np.errstate(over="ignore"):
+        h ^= h >> np.uint32(16)
+        h *= np.uint32(0x85EBCA6B)
+        h ^= h >> np.uint32(13)
+        h *= np.uint32(0xC2B2AE35)
+        h ^= h >> np.uint32(16)
+    return h
+
+
+def shingle_hash32(h64: np.ndarray) -> np.ndarray:
+    """The 32-bit shingle hash fed to the permutations: the low half of textkeys' 64-bit n-gram hash."""
+    return (h64 & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+
+
+def signatures_from_hashes(
+    h32: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray, chunk: int = CHUNK
+) -> np.ndarray:
+    """Signatures (n_docs x num_perm, uint32) of documents given as flat 32-bit shingle hashes.
+
+    `offsets` (n_docs + 1) delimits each document's shingles. The flat array is cut into fixed
+    chunks regardless of document boundaries; per chunk one (num_perm x chunk) affine map and one
+    `minimum.reduceat` over the document segments, folded into the documents' running minima.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n_docs = len(offsets) - 1
+    num_perm = len(a)
+    out = np.full((n_docs, num_perm), EMPTY, dtype=np.uint32)
+    total = int(offsets[-1]) if n_docs else 0
+    if total == 0:
+        return out
+    x = fmix32(h32[:total])
+    a_col, b_col = a.astype(np.uint32)[:, None], b.astype(np.uint32)[:, None]
+    work = np.empty((num_perm, min(chunk, total)), dtype=np.uint32)
+    inner = offsets[1:-1]
+    for s in range(0, total, chunk):
+        e = min(s + chunk, total)
+        m = work[:, : e - s]
+        np.multiply(a_col, x[None, s:e], out=m)
+        np.add(m, b_col, out=m)
+        # Segment starts inside this chunk: the chunk start plus every document start within it.
+        starts = np.unique(np.concatenate(([s], inner[(inner > s) & (inner < e)])))
+        docs = np.searchsorted(offsets, starts, side="right") - 1
+        red = np.minimum.reduceat(m, starts - s, axis=1)  # (num_perm, n_segments)
+        out[docs] = np.minimum(out[docs], red.T)
+    return out
+
+
+@dataclass
+class Batch:
+    """Per-document dedup inputs of one batch of texts."""
+
+    signatures: np.ndarray  # (n, num_perm) uint32
+    n_words: np.ndarray  # int64, normalised words
+    n_shingles: np.ndarray  # int64, shingles (0 for a document without words)
+    exact_keys: list[str]  # sha256 hex of the normalised text
+
+
+def sign_batch(
+    texts: Sequence[str] | pa.Array, num_perm: int = 128, shingle: int = 5, seed: int = DEFAULT_SEED
+) -> Batch:
+    """Normalise, hash shingles, sign and exact-key one batch of documents."""
+    a, b = permutations(num_perm, seed)
+    return _sign(texts, a, b, shingle)
+
+
+def _sign(texts, a: np.ndarray, b: np.ndarray, shingle: int) -> Batch:
+    wl = textkeys.words(texts)
+    wh, woff = textkeys.word_hashes(wl)
+    sh, soff = textkeys.ngram_hashes(wh, woff, shingle, short="whole")
+    sig = signatures_from_hashes(shingle_hash32(sh), soff, a, b)
+    norm = textkeys.join_words(wl)
+    keys = [hashlib.sha256(s.encode("utf-8")).hexdigest() for s in norm.to_pylist()]
+    return Batch(sig, np.diff(woff), np.diff(soff), keys)
+
+
+def _batches(texts: pa.Array, batch_bytes: int) -> Iterator[tuple[int, int]]:
+    """(start, stop) row ranges of about `batch_bytes` of text each (at least one row)."""
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks()
+    lengths = np.nan_to_num(
+        np.asarray(pc.binary_length(texts).to_numpy(zero_copy_only=False), dtype=np.float64)
+    )
+    ends = np.cumsum(lengths)
+    start = 0
+    n = len(texts)
+    while start < n:
+        base = ends[start - 1] if start else 0.0
+        stop = int(np.searchsorted(ends, base + batch_bytes, side="right"))
+        stop = max(stop, start + 1)
+        yield start, min(stop, n)
+        start = stop
+
+
+def sign_texts(
+    texts: Sequence[str] | pa.Array | pa.ChunkedArray,
+    num_perm: int = 128,
+    shingle: int = 5,
+    seed: int = DEFAULT_SEED,
+    threads: int = 2,
+    batch_bytes: int = BATCH_BYTES,
+) -> Batch:
+    """`sign_batch` over any number of documents, in bounded batches on `threads` threads.
+
+    The result does not depend on `threads` or `batch_bytes`: every document is signed alone.
+    """
+    arr = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
+    if not isinstance(arr, pa.Array):
+        arr = pa.array(list(arr), type=pa.large_string())
+    a, b = permutations(num_perm, seed)
+    ranges = list(_batches(arr, batch_bytes))
+    if not ranges:
+        return Batch(np.zeros((0, num_perm), np.uint32), np.zeros(0, np.int64), np.zeros(0, np.int64), [])
+
+    def run(rng: tuple[int, int]) -> Batch:
+        return _sign(arr.slice(rng[0], rng[1] - rng[0]), a, b, shingle)
+
+    if threads > 1 and len(ranges) > 1:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            parts = list(pool.map(run, ranges))
+    else:
+        parts = [run(r) for r in ranges]
+    return Batch(
+        np.concatenate([p.signatures for p in parts]),
+        np.concatenate([p.n_words for p in parts]),
+        np.concatenate([p.n_shingles for p in parts]),
+        [k for p in parts for k in p.exact_keys],
+    )
+
+
+def jaccard_estimate(sig_a: np.ndarray, sig_b: np.ndarray) -> np.ndarray:
+    """Estimated Jaccard = share of equal signature values (row-wise for 2-D inputs)."""
+    return np.mean(sig_a == sig_b, axis=-1)

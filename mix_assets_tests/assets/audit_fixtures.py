@@ -1,0 +1,150 @@
+"""A tiny mix with planted eval copies, and stand-ins for the assets around the audit.
+
+The stand-ins (raw/<source>, exclusion_masks, validation_split) honour the layout contract
+(lib/layout.py), so the audit runs in a real Dagster graph on a corpus whose plants are known
+exactly; `exclusion_masks` stands in for the dedup stage's asset (masks = contaminated docs when
+`audit.mask_contaminated`), as that stage declares it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from mix_assets.assets.audit import CONTAMINATION_REPORT_KEY, EXCLUSION_MASKS_KEY, RESOURCE_KEY
+from mix_assets.config import MixSpec, load_spec
+from mix_assets.lib import layout
+from mix_assets.lib.storage import Storage
+from mix_assets.resources import MixResource
+
+CANARY = "zqxvcanary"
+EVAL_ROWS = [
+    {"question": "Which instrument did the lighthouse keeper use to measure the pressure of the storm "
+                 "approaching from the north?", "choices": ["a barometer", "a sextant"]},
+    {"question": "Why did the baker leave the sourdough starter on the windowsill overnight before the "
+                 "village fair began?", "choices": ["to keep it warm", "to let it ferment slowly"]},
+    {"question": f"In the {CANARY} story, what did the quartermaster count beneath the swinging lantern "
+                 "in the hold?", "choices": ["seventeen barrels of herring"]},
+    {"question": "What colour were the shutters on the old mill house that stood beside the frozen "
+                 "canal every winter?", "choices": ["green", "blue"]},
+]
+VOCAB = ("river stone window garden morning letter village harvest market bread candle road winter "
+         "summer field horse wagon bell chapel meadow orchard cottage ladder basket lamp kettle").split()
+
+
+def filler(rng: random.Random, n: int = 60) -> str:
+    return " ".join(rng.choice(VOCAB) for _ in range(n)) + "."
+
+
+def recase(s: str) -> str:
+    """Re-cased and re-punctuated copy: same words after normalisation."""
+    out = []
+    for i, w in enumerate(s.split()):
+        w = w.upper() if i % 3 == 0 else w.capitalize() if i % 3 == 1 else w
+        out.append(w + ("," if i % 5 == 4 else ""))
+    return "  " + " ".join(out).replace("?", "!!") + " ..."
+
+
+@dataclass
+class Corpus:
+    docs: dict[str, list[tuple[str, str]]]  # source -> [(doc_id, text)]
+    planted: dict[str, set[str]]  # source -> doc ids holding an eval copy
+
+
+def make_corpus(n_web: int = 40, n_books: int = 60, seed: int = 0) -> Corpus:
+    rng = random.Random(seed)
+    web = [(f"web-{i:04d}", filler(rng)) for i in range(n_web)]
+    books = [(f"books-{i:04d}", filler(rng)) for i in range(n_books)]
+    item = lambda r, c: f"{EVAL_ROWS[r]['question']} {EVAL_ROWS[r]['choices'][c]}"  # noqa: E731
+    web[3] = (web[3][0], filler(rng) + " " + item(0, 0) + " " + filler(rng))
+    web[7] = (web[7][0], filler(rng) + recase(item(1, 1)))
+    web[11] = (web[11][0], recase(EVAL_ROWS[3]["question"]) + " " + filler(rng))  # stem only
+    books[5] = (books[5][0], filler(rng) + " " + item(2, 0) + " " + filler(rng))
+    return Corpus(docs={"web": web, "books": books},
+                  planted={"web": {"web-0003", "web-0007", "web-0011"}, "books": {"books-0005"}})
+
+
+def write_eval_task(folder: Path, rows=EVAL_ROWS) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "test.jsonl").write_text(json.dumps({"question": f"TEST ONLY {CANARY} never read"}) + "\n")
+    return folder
+
+
+def make_spec(tmp_path: Path, mask: bool = True, tasks: list[dict] | None = None, **audit) -> MixSpec:
+    evals = write_eval_task(tmp_path / "evals" / "demo_qa")
+    data = {
+        "name": "audit_test",
+        "target_tokens": 100_000,
+        "sources": [
+            {"name": name, "loader": {"kind": "jsonl", "paths": [f"{name}.jsonl"]}, "text_field": "text",
+             "license": "test", "rationale": "planted copies of eval items for the audit tests", "share": 0.5}
+            for name in ("web", "books")
+        ],
+        "audit": {
+            "tasks": tasks if tasks is not None else [
+                {"name": "demo_qa", "dataset": {"kind": "local", "path": str(evals)}, "scored_split": "validation",
+                 "audit_splits": ["validation"], "fields": ["question", "choices"], "min_rows": 4,
+                 "note": "fixture"},
+            ],
+            "mask_contaminated": mask,
+            **audit,
+        },
+        "storage": {"root": str(tmp_path / "storage")},
+    }
+    path = tmp_path / "mix.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return load_spec(path)
+
+
+def Res(spec: MixSpec) -> MixResource:  # noqa: N802 - reads like the resource it builds
+    return MixResource(config_path=spec.config_path)
+
+
+def write_docs(storage: Storage, source: str, docs: list[tuple[str, str]]) -> None:
+    t = pa.table({"doc_id": [d for d, _ in docs], "source": [source] * len(docs), "text": [t for _, t in docs]})
+    with storage.writing(layout.RAW_DOCS.format(source=source)) as tmp:
+        pq.write_table(t, tmp)
+
+
+def standins(spec: MixSpec, corpus: Corpus) -> list:
+    return [*standin_raw(spec, corpus), *standin_masks(spec)]
+
+
+def standin_raw(spec: MixSpec, corpus: Corpus) -> list:
+    def raw_asset(name: str):
+        @dg.asset(key=["raw", name], required_resource_keys={RESOURCE_KEY})
+        def raw(context):
+            write_docs(getattr(context.resources, RESOURCE_KEY).storage, name, corpus.docs[name])
+
+        return raw
+
+    return [raw_asset(s.name) for s in spec.sources]
+
+
+def standin_masks(spec: MixSpec) -> list:
+    """exclusion_masks (contaminated docs, when masking is on) and a downstream validation_split."""
+
+    @dg.asset(key=EXCLUSION_MASKS_KEY, deps=[CONTAMINATION_REPORT_KEY], required_resource_keys={RESOURCE_KEY})
+    def exclusion_masks(context):
+        storage = getattr(context.resources, RESOURCE_KEY).storage
+        bad = pq.read_table(storage.local_path(layout.CONTAMINATED_DOCS))
+        if not spec.audit.mask_contaminated:
+            bad = bad.slice(0, 0)
+        t = pa.table({"doc_id": bad.column("doc_id"), "source": bad.column("source"),
+                      "reasons": pa.array([["contaminated"]] * bad.num_rows, pa.list_(pa.string()))})
+        with storage.writing(layout.EXCLUSION_MASKS) as tmp:
+            pq.write_table(t, tmp)
+
+    @dg.asset(key="validation_split", deps=[EXCLUSION_MASKS_KEY])
+    def validation_split():
+        return None
+
+    return [exclusion_masks, validation_split]

@@ -1,0 +1,99 @@
+"""fingerprint_reproduced: a rebuild is compared with the revision last published from the same root."""
+
+import json
+
+import dagster as dg
+import pytest
+
+from mix_assets.assets.reproducibility import FINGERPRINT_REPRODUCED, build_reproducibility_checks
+from mix_assets.lib import layout
+from mix_assets.lib import publish as pub
+from mix_assets.resources import MixResource
+from mix_assets_tests.conftest import minimal_config, source, write_config
+from mix_assets_tests.synthetic_mix import build_synthetic_mix
+
+
+@pytest.fixture()
+def mix(tmp_path):
+    cfg = write_config(tmp_path, minimal_config(
+        sources=[source("web", {"kind": "jsonl", "paths": ["web.jsonl"]})],
+        publish={"url": str(tmp_path / "published")}))
+    return MixResource(config_path=str(cfg))
+
+
+@dg.asset(name="manifest")
+def _manifest() -> None:
+    """Stand-in: the test writes mix/ itself before each run."""
+
+
+def _evaluate(mix: MixResource) -> dg.AssetCheckEvaluation:
+    checks = build_reproducibility_checks({dg.AssetKey("manifest")})
+    res = dg.materialize([_manifest, *checks], resources={"mix": mix}, raise_on_error=False,
+                         instance=dg.DagsterInstance.ephemeral())
+    (ev,) = [e for e in res.get_asset_check_evaluations() if e.check_name == FINGERPRINT_REPRODUCED]
+    return ev
+
+
+def _build(mix: MixResource, **kw) -> dict:
+    root = mix.storage.root
+    import shutil
+
+    shutil.rmtree(f"{root}/{layout.MIX_DIR}", ignore_errors=True)
+    return build_synthetic_mix(f"{root}/{layout.MIX_DIR}", **kw)
+
+
+def _publish(mix: MixResource) -> None:
+    target = pub.LocalTarget(mix.spec.resolve(mix.spec.publish.url))
+    result = pub.publish(f"{mix.storage.root}/{layout.MIX_DIR}", target)
+    mix.storage.write_text(layout.PUBLISHED, json.dumps(result.to_json()))
+
+
+def _meta(ev, key):
+    return ev.metadata[key].value
+
+
+def test_no_publication_yet_then_reproduced(mix):
+    _build(mix, seed=0)
+    ev = _evaluate(mix)
+    assert ev.passed and ev.description == "nothing published yet from this storage root"
+    _publish(mix)
+    manifest = _build(mix, seed=0)  # the same inputs rebuild the same bytes
+    ev = _evaluate(mix)
+    assert ev.passed and _meta(ev, "n_drifts") == 0
+    assert _meta(ev, "published_fingerprint") == manifest["fingerprint"]
+    assert ev.description.startswith("rebuild reproduced the published fingerprint")
+
+
+def test_drift_fails_and_names_the_file_and_the_count(mix):
+    _build(mix, seed=0, train_shards=(5, 4, 3))
+    _publish(mix)
+    _build(mix, seed=0, train_shards=(5, 4, 4))  # same config, one more sample in the last shard
+    ev = _evaluate(mix)
+    assert not ev.passed and ev.severity == dg.AssetCheckSeverity.ERROR
+    assert _meta(ev, "comparable") is True
+    drift = _meta(ev, "drift_md")
+    assert "train/train-00002.bin" in drift and "splits.train.samples" in drift and "totals.train_samples" in drift
+    rows = {(r.data["kind"], r.data["what"]) for r in _meta(ev, "drift").records}
+    assert ("file_changed", "train/train-00002.bin") in rows
+    assert ("count_changed", "splits.train.samples") in rows
+    # unchanged shards are not reported
+    assert not any("train-00000" in w for _, w in rows)
+
+
+def test_changed_config_is_not_drift(mix, tmp_path):
+    _build(mix, seed=0)
+    _publish(mix)
+    manifest = _build(mix, seed=1)
+    manifest["config_sha256"] = "1" * 64
+    (tmp_path / "storage" / layout.MANIFEST).write_text(json.dumps(manifest))
+    ev = _evaluate(mix)
+    assert ev.passed and _meta(ev, "comparable") is False
+    assert "config changed since publication" in ev.description
+
+
+def test_missing_published_manifest_fails(mix, tmp_path):
+    _build(mix, seed=0)
+    mix.storage.write_text(layout.PUBLISHED, json.dumps({"revision": "rev-gone", "location": "nowhere"}))
+    (tmp_path / "published").mkdir()
+    ev = _evaluate(mix)
+    assert not ev.passed and "rev-gone" in ev.description and "missing" in ev.description

@@ -1,0 +1,50 @@
+import base64
+import random
+import re
+
+import pytest
+
+from mix_assets.lib import charts
+
+
+def _png(md: str) -> bytes:
+    m = re.search(r"data:image/png;base64,([A-Za-z0-9+/=]+)\)", md)
+    assert m, md[:80]
+    return base64.b64decode(m.group(1))
+
+
+def test_charts_are_small_deterministic_pngs():
+    rng = random.Random(0)
+    lengths = [rng.lognormvariate(7, 1.2) for _ in range(20_000)]
+    mds = [
+        charts.histogram_md(lengths, "document length", "chars", log_x=True, markers={"p50": 1100, "p99": 2e4}),
+        charts.s_curve_md(16, 8, threshold=0.8, observed=[rng.random() for _ in range(500)], caption="b=16 r=8"),
+        charts.composition_md({"web": 9e6, "code": 2e6, "math": 1e6}, {"web": 7e6, "code": 1.9e6}),
+        charts.bars_md({"web": 0.12, "code": 0.03}, "kill rate", "share removed"),
+    ]
+    for md in mds:
+        png = _png(md)
+        assert png.startswith(b"\x89PNG\r\n\x1a\n") and 1000 < len(png) <= charts.MAX_PNG_BYTES
+        assert b"matplotlib" not in png  # no version text: same data, same bytes
+    assert mds[1].endswith("\n\nb=16 r=8")
+    again = charts.histogram_md(lengths, "document length", "chars", log_x=True, markers={"p50": 1100, "p99": 2e4})
+    assert _png(again) == _png(mds[0])
+
+
+def test_lsh_probability_and_bad_input():
+    assert charts.lsh_candidate_probability(0.8, 14, 8) == pytest.approx(0.924, abs=1e-3)
+    assert charts.lsh_candidate_probability(0.0, 14, 8) == 0.0
+    with pytest.raises(charts.ChartError, match="no finite values"):
+        charts.histogram_md([float("nan")], "empty", "x")
+    with pytest.raises(charts.ChartError, match="bands and rows must be >= 1"):
+        charts.s_curve_md(0, 8)
+
+
+def test_markdown_table():
+    md = charts.markdown_table([{"source": "web|x", "tokens": 1234567, "share": 0.5, "kept": True},
+                                {"source": "code", "tokens": 10, "share": None}], max_rows=1)
+    lines = md.splitlines()
+    assert lines[0] == "| source | tokens | share | kept |"
+    assert lines[1] == "|---|---:|---:|---|"
+    assert lines[2] == "| web\\|x | 1,234,567 | 0.5 | yes |"
+    assert lines[-1] == "1 more rows not shown"

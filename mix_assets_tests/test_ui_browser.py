@@ -1,0 +1,114 @@
+"""The web UI, in a real browser: dagster-webserver on loopback + headless Debian chromium (Playwright).
+
+1. Demo config: the asset graph shows every asset of the Definitions; "Materialize all" from the UI
+   runs to Success; the Checks tabs of `manifest` and `contamination_report` read "Passed" for every
+   check (while those assets are not on the graph yet, the checks of every source asset instead).
+2. Failing gate (`audit.mask_contaminated: false`): the run fails, `zero_eval_overlap` reads "Failed"
+   and every asset downstream of `exclusion_masks` is listed as not executed.
+Screenshots land in test-output/ui/; `MIX_UPDATE_DOCS_SCREENSHOTS=1` also refreshes the README's
+copy, docs/img/ui-asset-graph.png (palette PNG, < 100 KB).
+
+Needs /usr/bin/chromium (scripts/install_system_deps.sh) and pip playwright.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from mix_assets_tests import ui_harness as ui
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(900)]
+
+DEMO = ui.REPO / "configs" / "demo.yaml"
+README_SHOT = ui.REPO / "docs" / "img" / "ui-asset-graph.png"
+GATE_ASSET, GATE_CHECK = "exclusion_masks", "zero_eval_overlap"
+RUN_TIMEOUT_S = 600
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _browser_available():
+    if not os.path.exists(ui.CHROMIUM):
+        pytest.fail(f"{ui.CHROMIUM} missing: run scripts/install_system_deps.sh (Debian package chromium)")
+    pytest.importorskip("playwright.sync_api", reason="pip playwright is part of the test extra")
+
+
+def _env(tmp_path, overrides: dict) -> dict[str, str]:
+    cfg = ui.config_variant(DEMO, tmp_path / "mix.yaml", {
+        "publish": {"url": str(tmp_path / "published")},
+        "storage": {"root": str(tmp_path / "storage"), "cache_dir": str(tmp_path / "cache")},
+        **overrides,
+    })
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_", "MIX_"))}
+    # in_process: one process per run instead of one per step; the UI flow is the same, CI is faster
+    return {**env, "MIX_CONFIG": str(cfg), "MIX_EXECUTOR": "in_process"}
+
+
+def test_materialize_all_from_the_ui_and_read_the_checks(tmp_path):
+    env = _env(tmp_path, {})
+    graph = ui.expected_graph(env)
+    assert "rebuild_mix" in graph.jobs and graph.schedules, graph.jobs
+    with ui.webserver(env, tmp_path / "dagster_home") as web, ui.browser_page() as page:
+        shown = ui.graph_node_names(page, web.url)
+        ui.shot(page, "01-asset-graph")
+        assert ui.missing_from_graph(shown, graph.assets) == [], f"graph shows {shown}"
+        assert len(shown) == len(graph.assets), f"graph shows {shown}, Definitions have {graph.assets}"
+
+        run_id = ui.materialize_all(page, web.url)
+        status = ui.wait_for_run(page, web.url, run_id, RUN_TIMEOUT_S)
+        ui.shot(page, "02-run")
+        assert status == "Success", f"run {run_id} ended {status}: {ui.failure_reason(web.home, run_id)}"
+
+        wanted = [a for a in ("manifest", "contamination_report") if a in graph.checks]
+        # until those stages are on the graph, read the gates that exist (the source checks)
+        targets = wanted or sorted(a for a in graph.checks if a.startswith("raw/"))
+        assert targets, f"no asset with checks in {graph.checks}"
+        for asset in targets:
+            results = ui.check_results(page, web.url, asset, graph.checks[asset])
+            ui.shot(page, f"03-checks-{asset.replace('/', '_')}")
+            gates = {c: r for c, r in results.items() if f"{asset}:{c}" in graph.blocking}
+            assert gates and set(gates.values()) == {"Passed"}, (asset, results)
+            # advisories (WARN) may flag, e.g. a source above the contamination-rate warning, but ran
+            assert all(r in ("Passed", "Warning", "Failed") for r in results.values()), (asset, results)
+
+        # the schedule is visible with the config's cron
+        page.goto(web.url + "/automation")
+        page.get_by_text("rebuild_mix_schedule", exact=True).first.wait_for()
+        page.get_by_text("Scheduled At", exact=False).first.wait_for()
+        ui.shot(page, "04-automation")
+
+        # the README's picture: the materialized graph, navigation folded away so the graph fits
+        page.set_viewport_size({"width": 1440, "height": 810})
+        ui.graph_node_names(page, web.url)
+        ui.hide_navigation(page)
+        shot = ui.shot(page, "05-asset-graph-materialized")
+        if os.environ.get("MIX_UPDATE_DOCS_SCREENSHOTS") == "1":  # refresh the README's copy on purpose only
+            ui.save_small_png(shot, README_SHOT)
+            assert README_SHOT.stat().st_size < 100_000
+
+
+def test_failing_gate_shows_the_failed_check_and_skipped_downstream(tmp_path):
+    env = _env(tmp_path, {"audit": {"mask_contaminated": False}})
+    graph = ui.expected_graph(env)
+    if f"{GATE_ASSET}:{GATE_CHECK}" not in graph.blocking:
+        pytest.skip(f"the graph has no blocking {GATE_ASSET}:{GATE_CHECK} yet (lands with the audit stage)")
+    downstream = graph.all_downstream(GATE_ASSET)
+    if not downstream:
+        pytest.skip(f"nothing downstream of {GATE_ASSET} yet (validation_split lands with the tokens stage)")
+    with ui.webserver(env, tmp_path / "dagster_home") as web, ui.browser_page() as page:
+        run_id = ui.materialize_all(page, web.url)
+        status = ui.wait_for_run(page, web.url, run_id, RUN_TIMEOUT_S)
+        assert status == "Failure", f"run {run_id} ended {status} although the gate must fail"
+        skipped = ui.not_executed_steps(page)
+        ui.shot(page, "11-gate-failed-run")
+        steps = {k.replace("/", "__") for k in downstream}
+        # checks defined apart from their asset (@asset_check) run as their own steps: <asset>_<check>
+        check_steps = {f"{k.replace('/', '__')}_{c}" for k in downstream for c in graph.checks.get(k, [])}
+        assert steps <= set(skipped), f"not executed: {skipped}, downstream of the gate: {sorted(downstream)}"
+        assert set(skipped) <= steps | check_steps, f"not executed but not downstream of the gate: {skipped}"
+
+        results = ui.check_results(page, web.url, GATE_ASSET, [GATE_CHECK])
+        ui.shot(page, "12-gate-failed-check")
+        assert results == {GATE_CHECK: "Failed"}
+
