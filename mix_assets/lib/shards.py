@@ -137,14 +137,19 @@ def _encode_sources(budgets, per_source, raw_paths, enc, bytes_per_token_guess, 
         b = budgets[s]
         done, rounds, extra = 0, 0, set(val_ids)
         while True:
-            bpt = (enc.bytes / enc.tokens) if enc.tokens else bytes_per_token_guess
             have = sum(enc.where[d][1] for d in sel_ids[:done])
+            # bytes/token: this source's own once some of it is encoded, else the mix's, else the guess
+            if have:
+                bpt = float(sel_bytes[:done].sum()) / have
+            else:
+                bpt = (enc.bytes / enc.tokens) if enc.tokens else bytes_per_token_guess
             need = b.unique_budget - have
             if need <= 0 or done == len(sel_ids):
                 break
-            # estimated docs to reach the budget (+5 %); the final cut uses true counts only
+            # estimated docs to reach the budget (+10 % so one round usually suffices); the final
+            # cut uses true counts only, never this estimate
             est = np.cumsum(sel_bytes[done:] / bpt)
-            k = int(np.searchsorted(est, need * 1.05 + 64, side="left")) + 1
+            k = int(np.searchsorted(est, need * 1.10 + 64, side="left")) + 1
             upto = min(len(sel_ids), done + max(k, 16))
             _read_source(raw_paths[s], set(sel_ids[done:upto]) | extra, enc)
             extra, done, rounds = set(), upto, rounds + 1
