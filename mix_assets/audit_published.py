@@ -19,6 +19,7 @@ from mix_assets.config import MixConfigError, load_spec
 from mix_assets.lib import published_audit as pa_
 from mix_assets.lib.evals import EvalDataError, TestSplitRefused
 from mix_assets.lib.manifest import ManifestError
+from mix_assets.reader import ReaderError
 
 EXIT_ERROR = 2
 
@@ -45,16 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.anonymous:
             kw["anonymous"] = True
         report = pa_.audit_published(args.location, spec, args.cache_dir, **kw)
-    except (MixConfigError, TestSplitRefused, EvalDataError, ManifestError, pa_.PublishedAuditError) as e:
-        print(f"audit_published: {e}", file=sys.stderr)
+    except (MixConfigError, TestSplitRefused, EvalDataError, ManifestError, ReaderError,
+            pa_.PublishedAuditError, OSError) as e:  # these messages name files and fields, never cells
+        print(f"audit_published: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_ERROR
-    except Exception as e:  # reader errors (missing revision, corrupt shard) name files, never cells
-        from mix_assets.reader import ReaderError
-
-        if isinstance(e, ReaderError):
-            print(f"audit_published: {e}", file=sys.stderr)
-            return EXIT_ERROR
-        raise
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_out).write_text(pa_.dumps(report) + "\n")

@@ -19,7 +19,6 @@ import pytest
 from mix_assets.config import REPO_ROOT
 from mix_assets.lib import contamination as ct
 from mix_assets.lib import published_audit as P
-from mix_assets.lib import textkeys as tk
 from mix_assets.lib.manifest import FORMAT, check_manifest, compute_fingerprint, file_entry
 from mix_assets.lib.tokenizer import train_bpe
 from mix_assets_tests.assets.audit_fixtures import CANARY, EVAL_ROWS, filler, make_spec
@@ -192,7 +191,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-def _assert_no_item_text(text: str, spec) -> None:
+def _assert_no_item_text(text: str) -> None:
     assert CANARY not in text.lower()
     items = [f"{r['question']} {c}" for r in EVAL_ROWS for c in r["choices"]]
     assert ct.leaking_strings([text], ct.scrub_ngrams(items, 8), 8) == []
@@ -210,7 +209,7 @@ def test_cli_finds_the_planted_item_exits_nonzero_and_prints_no_item_text(tmp_pa
     assert rep["overlap_total"] == rep["splits"]["train"]["overlap_ngrams"] == len(ITEM2.split()) - 12
     assert rep["splits"]["train"]["samples_with_overlap"] >= 1 and rep["splits"]["val"]["overlap_ngrams"] == 0
     for text in (out.stdout, out.stderr, (tmp_path / "report.json").read_text()):
-        _assert_no_item_text(text, spec)
+        _assert_no_item_text(text)
     assert "FAIL" in out.stdout and "demo_qa" in out.stdout
 
 
@@ -220,11 +219,14 @@ def test_cli_clean_exit_zero_and_errors_exit_two(tmp_path, tokenizer_dir):
     out = _cli(str(tmp_path / "mix"), "--config", spec.config_path, "--cache-dir", str(tmp_path / "c"))
     assert out.returncode == 0, out.stdout + out.stderr
     assert "PASS" in out.stdout
-    # a tokenizer that is not the manifest's: refused before decoding, naming the file
-    (tmp_path / "mix/tokenizer/tokenizer.json").write_text(json.dumps({"other": 1}))
+    # a tokenizer that is not the manifest's (same size, one byte changed): refused by its sha256
+    tok = tmp_path / "mix/tokenizer/tokenizer.json"
+    data = bytearray(tok.read_bytes())
+    data[-2] = ord(" ") if data[-2] != ord(" ") else ord("\n")
+    tok.write_bytes(bytes(data))
     out = _cli(str(tmp_path / "mix"), "--config", spec.config_path, "--cache-dir", str(tmp_path / "c"))
-    assert out.returncode == 2 and "tokenizer/tokenizer.json" in out.stderr, out.stderr
-    assert m["fingerprint"]
+    assert out.returncode == 2 and "tokenizer/tokenizer.json" in out.stderr and "sha256" in out.stderr, out.stderr
+    assert m["files"][-5]["path"] == "tokenizer/tokenizer.json"
 
 
 def test_cli_refuses_a_test_split_before_reading_it(tmp_path):
@@ -232,7 +234,7 @@ def test_cli_refuses_a_test_split_before_reading_it(tmp_path):
     cfg.write_text(cfg.read_text().replace("- validation", "- test"))
     out = _cli(str(tmp_path / "nomix"), "--config", str(cfg))
     assert out.returncode == 2 and "test splits are never audited" in out.stderr
-    _assert_no_item_text(out.stderr + out.stdout, None)
+    _assert_no_item_text(out.stderr + out.stdout)
 
 
 def test_tail_keeps_at_least_its_cap_and_knows_whether_it_starts_the_document():
@@ -243,7 +245,6 @@ def test_tail_keeps_at_least_its_cap_and_knows_whether_it_starts_the_document():
     assert t.total == 12 and t.from_start  # dropping [0..3] would leave 8 < 10
     t.append(np.arange(12, 20))
     assert t.total == 16 and not t.from_start and t.suffix(5).tolist() == list(range(15, 20))
-    assert tk  # noqa: B015 - shared import used by the module's helpers
 
 
 def _long_words_docs(seed: int, n: int, planted: dict[int, str]) -> list[str]:
@@ -273,3 +274,22 @@ def test_carries_grow_over_many_token_words_and_short_ones_are_counted(tmp_path)
     # a tail cap too small to hold n + 1 words: the boundaries are counted, not hidden
     rep = P.audit_published(tmp_path / "mix", spec, tmp_path / "c", reference=ref, max_carry_tokens=20)
     assert rep["splits"]["train"]["short_carries"] > 0
+
+
+def test_reads_the_revision_from_s3_with_a_read_only_identity(tmp_path, tokenizer_dir, seaweedfs):
+    """Same counts from s3:// as from the local directory; the tokenizer comes through the reader."""
+    spec = make_spec(tmp_path)
+    ref = P.load_reference(spec)
+    root = tmp_path / "mix"
+    write_token_mix(root, tokenizer_dir, _docs(1, planted={9: ITEM0}), _docs(2, n=12), 24)
+    url = seaweedfs.url("pubaudit")
+    bucket, prefix = url[len("s3://"):].split("/", 1)
+    writer = seaweedfs.client("writer")
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            writer.upload_file(str(p), bucket, f"{prefix}/{p.relative_to(root).as_posix()}")
+    local = P.audit_published(root, spec, tmp_path / "c1", reference=ref)
+    remote = P.audit_published(url, spec, tmp_path / "c2", reference=ref,
+                               s3_client=seaweedfs.client("reader"))
+    assert remote["splits"] == local["splits"] and remote["overlap_total"] == len(ITEM0.split()) - 12
+    assert (tmp_path / "c2" / "objects").is_dir()  # shards and tokenizer were fetched into the cache
