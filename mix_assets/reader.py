@@ -599,6 +599,20 @@ class MixReader:
     def cache_resident_bytes(self) -> int:
         return self._shards.resident_bytes
 
+    def file_path(self, rel: str) -> str:
+        """A non-shard file of the revision (e.g. "tokenizer/tokenizer.json") as a local path, fetched
+        from this location like a shard and checked against its manifest size and sha256."""
+        entry = next((f for f in self.manifest["files"] if f["path"] == rel), None)
+        if entry is None:
+            raise ReaderError(f"{self._backend.label}: {rel} is not listed in the manifest's files")
+        path = self._backend.cached(rel, entry["sha256"])
+        if path is None:
+            path = self._backend.fetch(rel, entry["sha256"], entry["bytes"])
+        with open(path, "rb") as f:
+            sha, n = sha256_stream(f)
+        _raise_if_corrupt(f"{self._backend.label}/{rel}", n, sha, entry["bytes"], entry["sha256"])
+        return path
+
     def validation_reader(self, shuffle: bool = False, shuffle_seed: int | None = None) -> MixReader:
         """A separate reader over the val split (storage order, one pass) sharing this location and cache dir."""
         return MixReader(self._backend, self.manifest, split="val",

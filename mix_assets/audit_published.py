@@ -1,0 +1,61 @@
+"""Audit a published revision against the eval registry of a mix config (no Dagster needed).
+
+    python -m mix_assets.audit_published <location> --config configs/<mix>.yaml [--cache-dir DIR] [--json out.json]
+
+<location>: a local mix directory, s3://bucket/prefix or hf://datasets/org/name@revision[/subdir]
+(as `mix_assets.reader.open_mix`). Prints a table of counts; --json writes the full report.
+Exit status: 0 = zero overlap with every denominator >= min_rows; otherwise the bits
+1 = overlap found, 4 = a task below min_rows (or without n-grams, or no tasks); 2 = the audit
+could not run (unreadable revision, test split asked for, bad config), message on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from mix_assets.config import MixConfigError, load_spec
+from mix_assets.lib import published_audit as pa_
+from mix_assets.lib.evals import EvalDataError, TestSplitRefused
+from mix_assets.lib.manifest import ManifestError
+from mix_assets.reader import ReaderError
+
+EXIT_ERROR = 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mix_assets.audit_published", description=__doc__.split("\n\n")[0])
+    ap.add_argument("location", help="published revision: local dir, s3://bucket/prefix or hf://datasets/o/n@rev")
+    ap.add_argument("--config", required=True, help="the mix config whose audit.tasks form the eval registry")
+    ap.add_argument("--cache-dir", default=None, help="where remote shards are cached (default: the reader's)")
+    ap.add_argument("--json", dest="json_out", default=None, help="write the report (counts only) here")
+    ap.add_argument("--s3-endpoint-url", default=None, help="S3-compatible endpoint (else AWS_ENDPOINT_URL)")
+    ap.add_argument("--anonymous", action="store_true", help="unsigned S3 requests")
+    args = ap.parse_args(argv)
+    try:
+        spec = load_spec(args.config)
+        if spec.demo_corpus:  # the embedded demo's eval task is generated with its corpus
+            from mix_assets.lib import demo_corpus
+
+            dc = spec.demo_corpus
+            demo_corpus.ensure(spec.resolve(dc.path), dc.seed, dc.docs_per_source)
+        kw = {}
+        if args.s3_endpoint_url:
+            kw["s3_endpoint_url"] = args.s3_endpoint_url
+        if args.anonymous:
+            kw["anonymous"] = True
+        report = pa_.audit_published(args.location, spec, args.cache_dir, **kw)
+    except (MixConfigError, TestSplitRefused, EvalDataError, ManifestError, ReaderError,
+            pa_.PublishedAuditError, OSError) as e:  # these messages name files and fields, never cells
+        print(f"audit_published: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.json_out:
+        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json_out).write_text(pa_.dumps(report) + "\n")
+    print(pa_.format_report(report))
+    return pa_.exit_code(report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,417 @@
+"""The 13-gram audit of a PUBLISHED revision: its token shards decoded back to text, no Dagster.
+
+    report = audit_published("build/published/latest", load_spec("configs/demo.yaml"))
+
+Reads the revision through `mix_assets.reader.open_mix` (local, s3://, hf://), gets the revision's
+own `tokenizer/tokenizer.json` through the same reader (size and sha256 checked against the
+manifest), builds the eval registry from the NON-test splits of the config's tasks (`lib/evals`,
+which refuses test splits before any I/O) and counts overlaps with `contamination.Registry` — the
+same normalisation, hashing and short-item rule as the in-graph audit.
+
+Streaming: each split is read in storage order, `chunk_samples` samples at a time, so memory is one
+chunk plus the tail of the open document (at most `max_carry_tokens` tokens).
+
+Documents. With a separator token, the token stream is cut at every separator: a window never spans
+two documents, as in the graph's audit. Without one (`packing.separator: null`) document boundaries
+are not in the published bytes: consecutive documents are scanned as one text, so a window spanning
+the seam between two documents is counted if it matches (a model trained on the bytes sees it too).
+
+Sample boundaries. A document continues across samples (and chunks). Each (sample, document) piece
+is decoded together with a carry: the last tokens of the same document before the sample (at least
+n + 1 words of it, or the whole document so far). Windows are counted in the piece holding their
+last word: piece counts = windows of (carry + piece) minus windows of the carry's words except its
+last (which the piece's first token may complete); a piece continued in the next sample leaves out
+its own last word, which may be cut mid-word. So every window of a document is counted exactly once
+whatever the sample boundaries, provided the tokenizer's decoding is local (true of byte-level BPE,
+Metaspace and WordPiece decoders); boundaries where the document tail held fewer than n + 1 words
+within `max_carry_tokens` tokens are counted as `short_carries` (a window there may be missed).
+
+Output: counts only. The report carries task, split and file names and integers; it is checked
+before it is returned for any `audit.scrub_words` consecutive words of a reference item.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mix_assets.config import MixSpec
+from mix_assets.lib import contamination as ct
+from mix_assets.lib import evals
+from mix_assets.lib import textkeys as tk
+
+REPORT_FORMAT = "mix_assets.published_audit/1"
+TOKENIZER_FILE = "tokenizer/tokenizer.json"
+EXIT_OVERLAP = 1  # exit-code bits of `exit_code`
+EXIT_DENOMINATOR = 4
+SPLITS = ("train", "val")
+
+
+class PublishedAuditError(RuntimeError):
+    """The revision cannot be audited as asked (the message names the file or field, never text)."""
+
+
+# -- the eval registry ---------------------------------------------------------------------------
+
+
+@dataclass
+class EvalReference:
+    registry: ct.Registry
+    denominators: dict[str, dict]  # task -> rows, items, n-grams, min_rows ... (counts only)
+    scrub: np.ndarray  # hashed `scrub_words`-word runs of every item (for the report's self-check)
+
+
+def load_reference(spec: MixSpec) -> EvalReference:
+    """Registry and denominators of every task's audit splits (test splits refused by lib/evals)."""
+    audit = spec.audit
+    per, denoms, scrub = {}, {}, []
+    for task in audit.tasks:
+        items = evals.load_task_items(task, spec.base_dir)
+        tn = ct.task_ngrams(items.items, audit.ngram, audit.short_item_min_words)
+        scrub.append(ct.scrub_ngrams(items.items, audit.scrub_words))
+        per[task.name] = tn
+        denoms[task.name] = {
+            "audit_splits": list(task.audit_splits),
+            "scored_split": task.scored_split,
+            "rows": items.rows,
+            "rows_per_split": dict(items.rows_per_split),
+            "min_rows": task.min_rows,
+            "strings": items.strings,
+            "items": tn.items,
+            "ngrams": tn.ngrams,
+            "short_items": tn.short_items,
+            "short_items_unmatched": tn.short_items_unmatched,
+        }
+        del items
+    reg = ct.Registry.build(per, n=audit.ngram, short_min=audit.short_item_min_words)
+    allscrub = ct._sorted_unique(np.concatenate(scrub)) if scrub else np.zeros(0, np.uint64)
+    return EvalReference(registry=reg, denominators=denoms, scrub=allscrub)
+
+
+def denominator_problems(denominators: dict[str, dict]) -> list[str]:
+    """Why the denominators make a zero meaningless (task names and counts only)."""
+    if not denominators:
+        return ["the eval registry has no tasks: an audit against nothing proves nothing"]
+    out = []
+    for task, d in denominators.items():
+        if d["rows"] < d["min_rows"]:
+            out.append(f"task {task}: {d['rows']} rows read, below min_rows {d['min_rows']}")
+        if d["ngrams"] == 0:
+            out.append(f"task {task}: 0 reference n-grams")
+    return out
+
+
+# -- streaming one split -------------------------------------------------------------------------
+
+
+class _Tail:
+    """The last <= cap tokens of the open document, as a list of arrays (no per-sample copying)."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.parts: list[np.ndarray] = []
+        self.total = 0
+        self.from_start = True  # the tail still begins at the document's first token
+
+    def append(self, a: np.ndarray) -> None:
+        if len(a):
+            self.parts.append(a)
+            self.total += len(a)
+        while self.parts and self.total - len(self.parts[0]) >= self.cap:
+            self.total -= len(self.parts.pop(0))
+            self.from_start = False
+
+    def suffix(self, k: int) -> np.ndarray:
+        k = min(k, self.total)
+        out, got = [], 0
+        for p in reversed(self.parts):
+            if got >= k:
+                break
+            out.append(p[-(k - got):] if len(p) > k - got else p)
+            got += len(out[-1])
+        return np.concatenate(out[::-1]) if out else np.zeros(0, np.int64)
+
+    def snapshot(self) -> "_Tail":
+        other = _Tail(self.cap)
+        other.parts, other.total, other.from_start = list(self.parts), self.total, self.from_start
+        return other
+
+    def whole_from_start(self, k: int) -> bool:
+        return self.from_start and k >= self.total
+
+
+@dataclass
+class _Piece:
+    sample: int  # the sample the piece's windows are attributed to
+    new: np.ndarray  # tokens of this sample's part of the document
+    tail: Optional[_Tail]  # the document before this sample (None: the piece starts a document)
+    continues: bool  # the document goes on in the next sample
+
+
+@dataclass
+class SplitTally:
+    """Counts of one split (no text)."""
+
+    split: str
+    tasks: list[str]
+    samples_scanned: int = 0
+    tokens_scanned: int = 0
+    separators: int = 0
+    documents: int = 0  # pieces that start a document (with no separator: 1, the whole stream)
+    pieces: int = 0  # (sample, document) pieces decoded
+    continued_pieces: int = 0  # pieces decoded with a carry from the previous sample
+    short_carries: int = 0  # carries with fewer than n + 1 words within max_carry_tokens
+    words_scanned: int = 0
+    hits: dict[int, np.ndarray] = field(default_factory=dict)  # sample -> overlap n-grams per task
+
+    def to_json(self, separator: bool, denominators: dict[str, dict]) -> dict:
+        per = np.zeros(len(self.tasks), np.int64)
+        with_overlap = np.zeros(len(self.tasks), np.int64)
+        for v in self.hits.values():
+            per += v
+            with_overlap += v > 0
+        return {
+            "samples_scanned": self.samples_scanned,
+            "tokens_scanned": self.tokens_scanned,
+            "words_scanned": self.words_scanned,
+            "documents": self.documents if separator else None,
+            "pieces": self.pieces,
+            "continued_pieces": self.continued_pieces,
+            "short_carries": self.short_carries,
+            "samples_with_overlap": len(self.hits),
+            "overlap_ngrams": int(per.sum()),
+            "tasks": {
+                t: {
+                    "samples_scanned": self.samples_scanned,
+                    "samples_with_overlap": int(with_overlap[i]),
+                    "overlap_ngrams": int(per[i]),
+                    "eval_rows": denominators[t]["rows"],
+                    "eval_items": denominators[t]["items"],
+                    "eval_ngrams": denominators[t]["ngrams"],
+                    "min_rows": denominators[t]["min_rows"],
+                }
+                for i, t in enumerate(self.tasks)
+            },
+        }
+
+
+class SplitScanner:
+    """Feeds a split's samples in storage order; decodes and scans them chunk by chunk."""
+
+    def __init__(self, split: str, tokenizer, registry: ct.Registry, separator_id: Optional[int],
+                 total_samples: int, max_carry_tokens: int = 1 << 16):
+        self.tok = tokenizer
+        self.reg = registry
+        self.sep = separator_id
+        self.total = total_samples
+        self.n = registry.n
+        self.tail = _Tail(max_carry_tokens)
+        self.open = False  # a document is open at the end of the previous sample
+        self.tally = SplitTally(split=split, tasks=list(registry.tasks))
+
+    def feed(self, first: int, samples: np.ndarray) -> None:
+        """Samples [first, first + len(samples)) of the split, in storage order."""
+        pieces: list[_Piece] = []
+        t = self.tally
+        for j, x in enumerate(samples):
+            g = first + j
+            last_sample = g == self.total - 1
+            cuts = np.flatnonzero(x == self.sep) if self.sep is not None else np.zeros(0, np.int64)
+            t.separators += len(cuts)
+            bounds = list(zip([0, *(cuts + 1).tolist()], [*cuts.tolist(), len(x)]))
+            was_open, self.open = self.open, False
+            for k, (a, b) in enumerate(bounds):
+                new = x[a:b]
+                continued = k == 0 and was_open
+                if not continued and len(new) == 0:
+                    continue
+                continues = k == len(bounds) - 1 and not last_sample  # only the trailing part goes on
+                tail = self.tail.snapshot() if continued else None
+                # A piece with no new tokens (the sample opens with the separator) finishes the
+                # previous sample's document: its windows end there.
+                pieces.append(_Piece(sample=g if len(new) else g - 1, new=new, tail=tail, continues=continues))
+                if continues:
+                    if not continued:
+                        self.tail = _Tail(self.tail.cap)
+                    self.tail.append(new)
+                    self.open = True
+                if not continued:
+                    t.documents += 1
+            t.samples_scanned += 1
+            t.tokens_scanned += len(x)
+        self._scan(pieces)
+
+    # -- decoding and scanning -------------------------------------------------------------------
+
+    def _decode(self, seqs: list[np.ndarray]) -> list[str]:
+        return self.tok.decode_batch([s.tolist() for s in seqs], skip_special_tokens=False)
+
+    def _carries(self, pieces: list[_Piece]) -> tuple[list[np.ndarray], np.ndarray]:
+        """Per piece: carry tokens and the carry's word count (0 for a piece starting a document)."""
+        carries = [np.zeros(0, np.int64)] * len(pieces)
+        words = np.zeros(len(pieces), np.int64)
+        want = self.n + 1
+        k = {i: 4 * want for i, p in enumerate(pieces) if p.tail is not None and p.tail.total}
+        while k:
+            idx = list(k)
+            for i in idx:
+                carries[i] = pieces[i].tail.suffix(k[i])
+            wl = tk.words(pa.array(self._decode([carries[i] for i in idx]), pa.large_string()))
+            counts = pc.list_value_length(wl).to_numpy(zero_copy_only=False).astype(np.int64)
+            nxt = {}
+            for i, c in zip(idx, counts):
+                words[i] = c
+                tail = pieces[i].tail
+                if c >= want or tail.whole_from_start(k[i]):
+                    continue
+                if k[i] >= tail.total:
+                    self.tally.short_carries += 1
+                    continue
+                nxt[i] = k[i] * 4
+            k = nxt
+        return carries, words
+
+    def _scan(self, pieces: list[_Piece]) -> None:
+        if not pieces:
+            return
+        t = self.tally
+        carries, cwords = self._carries(pieces)
+        texts = self._decode([np.concatenate([c, p.new]) if len(c) else p.new for c, p in zip(carries, pieces)])
+        h, off = tk.word_hashes(tk.words(pa.array(texts, pa.large_string())))
+        del texts
+        m = len(pieces)
+        starts = off[:-1]
+        nwords = np.diff(off)
+        cont = np.fromiter((p.continues for p in pieces), bool, m)
+        has_carry = np.fromiter((len(c) > 0 for c in carries), bool, m)
+        end = np.maximum(nwords - cont, 0)  # a piece going on next sample leaves its last word out
+        pre = np.where(has_carry, np.minimum(np.maximum(cwords - 1, 0), end), 0)  # counted before
+        lens = np.concatenate([end, pre])
+        begin = np.concatenate([starts, starts])
+        idx = np.repeat(begin - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(lens.sum())
+        counts = self.reg.scan_word_hashes(h[idx], np.concatenate([[0], np.cumsum(lens)]).astype(np.int64))
+        net = counts[:m] - counts[m:]
+        if (net < 0).any():  # windows of a prefix are windows of the whole: cannot happen
+            raise PublishedAuditError(f"split {t.split}: negative window count after carry subtraction")
+        t.pieces += m
+        t.continued_pieces += int(has_carry.sum())
+        t.words_scanned += int((end - pre).sum())
+        for i in np.flatnonzero(net.any(axis=1)):
+            s = pieces[i].sample
+            t.hits[s] = t.hits.get(s, np.zeros(len(t.tasks), np.int64)) + net[i]
+
+
+# -- the audit -----------------------------------------------------------------------------------
+
+
+def _load_tokenizer(path: str):
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as e:
+        raise PublishedAuditError(f"{TOKENIZER_FILE}: cannot be loaded by tokenizers ({type(e).__name__})") from None
+
+
+def audit_published(
+    location: Any,
+    spec: MixSpec,
+    cache_dir: Optional[str] = None,
+    *,
+    chunk_tokens: int = 1 << 20,
+    max_carry_tokens: int = 1 << 16,
+    reference: Optional[EvalReference] = None,
+    **open_kwargs,
+) -> dict:
+    """The report (counts only) of the published revision at `location` against `spec`'s registry."""
+    from mix_assets.reader import open_mix
+
+    ref = reference or load_reference(spec)
+    readers = {s: open_mix(location, cache_dir, split=s, shuffle=False, epochs=1, **open_kwargs) for s in SPLITS}
+    manifest = readers["train"].manifest
+    packing = manifest["packing"]
+    tok = _load_tokenizer(readers["train"].file_path(TOKENIZER_FILE))
+    sep_id = packing.get("separator_id")
+    if packing.get("separator") is not None:
+        got = tok.token_to_id(packing["separator"])
+        if got is None or got != sep_id:
+            raise PublishedAuditError(
+                f"manifest.json packing.separator {packing['separator']!r} has id {sep_id}, the revision's "
+                f"{TOKENIZER_FILE} gives {got}"
+            )
+    splits = {}
+    for s, r in readers.items():
+        scanner = SplitScanner(s, tok, ref.registry, sep_id, len(r), max_carry_tokens)
+        step = max(1, chunk_tokens // r.sample_len)
+        for first in range(0, len(r), step):
+            scanner.feed(first, r.samples(first, min(step, len(r) - first)))
+        splits[s] = scanner.tally.to_json(sep_id is not None, ref.denominators)
+    problems = denominator_problems(ref.denominators)
+    total = sum(v["overlap_ngrams"] for v in splits.values())
+    report = {
+        "format": REPORT_FORMAT,
+        "location": str(location),
+        "mix": manifest.get("name"),
+        "fingerprint": manifest["fingerprint"],
+        "tokenizer": {"file": TOKENIZER_FILE, "sha256": manifest["tokenizer"]["files"].get(TOKENIZER_FILE),
+                      "vocab_size": manifest["tokenizer"]["vocab_size"]},
+        "packing": {"separator_id": sep_id, "sample_len": packing["sample_len"],
+                    "document_boundaries": "separator token" if sep_id is not None else
+                    "none in the published bytes: windows spanning the seam of two documents are counted"},
+        "ngram": spec.audit.ngram,
+        "short_item_min_words": spec.audit.short_item_min_words,
+        "denominators": ref.denominators,
+        "splits": splits,
+        "rows": [
+            {"split": s, "task": t, **v}
+            for s, sv in splits.items() for t, v in sv["tasks"].items()
+        ],
+        "overlap_total": total,
+        "samples_with_overlap": sum(v["samples_with_overlap"] for v in splits.values()),
+        "denominator_problems": problems,
+        "passed": total == 0 and not problems,
+    }
+    leaks = ct.leaking_strings(list(ct.json_strings(report)), ref.scrub, spec.audit.scrub_words)
+    if leaks:  # task names or a location that quote an item: refuse to hand the report out
+        raise PublishedAuditError(f"the report would carry {len(leaks)} string(s) quoting a reference item; "
+                                  "rename the task or location")
+    return report
+
+
+def exit_code(report: dict) -> int:
+    """0 clean; bit 1: overlap > 0; bit 4: a denominator below min_rows (or no n-grams, no tasks)."""
+    return (EXIT_OVERLAP if report["overlap_total"] > 0 else 0) | (
+        EXIT_DENOMINATOR if report["denominator_problems"] else 0)
+
+
+def format_report(report: dict) -> str:
+    """A plain-text table of the report (counts only)."""
+    head = ("split", "task", "samples", "samples_w_overlap", "overlap_ngrams", "eval_rows", "min_rows",
+            "eval_items", "eval_ngrams")
+    rows = [head] + [
+        (r["split"], r["task"], r["samples_scanned"], r["samples_with_overlap"], r["overlap_ngrams"],
+         r["eval_rows"], r["min_rows"], r["eval_items"], r["eval_ngrams"]) for r in report["rows"]
+    ]
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(head))]
+    lines = [f"published audit of {report['location']} (fingerprint {report['fingerprint'][:16]}, "
+             f"{report['ngram']}-grams; document boundaries: {report['packing']['document_boundaries']})"]
+    lines += ["  ".join(str(v).rjust(w) if i >= 2 else str(v).ljust(w) for i, (v, w) in enumerate(zip(r, widths)))
+              for r in rows]
+    for s, v in report["splits"].items():
+        lines.append(f"{s}: {v['tokens_scanned']} tokens, {v['words_scanned']} words, documents "
+                     f"{v['documents']}, {v['continued_pieces']} sample-boundary carries, "
+                     f"{v['short_carries']} short carries")
+    lines.append(f"overlap_total {report['overlap_total']}; samples with overlap {report['samples_with_overlap']}")
+    for p in report["denominator_problems"]:
+        lines.append(f"DENOMINATOR: {p}")
+    lines.append("PASS" if report["passed"] else "FAIL")
+    return "\n".join(lines)
+
+
+def dumps(report: dict) -> str:
+    return json.dumps(report, indent=1, sort_keys=True)
