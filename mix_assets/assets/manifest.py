@@ -1,6 +1,7 @@
 """manifest: manifest.json describing the mix directory, proven self-consistent before publishing."""
 
 import json
+from typing import BinaryIO
 
 import dagster as dg
 
@@ -9,10 +10,25 @@ from mix_assets.config import MixSpec
 from mix_assets.lib import layout, manifest_builder
 from mix_assets.lib.manifest import check_manifest
 from mix_assets.lib.manifest_builder import write_manifest
+from mix_assets.lib.storage import Storage
 from mix_assets.resources import MixResource
 
 GROUP = "tokens"
 MANIFEST_SELF_CONSISTENT = "manifest_self_consistent"
+
+
+class _MixDir:
+    """The root's `mix/` folder as the checker's file source, through `Storage` (local or S3 alike)."""
+
+    def __init__(self, storage: Storage):
+        self.storage = storage
+
+    def open(self, rel: str) -> BinaryIO:
+        return open(self.storage.local_path(f"{layout.MIX_DIR}/{rel}"), "rb")
+
+    def list(self) -> list[str]:  # every file but manifest.json, so an unlisted one is reported
+        keys = self.storage.list(layout.MIX_DIR)
+        return [k.removeprefix(layout.MIX_DIR + "/") for k in keys if k != layout.MANIFEST]
 
 
 def build_manifest_assets(spec: MixSpec) -> list:
@@ -50,9 +66,7 @@ def build_manifest_assets(spec: MixSpec) -> list:
         """Totals equal the sum of parts, shards match the file listing, every size and sha256 recomputed."""
         st = mix.storage
         m = json.loads(st.read_text(layout.MANIFEST))
-        source = st.local_path(layout.MIX_DIR) if not st.is_s3 else (
-            lambda rel: open(st.local_path(f"{layout.MIX_DIR}/{rel}"), "rb"))
-        problems = check_manifest(m, source, strict=False)
+        problems = check_manifest(m, _MixDir(st), strict=False)
         return dg.AssetCheckResult(
             passed=not problems,
             metadata={

@@ -734,6 +734,10 @@ def _compare_through_reader(open_reader, location, reader_kwargs, manifest, reso
     """The trainer's reader over the published revision and over the local mix yield the same samples."""
     import numpy as np
 
+    # The reader opens a whole folder; a resolver that fetches on demand (an S3 storage root) must
+    # first have fetched every listed file into it.
+    for f in manifest.get("files", []):
+        resolve(f["path"])
     local_dir = str(Path(resolve(MANIFEST)).parent)
     compared = 0
     for split in manifest["splits"]:

@@ -293,7 +293,7 @@ def build_shards(
     result = ShardsResult(dtype=dtype, splits={}, sources={})
     # A rebuild never leaves shards of an older build beside the new ones, and the old manifest
     # (the completion marker of the mix directory) goes first.
-    _delete(storage, layout.MANIFEST)
+    storage.delete(layout.MANIFEST)
     for split_name in ("train", "val"):
         storage.delete_prefix(f"{layout.MIX_DIR}/{split_name}/")
 
@@ -348,16 +348,6 @@ def build_shards(
         r.train_tokens = result.splits["train"].sources.get(s, 0)
         r.val_tokens = result.splits["val"].sources.get(s, 0)
     return result
-
-
-def _delete(storage, key: str) -> None:
-    if storage.is_s3:
-        storage.delete_prefix(key)
-    else:
-        try:
-            os.remove(storage.local_path(key))
-        except FileNotFoundError:
-            pass
 
 
 def _pack(split_name, doc_ids, epochs, takes, sources, where, reader, plan: PackingPlan, dtype, storage):

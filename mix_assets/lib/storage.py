@@ -81,9 +81,18 @@ class Storage:
     def _s3(self):
         if self._client is None:
             import boto3
+            from botocore.config import Config
 
-            self._client = boto3.client("s3", endpoint_url=self.s3_endpoint_url)
+            # None: boto3 takes AWS_ENDPOINT_URL(_S3) or AWS itself; S3-compatible servers want path-style URLs
+            endpoint = self.s3_endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+            cfg = Config(s3={"addressing_style": "path"} if endpoint else {}, retries={"max_attempts": 5, "mode": "standard"})
+            self._client = boto3.client("s3", endpoint_url=self.s3_endpoint_url, config=cfg)
         return self._client
+
+    @staticmethod
+    def _missing(err: Exception) -> bool:
+        code = str(getattr(err, "response", {}).get("Error", {}).get("Code", ""))
+        return code in {"404", "NoSuchKey", "NotFound"}
 
     def _s3_key(self, key: str) -> tuple[str, str]:
         bucket, prefix = split_s3_url(self.root)
@@ -97,6 +106,8 @@ class Storage:
             with atomic_path(self._local(key)) as tmp:
                 yield tmp
             return
+        if self.cache_dir:
+            os.makedirs(self.cache_dir, exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=self.cache_dir)
         os.close(fd)
         try:
@@ -122,8 +133,10 @@ class Storage:
         try:
             self._s3().head_object(Bucket=bucket, Key=k)
             return True
-        except Exception:  # botocore ClientError 404
-            return False
+        except Exception as e:  # botocore ClientError; only "not found" means absent
+            if self._missing(e):
+                return False
+            raise
 
     def read_bytes(self, key: str) -> bytes:
         if not self.is_s3:
@@ -141,14 +154,19 @@ class Storage:
             if not p.exists():
                 raise FileNotFoundError(f"{self.uri(key)}: not found (was the upstream asset materialised?)")
             return str(p)
-        dest = Path(self.cache_dir or tempfile.gettempdir()) / "storage" / key
         bucket, k = self._s3_key(key)
-        with atomic_path(dest) as tmp:
-            self._s3().download_file(bucket, k, tmp)
+        dest = Path(self.cache_dir or tempfile.gettempdir()) / "storage" / bucket / k
+        try:
+            with atomic_path(dest) as tmp:
+                self._s3().download_file(bucket, k, tmp)
+        except Exception as e:
+            if self._missing(e):
+                raise FileNotFoundError(f"{self.uri(key)}: not found (was the upstream asset materialised?)") from e
+            raise
         return str(dest)
 
     def list(self, prefix: str) -> list[str]:
-        """Keys under `prefix`, sorted."""
+        """Keys under the folder `prefix` ("" for all), sorted."""
         if not self.is_s3:
             base = self._local(prefix)
             if not base.exists():
@@ -158,7 +176,8 @@ class Storage:
                 for p in base.rglob("*")
                 if p.is_file() and not p.name.startswith(".")
             )
-        bucket, k = self._s3_key(prefix)
+        bucket, k = self._s3_key(prefix.strip("/"))
+        k = k + "/" if k else k  # a folder: "mix" must not match "mixed/..."
         out: list[str] = []
         _, root_prefix = split_s3_url(self.root)
         for page in self._s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=k):
@@ -166,7 +185,16 @@ class Storage:
                 out.append(obj["Key"][len(root_prefix) + 1 :] if root_prefix else obj["Key"])
         return sorted(out)
 
+    def delete(self, key: str) -> None:
+        """Remove one key; an absent key is not an error."""
+        if not self.is_s3:
+            self._local(key).unlink(missing_ok=True)
+            return
+        bucket, k = self._s3_key(key)
+        self._s3().delete_object(Bucket=bucket, Key=k)
+
     def delete_prefix(self, prefix: str) -> None:
+        """Remove the folder `prefix` and everything under it."""
         if not self.is_s3:
             shutil.rmtree(self._local(prefix), ignore_errors=True)
             return

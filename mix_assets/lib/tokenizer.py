@@ -218,8 +218,7 @@ def build_tokenizer(storage, spec) -> TokenizerIdentity:
         ident = identity_of(ts.kind, out, ts.repo_id if ts.kind == "hub" else None,
                             ts.revision if ts.kind == "hub" else None)
         tok_dir = layout.TOKENIZER_FILE.rsplit("/", 1)[0]
-        if storage.exists(layout.MANIFEST):  # the old manifest would describe other tokenizer files
-            storage.delete_prefix(layout.MANIFEST) if storage.is_s3 else os.remove(storage.local_path(layout.MANIFEST))
+        storage.delete(layout.MANIFEST)  # the old manifest would describe other tokenizer files
         storage.delete_prefix(tok_dir + "/")
         for p in sorted(Path(out).iterdir()):
             with storage.writing(f"{tok_dir}/{p.name}") as tmp:
