@@ -15,13 +15,13 @@ from collections.abc import Callable
 
 import dagster as dg
 
+from mix_assets.assets.common import code_version
 from mix_assets.config import MixSpec
 from mix_assets.lib import layout
 from mix_assets.lib import publish as pub
 
 PUBLISHED_READABLE = "published_readable_from_empty_cache"
 GROUP = "publish"
-CODE_VERSION = "publish-1"
 
 
 def write_target(spec: MixSpec):
@@ -78,7 +78,7 @@ def build_publish_assets(spec: MixSpec) -> list:
         deps=[dg.AssetKey("manifest")],
         kinds={"python", _target_kind(spec.publish.url)},
         owners=list(spec.owners),
-        code_version=CODE_VERSION,
+        code_version=code_version(pub, spec.publish.model_dump_json()),
         required_resource_keys={"mix"},
         automation_condition=dg.AutomationCondition.eager()
         & dg.AutomationCondition.all_deps_blocking_checks_passed(),
