@@ -60,17 +60,6 @@ def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
         return _pows
 
 
-def _mix(v: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser in place (same function as textkeys._splitmix64)."""
-    with np.errstate(over="ignore"):
-        v ^= v >> np.uint64(30)
-        v *= np.uint64(0xBF58476D1CE4E5B9)
-        v ^= v >> np.uint64(27)
-        v *= np.uint64(0x94D049BB133111EB)
-        v ^= v >> np.uint64(31)
-    return v
-
-
 class _Prefix:
     """Prefix sums of word hashes of one batch: any window's hash in O(1)."""
 
@@ -93,7 +82,7 @@ class _Prefix:
             v = np.subtract(self.c[L : L + m], self.c[:m])
             np.multiply(v, self.pw[L - 1 : L - 1 + m], out=v)
         v ^= np.uint64(L)
-        return _mix(v)
+        return tk.splitmix64(v, copy=False)
 
     def at(self, start: np.ndarray, length: np.ndarray) -> np.ndarray:
         """Hashes of the windows (start[i], length[i]); caller checks they fit their document."""
@@ -101,7 +90,7 @@ class _Prefix:
             v = self.c[start + length] - self.c[start]
             v *= self.pw[start + length - 1]
         v ^= length.astype(np.uint64)
-        return _mix(v)
+        return tk.splitmix64(v, copy=False)
 
     def inside(self, start: np.ndarray, length: np.ndarray | int) -> np.ndarray:
         """Which windows lie inside one document."""

@@ -65,8 +65,10 @@ def exact_keys(normalised: pa.Array) -> list[str]:
     return [hashlib.sha256(s.encode("utf-8")).hexdigest() for s in normalised.to_pylist()]
 
 
-def _splitmix64(x: np.ndarray) -> np.ndarray:
-    x = x.copy()
+def splitmix64(x: np.ndarray, copy: bool = True) -> np.ndarray:
+    """The splitmix64 finaliser on a uint64 array (in place when copy is False)."""
+    if copy:
+        x = x.copy()
     with np.errstate(over="ignore"):
         x ^= x >> np.uint64(30)
         x *= np.uint64(0xBF58476D1CE4E5B9)
@@ -125,7 +127,7 @@ def ngram_hashes(
             acc = hashes[:m].copy()
             for j in range(1, n):
                 acc = acc * _P + hashes[j : j + m]
-            acc = _splitmix64(acc ^ np.uint64(n))
+            acc = splitmix64(acc ^ np.uint64(n))
             doc_of = np.repeat(np.arange(len(lens)), lens)[:m]
             valid = np.arange(m) + n <= offsets[1:][doc_of]
             full_vals = acc[valid]
@@ -145,7 +147,7 @@ def ngram_hashes(
             terms = hashes[pos] * powers[offsets[1:][pos_doc] - 1 - pos]
             starts = np.concatenate([[0], np.cumsum(lens[sd])[:-1]])
             acc1 = np.add.reduceat(terms, starts)
-            out[out_offsets[sd]] = _splitmix64(acc1 ^ lens[sd].astype(np.uint64))
+            out[out_offsets[sd]] = splitmix64(acc1 ^ lens[sd].astype(np.uint64))
     return out, out_offsets
 
 
