@@ -199,13 +199,8 @@ def browser_page(width: int = 1400, height: int = 900):
             dialog = page.get_by_text("Join the Dagster community")
 
             def dismiss() -> None:
-                # Skip closes it; when a popover steals the click, Escape does.
-                try:
-                    page.get_by_role("button", name="Skip").click(timeout=5_000)
-                except Exception:
-                    page.keyboard.press("Escape")
-                if dialog.count() and dialog.first.is_visible():
-                    page.keyboard.press("Escape")
+                # Skip only: Escape would also close whatever menu the test has open.
+                page.get_by_role("button", name="Skip").click(timeout=10_000)
 
             page.add_locator_handler(dialog, dismiss, no_wait_after=True)
             yield page
@@ -226,16 +221,39 @@ def _display_matches(shown: str, name: str) -> bool:
     return False
 
 
+def dismiss_community_dialog(page, wait_ms: int = 8_000) -> None:
+    """The first visit shows a "Join the Dagster community" dialog a moment after load: skip it."""
+    dialog = page.get_by_text("Join the Dagster community")
+    try:
+        dialog.wait_for(timeout=wait_ms)
+    except Exception:
+        return
+    try:  # the page's locator handler may click Skip first, and then this button is gone
+        page.get_by_role("button", name="Skip").click(timeout=5_000)
+    except Exception:
+        pass
+    dialog.wait_for(state="hidden", timeout=15_000)
+
+
 def graph_node_names(page, url: str) -> list[str]:
     """Open the global asset lineage with every group expanded; the names on the asset nodes."""
     page.goto(url + "/asset-groups")
     page.get_by_role("button", name="Materialize all").wait_for()
-    page.get_by_role("button", name="settings", exact=True).click()
-    expand = page.get_by_role("menuitem", name="Expand all groups")
-    if expand.count():
-        expand.click()
-    else:
-        page.keyboard.press("Escape")
+    dismiss_community_dialog(page)
+    # The settings menu closes if a late dialog or re-render interrupts it: reopen and retry.
+    for attempt in range(3):
+        page.get_by_role("button", name="settings", exact=True).click()
+        expand = page.get_by_role("menuitem", name="Expand all groups")
+        if not expand.count():  # already expanded: the menu offers no "Expand"
+            page.keyboard.press("Escape")
+            break
+        try:
+            expand.click(timeout=10_000)
+            break
+        except Exception:
+            page.keyboard.press("Escape")
+            if attempt == 2:
+                raise
     nodes = page.locator("[class*='AssetNode_assetName']")
     nodes.first.wait_for()
     # The graph draws only nodes inside the viewport, and none below a minimum zoom: zoom out step
