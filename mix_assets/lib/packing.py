@@ -7,7 +7,8 @@ Pure logic, no I/O besides the `write_shard` callback: the caller owns files.
   fractional last epoch takes a prefix) and is cut at exactly N x share x epochs tokens, the last
   appearance truncated. A source whose kept train tokens cannot reach N x share is an error.
 * Stream order: every (document, epoch) appearance sorted by hash(seed, doc_id, epoch), so
-  sources and epochs interleave deterministically.
+  sources and epochs interleave deterministically. Appearances are numpy columns (a few tens of
+  bytes each), never per-document Python objects.
 * Packing: appearances are concatenated (plus the separator token when configured, counted as
   part of its document), cut into samples of `sample_len` tokens, grouped into shards of
   `shard_samples`; the tail that does not fill a sample is dropped and counted. A sample has a
@@ -17,7 +18,7 @@ Pure logic, no I/O besides the `write_shard` callback: the caller owns files.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 import numpy as np
 import xxhash
@@ -28,10 +29,15 @@ class ShortfallError(ValueError):
 
 
 @dataclass(frozen=True)
-class Appearance:
-    index: int  # position of the document in the source's selection order
-    epoch: int
-    take: int  # tokens of the document used (< its length only for the final, truncated one)
+class Appearances:
+    """Columns of a source's appearances, in fill order (epoch-major, then selection order)."""
+
+    index: np.ndarray  # int64: position of the document in the source's selection order
+    epoch: np.ndarray  # int64
+    take: np.ndarray  # int64: tokens used (< the document's length only for the final, truncated one)
+
+    def __len__(self) -> int:
+        return len(self.index)
 
 
 def fill_budget(
@@ -40,7 +46,7 @@ def fill_budget(
     unique_budget: int,
     stream_budget: int,
     n_docs_available: Optional[int] = None,
-) -> tuple[int, list[Appearance]]:
+) -> tuple[int, Appearances]:
     """(unique documents used, appearances) for one source; `lengths` in selection order."""
     lengths = np.asarray(lengths, dtype=np.int64)
     cum = np.cumsum(lengths)
@@ -54,32 +60,50 @@ def fill_budget(
             f"publication: raise the source's raw sample (headroom) or lower its share."
         )
     n_unique = int(np.searchsorted(cum, unique_budget, side="left")) + 1 if unique_budget > 0 else 0
-    out: list[Appearance] = []
-    emitted, epoch = 0, 0
-    while emitted < stream_budget and n_unique:
-        for i in range(n_unique):
-            n = int(lengths[i])
-            if n == 0:
-                continue
-            take = min(n, stream_budget - emitted)
-            out.append(Appearance(i, epoch, take))
-            emitted += take
-            if emitted == stream_budget:
-                break
-        epoch += 1
-    return n_unique, out
+    # every epoch walks the unique set in selection order, skipping empty documents; the last
+    # (partial) epoch takes the prefix reaching the budget, its final document truncated
+    nz = np.flatnonzero(lengths[:n_unique] > 0)
+    per_epoch = int(lengths[nz].sum())
+    full, rem = (divmod(max(stream_budget, 0), per_epoch) if per_epoch else (0, 0))
+    k = int(np.searchsorted(np.cumsum(lengths[nz]), rem, side="left")) + 1 if rem else 0
+    index = np.concatenate([np.tile(nz, full), nz[:k]])
+    epoch = np.concatenate([np.repeat(np.arange(full, dtype=np.int64), len(nz)), np.full(k, full, np.int64)])
+    take = lengths[index]
+    if k:
+        take[-1] = rem - (int(lengths[nz[: k - 1]].sum()))
+    return n_unique, Appearances(index.astype(np.int64, copy=False), epoch, take)
 
 
 def order_key(seed: int, doc_id: str, epoch: int) -> int:
     return xxhash.xxh64_intdigest(f"{doc_id}\x00{epoch}".encode("utf-8"), seed=seed & 0xFFFFFFFFFFFFFFFF)
 
 
+def order_keys(seed: int, doc_ids: Iterable[str], epochs: Iterable[int], n: int) -> np.ndarray:
+    """uint64 stream-order keys of n (doc_id, epoch) appearances (iterables, consumed lazily)."""
+    return np.fromiter((order_key(seed, d, e) for d, e in zip(doc_ids, epochs)), np.uint64, n)
+
+
+def order_from_keys(keys: np.ndarray, epochs: np.ndarray, doc_id_rank: Callable[[], np.ndarray]) -> np.ndarray:
+    """Permutation sorting by (key, doc_id, epoch); `doc_id_rank()` -> each appearance's position in a
+    stable sort by doc_id, only called when two keys collide."""
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    if len(sk) > 1 and bool((sk[1:] == sk[:-1]).any()):
+        order = np.lexsort((np.asarray(epochs), doc_id_rank(), keys))
+    return order
+
+
 def stream_order(seed: int, doc_ids: list[str], epochs: np.ndarray) -> np.ndarray:
     """Permutation putting appearances in stream order (hash, then doc_id and epoch on ties)."""
-    keys = np.fromiter((order_key(seed, d, int(e)) for d, e in zip(doc_ids, epochs)), np.uint64, len(doc_ids))
-    rank = np.empty(len(doc_ids), np.int64)
-    rank[sorted(range(len(doc_ids)), key=doc_ids.__getitem__)] = np.arange(len(doc_ids))
-    return np.lexsort((np.asarray(epochs), rank, keys))
+    epochs = np.asarray(epochs, np.int64)
+    keys = order_keys(seed, doc_ids, epochs.tolist(), len(doc_ids))
+
+    def rank() -> np.ndarray:
+        r = np.empty(len(doc_ids), np.int64)
+        r[sorted(range(len(doc_ids)), key=doc_ids.__getitem__)] = np.arange(len(doc_ids))
+        return r
+
+    return order_from_keys(keys, epochs, rank)
 
 
 @dataclass

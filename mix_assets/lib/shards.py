@@ -9,7 +9,9 @@ counts, then corrected with the observed bytes/token), so the excess headroom is
 the final selection depends only on true token counts, never on the estimate.
 Pass 2 walks the appearances in stream order, reads each document's ids back from the spill
 with pread, and feeds the packer, which writes each shard atomically through `Storage`.
-Peak memory: two encode batches + one shard buffer + O(documents) small integer arrays.
+Peak memory: two encode batches + one shard buffer + O(documents) numpy/Arrow columns (doc ids
+stay in Arrow string arrays; offsets, lengths, appearances and order keys are int64/uint64
+arrays, a few tens of bytes per document): no Python object is held per document.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import hashlib
 import itertools
 import os
 import tempfile
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional
@@ -29,7 +32,15 @@ import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from mix_assets.lib import layout
-from mix_assets.lib.packing import Packer, ShardRecord, SplitStats, fill_budget, stream_order
+from mix_assets.lib.packing import (
+    Appearances,
+    Packer,
+    ShardRecord,
+    SplitStats,
+    fill_budget,
+    order_from_keys,
+    order_keys,
+)
 from mix_assets.lib.split import unit_hash
 
 
@@ -129,36 +140,84 @@ class _Spill:
         self.f.close()
 
 
-def _encode_sources(budgets, per_source, raw_paths, enc, bytes_per_token_guess, result, selections) -> None:
+@dataclass
+class _SourceDocs:
+    """One source's documents as columns: val documents first, then train in selection order."""
+
+    ids: pa.Array  # doc_id strings (Arrow: no Python object per document)
+    n_val: int
+    sel_bytes: np.ndarray  # int64 n_bytes of the train documents, selection order
+    offset: np.ndarray = field(init=False)  # int64 spill offset per document (-1 = not encoded)
+    length: np.ndarray = field(init=False)  # int64 tokens per document, separator included
+    apps: Optional[Appearances] = None  # the budget fill, positions in the train documents
+
+    def __post_init__(self):
+        self.offset = np.full(len(self.ids), -1, np.int64)
+        self.length = np.zeros(len(self.ids), np.int64)
+
+
+_CHUNK = 65536
+
+
+def _strings(arr) -> Iterator[str]:
+    """The values of an Arrow string array as Python str, converted one slice at a time."""
+    for i in range(0, len(arr), _CHUNK):
+        yield from arr.slice(i, _CHUNK).to_pylist()
+
+
+def _stable_rank(arr) -> np.ndarray:
+    """Each element's position in a stable sort of the strings (Arrow sorts UTF-8 bytes, which is
+    code point order, the order Python compares str in)."""
+    order = pc.sort_indices(arr).to_numpy()
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    return rank
+
+
+def _selection_order(seed: int, ids: pa.Array) -> np.ndarray:
+    """Train documents sorted by (unit_hash(seed, "sel:" + doc_id), doc_id), stable."""
+    u = np.fromiter((unit_hash(seed, f"sel:{d}") for d in _strings(ids)), np.float64, len(ids))
+    order = np.argsort(u, kind="stable")
+    su = u[order]
+    if len(su) > 1 and bool((su[1:] == su[:-1]).any()):  # equal hashes: doc_id decides
+        order = np.lexsort((_stable_rank(ids), u))
+    return order
+
+
+def _encode_sources(budgets, per_source: dict[str, _SourceDocs], raw_paths, enc, bytes_per_token_guess,
+                    result) -> None:
     """Pass 1: per source, encode its val documents and the train prefix its budget needs; fail
     with ShortfallError as soon as a source's kept train documents cannot fill its budget."""
     for s in sorted(budgets):
-        val_ids, sel_ids, sel_bytes = per_source[s]
+        sd = per_source[s]
+        n_val, n_sel, sel_bytes = sd.n_val, len(sd.ids) - sd.n_val, sd.sel_bytes
         b = budgets[s]
-        done, rounds, extra = 0, 0, set(val_ids)
+        done, rounds, with_val = 0, 0, n_val > 0
         while True:
-            have = sum(enc.where[d][1] for d in sel_ids[:done])
+            have = int(sd.length[n_val : n_val + done].sum())
             # bytes/token: this source's own once some of it is encoded, else the mix's, else the guess
             if have:
                 bpt = float(sel_bytes[:done].sum()) / have
             else:
                 bpt = (enc.bytes / enc.tokens) if enc.tokens else bytes_per_token_guess
             need = b.unique_budget - have
-            if need <= 0 or done == len(sel_ids):
+            if need <= 0 or done == n_sel:
                 break
             # estimated docs to reach the budget (+10 % so one round usually suffices); the final
             # cut uses true counts only, never this estimate
             est = np.cumsum(sel_bytes[done:] / bpt)
             k = int(np.searchsorted(est, need * 1.10 + 64, side="left")) + 1
-            upto = min(len(sel_ids), done + max(k, 16))
-            _read_source(raw_paths[s], set(sel_ids[done:upto]) | extra, enc)
-            extra, done, rounds = set(), upto, rounds + 1
-        if extra:  # budget already met (or no train docs): still encode val
-            _read_source(raw_paths[s], extra, enc)
+            upto = min(n_sel, done + max(k, 16))
+            wanted = np.arange(n_val + done, n_val + upto, dtype=np.int64)
+            if with_val:
+                wanted = np.concatenate([np.arange(n_val, dtype=np.int64), wanted])
+            _read_source(raw_paths[s], sd, wanted, enc)
+            with_val, done, rounds = False, upto, rounds + 1
+        if with_val:  # budget already met (or no train docs): still encode val
+            _read_source(raw_paths[s], sd, np.arange(n_val, dtype=np.int64), enc)
         result.rounds[s] = rounds
-        lengths = np.array([enc.where[d][1] for d in sel_ids[:done]], np.int64)
-        n_unique, apps = fill_budget(s, lengths, b.unique_budget, b.stream_budget, n_docs_available=len(sel_ids))
-        selections[s] = (sel_ids[:done], apps)
+        lengths = sd.length[n_val : n_val + done]
+        n_unique, sd.apps = fill_budget(s, lengths, b.unique_budget, b.stream_budget, n_docs_available=n_sel)
         result.sources[s] = SourceResult(unique_documents=n_unique, budget_tokens=b.stream_budget,
                                          epochs=b.epochs, encoded_train_documents=done)
 
@@ -191,17 +250,18 @@ class _Encoder:
                  batch_chars: int = ENCODE_BATCH_CHARS):
         self.tok, self.spill, self.batch_docs, self.sep = tok, spill, batch_docs, separator_id
         self.batch_chars = batch_chars
-        self.pending_ids: list[str] = []
+        self.pending_ids: list[int] = []  # positions in the current target's arrays
         self.pending_texts: list[str] = []
         self.pending_chars = 0
-        self.where: dict[str, tuple[int, int]] = {}  # doc_id -> (offset, length incl. separator)
+        # (offsets, lengths incl. separator): int64 arrays the current _read_source fills
+        self.target: Optional[tuple[np.ndarray, np.ndarray]] = None
         self.bytes = 0
         self.tokens = 0
         self.inflight = None
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode")
 
-    def add(self, doc_ids: list[str], texts: list[str]) -> None:
-        for d, t in zip(doc_ids, texts):
+    def add(self, positions: list[int], texts: list[str]) -> None:
+        for d, t in zip(positions, texts):
             self.pending_ids.append(d)
             self.pending_texts.append(t)
             self.pending_chars += len(t)
@@ -220,12 +280,12 @@ class _Encoder:
         self.pending_ids, self.pending_texts, self.pending_chars = [], [], 0
         fut = self.pool.submit(self.tok.encode_batch_fast, texts, add_special_tokens=False)
         self._finish_inflight()
-        self.inflight = (ids, texts, fut)
+        self.inflight = (ids, texts, fut, self.target)
 
     def _finish_inflight(self) -> None:
         if self.inflight is None:
             return
-        ids, texts, fut = self.inflight
+        ids, texts, fut, (offsets, lengths) = self.inflight
         self.inflight = None
         encs = fut.result()
         seqs = [e.ids for e in encs]
@@ -241,22 +301,40 @@ class _Encoder:
             lens = lens + 1
         off = self.spill.append(flat)
         starts = off + np.concatenate(([0], np.cumsum(lens)[:-1]))
-        for d, s, ln in zip(ids, starts.tolist(), lens.tolist()):
-            self.where[d] = (s, ln)
+        pos = np.asarray(ids, np.int64)
+        offsets[pos] = starts  # a doc_id twice in the file: the last one wins, as it is read last
+        lengths[pos] = lens
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
 
 
-def _read_source(path: str, wanted: set[str], enc: _Encoder, batch_rows: int = 2048) -> None:
-    """Feed the wanted documents of one Parquet file to the encoder, in file order."""
-    if not wanted:
+def _wanted_batches(pf: pq.ParquetFile, value_set: pa.Array, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """(doc_id, text) batches of the row groups holding a wanted doc_id, in file order. One row group
+    at a time: a whole-file iter_batches buffers ahead and its memory grows with the file (measured:
+    96 MB of Arrow memory on a 92 MB file, 28 MB row group by row group); groups with no wanted
+    document are skipped without decoding their text."""
+    for i in range(pf.num_row_groups):
+        if not pc.any(pc.is_in(pf.read_row_group(i, columns=["doc_id"]).column(0), value_set=value_set)).as_py():
+            continue
+        yield from pf.iter_batches(row_groups=[i], columns=["doc_id", "text"], batch_size=batch_rows)
+
+
+def _read_source(path: str, sd: _SourceDocs, wanted: np.ndarray, enc: _Encoder, batch_rows: int = 2048) -> None:
+    """Feed the wanted documents (positions in `sd.ids`) of one Parquet file to the encoder, in
+    file order, and record their spill offsets and lengths in `sd`."""
+    if not len(wanted):
         return
-    value_set = pa.array(sorted(wanted), pa.string())
+    wanted_ids = sd.ids.take(pa.array(wanted))
+    value_set = pc.unique(wanted_ids)
+    offsets = np.full(len(value_set), -1, np.int64)
+    lengths = np.zeros(len(value_set), np.int64)
+    enc.target = (offsets, lengths)
     found = 0
     pf = pq.ParquetFile(path)
-    for batch in pf.iter_batches(columns=["doc_id", "text"], batch_size=batch_rows):
-        mask = pc.is_in(batch.column(0), value_set=value_set)
+    for batch in _wanted_batches(pf, value_set, batch_rows):
+        pos = pc.index_in(batch.column(0), value_set=value_set)
+        mask = pc.is_valid(pos)
         if not pc.any(mask).as_py():
             continue
         sel = batch.filter(mask)
@@ -265,12 +343,16 @@ def _read_source(path: str, wanted: set[str], enc: _Encoder, batch_rows: int = 2
             row = sel.column(0)[int(np.flatnonzero(pc.is_null(texts).to_numpy(zero_copy_only=False))[0])]
             raise ValueError(f"{path}: document {row.as_py()!r}: field text is null")
         found += sel.num_rows
-        enc.add(sel.column(0).to_pylist(), texts.to_pylist())
+        enc.add(pos.filter(mask).to_numpy().tolist(), texts.to_pylist())
     enc.flush()
-    if found != len(wanted):
-        missing = sorted(d for d in wanted if d not in enc.where)[:3]
-        raise ValueError(f"{path}: {len(wanted) - found} document(s) of the validation split are not in this "
+    enc.target = None
+    if found != len(value_set) or (offsets < 0).any():
+        missing = sorted(value_set.filter(pa.array(offsets < 0)).to_pylist())[:3]
+        raise ValueError(f"{path}: {len(value_set) - found} document(s) of the validation split are not in this "
                          f"file (e.g. {missing}); the split is older than the raw documents: rebuild validation_split")
+    at = pc.index_in(wanted_ids, value_set=value_set).to_numpy()
+    sd.offset[wanted] = offsets[at]
+    sd.length[wanted] = lengths[at]
 
 
 def build_shards(
@@ -301,22 +383,23 @@ def build_shards(
         spill = _Spill(os.path.join(tmp, "spill.bin"), np_dtype)
         enc = _Encoder(tok, spill, plan.encode_batch_docs, plan.separator_id)
 
-        # per source: val documents (all) and train documents in selection order
-        per_source = {}
+        # per source: val documents (all), then train documents in selection order, as columns
+        per_source: dict[str, _SourceDocs] = {}
         for s in sorted(budgets):
             rows = split.filter(pc.equal(split.column("source"), s))
             is_val = pc.equal(rows.column("split"), "val")
-            val_ids = rows.filter(is_val).column("doc_id").to_pylist()
+            val_ids = rows.filter(is_val).column("doc_id").combine_chunks()
             tr = rows.filter(pc.invert(is_val))
-            ids = tr.column("doc_id").to_pylist()
+            ids = tr.column("doc_id").combine_chunks()
             nb = np.asarray(tr.column("n_bytes").to_numpy(zero_copy_only=False), np.int64)
-            order = sorted(range(len(ids)), key=lambda i: (unit_hash(plan.seed, f"sel:{ids[i]}"), ids[i]))
-            per_source[s] = (val_ids, [ids[i] for i in order], nb[order])
+            order = _selection_order(plan.seed, ids)
+            per_source[s] = _SourceDocs(pa.concat_arrays([val_ids, ids.take(pa.array(order))]), len(val_ids),
+                                        nb[order])
+        del split
 
         # pass 1: encode val + the train prefix the budget needs, round by round
-        selections: dict[str, tuple[list[str], list]] = {}
         try:
-            _encode_sources(budgets, per_source, raw_paths, enc, bytes_per_token_guess, result, selections)
+            _encode_sources(budgets, per_source, raw_paths, enc, bytes_per_token_guess, result)
         finally:
             enc.close()
             spill.close()
@@ -325,22 +408,13 @@ def build_shards(
 
         try:
             # pass 2: train stream (budget fill) and val stream (all val documents, one epoch)
-            app_docs, app_epochs, app_take, app_src = [], [], [], []
-            for s in sorted(budgets):
-                sel_ids, apps = selections[s]
-                for a in apps:
-                    app_docs.append(sel_ids[a.index])
-                    app_epochs.append(a.epoch)
-                    app_take.append(a.take)
-                    app_src.append(s)
-            result.splits["train"] = _pack("train", app_docs, app_epochs, app_take, app_src,
-                                           enc.where, reader, plan, dtype, storage)
-            vd, vs = [], []
-            for s in sorted(budgets):
-                vd.extend(per_source[s][0])
-                vs.extend([s] * len(per_source[s][0]))
-            result.splits["val"] = _pack("val", vd, [0] * len(vd), [enc.where[d][1] for d in vd], vs,
-                                         enc.where, reader, plan, dtype, storage)
+            names = sorted(budgets)
+            train = [(per_source[s].n_val + per_source[s].apps.index, per_source[s].apps.epoch,
+                      per_source[s].apps.take) for s in names]
+            result.splits["train"] = _pack("train", per_source, names, train, reader, plan, dtype, storage)
+            val = [(np.arange(per_source[s].n_val, dtype=np.int64), np.zeros(per_source[s].n_val, np.int64),
+                    per_source[s].length[: per_source[s].n_val]) for s in names]
+            result.splits["val"] = _pack("val", per_source, names, val, reader, plan, dtype, storage)
         finally:
             reader.close()
 
@@ -350,7 +424,11 @@ def build_shards(
     return result
 
 
-def _pack(split_name, doc_ids, epochs, takes, sources, where, reader, plan: PackingPlan, dtype, storage):
+def _pack(split_name, per_source: dict[str, _SourceDocs], names: list[str], parts, reader, plan: PackingPlan,
+          dtype, storage):
+    """Pack one split. parts[i] = (document positions in per_source[names[i]], epochs, takes): the
+    appearances of source names[i], concatenated in `names` order before the stream-order sort."""
+
     def write(index: int, tokens: np.ndarray) -> ShardRecord:
         key = layout.SHARD.format(split=split_name, index=index)
         data = tokens.tobytes()
@@ -364,13 +442,30 @@ def _pack(split_name, doc_ids, epochs, takes, sources, where, reader, plan: Pack
             sha256=hashlib.sha256(data).hexdigest(),
         )
 
+    def app_ids(i: int):
+        return per_source[names[i]].ids.take(pa.array(parts[i][0]))
+
+    n = sum(len(p[0]) for p in parts)
+    keys = np.empty(n, np.uint64)
+    at = 0
+    for i, (pos, ep, _) in enumerate(parts):
+        keys[at : at + len(pos)] = order_keys(plan.seed, _strings(app_ids(i)), ep.tolist(), len(pos))
+        at += len(pos)
+    epochs = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
+    offsets = np.concatenate([per_source[names[i]].offset[p[0]] for i, p in enumerate(parts)]) if parts else epochs
+    takes = np.concatenate([p[2] for p in parts]) if parts else epochs
+    src = np.repeat(np.arange(len(parts), dtype=np.int32), [len(p[0]) for p in parts])
+    order = order_from_keys(keys, epochs, lambda: _stable_rank(pa.concat_arrays([app_ids(i) for i in range(len(parts))])))
+    del keys
+
     packer = Packer(plan.sample_len, plan.shard_samples, dtype, write)
-    order = stream_order(plan.seed, doc_ids, np.asarray(epochs, np.int64)) if doc_ids else []
-    for i in order:
-        off, _ = where[doc_ids[i]]
-        packer.feed(reader.read(off, takes[i]), sources[i])
+    for c in range(0, n, _CHUNK):
+        o = order[c : c + _CHUNK]
+        for off, take, si in zip(offsets[o].tolist(), takes[o].tolist(), src[o].tolist()):
+            packer.feed(reader.read(off, take), names[si])
     stats = packer.finish()
-    stats.documents = len(set(doc_ids))
+    distinct = [per_source[names[i]].ids.take(pa.array(np.unique(p[0]))) for i, p in enumerate(parts)]
+    stats.documents = pc.count_distinct(pa.concat_arrays(distinct)).as_py() if distinct else 0
     return stats
 
 

@@ -27,6 +27,7 @@ from mix_assets.lib import layout
 from mix_assets.lib.manifest import check_manifest
 from mix_assets.lib.storage import Storage
 from mix_assets.resources import MixResource
+from mix_assets_tests.tokens_reference import as_built, reference_shards
 
 
 def _stand_in_dedup_and_masks(st: Storage, sources: list[str]) -> None:
@@ -75,6 +76,7 @@ def test_shared_sample_through_manifest(tmp_path, shared_data):
         assert manifest["sources"][s.name]["val_tokens"] > 0
     assert manifest["packing"]["separator"] == spec.packing.separator and manifest["dtype"] == "uint16"
     assert manifest["tokenizer"]["vocab_size"] == spec.tokenizer.vocab_size
+    assert as_built(manifest) == reference_shards(st, spec)  # byte for byte the per-document implementation
 
 
 @pytest.mark.slow
@@ -119,3 +121,5 @@ def test_demo_end_to_end_through_manifest_with_every_gate_green(tmp_path):
     assert check_manifest(manifest, tmp_path / "storage" / "mix") == []
     for s in spec.sources:
         assert manifest["sources"][s.name]["train_tokens"] == spec.stream_budget(s.name)
+    # the demo's shards are byte for byte what the per-document implementation wrote
+    assert as_built(manifest) == reference_shards(Storage(str(tmp_path / "storage")), spec)

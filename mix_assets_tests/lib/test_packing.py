@@ -1,22 +1,73 @@
 import numpy as np
 import pytest
 
-from mix_assets.lib.packing import Packer, ShardRecord, ShortfallError, fill_budget, stream_order
+from mix_assets.lib.packing import (
+    Packer,
+    ShardRecord,
+    ShortfallError,
+    fill_budget,
+    order_from_keys,
+    stream_order,
+)
+from mix_assets_tests.tokens_reference import ref_fill_budget, ref_stream_order
+
+
+def _records(apps):
+    return list(zip(apps.index.tolist(), apps.epoch.tolist(), apps.take.tolist()))
 
 
 def test_fill_budget_exact_with_epochs():
     lengths = np.array([10, 20, 30, 40])
     n_unique, apps = fill_budget("s", lengths, unique_budget=25, stream_budget=62)
     assert n_unique == 2  # 10 + 20 >= 25
-    assert sum(a.take for a in apps) == 62
-    assert [(a.index, a.epoch) for a in apps] == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2)]
-    assert apps[-1].take == 2  # the last appearance is truncated to hit the budget exactly
+    assert int(apps.take.sum()) == 62
+    assert [(i, e) for i, e, _ in _records(apps)] == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2)]
+    assert apps.take[-1] == 2  # the last appearance is truncated to hit the budget exactly
 
 
 def test_fill_budget_fractional_epoch():
     n_unique, apps = fill_budget("s", np.array([5] * 10), unique_budget=50, stream_budget=75)
-    assert n_unique == 10 and sum(a.take for a in apps) == 75
-    assert {a.epoch for a in apps} == {0, 1} and sum(a.epoch == 1 for a in apps) == 5
+    assert n_unique == 10 and int(apps.take.sum()) == 75
+    assert set(apps.epoch.tolist()) == {0, 1} and int((apps.epoch == 1).sum()) == 5
+    assert apps.index.dtype == apps.epoch.dtype == apps.take.dtype == np.int64
+
+
+def test_fill_budget_matches_the_per_document_reference():
+    """The columnar fill equals the old per-appearance loop: empty documents, exact and fractional
+    epochs, a budget ending exactly on a document or an epoch boundary, less than one epoch."""
+    rng = np.random.default_rng(3)
+    cases = [([10, 20, 30, 40], 25, 62), ([0, 10, 0, 20, 30], 25, 60), ([0, 10, 0, 20, 30], 25, 30),
+             ([7], 7, 7), ([7], 7, 70), ([3, 4], 5, 3), ([5, 5], 0, 0), ([1, 0, 0], 1, 5)]
+    for _ in range(300):
+        lengths = rng.integers(0, 50, rng.integers(1, 40))
+        lengths[rng.random(len(lengths)) < 0.3] = 0
+        total = int(lengths.sum())
+        if total == 0:
+            continue
+        unique = int(rng.integers(1, total + 1))
+        cases.append((lengths.tolist(), unique, int(unique * rng.choice([0.5, 1.0, 1.37, 2.0, 3.71]))))
+    for lengths, unique, stream in cases:
+        n_ref, ref = ref_fill_budget(lengths, unique, stream)
+        n_new, apps = fill_budget("s", np.array(lengths), unique, stream)
+        assert (n_new, _records(apps)) == (n_ref, ref), (lengths, unique, stream)
+
+
+def test_stream_order_matches_the_reference_including_hash_ties():
+    rng = np.random.default_rng(5)
+    ids = [f"d-{int(i)}" for i in rng.permutation(300)] * 2  # every doc twice (two epochs)
+    ep = np.array([0] * 300 + [1] * 300)
+    assert (stream_order(9, ids, ep) == ref_stream_order(9, ids, ep)).all()
+    # colliding keys fall back to (doc_id, epoch), then position, exactly as before
+    for n_keys in (1, 3, 50):
+        keys = rng.integers(0, n_keys, len(ids)).astype(np.uint64)
+        rank = lambda: ref_rank(ids)  # noqa: E731
+        assert (order_from_keys(keys, ep, rank) == ref_stream_order(9, ids, ep, keys=keys)).all()
+
+
+def ref_rank(ids):
+    r = np.empty(len(ids), np.int64)
+    r[sorted(range(len(ids)), key=ids.__getitem__)] = np.arange(len(ids))
+    return r
 
 
 def test_shortfall_names_source():

@@ -17,6 +17,7 @@ from mix_assets.lib.shards import build_token_shards
 from mix_assets.lib.split import build_validation_split
 from mix_assets.lib.tokenizer import build_tokenizer
 from mix_assets_tests.tokens_fixtures import write_upstream
+from mix_assets_tests.tokens_reference import as_built, reference_shards
 from mix_assets_tests.tokens_spec import tiny_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -182,3 +183,41 @@ def test_split_older_than_raw_is_named(tmp_path):
     pq.write_table(pq.read_table(path).slice(0, 150), path)  # raw rebuilt smaller after the split
     with pytest.raises(ValueError, match=r"b/documents.parquet: \d+ document\(s\) of the validation split are not"):
         build_token_shards(st, spec)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(epochs={"a": 2.5, "b": 1.3}, packing={"separator": "<|endoftext|>"}),
+    dict(epochs={"b": 2.0}, packing={"shifted_targets": True}),
+], ids=["fractional-epochs-separator", "epochs-shifted"])
+def test_shards_equal_the_per_document_reference(tmp_path, kw):
+    """Columnar bookkeeping (Arrow ids, int64/uint64 columns) writes the very bytes the old
+    per-document implementation (tokens_reference.py) writes: shards, counts, documents, seams."""
+    spec, st, res, man = build(tmp_path, **kw)
+    assert as_built(man) == reference_shards(st, spec)
+
+
+def test_arrow_string_rank_is_python_str_order():
+    """Ties in the selection and stream-order hashes are broken by doc_id: Arrow's UTF-8 byte
+    sort must agree with Python's code-point comparison, and stay stable on equal ids."""
+    import pyarrow as pa
+
+    from mix_assets.lib.shards import _stable_rank
+
+    ids = ["b", "a", "é", "\uffff", "😀", "a", "Z", "ab", "", "b", "\u00ff", "ÿa"] * 3
+    ref = np.empty(len(ids), np.int64)
+    ref[sorted(range(len(ids)), key=ids.__getitem__)] = np.arange(len(ids))
+    assert (_stable_rank(pa.array(ids)) == ref).all()
+
+
+def test_selection_order_ties_fall_back_to_doc_id(monkeypatch):
+    import pyarrow as pa
+
+    from mix_assets.lib import shards
+    from mix_assets_tests.tokens_reference import ref_selection_order
+
+    ids = [f"doc-{i:03d}-é" if i % 7 else f"doc-{i}" for i in np.random.default_rng(1).permutation(200)]
+    assert shards._selection_order(11, pa.array(ids)).tolist() == ref_selection_order(11, ids)
+    coarse = lambda seed, key: float(len(key) % 3) / 4  # noqa: E731  (forces equal hashes)
+    monkeypatch.setattr(shards, "unit_hash", coarse)
+    u = [coarse(11, f"sel:{d}") for d in ids]
+    assert shards._selection_order(11, pa.array(ids)).tolist() == ref_selection_order(11, ids, u)
