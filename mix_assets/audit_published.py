@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from mix_assets.config import MixConfigError, load_spec
+from mix_assets.lib import demo_corpus
 from mix_assets.lib import published_audit as pa_
 from mix_assets.lib.evals import EvalDataError, TestSplitRefused
 from mix_assets.lib.manifest import ManifestError
@@ -35,11 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         spec = load_spec(args.config)
-        if spec.demo_corpus:  # the embedded demo's eval task is generated with its corpus
-            from mix_assets.lib import demo_corpus
-
-            dc = spec.demo_corpus
-            demo_corpus.ensure(spec.resolve(dc.path), dc.seed, dc.docs_per_source)
+        demo_corpus.ensure_for_spec(spec)  # the embedded demo's eval task is generated with its corpus
         kw = {}
         if args.s3_endpoint_url:
             kw["s3_endpoint_url"] = args.s3_endpoint_url

@@ -18,10 +18,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mix_assets.assets.common import code_version
-from mix_assets.assets.sources import prepare_inputs
 from mix_assets.config import HubDataset, MixSpec
 from mix_assets.lib import contamination as ct
-from mix_assets.lib import evals, layout
+from mix_assets.lib import demo_corpus, evals, layout
 from mix_assets.lib.evals import load_task_items
 
 GROUP = "audit"
@@ -158,7 +157,7 @@ def build_audit_assets(spec: MixSpec) -> list:
     def eval_registry(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         """Hashed 13-gram reference of every eval task's non-test splits, with its denominators."""
         storage = _storage(context)
-        prepare_inputs(spec)  # the embedded demo's eval task is generated with its corpus
+        demo_corpus.ensure_for_spec(spec)  # the embedded demo's eval task is generated with its corpus
         tasks_meta, scrub = {}, []
         for task in audit.tasks:
             items = load_task_items(task, spec.base_dir)

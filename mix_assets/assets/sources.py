@@ -17,12 +17,6 @@ HAS_DOCUMENTS = "has_documents"
 BUDGET_MET = "budget_met"
 _LENGTH_BINS = [0, 256, 1024, 4096, 16384, 65536, np.inf]
 
-def prepare_inputs(spec: MixSpec) -> None:
-    """Generate the embedded demo corpus when the config uses it (idempotent, atomic)."""
-    if spec.demo_corpus:
-        dc = spec.demo_corpus
-        demo_corpus.ensure(spec.resolve(dc.path), dc.seed, dc.docs_per_source)
-
 def length_histogram(n_chars: np.ndarray) -> list[list[object]]:
     counts, _ = np.histogram(n_chars, bins=_LENGTH_BINS)
     labels = ["< 256", "256 - 1K", "1K - 4K", "4K - 16K", "16K - 64K", ">= 64K"]
@@ -54,9 +48,11 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
     def _asset(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
         spec_now = mix.spec
         storage = mix.storage
-        prepare_inputs(spec_now)
+        demo_corpus.ensure_for_spec(spec_now)
         src_now = spec_now.source(src.name)
-        head = [r.text for r in itertools.islice(lib.iter_rows(spec_now, src_now), 500) if r.text]
+        # A tokenizer trained later cannot measure anything yet: read a sample head only for one that exists.
+        head = ([] if spec_now.tokenizer.kind == "train" else
+                [r.text for r in itertools.islice(lib.iter_rows(spec_now, src_now), 500) if r.text])
         bpt, how = lib.bytes_per_token(spec_now, head)
         prog = Progress(context.log, f"raw/{src.name}", interval=10.0)
         seen = [0, 0]

@@ -226,3 +226,10 @@ def ensure(out: str | Path, seed: int = 7, docs_per_source: int = 400) -> Path:
     generate(out, seed, docs_per_source)
     atomic_write_bytes(marker, stamp.encode())  # written last: a killed generation is redone
     return out
+
+
+def ensure_for_spec(spec) -> None:
+    """Generate the embedded demo corpus when the mix spec uses it (idempotent, atomic)."""
+    if spec.demo_corpus:
+        dc = spec.demo_corpus
+        ensure(spec.resolve(dc.path), dc.seed, dc.docs_per_source)
