@@ -3,8 +3,9 @@
 * masks on (the default): the published revision audits to zero overlap with non-zero denominators,
   although the raw corpus holds planted eval copies (the in-graph report counted them);
 * masks off (`audit.mask_contaminated: false`): the zero_eval_overlap gate would stop the run, so it
-  is left out of the selection, and the mix directory the graph wrote is audited: the planted copies
-  are in its bytes and the CLI exits non-zero.
+  is left out of the selection; the decoded-shards gate on manifest (`shards_audit_clean`) then fails
+  and nothing is published, and the mix directory the graph wrote is audited by the CLI: the planted
+  copies are in its bytes and it exits non-zero.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 from mix_assets.assets.audit import EXCLUSION_MASKS_KEY, ZERO_EVAL_OVERLAP
+from mix_assets.assets.manifest import SHARDS_AUDIT_CLEAN
 from mix_assets.config import REPO_ROOT, load_spec
 from mix_assets.definitions import build_definitions
 from mix_assets.lib import layout
@@ -79,11 +81,17 @@ def test_published_demo_revision_audits_to_zero_with_denominators(tmp_path):
 def test_demo_without_masks_the_published_bytes_show_the_overlap(tmp_path):
     cfg = demo_config(tmp_path, mask_contaminated=False)
     gate = dg.AssetCheckKey(EXCLUSION_MASKS_KEY, ZERO_EVAL_OVERLAP)
-    sel = (dg.AssetSelection.all() - dg.AssetSelection.checks(gate)
-           - dg.AssetSelection.assets("published_revision"))
-    result = _materialize(cfg, sel)
-    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    result = _materialize(cfg, dg.AssetSelection.all() - dg.AssetSelection.checks(gate))
     assert ZERO_EVAL_OVERLAP not in {e.check_name for e in result.get_asset_check_evaluations()}
+    # the decoded-shards audit on manifest catches what the skipped gate would have, and holds publish back
+    audit = {e.check_name: e for e in result.get_asset_check_evaluations()}[SHARDS_AUDIT_CLEAN]
+    assert not result.success and not audit.passed and audit.metadata["overlap_total"].value > 0
+    assert not (tmp_path / "published").exists()
+    # a later run of published_revision alone (the UI allows it) does not skip the audit's verdict
+    alone = _materialize(cfg, dg.AssetSelection.assets("published_revision"))
+    err = alone.get_step_failure_events()[0].event_specific_data.error.to_string()
+    assert not alone.success and f"no passing {SHARDS_AUDIT_CLEAN}" in err
+    assert not (tmp_path / "published").exists()
     mix_dir = tmp_path / "storage" / layout.MIX_DIR
     out = _cli(mix_dir, cfg, tmp_path / "audit.json")
     assert out.returncode == 1, out.stdout + out.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mix_assets.lib import layout
+from mix_assets.lib import layout, lineage
 from mix_assets.lib.storage import Storage
 
 WORDS = (
@@ -19,6 +19,11 @@ WORDS = (
     "river stone light garden number seven market winter letter window morning paper bridge silver "
     "forest engine harbor lantern meadow thunder orchard village compass anchor feather candle"
 ).split()
+
+
+def stamp(storage: Storage, asset: str, outputs: list[str], inputs: list[str] = ()) -> dict:
+    """The lineage record a real asset would write after these stand-in files (lib/lineage.py)."""
+    return lineage.write_record(storage, asset, outputs, lineage.verify_inputs(storage, asset, inputs))
 
 
 def make_text(rng: random.Random, n_words: int) -> str:
@@ -53,14 +58,19 @@ def write_upstream(root: Path, sources: dict[str, int], seed: int = 1, words=(40
                                   reasons=["contaminated"], kept_doc_id=None))
         with storage.writing(layout.RAW_DOCS.format(source=source)) as tmp:
             pq.write_table(pa.Table.from_pylist(rows), tmp)
+        stamp(storage, f"raw/{source}", [layout.RAW_DOCS.format(source=source)])
+    raws = [f"raw/{s}" for s in sources]
     with storage.writing(layout.DEDUP_KEYS) as tmp:
         pq.write_table(pa.Table.from_pylist(keys_rows), tmp)
+    stamp(storage, "dedup_keys", [layout.DEDUP_KEYS], raws)
     masks = pa.Table.from_pylist(mask_rows, schema=pa.schema([
         ("doc_id", pa.string()), ("source", pa.string()), ("reasons", pa.list_(pa.string())),
         ("kept_doc_id", pa.string())]))
+    storage.write_text(layout.CONTAMINATION_REPORT, json.dumps({"tasks": {}, "sources": {}}, sort_keys=True))
+    stamp(storage, "contamination_report", [layout.CONTAMINATION_REPORT], raws)
     with storage.writing(layout.EXCLUSION_MASKS) as tmp:
         pq.write_table(masks, tmp)
-    storage.write_text(layout.CONTAMINATION_REPORT, json.dumps({"tasks": {}, "sources": {}}, sort_keys=True))
+    stamp(storage, "exclusion_masks", [layout.EXCLUSION_MASKS], ["dedup_keys", "contamination_report", *raws])
     return storage
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mix_assets.assets.common import code_version
+from mix_assets.assets.common import code_version, raw_name, recorded, verified_inputs, with_lineage
 from mix_assets.config import HubDataset, MixSpec
 from mix_assets.lib import contamination as ct
 from mix_assets.lib import demo_corpus, evals, layout
@@ -201,6 +201,10 @@ def build_audit_assets(spec: MixSpec) -> list:
             "tasks": tasks_meta,
         }
         storage.write_text(layout.EVAL_REGISTRY, json.dumps(registry, indent=1, sort_keys=True))
+        written = [layout.EVAL_REGISTRY, layout.EVAL_SCRUB_NGRAMS]
+        for name in tasks_meta:
+            written += [layout.EVAL_NGRAMS.format(task=name), layout.EVAL_SHORT_ITEMS.format(task=name)]
+        lin = recorded(storage, "eval_registry", written, {})
 
         rows = [
             {
@@ -228,14 +232,15 @@ def build_audit_assets(spec: MixSpec) -> list:
             desc = f"tasks below their minimum rows or without n-grams: {', '.join(bad)}"
         else:
             desc = f"all {len(rows)} tasks have rows >= min_rows and n-grams"
-        return dg.MaterializeResult(
-            metadata={
+        return with_lineage(
+            {
                 "tasks": len(rows),
                 "rows_total": sum(r["rows"] for r in rows),
                 "ngrams_total": sum(r["ngrams"] for r in rows),
                 "denominators": _table(rows),
                 "registry_path": dg.MetadataValue.path(storage.uri(layout.EVAL_REGISTRY)),
             },
+            lin,
             check_results=[
                 dg.AssetCheckResult(
                     check_name=DENOMINATORS_NONEMPTY, passed=passed, metadata=check_md, description=desc
@@ -274,6 +279,7 @@ def build_audit_assets(spec: MixSpec) -> list:
     def contamination_report(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         """Overlap counts per source x task before masks, and the ids of contaminated documents."""
         storage = _storage(context)
+        inputs = verified_inputs(storage, "contamination_report", ["eval_registry", *map(raw_name, sources)])
         reg, meta = load_registry(storage)
         tally = scan_sources(storage, reg, sources, audit.threads)
         denominators = {
@@ -293,6 +299,8 @@ def build_audit_assets(spec: MixSpec) -> list:
         )
         with storage.writing(layout.CONTAMINATED_DOCS) as tmp:
             pq.write_table(table, tmp)
+        lin = recorded(storage, "contamination_report", [layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS],
+                       inputs)
 
         rows = tally.rows()
         for r in rows:
@@ -333,7 +341,7 @@ def build_audit_assets(spec: MixSpec) -> list:
                     },
                 )
             )
-        return dg.MaterializeResult(metadata=metadata, check_results=checks)
+        return with_lineage(metadata, lin, check_results=checks)
 
     @dg.asset_check(
         asset=EXCLUSION_MASKS_KEY,
@@ -345,6 +353,7 @@ def build_audit_assets(spec: MixSpec) -> list:
     )
     def zero_eval_overlap(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         storage = _storage(context)
+        verified_inputs(storage, ZERO_EVAL_OVERLAP, ["exclusion_masks", "eval_registry", *map(raw_name, sources)])
         reg, meta = load_registry(storage)
         masks = pq.read_table(storage.local_path(layout.EXCLUSION_MASKS), columns=["doc_id"])
         masked = set(masks.column("doc_id").to_pylist())

@@ -10,6 +10,7 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mix_assets.lib import lineage
 from mix_assets.lib.storage import Storage
 
 
@@ -29,6 +30,46 @@ def code_version(*parts: object) -> str:
         else:
             h.update(repr(p).encode())
     return h.hexdigest()[:12]
+
+
+def raw_name(source: str) -> str:
+    """The lineage name of `raw/<source>` (its asset key as the UI writes it)."""
+    return f"raw/{source}"
+
+
+def verified_inputs(storage: Storage, consumer: str, inputs: list[str]) -> dict[str, str]:
+    """Data versions of `inputs` once lineage proves they belong together; a dg.Failure names what to redo."""
+    try:
+        return lineage.verify_inputs(storage, consumer, inputs)
+    except lineage.StaleInputError as e:
+        raise dg.Failure(
+            description=str(e),
+            metadata={"stale_assets": ", ".join(e.rematerialise) or "none",
+                      "problems": dg.MetadataValue.md("\n".join(f"- {p}" for p in e.problems))},
+            allow_retries=False,
+        ) from None
+
+
+def recorded(storage: Storage, asset: str, outputs, inputs: dict[str, str]) -> dict:
+    """Write `asset`'s lineage record (last, after its files); return the Dagster side of it.
+
+    The result goes into `MaterializeResult(**recorded(...))` merged with the asset's metadata: its
+    data version (the UI marks children of a changed version stale) and what it was computed from.
+    """
+    rec = lineage.write_record(storage, asset, outputs, inputs)
+    return {
+        "data_version": dg.DataVersion(rec["data_version"][:16]),
+        "metadata": {"computed_from": dg.MetadataValue.json({k: v[:16] for k, v in rec["inputs"].items()})},
+    }
+
+
+def with_lineage(result_metadata: dict, lineage_result: dict, **kwargs) -> dg.MaterializeResult:
+    """A MaterializeResult carrying the asset's metadata plus its lineage (see `recorded`)."""
+    return dg.MaterializeResult(
+        metadata={**result_metadata, **lineage_result["metadata"]},
+        data_version=lineage_result["data_version"],
+        **kwargs,
+    )
 
 
 def write_parquet(storage: Storage, key: str, table: pa.Table) -> None:

@@ -13,7 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mix_assets.assets.common import code_version, md_table, raw_key, read_parquet, write_parquet
+from mix_assets.assets.common import (
+    code_version, md_table, raw_key, raw_name, read_parquet, recorded, verified_inputs, with_lineage, write_parquet,
+)
 from mix_assets.config import MixSpec
 from mix_assets.lib import charts, layout, lsh, minhash
 from mix_assets.lib import dedup as lib
@@ -74,6 +76,7 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
     def dedup_keys(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
         """Per document: exact key, MinHash/LSH near-duplicate cluster, keep flag and reason."""
         spec_now, storage = mix.spec, mix.storage
+        inputs = verified_inputs(storage, "dedup_keys", [raw_name(s.name) for s in spec_now.sources])
         params = params_for(spec_now)
         started = time.monotonic()
         table, st = lib.dedup_keys_table(
@@ -81,6 +84,7 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
         )
         seconds = time.monotonic() - started
         write_parquet(storage, layout.DEDUP_KEYS, table)
+        lin = recorded(storage, "dedup_keys", [layout.DEDUP_KEYS], inputs)
         context.log.info(f"dedup_keys: {st['documents']:,} documents in {seconds:.1f} s")
 
         b, r = st["bands"], st["rows"]
@@ -96,8 +100,8 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
             for s, v in st["per_source"].items()
         ]
         problems = lib.check_clusters(table)
-        return dg.MaterializeResult(
-            metadata={
+        return with_lineage(
+            {
                 "dagster/row_count": st["documents"],
                 "path": dg.MetadataValue.path(storage.uri(layout.DEDUP_KEYS)),
                 "bands": b,
@@ -132,6 +136,7 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
                 "seconds": round(seconds, 3),
                 "documents_per_second": round(st["documents"] / max(seconds, 1e-9), 1),
             },
+            lin,
             check_results=[
                 dg.AssetCheckResult(
                     check_name=CLUSTERS_CONSISTENT, passed=not problems,
@@ -199,6 +204,11 @@ def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
     def exclusion_masks(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
         """One row per excluded document with its reasons (exact_dup, near_dup, contaminated, ...)."""
         spec_now, storage = mix.spec, mix.storage
+        # contamination_report is an input whenever it exists, and required when contaminated docs are masked
+        upstream = ["dedup_keys", *(raw_name(s.name) for s in spec_now.sources)]
+        if spec_now.audit.mask_contaminated or storage.exists(layout.CONTAMINATED_DOCS):
+            upstream.append("contamination_report")
+        inputs = verified_inputs(storage, "exclusion_masks", upstream)
         keys = read_parquet(storage, layout.DEDUP_KEYS)
         contaminated = _read_contaminated(storage)
         if spec_now.audit.mask_contaminated and contaminated is None:
@@ -215,6 +225,7 @@ def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
         names = [s.name for s in spec_now.sources]
         comp = lib.composition(meta, set(table.column("doc_id").to_pylist()), names)
         storage.write_text(layout.COMPOSITION, json.dumps(comp, indent=1, sort_keys=True))
+        lin = recorded(storage, "exclusion_masks", [layout.EXCLUSION_MASKS, layout.COMPOSITION], inputs)
 
         # Read the rejects: kill rates per stage, samples beside their kept member, contaminated ids only.
         n = max(keys.num_rows, 1)
@@ -269,8 +280,8 @@ def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
                 if lossy else "no source lost more than the limit",
             ),
         ]
-        return dg.MaterializeResult(
-            metadata={
+        return with_lineage(
+            {
                 "dagster/row_count": table.num_rows,
                 "path": dg.MetadataValue.path(storage.uri(layout.EXCLUSION_MASKS)),
                 "documents_before": keys.num_rows,
@@ -288,6 +299,7 @@ def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
                                  for c in comp_cols] for a in comp])),
                 "rejects": dg.MetadataValue.md("\n\n".join(sample_md + [cont_md])),
             },
+            lin,
             check_results=checks,
         )
 

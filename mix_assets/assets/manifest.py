@@ -1,13 +1,15 @@
 """manifest: manifest.json describing the mix directory, proven self-consistent before publishing."""
 
 import json
+import tempfile
+import time
 from typing import BinaryIO
 
 import dagster as dg
 
-from mix_assets.assets.common import code_version
+from mix_assets.assets.common import code_version, recorded, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
-from mix_assets.lib import layout, manifest_builder
+from mix_assets.lib import layout, manifest_builder, published_audit
 from mix_assets.lib.manifest import check_manifest
 from mix_assets.lib.manifest_builder import write_manifest
 from mix_assets.lib.storage import Storage
@@ -15,6 +17,10 @@ from mix_assets.resources import MixResource
 
 GROUP = "tokens"
 MANIFEST_SELF_CONSISTENT = "manifest_self_consistent"
+SHARDS_AUDIT_CLEAN = "shards_audit_clean"
+# the lineage name of the audit record: published_revision refuses a manifest without a clean one
+SHARDS_AUDIT_RECORD = f"manifest/{SHARDS_AUDIT_CLEAN}"
+MANIFEST_INPUTS = ["token_shards", "tokenizer", "dedup_keys", "exclusion_masks", "contamination_report"]
 
 
 class _MixDir:
@@ -44,10 +50,12 @@ def build_manifest_assets(spec: MixSpec) -> list:
     def manifest(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
         """manifest.json: token counts, shards, tokenizer identity, packing, review files, fingerprint."""
         s = mix.spec
+        inputs = verified_inputs(mix.storage, "manifest", MANIFEST_INPUTS)
         m = write_manifest(mix.storage, name=s.name, seed=s.seed, spec_dump=s.model_dump(mode="json"))
+        lin = recorded(mix.storage, "manifest", [layout.MANIFEST], inputs)
         t = m["totals"]
-        return dg.MaterializeResult(
-            metadata={
+        return with_lineage(
+            {
                 "path": dg.MetadataValue.path(mix.storage.uri(layout.MANIFEST)),
                 "fingerprint": m["fingerprint"],
                 "train_tokens": t["train_tokens"],
@@ -58,13 +66,15 @@ def build_manifest_assets(spec: MixSpec) -> list:
                 "n_files": len(m["files"]),
                 "dropped_tail_tokens": t["dropped_tail_tokens"],
                 "per_source": dg.MetadataValue.json(m["sources"]),
-            }
+            },
+            lin,
         )
 
     @dg.asset_check(asset=manifest, name=MANIFEST_SELF_CONSISTENT, blocking=True)
     def manifest_self_consistent(mix: MixResource) -> dg.AssetCheckResult:
         """Totals equal the sum of parts, shards match the file listing, every size and sha256 recomputed."""
         st = mix.storage
+        verified_inputs(st, MANIFEST_SELF_CONSISTENT, ["manifest"])
         m = json.loads(st.read_text(layout.MANIFEST))
         problems = check_manifest(m, _MixDir(st), strict=False)
         return dg.AssetCheckResult(
@@ -77,4 +87,59 @@ def build_manifest_assets(spec: MixSpec) -> list:
             },
         )
 
-    return [manifest, manifest_self_consistent]
+    @dg.asset_check(asset=manifest, name=SHARDS_AUDIT_CLEAN, blocking=True)
+    def shards_audit_clean(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
+        """The bytes to publish: train and val shards decoded with the mix's tokenizer, 0 eval 13-grams."""
+        st, s = mix.storage, mix.spec
+        inputs = verified_inputs(st, SHARDS_AUDIT_CLEAN, ["manifest"])
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="shards-audit-", dir=_cache_dir(st)) as cache:
+            report = published_audit.audit_published(st.uri(layout.MIX_DIR), s, cache,
+                                                     s3_endpoint_url=st.s3_endpoint_url)
+        secs = time.perf_counter() - t0
+        st.write_text(layout.SHARDS_AUDIT, published_audit.dumps(report))
+        recorded(st, SHARDS_AUDIT_RECORD, [layout.SHARDS_AUDIT], inputs)
+        return shards_audit_result(report, secs)
+
+    return [manifest, manifest_self_consistent, shards_audit_clean]
+
+
+def _cache_dir(storage: Storage) -> str | None:
+    import os
+
+    if storage.cache_dir:
+        os.makedirs(storage.cache_dir, exist_ok=True)
+    return storage.cache_dir
+
+
+def shards_audit_result(report: dict, seconds: float) -> dg.AssetCheckResult:
+    """The check result of a published-audit report: counts per split x task, denominators beside them."""
+    splits = report["splits"]
+    tokens = sum(v["tokens_scanned"] for v in splits.values())
+    rows = [{"split": r["split"], "task": r["task"], "samples_scanned": r["samples_scanned"],
+             "overlap_ngrams": r["overlap_ngrams"], "samples_with_overlap": r["samples_with_overlap"],
+             "eval_rows": r["eval_rows"], "eval_ngrams": r["eval_ngrams"]} for r in report["rows"]]
+    problems = report["denominator_problems"]
+    desc = (f"0 eval {report['ngram']}-grams in {tokens:,} decoded tokens" if report["passed"] else
+            f"{report['overlap_total']} overlapping {report['ngram']}-grams in {report['samples_with_overlap']} "
+            "published samples" + (f"; {'; '.join(problems)}" if problems else "")
+            + ". Nothing downstream (published_revision) may run: re-materialise from the stale or failing stage.")
+    return dg.AssetCheckResult(
+        passed=bool(report["passed"]),
+        description=desc,
+        metadata={
+            "fingerprint": report["fingerprint"],
+            "overlap_total": report["overlap_total"],
+            "samples_with_overlap": report["samples_with_overlap"],
+            **{f"{s}_samples_scanned": v["samples_scanned"] for s, v in splits.items()},
+            **{f"{s}_tokens_scanned": v["tokens_scanned"] for s, v in splits.items()},
+            "denominator_problems": len(problems),
+            "per_split_task": dg.MetadataValue.table(
+                records=[dg.TableRecord(r) for r in rows],
+                schema=dg.TableSchema(columns=[dg.TableColumn(c, "string" if c in ("split", "task") else "int")
+                                               for c in (rows[0] if rows else {"split": 0, "task": 0})]),
+            ),
+            "seconds": round(seconds, 2),
+            "tokens_per_second": round(tokens / seconds) if seconds else 0,
+        },
+    )

@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 import dagster as dg
 
-from mix_assets.assets.common import code_version
+from mix_assets.assets.common import code_version, recorded, verified_inputs, with_lineage
+from mix_assets.assets.manifest import SHARDS_AUDIT_CLEAN, SHARDS_AUDIT_RECORD
 from mix_assets.config import MixSpec
 from mix_assets.lib import layout
 from mix_assets.lib import publish as pub
@@ -86,11 +87,14 @@ def build_publish_assets(spec: MixSpec) -> list:
     def published_revision(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         """The mix as an immutable revision at the publish target (local dir, s3:// or the hub)."""
         mix = context.resources.mix
+        inputs = verified_inputs(mix.storage, "published_revision", ["manifest", SHARDS_AUDIT_RECORD])
         manifest = pub.load_manifest(_mix_file(mix.storage))
+        _require_clean_audit(mix.storage, manifest)
         _check_manifest_contract(manifest, _mix_file(mix.storage))
         result = pub.publish(_mix_file(mix.storage), write_target(mix.spec), log=context.log.info)
         mix.storage.write_text(layout.PUBLISHED, json.dumps(result.to_json(), indent=2, sort_keys=True))
-        return dg.MaterializeResult(metadata={
+        lin = recorded(mix.storage, "published_revision", [layout.PUBLISHED], {"manifest": inputs["manifest"]})
+        return with_lineage({
             "revision": result.revision,
             "location": dg.MetadataValue.text(result.location),
             "fingerprint": result.fingerprint,
@@ -99,7 +103,7 @@ def build_publish_assets(spec: MixSpec) -> list:
             "uploaded_files": result.uploaded_files,
             "uploaded_bytes": result.uploaded_bytes,
             "created": result.created,
-        })
+        }, lin)
 
     @dg.asset_check(
         asset=published_revision,
@@ -111,6 +115,7 @@ def build_publish_assets(spec: MixSpec) -> list:
     )
     def published_readable_from_empty_cache(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         mix = context.resources.mix
+        verified_inputs(mix.storage, PUBLISHED_READABLE, ["published_revision"])
         record = json.loads(mix.storage.read_text(layout.PUBLISHED))
         v = pub.verify(read_only_target(mix.spec), record["revision"], _mix_file(mix.storage),
                        open_reader=_open_reader())
@@ -131,6 +136,21 @@ def build_publish_assets(spec: MixSpec) -> list:
         )
 
     return [published_revision, published_readable_from_empty_cache]
+
+
+def _require_clean_audit(storage, manifest: dict) -> None:
+    """Publish only bytes whose decoded audit passed: whatever selection ran, the check's record must say so.
+
+    A blocking check stops the rest of its own run; this also covers a later run that selects
+    published_revision alone after the check failed (or never ran) on this manifest.
+    """
+    report = json.loads(storage.read_text(layout.SHARDS_AUDIT))
+    if report.get("fingerprint") != manifest["fingerprint"] or report.get("passed") is not True:
+        raise pub.PublishError(
+            f"the shards of manifest {manifest['fingerprint'][:16]} have no passing {SHARDS_AUDIT_CLEAN} "
+            f"(audited fingerprint {str(report.get('fingerprint'))[:16]}, overlap_total "
+            f"{report.get('overlap_total')}, passed {report.get('passed')}); materialise manifest with its checks"
+        )
 
 
 def _check_manifest_contract(manifest: dict, resolve: Callable[[str], str]) -> None:

@@ -6,7 +6,7 @@ import json
 import dagster as dg
 import numpy as np
 
-from mix_assets.assets.common import code_version, md_table, raw_key, write_parquet
+from mix_assets.assets.common import code_version, md_table, raw_key, raw_name, recorded, with_lineage, write_parquet
 from mix_assets.config import MixSpec, SourceSpec
 from mix_assets.lib import charts, demo_corpus, layout
 from mix_assets.lib import sources as lib
@@ -77,6 +77,8 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
             "fallback_decoded": len(got.fallback_decoded),
         }
         storage.write_text(layout.RAW_STATS.format(source=src.name), json.dumps(stats, indent=1, sort_keys=True))
+        lin = recorded(storage, raw_name(src.name),
+                       [layout.RAW_DOCS.format(source=src.name), layout.RAW_STATS.format(source=src.name)], {})
         hist = length_histogram(np.asarray(table.column("n_chars"))) if table.num_rows else []
         if got.dropped["undecodable"]:
             context.log.warning(
@@ -102,8 +104,8 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
                 ),
             ),
         ]
-        return dg.MaterializeResult(
-            metadata={
+        return with_lineage(
+            {
                 "dagster/row_count": table.num_rows,
                 "path": dg.MetadataValue.path(storage.uri(layout.RAW_DOCS.format(source=src.name))),
                 "rows_read": got.rows_read,
@@ -123,6 +125,7 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
                                                       "characters", log_x=True) if table.num_rows else "")
                 ),
             },
+            lin,
             check_results=checks,
         )
 

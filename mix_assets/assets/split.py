@@ -3,7 +3,7 @@
 import dagster as dg
 import pyarrow.parquet as pq
 
-from mix_assets.assets.common import code_version, raw_key
+from mix_assets.assets.common import code_version, raw_key, raw_name, recorded, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.lib import layout
 from mix_assets.lib import split as split_lib
@@ -36,10 +36,13 @@ def build_split_assets(spec: MixSpec) -> list:
     def validation_split(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
         """Kept documents assigned to train or val by hashing their near-dup cluster with the seed."""
         s = mix.spec
+        inputs = verified_inputs(mix.storage, "validation_split",
+                                 ["exclusion_masks", "dedup_keys", *(raw_name(x.name) for x in s.sources)])
         split = build_validation_split(mix.storage, [x.name for x in s.sources], s.seed, s.split.val_fraction)
+        lin = recorded(mix.storage, "validation_split", [layout.VALIDATION_SPLIT], inputs)
         share = measure_val_share(split, s.split.val_fraction, s.split.tolerance)
-        return dg.MaterializeResult(
-            metadata={
+        return with_lineage(
+            {
                 "path": dg.MetadataValue.path(mix.storage.uri(layout.VALIDATION_SPLIT)),
                 "dagster/row_count": split.num_rows,
                 "n_docs": share.docs,
@@ -47,13 +50,15 @@ def build_split_assets(spec: MixSpec) -> list:
                 "val_share": share.share,
                 "val_byte_share": share.byte_share,
                 "per_source": dg.MetadataValue.json(per_source_counts(split)),
-            }
+            },
+            lin,
         )
 
     @dg.asset_check(asset=validation_split, name=VAL_DISJOINT_FROM_TRAIN, blocking=True)
     def val_disjoint_from_train(mix: MixResource) -> dg.AssetCheckResult:
         """No doc id, cluster or exact text on both sides; cross-split near-dup rate (shingle Jaccard) 0."""
         s, st = mix.spec, mix.storage
+        verified_inputs(st, VAL_DISJOINT_FROM_TRAIN, ["validation_split", *(raw_name(x.name) for x in s.sources)])
         split = pq.read_table(st.local_path(layout.VALIDATION_SPLIT))
         d = measure_disjointness(split)
         raw = {x.name: st.local_path(layout.RAW_DOCS.format(source=x.name)) for x in s.sources}
@@ -78,6 +83,7 @@ def build_split_assets(spec: MixSpec) -> list:
     def val_share_in_tolerance(mix: MixResource) -> dg.AssetCheckResult:
         """The realised validation share of kept documents is within the configured relative tolerance."""
         sp = mix.spec.split
+        verified_inputs(mix.storage, VAL_SHARE_IN_TOLERANCE, ["validation_split"])
         v = measure_val_share(pq.read_table(mix.storage.local_path(layout.VALIDATION_SPLIT)), sp.val_fraction,
                               sp.tolerance)
         return dg.AssetCheckResult(

@@ -5,7 +5,7 @@ import time
 
 import dagster as dg
 
-from mix_assets.assets.common import code_version
+from mix_assets.assets.common import code_version, raw_name, recorded, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.lib import layout
 from mix_assets.lib import packing as packing_lib
@@ -24,6 +24,17 @@ def _stats(mix: MixResource) -> dict:
     return json.loads(mix.storage.read_text(layout.SHARD_STATS))
 
 
+def _shard_files(stats: dict) -> dict[str, str]:
+    """shard_stats.json's shards as storage keys with their sha256 (hashed as they were written)."""
+    return {f"{layout.MIX_DIR}/{sh['path']}": sh["sha256"]
+            for sp in stats["splits"].values() for sh in sp["shards"]}
+
+
+def _tokenizer_inputs(spec: MixSpec) -> list[str]:
+    # only a tokenizer trained on the kept train text is computed from the data
+    return ["validation_split", *(raw_name(s.name) for s in spec.sources)] if spec.tokenizer.kind == "train" else []
+
+
 def build_tokens_assets(spec: MixSpec) -> list:
     @dg.asset(
         name="tokenizer",
@@ -35,9 +46,11 @@ def build_tokens_assets(spec: MixSpec) -> list:
     )
     def tokenizer(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
         """The mix tokenizer (hub at a pinned revision, a local file, or BPE trained on kept train text)."""
+        inputs = verified_inputs(mix.storage, "tokenizer", _tokenizer_inputs(mix.spec))
         ident = build_tokenizer(mix.storage, mix.spec)
-        return dg.MaterializeResult(
-            metadata={
+        lin = recorded(mix.storage, "tokenizer", [layout.TOKENIZER_FILE, layout.TOKENIZER_IDENTITY], inputs)
+        return with_lineage(
+            {
                 "path": dg.MetadataValue.path(mix.storage.uri(layout.TOKENIZER_FILE)),
                 "kind": ident.kind,
                 "repo_id": ident.repo_id or "",
@@ -45,7 +58,8 @@ def build_tokens_assets(spec: MixSpec) -> list:
                 "vocab_size": ident.vocab_size,
                 "special_tokens": dg.MetadataValue.json(ident.special_tokens),
                 "files": dg.MetadataValue.json(ident.files),
-            }
+            },
+            lin,
         )
 
     @dg.asset(
@@ -60,12 +74,17 @@ def build_tokens_assets(spec: MixSpec) -> list:
     def token_shards(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
         """Train and val shards of fixed-length samples (raw little-endian token ids), budgets filled."""
         s = mix.spec
+        inputs = verified_inputs(mix.storage, "token_shards",
+                                 ["tokenizer", "validation_split", *(raw_name(x.name) for x in s.sources)])
         t0 = time.perf_counter()
         res = build_token_shards(mix.storage, s, scratch_dir=_scratch(s))
         secs = time.perf_counter() - t0
+        lin = recorded(mix.storage, "token_shards",
+                       {layout.SHARD_STATS: mix.storage.sha256(layout.SHARD_STATS), **_shard_files(_stats(mix))},
+                       inputs)
         tr, va = res.splits["train"], res.splits["val"]
-        return dg.MaterializeResult(
-            metadata={
+        return with_lineage(
+            {
                 "path": dg.MetadataValue.path(mix.storage.uri(layout.MIX_DIR)),
                 "dtype": res.dtype,
                 "train_tokens": tr.tokens,
@@ -79,12 +98,14 @@ def build_tokens_assets(spec: MixSpec) -> list:
                 "encoded_mb": res.encoded_bytes / 1e6,
                 "encode_mb_per_s": res.encoded_bytes / 1e6 / secs if secs else 0.0,
                 "sources": dg.MetadataValue.json(res.to_json()["sources"]),
-            }
+            },
+            lin,
         )
 
     @dg.asset_check(asset=token_shards, name=NO_EMPTY_SHARD, blocking=True)
     def no_empty_shard(mix: MixResource) -> dg.AssetCheckResult:
         """Both splits have shards, every shard holds >= 1 sample and its file has the recorded size."""
+        verified_inputs(mix.storage, NO_EMPTY_SHARD, ["token_shards"])
         st = _stats(mix)
         isz = 2 if st["dtype"] == "uint16" else 4
         L = st["packing"]["sample_len"]
@@ -115,6 +136,7 @@ def build_tokens_assets(spec: MixSpec) -> list:
     @dg.asset_check(asset=token_shards, name=DROPPED_TAIL_AND_SEAM_RECORDED, blocking=True)
     def dropped_tail_and_seam_recorded(mix: MixResource) -> dg.AssetCheckResult:
         """Per split: dropped tail < one sample, emitted = tokens + tail, seam rate = seam samples / samples."""
+        verified_inputs(mix.storage, DROPPED_TAIL_AND_SEAM_RECORDED, ["token_shards"])
         st = _stats(mix)
         L = st["packing"]["sample_len"]
         problems, meta = [], {}

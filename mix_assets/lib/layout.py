@@ -49,5 +49,11 @@ MIX_EXCLUSION_MASKS = "mix/review/exclusion_masks.parquet"
 MIX_CONTAMINATION_REPORT = "mix/review/contamination_report.json"
 MIX_CONFIG = "mix/review/mix_config.json"
 
+# shards_audit_clean (check on manifest): the 13-gram audit of the decoded shards, counts only
+SHARDS_AUDIT = "audit/shards_audit.json"
+
+# lineage/<asset>.json: what each artifact was computed from (lib/lineage.py)
+LINEAGE = "lineage/{asset}.json"
+
 # published_revision: what was published where
 PUBLISHED = "publish/published_revision.json"

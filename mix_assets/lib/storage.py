@@ -113,7 +113,8 @@ class Storage:
         try:
             yield tmp
             bucket, k = self._s3_key(key)
-            self._s3().upload_file(tmp, bucket, k)
+            # the sha256 rides along as object metadata, so lineage checks need not download the object
+            self._s3().upload_file(tmp, bucket, k, ExtraArgs={"Metadata": {"sha256": sha256_file(tmp)}})
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
@@ -146,6 +147,23 @@ class Storage:
 
     def read_text(self, key: str) -> str:
         return self.read_bytes(key).decode("utf-8")
+
+    def sha256(self, key: str) -> str:
+        """The sha256 of `key`'s bytes (FileNotFoundError when absent)."""
+        if not self.is_s3:
+            p = self._local(key)
+            if not p.is_file():
+                raise FileNotFoundError(f"{self.uri(key)}: not found")
+            return sha256_file(p)
+        bucket, k = self._s3_key(key)
+        try:
+            head = self._s3().head_object(Bucket=bucket, Key=k)
+        except Exception as e:
+            if self._missing(e):
+                raise FileNotFoundError(f"{self.uri(key)}: not found") from e
+            raise
+        # written by `writing`; an object put by anything else is hashed from its bytes
+        return head.get("Metadata", {}).get("sha256") or sha256_file(self.local_path(key))
 
     def local_path(self, key: str) -> str:
         """A local file path holding `key` (downloaded into the cache for S3 roots)."""

@@ -23,6 +23,7 @@ from mix_assets.config import MixSpec, load_spec
 from mix_assets.lib import layout
 from mix_assets.lib.storage import Storage
 from mix_assets.resources import MixResource
+from mix_assets_tests.tokens_fixtures import stamp
 
 CANARY = "zqxvcanary"
 EVAL_ROWS = [
@@ -112,6 +113,7 @@ def write_docs(storage: Storage, source: str, docs: list[tuple[str, str]]) -> No
     t = pa.table({"doc_id": [d for d, _ in docs], "source": [source] * len(docs), "text": [t for _, t in docs]})
     with storage.writing(layout.RAW_DOCS.format(source=source)) as tmp:
         pq.write_table(t, tmp)
+    stamp(storage, f"raw/{source}", [layout.RAW_DOCS.format(source=source)])
 
 
 def standins(spec: MixSpec, corpus: Corpus) -> list:
@@ -142,6 +144,7 @@ def standin_masks(spec: MixSpec) -> list:
                       "reasons": pa.array([["contaminated"]] * bad.num_rows, pa.list_(pa.string()))})
         with storage.writing(layout.EXCLUSION_MASKS) as tmp:
             pq.write_table(t, tmp)
+        stamp(storage, "exclusion_masks", [layout.EXCLUSION_MASKS], ["contamination_report"])
 
     @dg.asset(key="validation_split", deps=[EXCLUSION_MASKS_KEY])
     def validation_split():

@@ -11,7 +11,9 @@ from mix_assets.assets import dedup as assets
 from mix_assets.assets.sources import build_source_assets
 from mix_assets.config import REPO_ROOT, load_spec
 from mix_assets.lib import layout
+from mix_assets.lib.storage import Storage
 from mix_assets.resources import MixResource
+from mix_assets_tests.tokens_fixtures import stamp
 
 
 def _demo(tmp_path_factory):
@@ -93,6 +95,8 @@ def _mask_run(spec, mix, storage: Path, contaminated: list[str] | None, **spec_u
                       "tasks": [["demo_qa"]] * len(contaminated), "overlap_ngrams": [3] * len(contaminated)})
         storage.joinpath(layout.CONTAMINATED_DOCS).parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(t, storage / layout.CONTAMINATED_DOCS)
+        stamp(Storage(str(storage)), "contamination_report", [layout.CONTAMINATED_DOCS],
+              [f"raw/{s.name}" for s in spec.sources])
     return dg.materialize(
         assets.build_dedup_assets(spec)[1:],
         resources={"mix": mix},
@@ -158,6 +162,10 @@ def test_missing_contamination_file_is_an_error_when_masking(demo, tmp_path):
 
     copy = tmp_path / "storage"
     shutil.copytree(storage, copy)
+    (copy / layout.CONTAMINATED_DOCS).parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"doc_id": pa.array([], pa.string())}), copy / layout.CONTAMINATED_DOCS)
+    stamp(Storage(str(copy)), "contamination_report", [layout.CONTAMINATED_DOCS],
+          [f"raw/{s.name}" for s in spec.sources])
     (copy / layout.CONTAMINATED_DOCS).unlink(missing_ok=True)
     res = _mask_run(spec, MixResource(config_path=spec.config_path, storage_root=str(copy)), copy, None)
     assert not res.success

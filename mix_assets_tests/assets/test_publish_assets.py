@@ -9,12 +9,14 @@ from types import SimpleNamespace
 import dagster as dg
 import pytest
 
+from mix_assets.assets.manifest import SHARDS_AUDIT_RECORD
 from mix_assets.assets.publish import PUBLISHED_READABLE, build_publish_assets, read_only_target
 from mix_assets.config import parse_spec
 from mix_assets.lib import layout
 from mix_assets.lib import publish as pub
 from mix_assets.lib.storage import Storage
 from mix_assets_tests.synthetic_mix import build_synthetic_mix
+from mix_assets_tests.tokens_fixtures import stamp
 
 
 def make_spec(tmp_path: Path, publish: dict):
@@ -25,6 +27,16 @@ def make_spec(tmp_path: Path, publish: dict):
         "storage": {"root": str(tmp_path / "storage")},
         "publish": publish,
     }, str(tmp_path / "mix.yaml"))
+
+
+def audited(tmp_path: Path, manifest: dict) -> dict:
+    """Stand in for the manifest asset and a passing shards_audit_clean: their lineage and audit records."""
+    st = Storage(str(tmp_path / "storage"))
+    stamp(st, "manifest", [layout.MANIFEST])
+    st.write_text(layout.SHARDS_AUDIT, json.dumps({"fingerprint": manifest["fingerprint"], "passed": True,
+                                                   "overlap_total": 0}))
+    stamp(st, SHARDS_AUDIT_RECORD, [layout.SHARDS_AUDIT], ["manifest"])
+    return manifest
 
 
 def mix_resource(spec):
@@ -45,7 +57,7 @@ def check_eval(result):
 
 def test_local_target_publishes_and_the_gate_passes_then_catches_tampering(tmp_path):
     spec = make_spec(tmp_path, {"url": str(tmp_path / "published")})
-    manifest = build_synthetic_mix(tmp_path / "storage" / "mix")
+    manifest = audited(tmp_path, build_synthetic_mix(tmp_path / "storage" / "mix"))
     result = run(spec)
     assert result.success
     mat = result.asset_materializations_for_node("published_revision")[0].metadata
@@ -68,7 +80,7 @@ def test_local_target_publishes_and_the_gate_passes_then_catches_tampering(tmp_p
 
 def test_a_failed_upstream_gate_stops_publishing_in_the_run(tmp_path):
     spec = make_spec(tmp_path, {"url": str(tmp_path / "published")})
-    build_synthetic_mix(tmp_path / "storage" / "mix")
+    audited(tmp_path, build_synthetic_mix(tmp_path / "storage" / "mix"))
 
     @dg.asset(name="manifest", check_specs=[dg.AssetCheckSpec("manifest_self_consistent", asset="manifest",
                                                                blocking=True)])
@@ -111,7 +123,7 @@ def test_s3_target_with_a_read_only_verifier(tmp_path, seaweedfs, monkeypatch):
     url = seaweedfs.url("asset")
     spec = make_spec(tmp_path, {"url": url, "s3_endpoint_url": seaweedfs.endpoint,
                                 "read_credentials_env": "MIX_PUBLISH_READ"})
-    manifest = build_synthetic_mix(tmp_path / "storage" / "mix")
+    manifest = audited(tmp_path, build_synthetic_mix(tmp_path / "storage" / "mix"))
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", WRITER[0])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", WRITER[1])
     monkeypatch.setenv("MIX_PUBLISH_READ_ACCESS_KEY_ID", READER[0])

@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
-from mix_assets.assets.manifest import MANIFEST_SELF_CONSISTENT, build_manifest_assets
+from mix_assets.assets.manifest import MANIFEST_SELF_CONSISTENT, SHARDS_AUDIT_CLEAN, build_manifest_assets
 from mix_assets.assets.split import VAL_DISJOINT_FROM_TRAIN, VAL_SHARE_IN_TOLERANCE, build_split_assets
 from mix_assets.assets.tokens import DROPPED_TAIL_AND_SEAM_RECORDED, NO_EMPTY_SHARD, build_tokens_assets
 from mix_assets.lib import layout
@@ -41,7 +41,8 @@ def test_stage_materialises_with_every_gate_green(tmp_path):
     result = run(assets, res)
     assert result.success, [e.message for e in result.all_events if e.is_failure]
     assert checks(result) == {VAL_DISJOINT_FROM_TRAIN: True, VAL_SHARE_IN_TOLERANCE: True, NO_EMPTY_SHARD: True,
-                              DROPPED_TAIL_AND_SEAM_RECORDED: True, MANIFEST_SELF_CONSISTENT: True}
+                              DROPPED_TAIL_AND_SEAM_RECORDED: True, MANIFEST_SELF_CONSISTENT: True,
+                              SHARDS_AUDIT_CLEAN: True}
     meta = result.asset_materializations_for_node("manifest")[0].metadata
     manifest = json.loads((tmp_path / "storage" / layout.MANIFEST).read_text())
     assert meta["fingerprint"].value == manifest["fingerprint"]
@@ -49,16 +50,22 @@ def test_stage_materialises_with_every_gate_green(tmp_path):
     shards = result.asset_materializations_for_node("token_shards")[0].metadata
     assert shards["dtype"].value == "uint16" and 0 <= shards["train_seam_rate"].value <= 1
 
-    # a shard corrupted after the fact: rebuilding only the manifest trips its gate, naming the file
+    # a shard corrupted after the fact: re-checking the manifest trips its gate, naming the file
     shard = tmp_path / "storage" / "mix" / manifest["splits"]["train"]["shards"][0]["path"]
+    rel = str(shard.relative_to(tmp_path / "storage" / "mix"))
     data = bytearray(shard.read_bytes())
     data[7] ^= 0xFF
     shard.write_bytes(bytes(data))
-    again = run(assets, res, selection=[dg.AssetKey("manifest")])
+    gate = dg.AssetCheckKey(dg.AssetKey("manifest"), MANIFEST_SELF_CONSISTENT)
+    again = run(assets, res, selection=dg.AssetSelection.checks(gate))
     assert not again.success
     ev = next(e for e in again.get_asset_check_evaluations() if e.check_name == MANIFEST_SELF_CONSISTENT)
-    assert not ev.passed and any(str(shard.relative_to(tmp_path / "storage" / "mix")) in p
-                                 for p in ev.metadata["problems"].value)
+    assert not ev.passed and any(rel in p for p in ev.metadata["problems"].value)
+    # and rebuilding the manifest over it is refused by lineage: token_shards' file changed since it was built
+    rebuilt = run(assets, res, selection=[dg.AssetKey("manifest")])
+    assert not rebuilt.success
+    err = rebuilt.get_step_failure_events()[0].event_specific_data.error
+    assert "token_shards" in err.to_string() and rel in err.to_string()
 
 
 def test_val_share_gate_stops_the_shards(tmp_path):

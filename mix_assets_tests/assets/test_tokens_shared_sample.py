@@ -27,6 +27,7 @@ from mix_assets.lib import layout
 from mix_assets.lib.manifest import check_manifest
 from mix_assets.lib.storage import Storage
 from mix_assets.resources import MixResource
+from mix_assets_tests.tokens_fixtures import stamp
 from mix_assets_tests.tokens_reference import as_built, reference_shards
 
 
@@ -43,13 +44,17 @@ def _stand_in_dedup_and_masks(st: Storage, sources: list[str]) -> None:
                          reason=None if c == d else "exact_dup"))
         if c != d:
             masks.append(dict(doc_id=d, source=s, reasons=["exact_dup"], kept_doc_id=c))
+    raws = [f"raw/{s}" for s in sources]
     with st.writing(layout.DEDUP_KEYS) as tmp:
         pq.write_table(pa.Table.from_pylist(keys), tmp)
+    stamp(st, "dedup_keys", [layout.DEDUP_KEYS], raws)
     schema = pa.schema([("doc_id", pa.string()), ("source", pa.string()), ("reasons", pa.list_(pa.string())),
                         ("kept_doc_id", pa.string())])
+    st.write_text(layout.CONTAMINATION_REPORT, json.dumps({"stand_in": True}))
+    stamp(st, "contamination_report", [layout.CONTAMINATION_REPORT], raws)
     with st.writing(layout.EXCLUSION_MASKS) as tmp:
         pq.write_table(pa.Table.from_pylist(masks, schema=schema), tmp)
-    st.write_text(layout.CONTAMINATION_REPORT, json.dumps({"stand_in": True}))
+    stamp(st, "exclusion_masks", [layout.EXCLUSION_MASKS], ["dedup_keys", "contamination_report", *raws])
 
 
 @pytest.mark.slow
@@ -67,7 +72,7 @@ def test_shared_sample_through_manifest(tmp_path, shared_data):
     result = dg.materialize(assets, resources=res, instance=inst, raise_on_error=False)
     assert result.success, [e.message for e in result.all_events if e.is_failure]
     evals = result.get_asset_check_evaluations()
-    assert len(evals) == 5 and all(e.passed for e in evals)
+    assert len(evals) == 6 and all(e.passed for e in evals)
 
     manifest = json.loads((tmp_path / "storage" / layout.MANIFEST).read_text())
     assert check_manifest(manifest, tmp_path / "storage" / "mix") == []

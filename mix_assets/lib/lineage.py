@@ -1,0 +1,169 @@
+"""Content-hash lineage: every artifact records the hashes of what it was computed from.
+
+Each asset writes, after its files, a record `lineage/<asset>.json`:
+
+    {"format": ..., "asset": "dedup_keys",
+     "outputs": {"dedup/dedup_keys.parquet": "<sha256>", ...},   # the files it wrote
+     "data_version": "<sha256 over the sorted outputs>",
+     "inputs": {"raw/web": "<data_version of raw/web it read>", ...}}
+
+Before a consumer reads its inputs it calls `verify_inputs`: each direct input's files must still hash
+to what its record says (a killed or hand-edited write is caught), and walking the records upstream,
+every recorded input version must equal that input's current version. A source re-read since
+`dedup_keys` was computed makes `dedup_keys` stale, and everything computed from it with it; the error
+names the stale assets in the order to re-materialise them. So no selection of materialisations (a
+refresh job, a partial selection in the UI, a retry) can combine artifacts computed from different
+bytes. The record is written last: a run killed before it leaves the old record, whose hashes no
+longer match the new files, so the half-done asset counts as changed, never as current.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, Optional, Protocol
+
+FORMAT = "mix_assets.lineage/1"
+RECORD = "lineage/{asset}.json"  # = layout.LINEAGE
+
+
+class Store(Protocol):
+    """What lineage needs of `lib.storage.Storage`."""
+
+    def sha256(self, key: str) -> str: ...
+    def exists(self, key: str) -> bool: ...
+    def read_text(self, key: str) -> str: ...
+    def write_text(self, key: str, text: str) -> None: ...
+
+
+class StaleInputError(RuntimeError):
+    """Inputs computed from different bytes than the ones now in storage (the message says what to redo)."""
+
+    def __init__(self, consumer: str, problems: list[str], rematerialise: list[str]):
+        self.consumer, self.problems, self.rematerialise = consumer, problems, rematerialise
+        todo = ", ".join(rematerialise)
+        super().__init__(
+            f"{consumer} refuses inputs that do not belong together:\n  - " + "\n  - ".join(problems)
+            + (f"\nRe-materialise, in this order: {todo} (then {consumer})." if todo else "")
+        )
+
+
+def record_key(asset: str) -> str:
+    return RECORD.format(asset=asset)
+
+
+def data_version(outputs: Mapping[str, str]) -> str:
+    """sha256 over the sorted `key sha256` lines of an asset's files."""
+    h = hashlib.sha256()
+    for key in sorted(outputs):
+        h.update(f"{key} {outputs[key]}\n".encode())
+    return h.hexdigest()
+
+
+def write_record(store: Store, asset: str, outputs: Iterable[str] | Mapping[str, str],
+                 inputs: Mapping[str, str]) -> dict:
+    """Hash `outputs` (keys, or keys with their known sha256) and record them with the input versions."""
+    if not isinstance(outputs, Mapping):
+        outputs = {k: store.sha256(k) for k in outputs}
+    rec = {"format": FORMAT, "asset": asset, "outputs": dict(sorted(outputs.items())),
+           "data_version": data_version(outputs), "inputs": dict(sorted(inputs.items()))}
+    store.write_text(record_key(asset), json.dumps(rec, indent=1, sort_keys=True))
+    return rec
+
+
+def read_record(store: Store, asset: str) -> Optional[dict]:
+    key = record_key(asset)
+    if not store.exists(key):
+        return None
+    rec = json.loads(store.read_text(key))
+    if rec.get("format") != FORMAT or rec.get("asset") != asset:
+        raise ValueError(f"{key}: not a lineage record of {asset} (format {rec.get('format')!r})")
+    return rec
+
+
+def _short(v: Any) -> str:
+    return str(v)[:12]
+
+
+def verify_inputs(store: Store, consumer: str, inputs: Iterable[str], *, hash_files: bool = True) -> dict[str, str]:
+    """The current data version of each input, once every input and its upstream chain is consistent.
+
+    Raises `StaleInputError` naming each stale asset and what to re-materialise. `hash_files=False`
+    trusts the direct inputs' records for their files (for callers that re-hash them anyway).
+    """
+    inputs = list(dict.fromkeys(inputs))
+    records: dict[str, Optional[dict]] = {}
+
+    def rec(name: str) -> Optional[dict]:
+        if name not in records:
+            records[name] = read_record(store, name)
+        return records[name]
+
+    problems: list[str] = []
+    stale: set[str] = set()
+    for name in inputs:
+        r = rec(name)
+        if r is None:
+            problems.append(f"{name} has no lineage record (never materialised, or its run did not finish); "
+                            f"materialise {name}")
+            stale.add(name)
+            continue
+        if hash_files:
+            for key, want in r["outputs"].items():
+                try:
+                    got = store.sha256(key)
+                except FileNotFoundError:
+                    got = None
+                if got != want:
+                    what = "is missing" if got is None else f"hashes to {_short(got)}, recorded {_short(want)}"
+                    problems.append(f"{name}: {key} {what} (changed since {name} was materialised)")
+                    stale.add(name)
+                    break
+    # Walk upstream: every recorded input version must be the input's current version.
+    edges: dict[str, list[str]] = {}
+    todo, seen = [n for n in inputs if rec(n) is not None], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        edges[name] = []
+        for up, version in rec(name)["inputs"].items():
+            edges[name].append(up)
+            cur = rec(up)
+            if cur is None:
+                problems.append(f"{name} was computed from {up} {_short(version)}, which has no lineage record now")
+                stale.add(name)
+            elif cur["data_version"] != version:
+                problems.append(f"{name} was computed from {up} {_short(version)}, but {up} is now "
+                                f"{_short(cur['data_version'])} (re-materialised since)")
+                stale.add(name)
+            else:
+                todo.append(up)
+    if not problems:
+        return {n: records[n]["data_version"] for n in inputs}
+    return _raise(consumer, problems, stale, edges, inputs)
+
+
+def _raise(consumer: str, problems: list[str], stale: set[str], edges: dict[str, list[str]],
+           inputs: list[str]) -> dict:
+    """Everything between a stale asset and the consumer must be redone, upstream first."""
+    order: list[str] = []
+    needs: dict[str, bool] = {}
+
+    def visit(name: str) -> bool:
+        if name in needs:
+            return needs[name]
+        needs[name] = False  # a cycle cannot occur in records, but never loop on a hand-edited one
+        redo = name in stale
+        for up in edges.get(name, []):
+            redo = visit(up) or redo
+        needs[name] = redo
+        if redo:
+            order.append(name)
+        return redo
+
+    for n in inputs:
+        visit(n)
+    raise StaleInputError(consumer, problems, order)

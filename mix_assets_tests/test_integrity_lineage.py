@@ -1,0 +1,109 @@
+"""Issue 11 §1: no sequence of materialisations publishes bytes that did not pass the audit.
+
+The attack: build the demo mix, edit one source line in place so that a document now holds an eval
+item, refresh that source, then materialise only `validation_split` and everything downstream (a
+selection the UI allows). Before content-hash lineage the revision was published with every gate
+green. Now `validation_split` refuses inputs computed from the old source bytes and names what to
+re-materialise. (The decoded-shards audit that holds publish back whatever ran before it is tested
+in test_audit_published_demo.py, with the masks off.)
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from mix_assets.assets.manifest import SHARDS_AUDIT_CLEAN
+from mix_assets.config import REPO_ROOT, load_spec
+from mix_assets.definitions import build_definitions
+from mix_assets.lib import demo_corpus
+
+pytestmark = pytest.mark.slow
+
+
+def private_demo(tmp: Path, **audit) -> Path:
+    """configs/demo.yaml over a private copy of the demo corpus (so a test may edit its sources)."""
+    d = yaml.safe_load((REPO_ROOT / "configs" / "demo.yaml").read_text())
+    shared = (REPO_ROOT / "configs" / d["demo_corpus"]["path"]).resolve()
+    demo_corpus.ensure(str(shared), d["demo_corpus"]["seed"], d["demo_corpus"]["docs_per_source"])
+    corpus = tmp / "demo_corpus"
+    shutil.copytree(shared, corpus)
+    d.pop("demo_corpus")
+    for s in d["sources"]:
+        s["loader"]["paths"] = [str(corpus / Path(p).relative_to("../build/demo_corpus")) for p in s["loader"]["paths"]]
+    for t in d["audit"]["tasks"]:
+        t["dataset"]["path"] = str(corpus / "evals" / "demo_qa")
+    d["audit"].update(audit)
+    d["storage"] = {"root": str(tmp / "storage"), "cache_dir": str(tmp / "cache")}
+    d["publish"] = {"url": str(tmp / "published")}
+    (tmp / "demo.yaml").write_text(yaml.safe_dump(d, sort_keys=False))
+    return tmp / "demo.yaml"
+
+
+def materialize(cfg: Path, instance: dg.DagsterInstance, selection=None) -> dg.ExecuteInJobResult:
+    defs = build_definitions(load_spec(cfg))
+    return dg.materialize(list(defs.assets), resources=defs.resources, instance=instance, selection=selection,
+                          raise_on_error=False)
+
+
+def failures(result) -> str:
+    """Every step failure's message, with the errors it was caused by."""
+    out = []
+    for e in result.all_events:
+        err = e.event_specific_data.error if e.is_step_failure and e.event_specific_data else None
+        while err is not None:
+            out.append(err.message)
+            err = err.cause
+    return "\n".join(out)
+
+
+def plant_eval_item(corpus: Path) -> None:
+    """Append one validation item's question to the first stories document, in place."""
+    item = json.loads((corpus / "evals" / "demo_qa" / "validation.jsonl").read_text().splitlines()[3])
+    path = corpus / "sources" / "stories.jsonl"
+    lines = path.read_text().splitlines()
+    row = json.loads(lines[0])
+    row["text"] += "\n\n" + item["question"]
+    lines[0] = json.dumps(row)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def published(tmp: Path) -> list[str]:
+    return sorted(p.name for p in (tmp / "published").glob("rev-*"))
+
+
+def test_edited_source_then_partial_selection_is_refused(tmp_path):
+    cfg = private_demo(tmp_path)
+    instance = dg.DagsterInstance.ephemeral()
+    first = materialize(cfg, instance)
+    assert first.success, failures(first)
+    before = published(tmp_path)
+    assert len(before) == 1
+
+    plant_eval_item(tmp_path / "demo_corpus")
+    refresh = materialize(cfg, instance, dg.AssetSelection.assets(dg.AssetKey(["raw", "stories"])))
+    assert refresh.success, failures(refresh)
+
+    partial = materialize(cfg, instance, dg.AssetSelection.assets("validation_split").downstream())
+    assert not partial.success
+    msg = failures(partial)
+    assert "validation_split refuses inputs" in msg and "raw/stories" in msg
+    # what to redo, upstream first, before validation_split itself
+    redo = msg.split("Re-materialise, in this order: ")[1].split(" (then validation_split)")[0].split(", ")
+    assert sorted(redo[:2]) == ["contamination_report", "dedup_keys"] and redo[2:] == ["exclusion_masks"]
+    assert published(tmp_path) == before
+    assert not partial.get_asset_materialization_events()
+
+    # Doing what the message says (the whole chain from the sources) masks the planted item and publishes.
+    full = materialize(cfg, instance, dg.AssetSelection.all() - dg.AssetSelection.key_prefixes("raw"))
+    assert full.success, failures(full)
+    report = next(m.materialization.metadata for m in full.get_asset_materialization_events()
+                  if m.asset_key == dg.AssetKey("contamination_report"))
+    assert report["contaminated_docs/stories"].value >= 1
+    audit = {e.check_name: e for e in full.get_asset_check_evaluations()}[SHARDS_AUDIT_CLEAN]
+    assert audit.passed and audit.metadata["overlap_total"].value == 0
