@@ -375,6 +375,39 @@ def parse_spec(data: object, origin: str) -> MixSpec:
         raise MixConfigError(f"{origin}: invalid mix config:\n{lines}") from None
 
 
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: object, line: int, first: int):
+        super().__init__(f"line {line}: key {key!r} is given twice (first on line {first})")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a mapping key given twice (PyYAML silently keeps the last value)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` overrides on purpose
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in seen:
+                    raise _DuplicateKey(key, line, seen[key])
+            except TypeError:  # an unhashable key: the base constructor reports it
+                continue
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _load_yaml(text: str, origin: str) -> object:
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except _DuplicateKey as e:
+        raise MixConfigError(f"{origin}: {e}") from None
+    except yaml.YAMLError as e:
+        raise MixConfigError(f"{origin}: not valid YAML: {e}") from None
+
+
 def load_spec(path: str | os.PathLike | None = None) -> MixSpec:
     """Load the mix spec from `path`, else `$MIX_CONFIG`, else configs/demo.yaml."""
     p = Path(path or os.environ.get("MIX_CONFIG") or DEFAULT_CONFIG)
@@ -383,10 +416,7 @@ def load_spec(path: str | os.PathLike | None = None) -> MixSpec:
     p = p.resolve()
     if not p.is_file():
         raise MixConfigError(f"{p}: mix config file not found (set MIX_CONFIG to a file in configs/)")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise MixConfigError(f"{p}: not valid YAML: {e}") from None
+    data = _load_yaml(p.read_text(encoding="utf-8"), str(p))
     spec = parse_spec(data, str(p))
     root = os.environ.get("MIX_STORAGE_ROOT")
     if root:

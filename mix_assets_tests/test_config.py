@@ -101,3 +101,27 @@ def test_bad_yaml_and_missing_file(tmp_path):
     top.write_text("- a\n- b\n")
     with pytest.raises(MixConfigError, match="expected a mapping"):
         load_spec(top)
+
+
+def test_duplicate_yaml_key_is_refused_with_key_and_line(tmp_path):
+    cfg = tmp_path / "dup.yaml"
+    cfg.write_text(
+        "name: t_mix\ntarget_tokens: 1000\nsources:\n"
+        "  - name: a\n    loader: {kind: jsonl, paths: [a.jsonl]}\n    text_field: text\n"
+        "    license: test\n    rationale: A test source whose property is that it is small.\n"
+        "    share: 0.5\n    share: 1.0\n"
+    )
+    with pytest.raises(MixConfigError, match=rf"{cfg}: line 10: key 'share' is given twice \(first on line 9\)"):
+        load_spec(cfg)
+
+
+def test_yaml_merge_keys_still_override(tmp_path):
+    # a merge key (<<) is an explicit override, not a repeated key
+    cfg = write_config(tmp_path, minimal_config(sources=[source("a", {"kind": "jsonl", "paths": ["a.jsonl"]})]))
+    cfg.write_text(cfg.read_text() + "x-defaults: &d {seed: 1, name: other}\n")
+    text = cfg.read_text().replace("seed: 3\n", "") + "<<: *d\n"
+    cfg.write_text(text)
+    spec_data = __import__("yaml").safe_load(text)
+    assert spec_data["seed"] == 1 and spec_data["name"] == "t_mix"
+    with pytest.raises(MixConfigError, match="x-defaults: Extra inputs"):  # merged, not refused as a duplicate
+        load_spec(cfg)
