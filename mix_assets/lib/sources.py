@@ -9,6 +9,7 @@ and field; undecodable bytes are counted, never fatal).
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import hashlib
 import json
@@ -59,11 +60,45 @@ def _sample_key(seed: int, did: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{seed}:{did}".encode(), digest_size=8).digest(), "little")
 
 
+def _walk_dirs(root: str) -> list[str]:
+    """`root` and every non-hidden directory below it, never entering a directory link: a link back
+    up the tree would be followed until the path is too long (each file read dozens of times)."""
+    out = []
+    for d, dirs, _ in os.walk(root, followlinks=False):
+        dirs[:] = sorted(x for x in dirs if not x.startswith("."))
+        out.append(d)
+    return out
+
+
+def _entries(d: str, pat: str, dirs_too: bool) -> list[str]:
+    """Entries of folder `d` matching the glob component `pat` (hidden ones only if `pat` says so)."""
+    try:
+        names = os.listdir(d or ".")
+    except OSError:  # not a folder
+        return []
+    names = [n for n in names if not n.startswith(".") or pat.startswith(".")]
+    hits = [os.path.join(d, n) for n in sorted(fnmatch.filter(names, pat))]
+    return hits if dirs_too else [h for h in hits if not os.path.isdir(h)]
+
+
+def _glob(pattern: str) -> list[str]:
+    """glob.glob(pattern, recursive=True), except that `**` never descends into a directory link."""
+    if not glob.has_magic(pattern):
+        return [pattern] if os.path.lexists(pattern) else []
+    head, tail = os.path.split(pattern)
+    parents = _glob(head) if head and glob.has_magic(head) else [head]
+    if tail == "**":
+        return [p for d in parents for w in _walk_dirs(d) for p in [w, *_entries(w, "*", dirs_too=False)]]
+    if not glob.has_magic(tail):
+        return [q for d in parents if os.path.lexists(q := os.path.join(d, tail))]
+    return [q for d in parents for q in _entries(d, tail, dirs_too=True)]
+
+
 def _expand(spec: MixSpec, src: SourceSpec, patterns: list[str], folder_ok: bool) -> tuple[list[Path], Path]:
     files: list[Path] = []
     for pat in patterns:
         p = spec.resolve(pat)
-        hits = sorted(glob.glob(p, recursive=True)) or ([p] if os.path.exists(p) else [])
+        hits = sorted(_glob(p)) or ([p] if os.path.exists(p) else [])
         if not hits:
             raise SourceError(f"source {src.name}: no file matches {pat!r} (resolved to {p})")
         for h in hits:
@@ -71,10 +106,14 @@ def _expand(spec: MixSpec, src: SourceSpec, patterns: list[str], folder_ok: bool
             if hp.is_dir():
                 if not folder_ok:
                     raise SourceError(f"source {src.name}: {h} is a folder; give files or a glob")
-                files += sorted(q for q in hp.rglob("*") if q.is_file() and not q.name.startswith("."))
+                files += [Path(f) for d in _walk_dirs(h) for f in _entries(d, "*", dirs_too=False)]
             else:
                 files.append(hp)
-    files = sorted(dict.fromkeys(files))
+    # one path per real file: a file linked under a second name is read once (under its own name if listed)
+    by_real: dict[str, Path] = {}
+    for f in sorted(dict.fromkeys(files), key=lambda f: (f.resolve() != f.absolute(), str(f))):
+        by_real.setdefault(str(f.resolve()), f)
+    files = sorted(by_real.values())
     base = Path(os.path.commonpath([str(f.parent) for f in files])) if files else Path(".")
     return files, base
 

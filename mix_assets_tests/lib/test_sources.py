@@ -142,3 +142,25 @@ def test_doc_ids_stable_and_sampling_deterministic(tmp_path):
     ids = dict(zip(one.column("origin").to_pylist(), one.column("doc_id").to_pylist()))
     ids2 = dict(zip(other.column("origin").to_pylist(), other.column("doc_id").to_pylist()))
     assert all(ids[o] == ids2[o] for o in set(ids) & set(ids2))
+
+
+def _looped_folder(tmp_path, links: int):
+    d = tmp_path / "texts"
+    (d / "sub").mkdir(parents=True)
+    (d / "a.txt").write_text("alpha paragraph\n")
+    (d / "sub" / "b.txt").write_text("beta paragraph\n")
+    for k in range(links):  # self-referencing directory links: following them never ends
+        (d / f"loop{k}").symlink_to(d, target_is_directory=True)
+    (d / "sub" / "up").symlink_to(d, target_is_directory=True)
+    (d / "b_again.txt").symlink_to(d / "sub" / "b.txt")  # the same file under a second name
+    return d
+
+
+@pytest.mark.parametrize("paths", [["texts/**/*.txt"], ["texts"], ["texts/**"]])
+@pytest.mark.timeout(30)
+def test_text_glob_never_follows_directory_links_and_reads_each_file_once(tmp_path, paths):
+    _looped_folder(tmp_path, links=2)
+    spec = _spec(tmp_path, source("t", {"kind": "text", "paths": paths, "unit": "paragraphs"}))
+    rows = list(lib.iter_rows(spec, spec.sources[0]))
+    assert sorted(r.text for r in rows) == ["alpha paragraph", "beta paragraph"]
+    assert sorted(r.origin for r in rows) == ["a.txt#0", "sub/b.txt#0"]
