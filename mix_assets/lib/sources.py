@@ -14,6 +14,7 @@ import glob
 import hashlib
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -49,6 +50,7 @@ class Row:
     origin: str  # file:line, file#paragraph, or split:row
     text: Optional[str]  # None when the bytes did not decode
     id_key: str  # what the doc_id is derived from (stable across rebuilds)
+    note: Optional[str] = None  # why `text` is None, when more than "the bytes did not decode"
 
 
 def doc_id(source: str, id_key: str) -> str:
@@ -118,6 +120,27 @@ def _expand(spec: MixSpec, src: SourceSpec, patterns: list[str], folder_ok: bool
     return files, base
 
 
+class _LongInt(str):
+    """A JSON integer longer than int() accepts (sys.get_int_max_str_digits): kept as its digits."""
+
+
+def _parse_int(digits: str):
+    limit = sys.get_int_max_str_digits()
+    return _LongInt(digits) if limit and len(digits.lstrip("-")) > limit else int(digits)
+
+
+def _not_unicode(src: SourceSpec, row: dict) -> Optional[str]:
+    """Why a field this source reads is no Unicode text (a JSON lone surrogate), or None."""
+    for f in src.fields:
+        v = row.get(f)
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as e:
+                return f"field {f!r} holds a lone surrogate (U+{ord(v[e.start]):04X}), not valid Unicode"
+    return None
+
+
 def _render(src: SourceSpec, row: dict, where: str) -> str:
     fields = src.fields
     missing = [f for f in fields if f not in row]
@@ -128,6 +151,11 @@ def _render(src: SourceSpec, row: dict, where: str) -> str:
         )
     if src.text_field:
         v = row[src.text_field]
+        if isinstance(v, _LongInt):
+            raise SourceError(
+                f"source {src.name}: {where}: field {src.text_field!r} holds an integer of "
+                f"{len(v.lstrip('-'))} digits, expected a string"
+            )
         if v is not None and not isinstance(v, str):
             raise SourceError(
                 f"source {src.name}: {where}: field {src.text_field!r} holds {type(v).__name__}, expected a string"
@@ -153,14 +181,19 @@ def _read_jsonl(spec: MixSpec, src: SourceSpec, loader: LocalJsonl) -> Iterator[
                     i += 1
                     continue
                 try:
-                    obj = json.loads(line)
+                    obj = json.loads(line, parse_int=_parse_int)
                 except json.JSONDecodeError as e:
                     raise SourceError(
                         f"source {src.name}: {where}: malformed JSON ({e.msg} at column {e.colno})"
                     ) from None
+                except RecursionError:
+                    raise SourceError(f"source {src.name}: {where}: malformed JSON (nested too deeply)") from None
                 if not isinstance(obj, dict):
                     raise SourceError(f"source {src.name}: {where}: expected a JSON object, got {type(obj).__name__}")
-                yield Row(i, f"{rel}:{lineno}", _render(src, obj, where), f"{rel}:{lineno}")
+                origin = f"{rel}:{lineno}"
+                text = _render(src, obj, where)
+                bad = _not_unicode(src, obj)
+                yield Row(i, origin, None if bad else text, origin, note=bad)
                 i += 1
 
 
@@ -276,6 +309,7 @@ class SourceSample:
     bytes_read: int = 0
     exhausted: bool = True  # False when reading stopped early (SCAN_FACTOR x budget seen)
     undecodable_origins: list = field(default_factory=list)
+    drop_notes: list = field(default_factory=list)  # "origin: reason: what" for unreadable rows (first 20)
     fallback_decoded: list = field(default_factory=list)  # origins decoded with the fallback encoding
 
 
@@ -302,6 +336,8 @@ def sample_source(
             out.dropped["undecodable"] += 1
             if len(out.undecodable_origins) < 20:
                 out.undecodable_origins.append(row.origin)
+            if row.note and len(out.drop_notes) < 20:
+                out.drop_notes.append(f"{row.origin}: undecodable: {row.note}")
             continue
         text = row.text.strip()
         nb = len(text.encode("utf-8"))

@@ -164,3 +164,45 @@ def test_text_glob_never_follows_directory_links_and_reads_each_file_once(tmp_pa
     rows = list(lib.iter_rows(spec, spec.sources[0]))
     assert sorted(r.text for r in rows) == ["alpha paragraph", "beta paragraph"]
     assert sorted(r.origin for r in rows) == ["a.txt#0", "sub/b.txt#0"]
+
+
+def test_lone_surrogate_is_dropped_and_counted_with_file_line_and_field(tmp_path):
+    p = tmp_path / "s.jsonl"
+    p.write_text('{"text": "good one"}\n{"text": "bad \\ud800 half"}\n{"text": "good two"}\n')
+    spec = _spec(tmp_path, source("s", {"kind": "jsonl", "paths": ["s.jsonl"]}))
+    got = lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
+    assert got.table.column("text").to_pylist() == ["good one", "good two"]
+    assert got.dropped["undecodable"] == 1 and got.undecodable_origins == ["s.jsonl:2"]
+    assert got.drop_notes == ["s.jsonl:2: undecodable: field 'text' holds a lone surrogate (U+D800), not valid Unicode"]
+    # in a template field too, and the row's other fields do not matter
+    q = tmp_path / "q.jsonl"
+    q.write_text('{"question": "fine?", "answer": "\\udfff", "meta": "\\ud800"}\n{"question": "a", "answer": "b"}\n')
+    spec = _spec(tmp_path, {**source("q", {"kind": "jsonl", "paths": ["q.jsonl"]}), "text_field": None,
+                            "template": "{question} {answer}"})
+    got = lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
+    assert got.table.column("text").to_pylist() == ["a b"]
+    assert got.drop_notes == ["q.jsonl:1: undecodable: field 'answer' holds a lone surrogate (U+DFFF), not valid Unicode"]
+
+
+def test_huge_json_integer_is_a_named_error_only_where_it_is_read(tmp_path):
+    big = "9" * 5000
+    p = tmp_path / "n.jsonl"
+    p.write_text(f'{{"text": "row one", "n": {big}}}\n{{"text": {big}}}\n')
+    spec = _spec(tmp_path, source("n", {"kind": "jsonl", "paths": ["n.jsonl"]}))
+    rows = lib.iter_rows(spec, spec.sources[0])
+    assert next(rows).text == "row one"  # an unread field holding a huge integer does not matter
+    with pytest.raises(lib.SourceError, match=rf"source n: {p}:2: field 'text' holds an integer of 5000 digits, "
+                                              "expected a string"):
+        next(rows)
+    # a template renders the integer's digits as written in the file (never converted)
+    spec = _spec(tmp_path, {**source("n", {"kind": "jsonl", "paths": ["n.jsonl"]}), "text_field": None,
+                            "template": "{text} has {n}"})
+    assert next(lib.iter_rows(spec, spec.sources[0])).text == f"row one has {big}"
+
+
+def test_deeply_nested_json_is_malformed_not_a_recursion_error(tmp_path):
+    p = tmp_path / "d.jsonl"
+    p.write_text('{"text": "x", "deep": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    spec = _spec(tmp_path, source("d", {"kind": "jsonl", "paths": ["d.jsonl"]}))
+    with pytest.raises(lib.SourceError, match=rf"source d: {p}:1: malformed JSON \(nested too deeply\)"):
+        list(lib.iter_rows(spec, spec.sources[0]))
