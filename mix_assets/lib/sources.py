@@ -14,6 +14,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,26 @@ DOC_SCHEMA = pa.schema([
 # Stop reading a source once this many times its budget has been seen (then sample by hash order):
 # large enough that the sample is spread over the source, small enough not to read a huge corpus.
 SCAN_FACTOR = 4.0
-DROP_REASONS = ("empty", "undecodable", "too_long", "sampled_out")
+DROP_REASONS = ("empty", "undecodable", "binary", "control_chars", "too_long", "sampled_out")
+# "Looks like text": a document with a NUL is binary (a binary file, or text in a 16-bit encoding read
+# as 8-bit); one where more than this share of characters are controls (C0 other than tab, newline
+# and carriage return, DEL, C1) or U+FFFD replacements is binary read through a fallback encoding or
+# text mangled upstream. A couple of stray form feeds in a short document are allowed.
+CONTROL_SHARE_MAX = 0.01
+CONTROL_ALLOWED = 2
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufffd]")
+
+
+def not_text(text: str) -> Optional[tuple[str, str]]:
+    """(drop reason, what was found) for a document that does not look like text, else None."""
+    if "\x00" in text:
+        return "binary", f"{text.count(chr(0))} NUL characters"
+    if _CONTROL.search(text) is None:
+        return None
+    n = sum(1 for _ in _CONTROL.finditer(text))
+    if n > max(CONTROL_ALLOWED, CONTROL_SHARE_MAX * len(text)):
+        return "control_chars", f"{n} of {len(text)} characters are control or replacement characters"
+    return None
 
 
 class SourceError(ValueError):
@@ -336,14 +356,20 @@ def sample_source(
             out.dropped["undecodable"] += 1
             if len(out.undecodable_origins) < 20:
                 out.undecodable_origins.append(row.origin)
-            if row.note and len(out.drop_notes) < 20:
-                out.drop_notes.append(f"{row.origin}: undecodable: {row.note}")
+            if len(out.drop_notes) < 20:
+                out.drop_notes.append(f"{row.origin}: undecodable: {row.note or 'the bytes do not decode'}")
             continue
         text = row.text.strip()
         nb = len(text.encode("utf-8"))
         out.bytes_read += nb
         if len(text) < src.min_doc_chars:
             out.dropped["empty"] += 1
+            continue
+        junk = not_text(text)
+        if junk:
+            out.dropped[junk[0]] += 1
+            if len(out.drop_notes) < 20:
+                out.drop_notes.append(f"{row.origin}: {junk[0]}: {junk[1]}")
             continue
         if len(text) > src.max_doc_chars:
             out.dropped["too_long"] += 1

@@ -206,3 +206,40 @@ def test_deeply_nested_json_is_malformed_not_a_recursion_error(tmp_path):
     spec = _spec(tmp_path, source("d", {"kind": "jsonl", "paths": ["d.jsonl"]}))
     with pytest.raises(lib.SourceError, match=rf"source d: {p}:1: malformed JSON \(nested too deeply\)"):
         list(lib.iter_rows(spec, spec.sources[0]))
+
+
+def test_binary_and_control_character_documents_are_dropped_under_their_own_reasons(tmp_path):
+    d = tmp_path / "mixed"
+    d.mkdir()
+    (d / "good.txt").write_text("Plain prose with a tab\there and a page break\f in it.\n")
+    (d / "nul.dat").write_bytes(b"\x00" * 4096)
+    (d / "noise.dat").write_bytes(bytes(range(1, 256)) * 16)  # binary, no NUL: only the fallback decodes it
+    spec = _spec(tmp_path, source("m", {"kind": "text", "paths": ["mixed"], "unit": "file",
+                                        "fallback_encoding": "latin-1"}))
+    got = lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
+    assert got.table.column("origin").to_pylist() == ["good.txt#0"]
+    assert got.dropped["binary"] == 1 and got.dropped["control_chars"] == 1
+    assert got.drop_notes == [
+        "noise.dat#0: control_chars: 976 of 4080 characters are control or replacement characters",
+        "nul.dat#0: binary: 4096 NUL characters",
+    ]
+    # a JSON string may spell a NUL too; U+FFFD replacements count like control characters
+    _jsonl(tmp_path / "j.jsonl", [{"text": "a\u0000b and more words"}, {"text": "\ufffd" * 10 + " mostly lost"},
+                                  {"text": "one lost character \ufffd in a sentence"}])
+    spec = _spec(tmp_path, source("j", {"kind": "jsonl", "paths": ["j.jsonl"]}))
+    got = lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
+    assert got.dropped["binary"] == 1 and got.dropped["control_chars"] == 1 and got.table.num_rows == 1
+
+
+def test_shared_data_sources_have_no_binary_or_control_drops(tmp_path):
+    from mix_assets.config import REPO_ROOT
+
+    from .shared_data import data_dir
+
+    text = (REPO_ROOT / "configs" / "shared-sample.yaml").read_text()
+    cfg = tmp_path / "shared.yaml"
+    cfg.write_text(text.replace("../../shared/data", str(data_dir())))
+    spec = load_spec(cfg)
+    for src in spec.sources:
+        got = lib.sample_source(spec, src, 4.0, 10**9)
+        assert got.rows_read > 0 and got.dropped["binary"] == 0 and got.dropped["control_chars"] == 0, src.name
