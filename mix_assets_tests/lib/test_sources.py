@@ -243,3 +243,12 @@ def test_shared_data_sources_have_no_binary_or_control_drops(tmp_path):
     for src in spec.sources:
         got = lib.sample_source(spec, src, 4.0, 10**9)
         assert got.rows_read > 0 and got.dropped["binary"] == 0 and got.dropped["control_chars"] == 0, src.name
+
+
+def test_template_field_missing_from_the_first_row_fails_before_the_rest_is_read(tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"question": "q only"}\n' + "not json at all\n" * 1000)
+    spec = _spec(tmp_path, {**source("t", {"kind": "jsonl", "paths": ["t.jsonl"]}), "text_field": None,
+                            "template": "{question} {answer}"})
+    with pytest.raises(lib.SourceError, match=rf"source t: {p}:1: missing field 'answer'"):
+        lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
