@@ -332,6 +332,14 @@ class SourceSample:
     drop_notes: list = field(default_factory=list)  # "origin: reason: what" for unreadable rows (first 20)
     fallback_decoded: list = field(default_factory=list)  # origins decoded with the fallback encoding
 
+    def drop(self, origin: str, reason: str, what: str) -> None:
+        """Count a row dropped as unreadable and note where and why (the first 20)."""
+        self.dropped[reason] += 1
+        if reason == "undecodable" and len(self.undecodable_origins) < 20:
+            self.undecodable_origins.append(origin)
+        if len(self.drop_notes) < 20:
+            self.drop_notes.append(f"{origin}: {reason}: {what}")
+
 
 def sample_source(
     spec: MixSpec,
@@ -353,23 +361,21 @@ def sample_source(
         if progress and out.rows_read % 1000 == 0:
             progress(out.rows_read, out.bytes_read)
         if row.text is None:
-            out.dropped["undecodable"] += 1
-            if len(out.undecodable_origins) < 20:
-                out.undecodable_origins.append(row.origin)
-            if len(out.drop_notes) < 20:
-                out.drop_notes.append(f"{row.origin}: undecodable: {row.note or 'the bytes do not decode'}")
+            out.drop(row.origin, "undecodable", row.note or "the bytes do not decode")
             continue
         text = row.text.strip()
-        nb = len(text.encode("utf-8"))
+        try:
+            nb = len(text.encode("utf-8"))
+        except UnicodeEncodeError as e:  # e.g. a fallback codec that decodes "\ud800" escapes
+            out.drop(row.origin, "undecodable", f"holds a lone surrogate (U+{ord(text[e.start]):04X}), not valid Unicode")
+            continue
         out.bytes_read += nb
         if len(text) < src.min_doc_chars:
             out.dropped["empty"] += 1
             continue
         junk = not_text(text)
         if junk:
-            out.dropped[junk[0]] += 1
-            if len(out.drop_notes) < 20:
-                out.drop_notes.append(f"{row.origin}: {junk[0]}: {junk[1]}")
+            out.drop(row.origin, *junk)
             continue
         if len(text) > src.max_doc_chars:
             out.dropped["too_long"] += 1

@@ -252,3 +252,14 @@ def test_template_field_missing_from_the_first_row_fails_before_the_rest_is_read
                             "template": "{question} {answer}"})
     with pytest.raises(lib.SourceError, match=rf"source t: {p}:1: missing field 'answer'"):
         lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
+
+
+def test_text_a_fallback_codec_decodes_to_lone_surrogates_is_undecodable(tmp_path):
+    d = tmp_path / "t"
+    d.mkdir()
+    (d / "a.txt").write_bytes(b"fine words\n\ncaf\\ud800 \xff\n")
+    spec = _spec(tmp_path, source("t", {"kind": "text", "paths": ["t"], "fallback_encoding": "raw_unicode_escape"}))
+    got = lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
+    assert got.table.column("text").to_pylist() == ["fine words"]
+    assert got.undecodable_origins == ["a.txt#1"]
+    assert got.drop_notes == ["a.txt#1: undecodable: holds a lone surrogate (U+D800), not valid Unicode"]
