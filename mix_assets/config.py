@@ -8,10 +8,12 @@ naming the file, the field and what was expected.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import os
 import re
+import string
 from pathlib import Path
 from typing import Annotated, Literal, Optional, Union
 
@@ -34,6 +36,48 @@ def is_test_split(split: str) -> bool:
             return True
     return False
 _NAME = r"^[a-z][a-z0-9_]{0,62}$"
+
+
+# Upper bounds that catch a slip of the exponent at load rather than after hours of upstream work.
+MAX_TARGET_TOKENS = 10**15  # a quadrillion tokens: beyond any pretraining mix
+MAX_SAMPLE_LEN = 1 << 21  # tokens per sample (2M context)
+MAX_SHARD_TOKENS = 1 << 30  # a shard is held in memory while it is written
+
+
+def _known_encoding(v: Optional[str]) -> Optional[str]:
+    if v is not None:
+        try:
+            codecs.lookup(v)
+        except LookupError:
+            raise ValueError(f"unknown encoding {v!r} (a Python codec name, e.g. 'utf-8', 'cp1252')") from None
+    return v
+
+
+def template_fields(template: str) -> list[str]:
+    """The field names of a str.format template, refusing anything but plain `{name}` fields: no
+    attribute or index access, positional fields, conversions or format specs (a template only
+    joins row fields; nothing in it may evaluate anything)."""
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as e:
+        raise ValueError(f"not a valid template: {e} (write a literal brace as {{{{ or }}}})") from None
+    names = []
+    for _, name, spec, conv in parts:
+        if name is None:
+            continue
+        shown = "{" + name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
+        head = re.split(r"[.\[]", name, maxsplit=1)[0]
+        if not head or head.isdigit():
+            raise ValueError(f"template field {shown!r} is positional; name a row field, e.g. {{question}}")
+        if head != name:
+            raise ValueError(f"template fields are plain field names like {{question}}; {shown!r} reads an "
+                             "attribute or an index")
+        if conv or spec:
+            raise ValueError(f"template field {shown!r} has a conversion or format spec; use plain {{{name}}}")
+        names.append(name)
+    if not names:
+        raise ValueError("the template names no field, e.g. {question}")
+    return sorted(set(names))
 
 
 class MixConfigError(ValueError):
@@ -86,6 +130,11 @@ class TextFolder(_Strict):
     encoding: str = "utf-8"  # bytes that do not decode are counted per file, never fatal
     fallback_encoding: Optional[str] = None  # e.g. "cp1252": tried when `encoding` fails (counted)
 
+    @field_validator("encoding", "fallback_encoding")
+    @classmethod
+    def _codec(cls, v: Optional[str]) -> Optional[str]:
+        return _known_encoding(v)
+
 
 Loader = Annotated[Union[HubDataset, LocalJsonl, LocalParquet, TextFolder], Field(discriminator="kind")]
 
@@ -106,8 +155,19 @@ class SourceSpec(_Strict):
     max_doc_chars: int = Field(1_000_000, gt=0)  # longer documents are dropped and counted
     min_doc_chars: int = Field(1, ge=1)  # shorter documents (after strip) are dropped as empty
 
+    @field_validator("template")
+    @classmethod
+    def _plain_template(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None:
+            template_fields(v)
+        return v
+
     @model_validator(mode="after")
     def _text_or_template(self) -> "SourceSpec":
+        if self.min_doc_chars > self.max_doc_chars:
+            raise ValueError(
+                f"min_doc_chars ({self.min_doc_chars}) exceeds max_doc_chars ({self.max_doc_chars})"
+            )
         if self.loader.kind == "text":
             if self.text_field or self.template:
                 raise ValueError("a text-folder source takes neither text_field nor template")
@@ -119,7 +179,7 @@ class SourceSpec(_Strict):
     def fields(self) -> list[str]:
         """Row fields this source reads."""
         if self.template:
-            return sorted(set(re.findall(r"{([A-Za-z_][A-Za-z0-9_]*)", self.template)))
+            return template_fields(self.template)
         return [self.text_field] if self.text_field else []
 
 
@@ -147,17 +207,25 @@ class TokenizerSpec(_Strict):
 class PackingSpec(_Strict):
     """How tokens become fixed-length samples and shards."""
 
-    seq_len: int = Field(512, ge=8)  # model context length
+    seq_len: int = Field(512, ge=8, le=MAX_SAMPLE_LEN)  # model context length
     shifted_targets: bool = False  # True: samples are seq_len + 1 tokens (inputs and shifted targets)
-    samples_per_seq: int = Field(1, ge=1)  # sample = samples_per_seq * seq_len tokens (unless shifted)
+    samples_per_seq: int = Field(1, ge=1, le=1024)  # sample = samples_per_seq * seq_len tokens (unless shifted)
     separator: Optional[str] = None  # token appended after each document; None = contiguous, no separator
-    shard_tokens: int = Field(1 << 22, ge=1024)  # target tokens per shard (rounded down to whole samples)
+    # target tokens per shard (rounded down to whole samples)
+    shard_tokens: int = Field(1 << 22, ge=1024, le=MAX_SHARD_TOKENS)
     encode_batch_docs: int = Field(1000, ge=1)  # documents per encode_batch call (bounds memory)
     threads: int = Field(2, ge=1)  # tokenizer threads (RAYON_NUM_THREADS); output does not depend on it
 
     @property
     def sample_len(self) -> int:
         return self.seq_len + 1 if self.shifted_targets else self.seq_len * self.samples_per_seq
+
+    @model_validator(mode="after")
+    def _sane_sample(self) -> "PackingSpec":
+        if self.sample_len > MAX_SAMPLE_LEN:
+            raise ValueError(f"a sample of seq_len x samples_per_seq = {self.sample_len:,} tokens exceeds "
+                             f"{MAX_SAMPLE_LEN:,}")
+        return self
 
 
 class DedupSpec(_Strict):
@@ -289,7 +357,7 @@ class MixSpec(_Strict):
 
     name: str = Field(pattern=_NAME)  # the mix's name (dataset card, revision ids)
     description: str = ""
-    target_tokens: int = Field(gt=0)  # N: tokens in the final training mix
+    target_tokens: int = Field(gt=0, le=MAX_TARGET_TOKENS)  # N: tokens in the final training mix
     headroom: float = Field(1.15, ge=1.1, le=1.25)  # raw sampling multiplier; dedup and masks eat it
     seed: int = 0  # the mix seed (sampling, split, tokenizer sample)
     sources: list[SourceSpec] = Field(min_length=1)
@@ -316,6 +384,14 @@ class MixSpec(_Strict):
         total = sum(s.share for s in self.sources)
         if abs(total - 1.0) > 1e-6:
             raise ValueError(f"source shares must sum to 1, they sum to {total:.6f}")
+        if self.packing.sample_len > self.target_tokens:
+            raise ValueError(f"packing: a sample of {self.packing.sample_len} tokens is longer than the whole mix "
+                             f"(target_tokens {self.target_tokens})")
+        sep, tok = self.packing.separator, self.tokenizer
+        if sep is not None and tok.kind == "train" and sep not in tok.special_tokens:
+            # a trained byte-level BPE has no other token a config could name
+            raise ValueError(f"packing.separator {sep!r} is not one of tokenizer.special_tokens "
+                             f"{tok.special_tokens}, so the trained tokenizer would not have it")
         tasks = [t.name for t in self.audit.tasks]
         if len(set(tasks)) != len(tasks):
             raise ValueError("eval task names must be unique")
@@ -375,6 +451,39 @@ def parse_spec(data: object, origin: str) -> MixSpec:
         raise MixConfigError(f"{origin}: invalid mix config:\n{lines}") from None
 
 
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: object, line: int, first: int):
+        super().__init__(f"line {line}: key {key!r} is given twice (first on line {first})")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a mapping key given twice (PyYAML silently keeps the last value)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` overrides on purpose
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in seen:
+                    raise _DuplicateKey(key, line, seen[key])
+            except TypeError:  # an unhashable key: the base constructor reports it
+                continue
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _load_yaml(text: str, origin: str) -> object:
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except _DuplicateKey as e:
+        raise MixConfigError(f"{origin}: {e}") from None
+    except yaml.YAMLError as e:
+        raise MixConfigError(f"{origin}: not valid YAML: {e}") from None
+
+
 def load_spec(path: str | os.PathLike | None = None) -> MixSpec:
     """Load the mix spec from `path`, else `$MIX_CONFIG`, else configs/demo.yaml."""
     p = Path(path or os.environ.get("MIX_CONFIG") or DEFAULT_CONFIG)
@@ -383,10 +492,7 @@ def load_spec(path: str | os.PathLike | None = None) -> MixSpec:
     p = p.resolve()
     if not p.is_file():
         raise MixConfigError(f"{p}: mix config file not found (set MIX_CONFIG to a file in configs/)")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise MixConfigError(f"{p}: not valid YAML: {e}") from None
+    data = _load_yaml(p.read_text(encoding="utf-8"), str(p))
     spec = parse_spec(data, str(p))
     root = os.environ.get("MIX_STORAGE_ROOT")
     if root:

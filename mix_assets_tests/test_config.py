@@ -101,3 +101,80 @@ def test_bad_yaml_and_missing_file(tmp_path):
     top.write_text("- a\n- b\n")
     with pytest.raises(MixConfigError, match="expected a mapping"):
         load_spec(top)
+
+
+def test_duplicate_yaml_key_is_refused_with_key_and_line(tmp_path):
+    cfg = tmp_path / "dup.yaml"
+    cfg.write_text(
+        "name: t_mix\ntarget_tokens: 1000\nsources:\n"
+        "  - name: a\n    loader: {kind: jsonl, paths: [a.jsonl]}\n    text_field: text\n"
+        "    license: test\n    rationale: A test source whose property is that it is small.\n"
+        "    share: 0.5\n    share: 1.0\n"
+    )
+    with pytest.raises(MixConfigError, match=rf"{cfg}: line 10: key 'share' is given twice \(first on line 9\)"):
+        load_spec(cfg)
+
+
+def test_yaml_merge_keys_still_override(tmp_path):
+    # a merge key (<<) is an explicit override, not a repeated key
+    cfg = write_config(tmp_path, minimal_config(sources=[source("a", {"kind": "jsonl", "paths": ["a.jsonl"]})]))
+    cfg.write_text(cfg.read_text() + "x-defaults: &d {seed: 1, name: other}\n")
+    text = cfg.read_text().replace("seed: 3\n", "") + "<<: *d\n"
+    cfg.write_text(text)
+    spec_data = __import__("yaml").safe_load(text)
+    assert spec_data["seed"] == 1 and spec_data["name"] == "t_mix"
+    with pytest.raises(MixConfigError, match="x-defaults: Extra inputs"):  # merged, not refused as a duplicate
+        load_spec(cfg)
+
+
+def _one_source(**kw) -> dict:
+    return minimal_config(sources=[source("a", {"kind": "jsonl", "paths": ["a.jsonl"]}, **kw)])
+
+
+def test_absurd_sizes_are_refused_at_load(tmp_path):
+    msg = _error(tmp_path, {**_one_source(), "target_tokens": 10**30})
+    assert "target_tokens: Input should be less than or equal to 1000000000000000" in msg
+    msg = _error(tmp_path, {**_one_source(), "target_tokens": 10**16})
+    assert "target_tokens: Input should be less than or equal to" in msg
+    msg = _error(tmp_path, {**_one_source(), "target_tokens": 10**12, "packing": {"seq_len": 10**9}})
+    assert "packing.seq_len: Input should be less than or equal to 2097152" in msg
+    msg = _error(tmp_path, {**_one_source(), "packing": {"shard_tokens": 10**15}})
+    assert "packing.shard_tokens: Input should be less than or equal to" in msg
+    msg = _error(tmp_path, {**_one_source(), "target_tokens": 1000, "packing": {"seq_len": 4096}})
+    assert "a sample of 4096 tokens is longer than the whole mix (target_tokens 1000)" in msg
+
+
+@pytest.mark.parametrize("template,why", [
+    ("{text", "not a valid template: expected '}' before end of string"),
+    ("text}", "not a valid template: Single '}' encountered"),
+    ("{text.__class__}", "plain field names like {question}; '{text.__class__}' reads an attribute or an index"),
+    ("{text[0]}", "'{text[0]}' reads an attribute or an index"),
+    ("{0}", "'{0}' is positional"),
+    ("{}", "'{}' is positional"),
+    ("{text!r}", "'{text!r}' has a conversion or format spec"),
+    ("{text:>{width}}", "'{text:>{width}}' has a conversion or format spec"),
+    ("no fields at all", "names no field"),
+])
+def test_template_is_parsed_at_load_plain_fields_only(tmp_path, template, why):
+    msg = _error(tmp_path, _one_source(text_field=None, template=template))
+    assert "sources.0.template" in msg and why in msg
+
+
+def test_template_fields_from_the_formatter(tmp_path):
+    spec = load_spec(write_config(tmp_path, _one_source(text_field=None, template="{{lit}} {q-id}: {q}\n{a} {q}")))
+    assert spec.sources[0].fields == ["a", "q", "q-id"]
+
+
+def test_separator_of_a_trained_tokenizer_must_be_a_special_token(tmp_path):
+    data = {**_one_source(), "tokenizer": {"kind": "train", "special_tokens": ["<|endoftext|>"]},
+            "packing": {"separator": "<|eos|>"}}
+    assert "packing.separator '<|eos|>' is not one of tokenizer.special_tokens" in _error(tmp_path, data)
+
+
+def test_loader_encodings_and_doc_length_bounds_checked_at_load(tmp_path):
+    data = minimal_config(sources=[source("a", {"kind": "text", "paths": ["t"], "encoding": "utf-9"})])
+    assert "unknown encoding 'utf-9'" in _error(tmp_path, data)
+    data = minimal_config(sources=[source("a", {"kind": "text", "paths": ["t"], "fallback_encoding": "nope"})])
+    assert "unknown encoding 'nope'" in _error(tmp_path, data)
+    assert "min_doc_chars (50) exceeds max_doc_chars (10)" in _error(tmp_path, _one_source(min_doc_chars=50,
+                                                                                           max_doc_chars=10))

@@ -74,17 +74,16 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
             "bytes_per_token": round(bpt, 4), "token_estimate": how, "budget_tokens": target,
             "minimum_tokens": minimum, "exhausted": got.exhausted,
             "undecodable_origins": got.undecodable_origins,
+            "drop_notes": got.drop_notes,
             "fallback_decoded": len(got.fallback_decoded),
         }
         storage.write_text(layout.RAW_STATS.format(source=src.name), json.dumps(stats, indent=1, sort_keys=True))
         lin = recorded(storage, raw_name(src.name),
                        [layout.RAW_DOCS.format(source=src.name), layout.RAW_STATS.format(source=src.name)], {})
         hist = length_histogram(np.asarray(table.column("n_chars"))) if table.num_rows else []
-        if got.dropped["undecodable"]:
-            context.log.warning(
-                f"{src.name}: {got.dropped['undecodable']} rows did not decode and were dropped, "
-                f"e.g. {got.undecodable_origins[:3]}"
-            )
+        unreadable = {k: got.dropped[k] for k in ("undecodable", "binary", "control_chars") if got.dropped[k]}
+        if unreadable:
+            context.log.warning(f"{src.name}: unreadable rows dropped {unreadable}, e.g. {got.drop_notes[:3]}")
 
         checks = [
             dg.AssetCheckResult(
@@ -119,6 +118,7 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
                 "token_estimate": how,
                 "exhausted_source": got.exhausted,
                 "fallback_decoded": len(got.fallback_decoded),
+                "drop_notes": dg.MetadataValue.json(got.drop_notes),
                 "length_histogram": dg.MetadataValue.md(
                     md_table(["chars", "documents"], hist)
                     + ("\n\n" + charts.histogram_md(np.asarray(table.column("n_chars")), f"{src.name}: document length",

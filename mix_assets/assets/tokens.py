@@ -16,6 +16,7 @@ from mix_assets.lib.tokenizer import build_tokenizer
 from mix_assets.resources import MixResource
 
 GROUP = "tokens"
+SEPARATOR_IN_VOCAB = "separator_in_vocab"
 NO_EMPTY_SHARD = "no_empty_shard"
 DROPPED_TAIL_AND_SEAM_RECORDED = "dropped_tail_and_seam_recorded"
 
@@ -61,6 +62,21 @@ def build_tokens_assets(spec: MixSpec) -> list:
             },
             lin,
         )
+
+    @dg.asset_check(asset=tokenizer, name=SEPARATOR_IN_VOCAB, blocking=True)
+    def separator_in_vocab(mix: MixResource) -> dg.AssetCheckResult:
+        """packing.separator (when set) is one token of the tokenizer: checked before any shard work."""
+        from tokenizers import Tokenizer
+
+        verified_inputs(mix.storage, SEPARATOR_IN_VOCAB, ["tokenizer"])
+        sep = mix.spec.packing.separator
+        tok = Tokenizer.from_file(mix.storage.local_path(layout.TOKENIZER_FILE))
+        try:
+            sid = tokenizer_lib.separator_id(tok, sep)
+        except tokenizer_lib.TokenizerError as e:
+            return dg.AssetCheckResult(passed=False, description=str(e), metadata={"separator": sep})
+        return dg.AssetCheckResult(passed=True,
+                                   metadata={"separator": sep or "", "separator_id": -1 if sid is None else sid})
 
     @dg.asset(
         name="token_shards",
@@ -154,7 +170,7 @@ def build_tokens_assets(spec: MixSpec) -> list:
             meta[f"{split}_seam_samples"] = sp["seam_samples"]
         return dg.AssetCheckResult(passed=not problems, metadata={**meta, "problems": dg.MetadataValue.json(problems)})
 
-    return [tokenizer, token_shards, no_empty_shard, dropped_tail_and_seam_recorded]
+    return [tokenizer, separator_in_vocab, token_shards, no_empty_shard, dropped_tail_and_seam_recorded]
 
 
 def _scratch(spec: MixSpec) -> str:

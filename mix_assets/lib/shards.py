@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
-from mix_assets.lib import layout
+from mix_assets.lib import layout, scratch
 from mix_assets.lib.packing import (
     Appearances,
     Packer,
@@ -355,6 +355,9 @@ def _read_source(path: str, sd: _SourceDocs, wanted: np.ndarray, enc: _Encoder, 
     sd.length[wanted] = lengths[at]
 
 
+SPILL = "token_spill"
+
+
 def build_shards(
     tok: Tokenizer,
     split_path: str,
@@ -376,10 +379,11 @@ def build_shards(
     # A rebuild never leaves shards of an older build beside the new ones, and the old manifest
     # (the completion marker of the mix directory) goes first.
     storage.delete(layout.MANIFEST)
-    for split_name in ("train", "val"):
+    for split_name in ("train", "val"):  # (with any .tmp shard a killed build left)
         storage.delete_prefix(f"{layout.MIX_DIR}/{split_name}/")
-
-    with tempfile.TemporaryDirectory(prefix="token_spill_", dir=scratch_dir) as tmp:
+    # spill folders of killed builds (a concurrent build's is kept: its process is alive)
+    scratch.sweep(scratch_dir or tempfile.gettempdir(), SPILL)
+    with tempfile.TemporaryDirectory(prefix=scratch.owner_prefix(SPILL), dir=scratch_dir) as tmp:
         spill = _Spill(os.path.join(tmp, "spill.bin"), np_dtype)
         enc = _Encoder(tok, spill, plan.encode_batch_docs, plan.separator_id)
 
@@ -493,6 +497,7 @@ def build_token_shards(storage, spec, scratch_dir: Optional[str] = None) -> Shar
     """
     import json
 
+    from mix_assets.lib.storage import UPLOAD
     from mix_assets.lib.tokenizer import dtype_for_vocab
 
     os.environ.setdefault("RAYON_NUM_THREADS", str(spec.packing.threads))
@@ -503,6 +508,8 @@ def build_token_shards(storage, spec, scratch_dir: Optional[str] = None) -> Shar
         for s in spec.sources
     }
     raw = {s.name: storage.local_path(layout.RAW_DOCS.format(source=s.name)) for s in spec.sources}
+    # local copies of S3 uploads a killed build left behind
+    scratch.sweep(storage.cache_dir or tempfile.gettempdir(), UPLOAD)
     result = build_shards(
         tok, storage.local_path(layout.VALIDATION_SPLIT), raw, budgets, plan,
         dtype_for_vocab(tok.get_vocab_size(with_added_tokens=True)), storage, scratch_dir,

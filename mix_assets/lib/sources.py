@@ -9,10 +9,13 @@ and field; undecodable bytes are counted, never fatal).
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import hashlib
 import json
 import os
+import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -35,7 +38,26 @@ DOC_SCHEMA = pa.schema([
 # Stop reading a source once this many times its budget has been seen (then sample by hash order):
 # large enough that the sample is spread over the source, small enough not to read a huge corpus.
 SCAN_FACTOR = 4.0
-DROP_REASONS = ("empty", "undecodable", "too_long", "sampled_out")
+DROP_REASONS = ("empty", "undecodable", "binary", "control_chars", "too_long", "sampled_out")
+# "Looks like text": a document with a NUL is binary (a binary file, or text in a 16-bit encoding read
+# as 8-bit); one where more than this share of characters are controls (C0 other than tab, newline
+# and carriage return, DEL, C1) or U+FFFD replacements is binary read through a fallback encoding or
+# text mangled upstream. A couple of stray form feeds in a short document are allowed.
+CONTROL_SHARE_MAX = 0.01
+CONTROL_ALLOWED = 2
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufffd]")
+
+
+def not_text(text: str) -> Optional[tuple[str, str]]:
+    """(drop reason, what was found) for a document that does not look like text, else None."""
+    if "\x00" in text:
+        return "binary", f"{text.count(chr(0))} NUL characters"
+    if _CONTROL.search(text) is None:
+        return None
+    n = sum(1 for _ in _CONTROL.finditer(text))
+    if n > max(CONTROL_ALLOWED, CONTROL_SHARE_MAX * len(text)):
+        return "control_chars", f"{n} of {len(text)} characters are control or replacement characters"
+    return None
 
 
 class SourceError(ValueError):
@@ -48,6 +70,7 @@ class Row:
     origin: str  # file:line, file#paragraph, or split:row
     text: Optional[str]  # None when the bytes did not decode
     id_key: str  # what the doc_id is derived from (stable across rebuilds)
+    note: Optional[str] = None  # why `text` is None, when more than "the bytes did not decode"
 
 
 def doc_id(source: str, id_key: str) -> str:
@@ -59,11 +82,45 @@ def _sample_key(seed: int, did: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{seed}:{did}".encode(), digest_size=8).digest(), "little")
 
 
+def _walk_dirs(root: str) -> list[str]:
+    """`root` and every non-hidden directory below it, never entering a directory link: a link back
+    up the tree would be followed until the path is too long (each file read dozens of times)."""
+    out = []
+    for d, dirs, _ in os.walk(root, followlinks=False):
+        dirs[:] = sorted(x for x in dirs if not x.startswith("."))
+        out.append(d)
+    return out
+
+
+def _entries(d: str, pat: str, dirs_too: bool) -> list[str]:
+    """Entries of folder `d` matching the glob component `pat` (hidden ones only if `pat` says so)."""
+    try:
+        names = os.listdir(d or ".")
+    except OSError:  # not a folder
+        return []
+    names = [n for n in names if not n.startswith(".") or pat.startswith(".")]
+    hits = [os.path.join(d, n) for n in sorted(fnmatch.filter(names, pat))]
+    return hits if dirs_too else [h for h in hits if not os.path.isdir(h)]
+
+
+def _glob(pattern: str) -> list[str]:
+    """glob.glob(pattern, recursive=True), except that `**` never descends into a directory link."""
+    if not glob.has_magic(pattern):
+        return [pattern] if os.path.lexists(pattern) else []
+    head, tail = os.path.split(pattern)
+    parents = _glob(head) if head and glob.has_magic(head) else [head]
+    if tail == "**":
+        return [p for d in parents for w in _walk_dirs(d) for p in [w, *_entries(w, "*", dirs_too=False)]]
+    if not glob.has_magic(tail):
+        return [q for d in parents if os.path.lexists(q := os.path.join(d, tail))]
+    return [q for d in parents for q in _entries(d, tail, dirs_too=True)]
+
+
 def _expand(spec: MixSpec, src: SourceSpec, patterns: list[str], folder_ok: bool) -> tuple[list[Path], Path]:
     files: list[Path] = []
     for pat in patterns:
         p = spec.resolve(pat)
-        hits = sorted(glob.glob(p, recursive=True)) or ([p] if os.path.exists(p) else [])
+        hits = sorted(_glob(p)) or ([p] if os.path.exists(p) else [])
         if not hits:
             raise SourceError(f"source {src.name}: no file matches {pat!r} (resolved to {p})")
         for h in hits:
@@ -71,12 +128,37 @@ def _expand(spec: MixSpec, src: SourceSpec, patterns: list[str], folder_ok: bool
             if hp.is_dir():
                 if not folder_ok:
                     raise SourceError(f"source {src.name}: {h} is a folder; give files or a glob")
-                files += sorted(q for q in hp.rglob("*") if q.is_file() and not q.name.startswith("."))
+                files += [Path(f) for d in _walk_dirs(h) for f in _entries(d, "*", dirs_too=False)]
             else:
                 files.append(hp)
-    files = sorted(dict.fromkeys(files))
+    # one path per real file: a file linked under a second name is read once (under its own name if listed)
+    by_real: dict[str, Path] = {}
+    for f in sorted(dict.fromkeys(files), key=lambda f: (f.resolve() != f.absolute(), str(f))):
+        by_real.setdefault(str(f.resolve()), f)
+    files = sorted(by_real.values())
     base = Path(os.path.commonpath([str(f.parent) for f in files])) if files else Path(".")
     return files, base
+
+
+class _LongInt(str):
+    """A JSON integer longer than int() accepts (sys.get_int_max_str_digits): kept as its digits."""
+
+
+def _parse_int(digits: str):
+    limit = sys.get_int_max_str_digits()
+    return _LongInt(digits) if limit and len(digits.lstrip("-")) > limit else int(digits)
+
+
+def _not_unicode(src: SourceSpec, row: dict) -> Optional[str]:
+    """Why a field this source reads is no Unicode text (a JSON lone surrogate), or None."""
+    for f in src.fields:
+        v = row.get(f)
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as e:
+                return f"field {f!r} holds a lone surrogate (U+{ord(v[e.start]):04X}), not valid Unicode"
+    return None
 
 
 def _render(src: SourceSpec, row: dict, where: str) -> str:
@@ -89,6 +171,11 @@ def _render(src: SourceSpec, row: dict, where: str) -> str:
         )
     if src.text_field:
         v = row[src.text_field]
+        if isinstance(v, _LongInt):
+            raise SourceError(
+                f"source {src.name}: {where}: field {src.text_field!r} holds an integer of "
+                f"{len(v.lstrip('-'))} digits, expected a string"
+            )
         if v is not None and not isinstance(v, str):
             raise SourceError(
                 f"source {src.name}: {where}: field {src.text_field!r} holds {type(v).__name__}, expected a string"
@@ -114,14 +201,19 @@ def _read_jsonl(spec: MixSpec, src: SourceSpec, loader: LocalJsonl) -> Iterator[
                     i += 1
                     continue
                 try:
-                    obj = json.loads(line)
+                    obj = json.loads(line, parse_int=_parse_int)
                 except json.JSONDecodeError as e:
                     raise SourceError(
                         f"source {src.name}: {where}: malformed JSON ({e.msg} at column {e.colno})"
                     ) from None
+                except RecursionError:
+                    raise SourceError(f"source {src.name}: {where}: malformed JSON (nested too deeply)") from None
                 if not isinstance(obj, dict):
                     raise SourceError(f"source {src.name}: {where}: expected a JSON object, got {type(obj).__name__}")
-                yield Row(i, f"{rel}:{lineno}", _render(src, obj, where), f"{rel}:{lineno}")
+                origin = f"{rel}:{lineno}"
+                text = _render(src, obj, where)
+                bad = _not_unicode(src, obj)
+                yield Row(i, origin, None if bad else text, origin, note=bad)
                 i += 1
 
 
@@ -237,7 +329,16 @@ class SourceSample:
     bytes_read: int = 0
     exhausted: bool = True  # False when reading stopped early (SCAN_FACTOR x budget seen)
     undecodable_origins: list = field(default_factory=list)
+    drop_notes: list = field(default_factory=list)  # "origin: reason: what" for unreadable rows (first 20)
     fallback_decoded: list = field(default_factory=list)  # origins decoded with the fallback encoding
+
+    def drop(self, origin: str, reason: str, what: str) -> None:
+        """Count a row dropped as unreadable and note where and why (the first 20)."""
+        self.dropped[reason] += 1
+        if reason == "undecodable" and len(self.undecodable_origins) < 20:
+            self.undecodable_origins.append(origin)
+        if len(self.drop_notes) < 20:
+            self.drop_notes.append(f"{origin}: {reason}: {what}")
 
 
 def sample_source(
@@ -260,15 +361,21 @@ def sample_source(
         if progress and out.rows_read % 1000 == 0:
             progress(out.rows_read, out.bytes_read)
         if row.text is None:
-            out.dropped["undecodable"] += 1
-            if len(out.undecodable_origins) < 20:
-                out.undecodable_origins.append(row.origin)
+            out.drop(row.origin, "undecodable", row.note or "the bytes do not decode")
             continue
         text = row.text.strip()
-        nb = len(text.encode("utf-8"))
+        try:
+            nb = len(text.encode("utf-8"))
+        except UnicodeEncodeError as e:  # e.g. a fallback codec that decodes "\ud800" escapes
+            out.drop(row.origin, "undecodable", f"holds a lone surrogate (U+{ord(text[e.start]):04X}), not valid Unicode")
+            continue
         out.bytes_read += nb
         if len(text) < src.min_doc_chars:
             out.dropped["empty"] += 1
+            continue
+        junk = not_text(text)
+        if junk:
+            out.drop(row.origin, *junk)
             continue
         if len(text) > src.max_doc_chars:
             out.dropped["too_long"] += 1

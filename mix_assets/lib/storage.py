@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional
 
+from mix_assets.lib import scratch
+
+UPLOAD = "upload"  # scratch kind of an S3 upload's local file (see lib/scratch.py)
+
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write `data` to `path` so that the file is either absent/old or complete."""
@@ -108,7 +112,7 @@ class Storage:
             return
         if self.cache_dir:
             os.makedirs(self.cache_dir, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=self.cache_dir)
+        fd, tmp = tempfile.mkstemp(prefix=scratch.owner_prefix(UPLOAD), suffix=".tmp", dir=self.cache_dir)
         os.close(fd)
         try:
             yield tmp

@@ -10,7 +10,12 @@ import yaml
 
 from mix_assets.assets.manifest import MANIFEST_SELF_CONSISTENT, SHARDS_AUDIT_CLEAN, build_manifest_assets
 from mix_assets.assets.split import VAL_DISJOINT_FROM_TRAIN, VAL_SHARE_IN_TOLERANCE, build_split_assets
-from mix_assets.assets.tokens import DROPPED_TAIL_AND_SEAM_RECORDED, NO_EMPTY_SHARD, build_tokens_assets
+from mix_assets.assets.tokens import (
+    DROPPED_TAIL_AND_SEAM_RECORDED,
+    NO_EMPTY_SHARD,
+    SEPARATOR_IN_VOCAB,
+    build_tokens_assets,
+)
 from mix_assets.lib import layout
 from mix_assets.resources import MixResource
 from mix_assets_tests.tokens_fixtures import write_upstream
@@ -40,8 +45,8 @@ def test_stage_materialises_with_every_gate_green(tmp_path):
     spec, assets, res = setup(tmp_path)
     result = run(assets, res)
     assert result.success, [e.message for e in result.all_events if e.is_failure]
-    assert checks(result) == {VAL_DISJOINT_FROM_TRAIN: True, VAL_SHARE_IN_TOLERANCE: True, NO_EMPTY_SHARD: True,
-                              DROPPED_TAIL_AND_SEAM_RECORDED: True, MANIFEST_SELF_CONSISTENT: True,
+    assert checks(result) == {VAL_DISJOINT_FROM_TRAIN: True, VAL_SHARE_IN_TOLERANCE: True, SEPARATOR_IN_VOCAB: True,
+                              NO_EMPTY_SHARD: True, DROPPED_TAIL_AND_SEAM_RECORDED: True, MANIFEST_SELF_CONSISTENT: True,
                               SHARDS_AUDIT_CLEAN: True}
     meta = result.asset_materializations_for_node("manifest")[0].metadata
     manifest = json.loads((tmp_path / "storage" / layout.MANIFEST).read_text())
@@ -110,3 +115,19 @@ def test_stage_composes_with_sources_and_publish(tmp_path):
     for key in ("validation_split", "tokenizer", "token_shards", "manifest"):
         node = graph.get(dg.AssetKey(key))
         assert node.owners == spec.owners and node.description and node.code_version
+
+
+def test_separator_not_in_the_tokenizer_fails_right_after_the_tokenizer(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "word": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "words.json"))
+    spec, assets, res = setup(tmp_path, tokenizer={"kind": "file", "path": "words.json"},
+                              packing={"separator": "<|endoftext|>"})
+    result = run(assets, res)
+    assert not result.success
+    ev = next(e for e in result.get_asset_check_evaluations() if e.check_name == SEPARATOR_IN_VOCAB)
+    assert not ev.passed and "'<|endoftext|>' is not a token of the tokenizer" in ev.description
+    assert not any(e.step_key == "token_shards" for e in result.all_events)  # never started

@@ -72,7 +72,7 @@ def test_shared_sample_through_manifest(tmp_path, shared_data):
     result = dg.materialize(assets, resources=res, instance=inst, raise_on_error=False)
     assert result.success, [e.message for e in result.all_events if e.is_failure]
     evals = result.get_asset_check_evaluations()
-    assert len(evals) == 6 and all(e.passed for e in evals)
+    assert len(evals) == 7 and all(e.passed for e in evals)
 
     manifest = json.loads((tmp_path / "storage" / layout.MANIFEST).read_text())
     assert check_manifest(manifest, tmp_path / "storage" / "mix") == []

@@ -142,3 +142,124 @@ def test_doc_ids_stable_and_sampling_deterministic(tmp_path):
     ids = dict(zip(one.column("origin").to_pylist(), one.column("doc_id").to_pylist()))
     ids2 = dict(zip(other.column("origin").to_pylist(), other.column("doc_id").to_pylist()))
     assert all(ids[o] == ids2[o] for o in set(ids) & set(ids2))
+
+
+def _looped_folder(tmp_path, links: int):
+    d = tmp_path / "texts"
+    (d / "sub").mkdir(parents=True)
+    (d / "a.txt").write_text("alpha paragraph\n")
+    (d / "sub" / "b.txt").write_text("beta paragraph\n")
+    for k in range(links):  # self-referencing directory links: following them never ends
+        (d / f"loop{k}").symlink_to(d, target_is_directory=True)
+    (d / "sub" / "up").symlink_to(d, target_is_directory=True)
+    (d / "b_again.txt").symlink_to(d / "sub" / "b.txt")  # the same file under a second name
+    return d
+
+
+@pytest.mark.parametrize("paths", [["texts/**/*.txt"], ["texts"], ["texts/**"]])
+@pytest.mark.timeout(30)
+def test_text_glob_never_follows_directory_links_and_reads_each_file_once(tmp_path, paths):
+    _looped_folder(tmp_path, links=2)
+    spec = _spec(tmp_path, source("t", {"kind": "text", "paths": paths, "unit": "paragraphs"}))
+    rows = list(lib.iter_rows(spec, spec.sources[0]))
+    assert sorted(r.text for r in rows) == ["alpha paragraph", "beta paragraph"]
+    assert sorted(r.origin for r in rows) == ["a.txt#0", "sub/b.txt#0"]
+
+
+def test_lone_surrogate_is_dropped_and_counted_with_file_line_and_field(tmp_path):
+    p = tmp_path / "s.jsonl"
+    p.write_text('{"text": "good one"}\n{"text": "bad \\ud800 half"}\n{"text": "good two"}\n')
+    spec = _spec(tmp_path, source("s", {"kind": "jsonl", "paths": ["s.jsonl"]}))
+    got = lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
+    assert got.table.column("text").to_pylist() == ["good one", "good two"]
+    assert got.dropped["undecodable"] == 1 and got.undecodable_origins == ["s.jsonl:2"]
+    assert got.drop_notes == ["s.jsonl:2: undecodable: field 'text' holds a lone surrogate (U+D800), not valid Unicode"]
+    # in a template field too, and the row's other fields do not matter
+    q = tmp_path / "q.jsonl"
+    q.write_text('{"question": "fine?", "answer": "\\udfff", "meta": "\\ud800"}\n{"question": "a", "answer": "b"}\n')
+    spec = _spec(tmp_path, {**source("q", {"kind": "jsonl", "paths": ["q.jsonl"]}), "text_field": None,
+                            "template": "{question} {answer}"})
+    got = lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
+    assert got.table.column("text").to_pylist() == ["a b"]
+    assert got.drop_notes == ["q.jsonl:1: undecodable: field 'answer' holds a lone surrogate (U+DFFF), not valid Unicode"]
+
+
+def test_huge_json_integer_is_a_named_error_only_where_it_is_read(tmp_path):
+    big = "9" * 5000
+    p = tmp_path / "n.jsonl"
+    p.write_text(f'{{"text": "row one", "n": {big}}}\n{{"text": {big}}}\n')
+    spec = _spec(tmp_path, source("n", {"kind": "jsonl", "paths": ["n.jsonl"]}))
+    rows = lib.iter_rows(spec, spec.sources[0])
+    assert next(rows).text == "row one"  # an unread field holding a huge integer does not matter
+    with pytest.raises(lib.SourceError, match=rf"source n: {p}:2: field 'text' holds an integer of 5000 digits, "
+                                              "expected a string"):
+        next(rows)
+    # a template renders the integer's digits as written in the file (never converted)
+    spec = _spec(tmp_path, {**source("n", {"kind": "jsonl", "paths": ["n.jsonl"]}), "text_field": None,
+                            "template": "{text} has {n}"})
+    assert next(lib.iter_rows(spec, spec.sources[0])).text == f"row one has {big}"
+
+
+def test_deeply_nested_json_is_malformed_not_a_recursion_error(tmp_path):
+    p = tmp_path / "d.jsonl"
+    p.write_text('{"text": "x", "deep": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    spec = _spec(tmp_path, source("d", {"kind": "jsonl", "paths": ["d.jsonl"]}))
+    with pytest.raises(lib.SourceError, match=rf"source d: {p}:1: malformed JSON \(nested too deeply\)"):
+        list(lib.iter_rows(spec, spec.sources[0]))
+
+
+def test_binary_and_control_character_documents_are_dropped_under_their_own_reasons(tmp_path):
+    d = tmp_path / "mixed"
+    d.mkdir()
+    (d / "good.txt").write_text("Plain prose with a tab\there and a page break\f in it.\n")
+    (d / "nul.dat").write_bytes(b"\x00" * 4096)
+    (d / "noise.dat").write_bytes(bytes(range(1, 256)) * 16)  # binary, no NUL: only the fallback decodes it
+    spec = _spec(tmp_path, source("m", {"kind": "text", "paths": ["mixed"], "unit": "file",
+                                        "fallback_encoding": "latin-1"}))
+    got = lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
+    assert got.table.column("origin").to_pylist() == ["good.txt#0"]
+    assert got.dropped["binary"] == 1 and got.dropped["control_chars"] == 1
+    assert got.drop_notes == [
+        "noise.dat#0: control_chars: 976 of 4080 characters are control or replacement characters",
+        "nul.dat#0: binary: 4096 NUL characters",
+    ]
+    # a JSON string may spell a NUL too; U+FFFD replacements count like control characters
+    _jsonl(tmp_path / "j.jsonl", [{"text": "a\u0000b and more words"}, {"text": "\ufffd" * 10 + " mostly lost"},
+                                  {"text": "one lost character \ufffd in a sentence"}])
+    spec = _spec(tmp_path, source("j", {"kind": "jsonl", "paths": ["j.jsonl"]}))
+    got = lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
+    assert got.dropped["binary"] == 1 and got.dropped["control_chars"] == 1 and got.table.num_rows == 1
+
+
+def test_shared_data_sources_have_no_binary_or_control_drops(tmp_path):
+    from mix_assets.config import REPO_ROOT
+
+    from .shared_data import data_dir
+
+    text = (REPO_ROOT / "configs" / "shared-sample.yaml").read_text()
+    cfg = tmp_path / "shared.yaml"
+    cfg.write_text(text.replace("../../shared/data", str(data_dir())))
+    spec = load_spec(cfg)
+    for src in spec.sources:
+        got = lib.sample_source(spec, src, 4.0, 10**9)
+        assert got.rows_read > 0 and got.dropped["binary"] == 0 and got.dropped["control_chars"] == 0, src.name
+
+
+def test_template_field_missing_from_the_first_row_fails_before_the_rest_is_read(tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"question": "q only"}\n' + "not json at all\n" * 1000)
+    spec = _spec(tmp_path, {**source("t", {"kind": "jsonl", "paths": ["t.jsonl"]}), "text_field": None,
+                            "template": "{question} {answer}"})
+    with pytest.raises(lib.SourceError, match=rf"source t: {p}:1: missing field 'answer'"):
+        lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
+
+
+def test_text_a_fallback_codec_decodes_to_lone_surrogates_is_undecodable(tmp_path):
+    d = tmp_path / "t"
+    d.mkdir()
+    (d / "a.txt").write_bytes(b"fine words\n\ncaf\\ud800 \xff\n")
+    spec = _spec(tmp_path, source("t", {"kind": "text", "paths": ["t"], "fallback_encoding": "raw_unicode_escape"}))
+    got = lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
+    assert got.table.column("text").to_pylist() == ["fine words"]
+    assert got.undecodable_origins == ["a.txt#1"]
+    assert got.drop_notes == ["a.txt#1: undecodable: holds a lone surrogate (U+D800), not valid Unicode"]

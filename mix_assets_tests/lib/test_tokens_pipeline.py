@@ -221,3 +221,55 @@ def test_selection_order_ties_fall_back_to_doc_id(monkeypatch):
     monkeypatch.setattr(shards, "unit_hash", coarse)
     u = [coarse(11, f"sel:{d}") for d in ids]
     assert shards._selection_order(11, pa.array(ids)).tolist() == ref_selection_order(11, ids, u)
+
+
+_KILLED_MID_PACK = """
+import os, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from mix_assets.lib import shards
+from mix_assets.lib.storage import Storage
+from mix_assets_tests.tokens_spec import tiny_spec
+root, real_replace = Path(sys.argv[1]), os.replace
+def stuck(src, dst):  # hold the third train shard's temporary file open until killed
+    if str(dst).endswith("train-00002.bin"):
+        (root / "stuck").write_text("")
+        time.sleep(600)
+    return real_replace(src, dst)
+os.replace = stuck
+storage = Storage(str(root), cache_dir=str(root / "cache"))
+shards.build_token_shards(storage, tiny_spec(root), scratch_dir=str(root / "cache"))
+"""
+
+
+def test_scratch_of_a_killed_build_is_removed_by_the_next(tmp_path):
+    import signal
+    import time
+
+    from mix_assets.lib import scratch
+    from mix_assets.lib.storage import Storage
+
+    spec = tiny_spec(tmp_path)
+    st = write_upstream(tmp_path, {s.name: 400 for s in spec.sources}, near_dups=10, masked=5)
+    build_validation_split(st, [s.name for s in spec.sources], spec.seed, spec.split.val_fraction)
+    build_tokenizer(st, spec)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    p = subprocess.Popen([sys.executable, "-c", _KILLED_MID_PACK, str(tmp_path), str(REPO)])
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "stuck").exists():
+            assert p.poll() is None and time.monotonic() < deadline, "the build did not reach the third shard"
+            time.sleep(0.05)
+    finally:
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+    left = sorted(str(f.relative_to(tmp_path)) for f in tmp_path.rglob("*") if f.is_file())
+    assert any("/spill.bin" in f for f in left) and any(f.endswith(".tmp") for f in left), left
+
+    # an S3 root uploads each shard from a local file in the cache: one a killed build left there
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (cache / f"upload_{scratch.HOST}_{int(dead.stdout)}_k2j4.tmp").write_bytes(b"half a shard")
+    build_token_shards(Storage(str(tmp_path), cache_dir=str(cache)), spec, scratch_dir=str(cache))
+    assert list(cache.iterdir()) == []
+    assert [f for f in tmp_path.rglob("*") if f.name.endswith(".tmp") or f.name == "spill.bin"] == []
