@@ -29,8 +29,12 @@ shuffle, one pass.
 
 State: `state_dict()` = {seq_len, samples_consumed, shuffle_seed, shuffle_perm_sha, dataset_files_sha,
 step, tokens_consumed} + format, split, sample_len, num_samples, shuffle, epochs, epoch, epoch_perm_sha.
-tokens_consumed = samples_consumed x sample_len (tokens read from the mix). Nothing is re-shuffled
-on resume: every field is recomputed and compared, and any difference raises.
+tokens_consumed = samples_consumed x sample_len (tokens read from the mix); step counts batches (each of
+at least one sample; iterating consumes samples without steps), so step <= samples_consumed; epoch =
+samples_consumed // num_samples and epoch_perm_sha is that epoch's permutation. `load_state_dict` requires
+exactly these fields, each of its type (an int is never a bool; numpy integers count as ints), checks
+those relations, and recomputes and compares the rest (the state's `epochs` may differ from the reader's:
+resume with more passes). Any problem raises ResumeMismatchError naming the field. Nothing is re-shuffled.
 """
 
 from __future__ import annotations
@@ -62,8 +66,6 @@ log = logging.getLogger("mix_assets.reader")
 
 STATE_FORMAT = "mix_assets.reader_state/1"
 DEFAULT_CACHE_BYTES = 8 << 30
-_STATE_KEYS = ("seq_len", "samples_consumed", "shuffle_seed", "shuffle_perm_sha", "dataset_files_sha", "step",
-               "tokens_consumed")
 
 
 class ReaderError(RuntimeError):
@@ -84,6 +86,54 @@ class PositionError(ReaderError):
 
 class EndOfMix(IndexError):
     """Reading past the last allowed pass of the split."""
+
+
+# -- the state's fields ---------------------------------------------------------------------------------------
+def _is_int(v: Any) -> bool:
+    """A Python or numpy integer; bool (an int subclass) and numpy bool are not."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _sha_hex(v: Any) -> bool:
+    return isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)
+
+
+# field -> (test, what it must be)
+_STATE_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "format": (lambda v: v == STATE_FORMAT, repr(STATE_FORMAT)),
+    "split": (lambda v: isinstance(v, str), "a split name (str)"),
+    "seq_len": (lambda v: _is_int(v) and v >= 1, "a positive int"),
+    "sample_len": (lambda v: _is_int(v) and v >= 1, "a positive int"),
+    "num_samples": (lambda v: _is_int(v) and v >= 1, "a positive int"),
+    "samples_consumed": (lambda v: _is_int(v) and v >= 0, "a non-negative int"),
+    "step": (lambda v: _is_int(v) and v >= 0, "a non-negative int"),
+    "tokens_consumed": (lambda v: _is_int(v) and v >= 0, "a non-negative int"),
+    "shuffle": (lambda v: isinstance(v, (bool, np.bool_)), "a bool"),
+    "shuffle_seed": (lambda v: _is_int(v) and 0 <= v < 1 << 64, "an int in [0, 2**64)"),
+    "shuffle_perm_sha": (_sha_hex, "a sha256 (64 lowercase hex digits)"),
+    "epochs": (lambda v: v is None or (_is_int(v) and v >= 1), "an int >= 1 or None (unbounded)"),
+    "epoch": (lambda v: _is_int(v) and v >= 0, "a non-negative int"),
+    "epoch_perm_sha": (_sha_hex, "a sha256 (64 lowercase hex digits)"),
+    "dataset_files_sha": (_sha_hex, "a sha256 (64 lowercase hex digits)"),
+}
+
+
+def _checked_state(state: Any) -> dict:
+    """The state with every field present, known and of its type (numpy scalars as Python ones), or a
+    ResumeMismatchError naming each bad field."""
+    if not isinstance(state, dict):
+        raise ResumeMismatchError(f"reader state must be a dict, got {type(state).__name__}")
+    if state.get("format") != STATE_FORMAT:
+        raise ResumeMismatchError(f"reader state field 'format': {state.get('format')!r}, expected {STATE_FORMAT!r}; "
+                                  f"was it written by mix_assets.reader?")
+    problems = [f"field {k!r}: missing" for k in _STATE_FIELDS if k not in state]
+    problems += [f"field {k!r}: unknown to {STATE_FORMAT}" for k in state if k not in _STATE_FIELDS]
+    for k, (ok, what) in _STATE_FIELDS.items():
+        if k in state and not ok(state[k]):
+            problems.append(f"field {k!r}: expected {what}, got {state[k]!r} ({type(state[k]).__name__})")
+    if problems:
+        raise ResumeMismatchError("reader state is malformed:\n  " + "\n  ".join(problems))
+    return {k: v.item() if isinstance(v, np.generic) else v for k, v in state.items()}
 
 
 # -- the permutation ----------------------------------------------------------------------------------------
@@ -707,14 +757,9 @@ class MixReader:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume at the state's position; raises ResumeMismatchError when it belongs to anything else."""
-        if not isinstance(state, dict):
-            raise ResumeMismatchError(f"reader state must be a dict, got {type(state).__name__}")
-        missing = [k for k in ("format", *_STATE_KEYS) if k not in state]
-        if missing:
-            raise ResumeMismatchError(f"reader state lacks {missing}; was it written by mix_assets.reader?")
-        if state["format"] != STATE_FORMAT:
-            raise ResumeMismatchError(f"reader state format {state['format']!r}, expected {STATE_FORMAT!r}")
+        """Resume at the state's position; raises ResumeMismatchError (naming the field) when the state is
+        malformed or inconsistent, or belongs to anything else; PositionError when it would move back."""
+        st = _checked_state(state)
         mine = self.state_dict()
         why = {
             "dataset_files_sha": "resuming into a different dataset (fingerprint of the mix files)",
@@ -726,24 +771,33 @@ class MixReader:
             "shuffle_seed": "a different shuffle seed",
             "shuffle_perm_sha": "a different permutation (same seed, other algorithm or sample count)",
         }
-        diffs = [f"{k}: checkpoint {state.get(k)!r}, this reader {mine[k]!r} ({reason})"
-                 for k, reason in why.items() if k in state and state[k] != mine[k]]
+        diffs = [f"{k}: checkpoint {st[k]!r}, this reader {mine[k]!r} ({reason})"
+                 for k, reason in why.items() if st[k] != mine[k]]
         if diffs:
             raise ResumeMismatchError("refusing to resume, the checkpoint's data state does not match this reader:\n  "
                                       + "\n  ".join(diffs))
-        consumed, step = state["samples_consumed"], state["step"]
-        if not (isinstance(consumed, int) and isinstance(step, int) and consumed >= 0 and step >= 0):
-            raise ResumeMismatchError(f"samples_consumed {consumed!r} and step {step!r} must be non-negative ints")
-        if state["tokens_consumed"] != consumed * self.sample_len:
-            raise ResumeMismatchError(f"tokens_consumed {state['tokens_consumed']} != samples_consumed {consumed} x "
-                                      f"sample_len {self.sample_len}: the state is inconsistent")
+        consumed, step = st["samples_consumed"], st["step"]
+        if st["tokens_consumed"] != consumed * self.sample_len:
+            raise ResumeMismatchError(f"reader state field 'tokens_consumed': {st['tokens_consumed']} != "
+                                      f"samples_consumed {consumed} x sample_len {self.sample_len}: the state is "
+                                      f"inconsistent")
+        if step > consumed:
+            raise ResumeMismatchError(f"reader state field 'step': {step} batches cannot have read only {consumed} "
+                                      f"samples (each step reads at least one): the state is inconsistent")
+        e = consumed // self._n
+        if st["epoch"] != e:
+            raise ResumeMismatchError(f"reader state field 'epoch': {st['epoch']}, but samples_consumed {consumed} "
+                                      f"of {self._n} per pass is epoch {e}: the state is inconsistent")
+        if st["epochs"] is not None and consumed > st["epochs"] * self._n:
+            raise ResumeMismatchError(f"reader state field 'epochs': {st['epochs']} pass(es) of {self._n} cannot have "
+                                      f"read samples_consumed {consumed}: the state is inconsistent")
+        if st["epoch_perm_sha"] != self.epoch_perm_sha(e):
+            raise ResumeMismatchError(f"reader state field 'epoch_perm_sha' of epoch {e}: checkpoint "
+                                      f"{st['epoch_perm_sha']}, this reader {self.epoch_perm_sha(e)} (a different "
+                                      f"permutation for that pass)")
         if self.epochs is not None and consumed > self.epochs * self._n:
             raise ResumeMismatchError(f"samples_consumed {consumed} is past {self.epochs} pass(es) of {self._n}; "
                                       f"open with a larger epochs=")
-        e = consumed // self._n
-        if "epoch_perm_sha" in state and state.get("epoch") == e and state["epoch_perm_sha"] != self.epoch_perm_sha(e):
-            raise ResumeMismatchError(f"epoch_perm_sha of epoch {e}: checkpoint {state['epoch_perm_sha']}, this reader "
-                                      f"{self.epoch_perm_sha(e)} (a different permutation for that pass)")
         if consumed < self.samples_consumed:
             raise PositionError(f"load_state_dict would move this reader back from sample {self.samples_consumed} "
                                 f"to {consumed}; open a new reader to roll back deliberately")
