@@ -9,15 +9,18 @@ import traceback
 import numpy as np
 
 
-def s3_client(spec: tuple):
-    """("fake", bucket, root, prefix): a FakeS3Client; ("s3", endpoint, key, secret): a boto3 client."""
+def remote(spec: tuple) -> dict:
+    """open_mix keyword arguments: ("fake", bucket, root, prefix): a FakeS3Client; ("s3", endpoint, key,
+    secret): a boto3 client; ("hub", endpoint): a hub endpoint."""
     if spec[0] == "fake":
         from mix_assets_tests.fakeremotes import FakeS3Client
 
-        return FakeS3Client(*spec[1:])
-    from mix_assets.lib.publish import s3_client as make
+        return {"s3_client": FakeS3Client(*spec[1:])}
+    if spec[0] == "hub":
+        return {"hub_endpoint": spec[1]}
+    from mix_assets.lib.publish import s3_client
 
-    return make(spec[1], access_key=spec[2], secret_key=spec[3])
+    return {"s3_client": s3_client(spec[1], access_key=spec[2], secret_key=spec[3])}
 
 
 def read_batches(location: str, cache_dir: str, seed: int, cache_bytes: int, worker: int, batches: int | list[int],
@@ -27,9 +30,10 @@ def read_batches(location: str, cache_dir: str, seed: int, cache_bytes: int, wor
     from mix_assets.reader import open_mix
 
     got: list[tuple[int, str]] = []
-    client = s3_client(client_spec)
+    kw = remote(client_spec)
+    client = kw.get("s3_client")
     try:
-        r = open_mix(location, cache_dir=cache_dir, shuffle_seed=seed, cache_bytes=cache_bytes, s3_client=client)
+        r = open_mix(location, cache_dir=cache_dir, shuffle_seed=seed, cache_bytes=cache_bytes, **kw)
         rng = np.random.default_rng(worker)
         starts = batches if isinstance(batches, list) else [
             int(rng.integers(0, len(r) - batch_size + 1)) for _ in range(batches)]

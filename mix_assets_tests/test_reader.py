@@ -454,6 +454,10 @@ def test_hub_reads_through_huggingface_hub_then_offline_from_cache(mix, tmp_path
         assert sorted(r.fetched) == ["train/train-00000.bin", "train/train-00001.bin"]
         assert dict(hub.gets) == {"manifest.json": 1, "train/train-00000.bin": 1, "train/train-00001.bin": 1}
         state = r.state_dict()
+    # One copy on disk: each shard was moved from the hub's cache into the reader's (shared, budgeted) one.
+    shard_shas = {s["sha256"] for s in m["splits"]["train"]["shards"][:2]}
+    assert {p.name for p in (cache / "objects").rglob("*") if len(p.name) == 64} == shard_shas
+    assert not shard_shas & {p.name for p in (cache / "hub").rglob("blobs/*")}
     # Offline (HF_HUB_OFFLINE=1, no server): the cached shards read, an uncached one fails clearly.
     code = f"""
 import json, sys

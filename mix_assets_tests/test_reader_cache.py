@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mix_assets.reader import open_mix
-from mix_assets_tests.fakeremotes import FakeS3Client
+from mix_assets_tests.fakeremotes import FakeHub, FakeS3Client
 from mix_assets_tests.mixfactory import all_tokens, write_test_mix
 from mix_assets_tests.reader_workers import read_batches
 from mix_assets_tests.s3server import READER
@@ -92,6 +92,16 @@ def test_processes_wanting_the_same_shard_download_it_once(mix, tmp_path):
     _assert_same_as_one_process(root, m, results, 1, tmp_path)
     shard = m["splits"]["train"]["shards"][open_mix(root, shuffle_seed=SEED).storage_index(0) // 7]["path"]
     assert sum(gets.get(shard, 0) for _, gets in results.values()) == 1
+
+
+@pytest.mark.slow
+def test_processes_sharing_a_cache_read_the_same_samples_from_the_hub(mix, tmp_path):
+    root, m = mix
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    with FakeHub(root, "org/tiny-mix", commit) as hub:
+        results = _run_workers(f"hf://datasets/org/tiny-mix@{commit}", tmp_path / "c", ("hub", hub.endpoint), 2,
+                               batches=40, bs=3)
+    _assert_same_as_one_process(root, m, results, 3, tmp_path)
 
 
 @pytest.mark.s3
