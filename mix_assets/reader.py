@@ -345,7 +345,7 @@ class _SharedCache:
         if sha in self.held:
             return self.held[sha]
         try:
-            f = open(self.path(sha), "rb")  # noqa: SIM115 - kept open while held
+            f = open(self.path(sha), "rb")  # kept open while held
         except FileNotFoundError:
             return None
         fcntl.flock(f, fcntl.LOCK_SH)  # removers lock exclusively only under the directory lock: never blocks
@@ -382,11 +382,11 @@ class _SharedCache:
                     return f
                 res_path = self.path(sha).with_name(sha + ".fetching")
                 try:
-                    res = open(res_path, "r+b")  # noqa: SIM115 - a fetch in progress, or a crashed one's
+                    res = open(res_path, "r+b")  # a fetch in progress, or a crashed one's
                     mine = _try_lock(res, fcntl.LOCK_EX)
                 except FileNotFoundError:
                     res_path.parent.mkdir(parents=True, exist_ok=True)
-                    res = open(res_path, "xb")  # noqa: SIM115
+                    res = open(res_path, "xb")
                     fcntl.flock(res, fcntl.LOCK_EX)
                     mine = True
                 if mine:
@@ -453,7 +453,7 @@ class _SharedCache:
 
     def _remove_if_unheld(self, sha: str) -> bool:
         try:
-            f = open(self.path(sha), "rb")  # noqa: SIM115
+            f = open(self.path(sha), "rb")
         except FileNotFoundError:
             return True
         with f:
