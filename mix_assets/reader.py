@@ -13,9 +13,11 @@ pre-populated cache work; `hub_endpoint=` or HF_ENDPOINT for mirrors).
 
 Fetching: manifest.json is read and checked (structure, totals, fingerprint) at open; a shard is fetched
 only when a requested sample lives in it, and its size and sha256 are verified when it arrives (once per
-reader for files found already cached or local). Remote shards live in `cache_dir`, bounded by
-`cache_bytes` (least recently used shards are evicted); local shards are read in place. Every shard is
-read through `numpy.memmap`.
+reader for files found already cached or local). Local shards are read in place. Remote files live in
+`cache_dir/objects/<sha256[:2]>/<sha256>`, which any number of processes may share (fcntl locks, see
+_SharedCache): `cache_bytes` bounds the whole directory, not one process's part; a file a reader has
+open or mapped is never removed; a file is downloaded by one process at a time. Every shard is read
+through `numpy.memmap`.
 
 Order: train sample k is storage sample perm_e[k mod N] with e = k // N (N = len(r), samples per pass).
 perm_e is the argsort of splitmix64(i XOR base(shuffle_seed, e)) over i < N, a bijection, so no ties and
@@ -27,8 +29,12 @@ shuffle, one pass.
 
 State: `state_dict()` = {seq_len, samples_consumed, shuffle_seed, shuffle_perm_sha, dataset_files_sha,
 step, tokens_consumed} + format, split, sample_len, num_samples, shuffle, epochs, epoch, epoch_perm_sha.
-tokens_consumed = samples_consumed x sample_len (tokens read from the mix). Nothing is re-shuffled
-on resume: every field is recomputed and compared, and any difference raises.
+tokens_consumed = samples_consumed x sample_len (tokens read from the mix); step counts batches (each of
+at least one sample; iterating consumes samples without steps), so step <= samples_consumed; epoch =
+samples_consumed // num_samples and epoch_perm_sha is that epoch's permutation. `load_state_dict` requires
+exactly these fields, each of its type (an int is never a bool; numpy integers count as ints), checks
+those relations, and recomputes and compares the rest (the state's `epochs` may differ from the reader's:
+resume with more passes). Any problem raises ResumeMismatchError naming the field. Nothing is re-shuffled.
 """
 
 from __future__ import annotations
@@ -38,12 +44,13 @@ import contextlib
 import hashlib
 import json
 import logging
+import fcntl
 import os
-import tempfile
+import shutil
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -59,8 +66,6 @@ log = logging.getLogger("mix_assets.reader")
 
 STATE_FORMAT = "mix_assets.reader_state/1"
 DEFAULT_CACHE_BYTES = 8 << 30
-_STATE_KEYS = ("seq_len", "samples_consumed", "shuffle_seed", "shuffle_perm_sha", "dataset_files_sha", "step",
-               "tokens_consumed")
 
 
 class ReaderError(RuntimeError):
@@ -81,6 +86,54 @@ class PositionError(ReaderError):
 
 class EndOfMix(IndexError):
     """Reading past the last allowed pass of the split."""
+
+
+# -- the state's fields ---------------------------------------------------------------------------------------
+def _is_int(v: Any) -> bool:
+    """A Python or numpy integer; bool (an int subclass) and numpy bool are not."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _sha_hex(v: Any) -> bool:
+    return isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)
+
+
+# field -> (test, what it must be)
+_STATE_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "format": (lambda v: v == STATE_FORMAT, repr(STATE_FORMAT)),
+    "split": (lambda v: isinstance(v, str), "a split name (str)"),
+    "seq_len": (lambda v: _is_int(v) and v >= 1, "a positive int"),
+    "sample_len": (lambda v: _is_int(v) and v >= 1, "a positive int"),
+    "num_samples": (lambda v: _is_int(v) and v >= 1, "a positive int"),
+    "samples_consumed": (lambda v: _is_int(v) and v >= 0, "a non-negative int"),
+    "step": (lambda v: _is_int(v) and v >= 0, "a non-negative int"),
+    "tokens_consumed": (lambda v: _is_int(v) and v >= 0, "a non-negative int"),
+    "shuffle": (lambda v: isinstance(v, (bool, np.bool_)), "a bool"),
+    "shuffle_seed": (lambda v: _is_int(v) and 0 <= v < 1 << 64, "an int in [0, 2**64)"),
+    "shuffle_perm_sha": (_sha_hex, "a sha256 (64 lowercase hex digits)"),
+    "epochs": (lambda v: v is None or (_is_int(v) and v >= 1), "an int >= 1 or None (unbounded)"),
+    "epoch": (lambda v: _is_int(v) and v >= 0, "a non-negative int"),
+    "epoch_perm_sha": (_sha_hex, "a sha256 (64 lowercase hex digits)"),
+    "dataset_files_sha": (_sha_hex, "a sha256 (64 lowercase hex digits)"),
+}
+
+
+def _checked_state(state: Any) -> dict:
+    """The state with every field present, known and of its type (numpy scalars as Python ones), or a
+    ResumeMismatchError naming each bad field."""
+    if not isinstance(state, dict):
+        raise ResumeMismatchError(f"reader state must be a dict, got {type(state).__name__}")
+    if state.get("format") != STATE_FORMAT:
+        raise ResumeMismatchError(f"reader state field 'format': {state.get('format')!r}, expected {STATE_FORMAT!r}; "
+                                  f"was it written by mix_assets.reader?")
+    problems = [f"field {k!r}: missing" for k in _STATE_FIELDS if k not in state]
+    problems += [f"field {k!r}: unknown to {STATE_FORMAT}" for k in state if k not in _STATE_FIELDS]
+    for k, (ok, what) in _STATE_FIELDS.items():
+        if k in state and not ok(state[k]):
+            problems.append(f"field {k!r}: expected {what}, got {state[k]!r} ({type(state[k]).__name__})")
+    if problems:
+        raise ResumeMismatchError("reader state is malformed:\n  " + "\n  ".join(problems))
+    return {k: v.item() if isinstance(v, np.generic) else v for k, v in state.items()}
 
 
 # -- the permutation ----------------------------------------------------------------------------------------
@@ -110,11 +163,6 @@ def perm_sha(perm: np.ndarray) -> str:
 
 
 # -- locations and backends -----------------------------------------------------------------------------------
-def _atomic_move_into(tmp: str, dest: Path) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, dest)
-
-
 class _LocalBackend:
     remote = False
 
@@ -128,19 +176,15 @@ class _LocalBackend:
         except FileNotFoundError:
             raise ReaderError(f"{self.root / MANIFEST_NAME}: not found (is {self.root} a published mix?)") from None
 
-    def cached(self, rel: str, sha: str) -> str | None:
+    def local_path(self, rel: str) -> str:
         p = self.root / rel
-        return str(p) if p.exists() else None
-
-    def fetch(self, rel: str, sha: str, nbytes: int) -> str:
-        raise ReaderError(f"{self.root / rel}: listed in the manifest but not found")
-
-    def evict(self, rel: str, path: str) -> None:
-        pass  # the source itself: nothing to delete
+        if not p.exists():
+            raise ReaderError(f"{p}: listed in the manifest but not found")
+        return str(p)
 
 
 class _S3Backend:
-    """Objects under s3://bucket/prefix, cached content-addressed (by sha256) under cache_dir/objects."""
+    """Objects under s3://bucket/prefix (cached by the reader's _SharedCache)."""
 
     remote = True
 
@@ -152,7 +196,6 @@ class _S3Backend:
             raise ReaderError(f"{url}: an S3 location needs a bucket, e.g. s3://bucket/prefix")
         self.prefix = prefix.strip("/")
         self.label = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
-        self.store = cache_dir / "objects"
         self.client = client if client is not None else self._client(endpoint_url, anonymous)
 
     @staticmethod
@@ -184,39 +227,18 @@ class _S3Backend:
         with contextlib.closing(self._get(MANIFEST_NAME)) as body:
             return body.read()
 
-    def _path(self, sha: str) -> Path:
-        return self.store / sha[:2] / sha
-
-    def cached(self, rel: str, sha: str) -> str | None:
-        p = self._path(sha)
-        return str(p) if p.exists() else None
-
-    def fetch(self, rel: str, sha: str, nbytes: int) -> str:
-        dest = self._path(sha)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".fetch.", dir=dest.parent)
-        try:
-            h = hashlib.sha256()
-            n = 0
-            with os.fdopen(fd, "wb") as out, contextlib.closing(self._get(rel)) as body:
-                while chunk := body.read(1 << 22):
-                    h.update(chunk)
-                    out.write(chunk)
-                    n += len(chunk)
-            _raise_if_corrupt(f"{self.label}/{rel}", n, h.hexdigest(), nbytes, sha)
-            _atomic_move_into(tmp, dest)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        return str(dest)
-
-    def evict(self, rel: str, path: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+    def download(self, rel: str, dest: Path) -> str:
+        """Write the object to dest; return its sha256 (hashed while streaming)."""
+        h = hashlib.sha256()
+        with open(dest, "wb") as out, contextlib.closing(self._get(rel)) as body:
+            while chunk := body.read(1 << 22):
+                h.update(chunk)
+                out.write(chunk)
+        return h.hexdigest()
 
 
 class _HubBackend:
-    """A hub dataset repo at a revision, through huggingface_hub's own download and cache (cache_dir/hub)."""
+    """A hub dataset repo at a revision, downloaded through huggingface_hub (its cache: cache_dir/hub)."""
 
     remote = True
 
@@ -251,22 +273,13 @@ class _HubBackend:
     def read_manifest(self) -> bytes:
         return Path(self._download(MANIFEST_NAME)).read_bytes()
 
-    def cached(self, rel: str, sha: str) -> str | None:
-        from huggingface_hub import try_to_load_from_cache
-
-        p = try_to_load_from_cache(self.repo_id, self._filename(rel), cache_dir=self.hub_cache,
-                                   revision=self.revision, repo_type="dataset")
-        return p if isinstance(p, str) and os.path.exists(p) else None
-
-    def fetch(self, rel: str, sha: str, nbytes: int) -> str:
-        return self._download(rel)
-
-    def evict(self, rel: str, path: str) -> None:
-        # The snapshot entry is a symlink to a blob: remove both so the hub cache stays coherent.
-        blob = os.path.realpath(path)
-        for p in (path, blob):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(p)
+    def download(self, rel: str, dest: Path) -> None:
+        # Move the hub's blob into the reader's cache (one copy on disk, under the reader's budget) and drop
+        # the snapshot link that pointed at it; a later hf_hub_download of it fetches again.
+        pointer = self._download(rel)
+        shutil.move(os.path.realpath(pointer), dest)
+        if os.path.islink(pointer):
+            os.unlink(pointer)
 
 
 def _raise_if_corrupt(label: str, n: int, sha: str | None, want_n: int, want_sha: str) -> None:
@@ -288,84 +301,281 @@ def _backend(location: Any, cache_dir: Path, s3_endpoint_url: str | None, anonym
     return _LocalBackend(loc.removeprefix("file://"))
 
 
+# -- the cache shared by processes --------------------------------------------------------------------------------
+def _try_lock(f: BinaryIO, kind: int) -> bool:
+    try:
+        fcntl.flock(f, kind | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+class _SharedCache:
+    """Remote files kept under cache_dir/objects/<sha[:2]>/<sha> (named by content, never modified), shared by
+    any number of processes through fcntl.flock locks:
+
+    * `objects/.lock` (exclusive), held briefly for bookkeeping: adopting, adding or removing a file;
+    * each file, shared, for as long as a reader has it open or mapped; removal takes it exclusive without
+      waiting, so a held file is never removed;
+    * `<sha>.fetching` (exclusive) by the one process downloading that file; its size reserves the bytes.
+
+    The budget is for the whole directory (files + reservations). Only files no reader holds are removed
+    (least recently adopted first, by mtime); when held files alone exceed it the directory goes over until
+    they are released. `owner` (the reader's _Shards) lists its own holds, least recently used first
+    (`own()`), and gives one up when asked (`drop(sha)`: unmap, release).
+    """
+
+    def __init__(self, cache_dir: Path, budget: int):
+        self.root = cache_dir / "objects"
+        self.budget = budget
+        self.held: dict[str, BinaryIO] = {}  # sha -> the open file carrying our shared lock
+
+    def path(self, sha: str) -> Path:
+        return self.root / sha[:2] / sha
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".lock", "ab") as f:  # closing the file releases the lock
+            fcntl.flock(f, fcntl.LOCK_EX)
+            yield
+
+    def _hold(self, sha: str) -> BinaryIO | None:
+        """Open and share-lock the file if present. Under the directory lock: no removal can interleave."""
+        if sha in self.held:
+            return self.held[sha]
+        try:
+            f = open(self.path(sha), "rb")  # kept open while held
+        except FileNotFoundError:
+            return None
+        fcntl.flock(f, fcntl.LOCK_SH)  # removers lock exclusively only under the directory lock: never blocks
+        with contextlib.suppress(OSError):
+            os.utime(f.fileno())  # recency, for the directory's least-recently-used order
+        self.held[sha] = f
+        return f
+
+    def adopt(self, sha: str) -> BinaryIO | None:
+        """The file, held, if some process already put it in the cache."""
+        if sha in self.held:
+            return self.held[sha]
+        if not self.path(sha).exists():
+            return None
+        with self._locked():
+            return self._hold(sha)
+
+    def release(self, sha: str) -> None:
+        f = self.held.pop(sha, None)
+        if f is not None:
+            f.close()
+
+    def close(self) -> None:
+        for sha in list(self.held):
+            self.release(sha)
+
+    def fetch(self, sha: str, nbytes: int, download: Callable[[Path], str | None], label: str,
+              owner: _Shards) -> BinaryIO:
+        """The file, held: downloaded (and verified) by this process, or by another one fetching it now."""
+        while True:
+            with self._locked():
+                f = self._hold(sha)
+                if f is not None:
+                    return f
+                res_path = self.path(sha).with_name(sha + ".fetching")
+                try:
+                    res = open(res_path, "r+b")  # a fetch in progress, or a crashed one's
+                    mine = _try_lock(res, fcntl.LOCK_EX)
+                except FileNotFoundError:
+                    res_path.parent.mkdir(parents=True, exist_ok=True)
+                    res = open(res_path, "xb")
+                    fcntl.flock(res, fcntl.LOCK_EX)
+                    mine = True
+                if mine:
+                    res.truncate(0)  # a crashed fetch's reservation is not counted twice
+                    self._make_room(nbytes, sha, owner)
+                    res.truncate(nbytes)  # a sparse file: reserves the bytes in every process's count
+            if mine:
+                break
+            with res:  # another process is fetching it: wait for it to finish (or die), then look again
+                fcntl.flock(res, fcntl.LOCK_SH)
+        part = res_path.with_name(sha + ".part")
+        try:
+            got = download(part)
+            n = part.stat().st_size
+            if got is None:
+                with open(part, "rb") as g:
+                    got, n = sha256_stream(g)
+            _raise_if_corrupt(label, n, got, nbytes, sha)
+        except BaseException:
+            # part first: once the reservation is gone another process may start writing a new part
+            for p in (part, res_path):
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+            res.close()
+            raise
+        with self._locked():
+            os.replace(part, self.path(sha))
+            res_path.unlink()
+            f = self._hold(sha)
+        res.close()
+        return f
+
+    def remove_corrupt(self, sha: str) -> None:
+        """Remove a file that failed verification, held or not (it must not be served again)."""
+        self.release(sha)
+        with self._locked(), contextlib.suppress(FileNotFoundError):
+            self.path(sha).unlink()
+
+    def _scan(self) -> tuple[int, list[tuple[float, str, int]]]:
+        """Bytes in the directory (files + live reservations) and its files as (mtime, sha, size).
+        Reservations of crashed fetches are removed on the way."""
+        total, files = 0, []
+        for sub in os.scandir(self.root):
+            if not sub.is_dir():
+                continue
+            for ent in os.scandir(sub.path):
+                name = ent.name
+                try:
+                    st = ent.stat()
+                except FileNotFoundError:
+                    continue
+                if len(name) == 64:
+                    total += st.st_size
+                    files.append((st.st_mtime, name, st.st_size))
+                elif name.endswith(".fetching"):
+                    with open(ent.path, "rb") as res:
+                        if not _try_lock(res, fcntl.LOCK_EX):
+                            total += st.st_size
+                            continue
+                    for stale in (ent.path, ent.path[:-len(".fetching")] + ".part"):
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(stale)
+        return total, files
+
+    def _remove_if_unheld(self, sha: str) -> bool:
+        try:
+            f = open(self.path(sha), "rb")
+        except FileNotFoundError:
+            return True
+        with f:
+            if not _try_lock(f, fcntl.LOCK_EX):
+                return False
+            self.path(sha).unlink()
+            log.debug("evicted %s", sha)
+            return True
+
+    def _make_room(self, need: int, keep: str, owner: _Shards) -> None:
+        total, files = self._scan()
+        size = {sha: n for _, sha, n in files}
+        # Files nobody holds first (oldest first), then this reader's own holds (least recently used first).
+        unheld = [sha for _, sha, _ in sorted(files) if sha != keep and sha not in self.held]
+        for sha in unheld + [sha for sha in owner.own() if sha != keep and sha in size]:
+            if total + need <= self.budget:
+                return
+            if sha in self.held:
+                owner.drop(sha)  # unmapped and released (unless pinned)
+            if sha not in self.held and self._remove_if_unheld(sha):
+                total -= size[sha]
+        if total + need > self.budget:
+            log.debug("cache %s: %d bytes (+%d) over the budget of %d: the rest is held by readers",
+                      self.root, total, need, self.budget)
+
+    def make_room(self, need: int, keep: str, owner: _Shards) -> None:
+        with self._locked():
+            self._make_room(need, keep, owner)
+
+    def resident_bytes(self) -> int:
+        with self._locked():
+            return self._scan()[0]
+
+
 # -- the reader -------------------------------------------------------------------------------------------------
 class _Shards:
-    """The shards of one split: memmaps opened on demand, remote files kept within a byte budget (LRU)."""
+    """The shards of one split: memmaps opened on demand; remote files held in a _SharedCache."""
 
-    def __init__(self, backend, entries: list[dict], sample_len: int, dtype: np.dtype, cache_bytes: int):
+    def __init__(self, backend, entries: list[dict], sample_len: int, dtype: np.dtype, cache_bytes: int,
+                 cache_dir: Path):
         self.backend = backend
         self.entries = entries
         self.sample_len = sample_len
         self.dtype = dtype
-        self.budget = cache_bytes
         self.maps: list[np.ndarray | None] = [None] * len(entries)
-        self.lru: collections.OrderedDict[int, str] = collections.OrderedDict()  # shard -> local path
-        self.resident_bytes = 0
+        self.lru: collections.OrderedDict[int, None] = collections.OrderedDict()  # mapped remote shards
         self.fetched: list[str] = []  # relative paths fetched by this reader, in order
-        self.verified: set[int] = set()
+        self.verified: set[str] = set()  # sha256 of the files this reader has checked
+        self.pinned: set[str] = set()  # non-shard files handed out by path: held until close()
         biggest = max((e["bytes"] for e in entries), default=0)
         if backend.remote and biggest > cache_bytes:
             raise ReaderError(f"cache_bytes={cache_bytes} cannot hold one shard ({biggest} bytes); raise it")
-        if backend.remote:  # account for shards a previous reader left in the cache, oldest first
-            found = []
-            for i, e in enumerate(entries):
-                p = backend.cached(e["path"], e["sha256"])
-                if p is not None:
-                    found.append((os.path.getmtime(p), i, p))
-            for _, i, p in sorted(found):
-                self.lru[i] = p
-                self.resident_bytes += entries[i]["bytes"]
+        self.cache = _SharedCache(cache_dir, cache_bytes) if backend.remote else None
+
+    def own(self) -> list[str]:
+        return list(dict.fromkeys(self.entries[i]["sha256"] for i in self.lru))
+
+    def drop(self, sha: str) -> None:
+        for i in [i for i in self.lru if self.entries[i]["sha256"] == sha]:
+            del self.lru[i]
+            self.maps[i] = None
+        if sha not in self.pinned:
+            self.cache.release(sha)
+
+    def _held(self, rel: str, sha: str, nbytes: int) -> BinaryIO:
+        """A remote file, held in the cache (fetched if missing) and verified once by this reader."""
+        label = f"{self.backend.label}/{rel}"
+        f = self.cache.adopt(sha)
+        if f is None:
+            f = self.cache.fetch(sha, nbytes, lambda dest: self.backend.download(rel, dest), label, self)
+            self.fetched.append(rel)
+            self.verified.add(sha)
+            log.debug("fetched %s (%d bytes)", rel, nbytes)
+        else:  # adding nothing, but the directory may still be over from files others held until now
+            self.cache.make_room(0, sha, self)
+        if sha not in self.verified:
+            try:
+                self._verify(label, f.name, nbytes, sha)
+            except ShardCorruptError:
+                self.drop(sha)
+                self.cache.remove_corrupt(sha)
+                raise
+        return f
 
     def open(self, i: int) -> np.ndarray:
         e = self.entries[i]
-        path = self.lru.get(i) or self.backend.cached(e["path"], e["sha256"])
-        if path is None:
-            self._make_room(e["bytes"], keep=i)
-            path = self.backend.fetch(e["path"], e["sha256"], e["bytes"])
-            self.fetched.append(e["path"])
-            log.debug("fetched %s (%d bytes)", e["path"], e["bytes"])
-        if i not in self.verified:
-            self._verify(i, path)
-        if self.backend.remote:
-            if i not in self.lru:
-                self.resident_bytes += e["bytes"]
-            self.lru[i] = path
+        if self.cache is None:
+            path = self.backend.local_path(e["path"])
+            if e["sha256"] not in self.verified:
+                self._verify(f"{self.backend.label}/{e['path']}", path, e["bytes"], e["sha256"])
+            src: Any = path
+        else:
+            src = self._held(e["path"], e["sha256"], e["bytes"])
+            self.lru[i] = None
             self.lru.move_to_end(i)
-            with contextlib.suppress(OSError):
-                os.utime(path)
-            self._make_room(0, keep=i)
-        mm = np.memmap(path, dtype=self.dtype, mode="r", shape=(e["samples"], self.sample_len))
+        mm = np.memmap(src, dtype=self.dtype, mode="r", shape=(e["samples"], self.sample_len))
         self.maps[i] = mm.view(np.ndarray)  # plain ndarray view: same mapping, cheaper indexing
         return self.maps[i]
 
-    def _verify(self, i: int, path: str) -> None:
-        e = self.entries[i]
-        label = f"{self.backend.label}/{e['path']}"
-        n = os.path.getsize(path)
-        try:
-            _raise_if_corrupt(label, n, None, e["bytes"], e["sha256"])
-            with open(path, "rb") as f:
-                sha, _ = sha256_stream(f)
-            _raise_if_corrupt(label, n, sha, e["bytes"], e["sha256"])
-        except ShardCorruptError:
-            if self.backend.remote:  # a bad cached copy must not be served again
-                self.backend.evict(e["path"], path)
-                if self.lru.pop(i, None) is not None:
-                    self.resident_bytes -= e["bytes"]
-            raise
-        self.verified.add(i)
+    def file(self, rel: str, sha: str, nbytes: int) -> str:
+        """A non-shard file as a local path, verified; a remote one stays held until close()."""
+        if self.cache is None:
+            path = self.backend.local_path(rel)
+            self._verify(f"{self.backend.label}/{rel}", path, nbytes, sha)
+            return path
+        path = self._held(rel, sha, nbytes).name
+        self.pinned.add(sha)
+        return path
 
-    def _make_room(self, need: int, keep: int) -> None:
-        while self.resident_bytes + need > self.budget:
-            victim = next((j for j in self.lru if j != keep), None)
-            if victim is None:
-                return
-            path = self.lru.pop(victim)
-            self.maps[victim] = None
-            self.verified.discard(victim)
-            self.resident_bytes -= self.entries[victim]["bytes"]
-            self.backend.evict(self.entries[victim]["path"], path)
-            log.debug("evicted %s", self.entries[victim]["path"])
+    def _verify(self, label: str, path: str, nbytes: int, sha: str) -> None:
+        _raise_if_corrupt(label, os.path.getsize(path), None, nbytes, sha)
+        with open(path, "rb") as f:
+            got, n = sha256_stream(f)
+        _raise_if_corrupt(label, n, got, nbytes, sha)
+        self.verified.add(sha)
+
+    def close(self) -> None:
+        self.lru.clear()
+        self.maps[:] = [None] * len(self.maps)
+        if self.cache is not None:
+            self.cache.close()
+        self.pinned.clear()
 
 
 class MixReader:
@@ -396,7 +606,7 @@ class MixReader:
         self._starts = [0]
         for e in entries[:-1]:
             self._starts.append(self._starts[-1] + e["samples"])
-        self._shards = _Shards(backend, entries, self.sample_len, self.dtype, cache_bytes)
+        self._shards = _Shards(backend, entries, self.sample_len, self.dtype, cache_bytes, cache_dir)
         self._starts_arr = np.asarray(self._starts, dtype=np.int64)
         self._maps = self._shards.maps  # the same list object: hot-path alias
         self._remote = backend.remote
@@ -547,14 +757,9 @@ class MixReader:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume at the state's position; raises ResumeMismatchError when it belongs to anything else."""
-        if not isinstance(state, dict):
-            raise ResumeMismatchError(f"reader state must be a dict, got {type(state).__name__}")
-        missing = [k for k in ("format", *_STATE_KEYS) if k not in state]
-        if missing:
-            raise ResumeMismatchError(f"reader state lacks {missing}; was it written by mix_assets.reader?")
-        if state["format"] != STATE_FORMAT:
-            raise ResumeMismatchError(f"reader state format {state['format']!r}, expected {STATE_FORMAT!r}")
+        """Resume at the state's position; raises ResumeMismatchError (naming the field) when the state is
+        malformed or inconsistent, or belongs to anything else; PositionError when it would move back."""
+        st = _checked_state(state)
         mine = self.state_dict()
         why = {
             "dataset_files_sha": "resuming into a different dataset (fingerprint of the mix files)",
@@ -566,24 +771,33 @@ class MixReader:
             "shuffle_seed": "a different shuffle seed",
             "shuffle_perm_sha": "a different permutation (same seed, other algorithm or sample count)",
         }
-        diffs = [f"{k}: checkpoint {state.get(k)!r}, this reader {mine[k]!r} ({reason})"
-                 for k, reason in why.items() if k in state and state[k] != mine[k]]
+        diffs = [f"{k}: checkpoint {st[k]!r}, this reader {mine[k]!r} ({reason})"
+                 for k, reason in why.items() if st[k] != mine[k]]
         if diffs:
             raise ResumeMismatchError("refusing to resume, the checkpoint's data state does not match this reader:\n  "
                                       + "\n  ".join(diffs))
-        consumed, step = state["samples_consumed"], state["step"]
-        if not (isinstance(consumed, int) and isinstance(step, int) and consumed >= 0 and step >= 0):
-            raise ResumeMismatchError(f"samples_consumed {consumed!r} and step {step!r} must be non-negative ints")
-        if state["tokens_consumed"] != consumed * self.sample_len:
-            raise ResumeMismatchError(f"tokens_consumed {state['tokens_consumed']} != samples_consumed {consumed} x "
-                                      f"sample_len {self.sample_len}: the state is inconsistent")
+        consumed, step = st["samples_consumed"], st["step"]
+        if st["tokens_consumed"] != consumed * self.sample_len:
+            raise ResumeMismatchError(f"reader state field 'tokens_consumed': {st['tokens_consumed']} != "
+                                      f"samples_consumed {consumed} x sample_len {self.sample_len}: the state is "
+                                      f"inconsistent")
+        if step > consumed:
+            raise ResumeMismatchError(f"reader state field 'step': {step} batches cannot have read only {consumed} "
+                                      f"samples (each step reads at least one): the state is inconsistent")
+        e = consumed // self._n
+        if st["epoch"] != e:
+            raise ResumeMismatchError(f"reader state field 'epoch': {st['epoch']}, but samples_consumed {consumed} "
+                                      f"of {self._n} per pass is epoch {e}: the state is inconsistent")
+        if st["epochs"] is not None and consumed > st["epochs"] * self._n:
+            raise ResumeMismatchError(f"reader state field 'epochs': {st['epochs']} pass(es) of {self._n} cannot have "
+                                      f"read samples_consumed {consumed}: the state is inconsistent")
+        if st["epoch_perm_sha"] != self.epoch_perm_sha(e):
+            raise ResumeMismatchError(f"reader state field 'epoch_perm_sha' of epoch {e}: checkpoint "
+                                      f"{st['epoch_perm_sha']}, this reader {self.epoch_perm_sha(e)} (a different "
+                                      f"permutation for that pass)")
         if self.epochs is not None and consumed > self.epochs * self._n:
             raise ResumeMismatchError(f"samples_consumed {consumed} is past {self.epochs} pass(es) of {self._n}; "
                                       f"open with a larger epochs=")
-        e = consumed // self._n
-        if "epoch_perm_sha" in state and state.get("epoch") == e and state["epoch_perm_sha"] != self.epoch_perm_sha(e):
-            raise ResumeMismatchError(f"epoch_perm_sha of epoch {e}: checkpoint {state['epoch_perm_sha']}, this reader "
-                                      f"{self.epoch_perm_sha(e)} (a different permutation for that pass)")
         if consumed < self.samples_consumed:
             raise PositionError(f"load_state_dict would move this reader back from sample {self.samples_consumed} "
                                 f"to {consumed}; open a new reader to roll back deliberately")
@@ -597,7 +811,18 @@ class MixReader:
 
     @property
     def cache_resident_bytes(self) -> int:
-        return self._shards.resident_bytes
+        """Bytes in the shared cache directory (every process's files and fetches in progress); 0 if local."""
+        return 0 if self._shards.cache is None else self._shards.cache.resident_bytes()
+
+    def close(self) -> None:
+        """Release this reader's hold on cached files (they become evictable); reads after this re-open them."""
+        self._shards.close()
+
+    def __enter__(self) -> MixReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def file_path(self, rel: str) -> str:
         """A non-shard file of the revision (e.g. "tokenizer/tokenizer.json") as a local path, fetched
@@ -605,13 +830,7 @@ class MixReader:
         entry = next((f for f in self.manifest["files"] if f["path"] == rel), None)
         if entry is None:
             raise ReaderError(f"{self._backend.label}: {rel} is not listed in the manifest's files")
-        path = self._backend.cached(rel, entry["sha256"])
-        if path is None:
-            path = self._backend.fetch(rel, entry["sha256"], entry["bytes"])
-        with open(path, "rb") as f:
-            sha, n = sha256_stream(f)
-        _raise_if_corrupt(f"{self._backend.label}/{rel}", n, sha, entry["bytes"], entry["sha256"])
-        return path
+        return self._shards.file(rel, entry["sha256"], entry["bytes"])
 
     def validation_reader(self, shuffle: bool = False, shuffle_seed: int | None = None) -> MixReader:
         """A separate reader over the val split (storage order, one pass) sharing this location and cache dir."""

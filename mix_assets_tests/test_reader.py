@@ -269,6 +269,88 @@ def test_state_that_differs_in_seed_seq_len_or_permutation_raises(mix, tmp_path,
         open_mix(root, cache_dir=tmp_path / "c", shuffle_seed=7).load_state_dict(r.state_dict())
 
 
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"samples_consumed": True, "tokens_consumed": 16}, "samples_consumed"),  # bool is not int
+        ({"samples_consumed": -4, "tokens_consumed": -64}, "samples_consumed"),
+        ({"samples_consumed": 4.0}, "samples_consumed"),
+        ({"step": True}, "step"),
+        ({"step": "1"}, "step"),
+        ({"step": -1}, "step"),
+        ({"step": 5}, "step"),  # 5 batches of at least one sample each cannot make 4 samples
+        ({"tokens_consumed": True}, "tokens_consumed"),
+        ({"tokens_consumed": 64.0}, "tokens_consumed"),
+        ({"seq_len": 16.0}, "seq_len"),
+        ({"sample_len": True}, "sample_len"),
+        ({"num_samples": 27.0}, "num_samples"),
+        ({"shuffle": 1}, "shuffle"),
+        ({"shuffle_seed": float(SEED)}, "shuffle_seed"),
+        ({"shuffle_seed": -1}, "shuffle_seed"),
+        ({"shuffle_perm_sha": 123}, "shuffle_perm_sha"),
+        ({"epochs": 0}, "epochs"),
+        ({"epochs": True}, "epochs"),
+        ({"epoch": -1}, "epoch"),
+        ({"epoch": 1}, "epoch"),  # 4 of 27 samples consumed: still epoch 0
+        ({"epoch": True}, "epoch"),
+        ({"epoch_perm_sha": None}, "epoch_perm_sha"),
+        ({"dataset_files_sha": None}, "dataset_files_sha"),
+        ({"split": ["train"]}, "split"),
+        ({"format": None}, "format"),
+        ({"extra": 1}, "extra"),  # unknown key
+        ({"epoch": None}, "epoch"),  # None = delete the key (missing)
+        ({"split": None}, "split"),
+        ({"epochs": None, "samples_consumed": None}, "samples_consumed"),
+    ],
+)
+def test_state_fields_are_type_and_consistency_checked_naming_the_field(mix, tmp_path, change, field):
+    root, _ = mix
+    r = open_mix(root, cache_dir=tmp_path / "c", shuffle_seed=SEED)
+    r.next_batch(BS)
+    st = r.state_dict()
+    for k, v in change.items():
+        if v is None and k in ("epoch", "split", "samples_consumed"):
+            del st[k]
+        else:
+            st[k] = v
+    fresh = open_mix(root, cache_dir=tmp_path / "c", shuffle_seed=SEED)
+    with pytest.raises(ResumeMismatchError, match=rf"\b{field}\b"):
+        fresh.load_state_dict(st)
+    assert fresh.samples_consumed == 0 and fresh.step == 0
+
+
+def test_state_with_bool_seed_or_shuffle_is_refused_even_where_it_equals_the_reader(mix, tmp_path):
+    root, _ = mix
+    r = open_mix(root, cache_dir=tmp_path / "c", shuffle_seed=1)
+    r.next_batch(BS)
+    for k, v in (("shuffle_seed", True), ("shuffle", 1), ("num_samples", 27.0)):  # == the reader's, wrong type
+        with pytest.raises(ResumeMismatchError, match=f"field '{k}'"):
+            open_mix(root, cache_dir=tmp_path / "c", shuffle_seed=1).load_state_dict({**r.state_dict(), k: v})
+
+
+def test_state_consistency_as_the_reader_defines_it(mix, tmp_path):
+    root, _ = mix
+    r = open_mix(root, cache_dir=tmp_path / "c", shuffle_seed=SEED, epochs=2)
+    r.next_batch(3)
+    for _ in range(5):  # iteration consumes samples without counting steps: step <= samples_consumed
+        next(iter(r))
+    r.next_batch(25)
+    st = json.loads(json.dumps(r.state_dict()))
+    assert (st["samples_consumed"], st["step"], st["epoch"]) == (33, 2, 1)
+    assert st["tokens_consumed"] == 33 * 16
+    fresh = open_mix(root, cache_dir=tmp_path / "c", shuffle_seed=SEED, epochs=2)
+    fresh.load_state_dict({**st, "samples_consumed": np.int64(33)})  # numpy ints (e.g. from np.load) are ints
+    assert (fresh.samples_consumed, fresh.step, fresh.epoch) == (33, 2, 1)
+    assert type(fresh.samples_consumed) is int
+    # the state's own epochs bound: 33 samples cannot have been read in one pass of 27
+    with pytest.raises(ResumeMismatchError, match="field 'epochs'"):
+        open_mix(root, cache_dir=tmp_path / "c", shuffle_seed=SEED, epochs=2).load_state_dict({**st, "epochs": 1})
+    # epoch_perm_sha must be the permutation of the state's epoch
+    with pytest.raises(ResumeMismatchError, match="field 'epoch_perm_sha'"):
+        open_mix(root, cache_dir=tmp_path / "c", shuffle_seed=SEED, epochs=2).load_state_dict(
+            {**st, "epoch_perm_sha": st["shuffle_perm_sha"]})
+
+
 # -- verification ---------------------------------------------------------------------------------------------
 def test_corrupted_local_shard_raises_naming_the_file(mix, tmp_path):
     root, m = mix
@@ -340,7 +422,7 @@ def test_s3_corrupt_shard_raises_naming_the_file_and_is_not_cached(mix, tmp_path
     k = next(k for k in range(len(r)) if r.storage_index(k) < 7)
     with pytest.raises(ShardCorruptError, match=r"s3://bucket/train/train-00000.bin: sha256"):
         r.sample(k)
-    assert not [f for f in (tmp_path / "c").rglob("*") if f.is_file()]
+    assert not [f for f in (tmp_path / "c").rglob("*") if f.is_file() and f.name != ".lock"]  # (the dir lock)
     del s3.overrides["train/train-00000.bin"]
     assert (r.sample(k) == np.frombuffer(good, "<u2").reshape(7, 16)[r.storage_index(k)]).all()
 
@@ -372,6 +454,10 @@ def test_hub_reads_through_huggingface_hub_then_offline_from_cache(mix, tmp_path
         assert sorted(r.fetched) == ["train/train-00000.bin", "train/train-00001.bin"]
         assert dict(hub.gets) == {"manifest.json": 1, "train/train-00000.bin": 1, "train/train-00001.bin": 1}
         state = r.state_dict()
+    # One copy on disk: each shard was moved from the hub's cache into the reader's (shared, budgeted) one.
+    shard_shas = {s["sha256"] for s in m["splits"]["train"]["shards"][:2]}
+    assert {p.name for p in (cache / "objects").rglob("*") if len(p.name) == 64} == shard_shas
+    assert not shard_shas & {p.name for p in (cache / "hub").rglob("blobs/*")}
     # Offline (HF_HUB_OFFLINE=1, no server): the cached shards read, an uncached one fails clearly.
     code = f"""
 import json, sys

@@ -1,0 +1,173 @@
+"""The reader's shard cache shared by several processes: one budget for the directory, no file removed from
+under a reader that holds it, one download per file, and every sample equal to the single-process reader's."""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from mix_assets.reader import open_mix
+from mix_assets_tests.fakeremotes import FakeHub, FakeS3Client
+from mix_assets_tests.mixfactory import all_tokens, write_test_mix
+from mix_assets_tests.reader_workers import read_batches
+from mix_assets_tests.s3server import READER
+
+SEED = 1234
+SHARD_BYTES = 7 * 16 * 2  # 7 samples of 16 uint16 tokens
+
+
+@pytest.fixture()
+def mix(tmp_path: Path):
+    root = tmp_path / "mix"
+    m = write_test_mix(root, train_shards=(7,) * 8, val_shards=(5,), seq_len=16, seed=3)
+    return root, m
+
+
+def _fake(root: Path) -> tuple:
+    return ("fake", "bucket", str(root.parent), "mix")
+
+
+def _objects(cache: Path) -> dict[str, int]:
+    """The cached files (name = sha256) and their sizes."""
+    return {p.name: p.stat().st_size for p in (cache / "objects").rglob("*") if p.is_file() and len(p.name) == 64}
+
+
+def _run_workers(location: str, cache: Path, client_spec: tuple, procs: int, batches, bs: int) -> dict:
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(procs), ctx.Queue()
+    workers = [ctx.Process(target=read_batches, args=(location, str(cache), SEED, 2 * SHARD_BYTES, w, batches, bs,
+                                                      client_spec, barrier, out))
+               for w in range(procs)]
+    for p in workers:
+        p.start()
+    results = {}
+    try:
+        for _ in workers:
+            w, got, gets, err = out.get(timeout=240)
+            assert err is None, f"worker {w} failed after {len(got)} batches:\n{err}"
+            results[w] = (got, gets)
+    finally:
+        for p in workers:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+    assert sorted(results) == list(range(procs))
+    return results
+
+
+def _assert_same_as_one_process(root: Path, m: dict, results: dict, bs: int, tmp_path: Path) -> None:
+    single = open_mix(root, cache_dir=tmp_path / "single", shuffle_seed=SEED)
+    truth = all_tokens(root, m)
+    assert (single.samples(0, len(single)) == truth[[single.storage_index(k) for k in range(len(single))]]).all()
+    for got, _ in results.values():
+        assert got
+        for start, h in got:
+            assert h == hashlib.sha256(single.samples(start, bs).tobytes()).hexdigest(), start
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("procs", [2, 4])
+def test_processes_sharing_a_cache_smaller_than_the_mix_read_the_same_samples(mix, tmp_path, procs):
+    root, m = mix
+    cache = tmp_path / "c"
+    results = _run_workers("s3://bucket/mix", cache, _fake(root), procs, batches=300, bs=3)
+    _assert_same_as_one_process(root, m, results, 3, tmp_path)
+    # What the readers left (each could go over only by what the others held) is trimmed to the one budget
+    # by the next reader that needs room.
+    r = open_mix("s3://bucket/mix", cache_dir=cache, shuffle_seed=SEED, cache_bytes=2 * SHARD_BYTES,
+                 s3_client=FakeS3Client("bucket", root.parent, prefix="mix"))
+    r.sample(0)
+    assert sum(_objects(cache).values()) == r.cache_resident_bytes <= 2 * SHARD_BYTES
+    assert not [p for p in (cache / "objects").rglob("*.fetching")] + [p for p in (cache / "objects").rglob("*.part")]
+
+
+@pytest.mark.slow
+def test_processes_wanting_the_same_shard_download_it_once(mix, tmp_path):
+    root, m = mix
+    results = _run_workers("s3://bucket/mix", tmp_path / "c", _fake(root), 4, batches=[0], bs=1)
+    _assert_same_as_one_process(root, m, results, 1, tmp_path)
+    shard = m["splits"]["train"]["shards"][open_mix(root, shuffle_seed=SEED).storage_index(0) // 7]["path"]
+    assert sum(gets.get(shard, 0) for _, gets in results.values()) == 1
+
+
+@pytest.mark.slow
+def test_processes_sharing_a_cache_read_the_same_samples_from_the_hub(mix, tmp_path):
+    root, m = mix
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    with FakeHub(root, "org/tiny-mix", commit) as hub:
+        results = _run_workers(f"hf://datasets/org/tiny-mix@{commit}", tmp_path / "c", ("hub", hub.endpoint), 2,
+                               batches=40, bs=3)
+    _assert_same_as_one_process(root, m, results, 3, tmp_path)
+
+
+@pytest.mark.s3
+@pytest.mark.slow
+def test_processes_sharing_a_cache_read_the_same_samples_from_seaweedfs(mix, tmp_path, seaweedfs):
+    root, m = mix
+    url = seaweedfs.url("reader-cache")
+    bucket, prefix = url[len("s3://"):].split("/", 1)
+    writer = seaweedfs.client("writer")
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            writer.upload_file(str(p), bucket, f"{prefix}/{p.relative_to(root).as_posix()}")
+    results = _run_workers(url, tmp_path / "c", ("s3", seaweedfs.endpoint, *READER), 4, batches=40, bs=3)
+    _assert_same_as_one_process(root, m, results, 3, tmp_path)
+
+
+# -- the same rules between readers of one process (deterministic) ------------------------------------------------
+def _in_shard(r, shard: int) -> int:
+    return next(k for k in range(len(r)) if shard * 7 <= r.storage_index(k) < (shard + 1) * 7)
+
+
+def test_a_reader_never_removes_a_file_another_reader_holds_and_the_budget_is_one(mix, tmp_path):
+    root, m = mix
+    truth = all_tokens(root, m)
+    shas = [s["sha256"] for s in m["splits"]["train"]["shards"]]
+    cache = tmp_path / "c"
+
+    def reader():
+        return open_mix("s3://bucket/mix", cache_dir=cache, shuffle_seed=SEED, cache_bytes=2 * SHARD_BYTES,
+                        s3_client=FakeS3Client("bucket", root.parent, prefix="mix"))
+
+    a, b = reader(), reader()
+    for s in (0, 1):
+        a.sample(_in_shard(a, s))
+    # b needs room, but a holds (maps) both files in the cache: they stay; the directory goes over meanwhile.
+    k2 = _in_shard(b, 2)
+    assert (b.sample(k2) == truth[b.storage_index(k2)]).all()
+    assert set(_objects(cache)) == {shas[0], shas[1], shas[2]}
+    for s in (0, 1):
+        k = _in_shard(a, s)
+        assert (a.samples(k, 1)[0] == truth[a.storage_index(k)]).all()
+    # Once a lets go (dropped without close() here; close() does the same), the one budget applies to all.
+    del a
+    gc.collect()
+    k3 = _in_shard(b, 3)
+    assert (b.sample(k3) == truth[b.storage_index(k3)]).all()
+    assert set(_objects(cache)) == {shas[2], shas[3]} and b.cache_resident_bytes == 2 * SHARD_BYTES
+    b.close()
+
+
+def test_a_crashed_fetch_is_taken_over_and_its_reservation_dropped(mix, tmp_path):
+    root, m = mix
+    truth = all_tokens(root, m)
+    shards = m["splits"]["train"]["shards"]
+    cache = tmp_path / "c"
+    # What a killed process leaves mid-download: a reservation (its size = the shard's bytes) and a part.
+    for s in (0, 5):
+        d = cache / "objects" / shards[s]["sha256"][:2]
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{shards[s]['sha256']}.fetching").write_bytes(b"\0" * SHARD_BYTES)
+        (d / f"{shards[s]['sha256']}.part").write_bytes(b"junk")
+    r = open_mix("s3://bucket/mix", cache_dir=cache, shuffle_seed=SEED, cache_bytes=2 * SHARD_BYTES,
+                 s3_client=FakeS3Client("bucket", root.parent, prefix="mix"))
+    for s in (0, 1):
+        k = _in_shard(r, s)
+        assert (r.sample(k) == truth[r.storage_index(k)]).all()
+    assert set(_objects(cache)) == {shards[0]["sha256"], shards[1]["sha256"]}
+    left = [p.name for p in (cache / "objects").rglob("*") if p.suffix in (".fetching", ".part")]
+    assert left == [] and r.cache_resident_bytes == 2 * SHARD_BYTES
