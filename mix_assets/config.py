@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Annotated, Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "demo.yaml"
@@ -176,6 +177,23 @@ class DedupSpec(_Strict):
     samples_per_reason: int = Field(5, ge=0, le=50)  # excluded docs shown beside their kept member
 
 
+def path_names_test_split(path: str) -> Optional[str]:
+    """The first component of a relative path (file names included) that is or aliases a test split."""
+    for part in re.split(r"[/\\]", str(path)):
+        if part not in ("", ".", "..") and is_test_split(part):
+            return part
+    return None
+
+
+def split_name_problem(split: str) -> Optional[str]:
+    """Why `split` cannot name a split (a path or empty), or None."""
+    if not str(split).strip():
+        return "is empty"
+    if re.search(r"[/\\\x00]", split) or ".." in split:
+        return "looks like a path (a separator or '..')"
+    return None
+
+
 class EvalTask(_Strict):
     """One evaluation task the model will be scored on; only its non-test splits are read.
 
@@ -195,10 +213,18 @@ class EvalTask(_Strict):
 
     @field_validator("audit_splits")
     @classmethod
-    def _no_test(cls, v: list[str]) -> list[str]:
+    def _no_test(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        task = info.data.get("name", "?")
         bad = [s for s in v if is_test_split(s)]
         if bad:
             raise ValueError(f"test splits are never audited (found {bad}); use validation/dev splits")
+        for s in v:
+            why = split_name_problem(s)
+            if why:
+                raise ValueError(f"eval task {task!r}: audit_splits entry {s!r} {why}; give a split name")
+        dupes = sorted({s for s in v if v.count(s) > 1})
+        if dupes:  # each listed split is read once per entry: a repeat would count its rows twice
+            raise ValueError(f"eval task {task!r}: audit_splits lists {dupes} more than once")
         return v
 
     @field_validator("fields")
@@ -208,6 +234,15 @@ class EvalTask(_Strict):
         if bad:
             raise ValueError(f"fields are dotted paths like 'question.choices.text', got {bad}")
         return v
+
+    @model_validator(mode="after")
+    def _no_test_files(self) -> "EvalTask":
+        for pattern in getattr(self.dataset, "data_files", None) or []:
+            part = path_names_test_split(pattern)
+            if part:
+                raise ValueError(f"eval task {self.name!r}: dataset.data_files entry {pattern!r} names a test "
+                                 f"split ({part!r}); the audit reads validation/dev files only")
+        return self
 
 
 class LocalEvalFiles(_Strict):
