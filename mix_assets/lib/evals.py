@@ -108,12 +108,14 @@ def _failure(pos: _Pos, e: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def _safe_errors(pos: _Pos) -> Iterator[None]:
+def _safe_errors(pos: _Pos, hub: bool) -> Iterator[None]:
     """Re-raise any error of a library as EvalDataError naming task, file, row and field, not its text.
 
     `datasets` logs a failed file together with the error's text (a pyarrow cast error quotes the
     cell), so its loggers and Python warnings are silenced while eval files are read.
     """
+    if hub:
+        import datasets  # noqa: F401 - its import sets its loggers' level: import first, then silence
     lg = logging.getLogger("datasets")
     level = lg.level
     lg.setLevel(logging.CRITICAL + 1)
@@ -324,12 +326,12 @@ def _rows(task: EvalTask, builder: Any, files: Sequence[_File], pos: _Pos) -> It
 
 def iter_rows(task: EvalTask, spec_dir: str | os.PathLike, split: str) -> Iterator[tuple[str, int, dict]]:
     """(file, row number, row) for one audit split; refusals happen in this call, before any I/O."""
-    pos = _Pos(task.name)
-    with _safe_errors(pos):
+    pos, hub = _Pos(task.name), isinstance(task.dataset, HubDataset)
+    with _safe_errors(pos, hub):
         builder, files = _plan(task, Path(spec_dir), [split])
 
     def gen() -> Iterator[tuple[str, int, dict]]:
-        with _safe_errors(pos):
+        with _safe_errors(pos, hub):
             for f, n, row in _rows(task, builder, files, pos):
                 yield f.shown, n, row
 
@@ -414,16 +416,15 @@ def load_task_items(task: EvalTask, spec_dir: str | os.PathLike) -> TaskItems:
     Every test split, and every file whose path names one, is refused before any file is read;
     any error is an EvalDataError or TestSplitRefused naming task, file, row and field, never text.
     """
-    pos = _Pos(task.name)
+    pos, hub = _Pos(task.name), isinstance(task.dataset, HubDataset)
     out = TaskItems(task=task.name)
-    with _safe_errors(pos):
+    with _safe_errors(pos, hub):
         splits = refuse_test_splits(task)
         dupes = sorted({s for s in splits if splits.count(s) > 1})
         if dupes:
             raise EvalDataError(f"eval task {task.name!r}: audit_splits lists {dupes} more than once")
         builder, files = _plan(task, Path(spec_dir), splits)
         out.rows_per_split = {s: 0 for s in splits}
-        hub = builder is not None
         for f, _, row in _rows(task, builder, files, pos):
             if row_items(task, row, pos, out, missing_ok=hub):
                 out.rows += 1
