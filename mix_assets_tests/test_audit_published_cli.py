@@ -12,8 +12,7 @@ import pytest
 
 from mix_assets import audit_published as cli
 from mix_assets.config import REPO_ROOT
-from mix_assets_tests.assets.audit_fixtures import CANARY, make_spec
-from mix_assets_tests.lib.test_evals import BAD_ROWS, GOOD_ROW, _card_repo
+from mix_assets_tests.assets.audit_fixtures import BAD_ROWS, CANARY, GOOD_ROW, make_spec, write_card_repo
 
 
 def _hub_task(repo, name="hub_cli"):
@@ -41,7 +40,7 @@ def test_cli_unreadable_hub_json_exits_2_without_text(tmp_path, case):
 
 
 def test_cli_card_cast_error_exits_2_without_text(tmp_path):
-    repo = _card_repo(tmp_path / "castrepo", "  - name: question\n    dtype: int64\n",
+    repo = write_card_repo(tmp_path / "castrepo", "  - name: question\n    dtype: int64\n",
                       [{"question": f"In the {CANARY} story who counted?"}])
     out = _run(tmp_path, _hub_task(repo))
     assert out.returncode == 2, (out.returncode, out.stderr[-2000:])

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from mix_assets.config import EvalTask, HubDataset, LocalEvalFiles, is_test_split
 from mix_assets.lib import evals as E
-from mix_assets_tests.assets.audit_fixtures import CANARY
+from mix_assets_tests.assets.audit_fixtures import BAD_ROWS, CANARY, GOOD_ROW, write_card_repo
 
 # Every file opened by Python in this process is seen here; the fixtures' test.jsonl must never be,
 # nor anything below a path in _FORBIDDEN (a test folder, a file a symlink or a split name points at).
@@ -136,20 +136,6 @@ def test_hub_layout_reads_only_the_requested_split(tmp_path, hf_offline):
 
 # -- issue 11: errors never quote a cell ---------------------------------------------------------
 
-C = CANARY.encode()
-GOOD_ROW = b'{"question": "What tool measures air pressure in the old lighthouse?"}\n'
-# case -> (second line of validation.jsonl, the field the error names or None)
-BAD_ROWS = {
-    "bad_json": (b'{"question": "' + C + b' never closed\n', None),
-    "huge_int": (b'{"question": "' + C + b'", "n": ' + b"7" * 5000 + b"}\n", None),
-    "deep_nesting": (b'{"question": "' + C + b'", "d": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n", None),
-    "bad_utf8": (b'{"question": "' + C + b' \xff\xfe"}\n', None),
-    "lone_surrogate": (b'{"question": "' + C + b' \\ud800"}\n', "question"),
-    "not_text": (b'{"question": {"q": "' + C + b'"}}\n', "question"),
-    "not_an_object": (b'["' + C + b'"]\n', None),
-}
-
-
 def assert_no_canary(exc: BaseException, capfd, caplog) -> str:
     """The exception (message, repr, printed traceback with its chain) and all output are canary-free."""
     shown = "".join(traceback.format_exception(exc))
@@ -190,21 +176,11 @@ def test_bad_rows_name_task_file_row_field_never_text(tmp_path, capfd, caplog, h
         assert f"field {fld!r}" in msg, msg
 
 
-def _card_repo(repo, features: str, rows: list[dict]):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    (repo / "data").mkdir(parents=True)
-    (repo / "README.md").write_text(f"---\ndataset_info:\n  features:\n{features}---\n")
-    pq.write_table(pa.table({k: [r[k] for r in rows] for k in rows[0]}), repo / "data" / "validation.parquet")
-    pq.write_table(pa.table({"question": [f"TEST {CANARY}"]}), repo / "data" / "test.parquet")
-    return repo
-
-
 def test_card_type_mismatch_cast_error_never_quotes_the_cell(tmp_path, capfd, caplog, hf_offline):
     # The card says int64, the Parquet column holds text: pyarrow's cast error quotes the cell.
-    repo = _card_repo(tmp_path / "castrepo", "  - name: question\n    dtype: int64\n",
-                      [{"question": f"In the {CANARY} story who counted?"}, {"question": "Another row"}])
+    repo = write_card_repo(tmp_path / "castrepo", "  - name: question\n    dtype: int64\n",
+                      [{"question": f"In the {CANARY} story who counted?"},
+                       {"question": f"Another {CANARY} row"}])
     with pytest.raises(E.EvalDataError) as e:
         E.load_task_items(_hub_task(repo), tmp_path)
     msg = assert_no_canary(e.value, capfd, caplog)
@@ -215,7 +191,7 @@ def test_card_type_mismatch_cast_error_never_quotes_the_cell(tmp_path, capfd, ca
 def test_corrupt_parquet_names_the_file_not_its_bytes(tmp_path, capfd, caplog, hf_offline):
     repo = tmp_path / "badpq"
     (repo / "data").mkdir(parents=True)
-    (repo / "data" / "validation.parquet").write_bytes(b"PAR1" + C * 50 + b"garbage")
+    (repo / "data" / "validation.parquet").write_bytes(b"PAR1" + CANARY.encode() * 50 + b"garbage")
     with pytest.raises(E.EvalDataError) as e:
         E.load_task_items(_hub_task(repo), tmp_path)
     assert "data/validation.parquet" in assert_no_canary(e.value, capfd, caplog)
