@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Annotated, Literal, Optional, Union
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "demo.yaml"
@@ -213,18 +212,10 @@ class EvalTask(_Strict):
 
     @field_validator("audit_splits")
     @classmethod
-    def _no_test(cls, v: list[str], info: ValidationInfo) -> list[str]:
-        task = info.data.get("name", "?")
+    def _no_test(cls, v: list[str]) -> list[str]:
         bad = [s for s in v if is_test_split(s)]
         if bad:
             raise ValueError(f"test splits are never audited (found {bad}); use validation/dev splits")
-        for s in v:
-            why = split_name_problem(s)
-            if why:
-                raise ValueError(f"eval task {task!r}: audit_splits entry {s!r} {why}; give a split name")
-        dupes = sorted({s for s in v if v.count(s) > 1})
-        if dupes:  # each listed split is read once per entry: a repeat would count its rows twice
-            raise ValueError(f"eval task {task!r}: audit_splits lists {dupes} more than once")
         return v
 
     @field_validator("fields")
@@ -236,7 +227,14 @@ class EvalTask(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _no_test_files(self) -> "EvalTask":
+    def _audit_inputs(self) -> "EvalTask":
+        for s in self.audit_splits:
+            why = split_name_problem(s)
+            if why:
+                raise ValueError(f"eval task {self.name!r}: audit_splits entry {s!r} {why}; give a split name")
+        dupes = sorted({s for s in self.audit_splits if self.audit_splits.count(s) > 1})
+        if dupes:  # each entry is read once: a repeat would count its rows twice toward min_rows
+            raise ValueError(f"eval task {self.name!r}: audit_splits lists {dupes} more than once")
         for pattern in getattr(self.dataset, "data_files", None) or []:
             part = path_names_test_split(pattern)
             if part:
