@@ -6,13 +6,15 @@
 (as `mix_assets.reader.open_mix`). Prints a table of counts; --json writes the full report.
 Exit status: 0 = zero overlap with every denominator >= min_rows; otherwise the bits
 1 = overlap found, 4 = a task below min_rows (or without n-grams, or no tasks); 2 = the audit
-could not run (unreadable revision, test split asked for, bad config), message on stderr.
+could not run (unreadable revision or eval file, test split asked for, bad config, or any crash),
+message on stderr; no message here quotes eval or document text.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from pathlib import Path
 
 from mix_assets.config import MixConfigError, load_spec
@@ -23,6 +25,12 @@ from mix_assets.lib.manifest import ManifestError
 from mix_assets.reader import ReaderError
 
 EXIT_ERROR = 2
+
+
+def _where(e: BaseException) -> str:
+    """file:line of the innermost frame of `e` (no variable values, no message)."""
+    tb = traceback.extract_tb(e.__traceback__)
+    return f"{Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else "?"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,14 +51,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.anonymous:
             kw["anonymous"] = True
         report = pa_.audit_published(args.location, spec, args.cache_dir, **kw)
+        if args.json_out:
+            Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json_out).write_text(pa_.dumps(report) + "\n")
+        print(pa_.format_report(report))
     except (MixConfigError, TestSplitRefused, EvalDataError, ManifestError, ReaderError,
             pa_.PublishedAuditError, OSError) as e:  # these messages name files and fields, never cells
         print(f"audit_published: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_ERROR
-    if args.json_out:
-        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json_out).write_text(pa_.dumps(report) + "\n")
-    print(pa_.format_report(report))
+    except Exception as e:  # noqa: BLE001 - a crash must not exit 1 ("overlap found") nor print data
+        print(f"audit_published: the audit could not run: unexpected {type(e).__name__} at {_where(e)} "
+              "(its message is not shown: it may quote eval or document text)", file=sys.stderr)
+        return EXIT_ERROR
     return pa_.exit_code(report)
 
 

@@ -244,6 +244,23 @@ class DedupSpec(_Strict):
     samples_per_reason: int = Field(5, ge=0, le=50)  # excluded docs shown beside their kept member
 
 
+def path_names_test_split(path: str) -> Optional[str]:
+    """The first component of a relative path (file names included) that is or aliases a test split."""
+    for part in re.split(r"[/\\]", str(path)):
+        if part not in ("", ".", "..") and is_test_split(part):
+            return part
+    return None
+
+
+def split_name_problem(split: str) -> Optional[str]:
+    """Why `split` cannot name a split (a path or empty), or None."""
+    if not str(split).strip():
+        return "is empty"
+    if re.search(r"[/\\\x00]", split) or ".." in split:
+        return "looks like a path (a separator or '..')"
+    return None
+
+
 class EvalTask(_Strict):
     """One evaluation task the model will be scored on; only its non-test splits are read.
 
@@ -276,6 +293,22 @@ class EvalTask(_Strict):
         if bad:
             raise ValueError(f"fields are dotted paths like 'question.choices.text', got {bad}")
         return v
+
+    @model_validator(mode="after")
+    def _audit_inputs(self) -> "EvalTask":
+        for s in self.audit_splits:
+            why = split_name_problem(s)
+            if why:
+                raise ValueError(f"eval task {self.name!r}: audit_splits entry {s!r} {why}; give a split name")
+        dupes = sorted({s for s in self.audit_splits if self.audit_splits.count(s) > 1})
+        if dupes:  # each entry is read once: a repeat would count its rows twice toward min_rows
+            raise ValueError(f"eval task {self.name!r}: audit_splits lists {dupes} more than once")
+        for pattern in getattr(self.dataset, "data_files", None) or []:
+            part = path_names_test_split(pattern)
+            if part:
+                raise ValueError(f"eval task {self.name!r}: dataset.data_files entry {pattern!r} names a test "
+                                 f"split ({part!r}); the audit reads validation/dev files only")
+        return self
 
 
 class LocalEvalFiles(_Strict):

@@ -59,6 +59,12 @@ def _dataset_id(ds) -> str:
     return f"local:{ds.path}"
 
 
+def _empty_rows(n: int) -> dict:
+    """{"empty_rows": n} when rows without audited text were read; absent otherwise, so the files of
+    a registry without such rows stay byte-identical to those written before the count existed."""
+    return {"empty_rows": n} if n else {}
+
+
 def load_registry(storage) -> tuple[ct.Registry, dict]:
     """The registry written by `eval_registry` (hashes + denominators)."""
     meta = json.loads(storage.read_text(layout.EVAL_REGISTRY))
@@ -174,6 +180,7 @@ def build_audit_assets(spec: MixSpec) -> list:
                 "min_rows": task.min_rows,
                 "rows": items.rows,
                 "rows_per_split": items.rows_per_split,
+                **_empty_rows(items.empty_rows),
                 "strings": items.strings,
                 "empty_fields": items.empty_fields,
                 "items": tn.items,
@@ -184,7 +191,8 @@ def build_audit_assets(spec: MixSpec) -> list:
                 "ngrams_sha256": hashlib.sha256(blob).hexdigest(),
             }
             context.log.info(
-                f"eval task {task.name}: {items.rows} rows, {items.strings} strings, {tn.items} items, "
+                f"eval task {task.name}: {items.rows} rows (+{items.empty_rows} without audited text), "
+                f"{items.strings} strings, {tn.items} items, "
                 f"{tn.ngrams} n-grams, {tn.short_items} short items (+{tn.short_items_unmatched} too short)"
             )
         scrub_all = ct._sorted_unique(np.concatenate(scrub)) if scrub else np.zeros(0, np.uint64)
@@ -210,6 +218,7 @@ def build_audit_assets(spec: MixSpec) -> list:
             {
                 "task": name,
                 "rows": m["rows"],
+                "empty_rows": m.get("empty_rows", 0),
                 "min_rows": m["min_rows"],
                 "strings": m["strings"],
                 "items": m["items"],
@@ -283,7 +292,8 @@ def build_audit_assets(spec: MixSpec) -> list:
         reg, meta = load_registry(storage)
         tally = scan_sources(storage, reg, sources, audit.threads)
         denominators = {
-            t: {k: m[k] for k in ("rows", "strings", "items", "ngrams", "short_items", "short_items_unmatched")}
+            t: {k: m[k] for k in ("rows", "empty_rows", "strings", "items", "ngrams", "short_items",
+                                  "short_items_unmatched") if k in m}
             for t, m in meta["tasks"].items()
         }
         report = tally.report(audit.ngram, denominators)

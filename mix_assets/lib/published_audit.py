@@ -80,6 +80,7 @@ def load_reference(spec: MixSpec) -> EvalReference:
             "scored_split": task.scored_split,
             "rows": items.rows,
             "rows_per_split": dict(items.rows_per_split),
+            **({"empty_rows": items.empty_rows} if items.empty_rows else {}),  # absent when 0, as in-graph
             "min_rows": task.min_rows,
             "strings": items.strings,
             "items": tn.items,

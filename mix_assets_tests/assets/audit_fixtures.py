@@ -36,6 +36,21 @@ EVAL_ROWS = [
     {"question": "What colour were the shutters on the old mill house that stood beside the frozen "
                  "canal every winter?", "choices": ["green", "blue"]},
 ]
+
+# Eval rows no loader may quote: GOOD_ROW, then one of these as row 2 of a validation.jsonl.
+_C = CANARY.encode()
+GOOD_ROW = b'{"question": "What tool measures air pressure in the old lighthouse?"}\n'
+# case -> (second line of validation.jsonl, the field the error names or None)
+BAD_ROWS = {
+    "bad_json": (b'{"question": "' + _C + b' never closed\n', None),
+    "huge_int": (b'{"question": "' + _C + b'", "n": ' + b"7" * 5000 + b"}\n", None),
+    "deep_nesting": (b'{"question": "' + _C + b'", "d": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n", None),
+    "bad_utf8": (b'{"question": "' + _C + b' \xff\xfe"}\n', None),
+    "lone_surrogate": (b'{"question": "' + _C + b' \\ud800"}\n', "question"),
+    "not_text": (b'{"question": {"q": "' + _C + b'"}}\n', "question"),
+    "not_an_object": (b'["' + _C + b'"]\n', None),
+}
+
 VOCAB = ("river stone window garden morning letter village harvest market bread candle road winter "
          "summer field horse wagon bell chapel meadow orchard cottage ladder basket lamp kettle").split()
 
@@ -77,6 +92,16 @@ def write_eval_task(folder: Path, rows=EVAL_ROWS) -> Path:
     (folder / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (folder / "test.jsonl").write_text(json.dumps({"question": f"TEST ONLY {CANARY} never read"}) + "\n")
     return folder
+
+
+def write_card_repo(repo: Path, features: str, rows: list[dict]) -> Path:
+    """A hub-layout folder: a dataset card declaring `features` (YAML lines), data/validation.parquet
+    holding `rows` and a data/test.parquet that must never be read."""
+    (repo / "data").mkdir(parents=True)
+    (repo / "README.md").write_text(f"---\ndataset_info:\n  features:\n{features}---\n")
+    pq.write_table(pa.table({k: [r[k] for r in rows] for k in rows[0]}), repo / "data" / "validation.parquet")
+    pq.write_table(pa.table({"question": [f"TEST {CANARY}"]}), repo / "data" / "test.parquet")
+    return repo
 
 
 def make_spec(tmp_path: Path, mask: bool = True, tasks: list[dict] | None = None, **audit) -> MixSpec:

@@ -1,5 +1,6 @@
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -8,9 +9,10 @@ import pyarrow.parquet as pq
 from dagster._serdes import serialize_value
 
 from mix_assets.assets import audit as A
+from mix_assets.config import REPO_ROOT
 from mix_assets.lib import layout
 
-from .audit_fixtures import CANARY, EVAL_ROWS, Res, make_corpus, make_spec, standins
+from .audit_fixtures import CANARY, EVAL_ROWS, Res, make_corpus, make_spec, standins, write_card_repo
 
 _TEST_OPENED: list[str] = []
 
@@ -145,3 +147,59 @@ def test_scrub_check_names_the_leaking_file_not_the_text(tmp_path):
     assert not ev.passed and "audit/debug_dump.json" in ev.description
     assert "lighthouse" not in ev.description.lower()
     assert not result.success
+
+
+def test_eval_error_through_dagster_never_quotes_the_cell(tmp_path):
+    """A hub eval whose card types do not match its rows (pyarrow's cast error quotes the cell), run by
+    `dagster asset materialize` (a step subprocess, compute logs captured) on a SQLite instance: the
+    canary is in no file of the instance, no compute log, no storage file and not in the CLI output."""
+    repo = write_card_repo(tmp_path / "castrepo", "  - name: question\n    dtype: int64\n",
+                           [{"question": f"In the {CANARY} story who counted?"},
+                            {"question": f"Next {CANARY} row"}])
+    task = {"name": "hub_cast", "dataset": {"kind": "hub", "repo_id": str(repo), "revision": "v1.0"},
+            "scored_split": "validation", "audit_splits": ["validation"], "fields": ["question"], "min_rows": 1}
+    spec = make_spec(tmp_path, tasks=[task])
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_", "MIX_"))}
+    env.update({"DAGSTER_HOME": str(home), "MIX_CONFIG": spec.config_path, "HF_HUB_OFFLINE": "1",
+                "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
+    out = subprocess.run([str(Path(sys.executable).parent / "dagster"), "asset", "materialize", "-m",
+                          "mix_assets.definitions", "--select", "eval_registry"],
+                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    files = [p for p in [*home.rglob("*"), *Path(spec.storage.root).rglob("*")] if p.is_file()]
+    assert any(p.suffix == ".db" for p in files) and any("compute_logs" in p.parts for p in files)
+    for p in files:
+        assert CANARY.encode() not in p.read_bytes(), p
+    assert CANARY not in out.stdout and CANARY not in out.stderr
+    assert out.returncode != 0 and "hub_cast" in out.stderr and "data/validation.parquet" in out.stderr
+    assert any("hub_cast" in p.read_text(errors="replace") for p in files if p.suffix == ".err")
+
+
+def test_rows_without_audited_text_are_counted_apart_and_fail_min_rows(tmp_path):
+    folder = tmp_path / "evals" / "half_empty"
+    folder.mkdir(parents=True)
+    rows = [{"question": f"{r['question']} ({i})", "choices": r["choices"]} for i, r in enumerate(EVAL_ROWS * 8)]
+    rows = rows[:30] + [{"question": None, "choices": []}] * 30
+    (folder / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = {"name": "half_empty", "dataset": {"kind": "local", "path": str(folder)}, "scored_split": "validation",
+            "audit_splits": ["validation"], "fields": ["question", "choices"], "min_rows": 50}
+    spec = make_spec(tmp_path, tasks=[task])
+    result = run(spec, selection=[A.EVAL_REGISTRY_KEY])
+    ev = checks(result)[A.DENOMINATORS_NONEMPTY]
+    assert not ev.passed and "half_empty" in ev.description
+    assert ev.metadata["rows/half_empty"].value == 30
+    meta = json.loads(Res(spec).storage.read_text(layout.EVAL_REGISTRY))["tasks"]["half_empty"]
+    assert (meta["rows"], meta["empty_rows"], meta["rows_per_split"]) == (30, 30, {"validation": 30})
+    table = next(m.materialization.metadata for m in result.get_asset_materialization_events())["denominators"]
+    assert [r.data["empty_rows"] for r in table.records] == [30]
+
+
+def test_registry_of_valid_rows_has_no_empty_rows_key(tmp_path):
+    """Outputs for valid inputs stay byte-identical: the count appears only when non-zero."""
+    spec = make_spec(tmp_path)
+    assert run(spec).success
+    storage = Res(spec).storage
+    assert "empty_rows" not in storage.read_text(layout.EVAL_REGISTRY)
+    assert "empty_rows" not in storage.read_text(layout.CONTAMINATION_REPORT)
