@@ -44,10 +44,12 @@ def write_test_mix(
     sources: Sequence[str] = ("web", "books"),
     dropped_tail: tuple[int, int] = (7, 3),
     markov: bool = True,
+    separator: str | None = None,
 ) -> dict:
     """Write a mix directory under `root`; return its manifest (also written to root/manifest.json).
 
-    markov=False writes uniform random tokens (fast, for benchmarks).
+    markov=False writes uniform random tokens (fast, for benchmarks). separator: recorded in the
+    manifest and its config (id vocab_size - 1); the tokens are not changed.
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -78,7 +80,8 @@ def write_test_mix(
         }
     (root / "tokenizer").mkdir(exist_ok=True)
     (root / "tokenizer/tokenizer.json").write_text(json.dumps({"test_vocab": vocab_size, "seed": seed}))
-    packing = {"rule": "contiguous", "separator": None, "separator_id": None, "seq_len": seq_len,
+    packing = {"rule": "contiguous", "separator": separator,
+               "separator_id": None if separator is None else vocab_size - 1, "seq_len": seq_len,
                "sample_len": sample_len, "shifted_targets": shifted_targets}
     rv = write_review_files(root, name="test_mix", seed=seed, splits=splits, packing=packing)
     others = ["tokenizer/tokenizer.json", *REVIEW_PATHS]

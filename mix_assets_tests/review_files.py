@@ -26,10 +26,12 @@ REVIEW_PATHS = list(REVIEW.values())
 
 
 def write_review_files(root: str | Path, *, name: str, seed: int, splits: dict, packing: dict,
-                       tokenizer_kind: str = "file", val_fraction: float = 0.1, docs_per_source: int = 12) -> dict:
+                       tokenizer_kind: str = "file", val_fraction: float = 0.1, docs_per_source: int = 12,
+                       budgets: dict[str, int] | None = None) -> dict:
     """Write `root/review/*` consistent with `splits` (its per-source emitted train tokens are the budgets,
     epochs 1) and `packing`; set splits[*]["documents"]. Returns {"review", "config_sha256", "sources"}
-    (the manifest's `sources` section)."""
+    (the manifest's `sources` section). budgets: configure these instead (the same config as another
+    build; the manifest then disagrees with it where the train tokens differ)."""
     root = Path(root)
     (root / "review").mkdir(parents=True, exist_ok=True)
     train_tok = splits["train"]["sources"]
@@ -62,11 +64,12 @@ def write_review_files(root: str | Path, *, name: str, seed: int, splits: dict, 
     splits["val"]["documents"] = val_docs
     splits["train"]["documents"] = sum(unique.values())
 
-    target = sum(train_tok.values())
+    budgets = budgets or train_tok
+    target = sum(budgets.values())
     seq_len = packing["seq_len"]
     config = {
         "name": name, "seed": seed, "target_tokens": target,
-        "sources": [{"name": s, "share": train_tok[s] / target, "epochs": 1.0} for s in names],
+        "sources": [{"name": s, "share": budgets[s] / target, "epochs": 1.0} for s in names],
         "packing": {"seq_len": seq_len, "shifted_targets": packing["shifted_targets"],
                     "samples_per_seq": 1 if packing["shifted_targets"] else packing["sample_len"] // seq_len,
                     "separator": packing["separator"]},
@@ -77,7 +80,7 @@ def write_review_files(root: str | Path, *, name: str, seed: int, splits: dict, 
     (root / REVIEW["config"]).write_text(text)
     sources = {
         s: {"train_tokens": train_tok[s], "val_tokens": splits["val"]["sources"].get(s, 0),
-            "budget_tokens": train_tok[s], "epochs": 1.0, "unique_documents": unique[s]}
+            "budget_tokens": budgets[s], "epochs": 1.0, "unique_documents": unique[s]}
         for s in names
     }
     return {"review": dict(REVIEW), "config_sha256": hashlib.sha256(text.encode()).hexdigest(), "sources": sources}

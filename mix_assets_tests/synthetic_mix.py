@@ -23,8 +23,11 @@ def _sha(p: Path) -> str:
 
 
 def build_synthetic_mix(mix_dir: Path, *, seed: int = 0, seq_len: int = 16, vocab: int = 500,
-                        train_shards: tuple[int, ...] = (5, 4, 3), val_shards: tuple[int, ...] = (2,)) -> dict:
-    """Write a mix under `mix_dir`; returns the manifest (also written as manifest.json)."""
+                        train_shards: tuple[int, ...] = (5, 4, 3), val_shards: tuple[int, ...] = (2,),
+                        budgets: dict[str, int] | None = None) -> dict:
+    """Write a mix under `mix_dir`; returns the manifest (also written as manifest.json).
+
+    budgets: the config's per-source train budgets (default: this mix's own, so it is consistent)."""
     mix_dir = Path(mix_dir)
     rng = np.random.default_rng(seed)
     sources = {"web": 0.7, "math": 0.3}
@@ -52,7 +55,7 @@ def build_synthetic_mix(mix_dir: Path, *, seed: int = 0, seq_len: int = 16, voca
                                                            "vocab": {f"t{i}": i for i in range(8)}}}))
     packing = {"rule": "contiguous", "separator": None, "separator_id": None, "seq_len": seq_len,
                "sample_len": seq_len, "shifted_targets": False}
-    rv = write_review_files(mix_dir, name="synthetic", seed=seed, splits=splits, packing=packing)
+    rv = write_review_files(mix_dir, name="synthetic", seed=seed, splits=splits, packing=packing, budgets=budgets)
     for rel in ["tokenizer/tokenizer.json", *REVIEW_PATHS]:
         p = mix_dir / rel
         files.append({"path": rel, "bytes": p.stat().st_size, "sha256": _sha(p)})
