@@ -26,7 +26,8 @@ The validation reader (`split="val"`, or `r.validation_reader()`) reads storage 
 shuffle, one pass.
 
 State: `state_dict()` = {seq_len, samples_consumed, shuffle_seed, shuffle_perm_sha, dataset_files_sha,
-step, tokens_consumed} + format, split, sample_len, num_samples, shuffle, epochs, epoch, epoch_perm_sha.
+step, tokens_consumed} + format, split, sample_len, num_samples, shuffle, epochs, epoch, epoch_perm_sha,
+interpretation_sha256.
 tokens_consumed = samples_consumed x sample_len (tokens read from the mix). Nothing is re-shuffled
 on resume: every field is recomputed and compared, and any difference raises.
 """
