@@ -28,7 +28,8 @@ The validation reader (`split="val"`, or `r.validation_reader()`) reads storage 
 shuffle, one pass.
 
 State: `state_dict()` = {seq_len, samples_consumed, shuffle_seed, shuffle_perm_sha, dataset_files_sha,
-step, tokens_consumed} + format, split, sample_len, num_samples, shuffle, epochs, epoch, epoch_perm_sha.
+step, tokens_consumed} + format, split, sample_len, num_samples, shuffle, epochs, epoch, epoch_perm_sha,
+interpretation_sha256 (the manifest's hash of how the bytes are read).
 tokens_consumed = samples_consumed x sample_len (tokens read from the mix); step counts batches (each of
 at least one sample; iterating consumes samples without steps), so step <= samples_consumed; epoch =
 samples_consumed // num_samples and epoch_perm_sha is that epoch's permutation. `load_state_dict` requires
@@ -42,6 +43,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import hashlib
+import io
 import json
 import logging
 import fcntl
@@ -56,9 +58,12 @@ import numpy as np
 
 from mix_assets.lib.manifest import (
     DTYPES,
+    INTERPRETATION_KEY,
     MANIFEST_NAME,
     ManifestError,
     check_manifest,
+    interpretation_problems,
+    safe_path,
     sha256_stream,
 )
 
@@ -115,6 +120,7 @@ _STATE_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "epoch": (lambda v: _is_int(v) and v >= 0, "a non-negative int"),
     "epoch_perm_sha": (_sha_hex, "a sha256 (64 lowercase hex digits)"),
     "dataset_files_sha": (_sha_hex, "a sha256 (64 lowercase hex digits)"),
+    INTERPRETATION_KEY: (_sha_hex, "a sha256 (64 lowercase hex digits)"),
 }
 
 
@@ -754,6 +760,7 @@ class MixReader:
             "epoch": self.epoch,
             "epoch_perm_sha": self.epoch_perm_sha(self.epoch),
             "dataset_files_sha": self.fingerprint,
+            INTERPRETATION_KEY: self.manifest[INTERPRETATION_KEY],
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -763,6 +770,7 @@ class MixReader:
         mine = self.state_dict()
         why = {
             "dataset_files_sha": "resuming into a different dataset (fingerprint of the mix files)",
+            INTERPRETATION_KEY: "the mix files read another way (dtype, packing, tokenizer or shard samples)",
             "split": "a state of another split",
             "seq_len": "a different seq_len",
             "sample_len": "a different sample length",
@@ -889,9 +897,23 @@ def open_mix(
     if expected_fingerprint is not None and manifest["fingerprint"] != expected_fingerprint:
         raise ResumeMismatchError(f"{backend.label}: fingerprint {manifest['fingerprint']}, expected "
                                   f"{expected_fingerprint} (a different dataset)")
-    return MixReader(backend, manifest, split=split, shuffle_seed=shuffle_seed,
-                     shuffle=(split == "train") if shuffle is None else shuffle,
-                     epochs=epochs, cache_bytes=cache_bytes, cache_dir=cache)
+    reader = MixReader(backend, manifest, split=split, shuffle_seed=shuffle_seed,
+                       shuffle=(split == "train") if shuffle is None else shuffle,
+                       epochs=epochs, cache_bytes=cache_bytes, cache_dir=cache)
+    if backend.remote:  # a local config was checked above; the fingerprinted config binds the interpretation
+        problems = interpretation_problems(manifest, lambda rel: io.BytesIO(_read_small(backend, rel)))
+        if problems:
+            raise ManifestError(problems, origin=f"{backend.label}/{MANIFEST_NAME}")
+    return reader
+
+
+def _read_small(backend, rel: str) -> bytes:
+    """A small remote file's bytes (the caller checks its sha256). S3: read in memory, outside the shard
+    cache; hub: through huggingface_hub's cache, so an offline reopen finds it."""
+    if isinstance(backend, _S3Backend):
+        with contextlib.closing(backend._get(rel)) as body:
+            return body.read()
+    return Path(backend._download(rel)).read_bytes()
 
 
 class _SizesOnly:
@@ -901,10 +923,10 @@ class _SizesOnly:
         self.root = root
 
     def open(self, path: str):
-        return open(self.root / path, "rb")
+        return open(safe_path(path, self.root), "rb")
 
     def size(self, path: str) -> int:
-        return (self.root / path).stat().st_size
+        return safe_path(path, self.root).stat().st_size
 
     def __repr__(self) -> str:
         return str(self.root)

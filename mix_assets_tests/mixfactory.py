@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mix_assets.lib.manifest import FORMAT, compute_fingerprint, file_entry
+from mix_assets.lib.manifest import FORMAT, INTERPRETATION_KEY, compute_fingerprint, file_entry, interpretation_sha256
+from mix_assets_tests.review_files import REVIEW_PATHS, write_review_files
 
 
 def _tokens(rng: np.random.Generator, n: int, vocab: int) -> np.ndarray:
@@ -43,10 +44,12 @@ def write_test_mix(
     sources: Sequence[str] = ("web", "books"),
     dropped_tail: tuple[int, int] = (7, 3),
     markov: bool = True,
+    separator: str | None = None,
 ) -> dict:
     """Write a mix directory under `root`; return its manifest (also written to root/manifest.json).
 
-    markov=False writes uniform random tokens (fast, for benchmarks).
+    markov=False writes uniform random tokens (fast, for benchmarks). separator: recorded in the
+    manifest and its config (id vocab_size - 1); the tokens are not changed.
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -77,44 +80,35 @@ def write_test_mix(
         }
     (root / "tokenizer").mkdir(exist_ok=True)
     (root / "tokenizer/tokenizer.json").write_text(json.dumps({"test_vocab": vocab_size, "seed": seed}))
-    (root / "review").mkdir(exist_ok=True)
-    review = {
-        "dedup_keys": "review/dedup_keys.parquet",
-        "exclusion_masks": "review/exclusion_masks.parquet",
-        "contamination_report": "review/contamination_report.json",
-        "config": "review/mix_config.json",
-    }
-    for key, rel in review.items():
-        (root / rel).write_bytes(f"{key} seed={seed}\n".encode())
-    others = ["tokenizer/tokenizer.json", *review.values()]
+    packing = {"rule": "contiguous", "separator": separator,
+               "separator_id": None if separator is None else vocab_size - 1, "seq_len": seq_len,
+               "sample_len": sample_len, "shifted_targets": shifted_targets}
+    rv = write_review_files(root, name="test_mix", seed=seed, splits=splits, packing=packing)
+    others = ["tokenizer/tokenizer.json", *REVIEW_PATHS]
     files = [file_entry(root, p) for p in shard_files + others]
     tok_sha = files[len(shard_files)]["sha256"]
     manifest = {
         "format": FORMAT,
         "name": "test_mix",
         "seed": seed,
-        "config_sha256": "0" * 64,
+        "config_sha256": rv["config_sha256"],
         "tokenizer": {"kind": "file", "repo_id": None, "revision": None, "vocab_size": vocab_size,
                       "special_tokens": {}, "files": {"tokenizer/tokenizer.json": tok_sha}},
-        "packing": {"rule": "contiguous", "separator": None, "separator_id": None, "seq_len": seq_len,
-                    "sample_len": sample_len, "shifted_targets": shifted_targets},
+        "packing": packing,
         "dtype": dtype,
         "splits": splits,
-        "sources": {
-            s: {"train_tokens": splits["train"]["sources"][s], "val_tokens": splits["val"]["sources"][s],
-                "budget_tokens": splits["train"]["sources"][s], "epochs": 1.0, "unique_documents": 1}
-            for s in sources
-        },
+        "sources": rv["sources"],
         "totals": {
             "train_tokens": splits["train"]["tokens"], "val_tokens": splits["val"]["tokens"],
             "train_samples": splits["train"]["samples"], "val_samples": splits["val"]["samples"],
             "shards": len(train_shards) + len(val_shards),
             "dropped_tail_tokens": dropped_tail[0] + dropped_tail[1],
         },
-        "review": review,
+        "review": rv["review"],
         "files": files,
         "fingerprint": compute_fingerprint(files),
     }
+    manifest[INTERPRETATION_KEY] = interpretation_sha256(manifest)
     write_manifest(root, manifest)
     return manifest
 

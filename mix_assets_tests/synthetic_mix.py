@@ -12,9 +12,10 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+
+from mix_assets.lib.manifest import INTERPRETATION_KEY, interpretation_sha256
+from mix_assets_tests.review_files import REVIEW_PATHS, write_review_files
 
 
 def _sha(p: Path) -> str:
@@ -22,8 +23,11 @@ def _sha(p: Path) -> str:
 
 
 def build_synthetic_mix(mix_dir: Path, *, seed: int = 0, seq_len: int = 16, vocab: int = 500,
-                        train_shards: tuple[int, ...] = (5, 4, 3), val_shards: tuple[int, ...] = (2,)) -> dict:
-    """Write a mix under `mix_dir`; returns the manifest (also written as manifest.json)."""
+                        train_shards: tuple[int, ...] = (5, 4, 3), val_shards: tuple[int, ...] = (2,),
+                        budgets: dict[str, int] | None = None) -> dict:
+    """Write a mix under `mix_dir`; returns the manifest (also written as manifest.json).
+
+    budgets: the config's per-source train budgets (default: this mix's own, so it is consistent)."""
     mix_dir = Path(mix_dir)
     rng = np.random.default_rng(seed)
     sources = {"web": 0.7, "math": 0.3}
@@ -49,39 +53,30 @@ def build_synthetic_mix(mix_dir: Path, *, seed: int = 0, seq_len: int = 16, voca
     tok.parent.mkdir(parents=True, exist_ok=True)
     tok.write_text(json.dumps({"version": "1.0", "model": {"type": "WordLevel", "seed": seed,
                                                            "vocab": {f"t{i}": i for i in range(8)}}}))
-    review = {
-        "dedup_keys": "review/dedup_keys.parquet", "exclusion_masks": "review/exclusion_masks.parquet",
-        "contamination_report": "review/contamination_report.json", "config": "review/mix_config.json",
-    }
-    (mix_dir / "review").mkdir(exist_ok=True)
-    pq.write_table(pa.table({"doc_id": [f"web-{i}" for i in range(6)], "keep": [True] * 5 + [False]}),
-                   mix_dir / review["dedup_keys"])
-    pq.write_table(pa.table({"doc_id": ["web-5"], "reasons": [["exact_dup"]]}), mix_dir / review["exclusion_masks"])
-    (mix_dir / review["contamination_report"]).write_text(json.dumps({"counts": {"web": {"task": 0}}}))
-    (mix_dir / review["config"]).write_text(json.dumps({"name": "synthetic", "seed": seed}))
-    for rel in ["tokenizer/tokenizer.json", *review.values()]:
+    packing = {"rule": "contiguous", "separator": None, "separator_id": None, "seq_len": seq_len,
+               "sample_len": seq_len, "shifted_targets": False}
+    rv = write_review_files(mix_dir, name="synthetic", seed=seed, splits=splits, packing=packing, budgets=budgets)
+    for rel in ["tokenizer/tokenizer.json", *REVIEW_PATHS]:
         p = mix_dir / rel
         files.append({"path": rel, "bytes": p.stat().st_size, "sha256": _sha(p)})
     tr, va = splits["train"], splits["val"]
     manifest = {
-        "format": "mix_assets.manifest/1", "name": "synthetic", "seed": seed, "config_sha256": "0" * 64,
+        "format": "mix_assets.manifest/1", "name": "synthetic", "seed": seed, "config_sha256": rv["config_sha256"],
         "tokenizer": {"kind": "file", "repo_id": None, "revision": None, "vocab_size": vocab,
                       "special_tokens": {"<|endoftext|>": 0},
                       "files": {"tokenizer/tokenizer.json": _sha(tok)}},
-        "packing": {"rule": "contiguous", "separator": None, "separator_id": None, "seq_len": seq_len,
-                    "sample_len": seq_len, "shifted_targets": False},
+        "packing": packing,
         "dtype": "uint16",
         "splits": splits,
-        "sources": {s: {"train_tokens": tr["sources"][s], "val_tokens": va["sources"][s],
-                        "budget_tokens": tr["sources"][s], "epochs": 1.0, "unique_documents": 4}
-                    for s in sources},
+        "sources": rv["sources"],
         "totals": {"train_tokens": tr["tokens"], "val_tokens": va["tokens"], "train_samples": tr["samples"],
                    "val_samples": va["samples"], "shards": len(train_shards) + len(val_shards),
                    "dropped_tail_tokens": tr["dropped_tail_tokens"] + va["dropped_tail_tokens"]},
-        "review": review,
+        "review": rv["review"],
         "files": files,
         "fingerprint": hashlib.sha256("".join(f["sha256"] for f in files).encode()).hexdigest(),
     }
+    manifest[INTERPRETATION_KEY] = interpretation_sha256(manifest)
     (mix_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return manifest
 

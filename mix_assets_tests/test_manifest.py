@@ -11,13 +11,18 @@ import pytest
 
 from mix_assets.lib.manifest import (
     FORMAT,
+    INTERPRETATION_KEY,
     LocalDir,
     ManifestError,
+    UnsafePathError,
     check_manifest,
     compute_fingerprint,
+    interpretation_sha256,
     load_manifest,
     manifest_problems,
+    safe_path,
 )
+from mix_assets_tests.fakeremotes import FakeS3Client
 from mix_assets_tests.mixfactory import write_manifest, write_test_mix
 
 
@@ -188,3 +193,189 @@ class _Unseekable(io.RawIOBase):
         chunk = self._b.read(len(buf))
         buf[: len(chunk)] = chunk
         return len(chunk)
+
+
+# -- paths taken from a manifest (issue 11) ---------------------------------------------------------------
+@pytest.mark.parametrize("bad", ["../x", "a/../../x", "train/../../x", "/etc/passwd", "C:/x", "C:x", "a\\b",
+                                 "..\\x", "", "./a", "a//b", "a/", ".", "a\x00b", "\\\\host\\share", 7, None])
+def test_safe_path_refuses_every_escape(bad, tmp_path):
+    with pytest.raises(UnsafePathError):
+        safe_path(bad)
+    with pytest.raises(UnsafePathError):
+        safe_path(bad, tmp_path)
+
+
+def test_safe_path_resolves_symlinks_inside_the_root_only(tmp_path):
+    root = tmp_path / "mix"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "f").write_bytes(b"x")
+    (tmp_path / "outside").write_bytes(b"x")
+    (root / "in").symlink_to(root / "sub" / "f")
+    (root / "out").symlink_to(tmp_path / "outside")
+    assert safe_path("sub/f") == "sub/f"
+    assert safe_path("in", root) == (root / "sub" / "f").resolve()
+    with pytest.raises(UnsafePathError, match="outside"):
+        safe_path("out", root)
+
+
+def test_unsafe_paths_are_named_and_never_opened(mix):
+    root, m = mix
+    opened = []
+
+    def opener(p):
+        opened.append(p)
+        return (root / p).open("rb")
+
+    m["files"].append({"path": "../../outside.bin", "bytes": 3, "sha256": "a" * 64})
+    m["files"].append({"path": "/etc/hostname", "bytes": 3, "sha256": "b" * 64})
+    m["review"]["contamination_report"] = "review\\..\\..\\report.json"
+    m["fingerprint"] = compute_fingerprint(m["files"])
+    problems = check_manifest(m, opener, strict=False)
+    one(problems, "files[", "'../../outside.bin'", "'..'")
+    one(problems, "files[", "'/etc/hostname'", "absolute path")
+    one(problems, "review.contamination_report", "backslash")
+    assert not [p for p in opened if not (root / p).resolve().is_relative_to(root.resolve())]
+
+
+def test_a_listed_file_that_is_a_symlink_out_of_the_root_is_refused(mix, tmp_path):
+    """Before: the checker (and the reader) followed it and passed."""
+    from mix_assets.reader import open_mix
+
+    root, m = mix
+    tok = root / "tokenizer/tokenizer.json"
+    outside = tmp_path / "elsewhere.json"
+    outside.write_bytes(tok.read_bytes())
+    tok.unlink()
+    tok.symlink_to(outside)
+    one(check_manifest(m, root, strict=False), "tokenizer/tokenizer.json", "outside")
+    with pytest.raises(ManifestError, match="tokenizer/tokenizer.json.*outside"):
+        open_mix(root, cache_dir=tmp_path / "cache")
+
+
+# -- counts derived from the review files and the interpretation hash (issue 11) ---------------------------
+@pytest.fixture()
+def sep_mix(tmp_path: Path) -> tuple[Path, dict]:
+    root = tmp_path / "sepmix"
+    return root, write_test_mix(root, train_shards=(6, 6, 4), val_shards=(4, 2), separator="<|endoftext|>")
+
+
+def _rehash(m: dict) -> dict:
+    """What someone editing the manifest would do to keep its own hashes consistent."""
+    m[INTERPRETATION_KEY] = interpretation_sha256(m)
+    return m
+
+
+def _longer_tail(m: dict, extra: int) -> None:
+    """Claim `extra` more emitted-but-dropped train tokens, every sum kept consistent."""
+    tr = m["splits"]["train"]
+    tr["dropped_tail_tokens"] += extra
+    tr["emitted_tokens"] += extra
+    tr["sources"]["web"] += extra
+    m["sources"]["web"]["train_tokens"] += extra
+    m["sources"]["web"]["budget_tokens"] += extra
+    m["totals"]["dropped_tail_tokens"] += extra
+
+
+def _as_uint32(m: dict) -> None:
+    """The same bytes read as uint32 samples (half as many), every sum kept consistent."""
+    m["dtype"] = "uint32"
+    for name, s in m["splits"].items():
+        for sh in s["shards"]:
+            sh["samples"] //= 2
+        half = s["samples"] // 2
+        cut = s["tokens"] - half * m["packing"]["sample_len"]
+        s["samples"], s["tokens"], s["dropped_tail_tokens"] = half, s["tokens"] - cut, s["dropped_tail_tokens"] + cut
+        m["totals"][f"{name}_samples"], m["totals"][f"{name}_tokens"] = half, s["tokens"]
+    m["totals"]["dropped_tail_tokens"] = sum(s["dropped_tail_tokens"] for s in m["splits"].values())
+
+
+@pytest.mark.parametrize(
+    "edit, needles",
+    [
+        (lambda m: m["splits"]["val"].__setitem__("documents", m["splits"]["val"]["documents"] + 1),
+         ("splits.val.documents", "val documents", "review/dedup_keys.parquet")),
+        (lambda m: m["splits"]["train"].__setitem__("documents", m["splits"]["train"]["documents"] - 1),
+         ("splits.train.documents", "unique_documents")),
+        (lambda m: m["sources"]["web"].__setitem__("unique_documents", m["sources"]["web"]["unique_documents"] + 1),
+         ("splits.train.documents", "unique_documents")),
+        (lambda m: m["sources"]["web"].__setitem__("unique_documents", 50),
+         ("sources.web.unique_documents", "kept train documents")),
+        (lambda m: m["sources"]["books"].__setitem__("budget_tokens", m["sources"]["books"]["budget_tokens"] + 5),
+         ("sources.books.budget_tokens", "review/mix_config.json", "target_tokens x share x epochs")),
+        (lambda m: m["sources"]["books"].__setitem__("epochs", 2.0), ("sources.books.epochs", "2.0", "1.0")),
+        (lambda m: m.__setitem__("seed", 5), ("seed", "review/mix_config.json")),
+        (lambda m: m["packing"].__setitem__("separator", None), ("packing.separator", "review/mix_config.json")),
+        (lambda m: _longer_tail(m, 16), ("splits.train.dropped_tail_tokens", "shorter than one sample")),
+        (_as_uint32, ("dtype", "vocab_size 97", "uint16")),
+        (lambda m: m.__setitem__("config_sha256", "1" * 64), ("config_sha256", "review/mix_config.json")),
+    ],
+)
+def test_counts_the_review_files_determine_cannot_be_edited(sep_mix, edit, needles):
+    root, m = sep_mix
+    assert check_manifest(m, root) == []
+    m = copy.deepcopy(m)
+    edit(m)
+    problems = check_manifest(_rehash(m), root, strict=False)
+    assert any(all(n in p for n in needles) for p in problems), problems
+
+
+def _reinterpret_seq_len(m: dict, factor: int = 2) -> dict:
+    """Same bytes read as samples `factor` times shorter: every sum fixed, the interpretation hash redone."""
+    m = copy.deepcopy(m)
+    m["packing"]["seq_len"] //= factor
+    m["packing"]["sample_len"] //= factor
+    for s in m["splits"].values():
+        s["samples"] *= factor
+        for sh in s["shards"]:
+            sh["samples"] *= factor
+    m["totals"]["train_samples"] *= factor
+    m["totals"]["val_samples"] *= factor
+    return _rehash(m)
+
+
+def test_seq_len_reinterpretation_under_a_pinned_fingerprint_is_refused(mix, tmp_path):
+    """Before: with the sums fixed, the checker and a pinned reader accepted the same files as 8-token samples."""
+    from mix_assets.reader import open_mix
+
+    root, m = mix
+    edited = _reinterpret_seq_len(m)
+    assert edited["fingerprint"] == m["fingerprint"]
+    assert manifest_problems(edited, None) == []  # structurally sound; only the config says otherwise
+    one(check_manifest(edited, root, strict=False), "packing.seq_len", "says 8", "packing.seq_len = 16")
+    write_manifest(root, edited)
+    with pytest.raises(ManifestError, match="packing.seq_len: says 8"):
+        open_mix(root, cache_dir=tmp_path / "c", expected_fingerprint=m["fingerprint"])
+    s3 = FakeS3Client("bucket", root.parent, prefix=root.name)  # a lazily fetching reader checks it at open too
+    with pytest.raises(ManifestError, match="packing.seq_len: says 8"):
+        open_mix(f"s3://bucket/{root.name}", cache_dir=tmp_path / "s3c", s3_client=s3,
+                 expected_fingerprint=m["fingerprint"])
+
+
+def test_interpretation_sha256_is_recomputed_and_covers_how_bytes_are_read(mix):
+    root, m = mix
+    assert m[INTERPRETATION_KEY] == interpretation_sha256(m)
+    for edit in (lambda x: x["packing"].__setitem__("seq_len", 8), lambda x: x.__setitem__("dtype", "uint32"),
+                 lambda x: x["tokenizer"].__setitem__("special_tokens", {"<s>": 1}),
+                 lambda x: x["splits"]["train"]["shards"][0].__setitem__("samples", 5)):
+        other = copy.deepcopy(m)
+        edit(other)
+        assert interpretation_sha256(other) != m[INTERPRETATION_KEY]
+        one(manifest_problems(other, None), INTERPRETATION_KEY, "says")
+    for unrelated in (lambda x: x["splits"]["val"].__setitem__("seam_rate", 0.5), lambda x: x.__setitem__("name", "n")):
+        other = copy.deepcopy(m)
+        unrelated(other)
+        assert interpretation_sha256(other) == m[INTERPRETATION_KEY]
+    del m[INTERPRETATION_KEY]
+    one(manifest_problems(m, None), INTERPRETATION_KEY, "missing")
+
+
+def test_reader_state_pins_the_interpretation(mix, tmp_path):
+    from mix_assets.reader import ResumeMismatchError, open_mix
+
+    root, m = mix
+    r = open_mix(root, cache_dir=tmp_path / "c", shuffle_seed=1)
+    state = r.state_dict()
+    assert state[INTERPRETATION_KEY] == m[INTERPRETATION_KEY]
+    state[INTERPRETATION_KEY] = "0" * 64
+    with pytest.raises(ResumeMismatchError, match=INTERPRETATION_KEY):
+        open_mix(root, cache_dir=tmp_path / "c", shuffle_seed=1).load_state_dict(state)

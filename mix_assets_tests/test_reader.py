@@ -389,7 +389,7 @@ def test_s3_fetches_only_needed_shards_within_a_tiny_cache(mix, tmp_path):
     shard_bytes = 7 * 16 * 2
     r = open_mix("s3://bucket/mix", cache_dir=tmp_path / "c", shuffle_seed=SEED, s3_client=s3,
                  cache_bytes=shard_bytes)
-    assert dict(s3.gets) == {"manifest.json": 1}
+    assert dict(s3.gets) == {"manifest.json": 1, "review/mix_config.json": 1}  # the config binds seq_len etc.
     in_shard = {s: [k for k in range(len(r)) if s * 7 <= r.storage_index(k) < (s + 1) * 7] for s in range(4)}
     truth = all_tokens(root, m)
     for k in in_shard[1][:3]:
@@ -452,7 +452,8 @@ def test_hub_reads_through_huggingface_hub_then_offline_from_cache(mix, tmp_path
         for k in ks:
             assert (r.sample(k) == truth[r.storage_index(k)]).all()
         assert sorted(r.fetched) == ["train/train-00000.bin", "train/train-00001.bin"]
-        assert dict(hub.gets) == {"manifest.json": 1, "train/train-00000.bin": 1, "train/train-00001.bin": 1}
+        assert dict(hub.gets) == {"manifest.json": 1, "review/mix_config.json": 1, "train/train-00000.bin": 1,
+                                  "train/train-00001.bin": 1}
         state = r.state_dict()
     # One copy on disk: each shard was moved from the hub's cache into the reader's (shared, budgeted) one.
     shard_shas = {s["sha256"] for s in m["splits"]["train"]["shards"][:2]}

@@ -4,8 +4,9 @@ The asset needs the resource `mix` (an object with `.spec` (MixSpec) and `.stora
 Guards against publishing past a failed gate:
   * in a run: every upstream gate is a blocking check, so a failure skips this step;
   * in automation: `all_deps_blocking_checks_passed()` is part of the automation condition;
-  * always: `publish()` re-hashes every local file against the manifest (and, once the manifest
-    checker is importable, runs it) and refuses on any mismatch.
+  * always: the manifest checker runs on the local mix and `publish()` re-hashes every local file
+    against the manifest; either refuses on any mismatch.
+A re-publish of an existing revision re-hashes its objects and repairs what is missing or damaged.
 """
 
 
@@ -20,6 +21,7 @@ from mix_assets.assets.manifest import SHARDS_AUDIT_CLEAN, SHARDS_AUDIT_RECORD
 from mix_assets.config import MixSpec
 from mix_assets.lib import layout
 from mix_assets.lib import publish as pub
+from mix_assets.lib.manifest import check_manifest
 
 PUBLISHED_READABLE = "published_readable_from_empty_cache"
 GROUP = "publish"
@@ -59,10 +61,8 @@ def _mix_file(storage) -> Callable[[str], str]:
 
 
 def _open_reader():
-    try:
-        from mix_assets.reader import open_mix
-    except ImportError:  # the reader lands from its own branch; until then raw-sample comparison only
-        return None
+    from mix_assets.reader import open_mix
+
     return open_mix
 
 
@@ -155,10 +155,6 @@ def _require_clean_audit(storage, manifest: dict) -> None:
 
 def _check_manifest_contract(manifest: dict, resolve: Callable[[str], str]) -> None:
     """Refuse to publish a manifest the shared checker rejects (in addition to the per-file re-hash)."""
-    try:
-        from mix_assets.lib.manifest import check_manifest
-    except ImportError:  # lands from the reader branch; publish() still re-hashes every file
-        return
 
     def open_file(rel: str):
         return open(resolve(rel), "rb")

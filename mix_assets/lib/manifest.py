@@ -11,8 +11,18 @@ the files present:
 * the `sources` and `totals` sections equal the sums of the splits;
 * shard, tokenizer and review files all appear in `files` (same bytes and sha256), shards first, train
   before val; the fingerprint is recomputed from `files`;
+* every path taken from the manifest passes `safe_path` (relative, normalised, no `..`, no absolute or
+  drive path, no backslash; under a local root, symlinks resolved, inside the root);
+* `interpretation_sha256` is recomputed (see `interpretation`): the content fingerprint covers only the
+  files' bytes, this second hash covers how to read them;
+* counts that follow from the contract: each split's dropped tail is shorter than one sample, the train
+  tokens of a source are its budget, train documents do not exceed the sources' unique documents (equal
+  with a separator), dtype is the smallest that holds the vocabulary, config_sha256 is the config file's;
 * when a file source is given: every listed file exists with that size (and that sha256, recomputed, when
-  `verify_hashes`), and for a local directory no unlisted file sits in the mix directory.
+  `verify_hashes`), for a local directory no unlisted file sits in the mix directory (a published
+  revision's README.md must be exactly `dataset_card(manifest)`), and the manifest agrees with the review
+  config it lists (name, seed, packing, tokenizer kind, sources, budgets, epochs); with `verify_hashes`,
+  also with the dedup keys and exclusion masks (val documents, unique documents per source).
 
 Every problem names the file (or manifest field) and the number that is wrong. `source` is a local mix
 directory, a callable `open_file(relpath) -> binary file object` (raising FileNotFoundError when absent,
@@ -24,13 +34,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import posixpath
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
 FORMAT = "mix_assets.manifest/1"
 MANIFEST_NAME = "manifest.json"
+README_NAME = "README.md"  # the dataset card a published revision carries beside the listed files
+INTERPRETATION_KEY = "interpretation_sha256"
 SPLITS = ("train", "val")
 DTYPES = {"uint16": 2, "uint32": 4}
 _HASH_CHUNK = 1 << 22
@@ -45,6 +59,109 @@ class ManifestError(ValueError):
         shown = "\n".join(f"  - {p}" for p in self.problems[:50])
         more = f"\n  ... and {len(self.problems) - 50} more" if len(self.problems) > 50 else ""
         super().__init__(f"{origin}: {len(self.problems)} problem(s):\n{shown}{more}")
+
+
+class UnsafePathError(ManifestError):
+    """A path taken from a manifest that could name a file outside the mix directory."""
+
+    def __init__(self, path: Any, why: str):
+        self.path = path
+        super().__init__([f"{path!r}: {why}"])
+
+
+def _path_problem(path: Any) -> str | None:
+    if not isinstance(path, str) or not path:
+        return "a path must be a non-empty string"
+    if any(ord(ch) < 0x20 for ch in path):
+        return "control characters in a path"
+    if "\\" in path:
+        return "backslash in a path (paths are '/'-separated)"
+    if ":" in path:
+        return "':' in a path (drive letters and URLs are refused)"
+    if path.startswith("/"):
+        return "absolute path (must be relative to the mix directory)"
+    parts = path.split("/")
+    if ".." in parts:
+        return "'..' in a path (must stay inside the mix directory)"
+    if "" in parts or "." in parts or posixpath.normpath(path) != path:
+        return "not a normalised path (empty or '.' components)"
+    return None
+
+
+def safe_path(path: Any, root: str | os.PathLike | None = None) -> Any:
+    """The one validator of a path taken from a manifest (publish, verify, reader and this checker).
+
+    Without `root`: returns `path` when it is relative, '/'-separated and normalised (no `..`, `.` or
+    empty component, no absolute path, drive, backslash or control character). With a local `root`:
+    also resolves symlinks and returns the resolved `Path`, which must lie inside the resolved root.
+    Raises UnsafePathError naming the path and the rule it breaks.
+    """
+    why = _path_problem(path)
+    if why is not None:
+        raise UnsafePathError(path, why)
+    if root is None:
+        return path
+    base = Path(root).resolve()
+    full = (base / path).resolve()
+    if full != base and base not in full.parents:
+        raise UnsafePathError(path, f"resolves to {full}, outside {base} (symlink)")
+    return full
+
+
+def manifest_paths(m: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """(where, path) of every path a manifest names: files, shards, tokenizer files, review files."""
+    out: list[tuple[str, Any]] = []
+    files = m.get("files")
+    for i, f in enumerate(files if isinstance(files, list) else []):
+        if isinstance(f, Mapping) and "path" in f:
+            out.append((f"files[{i}].path", f["path"]))
+    splits = m.get("splits")
+    for name, s in (splits.items() if isinstance(splits, Mapping) else ()):
+        shards = s.get("shards") if isinstance(s, Mapping) else None
+        for i, sh in enumerate(shards if isinstance(shards, list) else []):
+            if isinstance(sh, Mapping) and "path" in sh:
+                out.append((f"splits.{name}.shards[{i}].path", sh["path"]))
+    tok = m.get("tokenizer")
+    tok_files = tok.get("files") if isinstance(tok, Mapping) else None
+    for p in (tok_files if isinstance(tok_files, Mapping) else ()):
+        out.append(("tokenizer.files", p))
+    review = m.get("review")
+    for k, p in (review.items() if isinstance(review, Mapping) else ()):
+        if p is not None:
+            out.append((f"review.{k}", p))
+    return out
+
+
+def interpretation(m: Mapping[str, Any]) -> dict:
+    """What says how to read the bytes: format, dtype, packing (rule, separator and its id, seq_len,
+    sample_len, shifted_targets), tokenizer identity (kind, repo_id, revision, vocab_size, special
+    tokens, files) and per split its sample count and shard order with each shard's samples."""
+    def get(obj: Any, key: str) -> Any:
+        return obj.get(key) if isinstance(obj, Mapping) else None
+
+    tok = m.get("tokenizer")
+    splits = m.get("splits")
+    out_splits = {}
+    for name, s in (splits.items() if isinstance(splits, Mapping) else ()):
+        shards = get(s, "shards")
+        out_splits[name] = {
+            "samples": get(s, "samples"),
+            "shards": [[get(sh, "path"), get(sh, "samples")] for sh in (shards if isinstance(shards, list) else [])],
+        }
+    return {
+        "format": m.get("format"),
+        "dtype": m.get("dtype"),
+        "packing": m.get("packing"),
+        "tokenizer": {k: get(tok, k) for k in ("kind", "repo_id", "revision", "vocab_size", "special_tokens",
+                                               "files")},
+        "splits": out_splits,
+    }
+
+
+def interpretation_sha256(m: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON (sorted keys, no spaces, ASCII) of `interpretation(m)`."""
+    text = json.dumps(interpretation(m), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def compute_fingerprint(files: Iterable[Mapping[str, Any] | str]) -> str:
@@ -79,10 +196,10 @@ class LocalDir:
         self.root = Path(root)
 
     def open(self, path: str) -> BinaryIO:
-        return open(self.root / path, "rb")
+        return open(safe_path(path, self.root), "rb")
 
     def size(self, path: str) -> int:
-        return (self.root / path).stat().st_size
+        return safe_path(path, self.root).stat().st_size
 
     def list(self) -> list[str]:
         """Every regular, non-hidden file under the root except manifest.json (relative, `/`-separated)."""
@@ -173,12 +290,22 @@ class _Checker:
             self.bad(f"{claimed_where}: says {claimed}, but {what} is {got}")
 
 
-def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_hashes: bool = True) -> list[str]:
-    """Every problem found in `manifest` (and the files of `source`, when given); [] when it is sound."""
+def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_hashes: bool = True,
+                      review_counts: bool | None = None) -> list[str]:
+    """Every problem found in `manifest` (and the files of `source`, when given); [] when it is sound.
+
+    review_counts: cross-check the document counts against the dedup keys and exclusion masks
+    (reads both Parquet files); default: when `verify_hashes` and a source is given."""
     c = _Checker(manifest)
     m = manifest
     if not isinstance(m, Mapping):
         return [f"{MANIFEST_NAME}: top level is {type(m).__name__}, expected an object"]
+    unsafe: set = set()
+    for where, p in manifest_paths(m):
+        why = _path_problem(p)
+        if why is not None:
+            c.bad(f"{where}: {p!r}: {why}")
+            unsafe.add(p if isinstance(p, str) else None)
     if m.get("format") != FORMAT:
         c.bad(f"format: {m.get('format')!r}, expected {FORMAT!r}")
     dtype = m.get("dtype")
@@ -210,7 +337,10 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
         tokens = c.need(s, "tokens", w)
         emitted = c.need(s, "emitted_tokens", w)
         dropped = c.need(s, "dropped_tail_tokens", w)
-        c.need(s, "documents", w)
+        documents = c.need(s, "documents", w)
+        if dropped is not None and sample_len and dropped >= sample_len:
+            c.bad(f"{w}.dropped_tail_tokens: {dropped}, but a dropped tail is shorter than one sample "
+                  f"(sample_len {sample_len})")
         seam = s.get("seam_rate")
         if not isinstance(seam, (int, float)) or isinstance(seam, bool) or not 0.0 <= seam <= 1.0:
             c.bad(f"{w}.seam_rate: {seam!r}, expected a number in [0, 1]")
@@ -253,6 +383,7 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
         if samples is not None:
             c.eq(f"the sum of its {len(shards)} shards' samples", shard_samples, f"{w}.samples", samples)
         split_sums[name] = {"samples": samples, "tokens": tokens, "emitted": emitted, "dropped": dropped,
+                            "documents": documents,
                             "sources": dict(sources), "shards": len(shards)}
 
     # -- sources and totals ------------------------------------------------------------------------------
@@ -266,6 +397,21 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
                 got = c.need(rec, key, f"sources.{src}")
                 c.eq(f"splits.{split}.sources.{src}", split_sums[split]["sources"].get(src, 0),
                      f"sources.{src}.{key}", got)
+            # the train stream of a source is cut at exactly its budget (N x share x epochs)
+            c.eq(f"splits.train.sources.{src} (the train stream is cut at the budget)",
+                 split_sums["train"]["sources"].get(src, 0), f"sources.{src}.budget_tokens",
+                 c.need(rec, "budget_tokens", f"sources.{src}"))
+        uniq = [rec.get("unique_documents") for rec in per_source.values() if isinstance(rec, Mapping)]
+        for src, rec in per_source.items():
+            c.need(rec, "unique_documents", f"sources.{src}")
+        train_docs = split_sums["train"]["documents"]
+        if train_docs is not None and uniq and all(_int(u) for u in uniq):
+            # every train document is one of a source's unique set; a separator gives each one a token
+            if packing.get("separator") is not None:
+                c.eq("the sum of sources.*.unique_documents", sum(uniq), "splits.train.documents", train_docs)
+            elif train_docs > sum(uniq):
+                c.bad(f"splits.train.documents: says {train_docs}, more than the sum of sources.*.unique_documents "
+                      f"{sum(uniq)}")
     totals = c.need(m, "totals", "manifest", Mapping) or {}
     claimed = {k: c.need(totals, k, "totals") if totals else None
                for k in ("train_tokens", "val_tokens", "train_samples", "val_samples", "shards", "dropped_tail_tokens")}
@@ -292,10 +438,8 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
         p = f["path"]
         if p in by_path:
             c.bad(f"{p}: listed twice in files (entries {list(by_path).index(p)} and {i})")
-        if p.startswith("/") or ".." in p.split("/") or "\\" in p:
-            c.bad(f"{p}: file paths must be relative to the mix directory, without '..'")
-        if p == MANIFEST_NAME:
-            c.bad(f"{p}: manifest.json must not list itself in files")
+        if p in (MANIFEST_NAME, README_NAME):
+            c.bad(f"{p}: a reserved name (the manifest itself, the published dataset card) listed in files")
         c.need(f, "bytes", p)
         sha = c.need(f, "sha256", p, str)
         if sha is not None and (len(sha) != 64 or any(ch not in "0123456789abcdef" for ch in sha)):
@@ -320,7 +464,11 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
     if not isinstance(tok, Mapping):
         c.bad("tokenizer: missing")
     else:
-        c.need(tok, "vocab_size", "tokenizer")
+        vocab = c.need(tok, "vocab_size", "tokenizer")
+        if vocab is not None and size is not None:
+            want_dtype = "uint16" if vocab <= 1 << 16 else "uint32"  # lib/tokenizer.dtype_for_vocab
+            if dtype != want_dtype:
+                c.bad(f"dtype: {dtype!r}, but tokenizer.vocab_size {vocab} is stored as {want_dtype!r}")
         for p, sha in (tok.get("files") or {}).items():
             if p not in by_path:
                 c.bad(f"{p}: tokenizer file missing from files")
@@ -331,22 +479,239 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
         for key, p in review.items():
             if p is not None and p not in by_path:
                 c.bad(f"{p}: review file review.{key} missing from files")
+    config_path = review.get("config") if isinstance(review, Mapping) else None
+    config_entry = by_path.get(config_path) if isinstance(config_path, str) else None
+    if config_entry is None:
+        c.bad("review.config: the mix config file is not listed (it says how the mix was built)")
+    else:
+        c.eq(f"the sha256 of {config_path}", config_entry.get("sha256"), "config_sha256", m.get("config_sha256"))
     fp = m.get("fingerprint")
     if all(isinstance(f, Mapping) and isinstance(f.get("sha256"), str) for f in files):
         want = compute_fingerprint(files)
         if fp != want:
             c.bad(f"fingerprint: says {fp}, but sha256 over the {len(files)} files' sha256s is {want}")
+    if INTERPRETATION_KEY not in m:
+        c.bad(f"{INTERPRETATION_KEY}: missing (sha256 over how to read the bytes, see lib/manifest.interpretation)")
+    else:
+        want = interpretation_sha256(m)
+        if m[INTERPRETATION_KEY] != want:
+            c.bad(f"{INTERPRETATION_KEY}: says {m[INTERPRETATION_KEY]}, but sha256 over the canonical JSON of "
+                  f"format, dtype, packing, tokenizer identity and split shard samples is {want}")
 
     # -- the files themselves -----------------------------------------------------------------------------
     src = as_source(source)
     if src is not None:
+        bad_files: set[str] = set()
         for p, f in by_path.items():
-            c.problems.extend(_file_problems(src, p, f.get("bytes"), f.get("sha256"), verify_hashes))
+            if p in unsafe:
+                continue  # never opened: reported above
+            found = _file_problems(src, p, f.get("bytes"), f.get("sha256"), verify_hashes)
+            if found:
+                bad_files.add(p)
+            c.problems.extend(found)
         lister = getattr(src, "list", None)
         if lister is not None:
-            for extra in sorted(set(lister()) - set(by_path)):
+            listed = set(lister())
+            if README_NAME in listed and README_NAME not in by_path:
+                c.problems.extend(_card_problems(src, m))
+            for extra in sorted(listed - set(by_path) - {README_NAME}):
                 c.bad(f"{extra}: present in the mix directory but not listed in files")
+        if config_entry is not None and config_path not in bad_files and config_path not in unsafe:
+            cfg, found = _read_config(src, config_path, config_entry.get("sha256"))
+            c.problems.extend(found)
+            if cfg is not None:
+                c.problems.extend(config_problems(m, cfg, config_path))
+                if review_counts or (review_counts is None and verify_hashes):
+                    bad = bad_files | unsafe
+                    c.problems.extend(review_count_problems(m, src, cfg, skip=bad))
     return c.problems
+
+
+def _card_problems(src: Any, m: Mapping[str, Any]) -> list[str]:
+    """A published revision's README.md must be exactly the card generated from its manifest."""
+    from mix_assets.lib.publish import dataset_card  # publish imports this module
+
+    try:
+        want = dataset_card(dict(m))
+    except Exception as e:  # noqa: BLE001 -- a manifest too broken for a card is reported above
+        return [f"{README_NAME}: no dataset card can be generated from this manifest ({type(e).__name__}: {e})"]
+    with src.open(README_NAME) as f:
+        got = f.read()
+    if got != want.encode("utf-8"):
+        return [f"{README_NAME}: present but not the dataset card generated from the manifest "
+                f"(lib/publish.dataset_card); {len(got)} bytes, the card is {len(want.encode('utf-8'))}"]
+    return []
+
+
+def _read_config(src: Any, path: str, want_sha: str | None) -> tuple[dict | None, list[str]]:
+    """The review config as a dict, read once and checked against its listed sha256."""
+    try:
+        with src.open(path) as f:
+            raw = f.read()
+    except (FileNotFoundError, UnsafePathError):
+        return None, []  # reported by the file checks
+    if hashlib.sha256(raw).hexdigest() != want_sha:
+        return None, [f"{path}: sha256 {hashlib.sha256(raw).hexdigest()}, manifest says {want_sha}"]
+    try:
+        cfg = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        return None, [f"{path}: not valid JSON ({e})"]
+    if not isinstance(cfg, dict):
+        return None, [f"{path}: top level is {type(cfg).__name__}, expected an object"]
+    return cfg, []
+
+
+def interpretation_problems(m: Mapping[str, Any], source: Any) -> list[str]:
+    """The manifest against the mix config it lists, read from `source` (a directory, opener or object
+    with `open`) and checked against its listed sha256: [] when the config backs how the manifest says
+    to read the bytes. What a reader that fetches lazily runs at open (the config is small)."""
+    review = m.get("review") if isinstance(m.get("review"), Mapping) else {}
+    path = review.get("config")
+    entry = next((f for f in m.get("files") or [] if isinstance(f, Mapping) and f.get("path") == path), None)
+    if not isinstance(path, str) or entry is None:
+        return ["review.config: the mix config file is not listed (it says how the mix was built)"]
+    try:
+        cfg, problems = _read_config(as_source(source), safe_path(path), entry.get("sha256"))
+    except UnsafePathError as e:
+        return e.problems
+    if cfg is None:
+        return problems or [f"{path}: listed in files but not found"]
+    return config_problems(m, cfg, path)
+
+
+def config_problems(m: Mapping[str, Any], cfg: Mapping[str, Any], path: str = "review/mix_config.json") -> list[str]:
+    """The manifest fields the mix config determines, compared with it: name, seed, packing (seq_len,
+    shifted_targets, sample_len, separator), tokenizer kind (and hub repo/revision), the source set,
+    each source's epochs and budget_tokens = round(target_tokens x share x epochs).
+
+    The config file is among the fingerprinted files, so a manifest edited under a pinned fingerprint
+    cannot change these without this check noticing."""
+    out: list[str] = []
+
+    def field(obj: Any, dotted: str) -> Any:
+        cur = obj
+        for part in dotted.split("."):
+            if not isinstance(cur, Mapping) or part not in cur:
+                out.append(f"{path}: field {dotted} missing")
+                return _MISSING
+            cur = cur[part]
+        return cur
+
+    def same(claim_where: str, claimed: Any, cfg_field: str, want: Any) -> None:
+        if want is not _MISSING and claimed != want:
+            out.append(f"{claim_where}: says {claimed!r}, but {path} has {cfg_field} = {want!r}")
+
+    pk = m.get("packing") if isinstance(m.get("packing"), Mapping) else {}
+    same("name", m.get("name"), "name", field(cfg, "name"))
+    same("seed", m.get("seed"), "seed", field(cfg, "seed"))
+    seq_len = field(cfg, "packing.seq_len")
+    shifted = field(cfg, "packing.shifted_targets")
+    per_seq = field(cfg, "packing.samples_per_seq")
+    same("packing.seq_len", pk.get("seq_len"), "packing.seq_len", seq_len)
+    same("packing.shifted_targets", pk.get("shifted_targets"), "packing.shifted_targets", shifted)
+    same("packing.separator", pk.get("separator"), "packing.separator", field(cfg, "packing.separator"))
+    if _MISSING not in (seq_len, shifted, per_seq) and _int(seq_len) and _int(per_seq):
+        want_len = seq_len + 1 if shifted else seq_len * per_seq
+        same("packing.sample_len", pk.get("sample_len"), "packing seq_len/shifted_targets/samples_per_seq ->",
+             want_len)
+    tok = m.get("tokenizer") if isinstance(m.get("tokenizer"), Mapping) else {}
+    kind = field(cfg, "tokenizer.kind")
+    same("tokenizer.kind", tok.get("kind"), "tokenizer.kind", kind)
+    if kind == "hub":
+        for k in ("repo_id", "revision"):
+            same(f"tokenizer.{k}", tok.get(k), f"tokenizer.{k}", field(cfg, f"tokenizer.{k}"))
+    target = field(cfg, "target_tokens")
+    srcs = field(cfg, "sources")
+    per_source = m.get("sources") if isinstance(m.get("sources"), Mapping) else {}
+    if isinstance(srcs, list):
+        by_name = {s.get("name"): s for s in srcs if isinstance(s, Mapping)}
+        if set(by_name) != set(per_source):
+            out.append(f"sources: {sorted(per_source)}, but {path} configures {sorted(map(str, by_name))}")
+        for name, rec in per_source.items():
+            s = by_name.get(name)
+            if s is None or not isinstance(rec, Mapping):
+                continue
+            epochs, share = s.get("epochs"), s.get("share")
+            same(f"sources.{name}.epochs", rec.get("epochs"), f"sources[{name}].epochs", epochs)
+            if isinstance(target, (int, float)) and isinstance(share, (int, float)) \
+                    and isinstance(epochs, (int, float)) and math.isfinite(target * share * epochs):
+                same(f"sources.{name}.budget_tokens", rec.get("budget_tokens"),
+                     "round(target_tokens x share x epochs) =", int(round(target * share * epochs)))
+    return out
+
+
+_MISSING = object()
+
+
+def review_count_problems(m: Mapping[str, Any], src: Any, cfg: Mapping[str, Any], skip: set = frozenset()) -> list[str]:
+    """Document counts against the review files: kept documents = dedup_keys rows minus the doc_ids of
+    exclusion_masks; a kept document is val when hash(seed, cluster_id) < split.val_fraction (the rule
+    of lib/split.assign_split). splits.val.documents must equal the kept val documents, and each
+    source's unique_documents cannot exceed its kept train documents."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from mix_assets.lib.split import unit_hash
+
+    review = m.get("review") if isinstance(m.get("review"), Mapping) else {}
+    keys_path, masks_path = review.get("dedup_keys"), review.get("exclusion_masks")
+    if not isinstance(keys_path, str) or not isinstance(masks_path, str):
+        return ["review: dedup_keys and exclusion_masks must both be listed to cross-check document counts"]
+    if keys_path in skip or masks_path in skip:
+        return []  # their own problems are reported
+    val_fraction = cfg.get("split", {}).get("val_fraction") if isinstance(cfg.get("split"), Mapping) else None
+    seed = cfg.get("seed")
+    if not isinstance(val_fraction, (int, float)) or not _int(seed):
+        return [f"{review.get('config')}: split.val_fraction and seed are needed to recount val documents"]
+
+    def table(path: str, columns: list[str]) -> pa.Table | str:
+        try:
+            with src.open(path) as f:
+                t = pq.read_table(pa.BufferReader(f.read()) if not _seekable(f) else f, columns=columns)
+        except (pa.ArrowInvalid, KeyError, ValueError) as e:
+            return f"{path}: cannot read columns {columns} ({type(e).__name__}: {e})"
+        for col in columns:
+            if t.column(col).null_count:
+                return f"{path}: field {col} is null in some rows"
+        return t
+
+    keys = table(keys_path, ["doc_id", "source", "cluster_id"])
+    masks = table(masks_path, ["doc_id"])
+    errors = [t for t in (keys, masks) if isinstance(t, str)]
+    if errors:
+        return errors
+    kept = keys.filter(pc.invert(pc.is_in(keys.column("doc_id"), value_set=masks.column("doc_id"))))
+    clusters = kept.column("cluster_id").to_pylist()
+    hashed = {c: unit_hash(seed, c) < val_fraction for c in set(clusters)}
+    val: dict[str, int] = {}
+    train: dict[str, int] = {}
+    for source, cl in zip(kept.column("source").to_pylist(), clusters):
+        side = val if hashed[cl] else train
+        side[source] = side.get(source, 0) + 1
+    out = []
+    per_source = m.get("sources") if isinstance(m.get("sources"), Mapping) else {}
+    splits = m.get("splits") if isinstance(m.get("splits"), Mapping) else {}
+    val_docs = splits.get("val", {}).get("documents") if isinstance(splits.get("val"), Mapping) else None
+    want_val = sum(val.get(s, 0) for s in per_source)
+    origin = f"{keys_path} minus {masks_path}"
+    if _int(val_docs) and val_docs != want_val:
+        out.append(f"splits.val.documents: says {val_docs}, but {origin} holds {want_val} val documents "
+                   f"of sources {sorted(per_source)} (hash(seed, cluster_id) < val_fraction {val_fraction})")
+    for s, rec in per_source.items():
+        u = rec.get("unique_documents") if isinstance(rec, Mapping) else None
+        have = train.get(s, 0)
+        if _int(u) and u > have:
+            out.append(f"sources.{s}.unique_documents: says {u}, but {origin} holds only {have} kept train "
+                       f"documents of {s}")
+        budget = rec.get("budget_tokens") if isinstance(rec, Mapping) else None
+        if _int(u) and u == 0 and _int(budget) and budget > 0:
+            out.append(f"sources.{s}.unique_documents: 0, but its budget_tokens is {budget}")
+    return out
+
+
+def _seekable(f: Any) -> bool:
+    return bool(getattr(f, "seekable", lambda: False)())
 
 
 def _file_problems(src: Any, path: str, want_bytes: int | None, want_sha: str | None,
@@ -359,6 +724,8 @@ def _file_problems(src: Any, path: str, want_bytes: int | None, want_sha: str | 
             sha, n = None, src.size(path)
     except FileNotFoundError:
         return [f"{path}: listed in files ({want_bytes} bytes) but not found"]
+    except UnsafePathError as e:
+        return [f"{path}: {e.problems[0].split(': ', 1)[1]}"]
     out = []
     if want_bytes is not None and n != want_bytes:
         out.append(f"{path}: {n} bytes on disk, manifest says {want_bytes}")
@@ -368,9 +735,9 @@ def _file_problems(src: Any, path: str, want_bytes: int | None, want_sha: str | 
 
 
 def check_manifest(manifest: Mapping[str, Any], root_or_opener: Any = None, verify_hashes: bool = True,
-                   *, strict: bool = True) -> list[str]:
+                   *, strict: bool = True, review_counts: bool | None = None) -> list[str]:
     """Check `manifest` (see the module doc). strict: raise ManifestError listing every problem; else return them."""
-    problems = manifest_problems(manifest, root_or_opener, verify_hashes)
+    problems = manifest_problems(manifest, root_or_opener, verify_hashes, review_counts)
     if problems and strict:
         raise ManifestError(problems)
     return problems

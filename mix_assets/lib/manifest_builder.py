@@ -1,5 +1,7 @@
 """Build manifest.json (format `mix_assets.manifest/1`) from the shard stats, the tokenizer
 identity and the review files. The checker is `mix_assets.lib.manifest.check_manifest`.
+`fingerprint` covers the files' bytes; `interpretation_sha256` covers how to read them
+(`mix_assets.lib.manifest.interpretation`), so editing e.g. seq_len changes it.
 
 Nothing time- or location-dependent goes in: the review config is the spec without its storage,
 publish and schedule sections (where a mix is built or published does not change its content).
@@ -10,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 from typing import Callable
+
+from mix_assets.lib.manifest import INTERPRETATION_KEY, interpretation_sha256
 
 FORMAT = "mix_assets.manifest/1"
 # review name -> path relative to the mix dir, in the order they are listed in `files`
@@ -75,7 +79,7 @@ def build_manifest(
         for s, v in sorted(shard_stats["sources"].items())
     }
     tr, va = splits["train"], splits["val"]
-    return {
+    manifest = {
         "format": FORMAT,
         "name": name,
         "seed": seed,
@@ -111,6 +115,8 @@ def build_manifest(
         "files": files,
         "fingerprint": fingerprint(files),
     }
+    manifest[INTERPRETATION_KEY] = interpretation_sha256(manifest)
+    return manifest
 
 
 def dumps(manifest: dict) -> str:

@@ -14,8 +14,11 @@ manifest.json. A revision exists exactly when its manifest.json exists:
   3. the `latest` pointer (a small JSON file at the target root) is written after it.
 
 A publish killed before step 2 leaves files without a manifest: not a revision; a retry re-uses the
-files already there (same size and sha256) and finishes. Publishing the same manifest again changes
-nothing; a different manifest under an existing revision id is refused (RevisionConflict).
+files already there (same size and sha256) and finishes. Publishing the same manifest again re-hashes
+every object of the existing revision and re-uploads only what is missing or differs (a shard deleted
+or damaged at the target), the card too, then points `latest`; an intact revision is left untouched.
+A different manifest under an existing revision id is refused (RevisionConflict).
+Every path taken from a manifest (local or remote) goes through `lib/manifest.safe_path`.
 On the hub one `create_commit` is atomic on its own (blobs are pre-uploaded, the commit appears whole);
 the commit is tagged `rev-<fp16>` so that a re-publish finds it.
 """
@@ -34,6 +37,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mix_assets.lib.manifest import (
+    INTERPRETATION_KEY,
+    LocalDir,
+    UnsafePathError,
+    manifest_problems,
+    safe_path,
+)
 from mix_assets.lib.storage import atomic_path, sha256_file, split_s3_url
 
 MANIFEST = "manifest.json"
@@ -91,6 +101,8 @@ def dataset_card(manifest: dict) -> str:
         "",
         f"- revision: `{revision_id(fp)}`",
         f"- content fingerprint (sha256 over the ordered per-file sha256s): `{fp}`",
+        (f"- interpretation sha256 (dtype, packing, tokenizer identity, split shard samples): "
+         f"`{manifest.get(INTERPRETATION_KEY)}`"),
         f"- seed: {manifest.get('seed')}, config sha256: `{manifest.get('config_sha256')}`",
         f"- dtype: `{manifest.get('dtype')}` little-endian, raw arrays without header",
         (f"- packing: {pk.get('rule')}, seq_len {pk.get('seq_len')}, sample_len {pk.get('sample_len')}, "
@@ -154,14 +166,22 @@ def check_local_mix(manifest: dict, local_path: Callable[[str], str]) -> list[st
         problems.append(f"{MANIFEST}: fingerprint {manifest.get('fingerprint')} != {fingerprint_of(files)} "
                         "recomputed from the listed sha256s")
     for f in files:
-        p = f["path"]
-        if p in (README, MANIFEST, LATEST) or p.startswith(("/", "../")) or "/../" in p:
-            problems.append(f"{MANIFEST}: file path {p!r} is reserved or escapes the mix directory")
+        p = f.get("path")
+        try:
+            safe_path(p)
+        except UnsafePathError as e:
+            problems.append(f"{MANIFEST}: file path {e.problems[0]}")
+            continue
+        if p in (README, MANIFEST, LATEST):
+            problems.append(f"{MANIFEST}: file path {p!r} is reserved")
             continue
         try:
             lp = local_path(p)
         except FileNotFoundError:
             problems.append(f"{p}: listed in the manifest but missing")
+            continue
+        except UnsafePathError as e:
+            problems.append(f"{p}: {e.problems[0]}")
             continue
         size = os.path.getsize(lp)
         if size != f["bytes"]:
@@ -185,6 +205,10 @@ class Target:
 
     def stat(self, key: str) -> tuple[int, str | None] | None:
         """(size, recorded sha256 or None) of an existing object, else None."""
+        raise NotImplementedError
+
+    def digest(self, key: str) -> tuple[int, str] | None:
+        """(size, sha256 recomputed from the object's bytes) of an existing object, else None."""
         raise NotImplementedError
 
     def put_file(self, key: str, local: str, sha256: str) -> None:
@@ -219,7 +243,7 @@ class LocalTarget(Target):
         self.url = str(self.root)
 
     def _p(self, key: str) -> Path:
-        return self.root / key
+        return safe_path(key, self.root)
 
     def read(self, key):
         try:
@@ -232,6 +256,8 @@ class LocalTarget(Target):
         if not p.is_file():
             return None
         return p.stat().st_size, sha256_file(p)
+
+    digest = stat  # stat already re-hashes the bytes
 
     def put_file(self, key, local, sha256):
         with atomic_path(self._p(key)) as tmp:
@@ -321,6 +347,22 @@ class S3Target(Target):
             raise
         return h["ContentLength"], h.get("Metadata", {}).get("sha256")
 
+    def digest(self, key):
+        from botocore.exceptions import ClientError
+
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self._k(key))["Body"]
+        except ClientError as e:
+            if _s3_missing(e):
+                return None
+            raise
+        with contextlib.closing(body):
+            h, n = hashlib.sha256(), 0
+            while chunk := body.read(_CHUNK):
+                h.update(chunk)
+                n += len(chunk)
+        return n, h.hexdigest()
+
     def put_file(self, key, local, sha256):
         self.client.upload_file(local, self.bucket, self._k(key), ExtraArgs={"Metadata": {"sha256": sha256}})
 
@@ -384,9 +426,9 @@ def _resolver(mix: str | os.PathLike | Callable[[str], str]) -> Callable[[str], 
         return mix
 
     def local(rel: str) -> str:
-        p = Path(mix) / rel
+        p = safe_path(rel, mix)
         if not p.is_file():
-            raise FileNotFoundError(str(p))
+            raise FileNotFoundError(str(Path(mix) / rel))
         return str(p)
 
     return local
@@ -432,10 +474,14 @@ def publish(mix: str | os.PathLike | Callable[[str], str], target: Target | HubT
     existing = target.read(f"{rev}/{MANIFEST}")
     if existing is not None:
         _same_revision(existing, manifest, target.uri(f"{rev}/{MANIFEST}"))
-        log(f"{target.location(rev)} already holds this content; nothing uploaded")
+        up_files, up_bytes = _repair(target, rev, manifest, resolve, card, log)
+        if up_files:
+            log(f"{target.location(rev)}: repaired {up_files} missing or damaged object(s) ({up_bytes} bytes)")
+        else:
+            log(f"{target.location(rev)} already holds this content, every object verified; nothing uploaded")
         _point_latest(target, rev, manifest["fingerprint"])
         return PublishResult(target.url, rev, target.location(rev), manifest["fingerprint"], n_files, total,
-                             0, 0, created=False)
+                             up_files, up_bytes, created=False)
 
     up_files = up_bytes = 0
     for f in manifest["files"]:
@@ -454,6 +500,27 @@ def publish(mix: str | os.PathLike | Callable[[str], str], target: Target | HubT
     log(f"published {target.location(rev)}: {up_files} files uploaded ({up_bytes} bytes)")
     return PublishResult(target.url, rev, target.location(rev), manifest["fingerprint"], n_files, total,
                          up_files + 2, up_bytes + len(card) + len(mbytes), created=True)
+
+
+def _repair(target: Target, rev: str, manifest: dict, resolve: Callable[[str], str], card: bytes,
+            log: Callable[[str], None]) -> tuple[int, int]:
+    """Re-hash every object of an existing revision; re-upload each one missing or differing, the card
+    after the listed files (the manifest is already there and identical). (files, bytes) uploaded."""
+    up_files = up_bytes = 0
+    for f in manifest["files"]:
+        key = f"{rev}/{f['path']}"
+        if target.digest(key) == (f["bytes"], f["sha256"]):
+            continue
+        log(f"{target.uri(key)}: missing or differs from the manifest; uploading it again")
+        target.put_file(key, resolve(f["path"]), f["sha256"])
+        up_files += 1
+        up_bytes += f["bytes"]
+    if target.digest(f"{rev}/{README}") != (len(card), hashlib.sha256(card).hexdigest()):
+        log(f"{target.uri(f'{rev}/{README}')}: missing or not the generated card; writing it again")
+        target.put_bytes(f"{rev}/{README}", card)
+        up_files += 1
+        up_bytes += len(card)
+    return up_files, up_bytes
 
 
 def _point_latest(target: Target, rev: str, fingerprint: str) -> None:
@@ -660,18 +727,25 @@ def verify(target: Target | HubTarget, revision: str, local_mix: str | os.PathLi
             out.problems.append(f"{uri(MANIFEST)}: not valid JSON ({e})")
             out.seconds = time.monotonic() - t0
             return out
+        if not isinstance(remote, dict):
+            out.problems.append(f"{uri(MANIFEST)}: top level is {type(remote).__name__}, expected an object")
+            out.seconds = time.monotonic() - t0
+            return out
         if remote != local:
             diff = sorted(k for k in set(remote) | set(local) if remote.get(k) != local.get(k))
             out.problems.append(f"{uri(MANIFEST)}: differs from the local manifest in {', '.join(diff)}")
-        if fingerprint_of(remote.get("files", [])) != remote.get("fingerprint"):
-            out.problems.append(f"{uri(MANIFEST)}: fingerprint does not match the listed sha256s")
+        structural = manifest_problems(remote, None)
+        if structural:  # nothing it names is fetched: its paths may point anywhere
+            out.problems += [f"{uri(MANIFEST)}: {p}" for p in structural]
+            out.seconds = time.monotonic() - t0
+            return out
         if not hub and revision != revision_id(remote.get("fingerprint", "")):
             out.problems.append(f"{uri(MANIFEST)}: revision id {revision} does not derive from its fingerprint")
         out.files_verified += 1
         out.bytes_verified += (root / MANIFEST).stat().st_size
 
-        for f in remote.get("files", []):
-            dest = root / f["path"]
+        for f in remote["files"]:
+            dest = safe_path(f["path"], root)
             try:
                 fetch(f["path"], str(dest))
             except FileNotFoundError:
@@ -697,6 +771,9 @@ def verify(target: Target | HubTarget, revision: str, local_mix: str | os.PathLi
         except FileNotFoundError:
             out.problems.append(f"{uri(README)}: missing")
 
+        if not out.problems:  # what the checker derives from the downloaded files: card, config, review counts
+            out.problems += [f"{loc}: {p}" for p in manifest_problems(remote, LocalDir(root), verify_hashes=False,
+                                                                        review_counts=True)]
         if not out.problems:
             out.samples_compared += _compare_raw_samples(remote, root, resolve, n_random, seed, out.problems, uri)
         if not out.problems and open_reader is not None:

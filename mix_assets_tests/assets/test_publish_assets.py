@@ -71,11 +71,26 @@ def test_local_target_publishes_and_the_gate_passes_then_catches_tampering(tmp_p
 
     shard = tmp_path / "published" / rev / "train" / "train-00000.bin"
     shard.write_bytes(b"\x00" + shard.read_bytes()[1:] if shard.read_bytes()[0] else b"\x01" + shard.read_bytes()[1:])
-    again = run(spec)
-    assert not again.success  # the blocking check failed the step
-    ev = check_eval(again)
+    gate_only = run(spec, selection=dg.AssetSelection.checks_for_assets(dg.AssetKey("published_revision")))
+    assert not gate_only.success  # the blocking check fails on the tampered revision
+    ev = check_eval(gate_only)
     assert not ev.passed and str(shard) in ev.description
-    assert again.asset_materializations_for_node("published_revision")[0].metadata["created"].value is False
+
+
+def test_republish_repairs_a_shard_deleted_at_the_target_and_the_gate_passes_again(tmp_path):
+    spec = make_spec(tmp_path, {"url": str(tmp_path / "published")})
+    manifest = audited(tmp_path, build_synthetic_mix(tmp_path / "storage" / "mix"))
+    assert run(spec).success
+    rev = pub.revision_id(manifest["fingerprint"])
+    shard = tmp_path / "published" / rev / "train" / "train-00001.bin"
+    want = shard.read_bytes()
+    shard.unlink()
+    assert not run(spec, selection=dg.AssetSelection.checks_for_assets(dg.AssetKey("published_revision"))).success
+    again = run(spec)  # before: "already holds this content; nothing uploaded" and the gate failed forever
+    assert again.success and check_eval(again).passed
+    mat = again.asset_materializations_for_node("published_revision")[0].metadata
+    assert (mat["created"].value, mat["uploaded_files"].value, mat["uploaded_bytes"].value) == (False, 1, len(want))
+    assert shard.read_bytes() == want
 
 
 def test_a_failed_upstream_gate_stops_publishing_in_the_run(tmp_path):

@@ -65,9 +65,10 @@ def test_no_publication_yet_then_reproduced(mix):
 
 
 def test_drift_fails_and_names_the_file_and_the_count(mix):
-    _build(mix, seed=0, train_shards=(5, 4, 3))
+    first = _build(mix, seed=0, train_shards=(5, 4, 3))
     _publish(mix)
-    _build(mix, seed=0, train_shards=(5, 4, 4))  # same config, one more sample in the last shard
+    budgets = {s: v["budget_tokens"] for s, v in first["sources"].items()}
+    _build(mix, seed=0, train_shards=(5, 4, 4), budgets=budgets)  # same config, one more sample in the last shard
     ev = _evaluate(mix)
     assert not ev.passed and ev.severity == dg.AssetCheckSeverity.ERROR
     assert _meta(ev, "comparable") is True

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from mix_assets.lib import publish as pub
+from mix_assets.lib.manifest import UnsafePathError
 from mix_assets_tests.synthetic_mix import build_synthetic_mix
 
 
@@ -130,6 +131,93 @@ def test_local_two_revisions_coexist_and_latest_moves(tmp_path):
     assert ma["fingerprint"] != mb["fingerprint"]
 
 
+def test_published_revision_passes_the_manifest_checker_with_hashes(synthetic_mix, tmp_path):
+    """Before: `README.md: present ... but not listed in files` on every untouched published revision."""
+    from mix_assets.lib.manifest import check_manifest
+
+    target = pub.LocalTarget(tmp_path / "published")
+    res = pub.publish(synthetic_mix, target)
+    published = tmp_path / "published" / res.revision
+    m = _manifest(published)
+    assert check_manifest(m, published, verify_hashes=True) == []
+    card = published / "README.md"
+    card.write_text(card.read_text().replace("seed: 0", "seed: 1"))
+    problems = check_manifest(m, published, strict=False)
+    assert len(problems) == 1 and problems[0].startswith("README.md: present but not the dataset card"), problems
+
+
+def test_verify_never_writes_outside_its_cache_for_a_hostile_remote_manifest(synthetic_mix, tmp_path):
+    """Before: a remote `../../x` (or absolute) entry was read from beside the target and written beside the cache."""
+    target = pub.LocalTarget(tmp_path / "published")
+    rev = pub.publish(synthetic_mix, target).revision
+    (tmp_path / "secret").write_bytes(b"outside the target")  # what published/<rev>/../../secret names
+    absolute = tmp_path / "abs-dest"
+    remote = _manifest(tmp_path / "published" / rev)
+    remote["files"] += [{"path": "../../secret", "bytes": 18, "sha256": "0" * 64},
+                        {"path": str(absolute), "bytes": 18, "sha256": "0" * 64}]
+    (tmp_path / "published" / rev / "manifest.json").write_text(json.dumps(remote))
+    cache = tmp_path / "v" / "cache"
+    v = pub.verify(target, rev, synthetic_mix, cache_dir=str(cache))
+    assert not (tmp_path / "v" / "secret").exists() and not absolute.exists()
+    assert not v.passed
+    assert any("'../../secret'" in p and "'..'" in p for p in v.problems), v.problems
+    assert any(repr(str(absolute)) in p and "absolute path" in p for p in v.problems), v.problems
+    assert sorted(p.name for p in cache.rglob("*") if p.is_file()) == ["manifest.json"]
+    with pytest.raises(UnsafePathError):
+        target.read(f"{rev}/../../secret")
+
+
+def test_a_local_mix_with_a_symlink_out_of_its_directory_is_not_published(synthetic_mix, tmp_path):
+    victim = synthetic_mix / "review" / "contamination_report.json"
+    outside = tmp_path / "report-elsewhere.json"
+    outside.write_bytes(victim.read_bytes())
+    victim.unlink()
+    victim.symlink_to(outside)
+    with pytest.raises(pub.PublishError, match="review/contamination_report.json.*outside"):
+        pub.publish(synthetic_mix, pub.LocalTarget(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def _damage(target, rev: str, deleted: str, flipped: str) -> None:
+    """Delete one object of a published revision and flip a byte of another, keeping its recorded sha256."""
+    if isinstance(target, pub.LocalTarget):
+        (target.root / rev / deleted).unlink()
+        p = target.root / rev / flipped
+        p.write_bytes(flip_byte(p.read_bytes()))
+        (target.root / rev / "README.md").unlink()
+        return
+    c, b = target.client, target.bucket
+    c.delete_object(Bucket=b, Key=target._k(f"{rev}/{deleted}"))
+    key = target._k(f"{rev}/{flipped}")
+    head = c.head_object(Bucket=b, Key=key)
+    body = c.get_object(Bucket=b, Key=key)["Body"].read()
+    c.put_object(Bucket=b, Key=key, Body=flip_byte(body), Metadata=head["Metadata"])  # metadata says intact
+    c.delete_object(Bucket=b, Key=target._k(f"{rev}/README.md"))
+
+
+def _republish_repairs(mix: Path, writer, reader) -> None:
+    m = _manifest(mix)
+    first = pub.publish(mix, writer)
+    rev = first.revision
+    deleted, flipped = m["files"][1], m["files"][-1]
+    _damage(writer, rev, deleted["path"], flipped["path"])
+    assert not pub.verify(reader, rev, mix).passed
+    again = pub.publish(mix, writer)  # before: "already holds this content; nothing uploaded"
+    assert (again.created, again.revision, again.uploaded_files) == (False, rev, 3)
+    card = len(pub.dataset_card(m).encode())
+    assert again.uploaded_bytes == deleted["bytes"] + flipped["bytes"] + card
+    v = pub.verify(reader, rev, mix)
+    assert v.passed, v.problems
+    assert pub.read_latest(reader) == rev
+    third = pub.publish(mix, writer)
+    assert (third.created, third.uploaded_files) == (False, 0)
+
+
+def test_local_republish_repairs_missing_and_damaged_objects(synthetic_mix, tmp_path):
+    target = pub.LocalTarget(tmp_path / "published")
+    _republish_repairs(synthetic_mix, target, target)
+
+
 # -- S3 (SeaweedFS) -------------------------------------------------------------------------------
 
 
@@ -203,6 +291,13 @@ def test_s3_publish_killed_mid_upload_leaves_no_revision_and_a_retry_completes(s
     assert pub.read_latest(reader) == rev
 
 
+@pytest.mark.s3
+def test_s3_republish_repairs_missing_and_damaged_objects(synthetic_mix, seaweedfs):
+    url = seaweedfs.url("repair")
+    _republish_repairs(synthetic_mix, pub.S3Target(url, seaweedfs.client("writer")),
+                       pub.S3Target(url, seaweedfs.client("reader")))
+
+
 # -- the hub (real huggingface_hub code, fake HTTP) -------------------------------------------------
 
 
@@ -233,6 +328,23 @@ def test_hub_publish_commit_tag_verify_and_republish(tmp_path, fake_hub):
     assert set(repo.commits[rb.revision]["tree"]) == {".gitattributes", *pub.published_paths(mb)}
     assert pub.verify(anonymous, ra.revision, a).passed  # a stays readable at its commit
     assert pub.verify(anonymous, rb.revision, b).passed
+
+
+def test_hub_revision_is_a_commit_a_later_deletion_on_main_does_not_touch(tmp_path, fake_hub):
+    """The hub needs no repair: deleting a shard makes a new commit; the tagged revision still holds it."""
+    from huggingface_hub import CommitOperationDelete
+
+    mix = tmp_path / "mix"
+    m = build_synthetic_mix(mix)
+    target = pub.HubTarget("hf://datasets/org/mix", api=fake_hub.api())
+    first = pub.publish(mix, target)
+    target.api.create_commit("org/mix", [CommitOperationDelete(m["files"][0]["path"])], repo_type="dataset",
+                             revision="main", commit_message="delete a shard")
+    assert fake_hub.repos["org/mix"].branches["main"] != first.revision
+    again = pub.publish(mix, target)
+    assert (again.created, again.revision, again.uploaded_files) == (False, first.revision, 0)
+    assert pub.verify(pub.HubTarget("hf://datasets/org/mix", api=fake_hub.api(token=False)), first.revision,
+                      mix).passed
 
 
 def test_hub_publish_killed_before_the_commit_leaves_no_revision(tmp_path, fake_hub):

@@ -19,7 +19,15 @@ import pytest
 from mix_assets.config import REPO_ROOT
 from mix_assets.lib import contamination as ct
 from mix_assets.lib import published_audit as P
-from mix_assets.lib.manifest import FORMAT, check_manifest, compute_fingerprint, file_entry
+from mix_assets.lib.manifest import (
+    FORMAT,
+    INTERPRETATION_KEY,
+    check_manifest,
+    compute_fingerprint,
+    file_entry,
+    interpretation_sha256,
+)
+from mix_assets_tests.review_files import REVIEW_PATHS, write_review_files
 from mix_assets.lib.tokenizer import train_bpe
 from mix_assets_tests.assets.audit_fixtures import CANARY, EVAL_ROWS, filler, make_spec
 
@@ -77,30 +85,28 @@ def write_token_mix(root: Path, tok_dir: Path, train: list[str], val: list[str],
         splits[split] = {"samples": samples, "tokens": tokens, "emitted_tokens": len(ids),
                          "dropped_tail_tokens": len(ids) - tokens, "seam_rate": 0.5, "documents": len(docs),
                          "sources": {"web": len(ids)}, "shards": shards}
-    (root / "review").mkdir(exist_ok=True)
-    review = {k: f"review/{k}.json" for k in ("dedup_keys", "exclusion_masks", "contamination_report", "config")}
-    for k, rel in review.items():
-        (root / rel).write_text(json.dumps({"stand_in": k}))
-    files = [file_entry(root, p) for p in [*shard_files, "tokenizer/tokenizer.json", *review.values()]]
+    packing = {"rule": "contiguous", "separator": SEP if separator else None, "separator_id": sep_id,
+               "seq_len": seq_len, "sample_len": seq_len, "shifted_targets": False}
+    rv = write_review_files(root, name="planted", seed=0, splits=splits, packing=packing)
+    files = [file_entry(root, p) for p in [*shard_files, "tokenizer/tokenizer.json", *REVIEW_PATHS]]
     tr, va = splits["train"], splits["val"]
     manifest = {
-        "format": FORMAT, "name": "planted", "seed": 0, "config_sha256": "0" * 64,
+        "format": FORMAT, "name": "planted", "seed": 0, "config_sha256": rv["config_sha256"],
         "tokenizer": {"kind": "file", "repo_id": None, "revision": None, "vocab_size": tok.get_vocab_size(),
                       "special_tokens": {SEP: tok.token_to_id(SEP)},
                       "files": {"tokenizer/tokenizer.json": files[len(shard_files)]["sha256"]}},
-        "packing": {"rule": "contiguous", "separator": SEP if separator else None, "separator_id": sep_id,
-                    "seq_len": seq_len, "sample_len": seq_len, "shifted_targets": False},
+        "packing": packing,
         "dtype": "uint16",
         "splits": splits,
-        "sources": {"web": {"train_tokens": tr["emitted_tokens"], "val_tokens": va["emitted_tokens"],
-                            "budget_tokens": tr["emitted_tokens"], "epochs": 1.0, "unique_documents": len(train)}},
+        "sources": rv["sources"],
         "totals": {"train_tokens": tr["tokens"], "val_tokens": va["tokens"], "train_samples": tr["samples"],
                    "val_samples": va["samples"], "shards": len(shard_files),
                    "dropped_tail_tokens": tr["dropped_tail_tokens"] + va["dropped_tail_tokens"]},
-        "review": review,
+        "review": rv["review"],
         "files": files,
         "fingerprint": compute_fingerprint(files),
     }
+    manifest[INTERPRETATION_KEY] = interpretation_sha256(manifest)
     (root / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return manifest
 
