@@ -40,7 +40,7 @@ def test_s3_uploads_go_through_an_owner_named_local_file(tmp_path):
     seen = []
 
     class Client:
-        def upload_file(self, path, bucket, key):
+        def upload_file(self, path, bucket, key, ExtraArgs=None):  # noqa: N803 - boto3 spells it so
             seen.append((os.path.basename(path), bucket, key))
 
     st = Storage("s3://bucket/pre", cache_dir=str(tmp_path), _client=Client())
