@@ -103,8 +103,10 @@ def test_shared_data_audit_counts_and_planted_items(tmp_path, shared_data):
     (tmp_path / "novels" / "sherlock.txt").write_text("\n\n".join(paras), encoding="utf-8")
     for s in cfg["sources"]:
         if s["name"] == "classic_novels":
-            s["loader"]["paths"] = [str(tmp_path / "novels" / "sherlock.txt"),
-                                    str(shared_data / "sources" / "botchan" / "botchan.txt")]
+            # both files in one folder: origins (and so doc ids and the sampling) are relative to it, not to
+            # tmp_path, so which plants survive the budget sampling is the same on every run
+            shutil.copy(shared_data / "sources" / "botchan" / "botchan.txt", tmp_path / "novels" / "botchan.txt")
+            s["loader"]["paths"] = [str(tmp_path / "novels" / "sherlock.txt"), str(tmp_path / "novels" / "botchan.txt")]
         else:
             s["loader"]["paths"] = [_shared(p, shared_data) for p in s["loader"]["paths"]]
     for t in cfg["audit"]["tasks"]:
