@@ -13,7 +13,7 @@ import yaml
 
 # Reusable fixtures: a SeaweedFS S3 server (session), a synthetic mix directory, an offline hub.
 from mix_assets_tests.fake_hub import fake_hub  # noqa: F401
-from mix_assets_tests.lib.shared_data import FIXTURE, shared_data_dir
+from mix_assets_tests.lib.shared_data import FIXTURE, find_shared_data, missing_reason, required, shared_data_dir
 from mix_assets_tests.s3server import seaweedfs  # noqa: F401
 from mix_assets_tests.synthetic_mix import synthetic_mix  # noqa: F401
 
@@ -22,14 +22,17 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(items):
+    skip = find_shared_data() is None and not required()
     for item in items:  # a test that takes the folder is a shared_data test, marked or not
         if "shared_data" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.shared_data)
+        if skip and item.get_closest_marker("shared_data"):
+            item.add_marker(pytest.mark.skip(reason=missing_reason()))
 
 
 def pytest_runtest_setup(item):
     if item.get_closest_marker("shared_data"):
-        shared_data_dir()  # skips with the reason when the folder is absent
+        shared_data_dir()  # fails when the folder is absent and MIX_REQUIRE_SHARED_DATA=1
 
 
 @pytest.fixture(scope="session")

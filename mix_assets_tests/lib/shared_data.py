@@ -14,8 +14,6 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "mix_assets_tests" / "data"  # same layout as the shared data folder, a few hundred KB
 FIXTURE_CONFIG = FIXTURE / "mix.yaml"
@@ -30,18 +28,24 @@ def find_shared_data() -> Path | None:
 
 
 def missing_reason() -> str:
+    """Why a shared_data test skips: where the folder was looked for."""
     env = os.environ.get("MIX_SHARED_DATA")
     where = f"MIX_SHARED_DATA={env}" if env else f"no shared/data above {REPO}"
     return f"needs the shared data folder ({where}; set MIX_SHARED_DATA to its path)"
 
 
+def required() -> bool:
+    """MIX_REQUIRE_SHARED_DATA=1 (CI): a missing folder fails the shared_data tests instead of skipping them."""
+    return os.environ.get("MIX_REQUIRE_SHARED_DATA") == "1"
+
+
 def shared_data_dir() -> Path:
     """The shared data folder; skips the calling test when it is absent (fails when it is required)."""
-    import pytest
+    import pytest  # here, not at the top: the bench scripts import this module, some from other venvs
 
     found = find_shared_data()
     if found is None:
-        if os.environ.get("MIX_REQUIRE_SHARED_DATA") == "1":
+        if required():
             pytest.fail(missing_reason() + "; MIX_REQUIRE_SHARED_DATA=1 forbids skipping")
         pytest.skip(missing_reason())
     return found
@@ -74,6 +78,8 @@ def long_text(n_chars: int) -> str:
 def real_mix_config(tmp_path: Path, data: Path) -> Path:
     """The mix over `data`: the fixture's mix.yaml, or configs/shared-sample.yaml for the shared data
     folder; written into tmp_path with every data path absolute and storage under tmp_path."""
+    import yaml  # here, not at the top (see shared_data_dir)
+
     shared = data != FIXTURE
     cfg = yaml.safe_load((SHARED_SAMPLE if shared else FIXTURE_CONFIG).read_text())
 
