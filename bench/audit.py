@@ -37,7 +37,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("MIX_SHARED_DATA", REPO.parent / "shared" / "data"))
+sys.path.insert(0, str(REPO))
+from mix_assets_tests.lib.shared_data import find_shared_data  # noqa: E402
+
+SHARED = find_shared_data() or REPO.parent / "shared" / "data"
 OUT = REPO / "bench" / "out" / "audit"
 
 

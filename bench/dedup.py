@@ -51,10 +51,10 @@ SEED = 1234
 
 
 def shared_data() -> Path:
-    """`<repo>/../shared/data` (a git worktree under /work/wt/<name> looks one level further up)."""
-    env = os.environ.get("MIX_SHARED_DATA")
-    cands = [Path(env)] if env else [REPO.parent / "shared" / "data", REPO.parent.parent / "shared" / "data"]
-    return next((c for c in cands if c.is_dir()), cands[0])
+    """The shared data folder, found as the tests find it (mix_assets_tests/lib/shared_data.py)."""
+    from mix_assets_tests.lib.shared_data import find_shared_data
+
+    return find_shared_data() or REPO.parent / "shared" / "data"
 NUM_PERM, SHINGLE, THRESHOLD = 128, 5, 0.8
 FP_W, FN_W = 0.05, 0.95
 SUBSAMPLE = 1500

@@ -34,11 +34,11 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-# <repo>/../shared/data; a git worktree sits one level deeper, so look upwards
-DATA = next((p / "shared" / "data" / "sources" for p in REPO.parents if (p / "shared" / "data").is_dir()),
-            REPO.parent / "shared" / "data" / "sources")
 OUT = REPO / "bench" / "out" / "tokenize"
 sys.path.insert(0, str(REPO))
+from mix_assets_tests.lib.shared_data import find_shared_data  # noqa: E402
+
+DATA = (find_shared_data() or REPO.parent / "shared" / "data") / "sources"
 
 
 def _cut(p: str, limit: int = 6000) -> list[str]:

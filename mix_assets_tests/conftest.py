@@ -1,8 +1,7 @@
-"""Shared fixtures: configs written into tmp_path, storage roots, the shared data folder."""
+"""Shared fixtures: configs written into tmp_path, storage roots, the real text (fixture and shared data)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 # huggingface_hub and datasets freeze HF_HUB_OFFLINE into constants at import: import them now, with
@@ -14,18 +13,38 @@ import yaml
 
 # Reusable fixtures: a SeaweedFS S3 server (session), a synthetic mix directory, an offline hub.
 from mix_assets_tests.fake_hub import fake_hub  # noqa: F401
+from mix_assets_tests.lib.shared_data import FIXTURE, find_shared_data, missing_reason, required, shared_data_dir
 from mix_assets_tests.s3server import seaweedfs  # noqa: F401
 from mix_assets_tests.synthetic_mix import synthetic_mix  # noqa: F401
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED_DATA = Path(os.environ.get("MIX_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(items):
+    skip = find_shared_data() is None and not required()
+    for item in items:  # a test that takes the folder is a shared_data test, marked or not
+        if "shared_data" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.shared_data)
+        if skip and item.get_closest_marker("shared_data"):
+            item.add_marker(pytest.mark.skip(reason=missing_reason()))
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("shared_data"):
+        shared_data_dir()  # fails when the folder is absent and MIX_REQUIRE_SHARED_DATA=1
 
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    if not (SHARED_DATA / "README.md").exists():
-        pytest.fail(f"the shared data folder is missing at {SHARED_DATA} (set MIX_SHARED_DATA)")
-    return SHARED_DATA
+    """The shared data folder (lib/shared_data.py says how it is found)."""
+    return shared_data_dir()
+
+
+@pytest.fixture(params=["fixture", pytest.param("shared", marks=pytest.mark.shared_data)])
+def real_data(request) -> Path:
+    """Run a test on the in-repo fixture, and again on the shared data folder when it is there."""
+    return FIXTURE if request.param == "fixture" else shared_data_dir()
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 from mix_assets.config import REPO_ROOT, load_spec
 from mix_assets.definitions import build_definitions
 from mix_assets.lib import layout
+from mix_assets_tests.lib.shared_data import real_mix_config
 
 
 def test_defs_are_loadable():
@@ -34,8 +35,8 @@ def test_one_source_node_per_source_with_its_rationale():
         assert node.owners == spec.owners
 
 
-def _materialize_sources(config: str, tmp_path):
-    spec = load_spec(REPO_ROOT / "configs" / config)
+def _materialize_sources(config, tmp_path):
+    spec = load_spec(config)
     defs = build_definitions(spec, storage_root=str(tmp_path / "storage"))
     selection = dg.AssetSelection.groups("sources")
     res = dg.materialize(
@@ -55,11 +56,11 @@ def _materialize_sources(config: str, tmp_path):
 
 
 def test_materialize_sources_demo(tmp_path):
-    _materialize_sources("demo.yaml", tmp_path)
+    _materialize_sources(REPO_ROOT / "configs" / "demo.yaml", tmp_path)
 
 
-def test_materialize_sources_shared_sample(tmp_path, shared_data):
-    spec, res = _materialize_sources("shared-sample.yaml", tmp_path)
+def test_materialize_sources_real_data(tmp_path, real_data):
+    spec, res = _materialize_sources(real_mix_config(tmp_path, real_data), tmp_path)
     by_key = {m.asset_key.path[-1]: m.materialization.metadata for m in res.get_asset_materialization_events()}
     # the Latin-1 speeches decode through the configured fallback, and are counted
     assert by_key["state_union"]["fallback_decoded"].value > 0

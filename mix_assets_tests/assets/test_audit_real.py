@@ -1,8 +1,9 @@
-"""The audit on the embedded demo corpus (ground truth from its generator) and on the shared data."""
+"""The audit on the embedded demo corpus (ground truth from its generator) and on real text (fixture, shared data)."""
 
 import json
 import re
 import shutil
+from pathlib import Path
 
 import dagster as dg
 import pyarrow.parquet as pq
@@ -15,6 +16,7 @@ from mix_assets.definitions import build_assets
 from mix_assets.lib import layout
 from mix_assets.lib import textkeys as tk
 from mix_assets.resources import MixResource
+from mix_assets_tests.lib.shared_data import FIXTURE, real_mix_config
 
 from .audit_fixtures import standin_masks
 
@@ -64,13 +66,22 @@ def test_demo_every_planted_eval_copy_found_and_masked(tmp_path):
     assert report["denominators"]["demo_qa"]["rows"] == 60
 
 
-# Eval items planted into a copy of the Sherlock Holmes text, and where they come from.
-_PLANTS = [("hellaswag", 17, "verbatim"), ("boolq", 5, "recased"), ("piqa", 40, "verbatim"),
-           ("arc_challenge", 3, "recased"), ("commonsenseqa", 9, "verbatim")]
+# Eval items planted into a copy of the Sherlock Holmes text (task, row, how), and the eval rows read,
+# for the fixture's one task and the shared data's five (the row counts of its README).
+_PLANTS = {
+    # rows of 25+ words: a shorter item has no 13-gram to find
+    "fixture": [("piqa", 6, "verbatim"), ("piqa", 17, "recased"), ("piqa", 22, "verbatim"), ("piqa", 40, "recased")],
+    "shared": [("hellaswag", 17, "verbatim"), ("boolq", 5, "recased"), ("piqa", 40, "verbatim"),
+               ("arc_challenge", 3, "recased"), ("commonsenseqa", 9, "verbatim")],
+}
+_ROWS = {
+    "fixture": {"piqa": 60},
+    "shared": {"hellaswag": 10042, "arc_challenge": 299, "piqa": 1838, "boolq": 3270, "commonsense_qa": 1221},
+}
 
 
-def _plant_text(shared_data, task, row, how):
-    r = json.loads((shared_data / "evals" / task / "validation.jsonl").read_text().splitlines()[row])
+def _plant_text(data, task, row, how):
+    r = json.loads((data / "evals" / task / "validation.jsonl").read_text().splitlines()[row])
     text = {
         "hellaswag": lambda: f"{r['ctx']} {r['endings'][r['label']]}",
         "boolq": lambda: r["passage"],
@@ -83,35 +94,25 @@ def _plant_text(shared_data, task, row, how):
     return text
 
 
-def _shared(path: str, shared_data) -> str:
-    """A configs/-relative path into the shared data folder, resolved against the fixture's folder."""
-    rest = path.split("shared/data/", 1)[1]
-    return str(shared_data / rest)
-
-
 @pytest.mark.slow
-def test_shared_data_audit_counts_and_planted_items(tmp_path, shared_data):
-    spec = load_spec(REPO_ROOT / "configs" / "shared-sample.yaml")
-    cfg = yaml.safe_load((REPO_ROOT / "configs" / "shared-sample.yaml").read_text())
+def test_real_data_audit_counts_and_planted_items(tmp_path, real_data):
+    which = "fixture" if real_data == FIXTURE else "shared"
+    cfg = yaml.safe_load(real_mix_config(tmp_path, real_data).read_text())
     # A copy of one source with eval items pasted in as their own paragraphs.
-    src = shared_data / "sources" / "sherlock_holmes" / "sherlock.txt"
+    src = real_data / "sources" / "sherlock_holmes" / "sherlock.txt"
     paras = src.read_text(encoding="utf-8-sig").split("\n\n")
-    plants = [_plant_text(shared_data, *p) for p in _PLANTS]
+    plants = [_plant_text(real_data, *p) for p in _PLANTS[which]]
     for k, text in enumerate(plants):
         paras.insert(200 + 150 * k, text)
     (tmp_path / "novels").mkdir()
     (tmp_path / "novels" / "sherlock.txt").write_text("\n\n".join(paras), encoding="utf-8")
-    for s in cfg["sources"]:
-        if s["name"] == "classic_novels":
-            # both files in one folder: origins (and so doc ids and the sampling) are relative to it, not to
-            # tmp_path, so which plants survive the budget sampling is the same on every run
-            shutil.copy(shared_data / "sources" / "botchan" / "botchan.txt", tmp_path / "novels" / "botchan.txt")
-            s["loader"]["paths"] = [str(tmp_path / "novels" / "sherlock.txt"), str(tmp_path / "novels" / "botchan.txt")]
-        else:
-            s["loader"]["paths"] = [_shared(p, shared_data) for p in s["loader"]["paths"]]
-    for t in cfg["audit"]["tasks"]:
-        t["dataset"]["path"] = _shared(t["dataset"]["path"], shared_data)
-    cfg["storage"] = {"root": str(tmp_path / "storage"), "cache_dir": str(tmp_path / "cache")}
+    novels = next(s for s in cfg["sources"] if s["name"] == "classic_novels")
+    # every novel in one folder: origins (and so doc ids and the budget sampling) are relative to it, not
+    # to tmp_path, so which plants survive the sampling is the same on every run
+    for p in novels["loader"]["paths"]:
+        if p != str(src):
+            shutil.copy(p, tmp_path / "novels" / Path(p).name)
+    novels["loader"]["paths"] = [str(tmp_path / "novels" / Path(p).name) for p in novels["loader"]["paths"]]
     (tmp_path / "mix.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     spec = load_spec(tmp_path / "mix.yaml")
 
@@ -119,11 +120,11 @@ def test_shared_data_audit_counts_and_planted_items(tmp_path, shared_data):
     assert result.success
     report = json.loads(storage.read_text(layout.CONTAMINATION_REPORT))
     den = report["denominators"]
-    # Denominators equal the README's row counts; every task yields n-grams.
-    assert {t: d["rows"] for t, d in den.items()} == {
-        "hellaswag": 10042, "arc_challenge": 299, "piqa": 1838, "boolq": 3270, "commonsense_qa": 1221}
+    # Denominators equal the rows in the files; every task yields n-grams.
+    assert {t: d["rows"] for t, d in den.items()} == _ROWS[which]
     assert all(d["ngrams"] > d["rows"] for d in den.values())
-    assert den["hellaswag"]["items"] == 4 * 10042  # ctx + each of the 4 endings
+    if "hellaswag" in den:
+        assert den["hellaswag"]["items"] == 4 * 10042  # ctx + each of the 4 endings
 
     # Expected: the docs of the copied source that contain a planted item (normalised containment).
     novels = _docs(storage, "classic_novels", ("doc_id", "text"))
@@ -131,7 +132,7 @@ def test_shared_data_audit_counts_and_planted_items(tmp_path, shared_data):
     norm_plants = tk.normalise(plants).to_pylist()
     # The source is sampled to its budget, so a plant may be sampled out: expect those that are in.
     expected = {d for d, t in zip(novels.column("doc_id").to_pylist(), norm_docs) if any(p in t for p in norm_plants)}
-    kept = [task for (task, _, _), p in zip(_PLANTS, norm_plants) if any(p in t for t in norm_docs)]
+    kept = [task for (task, _, _), p in zip(_PLANTS[which], norm_plants) if any(p in t for t in norm_docs)]
     assert len(expected) == len(kept) >= 3
     found = pq.read_table(storage.local_path(layout.CONTAMINATED_DOCS)).to_pylist()
     assert {r["doc_id"] for r in found} == expected  # exactly those, and nothing in the real sources

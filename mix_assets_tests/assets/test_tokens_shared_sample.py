@@ -1,7 +1,7 @@
 """Real configs through manifest.json.
 
 * demo.yaml through the real definitions (sources, dedup, audit, masks, split, tokens, manifest);
-* shared-sample.yaml (real public data) from raw/<source>, with stand-ins for dedup_keys /
+* the real-text mix (the in-repo fixture; shared-sample.yaml on the shared data) from raw/<source>, with stand-ins for dedup_keys /
   exclusion_masks / contamination_report that honour their file contracts (exact-text clusters;
   the first doc_id of each normalised-text hash survives) — this keeps the tokens stage's test
   independent of the dedup and audit stages' runtime;
@@ -27,6 +27,7 @@ from mix_assets.lib import layout
 from mix_assets.lib.manifest import check_manifest
 from mix_assets.lib.storage import Storage
 from mix_assets.resources import MixResource
+from mix_assets_tests.lib.shared_data import real_mix_config
 from mix_assets_tests.tokens_fixtures import stamp
 from mix_assets_tests.tokens_reference import as_built, reference_shards
 
@@ -58,8 +59,8 @@ def _stand_in_dedup_and_masks(st: Storage, sources: list[str]) -> None:
 
 
 @pytest.mark.slow
-def test_shared_sample_through_manifest(tmp_path, shared_data):
-    cfg = REPO_ROOT / "configs" / "shared-sample.yaml"
+def test_real_mix_through_manifest(tmp_path, real_data):
+    cfg = real_mix_config(tmp_path, real_data)
     spec = load_spec(cfg)
     res = {"mix": MixResource(config_path=str(cfg), storage_root=str(tmp_path / "storage"))}
     inst = dg.DagsterInstance.ephemeral()

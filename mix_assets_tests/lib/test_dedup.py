@@ -5,7 +5,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mix_assets.lib import dedup as lib
-from mix_assets_tests.lib.shared_data import paragraphs
+from mix_assets_tests.lib.shared_data import long_text, paragraphs
 
 
 def _write(path, source, texts, ids=None):
@@ -20,15 +20,16 @@ def _write(path, source, texts, ids=None):
     return str(path)
 
 
-def _docs(source, k, per=6):
-    ps = paragraphs(source)
+def _docs(source, k, per, root):
+    ps = paragraphs(source, root)
     docs = ["\n\n".join(ps[i : i + per]) for i in range(0, per * k, per)]
     return [d for d in docs if d]
 
 
-def test_cross_source_near_duplicate_planted_in_shared_data(tmp_path):
-    sherlock = _docs("sherlock_holmes", 120)
-    speeches = _docs("nltk_state_union", 120, per=1)
+def test_cross_source_near_duplicate_planted_in_real_text(tmp_path, real_data):
+    sherlock = _docs("sherlock_holmes", 120, 6, real_data)
+    speeches = _docs("nltk_state_union", 120, 1, real_data)
+    near_id, exact_id = f"speeches-{len(speeches):05d}", f"speeches-{len(speeches) + 1:05d}"
     rng = random.Random(4)
     planted = sherlock[17].split(" ")
     for _ in range(2):  # two word edits in ~250 words: Jaccard ~0.9
@@ -41,8 +42,8 @@ def test_cross_source_near_duplicate_planted_in_shared_data(tmp_path):
     }
     table, stats = lib.dedup_keys_table(paths, {"sherlock": 0, "speeches": 1}, lib.DedupParams())
     d = {r["doc_id"]: r for r in table.to_pylist()}
-    near, exact = d["speeches-00120"], d["speeches-00121"]
-    assert near["cluster_id"] == "sherlock-00017" or d["sherlock-00017"]["cluster_id"] == "speeches-00120"
+    near, exact = d[near_id], d[exact_id]
+    assert near["cluster_id"] == "sherlock-00017" or d["sherlock-00017"]["cluster_id"] == near_id
     assert {near["reason"], d["sherlock-00017"]["reason"]} == {None, "near_dup"}
     assert near["cluster_size"] == 2 and near["jaccard_to_kept"] > 0.8
     # Exact copy: same normalised text; equal length ties go to the higher-priority source (speeches).
@@ -50,13 +51,13 @@ def test_cross_source_near_duplicate_planted_in_shared_data(tmp_path):
     assert exact["cluster_id"] == d["sherlock-00040"]["cluster_id"]
     assert stats["excluded_near_dup"] == 1  # nothing else among the real documents is a near dup
     # The speeches repeat their title paragraphs verbatim: real exact duplicates, caught as such.
-    others = [x for x in d.values() if x["reason"] == "exact_dup" and x["doc_id"] not in ("speeches-00121", "sherlock-00040")]
+    others = [x for x in d.values() if x["reason"] == "exact_dup" and x["doc_id"] not in (exact_id, "sherlock-00040")]
     assert others and all(x["n_words"] < 20 and x["source"] == "speeches" for x in others)
     assert lib.check_clusters(table) == []
 
 
 def test_bad_input_empty_short_long_and_non_ascii(tmp_path):
-    long_doc = " ".join(paragraphs("gutenberg")[:2000])  # ~ 1 MB in one document
+    long_doc = long_text(1_000_000)  # ~ 1 MB in one document
     texts = ["", "   \n\t", "!!! ???", "two words", "Two   words!", "three little words",
              "Ελληνικά κείμενα, και русский текст и ещё немного слов здесь", long_doc, long_doc + " the end"]
     paths = {"s": _write(tmp_path / "s.parquet", "s", texts)}

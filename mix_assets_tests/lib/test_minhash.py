@@ -8,7 +8,7 @@ import pytest
 
 from mix_assets.lib import minhash as mh
 from mix_assets.lib import textkeys as tk
-from mix_assets_tests.lib.shared_data import paragraphs
+from mix_assets_tests.lib.shared_data import long_text, paragraphs
 
 
 def datasketch_signature(text: str, num_perm: int = 128, seed: int = 1, n: int = 5) -> np.ndarray:
@@ -80,8 +80,7 @@ def test_short_document_is_one_whole_shingle():
 
 
 def test_long_document_signature_memory_is_bounded():
-    words = paragraphs("gutenberg")
-    text = " ".join(words) * 2  # ~ 2 MB, ~ 350k shingles: an unchunked n x 128 uint32 matrix is ~180 MB
+    text = long_text(2_000_000)  # ~ 350k shingles: an unchunked n x 128 uint32 matrix is ~180 MB
     wl = tk.words([text])
     h, off = tk.word_hashes(wl)
     sh, soff = tk.ngram_hashes(h, off, 5)

@@ -9,6 +9,7 @@ from mix_assets.config import load_spec
 from mix_assets.lib import sources as lib
 
 from ..conftest import minimal_config, source, write_config
+from .shared_data import real_mix_config
 
 
 def _spec(tmp_path, *srcs, **kw):
@@ -231,15 +232,8 @@ def test_binary_and_control_character_documents_are_dropped_under_their_own_reas
     assert got.dropped["binary"] == 1 and got.dropped["control_chars"] == 1 and got.table.num_rows == 1
 
 
-def test_shared_data_sources_have_no_binary_or_control_drops(tmp_path):
-    from mix_assets.config import REPO_ROOT
-
-    from .shared_data import data_dir
-
-    text = (REPO_ROOT / "configs" / "shared-sample.yaml").read_text()
-    cfg = tmp_path / "shared.yaml"
-    cfg.write_text(text.replace("../../shared/data", str(data_dir())))
-    spec = load_spec(cfg)
+def test_real_sources_have_no_binary_or_control_drops(tmp_path, real_data):
+    spec = load_spec(real_mix_config(tmp_path, real_data))
     for src in spec.sources:
         got = lib.sample_source(spec, src, 4.0, 10**9)
         assert got.rows_read > 0 and got.dropped["binary"] == 0 and got.dropped["control_chars"] == 0, src.name
