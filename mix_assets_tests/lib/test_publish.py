@@ -186,13 +186,13 @@ def _damage(target, rev: str, deleted: str, flipped: str) -> None:
         p.write_bytes(flip_byte(p.read_bytes()))
         (target.root / rev / "README.md").unlink()
         return
-    c, b = target.client, target.bucket
-    c.delete_object(Bucket=b, Key=target._k(f"{rev}/{deleted}"))
-    key = target._k(f"{rev}/{flipped}")
+    c, b = target.client, target.loc.bucket
+    c.delete_object(Bucket=b, Key=target.loc.key(f"{rev}/{deleted}"))
+    key = target.loc.key(f"{rev}/{flipped}")
     head = c.head_object(Bucket=b, Key=key)
     body = c.get_object(Bucket=b, Key=key)["Body"].read()
     c.put_object(Bucket=b, Key=key, Body=flip_byte(body), Metadata=head["Metadata"])  # metadata says intact
-    c.delete_object(Bucket=b, Key=target._k(f"{rev}/README.md"))
+    c.delete_object(Bucket=b, Key=target.loc.key(f"{rev}/README.md"))
 
 
 def _republish_repairs(mix: Path, writer, reader) -> None:

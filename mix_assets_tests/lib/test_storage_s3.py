@@ -90,3 +90,53 @@ def test_endpoint_from_environment(seaweedfs, monkeypatch, tmp_path):
     st = Storage(seaweedfs.url("env"), cache_dir=str(tmp_path / "cache"))
     st.write_text("x.json", "1")
     assert st.read_text("x.json") == "1" and st.list("") == ["x.json"]
+
+
+def _get_counter(st: Storage) -> list[int]:
+    """Bytes of every GetObject the storage's client makes, in order."""
+    seen: list[int] = []
+    st.location.client.meta.events.register("after-call.s3.GetObject",
+                                            lambda parsed, **_: seen.append(parsed.get("ContentLength", 0)))
+    return seen
+
+
+def test_parquet_is_read_in_place_by_row_group_and_column(s3_storage, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    st = s3_storage
+    n = 40_000
+    table = pa.table({"doc_id": [f"d{i:06d}" for i in range(n)], "text": [f"{i:06d}" * 50 for i in range(n)]})
+    with st.writing("raw/big/documents.parquet") as tmp:
+        pq.write_table(table, tmp, row_group_size=5_000, compression="none")
+    size = st.location.stat("raw/big/documents.parquet")[0]
+    gets = _get_counter(st)
+    pf = pq.ParquetFile(st.source("raw/big/documents.parquet"))
+    assert pf.metadata.num_row_groups == 8 and len(gets) == 1  # the tail GET holds the footer
+    ids = pq.read_table(st.source("raw/big/documents.parquet"), columns=["doc_id"]).column(0).to_pylist()
+    assert ids == table.column("doc_id").to_pylist()
+    one = pf.read_row_group(3, columns=["text"]).column(0).to_pylist()
+    assert one == table.column("text").to_pylist()[15_000:20_000]
+    assert sum(gets) < size / 2, (sum(gets), size)  # never the whole object, let alone several times
+    # a small object arrives whole in the one GET that opens it
+    st.write_bytes("small.bin", b"0123456789")
+    gets.clear()
+    with st.open("small.bin") as f:
+        assert f.read() == b"0123456789" and f.seek(3) == 3 and f.read(4) == b"3456"
+    assert gets == [10]
+    st.write_bytes("empty.bin", b"")
+    assert st.open("empty.bin").read() == b""
+    with pytest.raises(FileNotFoundError, match="was the upstream asset materialised"):
+        st.open("absent.parquet")
+
+
+def test_sha256_comes_from_the_metadata_written_with_the_object(s3_storage, seaweedfs):
+    st = s3_storage
+    st.write_bytes("a.bin", b"abc")
+    gets = _get_counter(st)
+    assert st.sha256("a.bin") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" and gets == []
+    bucket, prefix = split_s3_url(st.root)
+    seaweedfs.client("writer").put_object(Bucket=bucket, Key=f"{prefix}/b.bin", Body=b"abc")  # no metadata
+    assert st.sha256("b.bin") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    with pytest.raises(FileNotFoundError):
+        st.sha256("c.bin")
