@@ -9,7 +9,8 @@
 Locations: a local mix directory; `s3://bucket/prefix` (boto3; endpoint from `s3_endpoint_url=` or
 AWS_ENDPOINT_URL[_S3]; unsigned requests when `anonymous=True`, or when no credentials are configured);
 `hf://datasets/org/name@revision[/subdir]` (huggingface_hub `hf_hub_download`, so HF_HUB_OFFLINE and a
-pre-populated cache work; `hub_endpoint=` or HF_ENDPOINT for mirrors).
+pre-populated cache work; `hub_endpoint=` or HF_ENDPOINT for mirrors). Remote locations are those of
+`lib/transport.py` (S3Location, HubLocation), shared with the build's storage and the publish targets.
 
 Fetching: manifest.json is read and checked (structure, totals, fingerprint) at open; a shard is fetched
 only when a requested sample lives in it, and its size and sha256 are verified when it arrives (once per

@@ -37,7 +37,7 @@ from mix_assets.lib import scratch
 
 CHUNK = 1 << 22
 UPLOAD = "upload"  # scratch kind of an S3 upload's local file (see lib/scratch.py)
-TAIL_BYTES = 1 << 20  # what opening an S3 object reads: all of a small one, the footer of a large Parquet file
+TAIL_BYTES = 1 << 18  # what opening an S3 object reads: all of a small one, the footer of a large Parquet file
 
 
 # -- hashing and atomic local files ---------------------------------------------------------------------------
