@@ -9,7 +9,8 @@
 Locations: a local mix directory; `s3://bucket/prefix` (boto3; endpoint from `s3_endpoint_url=` or
 AWS_ENDPOINT_URL[_S3]; unsigned requests when `anonymous=True`, or when no credentials are configured);
 `hf://datasets/org/name@revision[/subdir]` (huggingface_hub `hf_hub_download`, so HF_HUB_OFFLINE and a
-pre-populated cache work; `hub_endpoint=` or HF_ENDPOINT for mirrors).
+pre-populated cache work; `hub_endpoint=` or HF_ENDPOINT for mirrors). Remote locations are those of
+`lib/transport.py` (S3Location, HubLocation), shared with the build's storage and the publish targets.
 
 Fetching: manifest.json is read and checked (structure, totals, fingerprint) at open; a shard is fetched
 only when a requested sample lives in it, and its size and sha256 are verified when it arrives (once per
@@ -66,6 +67,7 @@ from mix_assets.lib.manifest import (
     safe_path,
     sha256_stream,
 )
+from mix_assets.lib.transport import HubLocation, Location, S3Location, s3_client, split_s3_url
 
 log = logging.getLogger("mix_assets.reader")
 
@@ -189,64 +191,55 @@ class _LocalBackend:
         return str(p)
 
 
-class _S3Backend:
-    """Objects under s3://bucket/prefix (cached by the reader's _SharedCache)."""
+class _RemoteBackend:
+    """A remote location of `lib/transport.py`; its files are fetched into the reader's _SharedCache."""
 
     remote = True
+    verb = "read"
+
+    def __init__(self, loc: Location, label: str):
+        self.loc, self.label = loc, label
+
+    def _failed(self, rel: str, e: Exception) -> ReaderError:
+        if isinstance(e, FileNotFoundError) and self.verb == "read":
+            return ReaderError(f"{self.label}/{rel}: not found")
+        return ReaderError(f"{self.label}/{rel}: cannot {self.verb} ({type(e).__name__}: {e})")
+
+    def read_small(self, rel: str) -> bytes:
+        """A small file's bytes (the caller checks its sha256), outside the shard cache."""
+        try:
+            return self.loc.read_bytes(rel)
+        except Exception as e:
+            raise self._failed(rel, e) from e
+
+    def read_manifest(self) -> bytes:
+        return self.read_small(MANIFEST_NAME)
+
+    def download(self, rel: str, dest: Path) -> str | None:
+        """Write the file to dest; return its sha256 when hashed on the way (else None: the cache hashes it)."""
+        try:
+            return self.loc.download(rel, dest)
+        except Exception as e:
+            raise self._failed(rel, e) from e
+
+
+class _S3Backend(_RemoteBackend):
+    """Objects under s3://bucket/prefix (client: `lib/transport.s3_client` unless one is given)."""
 
     def __init__(self, url: str, cache_dir: Path, endpoint_url: str | None, anonymous: bool | None,
                  client: Any = None):
-        rest = url[len("s3://"):]
-        self.bucket, _, prefix = rest.partition("/")
-        if not self.bucket:
-            raise ReaderError(f"{url}: an S3 location needs a bucket, e.g. s3://bucket/prefix")
-        self.prefix = prefix.strip("/")
-        self.label = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
-        self.client = client if client is not None else self._client(endpoint_url, anonymous)
-
-    @staticmethod
-    def _client(endpoint_url: str | None, anonymous: bool | None) -> Any:
-        import boto3
-        from botocore import UNSIGNED
-        from botocore.config import Config
-
-        endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        session = boto3.session.Session()
-        if anonymous is None:
-            anonymous = session.get_credentials() is None
-        config = Config(signature_version=UNSIGNED) if anonymous else None
-        return session.client("s3", endpoint_url=endpoint_url, config=config)
-
-    def _key(self, rel: str) -> str:
-        return f"{self.prefix}/{rel}" if self.prefix else rel
-
-    def _get(self, rel: str) -> Any:
         try:
-            return self.client.get_object(Bucket=self.bucket, Key=self._key(rel))["Body"]
-        except Exception as e:  # botocore ClientError carries the S3 error code
-            code = getattr(e, "response", {}).get("Error", {}).get("Code", "")
-            if code in ("NoSuchKey", "404", "NotFound"):
-                raise ReaderError(f"{self.label}/{rel}: not found") from None
-            raise ReaderError(f"{self.label}/{rel}: cannot read ({type(e).__name__}: {e})") from e
-
-    def read_manifest(self) -> bytes:
-        with contextlib.closing(self._get(MANIFEST_NAME)) as body:
-            return body.read()
-
-    def download(self, rel: str, dest: Path) -> str:
-        """Write the object to dest; return its sha256 (hashed while streaming)."""
-        h = hashlib.sha256()
-        with open(dest, "wb") as out, contextlib.closing(self._get(rel)) as body:
-            while chunk := body.read(1 << 22):
-                h.update(chunk)
-                out.write(chunk)
-        return h.hexdigest()
+            bucket, prefix = split_s3_url(url)
+        except ValueError as e:
+            raise ReaderError(str(e)) from None
+        self.client = client if client is not None else s3_client(endpoint_url, anonymous=anonymous)
+        super().__init__(S3Location(url, self.client), f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}")
 
 
-class _HubBackend:
+class _HubBackend(_RemoteBackend):
     """A hub dataset repo at a revision, downloaded through huggingface_hub (its cache: cache_dir/hub)."""
 
-    remote = True
+    verb = "fetch"
 
     def __init__(self, url: str, cache_dir: Path, endpoint: str | None):
         rest = url[len("hf://"):]
@@ -255,34 +248,23 @@ class _HubBackend:
         parts = rest[len("datasets/"):].split("/")
         if len(parts) < 2 or "@" not in parts[1]:
             raise ReaderError(f"{url}: a hub location needs a pinned revision: hf://datasets/org/name@revision")
-        name, _, self.revision = parts[1].partition("@")
-        self.repo_id = f"{parts[0]}/{name}"
-        self.subdir = "/".join(p for p in parts[2:] if p)
-        if not self.revision:
+        name, _, revision = parts[1].partition("@")
+        if not revision:
             raise ReaderError(f"{url}: empty revision after '@'")
-        self.label = url
-        self.hub_cache = str(cache_dir / "hub")
-        self.endpoint = endpoint
+        loc = HubLocation(f"{parts[0]}/{name}", revision, endpoint=endpoint, cache_dir=str(cache_dir / "hub"),
+                          subdir="/".join(p for p in parts[2:] if p))
+        super().__init__(loc, url)
 
-    def _filename(self, rel: str) -> str:
-        return f"{self.subdir}/{rel}" if self.subdir else rel
-
-    def _download(self, rel: str) -> str:
-        from huggingface_hub import hf_hub_download
-
-        try:
-            return hf_hub_download(self.repo_id, self._filename(rel), repo_type="dataset", revision=self.revision,
-                                   cache_dir=self.hub_cache, endpoint=self.endpoint)
-        except Exception as e:
-            raise ReaderError(f"{self.label}: cannot fetch {rel} ({type(e).__name__}: {e})") from e
-
-    def read_manifest(self) -> bytes:
-        return Path(self._download(MANIFEST_NAME)).read_bytes()
+    def _failed(self, rel: str, e: Exception) -> ReaderError:
+        return ReaderError(f"{self.label}: cannot fetch {rel} ({type(e).__name__}: {e})")
 
     def download(self, rel: str, dest: Path) -> None:
         # Move the hub's blob into the reader's cache (one copy on disk, under the reader's budget) and drop
         # the snapshot link that pointed at it; a later hf_hub_download of it fetches again.
-        pointer = self._download(rel)
+        try:
+            pointer = self.loc.fetch(rel)
+        except Exception as e:
+            raise self._failed(rel, e) from e
         shutil.move(os.path.realpath(pointer), dest)
         if os.path.islink(pointer):
             os.unlink(pointer)
@@ -901,19 +883,12 @@ def open_mix(
                        shuffle=(split == "train") if shuffle is None else shuffle,
                        epochs=epochs, cache_bytes=cache_bytes, cache_dir=cache)
     if backend.remote:  # a local config was checked above; the fingerprinted config binds the interpretation
-        problems = interpretation_problems(manifest, lambda rel: io.BytesIO(_read_small(backend, rel)))
+        problems = interpretation_problems(manifest, lambda rel: io.BytesIO(backend.read_small(rel)))
         if problems:
             raise ManifestError(problems, origin=f"{backend.label}/{MANIFEST_NAME}")
     return reader
 
 
-def _read_small(backend, rel: str) -> bytes:
-    """A small remote file's bytes (the caller checks its sha256). S3: read in memory, outside the shard
-    cache; hub: through huggingface_hub's cache, so an offline reopen finds it."""
-    if isinstance(backend, _S3Backend):
-        with contextlib.closing(backend._get(rel)) as body:
-            return body.read()
-    return Path(backend._download(rel)).read_bytes()
 
 
 class _SizesOnly:

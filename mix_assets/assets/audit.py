@@ -80,7 +80,7 @@ def load_registry(storage) -> tuple[ct.Registry, dict]:
 
 
 def _doc_batches(storage, source: str, skip: set[str] | None = None) -> Iterator[tuple[list, pa.Array]]:
-    pf = pq.ParquetFile(storage.local_path(layout.RAW_DOCS.format(source=source)))
+    pf = pq.ParquetFile(storage.source(layout.RAW_DOCS.format(source=source)))
     for b in pf.iter_batches(batch_size=_SCAN_BATCH_ROWS, columns=["doc_id", "text"]):
         ids = b.column(0).to_pylist()
         text = b.column(1)
@@ -365,7 +365,7 @@ def build_audit_assets(spec: MixSpec) -> list:
         storage = _storage(context)
         verified_inputs(storage, ZERO_EVAL_OVERLAP, ["exclusion_masks", "eval_registry", *map(raw_name, sources)])
         reg, meta = load_registry(storage)
-        masks = pq.read_table(storage.local_path(layout.EXCLUSION_MASKS), columns=["doc_id"])
+        masks = pq.read_table(storage.source(layout.EXCLUSION_MASKS), columns=["doc_id"])
         masked = set(masks.column("doc_id").to_pylist())
         tally = scan_sources(storage, reg, sources, audit.threads, masked=masked)
         rows = tally.rows()

@@ -79,7 +79,7 @@ def write_parquet(storage: Storage, key: str, table: pa.Table) -> None:
 
 
 def read_parquet(storage: Storage, key: str, columns: list[str] | None = None) -> pa.Table:
-    return pq.read_table(storage.local_path(key), columns=columns)
+    return pq.read_table(storage.source(key), columns=columns)
 
 
 def md_table(header: list[str], rows: list[list[object]]) -> str:

@@ -46,7 +46,7 @@ def params_for(spec: MixSpec) -> lib.DedupParams:
 
 
 def raw_paths(spec: MixSpec, storage) -> dict[str, str]:
-    return {s.name: storage.local_path(layout.RAW_DOCS.format(source=s.name)) for s in spec.sources}
+    return {s.name: storage.source(layout.RAW_DOCS.format(source=s.name)) for s in spec.sources}
 
 
 def _cell(text: str) -> str:

@@ -30,7 +30,7 @@ class _MixDir:
         self.storage = storage
 
     def open(self, rel: str) -> BinaryIO:
-        return open(self.storage.local_path(f"{layout.MIX_DIR}/{rel}"), "rb")
+        return self.storage.open(f"{layout.MIX_DIR}/{rel}")
 
     def list(self) -> list[str]:  # every file but manifest.json, so an unlisted one is reported
         keys = self.storage.list(layout.MIX_DIR)

@@ -12,7 +12,6 @@ A re-publish of an existing revision re-hashes its objects and repairs what is m
 
 import json
 import os
-from collections.abc import Callable
 
 import dagster as dg
 
@@ -22,6 +21,7 @@ from mix_assets.config import MixSpec
 from mix_assets.lib import layout
 from mix_assets.lib import publish as pub
 from mix_assets.lib.manifest import check_manifest
+from mix_assets.lib.transport import Location
 
 PUBLISHED_READABLE = "published_readable_from_empty_cache"
 GROUP = "publish"
@@ -56,8 +56,9 @@ def read_only_target(spec: MixSpec, env: dict | None = None):
     return pub.LocalTarget(url)
 
 
-def _mix_file(storage) -> Callable[[str], str]:
-    return lambda rel: storage.local_path(f"{layout.MIX_DIR}/{rel}")
+def _mix_dir(storage) -> Location:
+    """The storage root's mix folder, read in place (an S3 root to an S3 target on its endpoint: copied there)."""
+    return storage.sub(layout.MIX_DIR)
 
 
 def _open_reader():
@@ -88,10 +89,10 @@ def build_publish_assets(spec: MixSpec) -> list:
         """The mix as an immutable revision at the publish target (local dir, s3:// or the hub)."""
         mix = context.resources.mix
         inputs = verified_inputs(mix.storage, "published_revision", ["manifest", SHARDS_AUDIT_RECORD])
-        manifest = pub.load_manifest(_mix_file(mix.storage))
+        manifest = pub.load_manifest(_mix_dir(mix.storage))
         _require_clean_audit(mix.storage, manifest)
-        _check_manifest_contract(manifest, _mix_file(mix.storage))
-        result = pub.publish(_mix_file(mix.storage), write_target(mix.spec), log=context.log.info)
+        _check_manifest_contract(manifest, _mix_dir(mix.storage))
+        result = pub.publish(_mix_dir(mix.storage), write_target(mix.spec), log=context.log.info)
         mix.storage.write_text(layout.PUBLISHED, json.dumps(result.to_json(), indent=2, sort_keys=True))
         lin = recorded(mix.storage, "published_revision", [layout.PUBLISHED], {"manifest": inputs["manifest"]})
         return with_lineage({
@@ -117,7 +118,7 @@ def build_publish_assets(spec: MixSpec) -> list:
         mix = context.resources.mix
         verified_inputs(mix.storage, PUBLISHED_READABLE, ["published_revision"])
         record = json.loads(mix.storage.read_text(layout.PUBLISHED))
-        v = pub.verify(read_only_target(mix.spec), record["revision"], _mix_file(mix.storage),
+        v = pub.verify(read_only_target(mix.spec), record["revision"], _mix_dir(mix.storage),
                        open_reader=_open_reader())
         shown = v.problems[:20] + ([f"... and {len(v.problems) - 20} more"] if len(v.problems) > 20 else [])
         return dg.AssetCheckResult(
@@ -153,12 +154,8 @@ def _require_clean_audit(storage, manifest: dict) -> None:
         )
 
 
-def _check_manifest_contract(manifest: dict, resolve: Callable[[str], str]) -> None:
+def _check_manifest_contract(manifest: dict, mix_dir: Location) -> None:
     """Refuse to publish a manifest the shared checker rejects (in addition to the per-file re-hash)."""
-
-    def open_file(rel: str):
-        return open(resolve(rel), "rb")
-
-    problems = check_manifest(manifest, open_file, strict=False)
+    problems = check_manifest(manifest, mix_dir.open, strict=False)
     if problems:
         raise pub.PublishError("manifest.json fails the manifest checker:\n  " + "\n  ".join(problems))

@@ -27,11 +27,8 @@ MANIFEST_FILE = "manifest.json"
 def _published_manifest(mix, record: dict) -> dict | None:
     """The manifest of the recorded revision, read from the publish target (None if it is gone)."""
     from mix_assets.assets.publish import write_target
-    from mix_assets.lib.publish import HubTarget
 
-    target = write_target(mix.spec)
-    rev = record["revision"]
-    raw = target.read(MANIFEST_FILE, rev) if isinstance(target, HubTarget) else target.read(f"{rev}/{MANIFEST_FILE}")
+    raw = write_target(mix.spec).read(f"{record['revision']}/{MANIFEST_FILE}")
     return None if raw is None else json.loads(raw)
 
 

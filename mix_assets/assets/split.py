@@ -59,9 +59,9 @@ def build_split_assets(spec: MixSpec) -> list:
         """No doc id, cluster or exact text on both sides; cross-split near-dup rate (shingle Jaccard) 0."""
         s, st = mix.spec, mix.storage
         verified_inputs(st, VAL_DISJOINT_FROM_TRAIN, ["validation_split", *(raw_name(x.name) for x in s.sources)])
-        split = pq.read_table(st.local_path(layout.VALIDATION_SPLIT))
+        split = pq.read_table(st.source(layout.VALIDATION_SPLIT))
         d = measure_disjointness(split)
-        raw = {x.name: st.local_path(layout.RAW_DOCS.format(source=x.name)) for x in s.sources}
+        raw = {x.name: st.source(layout.RAW_DOCS.format(source=x.name)) for x in s.sources}
         scan = cross_split_near_dups(split, raw, s.dedup.threshold, s.dedup.shingle_words)
         return dg.AssetCheckResult(
             passed=d.ok and scan.val_docs_with_train_near_dup == 0,
@@ -84,7 +84,7 @@ def build_split_assets(spec: MixSpec) -> list:
         """The realised validation share of kept documents is within the configured relative tolerance."""
         sp = mix.spec.split
         verified_inputs(mix.storage, VAL_SHARE_IN_TOLERANCE, ["validation_split"])
-        v = measure_val_share(pq.read_table(mix.storage.local_path(layout.VALIDATION_SPLIT)), sp.val_fraction,
+        v = measure_val_share(pq.read_table(mix.storage.source(layout.VALIDATION_SPLIT)), sp.val_fraction,
                               sp.tolerance)
         return dg.AssetCheckResult(
             passed=v.ok,

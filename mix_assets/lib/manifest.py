@@ -41,13 +41,14 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from mix_assets.lib.transport import sha256_stream  # noqa: F401 -- re-exported (reader, checks)
+
 FORMAT = "mix_assets.manifest/1"
 MANIFEST_NAME = "manifest.json"
 README_NAME = "README.md"  # the dataset card a published revision carries beside the listed files
 INTERPRETATION_KEY = "interpretation_sha256"
 SPLITS = ("train", "val")
 DTYPES = {"uint16": 2, "uint32": 4}
-_HASH_CHUNK = 1 << 22
 
 
 class ManifestError(ValueError):
@@ -170,16 +171,6 @@ def compute_fingerprint(files: Iterable[Mapping[str, Any] | str]) -> str:
     for f in files:
         h.update((f if isinstance(f, str) else f["sha256"]).encode("utf-8"))
     return h.hexdigest()
-
-
-def sha256_stream(f: BinaryIO) -> tuple[str, int]:
-    """(hex sha256, bytes read) of a binary stream, read to its end."""
-    h = hashlib.sha256()
-    n = 0
-    while chunk := f.read(_HASH_CHUNK):
-        h.update(chunk)
-        n += len(chunk)
-    return h.hexdigest(), n
 
 
 def itemsize(dtype: str) -> int:

@@ -132,13 +132,15 @@ def write_manifest(storage, *, name: str, seed: int, spec_dump: dict) -> dict:
     import shutil
 
     from mix_assets.lib import layout
-    from mix_assets.lib.storage import sha256_file
 
+    loc = storage.location
     for src, dst in (
         (layout.DEDUP_KEYS, layout.MIX_DEDUP_KEYS),
         (layout.EXCLUSION_MASKS, layout.MIX_EXCLUSION_MASKS),
         (layout.CONTAMINATION_REPORT, layout.MIX_CONTAMINATION_REPORT),
     ):
+        if loc.copy_from(loc, src, dst, storage.sha256(src)):  # S3: server-side, the bytes stay there
+            continue
         local = storage.local_path(src)
         with storage.writing(dst) as tmp:
             shutil.copyfile(local, tmp)
@@ -146,10 +148,11 @@ def write_manifest(storage, *, name: str, seed: int, spec_dump: dict) -> dict:
     storage.write_text(layout.MIX_CONFIG, config_text)
 
     def file_sha256(rel: str) -> tuple[int, str]:
-        import os
-
-        p = storage.local_path(f"{layout.MIX_DIR}/{rel}")
-        return os.path.getsize(p), sha256_file(p)
+        key = f"{layout.MIX_DIR}/{rel}"
+        st = loc.stat(key)  # S3: the sha256 recorded from the uploaded file's bytes; local: hashed
+        if st is None:
+            raise FileNotFoundError(storage.uri(key))
+        return st if st[1] else loc.digest(key)
 
     shard_stats = json.loads(storage.read_text(layout.SHARD_STATS))
     manifest = build_manifest(

@@ -19,18 +19,22 @@ every object of the existing revision and re-uploads only what is missing or dif
 or damaged at the target), the card too, then points `latest`; an intact revision is left untouched.
 A different manifest under an existing revision id is refused (RevisionConflict).
 Every path taken from a manifest (local or remote) goes through `lib/manifest.safe_path`.
-On the hub one `create_commit` is atomic on its own (blobs are pre-uploaded, the commit appears whole);
-the commit is tagged `rev-<fp16>` so that a re-publish finds it.
+On the hub the files go up in commits within the hub's documented limits (at most 100 files each), the
+previous manifest deleted by the first; the last commit adds only the card and manifest.json and is the
+revision, tagged `rev-<fp16>` so that a re-publish finds it.
+Reads and writes go through `lib/transport.py`; a storage root on the same S3 endpoint as the target is
+copied server-side (CopyObject), the bytes never pass through this process.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import json
 import os
+import posixpath
 import random
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -44,7 +48,14 @@ from mix_assets.lib.manifest import (
     manifest_problems,
     safe_path,
 )
-from mix_assets.lib.storage import atomic_path, sha256_file, split_s3_url
+from mix_assets.lib.transport import (  # noqa: F401 -- s3_client re-exported for callers of this module
+    HubLocation,
+    LocalLocation,
+    Location,
+    S3Location,
+    s3_client,
+    sha256_file,
+)
 
 MANIFEST = "manifest.json"
 README = "README.md"
@@ -154,8 +165,9 @@ def published_paths(manifest: dict) -> list[str]:
     return [f["path"] for f in manifest["files"]] + [README, MANIFEST]
 
 
-def check_local_mix(manifest: dict, local_path: Callable[[str], str]) -> list[str]:
-    """Problems with the local mix against its own manifest (before anything is uploaded)."""
+def check_local_mix(manifest: dict, source: Location) -> list[str]:
+    """Problems with the local mix against its own manifest (before anything is uploaded); every listed
+    file is re-hashed from its bytes (on an S3 storage root: streamed, not downloaded)."""
     problems = []
     if manifest.get("format") != "mix_assets.manifest/1":
         problems.append(f"{MANIFEST}: format {manifest.get('format')!r} != 'mix_assets.manifest/1'")
@@ -176,17 +188,15 @@ def check_local_mix(manifest: dict, local_path: Callable[[str], str]) -> list[st
             problems.append(f"{MANIFEST}: file path {p!r} is reserved")
             continue
         try:
-            lp = local_path(p)
-        except FileNotFoundError:
-            problems.append(f"{p}: listed in the manifest but missing")
-            continue
+            got = source.digest(p)
         except UnsafePathError as e:
             problems.append(f"{p}: {e.problems[0]}")
             continue
-        size = os.path.getsize(lp)
-        if size != f["bytes"]:
-            problems.append(f"{p}: {size} bytes, manifest says {f['bytes']}")
-        elif sha256_file(lp) != f["sha256"]:
+        if got is None:
+            problems.append(f"{p}: listed in the manifest but missing")
+        elif got[0] != f["bytes"]:
+            problems.append(f"{p}: {got[0]} bytes, manifest says {f['bytes']}")
+        elif got[1] != f["sha256"]:
             problems.append(f"{p}: sha256 differs from the manifest")
     return problems
 
@@ -194,39 +204,64 @@ def check_local_mix(manifest: dict, local_path: Callable[[str], str]) -> list[st
 # -- targets -------------------------------------------------------------------------------------
 
 
-class Target:
-    """A place revisions live: `rev-<fp16>/<path>` objects plus a `latest` pointer."""
+def _confined(key: str, root: Path) -> Path:
+    return safe_path(key, root)
 
-    url: str
+
+class Target:
+    """A place revisions live: `<revision>/<path>` keys plus a `latest` pointer, over a transport Location.
+
+    The same interface for every kind (local, S3, hub), so callers never branch on the target's type.
+    """
+
+    revision_is_fingerprint = True  # `rev-<fp16>`; the hub's revision is its commit sha
+
+    def __init__(self, location: Location):
+        self.loc = location
+        self.url = location.url
 
     def read(self, key: str) -> bytes | None:
         """The object's bytes, or None when it does not exist."""
-        raise NotImplementedError
+        try:
+            return self.loc.read_bytes(key)
+        except FileNotFoundError:
+            return None
 
     def stat(self, key: str) -> tuple[int, str | None] | None:
         """(size, recorded sha256 or None) of an existing object, else None."""
-        raise NotImplementedError
+        return self.loc.stat(key)
 
     def digest(self, key: str) -> tuple[int, str] | None:
         """(size, sha256 recomputed from the object's bytes) of an existing object, else None."""
-        raise NotImplementedError
+        return self.loc.digest(key)
+
+    def put(self, key: str, source: Location, rel: str, sha256: str) -> None:
+        """Copy `rel` of the local mix to `key`: server-side when the stores allow it, else uploaded."""
+        if self.loc.copy_from(source, rel, key, sha256):
+            return
+        if isinstance(source, LocalLocation):
+            self.put_file(key, str(source.path(rel)), sha256)
+            return
+        with tempfile.TemporaryDirectory(prefix="mix-publish-") as d:
+            source.download(rel, Path(d) / "f")
+            self.put_file(key, str(Path(d) / "f"), sha256)
 
     def put_file(self, key: str, local: str, sha256: str) -> None:
-        raise NotImplementedError
+        self.loc.put_file(key, local, sha256)
 
     def put_bytes(self, key: str, data: bytes) -> None:
-        raise NotImplementedError
+        self.loc.put_bytes(key, data)
 
     def create_if_absent(self, key: str, data: bytes) -> bool:
         """Write `key` only if it does not exist; False when it already did."""
-        raise NotImplementedError
+        return self.loc.create_if_absent(key, data)
 
     def download(self, key: str, dest: str) -> None:
         """Copy the object to the local path `dest` (FileNotFoundError when absent)."""
-        raise NotImplementedError
+        self.loc.download(key, dest)
 
     def uri(self, key: str) -> str:
-        return f"{self.url.rstrip('/')}/{key}"
+        return self.loc.uri(key)
 
     def location(self, revision: str) -> str:
         """What `mix_assets.reader.open_mix` is given to read `revision`."""
@@ -234,172 +269,70 @@ class Target:
 
     def reader_kwargs(self) -> dict:
         """Keyword arguments for `open_mix` so it reads with this target's access (and no more)."""
-        return {}
+        return reader_kwargs_of(self.loc)
+
+    def publish(self, manifest: dict, source: Location, log: Callable[[str], None]) -> PublishResult:
+        """Upload the files, the card, then the manifest (create-if-absent), then point `latest`."""
+        rev = revision_id(manifest["fingerprint"])
+        mbytes = manifest_bytes(manifest)
+        card = dataset_card(manifest).encode("utf-8")
+        total = sum(f["bytes"] for f in manifest["files"]) + len(card) + len(mbytes)
+        n_files = len(manifest["files"]) + 2
+
+        existing = self.read(f"{rev}/{MANIFEST}")
+        if existing is not None:
+            _same_revision(existing, manifest, self.uri(f"{rev}/{MANIFEST}"))
+            up_files, up_bytes = _repair(self, rev, manifest, source, card, log)
+            if up_files:
+                log(f"{self.location(rev)}: repaired {up_files} missing or damaged object(s) ({up_bytes} bytes)")
+            else:
+                log(f"{self.location(rev)} already holds this content, every object verified; nothing uploaded")
+            _point_latest(self, rev, manifest["fingerprint"])
+            return PublishResult(self.url, rev, self.location(rev), manifest["fingerprint"], n_files, total,
+                                 up_files, up_bytes, created=False)
+
+        up_files = up_bytes = 0
+        for f in manifest["files"]:
+            key = f"{rev}/{f['path']}"
+            st = self.stat(key)
+            if st is not None and st[0] == f["bytes"] and st[1] == f["sha256"]:
+                continue  # left by an interrupted publish of this same revision
+            self.put(key, source, f["path"], f["sha256"])
+            up_files += 1
+            up_bytes += f["bytes"]
+        self.put_bytes(f"{rev}/{README}", card)
+        if not self.create_if_absent(f"{rev}/{MANIFEST}", mbytes):
+            # someone published concurrently: accept only the identical manifest
+            _same_revision(self.read(f"{rev}/{MANIFEST}") or b"", manifest, self.uri(f"{rev}/{MANIFEST}"))
+        _point_latest(self, rev, manifest["fingerprint"])
+        log(f"published {self.location(rev)}: {up_files} files uploaded ({up_bytes} bytes)")
+        return PublishResult(self.url, rev, self.location(rev), manifest["fingerprint"], n_files, total,
+                             up_files + 2, up_bytes + len(card) + len(mbytes), created=True)
 
 
 class LocalTarget(Target):
+    """A local directory; every key is confined to it (`lib/manifest.safe_path`, symlinks resolved)."""
+
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
-        self.url = str(self.root)
-
-    def _p(self, key: str) -> Path:
-        return safe_path(key, self.root)
-
-    def read(self, key):
-        try:
-            return self._p(key).read_bytes()
-        except FileNotFoundError:
-            return None
-
-    def stat(self, key):
-        p = self._p(key)
-        if not p.is_file():
-            return None
-        return p.stat().st_size, sha256_file(p)
-
-    digest = stat  # stat already re-hashes the bytes
-
-    def put_file(self, key, local, sha256):
-        with atomic_path(self._p(key)) as tmp:
-            shutil.copyfile(local, tmp)
-
-    def put_bytes(self, key, data):
-        with atomic_path(self._p(key)) as tmp:
-            Path(tmp).write_bytes(data)
-
-    def create_if_absent(self, key, data):
-        dest = self._p(key)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.link(tmp, dest)  # fails if dest exists: an atomic create-if-absent
-            return True
-        except FileExistsError:
-            return False
-        finally:
-            os.unlink(tmp)
-
-    def download(self, key, dest):
-        src = self._p(key)
-        if not src.is_file():
-            raise FileNotFoundError(self.uri(key))
-        with atomic_path(dest) as tmp:
-            shutil.copyfile(src, tmp)
-
-
-def s3_client(endpoint_url: str | None = None, region: str | None = None,
-              access_key: str | None = None, secret_key: str | None = None, anonymous: bool = False):
-    """A boto3 S3 client; `anonymous` signs nothing (public-read buckets)."""
-    import boto3
-    from botocore import UNSIGNED
-    from botocore.config import Config
-
-    cfg = Config(s3={"addressing_style": "path"} if endpoint_url else {},
-                 retries={"max_attempts": 5, "mode": "standard"},
-                 signature_version=UNSIGNED if anonymous else None)
-    kw = {}
-    if access_key and not anonymous:
-        kw = {"aws_access_key_id": access_key, "aws_secret_access_key": secret_key}
-    return boto3.client("s3", endpoint_url=endpoint_url, region_name=region or "us-east-1", config=cfg, **kw)
-
-
-def _s3_missing(err) -> bool:
-    code = str(getattr(err, "response", {}).get("Error", {}).get("Code", ""))
-    return code in {"404", "NoSuchKey", "NotFound"}
+        super().__init__(LocalLocation(self.root, confine=_confined))
 
 
 class S3Target(Target):
     """`s3://bucket/prefix`; each object carries its sha256 as user metadata (used to resume)."""
 
     def __init__(self, url: str, client):
-        self.url = url.rstrip("/")
-        self.bucket, self.prefix = split_s3_url(url)
-        self.client = client
+        super().__init__(S3Location(url, client))
+        self.client, self.bucket, self.prefix = client, self.loc.bucket, self.loc.prefix
 
-    def _k(self, key: str) -> str:
-        return f"{self.prefix}/{key}" if self.prefix else key
 
-    def reader_kwargs(self) -> dict:
-        return {"s3_client": self.client}
-
-    def read(self, key):
-        from botocore.exceptions import ClientError
-
-        try:
-            return self.client.get_object(Bucket=self.bucket, Key=self._k(key))["Body"].read()
-        except ClientError as e:
-            if _s3_missing(e):
-                return None
-            raise
-
-    def stat(self, key):
-        from botocore.exceptions import ClientError
-
-        try:
-            h = self.client.head_object(Bucket=self.bucket, Key=self._k(key))
-        except ClientError as e:
-            if _s3_missing(e):
-                return None
-            raise
-        return h["ContentLength"], h.get("Metadata", {}).get("sha256")
-
-    def digest(self, key):
-        from botocore.exceptions import ClientError
-
-        try:
-            body = self.client.get_object(Bucket=self.bucket, Key=self._k(key))["Body"]
-        except ClientError as e:
-            if _s3_missing(e):
-                return None
-            raise
-        with contextlib.closing(body):
-            h, n = hashlib.sha256(), 0
-            while chunk := body.read(_CHUNK):
-                h.update(chunk)
-                n += len(chunk)
-        return n, h.hexdigest()
-
-    def put_file(self, key, local, sha256):
-        self.client.upload_file(local, self.bucket, self._k(key), ExtraArgs={"Metadata": {"sha256": sha256}})
-
-    def put_bytes(self, key, data):
-        meta = {"sha256": hashlib.sha256(data).hexdigest()}
-        self.client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data, Metadata=meta)
-
-    def create_if_absent(self, key, data):
-        from botocore.exceptions import ClientError
-
-        meta = {"sha256": hashlib.sha256(data).hexdigest()}
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data, Metadata=meta,
-                                   IfNoneMatch="*")
-            return True
-        except ClientError as e:
-            code = str(e.response.get("Error", {}).get("Code", ""))
-            if code in {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}:
-                return False
-            if code in {"NotImplemented", "501"}:  # a server without conditional PUT: check, then put
-                if self.stat(key) is not None:
-                    return False
-                self.put_bytes(key, data)
-                return True
-            raise
-
-    def download(self, key, dest):
-        from botocore.exceptions import ClientError
-
-        Path(dest).parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with atomic_path(dest) as tmp:
-                self.client.download_file(self.bucket, self._k(key), tmp)
-        except ClientError as e:
-            if _s3_missing(e):
-                raise FileNotFoundError(self.uri(key)) from None
-            raise
+def reader_kwargs_of(loc: Location) -> dict:
+    """What `open_mix` needs besides the URL to read `loc` with the same access."""
+    if isinstance(loc, S3Location):
+        return {"s3_client": loc.client}
+    if isinstance(loc, HubLocation):
+        return {"hub_endpoint": loc.api.endpoint}
+    return {}
 
 
 # -- publishing ------------------------------------------------------------------------------------
@@ -421,25 +354,17 @@ class PublishResult:
         return dict(self.__dict__)
 
 
-def _resolver(mix: str | os.PathLike | Callable[[str], str]) -> Callable[[str], str]:
-    if callable(mix):
-        return mix
-
-    def local(rel: str) -> str:
-        p = safe_path(rel, mix)
-        if not p.is_file():
-            raise FileNotFoundError(str(Path(mix) / rel))
-        return str(p)
-
-    return local
+def mix_source(mix: str | os.PathLike | Location) -> Location:
+    """The local mix as a Location: a directory (keys confined to it) or a storage root's `mix/` folder."""
+    return mix if isinstance(mix, Location) else LocalLocation(Path(mix), confine=_confined)
 
 
-def load_manifest(mix: str | os.PathLike | Callable[[str], str]) -> dict:
-    path = _resolver(mix)(MANIFEST)
+def load_manifest(mix: str | os.PathLike | Location) -> dict:
+    src = mix_source(mix)
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise PublishError(f"{path}: not valid JSON ({e})") from None
+        return json.loads(src.read_bytes(MANIFEST).decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise PublishError(f"{src.uri(MANIFEST)}: not valid JSON ({e})") from None
 
 
 def _same_revision(existing: bytes, manifest: dict, where: str) -> None:
@@ -455,54 +380,18 @@ def _same_revision(existing: bytes, manifest: dict, where: str) -> None:
         )
 
 
-def publish(mix: str | os.PathLike | Callable[[str], str], target: Target | HubTarget,
+def publish(mix: str | os.PathLike | Location, target: Target,
             *, log: Callable[[str], None] = lambda s: None) -> PublishResult:
-    """Publish the mix directory (or a resolver of its relative paths) to `target`."""
-    resolve = _resolver(mix)
-    manifest = load_manifest(resolve)
-    problems = check_local_mix(manifest, resolve)
+    """Publish the mix directory (a path, or a Location such as `Storage.sub("mix")`) to `target`."""
+    source = mix_source(mix)
+    manifest = load_manifest(source)
+    problems = check_local_mix(manifest, source)
     if problems:
         raise PublishError("the local mix does not match its manifest:\n  " + "\n  ".join(problems))
-    if isinstance(target, HubTarget):
-        return target.publish(manifest, resolve, log=log)
-    rev = revision_id(manifest["fingerprint"])
-    mbytes = manifest_bytes(manifest)
-    card = dataset_card(manifest).encode("utf-8")
-    total = sum(f["bytes"] for f in manifest["files"]) + len(card) + len(mbytes)
-    n_files = len(manifest["files"]) + 2
-
-    existing = target.read(f"{rev}/{MANIFEST}")
-    if existing is not None:
-        _same_revision(existing, manifest, target.uri(f"{rev}/{MANIFEST}"))
-        up_files, up_bytes = _repair(target, rev, manifest, resolve, card, log)
-        if up_files:
-            log(f"{target.location(rev)}: repaired {up_files} missing or damaged object(s) ({up_bytes} bytes)")
-        else:
-            log(f"{target.location(rev)} already holds this content, every object verified; nothing uploaded")
-        _point_latest(target, rev, manifest["fingerprint"])
-        return PublishResult(target.url, rev, target.location(rev), manifest["fingerprint"], n_files, total,
-                             up_files, up_bytes, created=False)
-
-    up_files = up_bytes = 0
-    for f in manifest["files"]:
-        key = f"{rev}/{f['path']}"
-        st = target.stat(key)
-        if st is not None and st[0] == f["bytes"] and st[1] == f["sha256"]:
-            continue  # left by an interrupted publish of this same revision
-        target.put_file(key, resolve(f["path"]), f["sha256"])
-        up_files += 1
-        up_bytes += f["bytes"]
-    target.put_bytes(f"{rev}/{README}", card)
-    if not target.create_if_absent(f"{rev}/{MANIFEST}", mbytes):
-        # someone published concurrently: accept only the identical manifest
-        _same_revision(target.read(f"{rev}/{MANIFEST}") or b"", manifest, target.uri(f"{rev}/{MANIFEST}"))
-    _point_latest(target, rev, manifest["fingerprint"])
-    log(f"published {target.location(rev)}: {up_files} files uploaded ({up_bytes} bytes)")
-    return PublishResult(target.url, rev, target.location(rev), manifest["fingerprint"], n_files, total,
-                         up_files + 2, up_bytes + len(card) + len(mbytes), created=True)
+    return target.publish(manifest, source, log)
 
 
-def _repair(target: Target, rev: str, manifest: dict, resolve: Callable[[str], str], card: bytes,
+def _repair(target: Target, rev: str, manifest: dict, source: Location, card: bytes,
             log: Callable[[str], None]) -> tuple[int, int]:
     """Re-hash every object of an existing revision; re-upload each one missing or differing, the card
     after the listed files (the manifest is already there and identical). (files, bytes) uploaded."""
@@ -512,7 +401,7 @@ def _repair(target: Target, rev: str, manifest: dict, resolve: Callable[[str], s
         if target.digest(key) == (f["bytes"], f["sha256"]):
             continue
         log(f"{target.uri(key)}: missing or differs from the manifest; uploading it again")
-        target.put_file(key, resolve(f["path"]), f["sha256"])
+        target.put(key, source, f["path"], f["sha256"])
         up_files += 1
         up_bytes += f["bytes"]
     if target.digest(f"{rev}/{README}") != (len(card), hashlib.sha256(card).hexdigest()):
@@ -541,9 +430,22 @@ def read_latest(target: Target) -> str | None:
 
 # -- the Hugging Face hub ---------------------------------------------------------------------------
 
+# The hub's documented limits (https://huggingface.co/docs/hub/en/repositories-recommendations):
+# "Commit size <100 files" ("upload files in multiple commits"), "Entries per folder <10k" ("use
+# subdirectories"), "Files per repo <100k".
+HUB_OPS_PER_COMMIT = 100
+HUB_ENTRIES_PER_FOLDER = 10_000
 
-class HubTarget:
-    """`hf://datasets/org/name`: one commit per revision, tagged `rev-<fp16>`; the revision is the commit."""
+
+class HubTarget(Target):
+    """`hf://datasets/org/name`: a revision is a commit, tagged `rev-<fp16>`; keys are `<commit>/<path>`.
+
+    Files go up in commits of at most HUB_OPS_PER_COMMIT operations; the first also deletes the previous
+    manifest and card, and the last adds only the card and the manifest. So no commit but the last holds
+    a manifest: an interrupted publish never leaves something that reads as a revision.
+    """
+
+    revision_is_fingerprint = False
 
     def __init__(self, url: str, api=None, token: str | bool | None = None):
         rest = url.removeprefix("hf://")
@@ -557,84 +459,119 @@ class HubTarget:
             api = HfApi(token=token)
         self.api = api
 
+    def _at(self, revision: str, cache_dir: str) -> HubLocation:
+        return HubLocation(self.repo_id, revision, api=self.api, cache_dir=cache_dir)
+
+    def read(self, key: str) -> bytes | None:
+        revision, _, path = key.partition("/")
+        with tempfile.TemporaryDirectory(prefix="hf-") as d:
+            try:
+                return self._at(revision, d).read_bytes(path)
+            except FileNotFoundError:
+                return None
+
+    def download(self, key: str, dest: str) -> None:
+        revision, _, path = key.partition("/")
+        with tempfile.TemporaryDirectory(prefix="hf-") as d:
+            self._at(revision, d).download(path, dest)
+
+    def stat(self, key):
+        data = self.read(key)
+        return None if data is None else (len(data), hashlib.sha256(data).hexdigest())
+
+    digest = stat
+
+    def uri(self, key: str) -> str:
+        revision, _, path = key.partition("/")
+        return f"{self.url}@{revision}/{path}" if path else f"{self.url}@{revision}"
+
     def location(self, revision: str) -> str:
         return f"{self.url}@{revision}"
 
     def reader_kwargs(self) -> dict:
         return {"hub_endpoint": self.api.endpoint}
 
-    def uri(self, key: str, revision: str) -> str:
-        return f"{self.url}@{revision}/{key}"
-
-    def _download(self, key: str, revision: str, cache_dir: str | None = None) -> str | None:
-        from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
-
-        try:
-            return self.api.hf_hub_download(self.repo_id, key, repo_type="dataset", revision=revision,
-                                            cache_dir=cache_dir)
-        except (EntryNotFoundError, RevisionNotFoundError):
-            return None
-
     def tag_commit(self, tag: str) -> str | None:
         refs = self.api.list_repo_refs(self.repo_id, repo_type="dataset")
         return next((t.target_commit for t in refs.tags if t.name == tag), None)
 
-    def download(self, key: str, revision: str, dest: str) -> None:
-        with tempfile.TemporaryDirectory(prefix="hf-") as d:
-            got = self._download(key, revision, cache_dir=d)
-            if got is None:
-                raise FileNotFoundError(self.uri(key, revision))
-            with atomic_path(dest) as tmp:
-                shutil.copyfile(got, tmp)
-
-    def read(self, key: str, revision: str) -> bytes | None:
-        with tempfile.TemporaryDirectory() as d:
-            got = self._download(key, revision, cache_dir=d)
-            return None if got is None else Path(got).read_bytes()
-
-    def publish(self, manifest: dict, resolve: Callable[[str], str], log=lambda s: None) -> PublishResult:
-        from huggingface_hub import CommitOperationAdd, CommitOperationDelete
-
+    def publish(self, manifest: dict, source: Location, log: Callable[[str], None]) -> PublishResult:
         fp = manifest["fingerprint"]
         tag = revision_id(fp)
         mbytes = manifest_bytes(manifest)
         card = dataset_card(manifest).encode("utf-8")
         total = sum(f["bytes"] for f in manifest["files"]) + len(card) + len(mbytes)
         n_files = len(manifest["files"]) + 2
+        _check_hub_folders(manifest)
         self.api.create_repo(self.repo_id, repo_type="dataset", exist_ok=True)
 
         commit = self.tag_commit(tag)
         if commit is not None:
-            _same_revision(self.read(MANIFEST, commit) or b"", manifest, self.uri(MANIFEST, commit))
+            _same_revision(self.read(f"{commit}/{MANIFEST}") or b"", manifest, self.uri(f"{commit}/{MANIFEST}"))
             log(f"{self.location(commit)} already holds this content (tag {tag}); nothing uploaded")
             return PublishResult(self.url, commit, self.location(commit), fp, n_files, total, 0, 0, False)
 
         head = self.api.repo_info(self.repo_id, repo_type="dataset", revision="main").sha
-        head_manifest = self.read(MANIFEST, head) if head else None
+        head_manifest = self.read(f"{head}/{MANIFEST}") if head else None
         created = True
         if head_manifest is not None and json.loads(head_manifest) == manifest:
             commit, created = head, False  # committed by a publish that died before tagging
         else:
-            wanted = set(published_paths(manifest))
-            stale = [p for p in (self.api.list_repo_files(self.repo_id, repo_type="dataset", revision=head)
-                                 if head else [])
-                     if p not in wanted and p != ".gitattributes"]
-            ops = [CommitOperationAdd(f["path"], resolve(f["path"])) for f in manifest["files"]]
-            ops += [CommitOperationAdd(README, card), CommitOperationAdd(MANIFEST, mbytes)]
-            ops += [CommitOperationDelete(p) for p in stale]  # the tree at the commit is exactly the revision
-            info = self.api.create_commit(
-                self.repo_id, ops, repo_type="dataset", revision="main", parent_commit=head,
-                commit_message=f"Publish {tag}", commit_description=f"content fingerprint {fp}",
-            )
-            commit = info.oid
+            commit = self._commit_in_chunks(manifest, source, head, card, mbytes, tag, log)
         self.api.create_tag(self.repo_id, tag=tag, revision=commit, repo_type="dataset", exist_ok=True)
         log(f"published {self.location(commit)} (tag {tag})")
         up = (n_files, total) if created else (0, 0)
         return PublishResult(self.url, commit, self.location(commit), fp, n_files, total, *up, created)
 
+    def _commit_in_chunks(self, manifest: dict, source: Location, head: str | None, card: bytes, mbytes: bytes,
+                          tag: str, log: Callable[[str], None]) -> str:
+        from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+
+        present = self.api.list_repo_files(self.repo_id, repo_type="dataset", revision=head) if head else []
+        wanted = {f["path"] for f in manifest["files"]}
+        # the tree at the final commit is exactly the revision: the old manifest and card go first
+        deletes = [p for p in present if p in (MANIFEST, README)]
+        deletes += [p for p in present if p not in wanted and p not in (MANIFEST, README, ".gitattributes")]
+        work: list[tuple[str, str | None]] = [(p, None) for p in deletes] + [(f["path"], f["path"])
+                                                                             for f in manifest["files"]]
+        chunks = [work[i:i + HUB_OPS_PER_COMMIT] for i in range(0, len(work), HUB_OPS_PER_COMMIT)]
+        with tempfile.TemporaryDirectory(prefix="mix-hub-") as d:
+            for n, chunk in enumerate(chunks, 1):
+                ops = [CommitOperationDelete(p) if rel is None else CommitOperationAdd(p, _local_file(source, rel, d))
+                       for p, rel in chunk]
+                head = self.api.create_commit(
+                    self.repo_id, ops, repo_type="dataset", revision="main", parent_commit=head,
+                    commit_message=f"Publish {tag}: files, part {n} of {len(chunks)}",
+                ).oid
+                log(f"{self.url}: committed part {n} of {len(chunks)} ({len(ops)} operations)")
+                for p in Path(d).iterdir():
+                    p.unlink()
+        return self.api.create_commit(
+            self.repo_id, [CommitOperationAdd(README, card), CommitOperationAdd(MANIFEST, mbytes)],
+            repo_type="dataset", revision="main", parent_commit=head, commit_message=f"Publish {tag}",
+            commit_description=f"content fingerprint {manifest['fingerprint']}",
+        ).oid
+
+
+def _local_file(source: Location, rel: str, scratch_dir: str) -> str:
+    """A local path of `rel`: the file itself in a local mix, else a download into `scratch_dir`."""
+    if isinstance(source, LocalLocation):
+        return str(source.path(rel))
+    dest = Path(scratch_dir) / hashlib.sha256(rel.encode()).hexdigest()
+    source.download(rel, dest)
+    return str(dest)
+
+
+def _check_hub_folders(manifest: dict) -> None:
+    folders = collections.Counter(posixpath.dirname(p) for p in published_paths(manifest))
+    crowded = {d or "/": n for d, n in folders.items() if n >= HUB_ENTRIES_PER_FOLDER}
+    if crowded:
+        raise PublishError(f"the hub recommends fewer than {HUB_ENTRIES_PER_FOLDER} entries per folder; "
+                           f"these folders would hold more: {crowded} (use larger shards)")
+
 
 def make_target(url: str, *, s3_endpoint_url: str | None = None, s3_region: str | None = None,
-                s3_client_=None, hf_api=None) -> Target | HubTarget:
+                s3_client_=None, hf_api=None) -> Target:
     """The target a publish URL names (write access from the environment's credentials)."""
     if url.startswith("s3://"):
         return S3Target(url, s3_client_ or s3_client(s3_endpoint_url, s3_region))
@@ -683,7 +620,7 @@ def _sample_indices(n: int, n_random: int, seed: int) -> list[int]:
     return sorted(picks)
 
 
-def verify(target: Target | HubTarget, revision: str, local_mix: str | os.PathLike | Callable[[str], str],
+def verify(target: Target, revision: str, local_mix: str | os.PathLike | Location,
            *, cache_dir: str | None = None, n_random: int = 8, seed: int = 0,
            open_reader: Callable[..., object] | None = None) -> Verification:
     """Read `revision` from `target` (read-only access) into an empty cache and compare it with the local mix.
@@ -694,20 +631,16 @@ def verify(target: Target | HubTarget, revision: str, local_mix: str | os.PathLi
     comparing each with the local shards.
     """
     t0 = time.monotonic()
-    resolve = _resolver(local_mix)
-    local = load_manifest(resolve)
-    hub = isinstance(target, HubTarget)
+    source = mix_source(local_mix)
+    local = load_manifest(source)
     loc = target.location(revision)
     out = Verification(loc)
 
     def uri(key: str) -> str:
-        return target.uri(key, revision) if hub else target.uri(f"{revision}/{key}")
+        return target.uri(f"{revision}/{key}")
 
     def fetch(key: str, dest: str) -> None:
-        if hub:
-            target.download(key, revision, dest)
-        else:
-            target.download(f"{revision}/{key}", dest)
+        target.download(f"{revision}/{key}", dest)
 
     with _fresh_cache(cache_dir) as cache:
         root = Path(cache) / "files"
@@ -739,7 +672,7 @@ def verify(target: Target | HubTarget, revision: str, local_mix: str | os.PathLi
             out.problems += [f"{uri(MANIFEST)}: {p}" for p in structural]
             out.seconds = time.monotonic() - t0
             return out
-        if not hub and revision != revision_id(remote.get("fingerprint", "")):
+        if target.revision_is_fingerprint and revision != revision_id(remote.get("fingerprint", "")):
             out.problems.append(f"{uri(MANIFEST)}: revision id {revision} does not derive from its fingerprint")
         out.files_verified += 1
         out.bytes_verified += (root / MANIFEST).stat().st_size
@@ -775,16 +708,16 @@ def verify(target: Target | HubTarget, revision: str, local_mix: str | os.PathLi
             out.problems += [f"{loc}: {p}" for p in manifest_problems(remote, LocalDir(root), verify_hashes=False,
                                                                         review_counts=True)]
         if not out.problems:
-            out.samples_compared += _compare_raw_samples(remote, root, resolve, n_random, seed, out.problems, uri)
+            out.samples_compared += _compare_raw_samples(remote, root, source, n_random, seed, out.problems, uri)
         if not out.problems and open_reader is not None:
             out.samples_compared += _compare_through_reader(
-                open_reader, loc, target.reader_kwargs(), remote, resolve, Path(cache) / "reader", n_random, seed,
+                open_reader, loc, target.reader_kwargs(), remote, source, Path(cache) / "reader", n_random, seed,
                 out.problems)
     out.seconds = time.monotonic() - t0
     return out
 
 
-def _compare_raw_samples(manifest, root: Path, resolve, n_random, seed, problems, uri) -> int:
+def _compare_raw_samples(manifest, root: Path, source: Location, n_random, seed, problems, uri) -> int:
     """Sample k of a split read from the downloaded shards == the same bytes of the local shards."""
     sample_bytes = manifest["packing"]["sample_len"] * (2 if manifest["dtype"] == "uint16" else 4)
     compared = 0
@@ -797,7 +730,7 @@ def _compare_raw_samples(manifest, root: Path, resolve, n_random, seed, problems
             i = max(j for j, st in enumerate(starts) if st <= k)
             sh = s["shards"][i]
             off = (k - starts[i]) * sample_bytes
-            with open(root / sh["path"], "rb") as a, open(resolve(sh["path"]), "rb") as b:
+            with open(root / sh["path"], "rb") as a, source.open(sh["path"]) as b:
                 a.seek(off)
                 b.seek(off)
                 if a.read(sample_bytes) != b.read(sample_bytes):
@@ -806,22 +739,18 @@ def _compare_raw_samples(manifest, root: Path, resolve, n_random, seed, problems
     return compared
 
 
-def _compare_through_reader(open_reader, location, reader_kwargs, manifest, resolve, cache: Path, n_random,
+def _compare_through_reader(open_reader, location, reader_kwargs, manifest, source: Location, cache: Path, n_random,
                             seed, problems) -> int:
     """The trainer's reader over the published revision and over the local mix yield the same samples."""
     import numpy as np
 
-    # The reader opens a whole folder; a resolver that fetches on demand (an S3 storage root) must
-    # first have fetched every listed file into it.
-    for f in manifest.get("files", []):
-        resolve(f["path"])
-    local_dir = str(Path(resolve(MANIFEST)).parent)
     compared = 0
     for split in manifest["splits"]:
         try:
             pub = open_reader(location, cache_dir=str(cache / "published" / split), shuffle_seed=seed, split=split,
                               **reader_kwargs)
-            ref = open_reader(local_dir, cache_dir=str(cache / "local" / split), shuffle_seed=seed, split=split)
+            ref = open_reader(source.url, cache_dir=str(cache / "local" / split), shuffle_seed=seed, split=split,
+                              **reader_kwargs_of(source))
         except Exception as e:  # noqa: BLE001 -- the reader's own error names the file and the number
             problems.append(f"{location}: the reader refused the {split} split: {e}")
             continue

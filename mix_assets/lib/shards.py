@@ -507,11 +507,11 @@ def build_token_shards(storage, spec, scratch_dir: Optional[str] = None) -> Shar
         s.name: SourceBudget(s.name, spec.unique_budget(s.name), spec.stream_budget(s.name), s.epochs)
         for s in spec.sources
     }
-    raw = {s.name: storage.local_path(layout.RAW_DOCS.format(source=s.name)) for s in spec.sources}
+    raw = {s.name: storage.source(layout.RAW_DOCS.format(source=s.name)) for s in spec.sources}
     # local copies of S3 uploads a killed build left behind
     scratch.sweep(storage.cache_dir or tempfile.gettempdir(), UPLOAD)
     result = build_shards(
-        tok, storage.local_path(layout.VALIDATION_SPLIT), raw, budgets, plan,
+        tok, storage.source(layout.VALIDATION_SPLIT), raw, budgets, plan,
         dtype_for_vocab(tok.get_vocab_size(with_added_tokens=True)), storage, scratch_dir,
         bytes_per_token_guess=spec.tokenizer.bytes_per_token_fallback,
     )

@@ -188,8 +188,8 @@ def build_validation_split(storage, sources: list[str], seed: int, val_fraction:
     """Read raw/<source>, dedup_keys and exclusion_masks through `storage`; write the split file."""
     from mix_assets.lib import layout
 
-    raw = {s: storage.local_path(layout.RAW_DOCS.format(source=s)) for s in sources}
-    kept = kept_documents(raw, storage.local_path(layout.DEDUP_KEYS), storage.local_path(layout.EXCLUSION_MASKS))
+    raw = {s: storage.source(layout.RAW_DOCS.format(source=s)) for s in sources}
+    kept = kept_documents(raw, storage.source(layout.DEDUP_KEYS), storage.source(layout.EXCLUSION_MASKS))
     split = assign_split(kept, seed, val_fraction)
     with storage.writing(layout.VALIDATION_SPLIT) as tmp:
         pq.write_table(split, tmp)

@@ -8,7 +8,6 @@ count. Identity = kind, repo, revision, vocab size, special tokens, sha256 of ev
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from mix_assets.lib.split import unit_hash
+from mix_assets.lib.transport import sha256_file
 
 # Files taken from a hub repo besides tokenizer.json, when the repo has them.
 HUB_EXTRA_FILES = ("tokenizer_config.json", "special_tokens_map.json")
@@ -62,20 +62,12 @@ def special_tokens_of(tok: Tokenizer) -> dict[str, int]:
     }
 
 
-def _sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def identity_of(kind: str, out_dir: str, repo_id: Optional[str] = None, revision: Optional[str] = None,
                 rel_prefix: str = "tokenizer") -> TokenizerIdentity:
     """Identity of the tokenizer files in `out_dir` (paths recorded as `<rel_prefix>/<name>`)."""
     tok = Tokenizer.from_file(str(Path(out_dir) / "tokenizer.json"))
     files = {
-        f"{rel_prefix}/{p.name}": _sha256(p)
+        f"{rel_prefix}/{p.name}": sha256_file(p)
         for p in sorted(Path(out_dir).iterdir(), key=lambda p: p.name)
         if p.is_file() and not p.name.startswith(".")
     }
@@ -211,8 +203,8 @@ def build_tokenizer(storage, spec) -> TokenizerIdentity:
             copy_file(spec.resolve(ts.path), out)
         else:
             names = [s.name for s in spec.sources]
-            raw = {n: storage.local_path(layout.RAW_DOCS.format(source=n)) for n in names}
-            texts = training_sample(storage.local_path(layout.VALIDATION_SPLIT), raw,
+            raw = {n: storage.source(layout.RAW_DOCS.format(source=n)) for n in names}
+            texts = training_sample(storage.source(layout.VALIDATION_SPLIT), raw,
                                     {s.name: s.share for s in spec.sources}, ts.train_sample_bytes, spec.seed)
             train_bpe(texts, ts.vocab_size, ts.special_tokens, out)
         ident = identity_of(ts.kind, out, ts.repo_id if ts.kind == "hub" else None,

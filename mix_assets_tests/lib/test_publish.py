@@ -186,13 +186,13 @@ def _damage(target, rev: str, deleted: str, flipped: str) -> None:
         p.write_bytes(flip_byte(p.read_bytes()))
         (target.root / rev / "README.md").unlink()
         return
-    c, b = target.client, target.bucket
-    c.delete_object(Bucket=b, Key=target._k(f"{rev}/{deleted}"))
-    key = target._k(f"{rev}/{flipped}")
+    c, b = target.client, target.loc.bucket
+    c.delete_object(Bucket=b, Key=target.loc.key(f"{rev}/{deleted}"))
+    key = target.loc.key(f"{rev}/{flipped}")
     head = c.head_object(Bucket=b, Key=key)
     body = c.get_object(Bucket=b, Key=key)["Body"].read()
     c.put_object(Bucket=b, Key=key, Body=flip_byte(body), Metadata=head["Metadata"])  # metadata says intact
-    c.delete_object(Bucket=b, Key=target._k(f"{rev}/README.md"))
+    c.delete_object(Bucket=b, Key=target.loc.key(f"{rev}/README.md"))
 
 
 def _republish_repairs(mix: Path, writer, reader) -> None:
@@ -413,3 +413,101 @@ def test_published_revisions_read_through_the_reader_equal_the_local_shards(tmp_
         r = reader.open_mix(res.location, cache_dir=tmp_path / "trainer" / writer.url.replace("/", "_"),
                             **read_only.reader_kwargs())
         assert r.fingerprint == m["fingerprint"] and len(r) == m["splits"]["train"]["samples"]
+
+
+# -- transport: server-side copy, chunked hub commits ------------------------------------------------
+
+
+def _calls(client, op: str) -> list[dict]:
+    seen: list[dict] = []
+    client.meta.events.register(f"provide-client-params.s3.{op}", lambda params, **_: seen.append(params))
+    return seen
+
+
+@pytest.mark.s3
+def test_s3_storage_to_s3_target_on_one_endpoint_copies_server_side(synthetic_mix, seaweedfs, monkeypatch, tmp_path):
+    from mix_assets.lib.storage import Storage
+    from mix_assets_tests.s3server import WRITER
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", WRITER[0])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", WRITER[1])
+    st = Storage(seaweedfs.url("copy-root"), s3_endpoint_url=seaweedfs.endpoint, cache_dir=str(tmp_path / "c"))
+    for p in sorted(synthetic_mix.rglob("*")):
+        if p.is_file():
+            st.write_bytes(f"mix/{p.relative_to(synthetic_mix).as_posix()}", p.read_bytes())
+    m = _manifest(synthetic_mix)
+    target = pub.S3Target(seaweedfs.url("copy-target"), seaweedfs.client("writer"))
+    copies, puts, uploads = (_calls(target.client, op) for op in ("CopyObject", "PutObject", "CreateMultipartUpload"))
+    res = pub.publish(st.sub("mix"), target)
+    assert res.created and len(copies) == len(m["files"]) and not uploads
+    assert sorted(c["Key"].rsplit("/", 1)[-1] for c in puts) == ["README.md", "latest", "manifest.json"]
+    head = target.client.head_object(Bucket=target.bucket, Key=f"{target.prefix}/{res.revision}/{m['files'][0]['path']}")
+    assert head["Metadata"]["sha256"] == m["files"][0]["sha256"]  # a copy records its sha256 like an upload
+    reader = pub.S3Target(target.url, seaweedfs.client("reader"))
+    from mix_assets.reader import open_mix
+
+    v = pub.verify(reader, res.revision, st.sub("mix"), open_reader=open_mix)
+    assert v.passed, v.problems
+    # a local storage root (or another endpoint) cannot be copied server-side: the bytes are uploaded
+    other = pub.S3Target(seaweedfs.url("copy-target-2"), seaweedfs.client("writer"))
+    copies2 = _calls(other.client, "CopyObject")
+    assert pub.publish(synthetic_mix, other).created and copies2 == []
+
+
+def _commit_trees(repo) -> list[dict]:
+    """The trees of main's commits, oldest first (the repo's initial commit excluded)."""
+    chain, sha = [], repo.branches["main"]
+    while repo.commits[sha]["parent"] is not None:
+        chain.append(repo.commits[sha]["tree"])
+        sha = repo.commits[sha]["parent"]
+    return chain[::-1]
+
+
+def test_hub_commits_in_chunks_and_only_the_last_holds_a_manifest(tmp_path, fake_hub, monkeypatch):
+    monkeypatch.setattr(pub, "HUB_OPS_PER_COMMIT", 3)
+    a, b = tmp_path / "a", tmp_path / "b"
+    ma, mb = build_synthetic_mix(a, seed=1), build_synthetic_mix(b, seed=2, train_shards=(3, 3))
+    target = pub.HubTarget("hf://datasets/org/mix", api=fake_hub.api())
+    ra = pub.publish(a, target)
+    repo = fake_hub.repos["org/mix"]
+    trees = _commit_trees(repo)
+    assert len(trees) == -(-len(ma["files"]) // 3) + 1  # ceil(files / 3) file commits, then the manifest's
+    assert all(pub.MANIFEST not in t for t in trees[:-1]) and set(trees[-1]) == {".gitattributes",
+                                                                                 *pub.published_paths(ma)}
+    assert repo.tags[pub.revision_id(ma["fingerprint"])] == ra.revision == repo.branches["main"]
+
+    # b: the first commit deletes a's manifest and card, so no later part reads as a revision of either
+    rb = pub.publish(b, target)
+    trees = _commit_trees(repo)[len(trees):]
+    assert len(trees) > 2 and all(pub.MANIFEST not in t and pub.README not in t for t in trees[:-1])
+    assert set(trees[-1]) == {".gitattributes", *pub.published_paths(mb)}
+    anonymous = pub.HubTarget("hf://datasets/org/mix", api=fake_hub.api(token=False))
+    assert pub.verify(anonymous, rb.revision, b).passed and pub.verify(anonymous, ra.revision, a).passed
+
+
+def test_hub_publish_killed_between_chunks_is_not_a_revision_and_a_retry_completes(tmp_path, fake_hub,
+                                                                                   monkeypatch):
+    monkeypatch.setattr(pub, "HUB_OPS_PER_COMMIT", 2)
+    mix = tmp_path / "mix"
+    m = build_synthetic_mix(mix)
+    target = pub.HubTarget("hf://datasets/org/mix", api=fake_hub.api())
+    real, left = fake_hub._commit, {"commits": 2}
+
+    def dies_after_two(*args):
+        fake_hub.fail_commit = left["commits"] == 0
+        left["commits"] = max(0, left["commits"] - 1)
+        return real(*args)
+
+    monkeypatch.setattr(fake_hub, "_commit", dies_after_two)
+    with pytest.raises(Exception, match="injected failure"):
+        pub.publish(mix, target)
+    repo = fake_hub.repos["org/mix"]
+    head = repo.branches["main"]
+    assert not repo.tags and pub.MANIFEST not in repo.commits[head]["tree"] and len(_commit_trees(repo)) == 2
+    assert "is not a revision" in pub.verify(target, head, mix).problems[0]
+
+    monkeypatch.setattr(fake_hub, "_commit", real)
+    fake_hub.fail_commit = False
+    res = pub.publish(mix, target)
+    assert res.created and pub.verify(target, res.revision, mix).passed
+    assert repo.tags[pub.revision_id(m["fingerprint"])] == res.revision

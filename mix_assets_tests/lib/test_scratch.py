@@ -36,6 +36,7 @@ def test_sweep_removes_only_entries_of_exited_processes_of_this_host(tmp_path):
 
 def test_s3_uploads_go_through_an_owner_named_local_file(tmp_path):
     from mix_assets.lib.storage import UPLOAD, Storage
+    from mix_assets.lib.transport import S3Location
 
     seen = []
 
@@ -43,7 +44,8 @@ def test_s3_uploads_go_through_an_owner_named_local_file(tmp_path):
         def upload_file(self, path, bucket, key, ExtraArgs=None):  # noqa: N803 - boto3 spells it so
             seen.append((os.path.basename(path), bucket, key))
 
-    st = Storage("s3://bucket/pre", cache_dir=str(tmp_path), _client=Client())
+    st = Storage("s3://bucket/pre", cache_dir=str(tmp_path),
+                 _location=S3Location("s3://bucket/pre", Client(), scratch_dir=str(tmp_path)))
     st.write_text("mix/train/train-00000.bin", "x")
     (name, bucket, key), = seen
     assert name.startswith(scratch.owner_prefix(UPLOAD)) and name.endswith(".tmp")
