@@ -16,14 +16,16 @@ Numeric keys are the same on every run, so the Plots view draws continuous lines
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 
 import dagster as dg
 import numpy as np
 import pyarrow as pa
 
-from mix_assets.lib import charts
+from mix_assets.lib import charts, lsh
 from mix_assets.lib import contamination as ct
+from mix_assets.lib.split import per_source_counts
 
 SHARE_PLACES = 4
 SECONDS_PLACES = 2
@@ -121,8 +123,6 @@ def by_name(key: str, values: Mapping[str, object]) -> dict:
 
 def metadata_strings(md: dict) -> list[tuple[str, str]]:
     """(key, text) for every string a metadata dict could show, table cells included."""
-    import json
-
     out = []
     for k, v in md.items():
         out.append((k, str(k)))
@@ -194,8 +194,6 @@ def _cluster_sizes(t: pa.Table) -> list[dict]:
 
 
 def _s_curve(b: int, r: int, threshold: float) -> dict:
-    from mix_assets.lib import lsh
-
     p = {j: share(lsh.s_curve(b, r, j)) for j in S_CURVE_POINTS}
     return {
         **by_name("candidate_probability", {f"{j:.1f}": v for j, v in p.items()}),
@@ -365,8 +363,6 @@ def zero_eval_overlap(scan) -> dict:
 
 def validation_split(storage, key: str, split: pa.Table, v) -> dict:
     """validation_split (`lib.split.ValShare` of the written split): docs per side and per source."""
-    from mix_assets.lib.split import per_source_counts
-
     per = per_source_counts(split)
     return {
         **parquet_output(storage, key, split),
