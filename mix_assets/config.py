@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import json
+import math
 import os
 import re
 import string
@@ -447,6 +448,14 @@ class MixSpec(_Strict):
     def unique_budget(self, name: str) -> int:
         """Unique tokens a source must still provide after dedup, masks and the split."""
         return int(round(self.target_tokens * self.source(name).share))
+
+    def minimum_tokens(self, name: str) -> int:
+        """Kept tokens a source needs: its unique budget on the train side after the validation share.
+
+        The split reserves val_fraction of the kept documents, so kept x (1 - val_fraction) must cover
+        the unique budget: kept >= ceil(unique_budget / (1 - val_fraction)).
+        """
+        return math.ceil(self.unique_budget(name) / (1 - self.split.val_fraction))
 
     def stream_budget(self, name: str) -> int:
         """Tokens a source contributes to the token stream: N x share x epochs."""

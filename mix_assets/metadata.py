@@ -1,22 +1,48 @@
-"""Dagster-side wrappers for metadata a reviewer reads in the UI: tables, charts, markdown tables.
+"""Every metadata value the UI shows, built here so asset modules stay thin and keys stay one vocabulary.
 
-The drawing and formatting is pure code in `mix_assets/lib/charts.py`; this module only turns it into
-`MetadataValue`s so asset modules stay thin:
-
-    metadata = {
-        "composition": table(rows),                              # sortable table in the UI
-        "composition_chart": chart(charts.composition_md(before, after)),
-        "n_tokens": n_tokens,                                    # plain numbers: plotted across runs
-    }
+Key convention (`<noun>_<unit>`, snake_case, the unit last):
+  * counts end in the thing counted: `docs`, `kept_docs`, `train_tokens`, `overlap_ngrams`, `shards`,
+    `files`, `problems`; sizes in `_bytes` / `_mb`; durations in `_seconds`; rates in `_per_second`;
+  * fractions in [0, 1] end in `_share` (`val_share`, `excluded_share`, `train_seam_share`), rounded to
+    4 places (`share`); seconds to 2 (`seconds`);
+  * a breakdown by a configured name (source, task) or a reason is `<key>/<name>`:
+    `kept_tokens/web`, `rows/demo_qa`, `excluded_docs/near_dup`;
+  * identifiers and text are bare nouns (`path`, `fingerprint`, `revision`); a list of problems is
+    `problem_list` beside its count `problems`;
+  * each table appears once, as a `MetadataValue.table` named after its rows; a chart beside it is
+    `<table>_chart`. Parquet-backed assets carry `dagster/row_count` and `dagster/column_schema`.
+Numeric keys are the same on every run, so the Plots view draws continuous lines.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 
 import dagster as dg
+import numpy as np
+import pyarrow as pa
 
-from mix_assets.lib import charts
+from mix_assets.lib import charts, lsh
+from mix_assets.lib import contamination as ct
+from mix_assets.lib.split import per_source_counts
+
+SHARE_PLACES = 4
+SECONDS_PLACES = 2
+_LENGTH_BINS = [0, 256, 1024, 4096, 16384, 65536, np.inf]
+_LENGTH_LABELS = ["< 256", "256 - 1K", "1K - 4K", "4K - 16K", "16K - 64K", ">= 64K"]
+S_CURVE_POINTS = (0.5, 0.7, 0.8, 0.9)
+
+
+# -- generic values -------------------------------------------------------------------------------
+
+
+def share(x: float) -> float:
+    return round(float(x), SHARE_PLACES)
+
+
+def seconds(x: float) -> float:
+    return round(float(x), SECONDS_PLACES)
 
 
 def _column_type(values: list[object]) -> str:
@@ -32,7 +58,7 @@ def _column_type(values: list[object]) -> str:
 
 def table(rows: Sequence[Mapping[str, object]], columns: Sequence[str] | None = None,
           descriptions: Mapping[str, str] | None = None) -> dg.TableMetadataValue:
-    """Rows of dicts as `MetadataValue.table` with a schema inferred from the values."""
+    """Rows of dicts as `MetadataValue.table` with a schema inferred from the values (floats rounded)."""
     if columns is None:
         columns = []
         for r in rows:
@@ -45,9 +71,11 @@ def table(rows: Sequence[Mapping[str, object]], columns: Sequence[str] | None = 
     ])
 
     def value(v: object, t: str) -> object:
-        if v is None or t != "string":
+        if v is None:
             return v
-        return str(v)
+        if t == "float":
+            return share(v)
+        return v if t != "string" else str(v)
 
     records = [dg.TableRecord({c: value(r.get(c), types[c]) for c in columns}) for r in rows]
     return dg.MetadataValue.table(records=records, schema=schema)
@@ -62,3 +90,413 @@ def markdown_table(rows: Sequence[Mapping[str, object]], columns: Sequence[str] 
 def chart(markdown: str) -> dg.MarkdownMetadataValue:
     """A chart from `lib/charts.py` (`*_md` functions) as markdown metadata."""
     return dg.MetadataValue.md(markdown)
+
+
+_ARROW_TYPES = {"string": "string", "large_string": "string", "bool": "bool", "float": "float",
+                "double": "float", "int64": "int", "int32": "int"}
+
+
+def column_schema(schema: pa.Schema) -> dg.TableSchemaMetadataValue:
+    """An Arrow schema as `dagster/column_schema` (the UI's column list of the asset)."""
+    return dg.MetadataValue.table_schema(dg.TableSchema(columns=[
+        dg.TableColumn(f.name, _ARROW_TYPES.get(str(f.type), str(f.type))) for f in schema]))
+
+
+def parquet_output(storage, key: str, t: pa.Table) -> dict:
+    """path, `dagster/row_count` and `dagster/column_schema` of a Parquet file an asset wrote."""
+    return {"path": dg.MetadataValue.path(storage.uri(key)), "dagster/row_count": t.num_rows,
+            "dagster/column_schema": column_schema(t.schema)}
+
+
+def problems(found: Sequence[str], shown: int = 20) -> dict:
+    """`problems` (count, plotted) and `problem_list` (the first `shown`, as a markdown list)."""
+    lines = [f"- {p}" for p in found[:shown]]
+    if len(found) > shown:
+        lines.append(f"- ... and {len(found) - shown} more")
+    return {"problems": len(found), "problem_list": dg.MetadataValue.md("\n".join(lines) or "none")}
+
+
+def by_name(key: str, values: Mapping[str, object]) -> dict:
+    """`{key}/{name}` for every name (a source, a task, a reason)."""
+    return {f"{key}/{name}": v for name, v in values.items()}
+
+
+def metadata_strings(md: dict) -> list[tuple[str, str]]:
+    """(key, text) for every string a metadata dict could show, table cells included."""
+    out = []
+    for k, v in md.items():
+        out.append((k, str(k)))
+        raw = getattr(v, "value", v)
+        if isinstance(v, dg.TableMetadataValue):
+            raw = [r.data for r in v.records]
+        elif isinstance(v, dg.TableSchemaMetadataValue):
+            raw = [c.name for c in v.schema.columns]
+        try:
+            strings = list(ct.json_strings(json.loads(json.dumps(raw, default=str))))
+        except (TypeError, ValueError):
+            strings = [str(raw)]
+        out.extend((k, s) for s in strings)
+    return out
+
+
+# -- raw/<source> -----------------------------------------------------------------------------------
+
+
+def length_histogram(n_chars: np.ndarray) -> list[dict]:
+    counts, _ = np.histogram(n_chars, bins=_LENGTH_BINS)
+    return [{"chars": lab, "docs": int(c)} for lab, c in zip(_LENGTH_LABELS, counts)]
+
+
+def raw_source(storage, key: str, raw) -> dict:
+    """raw/<source>: what was read, dropped and kept, against the budget (`lib.sources.RawSource`)."""
+    got, t = raw.sample, raw.sample.table
+    n_chars = np.asarray(t.column("n_chars"))
+    md = {
+        **parquet_output(storage, key, t),
+        "read_rows": got.rows_read,
+        "docs": raw.docs,
+        **by_name("dropped_docs", got.dropped),
+        "text_bytes": raw.text_bytes,
+        "estimated_tokens": raw.est_tokens,
+        "budget_tokens": raw.budget_tokens,
+        "budget_fill_share": share(raw.est_tokens / raw.budget_tokens) if raw.budget_tokens else 0.0,
+        "bytes_per_token": share(raw.bytes_per_token),
+        "token_estimate_method": raw.token_estimate,
+        "source_exhausted": got.exhausted,
+        "fallback_decoded_docs": len(got.fallback_decoded),
+        "drop_notes": dg.MetadataValue.json(got.drop_notes),
+        "length_histogram": table(length_histogram(n_chars), columns=["chars", "docs"]),
+    }
+    if raw.docs:
+        md["length_histogram_chart"] = chart(charts.histogram_md(n_chars, f"{raw.name}: document length",
+                                                                 "characters", log_x=True))
+    return md
+
+
+def has_documents(raw) -> dict:
+    return {"docs": raw.docs, "read_rows": raw.sample.rows_read, **by_name("dropped_docs", raw.sample.dropped)}
+
+
+def budget_met(raw) -> dict:
+    return {"estimated_tokens": raw.est_tokens, "budget_tokens": raw.budget_tokens,
+            "minimum_tokens": raw.minimum_tokens, "token_estimate_method": raw.token_estimate}
+
+
+# -- dedup_keys -------------------------------------------------------------------------------------
+
+_CLUSTER_BINS = [(1, 1), (2, 2), (3, 5), (6, 20), (21, 10**12)]
+
+
+def _cluster_sizes(t: pa.Table) -> list[dict]:
+    sizes = np.asarray(t.column("cluster_size"))[np.asarray(t.column("keep"))]
+    return [{"cluster_size": f"{lo}" if lo == hi else (f"{lo}-{hi}" if hi < 10**12 else f">= {lo}"),
+             "clusters": int(np.count_nonzero((sizes >= lo) & (sizes <= hi)))} for lo, hi in _CLUSTER_BINS]
+
+
+def _s_curve(b: int, r: int, threshold: float) -> dict:
+    p = {j: share(lsh.s_curve(b, r, j)) for j in S_CURVE_POINTS}
+    return {
+        **by_name("candidate_probability", {f"{j:.1f}": v for j, v in p.items()}),
+        "s_curve": table([{"jaccard": j, "candidate_probability": v} for j, v in p.items()]),
+        "s_curve_chart": chart(charts.s_curve_md(b, r, threshold) + f"\n\nP(pair shares a band) = 1 - (1 - J^{r})^{b}; "
+                               f"candidates are then confirmed by estimated Jaccard >= {threshold}"),
+    }
+
+
+def dedup_keys(storage, key: str, t: pa.Table, st: dict, elapsed: float) -> dict:
+    """dedup_keys: LSH parameters, kill counts and shares, pair and cluster statistics."""
+    n = max(st["documents"], 1)
+    per_source = [{"source": s, "docs": v["documents"], "exact_dup_docs": v["exact_dup"],
+                   "near_dup_docs": v["near_dup"],
+                   "excluded_share": (v["exact_dup"] + v["near_dup"]) / max(v["documents"], 1)}
+                  for s, v in st["per_source"].items()]
+    none = -1.0  # no pair of that kind: a number keeps the plot continuous
+    return {
+        **parquet_output(storage, key, t),
+        "lsh_bands": st["bands"],
+        "lsh_rows": st["rows"],
+        "minhash_permutations": st["num_perm"],
+        "jaccard_threshold": st["threshold"],
+        **_s_curve(st["bands"], st["rows"], st["threshold"]),
+        "docs": st["documents"],
+        "kept_docs": st["kept"],
+        "exact_dup_docs": st["excluded_exact_dup"],
+        "near_dup_docs": st["excluded_near_dup"],
+        "exact_dup_share": share(st["excluded_exact_dup"] / n),
+        "near_dup_share": share(st["excluded_near_dup"] / n),
+        "no_shingle_docs": st["no_shingle_documents"],
+        "candidate_pairs": st["candidate_pairs"],
+        "confirmed_pairs": st["confirmed_pairs"],
+        "rejected_pairs": st["rejected_pairs"],
+        "min_confirmed_jaccard": share(st["confirmed_jaccard_min"]) if st["confirmed_jaccard_min"] is not None else none,
+        "max_rejected_jaccard": share(st["rejected_jaccard_max"]) if st["rejected_jaccard_max"] is not None else none,
+        "clusters": st["clusters"],
+        "multi_member_clusters": st["multi_member_clusters"],
+        "largest_cluster_docs": st["largest_cluster"],
+        "cluster_sizes": table(_cluster_sizes(t)),
+        "kills_per_source": table(per_source),
+        "elapsed_seconds": seconds(elapsed),
+        "docs_per_second": round(st["documents"] / max(elapsed, 1e-9), 1),
+    }
+
+
+# -- exclusion_masks ----------------------------------------------------------------------------------
+
+COMPOSITION_COLUMNS = ["source", "docs_before", "docs_after", "bytes_before", "bytes_after", "tokens_before",
+                       "tokens_after", "share_before", "share_after", "lost_token_share"]
+
+
+def _rejects_md(m) -> str:
+    """Dup samples beside their kept member, then contaminated documents by id only (never their text)."""
+    parts = []
+    for reason in ("exact_dup", "near_dup"):
+        rows = [{"excluded": s.excluded, "kept": s.kept, "est. Jaccard": f"{s.jaccard:.3f}",
+                 "excluded text": s.excluded_text, "kept text": s.kept_text}
+                for s in m.samples if s.reason == reason]
+        cols = ["excluded", "kept", "est. Jaccard", "excluded text", "kept text"]
+        parts.append(f"**{reason}** ({m.per_reason[reason]:,} excluded)\n\n" + charts.markdown_table(rows, cols))
+    ids = m.contaminated_ids
+    parts.append(f"**contaminated** ({len(ids):,} documents; ids only, text is never shown)\n\n"
+                 + (", ".join(ids[:50]) + (" ..." if len(ids) > 50 else "") if ids else "none"))
+    return "\n\n".join(parts)
+
+
+def exclusion_masks(storage, key: str, m) -> dict:
+    """exclusion_masks (`lib.dedup.Masks`): exclusions per reason and the composition before/after."""
+    n = max(m.documents, 1)
+    comp = m.composition
+    return {
+        **parquet_output(storage, key, m.table),
+        "docs": m.documents,
+        "excluded_docs": m.table.num_rows,
+        **by_name("excluded_docs", m.per_reason),
+        **by_name("excluded_share", {r: share(c / n) for r, c in m.per_reason.items()}),
+        "excluded_share": share(m.table.num_rows / n),
+        "mask_contaminated": m.mask_contaminated,
+        "composition": table(comp, columns=COMPOSITION_COLUMNS),
+        "composition_chart": chart(charts.composition_md(
+            {a["source"]: a["tokens_before"] for a in comp}, {a["source"]: a["tokens_after"] for a in comp},
+            "estimated tokens per source, before and after the masks")),
+        "rejects": dg.MetadataValue.md(_rejects_md(m)),
+    }
+
+
+def no_source_vanished(m) -> dict:
+    return {"vanished_sources": ", ".join(m.vanished) or "none",
+            **by_name("kept_docs", {a["source"]: a["docs_after"] for a in m.composition})}
+
+
+def source_budgets_met(m) -> dict:
+    return {**by_name("kept_tokens", {a["source"]: a["tokens_after"] for a in m.composition}),
+            **by_name("minimum_tokens", m.minimum_tokens)}
+
+
+def source_loss_within_limit(m, limit: float) -> dict:
+    return {"lost_token_share_limit": limit,
+            **by_name("lost_token_share", {a["source"]: share(a["lost_token_share"]) for a in m.composition})}
+
+
+# -- audit ------------------------------------------------------------------------------------------
+
+
+def eval_registry(storage, registry_path: str, rows: list[dict]) -> dict:
+    """eval_registry: the denominators every audit count is read against."""
+    return {
+        "path": dg.MetadataValue.path(storage.uri(registry_path)),
+        "tasks": len(rows),
+        "eval_rows": sum(r["rows"] for r in rows),
+        "eval_ngrams": sum(r["ngrams"] for r in rows),
+        "denominators": table(rows, columns=["task", "rows", "empty_rows", "min_rows", "strings", "items",
+                                             "ngrams", "short_items", "short_items_unmatched"]),
+    }
+
+
+def denominators_nonempty(rows: list[dict]) -> dict:
+    return {"tasks": len(rows),
+            **by_name("rows", {r["task"]: r["rows"] for r in rows}),
+            **by_name("min_rows", {r["task"]: r["min_rows"] for r in rows}),
+            **by_name("ngrams", {r["task"]: r["ngrams"] for r in rows})}
+
+
+_SCAN_COLUMNS = ["source", "task", "docs_scanned", "docs_with_overlap", "overlap_ngrams", "registry_ngrams"]
+
+
+def contamination_report(storage, key: str, docs_key: str, scan, report: dict) -> dict:
+    """contamination_report: overlap per source x task before the masks (counts and ids only)."""
+    tally = scan.tally
+    rows = scan.rows()
+    return {
+        **parquet_output(storage, docs_key, scan.contaminated),
+        "path": dg.MetadataValue.path(storage.uri(key)),
+        "overlap_ngrams": tally.overlap_total,
+        "contaminated_docs": report["contaminated_docs"],
+        "scanned_docs": report["docs_scanned"],
+        "registry_bytes": scan.registry_bytes,
+        **by_name("contaminated_docs", tally.contaminated),
+        "overlap": table(rows, columns=_SCAN_COLUMNS),
+        "overlap_chart": chart(charts.bars_md(
+            {s: tally.share(s) for s in tally.docs_scanned}, "contaminated documents per source",
+            "share of documents")),
+    }
+
+
+def contamination_rate(tally, source: str, limit: float) -> dict:
+    return {"scanned_docs": tally.docs_scanned[source], "contaminated_docs": tally.contaminated[source],
+            "contaminated_share": share(tally.share(source)), "contaminated_share_limit": float(limit)}
+
+
+def zero_eval_overlap(scan) -> dict:
+    t = scan.tally
+    return {
+        "kept_overlap_ngrams": t.overlap_total,
+        "kept_contaminated_docs": sum(t.contaminated.values()),
+        "kept_docs": sum(t.docs_scanned.values()),
+        "masked_docs": scan.masked_docs,
+        "overlap": table(scan.rows(), columns=_SCAN_COLUMNS),
+        **by_name("kept_docs", t.docs_scanned),
+        **by_name("kept_overlap_ngrams", {s: int(v.sum()) for s, v in t.overlap_ngrams.items()}),
+    }
+
+
+# -- validation_split -------------------------------------------------------------------------------
+
+
+def validation_split(storage, key: str, split: pa.Table, v) -> dict:
+    """validation_split (`lib.split.ValShare` of the written split): docs per side and per source."""
+    per = per_source_counts(split)
+    return {
+        **parquet_output(storage, key, split),
+        "docs": v.docs,
+        "val_docs": v.val_docs,
+        "val_share": share(v.share),
+        "val_byte_share": share(v.byte_share),
+        "per_source": table([{"source": s, **c} for s, c in per.items()], columns=["source", "train_docs", "val_docs"]),
+    }
+
+
+def val_disjoint_from_train(d, scan) -> dict:
+    return {
+        "shared_doc_ids": d.shared_doc_ids,
+        "shared_clusters": d.shared_clusters,
+        "shared_exact_keys": d.shared_exact_keys,
+        "val_docs": d.val_docs,
+        "scanned_train_docs": scan.train_docs,
+        "val_docs_with_train_near_dup": scan.val_docs_with_train_near_dup,
+        "cross_split_near_dup_share": share(scan.rate),
+        "max_cross_split_jaccard": share(scan.max_jaccard),
+        "jaccard_threshold": scan.threshold,
+        "compared_pairs": scan.pairs_compared,
+    }
+
+
+def val_share_in_tolerance(v) -> dict:
+    return {
+        "val_share": share(v.share),
+        "target_val_share": v.target,
+        "min_val_share": share(v.target * (1 - v.tolerance)),
+        "max_val_share": share(v.target * (1 + v.tolerance)),
+        "val_docs": v.val_docs,
+        "docs": v.docs,
+        "val_byte_share": share(v.byte_share),
+    }
+
+
+# -- tokenizer, token_shards, manifest -----------------------------------------------------------------
+
+
+def tokenizer(storage, key: str, ident) -> dict:
+    return {
+        "path": dg.MetadataValue.path(storage.uri(key)),
+        "kind": ident.kind,
+        "repo_id": ident.repo_id or "",
+        "revision": ident.revision or "",
+        "vocab_size": ident.vocab_size,
+        "special_tokens": dg.MetadataValue.json(ident.special_tokens),
+        "files": dg.MetadataValue.json(ident.files),
+    }
+
+
+def token_shards(storage, key: str, res, elapsed: float) -> dict:
+    """token_shards (`lib.shards` result): tokens, samples and shards per split, seams, throughput."""
+    tr, va = res.splits["train"], res.splits["val"]
+    mb = res.encoded_bytes / 1e6
+    return {
+        "path": dg.MetadataValue.path(storage.uri(key)),
+        "dtype": res.dtype,
+        "train_tokens": tr.tokens,
+        "val_tokens": va.tokens,
+        "train_samples": tr.samples,
+        "val_samples": va.samples,
+        "shards": len(tr.shards) + len(va.shards),
+        "dropped_tail_tokens": tr.dropped_tail_tokens + va.dropped_tail_tokens,
+        "train_seam_share": share(tr.seam_rate),
+        "val_seam_share": share(va.seam_rate),
+        "encoded_mb": round(mb, 3),
+        "encode_mb_per_second": round(mb / elapsed, 3) if elapsed else 0.0,
+        "elapsed_seconds": seconds(elapsed),
+        "per_source": dg.MetadataValue.json(res.to_json()["sources"]),
+    }
+
+
+def manifest(storage, key: str, m: dict) -> dict:
+    t = m["totals"]
+    return {
+        "path": dg.MetadataValue.path(storage.uri(key)),
+        "fingerprint": m["fingerprint"],
+        "train_tokens": t["train_tokens"],
+        "val_tokens": t["val_tokens"],
+        "train_samples": t["train_samples"],
+        "val_samples": t["val_samples"],
+        "shards": t["shards"],
+        "files": len(m["files"]),
+        "dropped_tail_tokens": t["dropped_tail_tokens"],
+        "per_source": dg.MetadataValue.json(m["sources"]),
+    }
+
+
+def shards_audit(report: dict, elapsed: float) -> dict:
+    """shards_audit_clean: overlap of the decoded shards per split x task, denominators beside them."""
+    splits = report["splits"]
+    tokens = sum(v["tokens_scanned"] for v in splits.values())
+    rows = [{c: r[c] for c in ("split", "task", "samples_scanned", "overlap_ngrams", "samples_with_overlap",
+                               "eval_rows", "eval_ngrams")} for r in report["rows"]]
+    return {
+        "fingerprint": report["fingerprint"],
+        "overlap_ngrams": report["overlap_total"],
+        "samples_with_overlap": report["samples_with_overlap"],
+        **{f"{s}_scanned_samples": v["samples_scanned"] for s, v in splits.items()},
+        **{f"{s}_scanned_tokens": v["tokens_scanned"] for s, v in splits.items()},
+        "denominator_problems": len(report["denominator_problems"]),
+        "overlap": table(rows, columns=["split", "task", "samples_scanned", "overlap_ngrams", "samples_with_overlap",
+                                        "eval_rows", "eval_ngrams"]),
+        "elapsed_seconds": seconds(elapsed),
+        "tokens_per_second": round(tokens / elapsed) if elapsed else 0,
+    }
+
+
+# -- published_revision -------------------------------------------------------------------------------
+
+
+def published_revision(result) -> dict:
+    """published_revision (`lib.publish` result): where, what and how much was uploaded."""
+    return {
+        "revision": result.revision,
+        "location": dg.MetadataValue.text(result.location),
+        "fingerprint": result.fingerprint,
+        "published_files": result.files,
+        "published_bytes": result.bytes,
+        "uploaded_files": result.uploaded_files,
+        "uploaded_bytes": result.uploaded_bytes,
+        "created": result.created,
+    }
+
+
+def published_readable(v) -> dict:
+    return {
+        "location": dg.MetadataValue.text(v.location),
+        "verified_files": v.files_verified,
+        "verified_bytes": v.bytes_verified,
+        "compared_samples": v.samples_compared,
+        "elapsed_seconds": seconds(v.seconds),
+        **problems(v.problems),
+    }

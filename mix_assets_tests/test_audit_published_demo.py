@@ -64,7 +64,7 @@ def test_published_demo_revision_audits_to_zero_with_denominators(tmp_path):
     assert result.success, [e.message for e in result.all_events if e.is_failure]
     report = next(m.materialization.metadata for m in result.get_asset_materialization_events()
                   if m.asset_key == dg.AssetKey("contamination_report"))
-    raw_overlap = report["overlap_total"].value
+    raw_overlap = report["overlap_ngrams"].value
     assert raw_overlap > 0  # the demo's raw corpus holds eval copies: a zero below is not vacuous
     pointer = json.loads((tmp_path / "published" / "latest").read_text())
     rev = tmp_path / "published" / pointer["revision"]
@@ -85,7 +85,7 @@ def test_demo_without_masks_the_published_bytes_show_the_overlap(tmp_path):
     assert ZERO_EVAL_OVERLAP not in {e.check_name for e in result.get_asset_check_evaluations()}
     # the decoded-shards audit on manifest catches what the skipped gate would have, and holds publish back
     audit = {e.check_name: e for e in result.get_asset_check_evaluations()}[SHARDS_AUDIT_CLEAN]
-    assert not result.success and not audit.passed and audit.metadata["overlap_total"].value > 0
+    assert not result.success and not audit.passed and audit.metadata["overlap_ngrams"].value > 0
     assert not (tmp_path / "published").exists()
     # a later run of published_revision alone (the UI allows it) does not skip the audit's verdict
     alone = _materialize(cfg, dg.AssetSelection.assets("published_revision"))

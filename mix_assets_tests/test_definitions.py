@@ -63,5 +63,5 @@ def test_materialize_sources_real_data(tmp_path, real_data):
     spec, res = _materialize_sources(real_mix_config(tmp_path, real_data), tmp_path)
     by_key = {m.asset_key.path[-1]: m.materialization.metadata for m in res.get_asset_materialization_events()}
     # the Latin-1 speeches decode through the configured fallback, and are counted
-    assert by_key["state_union"]["fallback_decoded"].value > 0
-    assert by_key["gsm8k_train"]["dropped_sampled_out"].value > 0
+    assert by_key["state_union"]["fallback_decoded_docs"].value > 0
+    assert by_key["gsm8k_train"]["dropped_docs/sampled_out"].value > 0

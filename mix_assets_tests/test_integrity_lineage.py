@@ -106,4 +106,4 @@ def test_edited_source_then_partial_selection_is_refused(tmp_path):
                   if m.asset_key == dg.AssetKey("contamination_report"))
     assert report["contaminated_docs/stories"].value >= 1
     audit = {e.check_name: e for e in full.get_asset_check_evaluations()}[SHARDS_AUDIT_CLEAN]
-    assert audit.passed and audit.metadata["overlap_total"].value == 0
+    assert audit.passed and audit.metadata["overlap_ngrams"].value == 0

@@ -97,4 +97,4 @@ def test_demo_graph_on_an_s3_storage_root(seaweedfs, monkeypatch, tmp_path):
                            selection=dg.AssetSelection.checks(dg.AssetCheckKey(dg.AssetKey("manifest"),
                                                                                "manifest_self_consistent")))
     (ev,) = stray.get_asset_check_evaluations()
-    assert not ev.passed and "train/train-99999.bin: present in the mix directory" in str(ev.metadata["problems"])
+    assert not ev.passed and "train/train-99999.bin: present in the mix directory" in str(ev.metadata["problem_list"])

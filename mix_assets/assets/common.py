@@ -1,16 +1,14 @@
-"""Small helpers shared by the stage modules: asset keys, code versions, parquet I/O via storage."""
+"""Small helpers shared by the stage modules: asset keys, code versions, lineage, gate results."""
 
 from __future__ import annotations
 
 import hashlib
 import inspect
-import io
 
 import dagster as dg
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from mix_assets.lib import lineage
+from mix_assets.lib.tables import read_parquet, write_parquet  # noqa: F401  (the stages' Parquet I/O)
 from mix_assets.lib.storage import Storage
 
 
@@ -72,23 +70,27 @@ def with_lineage(result_metadata: dict, lineage_result: dict, **kwargs) -> dg.Ma
     )
 
 
-def write_parquet(storage: Storage, key: str, table: pa.Table) -> None:
-    # Fixed writer options and no timestamps: the same table gives the same bytes on every build.
-    with storage.writing(key) as tmp:
-        pq.write_table(table, tmp, compression="zstd", use_dictionary=True, write_statistics=True)
+def held_back(context, key: dg.AssetKey) -> list[str]:
+    """Every asset downstream of `key` in the running job's asset graph (what a failed gate holds back)."""
+    graph = context.job_def.asset_layer.asset_graph
+    seen: set[dg.AssetKey] = set()
+    todo = [key]
+    while todo:
+        for child in graph.get(todo.pop()).child_entity_keys:
+            if isinstance(child, dg.AssetKey) and child not in seen:
+                seen.add(child)
+                todo.append(child)
+    return sorted(k.to_user_string() for k in seen)
 
 
-def read_parquet(storage: Storage, key: str, columns: list[str] | None = None) -> pa.Table:
-    return pq.read_table(storage.source(key), columns=columns)
+def gate(context, key: dg.AssetKey, result: dg.AssetCheckResult) -> dg.AssetCheckResult:
+    """A blocking check's result; when it fails with ERROR, its description names what it held back.
 
-
-def md_table(header: list[str], rows: list[list[object]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(out)
-
-
-def parquet_bytes(table: pa.Table) -> bytes:
-    buf = io.BytesIO()
-    pq.write_table(table, buf, compression="zstd")
-    return buf.getvalue()
+    The UI shows the skipped downstream assets as failed while the gated asset stays green, so the
+    failing check itself says which assets did not run because of it.
+    """
+    if result.passed or result.severity != dg.AssetCheckSeverity.ERROR:
+        return result
+    names = held_back(context, key)
+    note = f"Held back (not run): {', '.join(names)}." if names else "Nothing downstream in this job was held back."
+    return result._replace(description=f"{result.description.rstrip('.')}. {note}" if result.description else note)

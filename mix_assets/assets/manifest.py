@@ -7,7 +7,8 @@ from typing import BinaryIO
 
 import dagster as dg
 
-from mix_assets.assets.common import code_version, recorded, verified_inputs, with_lineage
+from mix_assets import metadata as md
+from mix_assets.assets.common import code_version, gate, recorded, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.lib import layout, manifest_builder, published_audit
 from mix_assets.lib.manifest import check_manifest
@@ -20,6 +21,7 @@ MANIFEST_SELF_CONSISTENT = "manifest_self_consistent"
 SHARDS_AUDIT_CLEAN = "shards_audit_clean"
 # the lineage name of the audit record: published_revision refuses a manifest without a clean one
 SHARDS_AUDIT_RECORD = f"manifest/{SHARDS_AUDIT_CLEAN}"
+MANIFEST_KEY = dg.AssetKey("manifest")
 MANIFEST_INPUTS = ["token_shards", "tokenizer", "dedup_keys", "exclusion_masks", "contamination_report"]
 
 
@@ -53,39 +55,21 @@ def build_manifest_assets(spec: MixSpec) -> list:
         inputs = verified_inputs(mix.storage, "manifest", MANIFEST_INPUTS)
         m = write_manifest(mix.storage, name=s.name, seed=s.seed, spec_dump=s.model_dump(mode="json"))
         lin = recorded(mix.storage, "manifest", [layout.MANIFEST], inputs)
-        t = m["totals"]
-        return with_lineage(
-            {
-                "path": dg.MetadataValue.path(mix.storage.uri(layout.MANIFEST)),
-                "fingerprint": m["fingerprint"],
-                "train_tokens": t["train_tokens"],
-                "val_tokens": t["val_tokens"],
-                "train_samples": t["train_samples"],
-                "val_samples": t["val_samples"],
-                "n_shards": t["shards"],
-                "n_files": len(m["files"]),
-                "dropped_tail_tokens": t["dropped_tail_tokens"],
-                "per_source": dg.MetadataValue.json(m["sources"]),
-            },
-            lin,
-        )
+        return with_lineage(md.manifest(mix.storage, layout.MANIFEST, m), lin)
 
     @dg.asset_check(asset=manifest, name=MANIFEST_SELF_CONSISTENT, blocking=True)
-    def manifest_self_consistent(mix: MixResource) -> dg.AssetCheckResult:
+    def manifest_self_consistent(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
         """Totals equal the sum of parts, shards match the file listing, every size and sha256 recomputed."""
         st = mix.storage
         verified_inputs(st, MANIFEST_SELF_CONSISTENT, ["manifest"])
         m = json.loads(st.read_text(layout.MANIFEST))
         problems = check_manifest(m, _MixDir(st), strict=False)
-        return dg.AssetCheckResult(
+        return gate(context, MANIFEST_KEY, dg.AssetCheckResult(
             passed=not problems,
-            metadata={
-                "n_problems": len(problems),
-                "problems": dg.MetadataValue.json(problems[:50]),
-                "n_files": len(m.get("files", [])),
-                "fingerprint": str(m.get("fingerprint")),
-            },
-        )
+            metadata={"files": len(m.get("files", [])), "fingerprint": str(m.get("fingerprint")),
+                      **md.problems(problems, shown=50)},
+            description=f"{len(problems)} problem(s); first: {problems[0]}" if problems else None,
+        ))
 
     @dg.asset_check(asset=manifest, name=SHARDS_AUDIT_CLEAN, blocking=True)
     def shards_audit_clean(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
@@ -99,7 +83,7 @@ def build_manifest_assets(spec: MixSpec) -> list:
         secs = time.perf_counter() - t0
         st.write_text(layout.SHARDS_AUDIT, published_audit.dumps(report))
         recorded(st, SHARDS_AUDIT_RECORD, [layout.SHARDS_AUDIT], inputs)
-        return shards_audit_result(report, secs)
+        return gate(context, MANIFEST_KEY, shards_audit_result(report, secs))
 
     return [manifest, manifest_self_consistent, shards_audit_clean]
 
@@ -114,32 +98,11 @@ def _cache_dir(storage: Storage) -> str | None:
 
 def shards_audit_result(report: dict, seconds: float) -> dg.AssetCheckResult:
     """The check result of a published-audit report: counts per split x task, denominators beside them."""
-    splits = report["splits"]
-    tokens = sum(v["tokens_scanned"] for v in splits.values())
-    rows = [{"split": r["split"], "task": r["task"], "samples_scanned": r["samples_scanned"],
-             "overlap_ngrams": r["overlap_ngrams"], "samples_with_overlap": r["samples_with_overlap"],
-             "eval_rows": r["eval_rows"], "eval_ngrams": r["eval_ngrams"]} for r in report["rows"]]
+    tokens = sum(v["tokens_scanned"] for v in report["splits"].values())
     problems = report["denominator_problems"]
     desc = (f"0 eval {report['ngram']}-grams in {tokens:,} decoded tokens" if report["passed"] else
             f"{report['overlap_total']} overlapping {report['ngram']}-grams in {report['samples_with_overlap']} "
             "published samples" + (f"; {'; '.join(problems)}" if problems else "")
-            + ". Nothing downstream (published_revision) may run: re-materialise from the stale or failing stage.")
-    return dg.AssetCheckResult(
-        passed=bool(report["passed"]),
-        description=desc,
-        metadata={
-            "fingerprint": report["fingerprint"],
-            "overlap_total": report["overlap_total"],
-            "samples_with_overlap": report["samples_with_overlap"],
-            **{f"{s}_samples_scanned": v["samples_scanned"] for s, v in splits.items()},
-            **{f"{s}_tokens_scanned": v["tokens_scanned"] for s, v in splits.items()},
-            "denominator_problems": len(problems),
-            "per_split_task": dg.MetadataValue.table(
-                records=[dg.TableRecord(r) for r in rows],
-                schema=dg.TableSchema(columns=[dg.TableColumn(c, "string" if c in ("split", "task") else "int")
-                                               for c in (rows[0] if rows else {"split": 0, "task": 0})]),
-            ),
-            "seconds": round(seconds, 2),
-            "tokens_per_second": round(tokens / seconds) if seconds else 0,
-        },
-    )
+            + ". Re-materialise from the stale or failing stage.")
+    return dg.AssetCheckResult(passed=bool(report["passed"]), description=desc,
+                               metadata=md.shards_audit(report, seconds))

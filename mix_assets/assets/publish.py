@@ -1,6 +1,5 @@
 """published_revision: the mix at its publish target as an immutable revision, verified as a stranger reads it.
 
-The asset needs the resource `mix` (an object with `.spec` (MixSpec) and `.storage` (Storage)).
 Guards against publishing past a failed gate:
   * in a run: every upstream gate is a blocking check, so a failure skips this step;
   * in automation: `all_deps_blocking_checks_passed()` is part of the automation condition;
@@ -15,16 +14,20 @@ import os
 
 import dagster as dg
 
-from mix_assets.assets.common import code_version, recorded, verified_inputs, with_lineage
+from mix_assets import metadata as md
+from mix_assets.assets.common import code_version, gate, recorded, verified_inputs, with_lineage
 from mix_assets.assets.manifest import SHARDS_AUDIT_CLEAN, SHARDS_AUDIT_RECORD
 from mix_assets.config import MixSpec
 from mix_assets.lib import layout
 from mix_assets.lib import publish as pub
 from mix_assets.lib.manifest import check_manifest
 from mix_assets.lib.transport import Location
+from mix_assets.reader import open_mix
+from mix_assets.resources import MixResource
 
 PUBLISHED_READABLE = "published_readable_from_empty_cache"
 GROUP = "publish"
+PUBLISHED_REVISION_KEY = dg.AssetKey("published_revision")
 
 
 def write_target(spec: MixSpec):
@@ -61,12 +64,6 @@ def _mix_dir(storage) -> Location:
     return storage.sub(layout.MIX_DIR)
 
 
-def _open_reader():
-    from mix_assets.reader import open_mix
-
-    return open_mix
-
-
 def _target_kind(url: str) -> str:
     return "s3" if url.startswith("s3://") else "huggingface" if url.startswith("hf://") else "file"
 
@@ -81,13 +78,11 @@ def build_publish_assets(spec: MixSpec) -> list:
         kinds={"python", _target_kind(spec.publish.url)},
         owners=list(spec.owners),
         code_version=code_version(pub, spec.publish.model_dump_json()),
-        required_resource_keys={"mix"},
         automation_condition=dg.AutomationCondition.eager()
         & dg.AutomationCondition.all_deps_blocking_checks_passed(),
     )
-    def published_revision(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    def published_revision(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
         """The mix as an immutable revision at the publish target (local dir, s3:// or the hub)."""
-        mix = context.resources.mix
         inputs = verified_inputs(mix.storage, "published_revision", ["manifest", SHARDS_AUDIT_RECORD])
         manifest = pub.load_manifest(_mix_dir(mix.storage))
         _require_clean_audit(mix.storage, manifest)
@@ -95,46 +90,25 @@ def build_publish_assets(spec: MixSpec) -> list:
         result = pub.publish(_mix_dir(mix.storage), write_target(mix.spec), log=context.log.info)
         mix.storage.write_text(layout.PUBLISHED, json.dumps(result.to_json(), indent=2, sort_keys=True))
         lin = recorded(mix.storage, "published_revision", [layout.PUBLISHED], {"manifest": inputs["manifest"]})
-        return with_lineage({
-            "revision": result.revision,
-            "location": dg.MetadataValue.text(result.location),
-            "fingerprint": result.fingerprint,
-            "n_files": result.files,
-            "n_bytes": result.bytes,
-            "uploaded_files": result.uploaded_files,
-            "uploaded_bytes": result.uploaded_bytes,
-            "created": result.created,
-        }, lin)
+        return with_lineage(md.published_revision(result), lin)
 
     @dg.asset_check(
         asset=published_revision,
         name=PUBLISHED_READABLE,
         blocking=True,
-        required_resource_keys={"mix"},
         description="An empty cache with read-only access downloads the revision, every sha256 and the "
                     "fingerprint match the manifest, and the reader's samples equal the local shards.",
     )
-    def published_readable_from_empty_cache(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        mix = context.resources.mix
+    def published_readable_from_empty_cache(context: dg.AssetCheckExecutionContext,
+                                            mix: MixResource) -> dg.AssetCheckResult:
+        """A stranger's read of the revision: every file re-hashed, the reader's samples equal the local ones."""
         verified_inputs(mix.storage, PUBLISHED_READABLE, ["published_revision"])
         record = json.loads(mix.storage.read_text(layout.PUBLISHED))
-        v = pub.verify(read_only_target(mix.spec), record["revision"], _mix_dir(mix.storage),
-                       open_reader=_open_reader())
-        shown = v.problems[:20] + ([f"... and {len(v.problems) - 20} more"] if len(v.problems) > 20 else [])
-        return dg.AssetCheckResult(
-            passed=v.passed,
-            severity=dg.AssetCheckSeverity.ERROR,
+        v = pub.verify(read_only_target(mix.spec), record["revision"], _mix_dir(mix.storage), open_reader=open_mix)
+        return gate(context, PUBLISHED_REVISION_KEY, dg.AssetCheckResult(
+            passed=v.passed, metadata=md.published_readable(v),
             description=None if v.passed else f"{len(v.problems)} problem(s); first: {v.problems[0]}",
-            metadata={
-                "location": dg.MetadataValue.text(v.location),
-                "files_verified": v.files_verified,
-                "bytes_verified": v.bytes_verified,
-                "samples_compared": v.samples_compared,
-                "seconds": round(v.seconds, 3),
-                "n_problems": len(v.problems),
-                "problems": dg.MetadataValue.md("\n".join(f"- {p}" for p in shown) or "none"),
-            },
-        )
+        ))
 
     return [published_revision, published_readable_from_empty_cache]
 

@@ -18,6 +18,7 @@ import dagster as dg
 
 from mix_assets.lib import layout
 from mix_assets.lib.drift import compare_manifests
+from mix_assets.resources import MixResource
 
 FINGERPRINT_REPRODUCED = "fingerprint_reproduced"
 MANIFEST_KEY = dg.AssetKey("manifest")
@@ -41,12 +42,10 @@ def build_reproducibility_checks(asset_keys: set[dg.AssetKey]) -> list:
         asset=MANIFEST_KEY,
         name=FINGERPRINT_REPRODUCED,
         blocking=True,
-        required_resource_keys={"mix"},
         description="With an unchanged config, the rebuilt manifest's fingerprint equals the last published "
                     "one; on drift, names each changed file and count.",
     )
-    def fingerprint_reproduced(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        mix = context.resources.mix
+    def fingerprint_reproduced(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
         storage = mix.storage
         rebuilt = json.loads(storage.read_text(layout.MANIFEST))
         meta: dict = {"rebuilt_fingerprint": dg.MetadataValue.text(rebuilt["fingerprint"])}

@@ -3,7 +3,8 @@
 import dagster as dg
 import pyarrow.parquet as pq
 
-from mix_assets.assets.common import code_version, raw_key, raw_name, recorded, verified_inputs, with_lineage
+from mix_assets import metadata as md
+from mix_assets.assets.common import code_version, gate, raw_key, raw_name, recorded, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.lib import layout
 from mix_assets.lib import split as split_lib
@@ -12,13 +13,13 @@ from mix_assets.lib.split import (
     cross_split_near_dups,
     measure_disjointness,
     measure_val_share,
-    per_source_counts,
 )
 from mix_assets.resources import MixResource
 
 GROUP = "split"
 VAL_DISJOINT_FROM_TRAIN = "val_disjoint_from_train"
 VAL_SHARE_IN_TOLERANCE = "val_share_in_tolerance"
+VALIDATION_SPLIT_KEY = dg.AssetKey("validation_split")
 
 
 def build_split_assets(spec: MixSpec) -> list:
@@ -41,21 +42,10 @@ def build_split_assets(spec: MixSpec) -> list:
         split = build_validation_split(mix.storage, [x.name for x in s.sources], s.seed, s.split.val_fraction)
         lin = recorded(mix.storage, "validation_split", [layout.VALIDATION_SPLIT], inputs)
         share = measure_val_share(split, s.split.val_fraction, s.split.tolerance)
-        return with_lineage(
-            {
-                "path": dg.MetadataValue.path(mix.storage.uri(layout.VALIDATION_SPLIT)),
-                "dagster/row_count": split.num_rows,
-                "n_docs": share.docs,
-                "n_val_docs": share.val_docs,
-                "val_share": share.share,
-                "val_byte_share": share.byte_share,
-                "per_source": dg.MetadataValue.json(per_source_counts(split)),
-            },
-            lin,
-        )
+        return with_lineage(md.validation_split(mix.storage, layout.VALIDATION_SPLIT, split, share), lin)
 
     @dg.asset_check(asset=validation_split, name=VAL_DISJOINT_FROM_TRAIN, blocking=True)
-    def val_disjoint_from_train(mix: MixResource) -> dg.AssetCheckResult:
+    def val_disjoint_from_train(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
         """No doc id, cluster or exact text on both sides; cross-split near-dup rate (shingle Jaccard) 0."""
         s, st = mix.spec, mix.storage
         verified_inputs(st, VAL_DISJOINT_FROM_TRAIN, ["validation_split", *(raw_name(x.name) for x in s.sources)])
@@ -63,41 +53,24 @@ def build_split_assets(spec: MixSpec) -> list:
         d = measure_disjointness(split)
         raw = {x.name: st.source(layout.RAW_DOCS.format(source=x.name)) for x in s.sources}
         scan = cross_split_near_dups(split, raw, s.dedup.threshold, s.dedup.shingle_words)
-        return dg.AssetCheckResult(
-            passed=d.ok and scan.val_docs_with_train_near_dup == 0,
-            metadata={
-                "shared_doc_ids": d.shared_doc_ids,
-                "shared_clusters": d.shared_clusters,
-                "shared_exact_keys": d.shared_exact_keys,
-                "val_docs": d.val_docs,
-                "train_docs_scanned": scan.train_docs,
-                "val_docs_with_train_near_dup": scan.val_docs_with_train_near_dup,
-                "cross_split_near_dup_rate": scan.rate,
-                "max_cross_split_jaccard": scan.max_jaccard,
-                "jaccard_threshold": scan.threshold,
-                "pairs_compared": scan.pairs_compared,
-            },
-        )
+        ok = d.ok and scan.val_docs_with_train_near_dup == 0
+        return gate(context, VALIDATION_SPLIT_KEY, dg.AssetCheckResult(
+            passed=ok, metadata=md.val_disjoint_from_train(d, scan),
+            description=None if ok else (f"{d.shared_doc_ids} doc ids, {d.shared_clusters} clusters, "
+                                         f"{d.shared_exact_keys} exact keys on both sides; "
+                                         f"{scan.val_docs_with_train_near_dup} val docs with a train near-dup"),
+        ))
 
     @dg.asset_check(asset=validation_split, name=VAL_SHARE_IN_TOLERANCE, blocking=True)
-    def val_share_in_tolerance(mix: MixResource) -> dg.AssetCheckResult:
+    def val_share_in_tolerance(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
         """The realised validation share of kept documents is within the configured relative tolerance."""
         sp = mix.spec.split
         verified_inputs(mix.storage, VAL_SHARE_IN_TOLERANCE, ["validation_split"])
         v = measure_val_share(pq.read_table(mix.storage.source(layout.VALIDATION_SPLIT)), sp.val_fraction,
                               sp.tolerance)
-        return dg.AssetCheckResult(
-            passed=v.ok,
-            metadata={
-                "val_share": v.share,
-                "target": v.target,
-                "min_share": v.target * (1 - v.tolerance),
-                "max_share": v.target * (1 + v.tolerance),
-                "val_docs": v.val_docs,
-                "docs": v.docs,
-                "val_byte_share": v.byte_share,
-            },
+        return gate(context, VALIDATION_SPLIT_KEY, dg.AssetCheckResult(
+            passed=v.ok, metadata=md.val_share_in_tolerance(v),
             description=None if v.ok else f"val share {v.share:.4f} outside {v.target} ± {v.tolerance:.0%}",
-        )
+        ))
 
     return [validation_split, val_disjoint_from_train, val_share_in_tolerance]

@@ -141,7 +141,7 @@ def task_ngrams(
     parts = [_task_ngrams(items[i : i + chunk], n, short_item_min_words) for i in range(0, len(items), chunk)]
     if not parts:
         parts = [_task_ngrams([], n, short_item_min_words)]
-    hashes = _sorted_unique(np.concatenate([p.hashes for p in parts]))
+    hashes = sorted_unique(np.concatenate([p.hashes for p in parts]))
     short = np.concatenate([p.short for p in parts])
     return TaskNgrams(
         hashes=hashes,
@@ -164,7 +164,7 @@ def _task_ngrams(items: Sequence[str], n: int, short_item_min_words: int) -> Tas
     unmatched = short & ~matched
     keep = np.ones(len(grams), bool)
     keep[goff[:-1][unmatched]] = False  # a short item owns exactly one entry, at its offset
-    uniq = _sorted_unique(grams[keep])
+    uniq = sorted_unique(grams[keep])
     sd = np.flatnonzero(matched)
     if sd.size:
         pre = _Prefix(h, off)
@@ -191,7 +191,7 @@ def scrub_ngrams(items: Sequence[str], k: int = 8) -> np.ndarray:
     wl = tk.words(pa.array(list(items), pa.large_string()))
     h, off = tk.word_hashes(wl)
     g, _ = tk.ngram_hashes(h, off, k, short="drop")
-    return _sorted_unique(g)
+    return sorted_unique(g)
 
 
 class _Bitmap:
@@ -481,7 +481,7 @@ def file_strings(path: str) -> list[str]:
     return [data.decode("utf-8", errors="replace"), data.decode("latin-1")]
 
 
-def _sorted_unique(a: np.ndarray) -> np.ndarray:
+def sorted_unique(a: np.ndarray) -> np.ndarray:
     """np.unique for uint64 via sort (numpy 2.4's hash-based unique is ~100x slower here)."""
     s = np.sort(a)
     if s.size:

@@ -11,6 +11,7 @@ member. Text of a document flagged contaminated is never read into a sample.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional
 
@@ -19,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mix_assets.lib import lsh
+from mix_assets.lib import layout, lsh, tables
 from mix_assets.lib import minhash as mh
 
 DEDUP_SCHEMA = pa.schema(
@@ -277,3 +278,108 @@ def snippets(paths: Mapping[str, str], wanted: set[str], chars: int = 240) -> di
                 flat = " ".join((text or "").split())
                 out[doc] = flat[:chars] + ("…" if len(flat) > chars else "")
     return out
+
+
+# -- the exclusion_masks stage ---------------------------------------------------------------------
+
+
+def dedup_params(spec) -> DedupParams:
+    """The stage's parameters from the mix spec's `dedup` section."""
+    d = spec.dedup
+    return DedupParams(shingle=d.shingle_words, num_perm=d.num_perm, threshold=d.threshold,
+                       fp_weight=d.lsh_fp_weight, fn_weight=d.lsh_fn_weight, threads=d.threads)
+
+
+def docs_meta(paths: Mapping[str, str]) -> pa.Table:
+    """doc_id, source, n_bytes, est_tokens of every raw document (nulls refused, naming the file)."""
+    cols = ["doc_id", "source", "n_bytes", "est_tokens"]
+    schema = pa.schema([("doc_id", pa.string()), ("source", pa.string()),
+                        ("n_bytes", pa.int64()), ("est_tokens", pa.int64())])
+    parts = []
+    for name in sorted(paths):
+        t = pq.read_table(paths[name], columns=cols)
+        for c in ("n_bytes", "est_tokens"):
+            if t.column(c).null_count:
+                raise DedupInputError(f"{paths[name]}: field {c!r} has nulls (source {name})")
+        parts.append(t.cast(schema))
+    return pa.concat_tables(parts)
+
+
+def read_contaminated(storage) -> Optional[pa.Table]:
+    """contamination_report's contaminated_docs.parquet, or None when it was never written."""
+    if not storage.exists(layout.CONTAMINATED_DOCS):
+        return None
+    t = tables.read_parquet(storage, layout.CONTAMINATED_DOCS)
+    if "doc_id" not in t.column_names:
+        raise DedupInputError(f"{storage.uri(layout.CONTAMINATED_DOCS)}: missing column 'doc_id'")
+    return t
+
+
+@dataclass
+class RejectSample:
+    reason: str
+    excluded: str
+    kept: str
+    jaccard: float
+    excluded_text: str
+    kept_text: str
+
+
+@dataclass
+class Masks:
+    """What exclusion_masks wrote and what its checks judge (ids and counts; dup snippets only)."""
+
+    table: pa.Table  # EXCLUSION_SCHEMA
+    documents: int  # documents before the masks (rows of dedup_keys)
+    composition: list[dict]  # per source before/after, see `composition`
+    per_reason: dict[str, int]  # excluded documents per reason
+    samples: list[RejectSample]
+    contaminated_ids: list[str]  # sorted; their text is never read
+    minimum_tokens: dict[str, int]  # per configured source
+    mask_contaminated: bool
+
+    @property
+    def vanished(self) -> list[str]:
+        return [a["source"] for a in self.composition if a["docs_after"] == 0]
+
+    @property
+    def short(self) -> dict[str, tuple[int, int]]:
+        """Sources keeping fewer tokens than their minimum: {source: (kept, minimum)}."""
+        return {a["source"]: (a["tokens_after"], self.minimum_tokens[a["source"]]) for a in self.composition
+                if a["source"] in self.minimum_tokens and a["tokens_after"] < self.minimum_tokens[a["source"]]}
+
+    def lossy(self, limit: float) -> dict[str, float]:
+        return {a["source"]: a["lost_token_share"] for a in self.composition if a["lost_token_share"] > limit}
+
+
+def build_exclusion_masks(storage, spec) -> Masks:
+    """Write the exclusion masks and the composition before/after them; pick reject samples."""
+    keys = tables.read_parquet(storage, layout.DEDUP_KEYS)
+    contaminated = read_contaminated(storage)
+    mask = spec.audit.mask_contaminated
+    if mask and contaminated is None:
+        raise FileNotFoundError(
+            f"{storage.uri(layout.CONTAMINATED_DOCS)}: not found; audit.mask_contaminated is on, so "
+            "contamination_report must be materialised first"
+        )
+    contaminated_ids = set(contaminated.column("doc_id").to_pylist()) if contaminated is not None else set()
+    table = exclusion_table(keys, contaminated if mask else None)
+    tables.write_parquet(storage, layout.EXCLUSION_MASKS, table)
+    names = [s.name for s in spec.sources]
+    paths = tables.raw_paths(storage, names)
+    comp = composition(docs_meta(paths), set(table.column("doc_id").to_pylist()), names)
+    storage.write_text(layout.COMPOSITION, json.dumps(comp, indent=1, sort_keys=True))
+    reasons = table.column("reasons").to_pylist()
+    per_reason = {r: sum(1 for rs in reasons if r in rs) for r in ("exact_dup", "near_dup", "contaminated")}
+    return Masks(table, keys.num_rows, comp, per_reason,
+                 _samples(keys, contaminated_ids, paths, spec.dedup.samples_per_reason),
+                 sorted(contaminated_ids), {s: spec.minimum_tokens(s) for s in names}, mask)
+
+
+def _samples(keys: pa.Table, contaminated_ids: set[str], paths, per_reason: int) -> list[RejectSample]:
+    picked = reject_samples(keys, contaminated_ids, per_reason)
+    wanted = {x for pairs in picked.values() for p in pairs for x in p[:2]}
+    assert not wanted & contaminated_ids  # contaminated text is never read into metadata
+    snip = snippets(paths, wanted)
+    return [RejectSample(reason, ex, kept, j, snip.get(ex, ""), snip.get(kept, ""))
+            for reason, pairs in picked.items() for ex, kept, j in pairs]

@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 
 from mix_assets.config import MixSpec
 from mix_assets.lib import contamination as ct
-from mix_assets.lib import evals
+from mix_assets.lib import audit as audit_lib
 from mix_assets.lib import textkeys as tk
 
 REPORT_FORMAT = "mix_assets.published_audit/1"
@@ -68,30 +68,12 @@ class EvalReference:
 
 def load_reference(spec: MixSpec) -> EvalReference:
     """Registry and denominators of every task's audit splits (test splits refused by lib/evals)."""
-    audit = spec.audit
     per, denoms, scrub = {}, {}, []
-    for task in audit.tasks:
-        items = evals.load_task_items(task, spec.base_dir)
-        tn = ct.task_ngrams(items.items, audit.ngram, audit.short_item_min_words)
-        scrub.append(ct.scrub_ngrams(items.items, audit.scrub_words))
-        per[task.name] = tn
-        denoms[task.name] = {
-            "audit_splits": list(task.audit_splits),
-            "scored_split": task.scored_split,
-            "rows": items.rows,
-            "rows_per_split": dict(items.rows_per_split),
-            **({"empty_rows": items.empty_rows} if items.empty_rows else {}),  # absent when 0, as in-graph
-            "min_rows": task.min_rows,
-            "strings": items.strings,
-            "items": tn.items,
-            "ngrams": tn.ngrams,
-            "short_items": tn.short_items,
-            "short_items_unmatched": tn.short_items_unmatched,
-        }
-        del items
-    reg = ct.Registry.build(per, n=audit.ngram, short_min=audit.short_item_min_words)
-    allscrub = ct._sorted_unique(np.concatenate(scrub)) if scrub else np.zeros(0, np.uint64)
-    return EvalReference(registry=reg, denominators=denoms, scrub=allscrub)
+    for ref in audit_lib.task_references(spec):
+        per[ref.name], denoms[ref.name] = ref.ngrams, ref.denominators
+        scrub.append(ref.scrub)
+    reg = ct.Registry.build(per, n=spec.audit.ngram, short_min=spec.audit.short_item_min_words)
+    return EvalReference(registry=reg, denominators=denoms, scrub=audit_lib.merged_scrub(scrub))
 
 
 def denominator_problems(denominators: dict[str, dict]) -> list[str]:

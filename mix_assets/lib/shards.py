@@ -20,7 +20,7 @@ import hashlib
 import itertools
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional
@@ -517,3 +517,47 @@ def build_token_shards(storage, spec, scratch_dir: Optional[str] = None) -> Shar
     )
     storage.write_text(layout.SHARD_STATS, json.dumps(result.to_json(plan.to_json()), indent=1) + "\n")
     return result
+
+
+# -- the checks on shard_stats.json -----------------------------------------------------------------
+
+
+def shard_problems(stats: dict, exists: Callable[[str], bool]) -> list[str]:
+    """Why shard_stats.json's shards are not all present, non-empty and of their recorded size."""
+    isz = 2 if stats["dtype"] == "uint16" else 4
+    L = stats["packing"]["sample_len"]
+    problems = []
+    for split in ("train", "val"):
+        shards = stats["splits"][split]["shards"]
+        if not shards:
+            problems.append(f"{split}: no shard (0 samples)")
+        for sh in shards:
+            if sh["samples"] < 1:
+                problems.append(f"{sh['path']}: empty shard")
+            elif not exists(f"{layout.MIX_DIR}/{sh['path']}"):
+                problems.append(f"{sh['path']}: missing")
+            elif sh["bytes"] != sh["samples"] * L * isz:
+                problems.append(f"{sh['path']}: {sh['bytes']} bytes for {sh['samples']} samples")
+    return problems
+
+
+def tail_and_seam_problems(stats: dict) -> list[str]:
+    """Per split: dropped tail < one sample, emitted = tokens + tail, seam rate = seam samples / samples."""
+    L = stats["packing"]["sample_len"]
+    problems = []
+    for split in ("train", "val"):
+        sp = stats["splits"][split]
+        if not 0 <= sp["dropped_tail_tokens"] < L:
+            problems.append(f"{split}: dropped tail {sp['dropped_tail_tokens']} not in [0, {L})")
+        if sp["emitted_tokens"] != sp["tokens"] + sp["dropped_tail_tokens"]:
+            problems.append(f"{split}: emitted {sp['emitted_tokens']} != tokens + dropped tail")
+        want = sp["seam_samples"] / sp["samples"] if sp["samples"] else 0.0
+        if not (0.0 <= sp["seam_rate"] <= 1.0 and abs(sp["seam_rate"] - want) < 1e-12):
+            problems.append(f"{split}: seam_rate {sp['seam_rate']} != {sp['seam_samples']}/{sp['samples']}")
+    return problems
+
+
+def shard_files(stats: dict) -> dict[str, str]:
+    """shard_stats.json's shards as storage keys with their sha256 (hashed as they were written)."""
+    return {f"{layout.MIX_DIR}/{sh['path']}": sh["sha256"]
+            for sp in stats["splits"].values() for sh in sp["shards"]}

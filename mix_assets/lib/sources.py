@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import glob
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -21,8 +22,10 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from mix_assets.config import HubDataset, LocalJsonl, LocalParquet, MixSpec, SourceSpec, TextFolder
+from mix_assets.lib import layout, tables
 
 DOC_SCHEMA = pa.schema([
     ("doc_id", pa.string()),
@@ -443,3 +446,67 @@ def bytes_per_token(spec: MixSpec, texts: list[str]) -> tuple[float, str]:
         f"fallback {tok.bytes_per_token_fallback} B/token (the tokenizer is trained after dedup)"
         if tok.kind == "train" else f"fallback {tok.bytes_per_token_fallback} B/token"
     )
+
+
+# -- the raw/<source> stage ------------------------------------------------------------------------
+
+HEAD_ROWS = 500  # rows read ahead to measure bytes per token with an existing tokenizer
+
+
+@dataclass
+class RawSource:
+    """One source read, sampled and written: the sample and the budget it was judged against."""
+
+    name: str
+    sample: SourceSample
+    bytes_per_token: float
+    token_estimate: str  # how bytes_per_token was obtained
+    budget_tokens: int  # budget x headroom: what the sample aims for
+    minimum_tokens: int  # what it must reach (unique budget before the validation split)
+
+    @property
+    def docs(self) -> int:
+        return self.sample.table.num_rows
+
+    @property
+    def est_tokens(self) -> int:
+        return int(pc.sum(self.sample.table.column("est_tokens")).as_py() or 0) if self.docs else 0
+
+    @property
+    def text_bytes(self) -> int:
+        return int(pc.sum(self.sample.table.column("n_bytes")).as_py() or 0) if self.docs else 0
+
+    @property
+    def unreadable(self) -> dict[str, int]:
+        d = self.sample.dropped
+        return {k: d[k] for k in ("undecodable", "binary", "control_chars") if d[k]}
+
+    def stats(self) -> dict:
+        """raw/<source>/stats.json."""
+        got = self.sample
+        return {
+            "source": self.name, "rows_read": got.rows_read, "documents": self.docs,
+            "dropped": got.dropped, "bytes": self.text_bytes, "bytes_read": got.bytes_read,
+            "est_tokens": self.est_tokens, "bytes_per_token": round(self.bytes_per_token, 4),
+            "token_estimate": self.token_estimate, "budget_tokens": self.budget_tokens,
+            "minimum_tokens": self.minimum_tokens, "exhausted": got.exhausted,
+            "undecodable_origins": got.undecodable_origins, "drop_notes": got.drop_notes,
+            "fallback_decoded": len(got.fallback_decoded),
+        }
+
+
+def read_raw_source(storage, spec: MixSpec, name: str,
+                    progress: Optional[Callable[[int, int], None]] = None) -> RawSource:
+    """Sample source `name` to its raw budget; write its documents parquet and stats.json."""
+    src = spec.source(name)
+    # A tokenizer trained later cannot measure anything yet: read a sample head only for one that exists.
+    head = ([] if spec.tokenizer.kind == "train" else
+            [r.text for r in itertools.islice(iter_rows(spec, src), HEAD_ROWS) if r.text])
+    bpt, how = bytes_per_token(spec, head)
+    got = sample_source(spec, src, bpt, spec.raw_budget(name), progress)
+    if progress:
+        progress(got.rows_read, got.bytes_read)
+    raw = RawSource(name, got, bpt, how, spec.raw_budget(name), spec.minimum_tokens(name))
+    tables.write_parquet(storage, layout.RAW_DOCS.format(source=name), got.table)
+    storage.write_text(layout.RAW_STATS.format(source=name), json.dumps(raw.stats(), indent=1, sort_keys=True))
+    return raw

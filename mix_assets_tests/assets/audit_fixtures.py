@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from mix_assets.assets.audit import CONTAMINATION_REPORT_KEY, EXCLUSION_MASKS_KEY, RESOURCE_KEY
+from mix_assets.assets.audit import CONTAMINATION_REPORT_KEY, EXCLUSION_MASKS_KEY
 from mix_assets.config import MixSpec, load_spec
 from mix_assets.lib import layout
 from mix_assets.lib.storage import Storage
@@ -147,9 +147,9 @@ def standins(spec: MixSpec, corpus: Corpus) -> list:
 
 def standin_raw(spec: MixSpec, corpus: Corpus) -> list:
     def raw_asset(name: str):
-        @dg.asset(key=["raw", name], required_resource_keys={RESOURCE_KEY})
-        def raw(context):
-            write_docs(getattr(context.resources, RESOURCE_KEY).storage, name, corpus.docs[name])
+        @dg.asset(key=["raw", name])
+        def raw(mix: MixResource):
+            write_docs(mix.storage, name, corpus.docs[name])
 
         return raw
 
@@ -159,9 +159,9 @@ def standin_raw(spec: MixSpec, corpus: Corpus) -> list:
 def standin_masks(spec: MixSpec) -> list:
     """exclusion_masks (contaminated docs, when masking is on) and a downstream validation_split."""
 
-    @dg.asset(key=EXCLUSION_MASKS_KEY, deps=[CONTAMINATION_REPORT_KEY], required_resource_keys={RESOURCE_KEY})
-    def exclusion_masks(context):
-        storage = getattr(context.resources, RESOURCE_KEY).storage
+    @dg.asset(key=EXCLUSION_MASKS_KEY, deps=[CONTAMINATION_REPORT_KEY])
+    def exclusion_masks(mix: MixResource):
+        storage = mix.storage
         bad = pq.read_table(storage.local_path(layout.CONTAMINATED_DOCS))
         if not spec.audit.mask_contaminated:
             bad = bad.slice(0, 0)

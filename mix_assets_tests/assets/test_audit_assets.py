@@ -34,7 +34,7 @@ def run(spec, corpus=None, selection=None, instance=None):
     assets = [*standins(spec, corpus), *A.build_audit_assets(spec)]
     return dg.materialize(
         assets,
-        resources={A.RESOURCE_KEY: Res(spec)},
+        resources={"mix": Res(spec)},
         instance=instance or dg.DagsterInstance.ephemeral(),
         raise_on_error=False,
         selection=selection,
@@ -59,8 +59,8 @@ def test_planted_copies_found_masked_and_zero_after(tmp_path):
     assert ev[A.DENOMINATORS_NONEMPTY].passed
     assert ev[A.AUDIT_ARTIFACT_SCRUBBED].passed
     assert ev[A.ZERO_EVAL_OVERLAP].passed
-    assert ev[A.ZERO_EVAL_OVERLAP].metadata["overlap_total_after_masks"].value == 0
-    assert ev[A.ZERO_EVAL_OVERLAP].metadata["kept_docs_scanned"].value == 100 - 4
+    assert ev[A.ZERO_EVAL_OVERLAP].metadata["kept_overlap_ngrams"].value == 0
+    assert ev[A.ZERO_EVAL_OVERLAP].metadata["kept_docs"].value == 100 - 4
     storage = Res(spec).storage
     found = pq.read_table(storage.local_path(layout.CONTAMINATED_DOCS)).to_pylist()
     assert {(r["source"], r["doc_id"]) for r in found} == {
@@ -89,8 +89,8 @@ def test_masking_off_fails_the_gate_and_skips_downstream(tmp_path):
     ev = checks(result)
     gate = ev[A.ZERO_EVAL_OVERLAP]
     assert not gate.passed and gate.severity == dg.AssetCheckSeverity.ERROR
-    assert gate.metadata["overlap_after_masks/web"].value > 0
-    assert gate.metadata["overlap_after_masks/books"].value > 0
+    assert gate.metadata["kept_overlap_ngrams/web"].value > 0
+    assert gate.metadata["kept_overlap_ngrams/books"].value > 0
     assert "web" in gate.description and "books" in gate.description
     done = {e.asset_key for e in result.get_asset_materialization_events()}
     assert dg.AssetKey("exclusion_masks") in done
@@ -110,6 +110,9 @@ def test_task_with_zero_rows_fails_denominators(tmp_path):
     result = run(spec)
     ev = checks(result)[A.DENOMINATORS_NONEMPTY]
     assert not ev.passed and "empty_task" in ev.description and "demo_qa" not in ev.description
+    # the failing gate names what it held back (the UI shows those as failed, the gated asset green)
+    held = ev.description.split("Held back (not run): ")[1]
+    assert "contamination_report" in held and "validation_split" in held and "exclusion_masks" in held
     md = ev.metadata
     assert md["rows/empty_task"].value == 0 and md["min_rows/empty_task"].value == 1
     assert md["rows/demo_qa"].value == 4

@@ -27,7 +27,7 @@ def _run(spec, storage_root):
     assets = build_assets(spec)
     if not any(A.EXCLUSION_MASKS_KEY in getattr(a, "keys", ()) for a in assets):
         assets = [*assets, *standin_masks(spec)]
-    result = dg.materialize(assets, resources={A.RESOURCE_KEY: res}, instance=dg.DagsterInstance.ephemeral(),
+    result = dg.materialize(assets, resources={"mix": res}, instance=dg.DagsterInstance.ephemeral(),
                             raise_on_error=False, selection=dg.AssetSelection.keys(A.EXCLUSION_MASKS_KEY).upstream())
     return result, res.storage
 
@@ -60,7 +60,7 @@ def test_demo_every_planted_eval_copy_found_and_masked(tmp_path):
     ev = _checks(result)
     assert ev[A.DENOMINATORS_NONEMPTY].passed and ev[A.AUDIT_ARTIFACT_SCRUBBED].passed
     assert ev[A.ZERO_EVAL_OVERLAP].passed
-    assert ev[A.ZERO_EVAL_OVERLAP].metadata["overlap_total_after_masks"].value == 0
+    assert ev[A.ZERO_EVAL_OVERLAP].metadata["kept_overlap_ngrams"].value == 0
     report = json.loads(storage.read_text(layout.CONTAMINATION_REPORT))
     assert report["contaminated_docs"] == len(copies) and report["overlap_total"] > 0
     assert report["denominators"]["demo_qa"]["rows"] == 60
@@ -168,13 +168,13 @@ def test_demo_masking_off_fails_gate_and_skips_downstream(tmp_path):
     if not any(A.EXCLUSION_MASKS_KEY in getattr(a, "keys", ()) for a in assets):
         assets = [*assets, *standin_masks(spec)]
     result = dg.materialize(
-        [*assets, after_masks_probe], resources={A.RESOURCE_KEY: res}, instance=dg.DagsterInstance.ephemeral(),
+        [*assets, after_masks_probe], resources={"mix": res}, instance=dg.DagsterInstance.ephemeral(),
         raise_on_error=False,
         selection=dg.AssetSelection.keys(A.EXCLUSION_MASKS_KEY).upstream() | dg.AssetSelection.keys("after_masks_probe"),
     )
     assert not result.success
     gate = _checks(result)[A.ZERO_EVAL_OVERLAP]
-    assert not gate.passed and gate.metadata["overlap_total_after_masks"].value > 0
+    assert not gate.passed and gate.metadata["kept_overlap_ngrams"].value > 0
     done = {e.asset_key for e in result.get_asset_materialization_events()}
     assert A.EXCLUSION_MASKS_KEY in done and dg.AssetKey("after_masks_probe") not in done
     assert result.is_node_untouched("after_masks_probe")

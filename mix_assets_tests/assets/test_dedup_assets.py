@@ -85,8 +85,8 @@ def test_demo_ground_truth_exact_and_near_duplicates(demo):
     assert checks[assets.CLUSTERS_CONSISTENT].passed
     meta = {m.asset_key: m.materialization.metadata for m in res.get_asset_materialization_events()}
     md = meta[assets.DEDUP_KEYS]
-    assert (md["bands"].value, md["rows"].value) == (16, 8)
-    assert "P(candidate)" in md["s_curve"].value and md["s_curve_0.8"].value > 0.9
+    assert (md["lsh_bands"].value, md["lsh_rows"].value) == (16, 8)
+    assert "P(pair shares a band)" in md["s_curve_chart"].value and md["candidate_probability/0.8"].value > 0.9
 
 
 def _mask_run(spec, mix, storage: Path, contaminated: list[str] | None, **spec_updates):
@@ -122,7 +122,7 @@ def test_exclusion_masks_reasons_composition_and_scrubbing(demo):
     meta = next(m.materialization.metadata for m in res.get_asset_materialization_events())
     comp = meta["composition"].value
     assert {r.data["source"] for r in comp.records} == {s.name for s in spec.sources}
-    assert meta["excluded_contaminated"].value == 2
+    assert meta["excluded_docs/contaminated"].value == 2
     # Contaminated documents appear by id only; their text never reaches metadata.
     rejects = meta["rejects"].value
     assert lone in rejects and kept_of_near in rejects

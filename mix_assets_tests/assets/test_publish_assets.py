@@ -64,8 +64,8 @@ def test_local_target_publishes_and_the_gate_passes_then_catches_tampering(tmp_p
     rev = pub.revision_id(manifest["fingerprint"])
     assert mat["revision"].value == rev and mat["created"].value is True
     ev = check_eval(result)
-    assert ev.passed and ev.metadata["files_verified"].value == len(manifest["files"]) + 2
-    assert ev.metadata["bytes_verified"].value == mat["n_bytes"].value
+    assert ev.passed and ev.metadata["verified_files"].value == len(manifest["files"]) + 2
+    assert ev.metadata["verified_bytes"].value == mat["published_bytes"].value
     record = json.loads((tmp_path / "storage" / layout.PUBLISHED).read_text())
     assert record["location"] == str(tmp_path / "published" / rev)
 
@@ -146,7 +146,7 @@ def test_s3_target_with_a_read_only_verifier(tmp_path, seaweedfs, monkeypatch):
     result = run(spec)
     assert result.success
     ev = check_eval(result)
-    assert ev.passed and ev.metadata["files_verified"].value == len(manifest["files"]) + 2
+    assert ev.passed and ev.metadata["verified_files"].value == len(manifest["files"]) + 2
     reader = read_only_target(spec)
     with pytest.raises(Exception, match="AccessDenied"):
         reader.put_bytes("intruder", b"x")

@@ -1,0 +1,53 @@
+"""The code's shape, checked: thin asset and check bodies, one way to reach the resource."""
+
+import ast
+from pathlib import Path
+
+import mix_assets
+
+PACKAGE = Path(mix_assets.__file__).parent
+MAX_BODY_LINES = 40
+DECORATORS = {"asset", "multi_asset", "asset_check", "multi_asset_check", "op"}
+
+
+def _decorator_name(d: ast.expr) -> str:
+    target = d.func if isinstance(d, ast.Call) else d
+    return target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+
+
+def _body_lines(fn: ast.FunctionDef) -> int:
+    """Lines of the function body below its signature, docstring included."""
+    return fn.body[-1].end_lineno - fn.body[0].lineno + 1
+
+
+def decorated_functions(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if any(_decorator_name(d) in DECORATORS for d in node.decorator_list):
+                yield node
+
+
+def test_every_asset_and_check_body_is_at_most_40_lines():
+    fat, seen = [], 0
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for fn in decorated_functions(ast.parse(path.read_text(), str(path))):
+            seen += 1
+            if _body_lines(fn) > MAX_BODY_LINES:
+                fat.append(f"{path.relative_to(PACKAGE.parent)}:{fn.lineno} {fn.name}: {_body_lines(fn)} lines")
+    assert seen >= 15, f"only {seen} asset/check functions found: is the decorator list out of date?"
+    assert not fat, "asset/check bodies over 40 lines (move the work into lib/, metadata into metadata.py):\n" + \
+        "\n".join(fat)
+
+
+def test_no_required_resource_keys():
+    """Assets and checks take `mix: MixResource` as a typed parameter, never `context.resources`."""
+    hits = [f"{p.relative_to(PACKAGE.parent)}:{i}" for p in sorted(PACKAGE.rglob("*.py"))
+            for i, line in enumerate(p.read_text().splitlines(), 1)
+            if "required_resource_keys" in line or "context.resources" in line]
+    assert not hits, hits
+
+
+def test_the_body_counter_sees_a_fat_body(tmp_path):
+    src = "import dagster as dg\n@dg.asset\ndef a():\n" + "    x = 1\n" * 41
+    (fn,) = decorated_functions(ast.parse(src))
+    assert _body_lines(fn) == 41
