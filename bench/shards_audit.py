@@ -243,6 +243,7 @@ def main() -> None:
     corpora = {mb: bt.build_corpus(mb) for mb in a.sizes}
     tok = bt.tokenizer_file(corpora[a.sizes[0]])
     roots = {mb: prepare(mb, c, tok, a.threads) for mb, c in corpora.items()}
+    print(f"load average at the start: {' '.join(f'{x:.1f}' for x in os.getloadavg())} (2 cores, shared)")
     print(f"tokenizer: {tok} (32k byte-level BPE), separator <|endoftext|>, threads={a.threads}, "
           f"reps={a.reps} (median); audit tasks: {', '.join(t[0] for t in TASKS)} (validation splits)", flush=True)
     rows = []
@@ -258,6 +259,7 @@ def main() -> None:
         raw_bytes = sum(os.path.getsize(p) for p in (root / "raw").glob("*/documents.parquet"))
         shard_bytes = sum(s["bytes"] for sp in m["splits"].values() for s in sp["shards"])
         med = {t: statistics.median(r["secs"] for r in res[t]) for t in tools}
+        med.update({f"{t}_cpu": statistics.median(r["cpu"] for r in res[t]) for t in tools})
         text_mb = res["decode"][0]["text_bytes"] / 1e6
         a0 = res["audit"][0]
         rows.append((mb, text_mb, shard_bytes / 1e6, a0["tokens"], med, res))
@@ -273,20 +275,26 @@ def main() -> None:
         print(f"  decode split: read {statistics.median(r['read_s'] for r in d):.2f} s + decode_batch "
               f"{statistics.median(r['decode_batch_s'] for r in d):.2f} s (medians)")
         print(f"  ref: {res['ref'][0]['rows']:,} eval rows, {res['ref'][0]['ngrams']:,} reference n-grams")
+    print(f"\nload average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())} (2 cores, shared)")
     print("\n| corpus MB (UTF-8 text) | shard MB | tokens | audit s | s / 100 MB | decode-only s | audit / decode "
-          "| ref build s | audit peak RSS MB | decode peak RSS MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| ref build s | audit CPU s | CPU s / 100 MB | decode CPU s | audit / decode (CPU) "
+          "| audit peak RSS MB | decode peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for mb, text_mb, shard_mb, ntok, med, res in rows:
         print(f"| {text_mb:.1f} ({mb} MB corpus) | {shard_mb:.1f} | {ntok:,} | {med['audit']:.2f} | "
               f"{100 * med['audit'] / text_mb:.2f} | {med['decode']:.2f} | {med['audit'] / med['decode']:.2f} | "
-              f"{med['ref']:.2f} | {statistics.median(r['peak_rss_mb'] for r in res['audit']):.0f} | "
+              f"{med['ref']:.2f} | {med['audit_cpu']:.1f} | {100 * med['audit_cpu'] / text_mb:.2f} | "
+              f"{med['decode_cpu']:.1f} | {med['audit_cpu'] / med['decode_cpu']:.2f} | "
+              f"{statistics.median(r['peak_rss_mb'] for r in res['audit']):.0f} | "
               f"{statistics.median(r['peak_rss_mb'] for r in res['decode']):.0f} |")
     if len(rows) > 1:
         (m0, t0, _, _, d0, _), (m1, t1, _, _, d1, _) = rows[0], rows[-1]
         ex0, ex1 = d0["audit"] - d0["ref"], d1["audit"] - d1["ref"]
-        print(f"\ngrowth {m0} -> {m1} MB corpus: text x{t1 / t0:.2f}, audit time x{d1['audit'] / d0['audit']:.2f}, "
-              f"audit minus ref build x{ex1 / ex0:.2f}, decode-only x{d1['decode'] / d0['decode']:.2f}")
-
+        cx0, cx1 = d0["audit_cpu"] - d0["ref_cpu"], d1["audit_cpu"] - d1["ref_cpu"]
+        print(f"\ngrowth {m0} -> {m1} MB corpus: text x{t1 / t0:.2f}; wall: audit x{d1['audit'] / d0['audit']:.2f}, "
+              f"audit minus ref build x{ex1 / ex0:.2f}, decode-only x{d1['decode'] / d0['decode']:.2f}; "
+              f"CPU: audit x{d1['audit_cpu'] / d0['audit_cpu']:.2f}, audit minus ref build x{cx1 / cx0:.2f}, "
+              f"decode-only x{d1['decode_cpu'] / d0['decode_cpu']:.2f}")
 
 if __name__ == "__main__":
     main()
