@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from mix_assets.assets.common import code_version, raw_name, recorded, verified_inputs, with_lineage
 from mix_assets.config import HubDataset, MixSpec
 from mix_assets.lib import contamination as ct
-from mix_assets.lib import demo_corpus, evals, layout
+from mix_assets.lib import charts, demo_corpus, evals, layout
 from mix_assets.lib.evals import load_task_items
 
 GROUP = "audit"
@@ -147,7 +147,7 @@ def build_audit_assets(spec: MixSpec) -> list:
     @dg.asset(
         key=EVAL_REGISTRY_KEY,
         group_name=GROUP,
-        kinds={"python", "numpy"},
+        kinds={"json", "numpy"},
         owners=spec.owners,
         code_version=version,
         required_resource_keys={RESOURCE_KEY},
@@ -269,7 +269,7 @@ def build_audit_assets(spec: MixSpec) -> list:
     @dg.asset(
         key=CONTAMINATION_REPORT_KEY,
         group_name=GROUP,
-        kinds={"python", "numpy", "parquet"},
+        kinds={"json", "parquet"},
         owners=spec.owners,
         code_version=version,
         deps=[*raw_keys, EVAL_REGISTRY_KEY],
@@ -321,6 +321,7 @@ def build_audit_assets(spec: MixSpec) -> list:
             "docs_scanned": report["docs_scanned"],
             "registry_bytes": reg.nbytes,
             "report": _table(rows),
+            "overlap_chart": dg.MetadataValue.md(charts.contamination_md(rows)),
             "report_path": dg.MetadataValue.path(storage.uri(layout.CONTAMINATION_REPORT)),
         }
         for s in sources:

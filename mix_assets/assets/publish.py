@@ -77,7 +77,7 @@ def build_publish_assets(spec: MixSpec) -> list:
         name="published_revision",
         group_name=GROUP,
         deps=[dg.AssetKey("manifest")],
-        kinds={"python", _target_kind(spec.publish.url)},
+        kinds={"json", _target_kind(spec.publish.url)},
         owners=list(spec.owners),
         code_version=code_version(pub, spec.publish.model_dump_json()),
         required_resource_keys={"mix"},
