@@ -123,12 +123,13 @@ def build_publish_assets(spec: MixSpec) -> list:
         return dg.AssetCheckResult(
             passed=v.passed,
             severity=dg.AssetCheckSeverity.ERROR,
-            description=None if v.passed else f"{len(v.problems)} problem(s); first: {v.problems[0]}",
+            description=v.summary(),
             metadata={
                 "location": dg.MetadataValue.text(v.location),
                 "files_verified": v.files_verified,
                 "bytes_verified": v.bytes_verified,
                 "samples_compared": v.samples_compared,
+                "samples_total": v.samples_total,
                 "seconds": round(v.seconds, 3),
                 "n_problems": len(v.problems),
                 "problems": dg.MetadataValue.md("\n".join(f"- {p}" for p in shown) or "none"),

@@ -65,6 +65,9 @@ def test_local_target_publishes_and_the_gate_passes_then_catches_tampering(tmp_p
     assert mat["revision"].value == rev and mat["created"].value is True
     ev = check_eval(result)
     assert ev.passed and ev.metadata["files_verified"].value == len(manifest["files"]) + 2
+    total = sum(sp["samples"] for sp in manifest["splits"].values())
+    assert ev.metadata["samples_total"].value == total and ev.metadata["samples_compared"].value > 0
+    assert f"of {total:,} samples, " in ev.description and "through the reader" in ev.description
     assert ev.metadata["bytes_verified"].value == mat["n_bytes"].value
     record = json.loads((tmp_path / "storage" / layout.PUBLISHED).read_text())
     assert record["location"] == str(tmp_path / "published" / rev)
