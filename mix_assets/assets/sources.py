@@ -54,7 +54,7 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
         head = ([] if spec_now.tokenizer.kind == "train" else
                 [r.text for r in itertools.islice(lib.iter_rows(spec_now, src_now), 500) if r.text])
         bpt, how = lib.bytes_per_token(spec_now, head)
-        prog = Progress(context.log, f"raw/{src.name}", interval=10.0)
+        prog = Progress(context.log, f"raw/{src.name}", interval=10.0, item="rows")  # rows read, before filters
         seen = [0, 0]
 
         def progress(rows: int, nbytes: int) -> None:
@@ -63,8 +63,8 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
 
         got = lib.sample_source(spec_now, src_now, bpt, target, progress)
         progress(got.rows_read, got.bytes_read)
-        prog.done()
         table = got.table
+        prog.done(f"kept {table.num_rows:,} documents ({got.rows_read - table.num_rows:,} dropped or sampled out)")
         write_parquet(storage, layout.RAW_DOCS.format(source=src.name), table)
         est = int(np.sum(table.column("est_tokens"))) if table.num_rows else 0
         nbytes = int(np.sum(table.column("n_bytes"))) if table.num_rows else 0
