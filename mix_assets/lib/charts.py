@@ -56,6 +56,28 @@ def _style(ax, title: str, xlabel: str | None, ylabel: str | None, integer_y: bo
         ax.spines[side].set_visible(False)
 
 
+def _log_ticks(axis, lo: float, hi: float) -> None:
+    """A log axis with a few plain labels (200, 500, 1K, 2K): 1-2-5 steps over up to three decades,
+    powers of ten beyond; no minor labels (matplotlib labels those on a short range: "6 x 10^2")."""
+    import math
+
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+
+    decades = math.log10(max(hi, lo * 1.0001) / lo)
+    subs = (1.0, 2.0, 5.0) if decades <= 3 else (1.0,)
+    axis.set_major_locator(LogLocator(base=10, subs=subs, numticks=12))
+    axis.set_minor_locator(NullLocator())
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: _compact(v)))
+
+
+def _compact(v: float) -> str:
+    """12000 -> '12K', 2500000 -> '2.5M', 0.5 -> '0.5'."""
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if abs(v) >= div:
+            return f"{v / div:g}{unit}"
+    return f"{v:g}"
+
+
 def _legend(ax, **kw) -> None:
     ax.legend(fontsize=_FONT["legend"], title_fontsize=_FONT["legend"], frameon=False, **kw)
 
@@ -89,7 +111,7 @@ def histogram_png(values: Sequence[float], title: str, xlabel: str, bins: int = 
                   log_x: bool = False, markers: Mapping[str, float] | None = None) -> bytes:
     """Histogram of `values` (e.g. document lengths); `markers` draw labelled vertical lines (p50, p99)."""
     import numpy as np
-    from matplotlib.ticker import LogLocator, MaxNLocator
+    from matplotlib.ticker import MaxNLocator
 
     arr = np.asarray(values, dtype=float)
     arr = arr[np.isfinite(arr)]
@@ -99,9 +121,9 @@ def histogram_png(values: Sequence[float], title: str, xlabel: str, bins: int = 
     ax = fig.add_subplot()
     if log_x:
         lo = max(arr[arr > 0].min(), 1e-9) if (arr > 0).any() else 1.0
-        edges = np.geomspace(lo, max(arr.max(), lo * 10), bins + 1)
+        edges = np.geomspace(lo, max(arr.max(), lo * 2), bins + 1)  # at least an octave wide
         ax.set_xscale("log")
-        ax.xaxis.set_major_locator(LogLocator(numticks=_TICKS + 1))
+        _log_ticks(ax.xaxis, edges[0], edges[-1])
     else:
         edges = bins
         ax.xaxis.set_major_locator(MaxNLocator(_TICKS))
