@@ -59,8 +59,6 @@ def _style(ax, title: str, xlabel: str | None, ylabel: str | None, integer_y: bo
 def _log_ticks(axis, lo: float, hi: float) -> None:
     """A log axis with a few plain labels (200, 500, 1K, 2K): 1-2-5 steps over up to three decades,
     powers of ten beyond; no minor labels (matplotlib labels those on a short range: "6 x 10^2")."""
-    import math
-
     from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
     decades = math.log10(max(hi, lo * 1.0001) / lo)
