@@ -3,11 +3,10 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-export DAGSTER_HOME := $(CURDIR)/.dagster_home
+# the instance config lives in dagster_home/dagster.yaml (tracked); run storage lands beside it
+export DAGSTER_HOME := $(CURDIR)/dagster_home
 export MIX_CONFIG ?= configs/demo.yaml
-# The demo's steps take a second each; a process per step (the multiprocess default, right for real
-# mixes) would cost more than it saves. Override with MIX_EXECUTOR=multiprocess.
-export MIX_EXECUTOR ?= in_process
+# Steps run in the run's process unless MIX_EXECUTOR says otherwise (multiprocess, k8s): mix_assets/jobs.py
 
 .PHONY: demo setup run ui test system-deps clean
 
@@ -19,14 +18,13 @@ $(BIN)/python:
 setup: $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
-	mkdir -p $(DAGSTER_HOME) && cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
 
 run: setup
 	$(BIN)/dagster job execute -m mix_assets.definitions -a defs -j rebuild_mix
 
 ui:
 	@echo "Dagster UI on http://127.0.0.1:3000 (Ctrl-C to stop)"
-	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	$(BIN)/dg dev -h 127.0.0.1 -p 3000
 
 system-deps:
 	bash scripts/install_system_deps.sh
@@ -35,4 +33,5 @@ test: setup system-deps
 	$(BIN)/python -m pytest -q -ra
 
 clean:
-	rm -rf build .dagster_home test-output
+	rm -rf build test-output
+	find dagster_home -mindepth 1 ! -name dagster.yaml -exec rm -rf {} +

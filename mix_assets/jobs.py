@@ -45,12 +45,15 @@ EXECUTORS = ("multiprocess", "in_process", "k8s")
 
 
 def executor_from_env() -> dg.ExecutorDefinition:
-    """The step executor named by `MIX_EXECUTOR` (default multiprocess; also pass it to Definitions).
+    """The step executor named by `MIX_EXECUTOR` (default in_process; also pass it to Definitions).
 
-    `k8s` runs every step in its own Kubernetes Job (dagster-k8s, `pip install .[k8s]`), so the
-    raw/<source> steps of one rebuild fan out over the cluster; see deploy/README.md.
+    `in_process` runs every step in the run's own process: a demo step takes about a second, and a
+    process per step (multiprocess) would spend far longer importing than computing. `multiprocess`
+    runs steps in parallel subprocesses (real mixes on one machine); `k8s` runs every step in its own
+    Kubernetes Job (dagster-k8s, `pip install .[k8s]`), so the raw/<source> steps of one rebuild fan
+    out over the cluster; see deploy/README.md.
     """
-    kind = os.environ.get("MIX_EXECUTOR", "multiprocess")
+    kind = os.environ.get("MIX_EXECUTOR", "in_process")
     if kind == "multiprocess":
         return dg.multiprocess_executor
     if kind == "in_process":
@@ -162,9 +165,9 @@ def build_jobs(spec: MixSpec, assets: Sequence) -> Orchestration:
                      "check fingerprint_reproduced compares the result with the published revision."),
         tags={"mix/trigger": "schedule"},
     )
-    derived = dg.AssetSelection.all() - dg.AssetSelection.key_prefixes(
-        SOURCE_PREFIX
-    ) - dg.AssetSelection.assets(*[k for k in ROOT_ASSETS if k in keys])
+    # a list of keys, not `all() - key_prefixes(...)`: the UI shows the target as its selection
+    # string, and a key-prefix selection has none (it would show the selection's Python repr)
+    derived = dg.AssetSelection.assets(*sorted((k for k in keys if not _is_root(k)), key=lambda k: k.path))
     sensor = dg.AutomationConditionSensorDefinition(
         AUTOMATION_SENSOR,
         target=derived,

@@ -334,9 +334,7 @@ def contamination_report(storage, key: str, docs_key: str, scan, report: dict) -
         "registry_bytes": scan.registry_bytes,
         **by_name("contaminated_docs", tally.contaminated),
         "overlap": table(rows, columns=_SCAN_COLUMNS),
-        "overlap_chart": chart(charts.bars_md(
-            {s: tally.share(s) for s in tally.docs_scanned}, "contaminated documents per source",
-            "share of documents")),
+        "overlap_chart": chart(charts.contamination_md(tally.rows())),
     }
 
 
@@ -497,6 +495,7 @@ def published_readable(v) -> dict:
         "verified_files": v.files_verified,
         "verified_bytes": v.bytes_verified,
         "compared_samples": v.samples_compared,
+        "total_samples": v.samples_total,
         "elapsed_seconds": seconds(v.seconds),
         **problems(v.problems),
     }

@@ -35,6 +35,14 @@ def test_one_source_node_per_source_with_its_rationale():
         assert node.owners == spec.owners
 
 
+def test_kinds_name_what_each_asset_stores():
+    """Kinds are storage formats and places (json, parquet, numpy, s3, ...), not the language."""
+    defs = build_definitions(load_spec(REPO_ROOT / "configs" / "demo.yaml"))
+    kinds = {s.key.to_user_string(): s.kinds for a in defs.assets for s in a.specs}
+    assert not [k for k, v in kinds.items() if "python" in v], kinds
+    assert kinds["eval_registry"] == {"json", "numpy"} and kinds["contamination_report"] == {"json", "parquet"}
+
+
 def _materialize_sources(config, tmp_path):
     spec = load_spec(config)
     defs = build_definitions(spec, storage_root=str(tmp_path / "storage"))

@@ -85,6 +85,20 @@ def test_jobs_schedule_and_sensor_are_defined():
     assert conds["raw/alpha"] is None and has_gate_guard(conds["split"]) and has_gate_guard(conds["masks"])
 
 
+def test_sensor_target_reads_as_a_selection_string_in_the_ui():
+    """The UI shows `str(target & code_location)`; a selection without a string form shows its repr."""
+    from dagster._core.definitions.asset_selection import CodeLocationAssetSelection
+
+    defs = _defs({"value": True})
+    graph = defs.resolve_asset_graph()
+    target = defs.get_repository_def().get_sensor_def(AUTOMATION_SENSOR).asset_selection
+    shown = str(target.to_serializable_asset_selection(graph)
+                & CodeLocationAssetSelection(selected_code_location="mix_assets"))
+    assert shown == '(key:"masks" or key:"shards" or key:"split") and code_location:"mix_assets"', shown
+    assert {k.to_user_string() for k in target.resolve(graph)} == {"masks", "split", "shards"}
+    assert {c.name for c in target.resolve_checks(graph)} == {"clean"}
+
+
 def test_schedule_can_be_disabled_and_missing_sources_fail_loudly():
     defs = _defs({"value": True}, _spec(enabled=False))
     assert defs.get_repository_def().get_schedule_def(SCHEDULE).default_status == dg.DefaultScheduleStatus.STOPPED
@@ -160,6 +174,8 @@ def test_executor_from_env(monkeypatch):
     from mix_assets.jobs import executor_from_env
 
     monkeypatch.delenv("MIX_EXECUTOR", raising=False)
+    assert executor_from_env() is dg.in_process_executor  # the UI's default: no process per step
+    monkeypatch.setenv("MIX_EXECUTOR", "multiprocess")
     assert executor_from_env() is dg.multiprocess_executor
     monkeypatch.setenv("MIX_EXECUTOR", "k8s")
     k8s = pytest.importorskip("dagster_k8s")

@@ -43,7 +43,9 @@ def test_demo_graph_on_an_s3_storage_root(seaweedfs, monkeypatch, tmp_path):
     done = {e.asset_key for e in result.get_asset_materialization_events()}
     assert done == set(graph.get_all_asset_keys())
     evals = result.get_asset_check_evaluations()
-    assert {e.asset_check_key for e in evals} == set(graph.asset_check_keys)
+    # nothing published yet: fingerprint_reproduced has nothing to compare with and reports no result
+    skipped = dg.AssetCheckKey(dg.AssetKey("manifest"), "fingerprint_reproduced")
+    assert {e.asset_check_key for e in evals} == set(graph.asset_check_keys) - {skipped}
     assert all(e.passed for e in evals), [(e.check_name, e.metadata) for e in evals if not e.passed]
 
     # every artifact is an object under the root's prefix; nothing went to a local storage root

@@ -3,10 +3,15 @@
 1. Demo config: the asset graph shows every asset of the Definitions; "Materialize all" from the UI
    runs to Success; the Checks tabs of `manifest` and `contamination_report` read "Passed" for every
    check (while those assets are not on the graph yet, the checks of every source asset instead).
+   `fingerprint_reproduced` reads "Skipped" (nothing published before this run). Every asset whose
+   metadata carries a chart is opened on its "[Show Markdown]" dialog: the chart is shown at its
+   own pixel size (drawn for the UI, not scaled down) and screenshotted.
 2. Failing gate (`audit.mask_contaminated: false`): the run fails, `zero_eval_overlap` reads "Failed"
-   and every asset downstream of `exclusion_masks` is listed as not executed.
-Screenshots land in test-output/ui/; `MIX_UPDATE_DOCS_SCREENSHOTS=1` also refreshes the README's
-copy, docs/img/ui-asset-graph.png (palette PNG, < 100 KB).
+   and every asset downstream of `exclusion_masks` is listed as not executed; the lineage below the
+   gate is screenshotted (docs/ui.md explains what the graph shows).
+Screenshots land in test-output/ui/; `MIX_UPDATE_DOCS_SCREENSHOTS=1` also refreshes the copies in
+docs/img/ (palette PNGs, < 100 KB each): the README's graph, one chart page per asset (the first
+raw/<source> stands for all) and the failed gate's lineage.
 
 Needs /usr/bin/chromium (scripts/install_system_deps.sh) and pip playwright.
 """
@@ -17,12 +22,14 @@ import os
 
 import pytest
 
+from mix_assets.assets.reproducibility import FINGERPRINT_REPRODUCED
 from mix_assets_tests import ui_harness as ui
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(900)]
 
 DEMO = ui.REPO / "configs" / "demo.yaml"
-README_SHOT = ui.REPO / "docs" / "img" / "ui-asset-graph.png"
+DOCS_IMG = ui.REPO / "docs" / "img"
+README_SHOT = DOCS_IMG / "ui-asset-graph.png"
 GATE_ASSET, GATE_CHECK = "exclusion_masks", "zero_eval_overlap"
 RUN_TIMEOUT_S = 600
 
@@ -34,6 +41,13 @@ def _browser_available():
     pytest.importorskip("playwright.sync_api", reason="pip playwright is part of the test extra")
 
 
+def _docs_copy(shot, name: str) -> None:
+    """Refresh docs/img/<name>.png from a screenshot, on purpose only (MIX_UPDATE_DOCS_SCREENSHOTS=1)."""
+    if os.environ.get("MIX_UPDATE_DOCS_SCREENSHOTS") == "1":
+        dest = ui.save_small_png(shot, DOCS_IMG / f"{name}.png")
+        assert dest.stat().st_size < 100_000, dest
+
+
 def _env(tmp_path, overrides: dict) -> dict[str, str]:
     cfg = ui.config_variant(DEMO, tmp_path / "mix.yaml", {
         "publish": {"url": str(tmp_path / "published")},
@@ -41,8 +55,7 @@ def _env(tmp_path, overrides: dict) -> dict[str, str]:
         **overrides,
     })
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_", "MIX_"))}
-    # in_process: one process per run instead of one per step; the UI flow is the same, CI is faster
-    return {**env, "MIX_CONFIG": str(cfg), "MIX_EXECUTOR": "in_process"}
+    return {**env, "MIX_CONFIG": str(cfg)}  # the default executor, as `make ui` runs it
 
 
 def test_materialize_all_from_the_ui_and_read_the_checks(tmp_path):
@@ -68,9 +81,26 @@ def test_materialize_all_from_the_ui_and_read_the_checks(tmp_path):
             results = ui.check_results(page, web.url, asset, graph.checks[asset])
             ui.shot(page, f"03-checks-{asset.replace('/', '_')}")
             gates = {c: r for c, r in results.items() if f"{asset}:{c}" in graph.blocking}
+            # nothing was published before this run: nothing to compare with, so no result at all
+            assert results.get(FINGERPRINT_REPRODUCED, "Skipped") == "Skipped", (asset, results)
+            gates.pop(FINGERPRINT_REPRODUCED, None)
             assert gates and set(gates.values()) == {"Passed"}, (asset, results)
             # advisories (WARN) may flag, e.g. a source above the contamination-rate warning, but ran
-            assert all(r in ("Passed", "Warning", "Failed") for r in results.values()), (asset, results)
+            ran = {c: r for c, r in results.items() if c != FINGERPRINT_REPRODUCED}
+            assert all(r in ("Passed", "Warning", "Failed") for r in ran.values()), (asset, results)
+
+        # every chart, as the UI shows it: at its own pixel size, not squeezed
+        charts = ui.chart_entries(web.home)
+        assert {"contamination_report", "dedup_keys", "exclusion_masks"} <= set(charts), charts
+        assert {a for a in graph.assets if a.startswith("raw/")} <= set(charts), charts
+        first_raw = min(a for a in charts if a.startswith("raw/"))
+        for asset, keys in sorted(charts.items()):
+            natural, shown = ui.open_chart(page, web.url, asset, keys[-1])
+            assert shown == natural >= 700, (asset, keys[-1], natural, shown)
+            shot = ui.shot(page, f"06-chart-{asset.replace('/', '_')}")
+            ui.close_dialog(page)
+            if not asset.startswith("raw/") or asset == first_raw:
+                _docs_copy(shot, "ui-chart-" + asset.split("/")[0])
 
         # the schedule is visible with the config's cron
         page.goto(web.url + "/automation")
@@ -82,10 +112,7 @@ def test_materialize_all_from_the_ui_and_read_the_checks(tmp_path):
         page.set_viewport_size({"width": 1440, "height": 810})
         ui.graph_node_names(page, web.url)
         ui.hide_navigation(page)
-        shot = ui.shot(page, "05-asset-graph-materialized")
-        if os.environ.get("MIX_UPDATE_DOCS_SCREENSHOTS") == "1":  # refresh the README's copy on purpose only
-            ui.save_small_png(shot, README_SHOT)
-            assert README_SHOT.stat().st_size < 100_000
+        _docs_copy(ui.shot(page, "05-asset-graph-materialized"), README_SHOT.stem)
 
 
 def test_failing_gate_shows_the_failed_check_and_skipped_downstream(tmp_path):
@@ -111,4 +138,10 @@ def test_failing_gate_shows_the_failed_check_and_skipped_downstream(tmp_path):
         results = ui.check_results(page, web.url, GATE_ASSET, [GATE_CHECK])
         ui.shot(page, "12-gate-failed-check")
         assert results == {GATE_CHECK: "Failed"}
+
+        # docs/ui.md: the assets the gate held back, as the lineage shows them
+        page.set_viewport_size({"width": 1440, "height": 810})
+        shown = ui.downstream_lineage(page, web.url, GATE_ASSET)
+        assert ui.missing_from_graph(shown, [GATE_ASSET, *graph.downstream[GATE_ASSET]]) == [], shown
+        _docs_copy(ui.shot(page, "13-gate-failed-lineage"), "ui-gate-failed-lineage")
 

@@ -385,3 +385,57 @@ def failure_reason(home: Path, run_id: str) -> str:
         return " | ".join(out or ["no step failed"])
     finally:
         instance.dispose()
+
+
+def chart_entries(home: Path) -> dict[str, list[str]]:
+    """Assets whose latest materialization carries a chart (markdown with an inline PNG): asset -> keys."""
+    import dagster as dg
+
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        out: dict[str, list[str]] = {}
+        for key in instance.get_asset_keys():
+            ev = instance.get_latest_materialization_event(key)
+            meta = ev.asset_materialization.metadata if ev and ev.asset_materialization else {}
+            keys = [k for k, v in meta.items()
+                    if isinstance(v, dg.MarkdownMetadataValue) and "data:image/png;base64," in (v.md_str or "")]
+            if keys:
+                out[key.to_user_string()] = keys
+        return out
+    finally:
+        instance.dispose()
+
+
+def open_chart(page, url: str, asset: str, key: str) -> tuple[int, int]:
+    """The asset's page with the metadata entry `key` opened ("[Show Markdown]"): the chart's
+    (natural width, width shown) in pixels. Close it with `close_dialog`."""
+    page.goto(f"{url}/assets/{asset}")
+    row = page.locator("tr").filter(has=page.get_by_text(key, exact=True)).first
+    row.get_by_text("Show Markdown").click()
+    img = page.get_by_role("dialog").locator("img[src^='data:image/png']").last
+    img.wait_for()
+    page.wait_for_function("e => e.complete && e.naturalWidth > 0", arg=img.element_handle())
+    natural, shown = img.evaluate("e => [e.naturalWidth, e.clientWidth]")
+    img.scroll_into_view_if_needed()
+    return natural, shown
+
+
+def close_dialog(page) -> None:
+    page.get_by_role("dialog").get_by_role("button", name="Close").click()
+    page.get_by_role("dialog").wait_for(state="hidden")
+
+
+def downstream_lineage(page, url: str, asset: str, depth: int = 1, zoom_steps: int = 2) -> list[str]:
+    """The asset's Lineage tab, downstream `depth` levels, zoomed in until the nodes show their
+    status rows (latest event, checks); the names on the nodes."""
+    page.goto(f"{url}/assets/{asset}?view=lineage&lineageScope=downstream&lineageDepth={depth}")
+    nodes = page.locator("[class*='AssetNode_assetName']")
+    nodes.first.wait_for()
+    page.wait_for_timeout(1500)
+    zoom_in = page.locator("button:has([aria-label='zoom_in'])").first
+    for _ in range(zoom_steps):
+        if zoom_in.count() and zoom_in.is_enabled():
+            zoom_in.click()
+            page.wait_for_timeout(700)
+    page.get_by_text("Latest event").first.wait_for()
+    return sorted(t.strip() for t in nodes.all_inner_texts())

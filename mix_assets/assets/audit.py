@@ -13,7 +13,7 @@ from mix_assets.assets.common import code_version, gate, raw_key, raw_name, reco
 from mix_assets.config import MixSpec
 from mix_assets.lib import audit as lib
 from mix_assets.lib import contamination as ct
-from mix_assets.lib import demo_corpus, evals, layout
+from mix_assets.lib import charts, demo_corpus, evals, layout
 from mix_assets.lib.published_audit import denominator_problems
 from mix_assets.resources import MixResource
 

@@ -75,7 +75,7 @@ def build_publish_assets(spec: MixSpec) -> list:
         name="published_revision",
         group_name=GROUP,
         deps=[dg.AssetKey("manifest")],
-        kinds={"python", _target_kind(spec.publish.url)},
+        kinds={"json", _target_kind(spec.publish.url)},
         owners=list(spec.owners),
         code_version=code_version(pub, spec.publish.model_dump_json()),
         automation_condition=dg.AutomationCondition.eager()
@@ -107,7 +107,7 @@ def build_publish_assets(spec: MixSpec) -> list:
         v = pub.verify(read_only_target(mix.spec), record["revision"], _mix_dir(mix.storage), open_reader=open_mix)
         return gate(context, PUBLISHED_REVISION_KEY, dg.AssetCheckResult(
             passed=v.passed, metadata=md.published_readable(v),
-            description=None if v.passed else f"{len(v.problems)} problem(s); first: {v.problems[0]}",
+            description=v.summary(),
         ))
 
     return [published_revision, published_readable_from_empty_cache]

@@ -4,8 +4,9 @@ The comparison point is the revision this deployment last published (`publish/pu
 in the storage root, written by `published_revision`), read back from the publish target. In a
 `rebuild_mix` run the check runs after `manifest` and before `published_revision`, so it always
 compares with the previous publication. Outcomes:
-  * nothing published yet, or the config changed since (a new fingerprint is expected): passed,
-    with the reason in the description;
+  * nothing published yet, or the config changed since (a new fingerprint is expected): skipped,
+    not passed: the check returns no result, so the UI shows it as *Skipped* (grey) and the run log
+    says why; nothing downstream is held back;
   * same config, same fingerprint: passed;
   * same config, different fingerprint: failed (blocking, ERROR) with a table naming every file
     whose bytes changed and every count that moved, so nothing non-reproducible gets published.
@@ -13,6 +14,7 @@ compares with the previous publication. Outcomes:
 
 
 import json
+from typing import Optional
 
 import dagster as dg
 
@@ -33,6 +35,12 @@ def _published_manifest(mix, record: dict) -> dict | None:
     return None if raw is None else json.loads(raw)
 
 
+def _skipped(context: dg.AssetCheckExecutionContext, why: str) -> None:
+    """Nothing to compare with: no result at all, which the UI shows as a skipped check, not a pass."""
+    context.log.info(f"{FINGERPRINT_REPRODUCED} skipped: {why}")
+    return None
+
+
 def build_reproducibility_checks(asset_keys: set[dg.AssetKey]) -> list:
     """The check, when the graph has a `manifest` asset (none otherwise)."""
     if MANIFEST_KEY not in asset_keys:
@@ -45,28 +53,33 @@ def build_reproducibility_checks(asset_keys: set[dg.AssetKey]) -> list:
         description="With an unchanged config, the rebuilt manifest's fingerprint equals the last published "
                     "one; on drift, names each changed file and count.",
     )
-    def fingerprint_reproduced(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
+    def fingerprint_reproduced(context: dg.AssetCheckExecutionContext, mix: MixResource) -> Optional[dg.AssetCheckResult]:
         storage = mix.storage
         rebuilt = json.loads(storage.read_text(layout.MANIFEST))
-        meta: dict = {"rebuilt_fingerprint": dg.MetadataValue.text(rebuilt["fingerprint"])}
         if not storage.exists(layout.PUBLISHED):
-            return dg.AssetCheckResult(passed=True, metadata={**meta, "n_drifts": 0},
-                                       description="nothing published yet from this storage root")
+            return _skipped(context, "no previous revision: nothing published yet from this storage root")
         record = json.loads(storage.read_text(layout.PUBLISHED))
-        meta["published_revision"] = dg.MetadataValue.text(str(record.get("revision")))
-        meta["published_location"] = dg.MetadataValue.text(str(record.get("location")))
+        # the same keys on every evaluation, so the Plots view draws unbroken lines
+        meta: dict = {
+            "rebuilt_fingerprint": dg.MetadataValue.text(rebuilt["fingerprint"]),
+            "published_revision": dg.MetadataValue.text(str(record.get("revision"))),
+            "published_location": dg.MetadataValue.text(str(record.get("location"))),
+            "n_drifts": 0,
+            "n_files_changed": 0,
+        }
         published = _published_manifest(mix, record)
         if published is None:
             return dg.AssetCheckResult(
-                passed=False, metadata={**meta, "n_drifts": 0},
+                passed=False, metadata=meta,
                 description=f"revision {record.get('revision')} recorded as published, but its manifest.json "
                             f"is missing at {record.get('location')}")
         cmp = compare_manifests(published, rebuilt)
+        if not cmp.comparable and not cmp.reproduced:
+            return _skipped(context, cmp.summary())
         meta["published_fingerprint"] = dg.MetadataValue.text(cmp.published_fingerprint)
-        meta["comparable"] = cmp.comparable
-        meta["n_drifts"] = len(cmp.drifts) if cmp.comparable else 0
-        meta["n_files_changed"] = sum(d.kind.startswith("file_") for d in cmp.drifts) if cmp.comparable else 0
-        if cmp.drifts and cmp.comparable:
+        meta["n_drifts"] = len(cmp.drifts)
+        meta["n_files_changed"] = sum(d.kind.startswith("file_") for d in cmp.drifts)
+        if cmp.drifts:
             from mix_assets.metadata import markdown_table, table
 
             rows = [d.as_row() for d in cmp.drifts]

@@ -41,7 +41,7 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
         """The source read, filtered and sampled to its raw token budget, as Parquet documents."""
         spec_now, storage = mix.spec, mix.storage
         demo_corpus.ensure_for_spec(spec_now)
-        prog = Progress(context.log, f"raw/{src.name}", interval=10.0)
+        prog = Progress(context.log, f"raw/{src.name}", interval=10.0, item="rows")  # rows read, before filters
         seen = [0, 0]
 
         def progress(rows: int, nbytes: int) -> None:
@@ -49,7 +49,7 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
             seen[:] = [rows, nbytes]
 
         raw = lib.read_raw_source(storage, spec_now, src.name, progress)
-        prog.done()
+        prog.done(f"kept {raw.docs:,} documents ({raw.sample.rows_read - raw.docs:,} dropped or sampled out)")
         docs_key = layout.RAW_DOCS.format(source=src.name)
         lin = recorded(storage, raw_name(src.name), [docs_key, layout.RAW_STATS.format(source=src.name)], {})
         if raw.unreadable:

@@ -17,8 +17,12 @@ import math
 from collections.abc import Mapping, Sequence
 
 MAX_PNG_BYTES = 100_000
-_SIZE = (5.0, 2.8)  # inches; at 80 dpi a 400x224 image, ~15-30 KB
-_DPI = 80
+# The UI shows a chart at its pixel size inside the "Show Markdown" dialog (about 700-900 px wide),
+# so the figure is drawn for that width with fonts the size of the UI's own text (12-14 px).
+_SIZE = (7.2, 3.6)  # inches; at 100 dpi a 720x360 image, ~20-40 KB
+_DPI = 100
+_FONT = {"title": 13, "label": 11, "tick": 10, "legend": 10, "note": 9}  # points; 1 pt = 1.39 px here
+_TICKS = 5  # at most this many major ticks per linear axis
 
 
 class ChartError(ValueError):
@@ -32,6 +36,48 @@ def _figure(size=_SIZE):
     fig = Figure(figsize=size, dpi=_DPI, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
+
+
+def _style(ax, title: str, xlabel: str | None, ylabel: str | None, integer_y: bool = False) -> None:
+    """Legible fonts, few ticks, a light grid behind the data, no top/right frame."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_title(title, fontsize=_FONT["title"], loc="left")
+    if xlabel:
+        ax.set_xlabel(xlabel, fontsize=_FONT["label"])
+    if ylabel:
+        ax.set_ylabel(ylabel, fontsize=_FONT["label"])
+    ax.tick_params(labelsize=_FONT["tick"])
+    if ax.get_yscale() == "linear":
+        ax.yaxis.set_major_locator(MaxNLocator(_TICKS, integer=integer_y))
+    ax.grid(axis="y", color="0.9", linewidth=0.8)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def _log_ticks(axis, lo: float, hi: float) -> None:
+    """A log axis with a few plain labels (200, 500, 1K, 2K): 1-2-5 steps over up to three decades,
+    powers of ten beyond; no minor labels (matplotlib labels those on a short range: "6 x 10^2")."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+
+    decades = math.log10(max(hi, lo * 1.0001) / lo)
+    subs = (1.0, 2.0, 5.0) if decades <= 3 else (1.0,)
+    axis.set_major_locator(LogLocator(base=10, subs=subs, numticks=12))
+    axis.set_minor_locator(NullLocator())
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: _compact(v)))
+
+
+def _compact(v: float) -> str:
+    """12000 -> '12K', 2500000 -> '2.5M', 0.5 -> '0.5'."""
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if abs(v) >= div:
+            return f"{v / div:g}{unit}"
+    return f"{v:g}"
+
+
+def _legend(ax, **kw) -> None:
+    ax.legend(fontsize=_FONT["legend"], title_fontsize=_FONT["legend"], frameon=False, **kw)
 
 
 def _png(fig) -> bytes:
@@ -63,6 +109,7 @@ def histogram_png(values: Sequence[float], title: str, xlabel: str, bins: int = 
                   log_x: bool = False, markers: Mapping[str, float] | None = None) -> bytes:
     """Histogram of `values` (e.g. document lengths); `markers` draw labelled vertical lines (p50, p99)."""
     import numpy as np
+    from matplotlib.ticker import MaxNLocator
 
     arr = np.asarray(values, dtype=float)
     arr = arr[np.isfinite(arr)]
@@ -72,19 +119,18 @@ def histogram_png(values: Sequence[float], title: str, xlabel: str, bins: int = 
     ax = fig.add_subplot()
     if log_x:
         lo = max(arr[arr > 0].min(), 1e-9) if (arr > 0).any() else 1.0
-        edges = np.geomspace(lo, max(arr.max(), lo * 10), bins + 1)
+        edges = np.geomspace(lo, max(arr.max(), lo * 2), bins + 1)  # at least an octave wide
         ax.set_xscale("log")
+        _log_ticks(ax.xaxis, edges[0], edges[-1])
     else:
         edges = bins
+        ax.xaxis.set_major_locator(MaxNLocator(_TICKS))
     ax.hist(arr if not log_x else np.clip(arr, edges[0], None), bins=edges, color="#4f6fad")
     for i, (name, x) in enumerate((markers or {}).items()):
-        ax.axvline(x, color=f"C{i + 1}", linestyle="--", linewidth=1, label=f"{name} = {x:,.0f}")
+        ax.axvline(x, color=f"C{i + 1}", linestyle="--", linewidth=1.5, label=f"{name} = {x:,.0f}")
+    _style(ax, title, xlabel, "count", integer_y=True)
     if markers:
-        ax.legend(fontsize=7, frameon=False)
-    ax.set_title(title, fontsize=9)
-    ax.set_xlabel(xlabel, fontsize=8)
-    ax.set_ylabel("count", fontsize=8)
-    ax.tick_params(labelsize=7)
+        _legend(ax)
     return _png(fig)
 
 
@@ -102,6 +148,7 @@ def s_curve_png(bands: int, rows: int, threshold: float | None = None,
                 observed: Sequence[float] | None = None, title: str | None = None) -> bytes:
     """The MinHash-LSH S-curve for `bands` x `rows`; `observed` Jaccards of candidate pairs as a histogram."""
     import numpy as np
+    from matplotlib.ticker import MaxNLocator
 
     if bands < 1 or rows < 1:
         raise ChartError(f"s_curve: bands and rows must be >= 1, got bands={bands}, rows={rows}")
@@ -109,24 +156,23 @@ def s_curve_png(bands: int, rows: int, threshold: float | None = None,
     xs = np.linspace(0, 1, 201)
     fig = _figure()
     ax = fig.add_subplot()
-    ax.plot(xs, 1 - (1 - xs**rows) ** bands, color="#4f6fad", label="P(candidate)")
+    ax.plot(xs, 1 - (1 - xs**rows) ** bands, color="#4f6fad", linewidth=2, label="P(candidate)")
     if threshold is not None:
-        ax.axvline(threshold, color="C3", linestyle="--", linewidth=1, label=f"threshold {threshold:g}")
+        ax.axvline(threshold, color="C3", linestyle="--", linewidth=1.5, label=f"threshold {threshold:g}")
     knee = (1 / bands) ** (1 / rows)
-    ax.axvline(knee, color="0.6", linestyle=":", linewidth=1, label=f"(1/b)^(1/r) = {knee:.2f}")
+    ax.axvline(knee, color="0.5", linestyle=":", linewidth=1.5, label=f"(1/b)^(1/r) = {knee:.2f}")
     if observed is not None and len(observed):
         ax2 = ax.twinx()
         ax2.hist(np.clip(np.asarray(observed, dtype=float), 0, 1), bins=40, range=(0, 1),
                  color="C1", alpha=0.35)
-        ax2.set_ylabel("pairs", fontsize=8)
-        ax2.tick_params(labelsize=7)
+        ax2.set_ylabel("pairs", fontsize=_FONT["label"])
+        ax2.tick_params(labelsize=_FONT["tick"])
+        ax2.yaxis.set_major_locator(MaxNLocator(_TICKS, integer=True))
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1.02)
-    ax.set_title(title, fontsize=9)
-    ax.set_xlabel("Jaccard similarity", fontsize=8)
-    ax.set_ylabel("P(candidate pair)", fontsize=8)
-    ax.tick_params(labelsize=7)
-    ax.legend(fontsize=7, frameon=False, loc="upper left")
+    ax.xaxis.set_major_locator(MaxNLocator(_TICKS))
+    _style(ax, title, "Jaccard similarity", "P(candidate pair)")
+    _legend(ax, loc="upper left")
     return _png(fig)
 
 
@@ -137,11 +183,13 @@ def s_curve_md(bands: int, rows: int, threshold: float | None = None,
 
 
 def bars_png(series: Mapping[str, Mapping[str, float]], title: str, ylabel: str,
-             log_y: bool = False) -> bytes:
+             log_y: bool = False, labels: bool = False, legend: bool | None = None, legend_title: str | None = None) -> bytes:
     """Grouped bars: `series` maps a series name ("before", "after") to {category: value}.
 
     Categories are the union over series, in first-seen order; a category missing from a series
-    is drawn as 0 (a source that vanished shows as a missing bar, not a missing label).
+    is drawn as 0 (a source that vanished shows as a missing bar, not a missing label). `labels`
+    writes each bar's value above it (counts read exactly, and a zero is visibly a zero); the
+    legend names the series (default: when there is more than one).
     """
     import numpy as np
 
@@ -152,21 +200,24 @@ def bars_png(series: Mapping[str, Mapping[str, float]], title: str, ylabel: str,
         cats.extend(c for c in values if c not in cats)
     if not cats:
         raise ChartError(f"{title}: the series have no categories")
-    fig = _figure((max(5.0, min(9.0, 1.0 + 0.6 * len(cats) * len(series))), 2.8))
+    fig = _figure((max(_SIZE[0], min(12.0, 1.5 + 0.45 * len(cats) * len(series))), _SIZE[1]))
     ax = fig.add_subplot()
     x = np.arange(len(cats))
     width = 0.8 / len(series)
     for i, (name, values) in enumerate(series.items()):
-        ax.bar(x + (i - (len(series) - 1) / 2) * width, [float(values.get(c, 0)) for c in cats],
-               width, label=name, color=f"C{i}")
-    ax.set_xticks(x, cats, rotation=30 if len(cats) > 4 else 0, ha="right" if len(cats) > 4 else "center")
+        bars = ax.bar(x + (i - (len(series) - 1) / 2) * width, [float(values.get(c, 0)) for c in cats],
+                      width, label=name, color=f"C{i}")
+        if labels:
+            ax.bar_label(bars, fmt="{:,.0f}", fontsize=_FONT["note"], padding=2)
+    tilt = len(cats) > 4
+    ax.set_xticks(x, cats, rotation=25 if tilt else 0, ha="right" if tilt else "center")
     if log_y:
         ax.set_yscale("log")
-    ax.set_title(title, fontsize=9)
-    ax.set_ylabel(ylabel, fontsize=8)
-    ax.tick_params(labelsize=7)
-    if len(series) > 1:
-        ax.legend(fontsize=7, frameon=False)
+    if labels:
+        ax.margins(y=0.15)  # room for the labels above the tallest bar
+    _style(ax, title, None, ylabel, integer_y=True)
+    if len(series) > 1 if legend is None else legend:
+        _legend(ax, title=legend_title)
     return _png(fig)
 
 
@@ -179,6 +230,22 @@ def composition_md(before: Mapping[str, float], after: Mapping[str, float], titl
 
 def bars_md(values: Mapping[str, float], title: str, ylabel: str, caption: str | None = None) -> str:
     return _finish_png(bars_png({ylabel: values}, title, ylabel), title, caption)
+
+
+def contamination_md(rows: Sequence[Mapping[str, object]], count: str = "docs_with_overlap",
+                     caption: str | None = None) -> str:
+    """Bars of `count` per source, one bar per eval task, from the report's source x task rows.
+
+    Counts only: the rows' `source`, `task` and `count` fields are read, never any item text.
+    """
+    series: dict[str, dict[str, float]] = {}
+    for r in rows:
+        if count not in r:
+            raise ChartError(f"contamination chart: row {r.get('source')} x {r.get('task')} has no {count!r}")
+        series.setdefault(str(r["task"]), {})[str(r["source"])] = float(r[count])  # type: ignore[arg-type]
+    title = f"{count.replace('_', ' ')} per source, by eval task"
+    png = bars_png(series, title, count.replace("_", " "), labels=True, legend=True, legend_title="eval task")
+    return _finish_png(png, title, caption)
 
 
 def _finish_png(png: bytes, title: str, caption: str | None) -> str:

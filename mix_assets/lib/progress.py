@@ -51,7 +51,9 @@ class Progress:
     """Counts work and logs a status line at most once per ``interval`` seconds (and at ``done``).
 
     ETA comes from whichever total is known, preferring bytes (the steadiest measure of work), then
-    documents, then tokens.
+    documents, then tokens. `item` names what `docs` counts ("rows" for a reader that has not yet
+    filtered or sampled them); tokens appear only once some are counted or a total is given, so a
+    step that does not tokenize never reports "0 tokens".
     """
 
     log: _Logger
@@ -60,6 +62,7 @@ class Progress:
     total_bytes: int | None = None
     total_tokens: int | None = None
     interval: float = 10.0
+    item: str = "docs"
     clock: Callable[[], float] = time.monotonic  # injectable for tests
     docs: int = 0
     bytes: int = 0
@@ -85,9 +88,10 @@ class Progress:
             return True
         return False
 
-    def done(self) -> str:
-        """Log (and return) the final line: totals, average rates, elapsed time."""
-        return self._emit(self.clock(), final=True)
+    def done(self, outcome: str | None = None) -> str:
+        """Log (and return) the final line: totals, average rates, elapsed time, and `outcome` (what
+        the step kept, in the words of its metadata) when given."""
+        return self._emit(self.clock(), final=True, outcome=outcome)
 
     @property
     def elapsed(self) -> float:
@@ -103,10 +107,11 @@ class Progress:
     def status(self, now: float | None = None, final: bool = False) -> str:
         now = self.clock() if now is None else now
         el = max(now - self._start, 1e-9)
-        parts = [self._count(self.docs, self.total_docs, " docs"),
-                 self._count(self.bytes, self.total_bytes, "B"),
-                 self._count(self.tokens, self.total_tokens, " tokens")]
-        rates = [f"{human(self.docs / el)} docs/s", f"{human(self.bytes / el, 'B')}/s"]
+        parts = [self._count(self.docs, self.total_docs, f" {self.item}"),
+                 self._count(self.bytes, self.total_bytes, "B")]
+        rates = [f"{human(self.docs / el)} {self.item}/s", f"{human(self.bytes / el, 'B')}/s"]
+        if self.tokens or self.total_tokens:
+            parts.append(self._count(self.tokens, self.total_tokens, " tokens"))
         if self.tokens:
             rates.append(f"{human(self.tokens / el)} tokens/s")
         line = f"{self.label}: " + ", ".join(parts) + " | " + ", ".join(rates)
@@ -123,8 +128,8 @@ class Progress:
             return human(n, "B") + (f"/{human(total, 'B')}" if total else "")
         return human(n) + (f"/{human(total)}" if total else "") + unit
 
-    def _emit(self, now: float, final: bool) -> str:
-        line = self.status(now, final)
+    def _emit(self, now: float, final: bool, outcome: str | None = None) -> str:
+        line = self.status(now, final) + (f" | {outcome}" if outcome else "")
         self.log.info(line)
         self.lines += 1
         return line

@@ -284,7 +284,7 @@ class Target:
             _same_revision(existing, manifest, self.uri(f"{rev}/{MANIFEST}"))
             up_files, up_bytes = _repair(self, rev, manifest, source, card, log)
             if up_files:
-                log(f"{self.location(rev)}: repaired {up_files} missing or damaged object(s) ({up_bytes} bytes)")
+                log(f"{self.location(rev)}: repaired {up_files:,} missing or damaged object(s) ({up_bytes:,} bytes)")
             else:
                 log(f"{self.location(rev)} already holds this content, every object verified; nothing uploaded")
             _point_latest(self, rev, manifest["fingerprint"])
@@ -305,9 +305,10 @@ class Target:
             # someone published concurrently: accept only the identical manifest
             _same_revision(self.read(f"{rev}/{MANIFEST}") or b"", manifest, self.uri(f"{rev}/{MANIFEST}"))
         _point_latest(self, rev, manifest["fingerprint"])
-        log(f"published {self.location(rev)}: {up_files} files uploaded ({up_bytes} bytes)")
+        up_files, up_bytes = up_files + 2, up_bytes + len(card) + len(mbytes)  # the card and manifest too
+        log(_published_line(self.location(rev), up_files, n_files, up_bytes, total))
         return PublishResult(self.url, rev, self.location(rev), manifest["fingerprint"], n_files, total,
-                             up_files + 2, up_bytes + len(card) + len(mbytes), created=True)
+                             up_files, up_bytes, created=True)
 
 
 class LocalTarget(Target):
@@ -389,6 +390,11 @@ def publish(mix: str | os.PathLike | Location, target: Target,
     if problems:
         raise PublishError("the local mix does not match its manifest:\n  " + "\n  ".join(problems))
     return target.publish(manifest, source, log)
+
+
+def _published_line(location: str, up_files: int, n_files: int, up_bytes: int, total: int) -> str:
+    """The log line for a publish: the same numbers the asset's metadata shows."""
+    return f"published {location}: {up_files:,} of {n_files:,} files uploaded ({up_bytes:,} of {total:,} bytes)"
 
 
 def _repair(target: Target, rev: str, manifest: dict, source: Location, card: bytes,
@@ -519,8 +525,8 @@ class HubTarget(Target):
         else:
             commit = self._commit_in_chunks(manifest, source, head, card, mbytes, tag, log)
         self.api.create_tag(self.repo_id, tag=tag, revision=commit, repo_type="dataset", exist_ok=True)
-        log(f"published {self.location(commit)} (tag {tag})")
         up = (n_files, total) if created else (0, 0)
+        log(_published_line(f"{self.location(commit)} (tag {tag})", up[0], n_files, up[1], total))
         return PublishResult(self.url, commit, self.location(commit), fp, n_files, total, *up, created)
 
     def _commit_in_chunks(self, manifest: dict, source: Location, head: str | None, card: bytes, mbytes: bytes,
@@ -592,12 +598,22 @@ class Verification:
     problems: list[str] = field(default_factory=list)
     files_verified: int = 0
     bytes_verified: int = 0
-    samples_compared: int = 0
+    samples_compared: int = 0  # comparisons: the raw shard bytes, then through the reader
+    reader_samples_compared: int = 0  # the part of samples_compared read through the trainer's reader
+    samples_total: int = 0  # samples in the revision's splits, of which the comparisons are a sample
     seconds: float = 0.0
 
     @property
     def passed(self) -> bool:
         return not self.problems
+
+    def summary(self) -> str:
+        """One line for a reviewer: what was verified, out of how much; or the problems."""
+        if self.problems:
+            return f"{len(self.problems)} problem(s); first: {self.problems[0]}"
+        raw = self.samples_compared - self.reader_samples_compared
+        return (f"{self.files_verified:,} files ({self.bytes_verified:,} bytes) verified; of {self.samples_total:,} "
+                f"samples, {raw:,} compared byte for byte and {self.reader_samples_compared:,} through the reader")
 
 
 @contextlib.contextmanager
@@ -676,6 +692,7 @@ def verify(target: Target, revision: str, local_mix: str | os.PathLike | Locatio
             out.problems.append(f"{uri(MANIFEST)}: revision id {revision} does not derive from its fingerprint")
         out.files_verified += 1
         out.bytes_verified += (root / MANIFEST).stat().st_size
+        out.samples_total = sum(sh["samples"] for sp in remote["splits"].values() for sh in sp["shards"])
 
         for f in remote["files"]:
             dest = safe_path(f["path"], root)
@@ -710,9 +727,10 @@ def verify(target: Target, revision: str, local_mix: str | os.PathLike | Locatio
         if not out.problems:
             out.samples_compared += _compare_raw_samples(remote, root, source, n_random, seed, out.problems, uri)
         if not out.problems and open_reader is not None:
-            out.samples_compared += _compare_through_reader(
+            out.reader_samples_compared = _compare_through_reader(
                 open_reader, loc, target.reader_kwargs(), remote, source, Path(cache) / "reader", n_random, seed,
                 out.problems)
+            out.samples_compared += out.reader_samples_compared
     out.seconds = time.monotonic() - t0
     return out
 

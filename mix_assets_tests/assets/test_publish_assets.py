@@ -66,6 +66,9 @@ def test_local_target_publishes_and_the_gate_passes_then_catches_tampering(tmp_p
     ev = check_eval(result)
     assert ev.passed and ev.metadata["verified_files"].value == len(manifest["files"]) + 2
     assert ev.metadata["verified_bytes"].value == mat["published_bytes"].value
+    total = sum(sp["samples"] for sp in manifest["splits"].values())
+    assert ev.metadata["total_samples"].value == total and ev.metadata["compared_samples"].value > 0
+    assert f"of {total:,} samples, " in ev.description and "through the reader" in ev.description
     record = json.loads((tmp_path / "storage" / layout.PUBLISHED).read_text())
     assert record["location"] == str(tmp_path / "published" / rev)
 

@@ -31,6 +31,33 @@ def test_charts_are_small_deterministic_pngs():
     assert _png(again) == _png(mds[0])
 
 
+def _size(png: bytes) -> tuple[int, int]:
+    import struct
+
+    return struct.unpack(">II", png[16:24])  # IHDR width, height
+
+
+def test_charts_are_drawn_at_the_size_the_ui_shows_them():
+    """The UI shows a chart at its pixel size: wide enough to read, text no smaller than the UI's."""
+    md = charts.histogram_md([1, 10, 100, 1000], "document length", "chars", log_x=True)
+    w, h = _size(_png(md))
+    assert 700 <= w <= 1000 and 300 <= h <= 500, (w, h)
+    assert min(charts._FONT.values()) * charts._DPI / 72 >= 12  # px: the UI's body text is 12-14 px
+    many = charts.bars_md({f"source_{i}": i for i in range(12)}, "many", "docs")
+    assert _size(_png(many))[0] <= 1200
+
+
+def test_contamination_chart_has_counts_per_source_and_task():
+    rows = [{"source": s, "task": t, "docs_scanned": 100, "docs_with_overlap": n, "overlap_ngrams": 9 * n}
+            for s, t, n in [("web", "gsm8k", 4), ("web", "mmlu", 0), ("code", "gsm8k", 0), ("code", "mmlu", 2)]]
+    md = charts.contamination_md(rows)
+    assert md.startswith("![docs with overlap per source, by eval task](data:image/png;base64,")
+    assert _png(md).startswith(b"\x89PNG") and _png(md) == _png(charts.contamination_md(rows))
+    assert _png(md) != _png(charts.contamination_md(rows, count="overlap_ngrams"))
+    with pytest.raises(charts.ChartError, match="has no 'overlap_ngrams'"):
+        charts.contamination_md([{"source": "web", "task": "t", "docs_with_overlap": 1}], count="overlap_ngrams")
+
+
 def test_lsh_probability_and_bad_input():
     assert charts.lsh_candidate_probability(0.8, 14, 8) == pytest.approx(0.924, abs=1e-3)
     assert charts.lsh_candidate_probability(0.0, 14, 8) == 0.0

@@ -49,3 +49,13 @@ def test_rejects_non_positive_interval():
 
     with pytest.raises(ValueError, match="interval must be > 0"):
         Progress(_Log(), "x", interval=0)
+
+
+def test_rows_not_docs_no_tokens_when_none_counted_and_the_outcome_on_the_last_line():
+    log, clock = _Log(), _Clock()
+    p = Progress(log, "raw/web", item="rows", interval=10, clock=clock)
+    p.update(docs=300, bytes=465_000)
+    final = p.done("kept 243 documents (57 dropped), 75,545 est. tokens")
+    assert final.startswith("raw/web: 300 rows, 465.00KB | ") and "rows/s" in final
+    assert "0 tokens" not in final and " docs" not in final
+    assert final.endswith("| kept 243 documents (57 dropped), 75,545 est. tokens")

@@ -66,16 +66,21 @@ def test_local_mix_that_disagrees_with_its_manifest_is_not_published(synthetic_m
 def test_local_publish_verify_republish_and_tamper(synthetic_mix, tmp_path):
     target = pub.LocalTarget(tmp_path / "published")
     m = _manifest(synthetic_mix)
-    res = pub.publish(synthetic_mix, target)
+    lines: list[str] = []
+    res = pub.publish(synthetic_mix, target, log=lines.append)
     rev = pub.revision_id(m["fingerprint"])
     assert res.created and res.revision == rev and res.location == str(tmp_path / "published" / rev)
     assert res.files == len(m["files"]) + 2 == res.uploaded_files
     assert pub.read_latest(target) == rev
+    # the log states the numbers the asset's metadata shows (card and manifest included)
+    assert lines[-1] == (f"published {res.location}: {res.uploaded_files:,} of {res.files:,} files uploaded "
+                         f"({res.uploaded_bytes:,} of {res.bytes:,} bytes)"), lines
 
     v = pub.verify(target, rev, synthetic_mix)
     assert v.passed, v.problems
     assert v.files_verified == res.files and v.bytes_verified == res.bytes
     assert v.samples_compared >= 4  # first and last of train and val at least
+    assert v.samples_total == sum(s["samples"] for s in m["splits"].values())
 
     mtimes = {p: p.stat().st_mtime_ns for p in (tmp_path / "published").rglob("*")}
     again = pub.publish(synthetic_mix, target)
