@@ -38,7 +38,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from mix_assets_tests.lib.shared_data import find_shared_data  # noqa: E402
+from mix_assets_tests.support.shared_data import find_shared_data  # noqa: E402
 
 SHARED = find_shared_data() or REPO.parent / "shared" / "data"
 OUT = REPO / "bench" / "out" / "audit"

@@ -51,8 +51,8 @@ SEED = 1234
 
 
 def shared_data() -> Path:
-    """The shared data folder, found as the tests find it (mix_assets_tests/lib/shared_data.py)."""
-    from mix_assets_tests.lib.shared_data import find_shared_data
+    """The shared data folder, found as the tests find it (mix_assets_tests/support/shared_data.py)."""
+    from mix_assets_tests.support.shared_data import find_shared_data
 
     return find_shared_data() or REPO.parent / "shared" / "data"
 NUM_PERM, SHINGLE, THRESHOLD = 128, 5, 0.8

@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mix_assets.reader import open_mix
-from mix_assets_tests.mixfactory import write_test_mix
+from mix_assets_tests.support.mixfactory import write_test_mix
 
 
 def build_mix(out: Path, shards: int, samples_per_shard: int, seq_len: int) -> Path:

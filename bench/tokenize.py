@@ -36,7 +36,7 @@ from pathlib import Path  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "out" / "tokenize"
 sys.path.insert(0, str(REPO))
-from mix_assets_tests.lib.shared_data import find_shared_data  # noqa: E402
+from mix_assets_tests.support.shared_data import find_shared_data  # noqa: E402
 
 DATA = (find_shared_data() or REPO.parent / "shared" / "data") / "sources"
 

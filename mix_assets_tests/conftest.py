@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 # Reusable fixtures: a SeaweedFS S3 server (session), a synthetic mix directory, an offline hub.
-from mix_assets_tests.fake_hub import fake_hub  # noqa: F401
-from mix_assets_tests.lib.shared_data import FIXTURE, find_shared_data, missing_reason, required, shared_data_dir
-from mix_assets_tests.s3server import seaweedfs  # noqa: F401
-from mix_assets_tests.synthetic_mix import synthetic_mix  # noqa: F401
+from mix_assets_tests.support.fake_hub import fake_hub  # noqa: F401
+from mix_assets_tests.support.shared_data import FIXTURE, find_shared_data, missing_reason, required, shared_data_dir
+from mix_assets_tests.support.s3server import seaweedfs  # noqa: F401
+from mix_assets_tests.support.synthetic_mix import synthetic_mix  # noqa: F401
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ import pytest
 
 from mix_assets import audit_published as cli
 from mix_assets.config import REPO_ROOT
-from mix_assets_tests.assets.audit_fixtures import BAD_ROWS, CANARY, GOOD_ROW, make_spec, write_card_repo
+from mix_assets_tests.support.audit_fixtures import BAD_ROWS, CANARY, GOOD_ROW, make_spec, write_card_repo
 
 
 def _hub_task(repo, name="hub_cli"):

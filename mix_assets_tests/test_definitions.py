@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 from mix_assets.config import REPO_ROOT, load_spec
 from mix_assets.definitions import build_definitions
 from mix_assets.lib import layout
-from mix_assets_tests.lib.shared_data import real_mix_config
+from mix_assets_tests.support.shared_data import real_mix_config
 
 
 def test_defs_are_loadable():

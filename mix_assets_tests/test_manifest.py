@@ -22,8 +22,8 @@ from mix_assets.lib.manifest import (
     manifest_problems,
     safe_path,
 )
-from mix_assets_tests.fakeremotes import FakeS3Client
-from mix_assets_tests.mixfactory import write_manifest, write_test_mix
+from mix_assets_tests.support.fakeremotes import FakeS3Client
+from mix_assets_tests.support.mixfactory import write_manifest, write_test_mix
 
 
 @pytest.fixture()

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from mix_assets.jobs import REBUILD_JOB, SCHEDULE
-from mix_assets_tests import ui_harness as ui
-from mix_assets_tests.pgserver import pg_bindir, postgres_server
+from mix_assets_tests.support import ui_harness as ui
+from mix_assets_tests.support.pgserver import pg_bindir, postgres_server
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy" / "dagster.yaml"

@@ -23,8 +23,8 @@ from mix_assets.reader import (
     perm_sha,
     permutation,
 )
-from mix_assets_tests.fakeremotes import FakeHub, FakeS3Client
-from mix_assets_tests.mixfactory import all_tokens, write_manifest, write_test_mix
+from mix_assets_tests.support.fakeremotes import FakeHub, FakeS3Client
+from mix_assets_tests.support.mixfactory import all_tokens, write_manifest, write_test_mix
 
 REPO = Path(__file__).resolve().parent.parent
 SEED = 1234

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from mix_assets.reader import open_mix
-from mix_assets_tests.fakeremotes import FakeHub, FakeS3Client
-from mix_assets_tests.mixfactory import all_tokens, write_test_mix
-from mix_assets_tests.reader_workers import read_batches
-from mix_assets_tests.s3server import READER
+from mix_assets_tests.support.fakeremotes import FakeHub, FakeS3Client
+from mix_assets_tests.support.mixfactory import all_tokens, write_test_mix
+from mix_assets_tests.support.reader_workers import read_batches
+from mix_assets_tests.support.s3server import READER
 
 SEED = 1234
 SHARD_BYTES = 7 * 16 * 2  # 7 samples of 16 uint16 tokens

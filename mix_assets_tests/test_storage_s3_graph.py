@@ -14,8 +14,8 @@ from mix_assets.lib import layout
 from mix_assets.lib.manifest import check_manifest
 from mix_assets.lib.storage import split_s3_url
 from mix_assets.resources import storage_for
-from mix_assets_tests.s3server import WRITER
-from mix_assets_tests.ui_harness import REPO, config_variant
+from mix_assets_tests.support.s3server import WRITER
+from mix_assets_tests.support.ui_harness import REPO, config_variant
 
 
 @pytest.mark.slow

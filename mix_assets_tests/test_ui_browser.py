@@ -23,7 +23,7 @@ import os
 import pytest
 
 from mix_assets.assets.reproducibility import FINGERPRINT_REPRODUCED
-from mix_assets_tests import ui_harness as ui
+from mix_assets_tests.support import ui_harness as ui
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(900)]
 

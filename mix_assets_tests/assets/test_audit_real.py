@@ -16,9 +16,9 @@ from mix_assets.definitions import build_assets
 from mix_assets.lib import layout
 from mix_assets.lib import textkeys as tk
 from mix_assets.resources import MixResource
-from mix_assets_tests.lib.shared_data import FIXTURE, real_mix_config
+from mix_assets_tests.support.shared_data import FIXTURE, real_mix_config
 
-from .audit_fixtures import standin_masks
+from mix_assets_tests.support.audit_fixtures import standin_masks
 
 
 def _run(spec, storage_root):

@@ -10,7 +10,7 @@ from mix_assets.lib import layout
 from mix_assets.lib import publish as pub
 from mix_assets.resources import MixResource
 from mix_assets_tests.conftest import minimal_config, source, write_config
-from mix_assets_tests.synthetic_mix import build_synthetic_mix
+from mix_assets_tests.support.synthetic_mix import build_synthetic_mix
 
 
 @pytest.fixture()

@@ -27,9 +27,9 @@ from mix_assets.lib import layout
 from mix_assets.lib.manifest import check_manifest
 from mix_assets.lib.storage import Storage
 from mix_assets.resources import MixResource
-from mix_assets_tests.lib.shared_data import real_mix_config
-from mix_assets_tests.tokens_fixtures import stamp
-from mix_assets_tests.tokens_reference import as_built, reference_shards
+from mix_assets_tests.support.shared_data import real_mix_config
+from mix_assets_tests.support.tokens_fixtures import stamp
+from mix_assets_tests.support.tokens_reference import as_built, reference_shards
 
 
 def _stand_in_dedup_and_masks(st: Storage, sources: list[str]) -> None:

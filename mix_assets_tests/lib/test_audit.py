@@ -5,7 +5,7 @@ import numpy as np
 from mix_assets.lib import audit, layout
 from mix_assets.lib.published_audit import denominator_problems, load_reference
 from mix_assets.lib.storage import Storage
-from mix_assets_tests.assets.audit_fixtures import make_corpus, make_spec, write_docs
+from mix_assets_tests.support.audit_fixtures import make_corpus, make_spec, write_docs
 
 
 def test_registry_round_trip_equals_the_published_audits_reference(tmp_path):

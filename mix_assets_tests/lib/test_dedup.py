@@ -5,7 +5,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mix_assets.lib import dedup as lib
-from mix_assets_tests.lib.shared_data import long_text, paragraphs
+from mix_assets_tests.support.shared_data import long_text, paragraphs
 
 
 def _write(path, source, texts, ids=None):

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from mix_assets.config import EvalTask, HubDataset, LocalEvalFiles, is_test_split
 from mix_assets.lib import evals as E
-from mix_assets_tests.assets.audit_fixtures import BAD_ROWS, CANARY, GOOD_ROW, write_card_repo
+from mix_assets_tests.support.audit_fixtures import BAD_ROWS, CANARY, GOOD_ROW, write_card_repo
 
 # Every file opened by Python in this process is seen here; the fixtures' test.jsonl must never be,
 # nor anything below a path in _FORBIDDEN (a test folder, a file a symlink or a split name points at).

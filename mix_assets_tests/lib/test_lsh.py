@@ -6,7 +6,7 @@ from datasketch.lsh import _optimal_param
 
 from mix_assets.lib import lsh
 from mix_assets.lib import minhash as mh
-from mix_assets_tests.lib.shared_data import paragraphs
+from mix_assets_tests.support.shared_data import paragraphs
 
 
 @pytest.mark.parametrize("threshold,w", [(0.8, (0.5, 0.5)), (0.8, (0.05, 0.95)), (0.7, (0.3, 0.7))])

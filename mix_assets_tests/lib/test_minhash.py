@@ -8,7 +8,7 @@ import pytest
 
 from mix_assets.lib import minhash as mh
 from mix_assets.lib import textkeys as tk
-from mix_assets_tests.lib.shared_data import long_text, paragraphs
+from mix_assets_tests.support.shared_data import long_text, paragraphs
 
 
 def datasketch_signature(text: str, num_perm: int = 128, seed: int = 1, n: int = 5) -> np.ndarray:

@@ -9,7 +9,7 @@ from mix_assets.lib.packing import (
     order_from_keys,
     stream_order,
 )
-from mix_assets_tests.tokens_reference import ref_fill_budget, ref_stream_order
+from mix_assets_tests.support.tokens_reference import ref_fill_budget, ref_stream_order
 
 
 def _records(apps):

@@ -9,7 +9,7 @@ import pytest
 
 from mix_assets.lib import publish as pub
 from mix_assets.lib.manifest import UnsafePathError
-from mix_assets_tests.synthetic_mix import build_synthetic_mix
+from mix_assets_tests.support.synthetic_mix import build_synthetic_mix
 
 
 class Killed(RuntimeError):
@@ -432,7 +432,7 @@ def _calls(client, op: str) -> list[dict]:
 @pytest.mark.s3
 def test_s3_storage_to_s3_target_on_one_endpoint_copies_server_side(synthetic_mix, seaweedfs, monkeypatch, tmp_path):
     from mix_assets.lib.storage import Storage
-    from mix_assets_tests.s3server import WRITER
+    from mix_assets_tests.support.s3server import WRITER
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", WRITER[0])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", WRITER[1])

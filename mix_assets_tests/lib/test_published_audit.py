@@ -27,9 +27,9 @@ from mix_assets.lib.manifest import (
     file_entry,
     interpretation_sha256,
 )
-from mix_assets_tests.review_files import REVIEW_PATHS, write_review_files
+from mix_assets_tests.support.review_files import REVIEW_PATHS, write_review_files
 from mix_assets.lib.tokenizer import train_bpe
-from mix_assets_tests.assets.audit_fixtures import CANARY, EVAL_ROWS, filler, make_spec
+from mix_assets_tests.support.audit_fixtures import CANARY, EVAL_ROWS, filler, make_spec
 
 SEP = "<|endoftext|>"
 ITEM0 = f"{EVAL_ROWS[0]['question']} {EVAL_ROWS[0]['choices'][0]}"  # 19 words

@@ -9,7 +9,7 @@ from mix_assets.config import load_spec
 from mix_assets.lib import sources as lib
 
 from ..conftest import minimal_config, source, write_config
-from .shared_data import real_mix_config
+from mix_assets_tests.support.shared_data import real_mix_config
 
 
 def _spec(tmp_path, *srcs, **kw):

@@ -10,7 +10,7 @@ from mix_assets.lib.split import (
     measure_disjointness,
     measure_val_share,
 )
-from mix_assets_tests.tokens_fixtures import raw_paths, write_upstream
+from mix_assets_tests.support.tokens_fixtures import raw_paths, write_upstream
 
 
 def _kept(tmp_path, **kw):

@@ -1,4 +1,4 @@
-"""`Storage` on an s3:// root, against the real SeaweedFS server of `mix_assets_tests/s3server.py`."""
+"""`Storage` on an s3:// root, against the real SeaweedFS server of `mix_assets_tests/support/s3server.py`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mix_assets.lib.storage import Storage, split_s3_url
-from mix_assets_tests.s3server import WRITER
+from mix_assets_tests.support.s3server import WRITER
 
 pytestmark = pytest.mark.s3
 

@@ -16,8 +16,8 @@ from mix_assets.lib.tokenizer import (
     identity_of,
     train_bpe,
 )
-from mix_assets_tests.tokens_fixtures import write_upstream
-from mix_assets_tests.tokens_spec import tiny_spec
+from mix_assets_tests.support.tokens_fixtures import write_upstream
+from mix_assets_tests.support.tokens_spec import tiny_spec
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 
@@ -77,8 +77,8 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[2])
 from mix_assets.lib.split import build_validation_split
 from mix_assets.lib.tokenizer import build_tokenizer
-from mix_assets_tests.tokens_fixtures import write_upstream
-from mix_assets_tests.tokens_spec import tiny_spec
+from mix_assets_tests.support.tokens_fixtures import write_upstream
+from mix_assets_tests.support.tokens_spec import tiny_spec
 root = Path(sys.argv[1]); spec = tiny_spec(root)
 st = write_upstream(root, {"a": 300, "b": 300})
 build_validation_split(st, ["a", "b"], spec.seed, spec.split.val_fraction)

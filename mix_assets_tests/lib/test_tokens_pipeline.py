@@ -16,9 +16,9 @@ from mix_assets.lib.packing import ShortfallError
 from mix_assets.lib.shards import build_token_shards
 from mix_assets.lib.split import build_validation_split
 from mix_assets.lib.tokenizer import build_tokenizer
-from mix_assets_tests.tokens_fixtures import write_upstream
-from mix_assets_tests.tokens_reference import as_built, reference_shards
-from mix_assets_tests.tokens_spec import tiny_spec
+from mix_assets_tests.support.tokens_fixtures import write_upstream
+from mix_assets_tests.support.tokens_reference import as_built, reference_shards
+from mix_assets_tests.support.tokens_spec import tiny_spec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -213,7 +213,7 @@ def test_selection_order_ties_fall_back_to_doc_id(monkeypatch):
     import pyarrow as pa
 
     from mix_assets.lib import shards
-    from mix_assets_tests.tokens_reference import ref_selection_order
+    from mix_assets_tests.support.tokens_reference import ref_selection_order
 
     ids = [f"doc-{i:03d}-é" if i % 7 else f"doc-{i}" for i in np.random.default_rng(1).permutation(200)]
     assert shards._selection_order(11, pa.array(ids)).tolist() == ref_selection_order(11, ids)
@@ -229,7 +229,7 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[2])
 from mix_assets.lib import shards
 from mix_assets.lib.storage import Storage
-from mix_assets_tests.tokens_spec import tiny_spec
+from mix_assets_tests.support.tokens_spec import tiny_spec
 root, real_replace = Path(sys.argv[1]), os.replace
 def stuck(src, dst):  # hold the third train shard's temporary file open until killed
     if str(dst).endswith("train-00002.bin"):

@@ -13,7 +13,7 @@ def remote(spec: tuple) -> dict:
     """open_mix keyword arguments: ("fake", bucket, root, prefix): a FakeS3Client; ("s3", endpoint, key,
     secret): a boto3 client; ("hub", endpoint): a hub endpoint."""
     if spec[0] == "fake":
-        from mix_assets_tests.fakeremotes import FakeS3Client
+        from mix_assets_tests.support.fakeremotes import FakeS3Client
 
         return {"s3_client": FakeS3Client(*spec[1:])}
     if spec[0] == "hub":

@@ -13,7 +13,7 @@ from mix_assets.config import REPO_ROOT, load_spec
 from mix_assets.lib import layout
 from mix_assets.lib.storage import Storage
 from mix_assets.resources import MixResource
-from mix_assets_tests.tokens_fixtures import stamp
+from mix_assets_tests.support.tokens_fixtures import stamp
 
 
 def _demo(tmp_path_factory):

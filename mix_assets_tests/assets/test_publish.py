@@ -15,8 +15,8 @@ from mix_assets.config import parse_spec
 from mix_assets.lib import layout
 from mix_assets.lib import publish as pub
 from mix_assets.lib.storage import Storage
-from mix_assets_tests.synthetic_mix import build_synthetic_mix
-from mix_assets_tests.tokens_fixtures import stamp
+from mix_assets_tests.support.synthetic_mix import build_synthetic_mix
+from mix_assets_tests.support.tokens_fixtures import stamp
 
 
 def make_spec(tmp_path: Path, publish: dict):
@@ -136,7 +136,7 @@ def test_automation_never_requests_a_publish_past_a_failed_gate(tmp_path):
 
 @pytest.mark.s3
 def test_s3_target_with_a_read_only_verifier(tmp_path, seaweedfs, monkeypatch):
-    from mix_assets_tests.s3server import READER, WRITER
+    from mix_assets_tests.support.s3server import READER, WRITER
 
     url = seaweedfs.url("asset")
     spec = make_spec(tmp_path, {"url": url, "s3_endpoint_url": seaweedfs.endpoint,

@@ -23,7 +23,7 @@ from mix_assets.config import MixSpec, load_spec
 from mix_assets.lib import layout
 from mix_assets.lib.storage import Storage
 from mix_assets.resources import MixResource
-from mix_assets_tests.tokens_fixtures import stamp
+from mix_assets_tests.support.tokens_fixtures import stamp
 
 CANARY = "zqxvcanary"
 EVAL_ROWS = [

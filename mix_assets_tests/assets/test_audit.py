@@ -12,7 +12,7 @@ from mix_assets.assets import audit as A
 from mix_assets.config import REPO_ROOT
 from mix_assets.lib import layout
 
-from .audit_fixtures import CANARY, EVAL_ROWS, Res, make_corpus, make_spec, standins, write_card_repo
+from mix_assets_tests.support.audit_fixtures import CANARY, EVAL_ROWS, Res, make_corpus, make_spec, standins, write_card_repo
 
 _TEST_OPENED: list[str] = []
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from mix_assets.lib.manifest import INTERPRETATION_KEY, interpretation_sha256
-from mix_assets_tests.review_files import REVIEW_PATHS, write_review_files
+from mix_assets_tests.support.review_files import REVIEW_PATHS, write_review_files
 
 
 def _sha(p: Path) -> str:

@@ -1,0 +1,1 @@
+"""Test support: fixtures, fakes and builders shared by the tests (servers, mixes, configs, the UI harness)."""
