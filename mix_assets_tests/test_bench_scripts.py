@@ -32,11 +32,12 @@ def test_no_bench_file_shadows_a_standard_module(script):
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
 def test_bench_script_help_runs(script, tmp_path):
     # As `python bench/<name>.py` runs it: the bench folder first on sys.path, then what the script's
-    # dependencies import on the way (inspect -> linecache -> tokenize), then the script as __main__.
+    # dependencies do on the way (inspect -> linecache -> tokenize; a warning or traceback reads source
+    # lines through tokenize.open), then the script as __main__.
     code = (
         "import runpy, sys; "
         f"sys.argv = [{str(script)!r}, '--help']; sys.path.insert(0, {str(BENCH)!r}); "
-        "import inspect; "
+        "import inspect, linecache; linecache.getlines(inspect.__file__); "
         f"runpy.run_path({str(script)!r}, run_name='__main__')"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # a fresh clone sets none
