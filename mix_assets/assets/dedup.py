@@ -110,8 +110,8 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
                 "threshold": st["threshold"],
                 **{f"s_curve_{j:.1f}": float(lsh.s_curve(b, r, j)) for j in S_CURVE_POINTS},
                 "s_curve": dg.MetadataValue.md(
-                    f"P(pair shares a band) = 1 - (1 - J^{r})^{b}; candidates are then confirmed by "
-                    f"estimated Jaccard >= {st['threshold']}\n\n" + md_table(["Jaccard", "P(candidate)"], curve)
+                    f"P(pair shares a band) = 1 - (1 - J^{r})^{b}; candidates are then verified by "
+                    f"exact shingle Jaccard >= {st['threshold']}\n\n" + md_table(["Jaccard", "P(candidate)"], curve)
                     + "\n\n" + charts.s_curve_md(b, r, st["threshold"])
                 ),
                 "documents": st["documents"],
@@ -239,7 +239,7 @@ def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
         for reason, pairs in samples.items():
             rows = [[p[0], p[1], f"{p[2]:.3f}", _cell(snip.get(p[0], "")), _cell(snip.get(p[1], ""))] for p in pairs]
             sample_md.append(f"**{reason}** ({per_stage[reason]:,} excluded)\n\n"
-                             + md_table(["excluded", "kept", "est. Jaccard", "excluded text", "kept text"], rows))
+                             + md_table(["excluded", "kept", "Jaccard", "excluded text", "kept text"], rows))
         cont_ids = sorted(contaminated_ids)
         cont_md = (f"**contaminated** ({len(cont_ids):,} documents; ids only, text is never shown)\n\n"
                    + (", ".join(cont_ids[:50]) + (" ..." if len(cont_ids) > 50 else "") if cont_ids else "none"))

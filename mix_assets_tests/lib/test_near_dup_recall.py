@@ -124,3 +124,23 @@ def test_estimate_and_old_banding_miss_them(tmp_path):
                     np.ones(n, np.int64), np.zeros(n, np.int64), b, r, 0.8)
     hit = res.kept_index[above.pairs[:, 0]] == res.kept_index[above.pairs[:, 1]]
     assert res.stats["verification"] == "estimated" and hit.mean() < 0.9
+
+
+def test_exact_verification_ignores_row_order_batches_and_threads(tmp_path):
+    c = gc.generate(model(), 400, seed=21)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    paths, _ = _write_raw(tmp_path / "a", c.texts)
+    one, _ = lib.dedup_keys_table(paths, {"src1": 1}, lib.DedupParams(threads=1))
+    order = np.random.default_rng(5).permutation(len(c.texts))
+    paths_b, _ = _write_raw(tmp_path / "b", c.texts)
+    for path in paths_b.values():  # same documents per source, another row order
+        t = pq.read_table(path)
+        pq.write_table(t.take(pa.array(order[order < t.num_rows])), path, row_group_size=64)
+    lib.READ_BATCH_ROWS, batch = 50, lib.READ_BATCH_ROWS
+    try:
+        two, _ = lib.dedup_keys_table(paths_b, {"src1": 1}, lib.DedupParams(threads=2))
+    finally:
+        lib.READ_BATCH_ROWS = batch
+    assert one.equals(two)
+    assert pa.compute.sum(pa.compute.equal(one.column("reason"), "near_dup")).as_py() == len(c.pairs)
