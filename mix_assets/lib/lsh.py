@@ -46,7 +46,7 @@ from scipy.sparse.csgraph import connected_components
 
 _K = np.uint64(0x9E3779B97F4A7C15)  # golden-ratio multiplier for band keys
 CONFIRM_CHUNK = 8192  # candidate pairs compared per step (bounds the gather to ~8 MiB)
-VERIFY_CHUNK = 1 << 22  # shingle values gathered per exact-verification step (~100 MiB of sort work)
+VERIFY_CHUNK = 1 << 20  # shingle values gathered per exact-verification step (~40 MB of sort work)
 MAX_MISS = 1e-6  # largest P(a pair at exactly the threshold shares no band) recall_params allows
 
 
