@@ -15,7 +15,7 @@ before import; peak RSS = VmHWM of that process), tools interleaved per repetiti
   ref     = `load_reference(spec)` alone: the eval registry build, a fixed cost independent of the
             corpus (it is included in `audit`)
 
-Corpus and shards reuse bench/tokenize.py (imported, not copied): `build_corpus(mb)` (the prose and
+Corpus and shards reuse bench/tokens.py (imported, not copied): `build_corpus(mb)` (the prose and
 GSM8K files of ../shared/data/sources cut into ~1.5-4 KB documents and repeated with 2 % seeded word
 edits until the target size), its 32k byte-level BPE (`tokenizer_file`) and budgets (`spec_for`:
 97 % of the train tokens). The corpus is therefore the same shared-data prose many times over with
@@ -24,11 +24,11 @@ look for repeats (every window is hashed and looked up whatever the duplication;
 windows past the bitmap prefilter differ, and the registry is the same at every size), but the
 figures are for this text, not for a deduplicated web crawl.
 
-The spec differs from tokenize.py's in three ways: `packing.separator: "<|endoftext|>"` (as in
+The spec differs from tokens.py's in three ways: `packing.separator: "<|endoftext|>"` (as in
 configs/demo.yaml and configs/shared-sample.yaml, so the audit cuts the stream into documents),
 `audit.tasks` = the five non-test eval splits of ../shared/data/evals configured as in
 configs/shared-sample.yaml, and its own storage root under bench/out/shards_audit/ (raw/, dedup/,
-masks/, split/ are symlinks to the tokenize corpus, so tokenize.py's shards are left alone). The
+masks/, split/ are symlinks to the tokens corpus, so tokens.py's shards are left alone). The
 root is made a valid mix dir the way the graph makes it: `build_tokenizer` (kind file),
 `build_token_shards`, then `write_manifest` as the manifest asset calls it. The in-graph
 contamination report is not run: a stub JSON stands in for review/contamination_report.json (the
@@ -56,15 +56,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def _load_tokenize_bench():
-    # bench/tokenize.py shares its name with the stdlib module: load it under another name
-    spec = importlib.util.spec_from_file_location("bench_tokenize", REPO / "bench" / "tokenize.py")
+def _load_tokens_bench():
+    # a bench script, not a package module: load it by path
+    spec = importlib.util.spec_from_file_location("bench_tokens", REPO / "bench" / "tokens.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-bt = _load_tokenize_bench()
+bt = _load_tokens_bench()
 OUT = REPO / "bench" / "out" / "shards_audit"
 EVALS = bt.DATA.parent / "evals"
 # the five non-test eval splits of ../shared/data, configured as in configs/shared-sample.yaml

@@ -236,9 +236,10 @@ class DedupSpec(_Strict):
     num_perm: int = Field(128, ge=16)  # MinHash permutations
     threshold: float = Field(0.8, gt=0, lt=1)  # Jaccard at which two documents are near-duplicates
     max_loss_share_warn: float = Field(0.3, gt=0, le=1)  # WARN when a source loses more than this
-    # LSH (b, r) minimise fp_weight * P(false positive) + fn_weight * P(false negative) around the
-    # threshold (datasketch's integral). Candidates are confirmed by estimated Jaccard afterwards,
-    # so a false positive is cheap and a false negative loses a duplicate: weight misses more.
+    # LSH (b, r): among those missing a pair AT the threshold with P <= 1e-6 (lsh.recall_params),
+    # the one minimising fp_weight * P(false positive) + fn_weight * P(false negative) (datasketch's
+    # integral). Candidates are verified by exact shingle Jaccard, so a false positive costs one set
+    # comparison and a false negative loses a duplicate: weight misses more.
     lsh_fp_weight: float = Field(0.05, gt=0, lt=1)
     lsh_fn_weight: float = Field(0.95, gt=0, lt=1)
     threads: int = Field(2, ge=1)  # signature threads; the output does not depend on it

@@ -199,7 +199,7 @@ def _s_curve(b: int, r: int, threshold: float) -> dict:
         **by_name("candidate_probability", {f"{j:.1f}": v for j, v in p.items()}),
         "s_curve": table([{"jaccard": j, "candidate_probability": v} for j, v in p.items()]),
         "s_curve_chart": chart(charts.s_curve_md(b, r, threshold) + f"\n\nP(pair shares a band) = 1 - (1 - J^{r})^{b}; "
-                               f"candidates are then confirmed by estimated Jaccard >= {threshold}"),
+                               f"candidates are then verified by exact shingle Jaccard >= {threshold}"),
     }
 
 
@@ -250,10 +250,10 @@ def _rejects_md(m) -> str:
     """Dup samples beside their kept member, then contaminated documents by id only (never their text)."""
     parts = []
     for reason in ("exact_dup", "near_dup"):
-        rows = [{"excluded": s.excluded, "kept": s.kept, "est. Jaccard": f"{s.jaccard:.3f}",
+        rows = [{"excluded": s.excluded, "kept": s.kept, "Jaccard": f"{s.jaccard:.3f}",
                  "excluded text": s.excluded_text, "kept text": s.kept_text}
                 for s in m.samples if s.reason == reason]
-        cols = ["excluded", "kept", "est. Jaccard", "excluded text", "kept text"]
+        cols = ["excluded", "kept", "Jaccard", "excluded text", "kept text"]
         parts.append(f"**{reason}** ({m.per_reason[reason]:,} excluded)\n\n" + charts.markdown_table(rows, cols))
     ids = m.contaminated_ids
     parts.append(f"**contaminated** ({len(ids):,} documents; ids only, text is never shown)\n\n"

@@ -2,7 +2,9 @@
 
 `dedup_keys_table` streams each source's documents parquet in batches (only doc_id, text and
 n_chars are read; the text is dropped after signing), so memory is ~0.7 KB per document plus one
-batch of text. `exclusion_table` unions the dedup exclusions with the contaminated documents into
+batch of text. After banding, a second pass reads the text of the documents in candidate pairs
+only and builds their shingle sets (8 B per distinct shingle of those documents) so every
+candidate is verified by exact Jaccard. `exclusion_table` unions the dedup exclusions with the contaminated documents into
 one row per excluded document with an open set of reasons; `composition` compares every source
 before and after; `reject_samples` picks excluded documents to show beside their kept cluster
 member. Text of a document flagged contaminated is never read into a sample.
@@ -65,7 +67,7 @@ class DedupParams:
 
     @property
     def bands_rows(self) -> tuple[int, int]:
-        return lsh.optimal_params(self.threshold, self.num_perm, self.fp_weight, self.fn_weight)
+        return lsh.recall_params(self.threshold, self.num_perm, self.fp_weight, self.fn_weight)
 
 
 def _read_source(path: str, source: str) -> Iterable[pa.RecordBatch]:
@@ -93,7 +95,9 @@ def dedup_keys_table(
     """
     b, r = params.bands_rows
     ids, srcs, keys, sigs, n_words, n_sh, n_chars = [], [], [], [], [], [], []
+    first_row = {}  # input index of each source's first document
     for name in sorted(sources):
+        first_row[name] = len(keys)
         for batch in _read_source(sources[name], name):
             signed = mh.sign_texts(
                 batch.column("text"), params.num_perm, params.shingle, params.seed, threads=params.threads
@@ -112,7 +116,8 @@ def dedup_keys_table(
     nsh = np.concatenate(n_sh) if n_sh else np.zeros(0, np.int64)
     nch = np.concatenate(n_chars) if n_chars else np.zeros(0, np.int64)
     prio = np.array([priorities.get(s, 0) for s in source], dtype=np.int64)
-    res = lsh.dedup(doc_ids, keys, sig, nsh, nch, prio, b, r, params.threshold)
+    res = lsh.dedup(doc_ids, keys, sig, nsh, nch, prio, b, r, params.threshold,
+                    shingle_sets=_shingle_reader(sources, first_row, params.shingle))
     id_list = doc_ids.to_pylist()
     table = pa.table(
         {
@@ -132,6 +137,35 @@ def dedup_keys_table(
     stats = dict(res.stats, bands=b, rows=r, threshold=params.threshold, num_perm=params.num_perm)
     stats["per_source"] = _per_source_kills(table)
     return table, stats
+
+
+def _shingle_reader(sources: Mapping[str, str], first_row: Mapping[str, int], shingle: int):
+    """`shingle_sets` for lsh.dedup: a second pass reading the text of the wanted documents only.
+
+    Input index = first_row[source] + row in that source's parquet (sources in sorted order, as the
+    first pass concatenated them), so ascending indices come back in ascending order.
+    """
+
+    def read(need: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        vals, sizes = [np.zeros(0, np.uint64)], [np.zeros(0, np.int64)]
+        bounds = sorted((first_row[name], name) for name in first_row)
+        for k, (start, name) in enumerate(bounds):
+            stop = bounds[k + 1][0] if k + 1 < len(bounds) else np.iinfo(np.int64).max
+            want = need[(need >= start) & (need < stop)] - start
+            row = 0
+            f = pq.ParquetFile(sources[name])
+            for batch in f.iter_batches(batch_size=READ_BATCH_ROWS, columns=["text"]) if len(want) else ():
+                take = want[(want >= row) & (want < row + batch.num_rows)] - row
+                row += batch.num_rows
+                if len(take):
+                    g, off = mh.shingle_sets(batch.column(0).take(pa.array(take)), shingle)
+                    vals.append(g)
+                    sizes.append(np.diff(off))
+                if row > want[-1]:
+                    break
+        return np.concatenate(vals), np.r_[0, np.cumsum(np.concatenate(sizes))].astype(np.int64)
+
+    return read
 
 
 def _per_source_kills(table: pa.Table) -> dict:

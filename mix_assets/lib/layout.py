@@ -13,7 +13,7 @@ RAW_STATS = "raw/{source}/stats.json"
 
 # dedup_keys: doc_id, source, exact_key (hex sha256 of normalised text), cluster_id (str: doc_id of the
 #   cluster's survivor), cluster_size (int), keep (bool), reason (null | "exact_dup" | "near_dup"),
-#   jaccard_to_kept (float32, estimated), n_words (int64, normalised words)
+#   jaccard_to_kept (float32, exact shingle Jaccard), n_words (int64, normalised words)
 DEDUP_KEYS = "dedup/dedup_keys.parquet"
 
 # eval_registry: per task a sorted, unique uint64 array of hashed n-grams (numpy .npy) + denominators

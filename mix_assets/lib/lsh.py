@@ -9,27 +9,33 @@ Pipeline (`dedup`):
    band groups equal keys. Inside a group every pair of members fewer than `group_cap` apart in
    canonical order becomes a candidate, plus a star from the group's first member for larger
    groups (bounds the pairs of a huge group to O(size * group_cap)). Candidate pairs are
-   de-duplicated across bands and CONFIRMED by estimated Jaccard (share of equal signature values)
-   >= threshold; only confirmed pairs become edges, so two documents are never joined by a weak
-   band collision. Chains of confirmed pairs do join (A~B, B~C puts A, B, C in one cluster).
+   de-duplicated across bands and VERIFIED by their exact shingle-set Jaccard (`set_jaccard` over
+   the two documents' sets of 64-bit shingle hashes, the measure the split gate uses) >= threshold;
+   only verified pairs become edges, so a pair is an edge iff its true Jaccard reaches the
+   threshold, never by a band collision or a lucky estimate. Chains of verified pairs do join
+   (A~B, B~C puts A, B, C in one cluster). Without shingle sets (signature-only callers, e.g. the
+   clustering bench) the estimated Jaccard (share of equal signature values) stands in.
 4. Clusters = connected components of exact + confirmed edges (scipy csgraph).
 5. Keep rule, a pure function of a cluster's members: the longest document (n_chars) survives;
    ties go to the higher source priority, then to the smallest doc_id. Every other member is
    excluded with reason `exact_dup` when its exact key equals the survivor's, else `near_dup`.
 
 Index memory is a few arrays of N 8-byte values per band, one band at a time, plus the candidate
-pairs; the signature matrix itself is not copied.
+pairs; the signature matrix itself is not copied. Verification holds the shingle sets of the
+documents in candidate pairs only (8 B per distinct shingle of those documents).
 
-(b, r) come from the false-positive / false-negative integral datasketch's `MinHashLSH` minimises
-(`optimal_params`, equal to `datasketch.lsh._optimal_param`). Because every candidate is confirmed
-afterwards, a false positive costs one 128-value comparison while a false negative loses a
-duplicate; the config therefore weights false negatives more (default 0.05 / 0.95 -> b=16, r=8).
+(b, r) (`recall_params`): banding must find a pair AT the threshold with near certainty, because
+the estimate no longer decides and a pair banding misses can never be verified. Among the (b, r)
+with b*r <= num_perm and P(no shared band | J = threshold) = (1 - t^r)^b <= MAX_MISS (1e-6), the
+one minimising datasketch's weighted false-positive / false-negative integral (`optimal_params`,
+equal to `datasketch.lsh._optimal_param`, with the config's weights); at 0.8 and 128
+permutations that is b=27, r=4. A false positive costs one exact set comparison.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -40,6 +46,8 @@ from scipy.sparse.csgraph import connected_components
 
 _K = np.uint64(0x9E3779B97F4A7C15)  # golden-ratio multiplier for band keys
 CONFIRM_CHUNK = 8192  # candidate pairs compared per step (bounds the gather to ~8 MiB)
+VERIFY_CHUNK = 1 << 20  # shingle values gathered per exact-verification step (~40 MB of sort work)
+MAX_MISS = 1e-6  # largest P(a pair at exactly the threshold shares no band) recall_params allows
 
 
 # -- parameters ------------------------------------------------------------------------------
@@ -61,6 +69,26 @@ def optimal_params(
             err = _fp(threshold, b, r) * fp_weight + _fn(threshold, b, r) * fn_weight
             if err < best:
                 best, opt = err, (b, r)
+    return opt
+
+
+def recall_params(
+    threshold: float, num_perm: int, fp_weight: float = 0.5, fn_weight: float = 0.5, max_miss: float = MAX_MISS
+) -> tuple[int, int]:
+    """(bands, rows) with P(miss | J = threshold) <= max_miss and the smallest weighted fp/fn integral.
+
+    When no (b, r) reaches max_miss (few permutations, low threshold), the one with the fewest misses.
+    """
+    best, opt = (float("inf"), float("inf")), (0, 0)
+    for b in range(1, num_perm + 1):
+        for r in range(1, num_perm // b + 1):
+            miss = (1.0 - threshold**r) ** b
+            if miss <= max_miss:
+                key = (0.0, _fp(threshold, b, r) * fp_weight + _fn(threshold, b, r) * fn_weight)
+            else:
+                key = (miss, 0.0)
+            if key < best:
+                best, opt = key, (b, r)
     return opt
 
 
@@ -158,6 +186,43 @@ def estimated_jaccard(sig: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.nda
     return out
 
 
+def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Concatenated aranges starts[i] .. starts[i] + lens[i]."""
+    total = int(lens.sum())
+    return np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(total)
+
+
+def set_jaccard(values: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray,
+                chunk: int = VERIFY_CHUNK) -> np.ndarray:
+    """Exact Jaccard |A & B| / |A | B| (float64) of the sets a[i], b[i].
+
+    Set k is values[offsets[k]:offsets[k + 1]], its distinct elements (any order). Pairs are taken a
+    chunk of ~`chunk` gathered elements at a time: both sets tagged with the pair, sorted, and equal
+    neighbours counted. 0.0 when both sets are empty.
+    """
+    offsets = np.asarray(offsets, np.int64)
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    sizes = np.diff(offsets)
+    out = np.zeros(len(a), dtype=np.float64)
+    work = np.cumsum(sizes[a] + sizes[b])
+    s = 0
+    while s < len(a):
+        base = work[s - 1] if s else 0
+        e = max(int(np.searchsorted(work, base + chunk, side="right")), s + 1)
+        ca, cb = a[s:e], b[s:e]
+        la, lb = sizes[ca], sizes[cb]
+        vals = np.concatenate([values[_ranges(offsets[ca], la)], values[_ranges(offsets[cb], lb)]])
+        pid = np.concatenate([np.repeat(np.arange(e - s), la), np.repeat(np.arange(e - s), lb)])
+        o = np.lexsort((vals, pid))
+        vals, pid = vals[o], pid[o]
+        same = (vals[1:] == vals[:-1]) & (pid[1:] == pid[:-1])
+        inter = np.bincount(pid[1:][same], minlength=e - s)
+        union = la + lb - inter
+        out[s:e] = np.where(union > 0, inter / np.maximum(union, 1), 0.0)
+        s = e
+    return out
+
+
 # -- keep rule -------------------------------------------------------------------------------
 def keep_rank(doc_ids: Sequence[str] | pa.Array, n_chars: np.ndarray, priority: np.ndarray) -> np.ndarray:
     """Rank of every document under the keep rule (0 = best): longest, higher priority, smaller doc_id."""
@@ -218,7 +283,7 @@ class DedupResult:
     kept_index: np.ndarray  # int64: index (input order) of the survivor of this document's cluster
     cluster_size: np.ndarray  # int64
     code: np.ndarray  # int8: KEEP, EXACT_DUP or NEAR_DUP
-    jaccard_to_kept: np.ndarray  # float32: estimated Jaccard to the survivor (1.0 for the survivor)
+    jaccard_to_kept: np.ndarray  # float32: Jaccard to the survivor (1.0 for the survivor), exact when verified
     stats: dict = field(default_factory=dict)
 
     @property
@@ -241,8 +306,15 @@ def dedup(
     r: int,
     threshold: float,
     group_cap: int = 32,
+    shingle_sets: Optional[Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]] = None,
 ) -> DedupResult:
-    """Exact + near-duplicate clusters and survivors; the result ignores the input order."""
+    """Exact + near-duplicate clusters and survivors; the result ignores the input order.
+
+    `shingle_sets(indices)`, given ascending input indices, returns those documents' shingle sets
+    as (values, offsets of len(indices) + 1), distinct 64-bit shingle hashes per document. With it
+    every candidate pair is verified by exact Jaccard (and jaccard_to_kept is exact); without it
+    the signature estimate decides.
+    """
     n = len(exact_keys)
     if signatures.shape[0] != n or len(n_shingles) != n or len(n_chars) != n or len(priority) != n:
         raise ValueError("dedup: exact_keys, signatures, n_shingles, n_chars, priority differ in length")
@@ -270,7 +342,14 @@ def dedup(
     active = np.flatnonzero(is_rep & (sh_c > 0))
     rows = canon[active]  # input indices, canonical order
     lo, hi = candidate_pairs(signatures, rows, b, r, group_cap)
-    est = estimated_jaccard(signatures, rows[lo], rows[hi])
+    if shingle_sets is not None:
+        need = np.unique(rows[np.concatenate([lo, hi])])  # input indices of candidate documents
+        values, offsets = shingle_sets(need)
+        if len(offsets) != len(need) + 1:
+            raise ValueError(f"dedup: shingle_sets gave {len(offsets) - 1} sets for {len(need)} documents")
+        est = set_jaccard(values, offsets, np.searchsorted(need, rows[lo]), np.searchsorted(need, rows[hi]))
+    else:
+        est = estimated_jaccard(signatures, rows[lo], rows[hi])
     ok = est >= threshold
     nd_lo, nd_hi = active[lo[ok]], active[hi[ok]]
 
@@ -296,8 +375,15 @@ def dedup(
     code = np.empty(n, dtype=np.int8)
     code[canon] = code_c
     jac = np.ones(n, dtype=np.float32)
-    drop = np.flatnonzero(code != KEEP)
-    jac[drop] = estimated_jaccard(signatures, drop, kept_index[drop])
+    drop = np.flatnonzero(code == NEAR_DUP)  # exact dups keep 1.0: their normalised texts are equal
+    if shingle_sets is not None:
+        # Both sides through their exact representatives (same text), which are candidate documents.
+        rep_in = np.empty(n, dtype=np.int64)
+        rep_in[canon] = canon[rep_of]
+        jac[drop] = set_jaccard(values, offsets, np.searchsorted(need, rep_in[drop]),
+                                np.searchsorted(need, rep_in[kept_index[drop]]))
+    else:
+        jac[drop] = estimated_jaccard(signatures, drop, kept_index[drop])
 
     counts = np.bincount(code, minlength=3)
     stats = {
@@ -306,6 +392,7 @@ def dedup(
         "lsh_documents": int(len(active)),
         "no_shingle_documents": int(np.count_nonzero(sh_c == 0)),
         "candidate_pairs": int(len(lo)),
+        "verification": "exact" if shingle_sets is not None else "estimated",
         "confirmed_pairs": int(ok.sum()),
         "rejected_pairs": int(len(lo) - ok.sum()),
         "clusters": int(len(sizes)),

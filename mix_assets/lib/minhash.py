@@ -178,6 +178,24 @@ def sign_texts(
         [k for p in parts for k in p.exact_keys],
     )
 
+def shingle_sets(texts: Sequence[str] | pa.Array, n: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """Per text its set of n-word shingles as distinct 64-bit hashes (sorted) and offsets (len(texts) + 1).
+
+    The full 64-bit `textkeys.ngram_hashes` values (signatures use their low 32 bits), short documents
+    one shingle, no words none: the sets exact verification and the split gate compare.
+    """
+    h, off = textkeys.word_hashes(textkeys.words(texts))
+    g, goff = textkeys.ngram_hashes(h, off, n, short="whole")
+    doc = np.repeat(np.arange(len(texts), dtype=np.int64), np.diff(goff))
+    order = np.lexsort((g, doc))
+    g, doc = g[order], doc[order]
+    keep = np.ones(len(g), bool)
+    keep[1:] = (g[1:] != g[:-1]) | (doc[1:] != doc[:-1])
+    g, doc = g[keep], doc[keep]
+    offsets = np.zeros(len(texts) + 1, np.int64)
+    np.cumsum(np.bincount(doc, minlength=len(texts)), out=offsets[1:])
+    return g, offsets
+
 
 def jaccard_estimate(sig_a: np.ndarray, sig_b: np.ndarray) -> np.ndarray:
     """Estimated Jaccard = share of equal signature values (row-wise for 2-D inputs)."""

@@ -215,17 +215,11 @@ class NearDupScan:
 
 def _shingles(texts: list[str], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(doc index, shingle hash) unique pairs sorted by doc then hash, and per-doc set sizes."""
-    from mix_assets.lib import textkeys
+    from mix_assets.lib.minhash import shingle_sets
 
-    h, off = textkeys.word_hashes(textkeys.words(texts))
-    g, goff = textkeys.ngram_hashes(h, off, n, short="whole")
-    doc = np.repeat(np.arange(len(texts), dtype=np.int64), np.diff(goff))
-    order = np.lexsort((g, doc))
-    doc, g = doc[order], g[order]
-    keep = np.ones(len(g), bool)
-    keep[1:] = (doc[1:] != doc[:-1]) | (g[1:] != g[:-1])
-    doc, g = doc[keep], g[keep]
-    return doc, g, np.bincount(doc, minlength=len(texts))
+    g, off = shingle_sets(texts, n)
+    sizes = np.diff(off)
+    return np.repeat(np.arange(len(texts), dtype=np.int64), sizes), g, sizes
 
 
 def _iter_texts(path: str, wanted: set[str], batch_rows: int = 2048):

@@ -63,10 +63,11 @@ def test_demo_ground_truth_exact_and_near_duplicates(demo):
         assert reason[da] or reason[db]
         if cluster[da] in (da, db):
             assert "exact_dup" in (reason[da], reason[db])
-    # >= 95 % of planted near duplicates with Jaccard >= 0.8 are caught.
+    # Every planted near duplicate with Jaccard >= 0.8 is caught (exact verification; the estimate
+    # used to miss the ones at 0.819 and 0.844).
     strong = [nd for nd in truth["near_dups"] if nd["jaccard"] >= 0.8]
     caught = [nd for nd in strong if cluster[ids[tuple(nd["a"])]] == cluster[ids[tuple(nd["b"])]]]
-    assert len(strong) >= 20 and len(caught) >= 0.95 * len(strong), (len(caught), len(strong))
+    assert len(strong) >= 20 and len(caught) == len(strong), (len(caught), len(strong))
     # No distinct planted document is merged: every cluster holding a generated document only holds
     # documents the ground truth links to it.
     link = {}
@@ -85,8 +86,8 @@ def test_demo_ground_truth_exact_and_near_duplicates(demo):
     assert checks[assets.CLUSTERS_CONSISTENT].passed
     meta = {m.asset_key: m.materialization.metadata for m in res.get_asset_materialization_events()}
     md = meta[assets.DEDUP_KEYS]
-    assert (md["lsh_bands"].value, md["lsh_rows"].value) == (16, 8)
-    assert "P(pair shares a band)" in md["s_curve_chart"].value and md["candidate_probability/0.8"].value > 0.9
+    assert (md["lsh_bands"].value, md["lsh_rows"].value) == (27, 4)
+    assert "P(pair shares a band)" in md["s_curve_chart"].value and md["candidate_probability/0.8"].value > 1 - 1e-6
 
 
 def _mask_run(spec, mix, storage: Path, contaminated: list[str] | None, **spec_updates):
@@ -133,7 +134,7 @@ def test_exclusion_masks_reasons_composition_and_scrubbing(demo):
         assert " ".join(text_of[d].split())[:60] not in rejects
     blob = json.dumps({k: str(v.value) for k, v in meta.items()})
     assert " ".join(text_of[lone].split())[:60] not in blob
-    assert "near_dup" in rejects and "est. Jaccard" in rejects
+    assert "near_dup" in rejects and "| Jaccard |" in rejects
     checks = {c.check_name: c for c in res.get_asset_check_evaluations()}
     assert checks[assets.NO_SOURCE_VANISHED].passed and checks[assets.SOURCE_BUDGETS_MET].passed
 

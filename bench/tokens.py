@@ -1,6 +1,6 @@
 """token_shards throughput and peak memory vs raw `Tokenizer.encode_batch_fast` (same docs, same threads).
 
-    .venv/bin/python bench/tokenize.py --sizes 50 200 --reps 3 --threads 2
+    .venv/bin/python bench/tokens.py --sizes 50 200 --reps 3 --threads 2
 
 Corpus: the prose and GSM8K files of ../shared/data/sources cut into ~1.5-4 KB documents (paragraphs
 > 6 KB cut at whitespace, like the perf-anchors corpus), repeated
@@ -16,25 +16,19 @@ VmHWM of that process); tools interleaved per repetition, medians reported.
 
 from __future__ import annotations
 
+import argparse
+import glob
+import json
+import os
+import random
+import statistics
+import subprocess
 import sys
-
-# This file is named like the stdlib module `tokenize` (which pandas/linecache import): drop the
-# script's own directory from the import path before importing anything else.
-sys.path[:] = [p for p in sys.path if p and __import__("os").path.abspath(p) != __import__("os").path.dirname(
-    __import__("os").path.abspath(__file__))]
-
-import argparse  # noqa: E402
-import glob  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import random  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import time
+from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-OUT = REPO / "bench" / "out" / "tokenize"
+OUT = REPO / "bench" / "out" / "tokens"
 sys.path.insert(0, str(REPO))
 from mix_assets_tests.support.shared_data import find_shared_data  # noqa: E402
 

@@ -1,0 +1,47 @@
+"""Every bench script starts as documented (`python bench/<name>.py --help`) on a fresh clone.
+
+A script's folder is first on its import path, so a bench file named like a standard-library module
+(bench/tokenize.py was one) replaces that module for every script there: the first `import inspect`
+(scipy, dagster and pandas all do it) then loads the bench file instead of the standard `tokenize`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+SCRIPTS = sorted(BENCH.glob("*.py"))
+
+
+def test_there_are_bench_scripts():
+    assert {"dedup.py", "audit.py", "tokens.py"} <= {p.name for p in SCRIPTS}
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
+def test_no_bench_file_shadows_a_standard_module(script):
+    assert script.stem not in sys.stdlib_module_names, (
+        f"bench/{script.name} shadows the standard module {script.stem!r} for every script in bench/"
+    )
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
+def test_bench_script_help_runs(script, tmp_path):
+    # As `python bench/<name>.py` runs it: the bench folder first on sys.path, then what the script's
+    # dependencies do on the way (inspect -> linecache -> tokenize; a warning or traceback reads source
+    # lines through tokenize.open), then the script as __main__.
+    code = (
+        "import runpy, sys; "
+        f"sys.argv = [{str(script)!r}, '--help']; sys.path.insert(0, {str(BENCH)!r}); "
+        "import inspect, linecache; linecache.getlines(inspect.__file__); "
+        f"runpy.run_path({str(script)!r}, run_name='__main__')"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # a fresh clone sets none
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, f"bench/{script.name} --help failed:\n{r.stderr[-3000:]}"
+    assert "usage:" in r.stdout
