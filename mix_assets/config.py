@@ -246,6 +246,17 @@ class DedupSpec(_Strict):
     samples_per_reason: int = Field(5, ge=0, le=50)  # excluded docs shown beside their kept member
 
 
+class EngineSpec(_Strict):
+    """Where the per-document map work runs (lib/engine.py); outputs are byte-identical on every engine."""
+
+    kind: Literal["local", "ray"] = "local"  # local: this process (threads); ray: Ray tasks
+    address: Optional[str] = None  # ray: None starts a local Ray instance; else a cluster, "ray://head:10001"
+    num_cpus: int = Field(2, ge=1)  # local: threads; ray, local instance: its CPUs (a cluster brings its own)
+    chunk_rows: int = Field(8192, ge=1)  # documents per map task (bounds a task's memory; not from num_cpus)
+    max_retries: int = Field(3, ge=0)  # ray: re-runs of a task lost to a worker or node failure
+    object_store_mb: int = Field(256, ge=64)  # ray, local instance: its object store (Ray's default is 30 % of RAM)
+
+
 def path_names_test_split(path: str) -> Optional[str]:
     """The first component of a relative path (file names included) that is or aliases a test split."""
     for part in re.split(r"[/\\]", str(path)):
@@ -399,6 +410,9 @@ class MixSpec(_Strict):
     tokenizer: TokenizerSpec = TokenizerSpec()
     packing: PackingSpec = PackingSpec()
     dedup: DedupSpec = DedupSpec()
+    # Where map work runs. Not part of the mix's identity (left out of dumps, so of the published
+    # mix_config.json and the fingerprint): every engine writes the same bytes.
+    engine: EngineSpec = Field(EngineSpec(), exclude=True)
     audit: AuditSpec = AuditSpec()
     split: SplitSpec = SplitSpec()
     storage: StorageSpec = StorageSpec()

@@ -1,7 +1,8 @@
-"""Resources: the mix spec and the storage root every asset writes under."""
+"""Resources: the mix spec and the storage root every asset writes under; the engine map work runs on."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -11,6 +12,7 @@ from typing import Optional
 import dagster as dg
 
 from mix_assets.config import MixSpec, load_spec
+from mix_assets.lib.engine import Engine
 from mix_assets.lib.storage import Storage
 
 
@@ -48,3 +50,40 @@ def _parsed(path: str, version: object, storage_root: Optional[str], env_root: O
 def storage_for(spec: MixSpec) -> Storage:
     st = spec.storage
     return Storage(root=spec.resolve(st.root), s3_endpoint_url=st.s3_endpoint_url, cache_dir=spec.resolve(st.cache_dir))
+
+
+class EngineResource(dg.ConfigurableResource):
+    """Where map work runs (the spec's `engine` section, see lib/engine.py); `engine` is what lib takes.
+
+    kind "local" costs nothing (ray is never imported). kind "ray" connects Ray for the step through
+    dagster-ray (`mix_assets/ray_engine.py`: a LocalRay whose address is "local", i.e. always a new
+    local instance with `num_cpus` CPUs, or the cluster at `address`) and disconnects after it (a
+    local instance shuts down). When Ray is already connected in this process (a test session's
+    instance), it is used as is and left running.
+    """
+
+    kind: str = "local"
+    address: Optional[str] = None
+    num_cpus: int = 2
+    chunk_rows: int = 8192
+    max_retries: int = 3
+    object_store_mb: int = 256
+
+    @classmethod
+    def from_spec(cls, spec: MixSpec) -> "EngineResource":
+        return cls(**spec.engine.model_dump())
+
+    @property
+    def engine(self) -> Engine:
+        return Engine(kind=self.kind, address=self.address, num_cpus=self.num_cpus, chunk_rows=self.chunk_rows,
+                      max_retries=self.max_retries, object_store_mb=self.object_store_mb)
+
+    @contextlib.contextmanager
+    def yield_for_execution(self, context: dg.InitResourceContext):
+        if self.kind != "ray":
+            yield self
+            return
+        from mix_assets import ray_engine  # imports ray and dagster-ray: only for kind "ray"
+
+        with ray_engine.connected(self.engine, context):
+            yield self

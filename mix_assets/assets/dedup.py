@@ -15,9 +15,10 @@ from mix_assets.assets.common import (
     code_version, gate, raw_key, raw_name, recorded, verified_inputs, with_lineage, write_parquet,
 )
 from mix_assets.config import MixSpec
+from mix_assets.lib import engine as engine_lib
 from mix_assets.lib import layout, lsh, minhash, tables
 from mix_assets.lib import dedup as lib
-from mix_assets.resources import MixResource
+from mix_assets.resources import EngineResource, MixResource
 
 GROUP = "dedup"
 DEDUP_KEYS = dg.AssetKey("dedup_keys")
@@ -44,7 +45,9 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
         deps=[raw_key(s.name) for s in spec.sources],
         kinds={"parquet", "numpy"},
         owners=spec.owners,
-        code_version=code_version(lib, lsh, minhash, json.dumps(dedup_fields, sort_keys=True),
+        # the engine section is not in it: every engine writes the same bytes
+        resource_defs={"engine": EngineResource.from_spec(spec)},
+        code_version=code_version(lib, lsh, minhash, engine_lib, json.dumps(dedup_fields, sort_keys=True),
                                   {s.name: s.priority for s in spec.sources}),
         check_specs=[
             dg.AssetCheckSpec(
@@ -54,18 +57,22 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
             )
         ],
     )
-    def dedup_keys(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
-        """Per document: exact key, MinHash/LSH near-duplicate cluster, keep flag and reason."""
+    def dedup_keys(context: dg.AssetExecutionContext, mix: MixResource, engine: EngineResource) -> dg.MaterializeResult:
+        """Per document: exact key, MinHash/LSH near-duplicate cluster, keep flag and reason.
+
+        The per-document work (read, normalise, exact key, MinHash) runs as map tasks on `engine`
+        (in process or Ray); the LSH reduce runs here."""
         spec_now, storage = mix.spec, mix.storage
         names = [s.name for s in spec_now.sources]
         inputs = verified_inputs(storage, "dedup_keys", [raw_name(s) for s in names])
         started = time.monotonic()
         table, st = lib.dedup_keys_table(tables.raw_paths(storage, names),
-                                         {s.name: s.priority for s in spec_now.sources}, lib.dedup_params(spec_now))
+                                         {s.name: s.priority for s in spec_now.sources}, lib.dedup_params(spec_now),
+                                         engine.engine)
         elapsed = time.monotonic() - started
         write_parquet(storage, layout.DEDUP_KEYS, table)
         lin = recorded(storage, "dedup_keys", [layout.DEDUP_KEYS], inputs)
-        context.log.info(f"dedup_keys: {st['documents']:,} documents in {elapsed:.1f} s")
+        context.log.info(f"dedup_keys: {st['documents']:,} documents in {elapsed:.1f} s on engine {engine.kind}")
         problems = lib.check_clusters(table)
         check = dg.AssetCheckResult(check_name=CLUSTERS_CONSISTENT, passed=not problems,
                                     metadata={"clusters": st["clusters"], **md.problems(problems)},

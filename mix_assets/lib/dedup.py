@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mix_assets.lib import layout, lsh, tables
+from mix_assets.lib import engine, layout, lsh, tables
 from mix_assets.lib import minhash as mh
 
 DEDUP_SCHEMA = pa.schema(
@@ -70,45 +70,83 @@ class DedupParams:
         return lsh.recall_params(self.threshold, self.num_perm, self.fp_weight, self.fn_weight)
 
 
-def _read_source(path: str, source: str) -> Iterable[pa.RecordBatch]:
-    f = pq.ParquetFile(path)
-    missing = {"doc_id", "text", "n_chars"} - set(f.schema_arrow.names)
+def _check_columns(path: str, source: str) -> None:
+    missing = {"doc_id", "text", "n_chars"} - set(pq.ParquetFile(path).schema_arrow.names)
     if missing:
         raise DedupInputError(f"{path}: missing column(s) {sorted(missing)} (source {source})")
-    row = 0
-    for batch in f.iter_batches(batch_size=READ_BATCH_ROWS, columns=["doc_id", "text", "n_chars"]):
-        for field in ("doc_id", "text"):
-            col = batch.column(field)
-            if col.null_count:
-                bad = row + int(np.flatnonzero(np.asarray(col.is_null()))[0])
-                raise DedupInputError(f"{path}: row {bad}: field {field!r} is null (source {source})")
-        yield batch
-        row += batch.num_rows
+
+
+@dataclass(frozen=True)
+class SignChunk:
+    """One map task of dedup_keys: rows of one source's documents parquet, and how to sign them."""
+
+    source: str
+    rows: engine.RowRange
+    num_perm: int
+    shingle: int
+    seed: int
+    threads: int  # signature threads inside the task (1 when the engine runs chunks in parallel)
+
+
+@dataclass
+class SignedChunk:
+    doc_ids: pa.Array
+    exact_keys: list
+    signatures: np.ndarray
+    n_words: np.ndarray
+    n_shingles: np.ndarray
+    n_chars: np.ndarray
+
+
+def sign_chunk(chunk: SignChunk) -> SignedChunk:
+    """The per-document map work: read the rows, normalise, exact key, MinHash signature (pure)."""
+    t = engine.read_rows(chunk.rows, ["doc_id", "text", "n_chars"])
+    for field in ("doc_id", "text"):
+        col = t.column(field)
+        if col.null_count:
+            bad = chunk.rows.start + int(np.flatnonzero(np.asarray(col.is_null()))[0])
+            raise DedupInputError(f"{chunk.rows.path}: row {bad}: field {field!r} is null (source {chunk.source})")
+    signed = mh.sign_texts(t.column("text"), chunk.num_perm, chunk.shingle, chunk.seed, threads=chunk.threads)
+    return SignedChunk(t.column("doc_id").combine_chunks().cast(pa.string()), signed.exact_keys,
+                       signed.signatures, signed.n_words, signed.n_shingles,
+                       np.asarray(t.column("n_chars").fill_null(0), dtype=np.int64))
+
+
+def sign_chunks(sources: Mapping[str, str], params: DedupParams, eng: engine.Engine) -> list[SignChunk]:
+    """The map tasks, sources in sorted order, each file cut into `eng.chunk_rows` row ranges."""
+    parallel = eng.kind == "ray" or eng.num_cpus > 1
+    out = []
+    for name in sorted(sources):
+        _check_columns(sources[name], name)
+        out += [SignChunk(name, rng, params.num_perm, params.shingle, params.seed, 1 if parallel else params.threads)
+                for rng in engine.row_ranges(sources[name], eng.chunk_rows)]
+    return out
 
 
 def dedup_keys_table(
-    sources: Mapping[str, str], priorities: Mapping[str, int], params: DedupParams
+    sources: Mapping[str, str], priorities: Mapping[str, int], params: DedupParams,
+    eng: engine.Engine = engine.Engine(),
 ) -> tuple[pa.Table, dict]:
     """Dedup keys for every document of every source ({source: documents parquet path}).
 
+    Map: `sign_chunk` over bounded row ranges on `eng` (in process or Ray tasks), results gathered
+    in chunk order; reduce: LSH banding, exact verification and the keep rule in this process.
     Returns the table (DEDUP_SCHEMA, rows sorted by doc_id) and stage statistics.
     """
     b, r = params.bands_rows
     ids, srcs, keys, sigs, n_words, n_sh, n_chars = [], [], [], [], [], [], []
-    first_row = {}  # input index of each source's first document
+    chunks = sign_chunks(sources, params, eng)
+    first_row = {}  # input index of each source's first document (sources in sorted order)
     for name in sorted(sources):
-        first_row[name] = len(keys)
-        for batch in _read_source(sources[name], name):
-            signed = mh.sign_texts(
-                batch.column("text"), params.num_perm, params.shingle, params.seed, threads=params.threads
-            )
-            ids.append(batch.column("doc_id").cast(pa.string()))
-            srcs.append(np.full(batch.num_rows, name, dtype=object))
-            keys += signed.exact_keys
-            sigs.append(signed.signatures)
-            n_words.append(signed.n_words)
-            n_sh.append(signed.n_shingles)
-            n_chars.append(np.asarray(batch.column("n_chars").fill_null(0), dtype=np.int64))
+        first_row[name] = sum(c.rows.stop - c.rows.start for c in chunks if c.source < name)
+    for chunk, signed in zip(chunks, engine.map_chunks(sign_chunk, chunks, eng)):
+        ids.append(signed.doc_ids)
+        srcs.append(np.full(len(signed.exact_keys), chunk.source, dtype=object))
+        keys += signed.exact_keys
+        sigs.append(signed.signatures)
+        n_words.append(signed.n_words)
+        n_sh.append(signed.n_shingles)
+        n_chars.append(signed.n_chars)
     doc_ids = pa.concat_arrays(ids) if ids else pa.array([], pa.string())
     source = np.concatenate(srcs) if srcs else np.zeros(0, dtype=object)
     sig = np.concatenate(sigs) if sigs else np.zeros((0, params.num_perm), np.uint32)

@@ -1,0 +1,170 @@
+"""Map a pure function over bounded chunks, in this process or as Ray tasks (no Dagster here).
+
+One code path, two engines: `map_chunks(fn, chunks, engine)` yields `fn(chunk)` for every chunk IN
+CHUNK ORDER, whatever the engine, the worker count or the order tasks finish in, so a reduce over
+the results writes the same bytes with 1, 2 or N workers, in-process or on Ray.
+
+- `local`: a plain loop (num_cpus 1) or a thread pool of `num_cpus` threads in this process.
+- `ray`: one Ray task per chunk (`num_cpus=1`, retried `max_retries` times on system failures, so
+  `fn` must be pure); at most `window` tasks are pending, results are taken in submission order.
+  Ray must already be connected (the Dagster resource `EngineResource`, or `ray_session` below);
+  `ray` is imported only here, so the in-process engine never pays for it.
+
+Chunks are the caller's: bounded units of input (row ranges of a Parquet file, `chunk_rows` from
+config), never derived from the worker count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Optional, Sequence, TypeVar
+
+import pyarrow.parquet as pq
+
+C = TypeVar("C")
+R = TypeVar("R")
+
+KINDS = ("local", "ray")
+# Ray workers: one thread per task for the Rust/BLAS pools (Ray sets only OMP_NUM_THREADS).
+WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1"}
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Where map work runs (the mix spec's `engine` section, without pydantic)."""
+
+    kind: str = "local"  # local | ray
+    address: Optional[str] = None  # ray: None = start a local Ray instance; else a cluster address
+    num_cpus: int = 2  # local: threads; ray with address None: CPUs of the local instance
+    chunk_rows: int = 8192  # rows per map chunk (bounds a task's memory; never from num_cpus)
+    max_retries: int = 3  # ray: re-runs of a task lost to a worker/node failure
+    object_store_mb: int = 256  # ray with address None: object store size of the local instance
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"engine.kind {self.kind!r}: expected one of {KINDS}")
+
+    @classmethod
+    def from_spec(cls, section) -> "Engine":
+        """From the mix spec's `engine` section (any object with these attributes)."""
+        return cls(**{k: getattr(section, k) for k in cls.__dataclass_fields__})
+
+    @property
+    def window(self) -> int:
+        """Most chunks in flight at once (bounds memory held by finished, not yet consumed results)."""
+        return max(2, 2 * self.num_cpus)
+
+
+def map_chunks(fn: Callable[[C], R], chunks: Iterable[C], engine: Engine) -> Iterator[R]:
+    """`fn(chunk)` for every chunk, yielded in chunk order (see the module docstring)."""
+    if engine.kind == "ray":
+        return _ray_map(fn, chunks, engine)
+    if engine.num_cpus <= 1:
+        return (fn(c) for c in chunks)
+    return _thread_map(fn, chunks, engine)
+
+
+def _ordered_window(submit, get, chunks: Iterable, window: int) -> Iterator:
+    pending = []
+    for c in chunks:
+        pending.append(submit(c))
+        if len(pending) >= window:
+            yield get(pending.pop(0))
+    while pending:
+        yield get(pending.pop(0))
+
+
+def _thread_map(fn, chunks, engine: Engine) -> Iterator:
+    with ThreadPoolExecutor(max_workers=engine.num_cpus) as pool:
+        yield from _ordered_window(lambda c: pool.submit(fn, c), lambda f: f.result(), chunks, engine.window)
+
+
+def _ray_map(fn, chunks, engine: Engine) -> Iterator:
+    import ray
+
+    if not ray.is_initialized():
+        raise RuntimeError("engine.kind is 'ray' but Ray is not connected: run the step with the engine "
+                           "resource (or inside lib.engine.ray_session)")
+    task = ray.remote(num_cpus=1, max_retries=engine.max_retries)(fn)
+    yield from _ordered_window(task.remote, ray.get, chunks, engine.window)
+
+
+def package_root() -> str:
+    """The folder holding the `mix_assets` package (local Ray workers import it from there)."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+def ray_init_options(engine: Engine) -> dict:
+    """`ray.init` keyword arguments (address excluded) for this engine.
+
+    A local instance gets `num_cpus`, a pinned object store, no dashboard, and PYTHONPATH naming
+    this checkout (workers inherit nothing added to sys.path at runtime). A cluster's workers need
+    the same code and versions in their image; only the tokenizer thread caps are sent.
+    """
+    env = dict(WORKER_ENV)
+    opts: dict = {"include_dashboard": False, "log_to_driver": False}
+    if engine.address is None:
+        path = os.pathsep.join(p for p in (package_root(), os.environ.get("PYTHONPATH", "")) if p)
+        env["PYTHONPATH"] = path
+        opts.update(num_cpus=engine.num_cpus, object_store_memory=engine.object_store_mb << 20)
+    opts["runtime_env"] = {"env_vars": env}
+    return opts
+
+
+def ray_address(engine: Engine) -> str:
+    """`ray.init` address: "local" always starts a new instance (never RAY_ADDRESS or a running one)."""
+    return engine.address or "local"
+
+
+@contextlib.contextmanager
+def ray_session(engine: Engine):
+    """Connect Ray for `engine` outside Dagster (bench, scripts); shut down on exit.
+
+    Yields at once when Ray is already connected (a test's session-wide instance) and leaves it up.
+    """
+    import ray
+
+    if engine.kind != "ray" or ray.is_initialized():
+        yield
+        return
+    ray.init(address=ray_address(engine), **ray_init_options(engine))
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+# -- chunks of Parquet files ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RowRange:
+    """Rows [start, stop) of one Parquet file."""
+
+    path: str
+    start: int
+    stop: int
+
+
+def row_ranges(path: str, chunk_rows: int) -> list[RowRange]:
+    """The file cut into consecutive ranges of `chunk_rows` rows (the last may be shorter)."""
+    n = pq.ParquetFile(path).metadata.num_rows
+    return [RowRange(path, s, min(s + chunk_rows, n)) for s in range(0, n, chunk_rows)]
+
+
+def read_rows(rng: RowRange, columns: Sequence[str]):
+    """The rows of `rng` as one pyarrow Table (only the row groups overlapping it are read)."""
+    f = pq.ParquetFile(rng.path)
+    md, groups, first, row = f.metadata, [], None, 0
+    for g in range(md.num_row_groups):
+        n = md.row_group(g).num_rows
+        if row + n > rng.start and row < rng.stop:
+            groups.append(g)
+            first = row if first is None else first
+        row += n
+    if not groups:
+        return f.schema_arrow.empty_table().select(list(columns))
+    t = f.read_row_groups(groups, columns=list(columns))
+    return t.slice(rng.start - first, rng.stop - rng.start)
