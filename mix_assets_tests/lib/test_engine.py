@@ -1,0 +1,116 @@
+"""lib/engine.py: the same bytes in process and on a REAL local Ray instance (issue 13 §2, §5).
+
+One Ray instance (2 CPUs) for the whole module (ray.init takes ~5-10 s), shut down at its end; the
+tests marked `ray` run in the default suite.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from functools import lru_cache
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mix_assets.assets import dedup as dedup_assets
+from mix_assets.assets.sources import build_source_assets
+from mix_assets.config import REPO_ROOT, load_spec
+from mix_assets.lib import dedup as lib
+from mix_assets.lib import engine as eng
+from mix_assets.lib import gen_corpus as gc
+from mix_assets.lib import layout, tables
+from mix_assets.lib.storage import Storage
+from mix_assets.resources import MixResource
+from mix_assets_tests.support.shared_data import FIXTURE
+
+LOCAL1, LOCAL2 = eng.Engine(num_cpus=1), eng.Engine(num_cpus=2)
+RAY2 = eng.Engine(kind="ray", num_cpus=2, chunk_rows=250)
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    ray = pytest.importorskip("ray")
+    saved = os.environ.pop("RAY_ADDRESS", None)  # never attach to somebody else's cluster
+    ray.init(address=eng.ray_address(RAY2), **eng.ray_init_options(RAY2))
+    try:
+        assert ray.cluster_resources()["CPU"] == 2
+        yield ray
+    finally:
+        ray.shutdown()
+        if saved is not None:
+            os.environ["RAY_ADDRESS"] = saved
+    assert not ray.is_initialized()
+
+
+def _slow_square(x: int) -> tuple[int, int]:
+    time.sleep(0.05 * (x % 3 == 0))  # later chunks finish first
+    return x * x, os.getpid()
+
+
+def test_local_map_is_in_chunk_order_and_ray_needs_a_connection():
+    for e in (LOCAL1, LOCAL2, eng.Engine(num_cpus=4)):
+        assert [r for r, _ in eng.map_chunks(_slow_square, range(20), e)] == [x * x for x in range(20)]
+    with pytest.raises(ValueError, match="engine.kind"):
+        eng.Engine(kind="spark")
+
+
+def test_row_ranges_cover_the_file_whatever_the_row_groups(tmp_path):
+    path = str(tmp_path / "t.parquet")
+    pq.write_table(pa.table({"x": list(range(1000))}), path, row_group_size=170)
+    for rows in (1, 99, 170, 333, 1000, 5000):
+        got = [eng.read_rows(r, ["x"]).column("x").to_pylist() for r in eng.row_ranges(path, rows)]
+        assert [x for part in got for x in part] == list(range(1000))
+        assert max(len(p) for p in got) == min(rows, 1000)
+
+
+@lru_cache(maxsize=None)
+def _corpus():
+    model = gc.MarkovModel.from_files(sorted((FIXTURE / "sources").glob("*/*.txt")), order=1)
+    return gc.generate(model, 1200, seed=21)  # 1,320 documents, 120 planted near-copies
+
+
+def _raw(folder) -> dict[str, str]:
+    texts, paths = _corpus().texts, {}
+    for s in range(2):
+        rows = list(range(s, len(texts), 2))
+        paths[f"src{s}"] = str(folder / f"src{s}.parquet")
+        pq.write_table(pa.table({"doc_id": [f"src{s}-{i:06d}" for i in rows], "text": [texts[i] for i in rows],
+                                 "n_chars": [len(texts[i]) for i in rows]}), paths[f"src{s}"], row_group_size=300)
+    return paths
+
+
+def _dedup_bytes(paths, engine, out) -> bytes:
+    table, st = lib.dedup_keys_table(paths, {"src0": 1, "src1": 0}, lib.DedupParams(), engine)
+    assert st["excluded_near_dup"] >= 100  # the planted near-copies are found (not an empty comparison)
+    storage = Storage(root=str(out))
+    tables.write_parquet(storage, layout.DEDUP_KEYS, table)
+    return (out / layout.DEDUP_KEYS).read_bytes()
+
+
+@pytest.mark.ray
+def test_dedup_keys_bytes_identical_in_process_and_on_ray(ray_instance, tmp_path):
+    paths = _raw(tmp_path)
+    want = _dedup_bytes(paths, LOCAL1, tmp_path / "local1")
+    assert _dedup_bytes(paths, LOCAL2, tmp_path / "local2") == want
+    assert _dedup_bytes(paths, eng.Engine(num_cpus=2, chunk_rows=97), tmp_path / "local97") == want
+    assert _dedup_bytes(paths, RAY2, tmp_path / "ray2") == want
+    # Both CPUs are used: tasks ran in two worker processes, results still in chunk order.
+    out = list(eng.map_chunks(_slow_square, range(12), RAY2))
+    assert [r for r, _ in out] == [x * x for x in range(12)] and len({pid for _, pid in out}) >= 2
+
+
+@pytest.mark.ray
+def test_dedup_keys_asset_on_ray_writes_the_demo_bytes(ray_instance, tmp_path):
+    spec = load_spec(REPO_ROOT / "configs" / "demo.yaml")
+    mix = MixResource(config_path=spec.config_path, storage_root=str(tmp_path / "storage"))
+    inst = dg.DagsterInstance.ephemeral()
+    assert dg.materialize([*build_source_assets(spec), *dedup_assets.build_dedup_assets(spec)[:1]],
+                          resources={"mix": mix}, instance=inst).success
+    local = (tmp_path / "storage" / layout.DEDUP_KEYS).read_bytes()
+    on_ray = spec.model_copy(update={"engine": spec.engine.model_copy(update={"kind": "ray", "chunk_rows": 300})})
+    res = dg.materialize(dedup_assets.build_dedup_assets(on_ray)[:1], resources={"mix": mix}, instance=inst)
+    assert res.success and ray_instance.is_initialized()  # the module's instance was used and left up
+    assert (tmp_path / "storage" / layout.DEDUP_KEYS).read_bytes() == local
