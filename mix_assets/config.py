@@ -252,7 +252,7 @@ class EngineSpec(_Strict):
     kind: Literal["local", "ray"] = "local"  # local: this process (threads); ray: Ray tasks
     address: Optional[str] = None  # ray: None starts a local Ray instance; else a cluster, "ray://head:10001"
     num_cpus: int = Field(2, ge=1)  # local: threads; ray, local instance: its CPUs (a cluster brings its own)
-    chunk_rows: int = Field(8192, ge=1)  # documents per map task (bounds a task's memory; not from num_cpus)
+    chunk_rows: int = Field(2048, ge=1)  # documents per map task (bounds a task's memory; not from num_cpus)
     max_retries: int = Field(3, ge=0)  # ray: re-runs of a task lost to a worker or node failure
     object_store_mb: int = Field(256, ge=64)  # ray, local instance: its object store (Ray's default is 30 % of RAM)
 

@@ -65,7 +65,7 @@ class EngineResource(dg.ConfigurableResource):
     kind: str = "local"
     address: Optional[str] = None
     num_cpus: int = 2
-    chunk_rows: int = 8192
+    chunk_rows: int = 2048
     max_retries: int = 3
     object_store_mb: int = 256
 

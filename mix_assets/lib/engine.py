@@ -40,7 +40,7 @@ class Engine:
     kind: str = "local"  # local | ray
     address: Optional[str] = None  # ray: None = start a local Ray instance; else a cluster address
     num_cpus: int = 2  # local: threads; ray with address None: CPUs of the local instance
-    chunk_rows: int = 8192  # rows per map chunk (bounds a task's memory; never from num_cpus)
+    chunk_rows: int = 2048  # rows per map chunk (bounds a task's memory; never from num_cpus)
     max_retries: int = 3  # ray: re-runs of a task lost to a worker/node failure
     object_store_mb: int = 256  # ray with address None: object store size of the local instance
 
@@ -106,11 +106,11 @@ def ray_init_options(engine: Engine) -> dict:
     the same code and versions in their image; only the tokenizer thread caps are sent.
     """
     env = dict(WORKER_ENV)
-    opts: dict = {"include_dashboard": False, "log_to_driver": False}
+    opts: dict = {}
     if engine.address is None:
-        path = os.pathsep.join(p for p in (package_root(), os.environ.get("PYTHONPATH", "")) if p)
-        env["PYTHONPATH"] = path
-        opts.update(num_cpus=engine.num_cpus, object_store_memory=engine.object_store_mb << 20)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root(), os.environ.get("PYTHONPATH", "")) if p)
+        opts.update(num_cpus=engine.num_cpus, object_store_memory=engine.object_store_mb << 20,
+                    include_dashboard=False, log_to_driver=False)
     opts["runtime_env"] = {"env_vars": env}
     return opts
 
@@ -126,9 +126,12 @@ def ray_session(engine: Engine):
 
     Yields at once when Ray is already connected (a test's session-wide instance) and leaves it up.
     """
+    if engine.kind != "ray":
+        yield
+        return
     import ray
 
-    if engine.kind != "ray" or ray.is_initialized():
+    if ray.is_initialized():
         yield
         return
     ray.init(address=ray_address(engine), **ray_init_options(engine))
