@@ -23,6 +23,7 @@ import pytest
 from mix_assets.lib import dedup as lib
 from mix_assets.lib import gen_corpus as gc
 from mix_assets.lib import lsh
+from mix_assets.lib.engine import Engine
 from mix_assets.lib import minhash as mh
 from mix_assets_tests.support.shared_data import FIXTURE
 
@@ -81,9 +82,9 @@ def test_near_copies_at_080_085_are_clustered_and_no_pair_below_the_threshold_is
     assert len(above.pairs) == 300 and len(below.pairs) == 200
     texts = above.texts + below.texts
     paths, ids = _write_raw(tmp_path, texts)
-    lib.READ_BATCH_ROWS, batch = 700, lib.READ_BATCH_ROWS  # several batches per source in both passes
+    lib.READ_BATCH_ROWS, batch = 700, lib.READ_BATCH_ROWS  # several chunks/batches per source in both passes
     try:
-        table, st = lib.dedup_keys_table(paths, {}, lib.DedupParams())
+        table, st = lib.dedup_keys_table(paths, {}, lib.DedupParams(), Engine(chunk_rows=700))
     finally:
         lib.READ_BATCH_ROWS = batch
     at = {d: i for i, d in enumerate(table.column("doc_id").to_pylist())}
@@ -139,7 +140,7 @@ def test_exact_verification_ignores_row_order_batches_and_threads(tmp_path):
         pq.write_table(t.take(pa.array(order[order < t.num_rows])), path, row_group_size=64)
     lib.READ_BATCH_ROWS, batch = 50, lib.READ_BATCH_ROWS
     try:
-        two, _ = lib.dedup_keys_table(paths_b, {"src1": 1}, lib.DedupParams(threads=2))
+        two, _ = lib.dedup_keys_table(paths_b, {"src1": 1}, lib.DedupParams(threads=2), Engine(chunk_rows=50))
     finally:
         lib.READ_BATCH_ROWS = batch
     assert one.equals(two)
