@@ -26,7 +26,9 @@ Each measurement runs in a fresh subprocess (peak RSS = VmHWM of that process), 
            already in memory, `Tokenizer.encode_batch_fast` in batches of 1,000 documents with the
            graph's own trained tokenizer (mix/tokenizer/tokenizer.json), RAYON_NUM_THREADS=--threads
 Ratio = graph MB/s / encode MB/s over the same corpus MB (the graph tokenises only the documents the
-budgets need; the encode reference tokenises all of them).
+budgets need; the encode reference tokenises all of them). CPU s = user + system seconds of that
+process over the run / the encode loop (getrusage); on a shared machine the CPU ratio is the one
+less moved by other load.
 
 Workers: everything runs in one process today; `--workers` is accepted and only 1 is measured.
 2-worker figures come with the Ray engine (issue 13 §2).
@@ -64,6 +66,13 @@ def peak_rss_mb() -> float:
     return _status("VmHWM") / 1e6
 
 
+def cpu_secs() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def shared_data() -> Path:
     sys.path.insert(0, str(REPO))
     from mix_assets_tests.support.shared_data import FIXTURE, find_shared_data
@@ -95,7 +104,8 @@ def child_gen(mb: int, folder: Path, seed: int, bpt: float) -> dict:
     corpus = gc.generate_bytes(model, int(mb * 1e6), seed=seed)
     paths = gc.write_jsonl_sources(corpus, folder / "corpus", SOURCES, seed=seed)
     secs = time.perf_counter() - t0
-    nbytes = {s: sum(len(json.loads(line)["text"].strip().encode()) for line in open(p)) for s, p in paths.items()}
+    nbytes = {s: sum(len(json.loads(line)["text"].strip().encode()) for line in open(p))
+              for s, p in paths.items()}
     total = sum(nbytes.values())
     shares = {s: round(nbytes[s] / total, 6) for s in SOURCES[:-1]}
     shares[SOURCES[-1]] = round(1.0 - sum(shares.values()), 6)
@@ -103,7 +113,7 @@ def child_gen(mb: int, folder: Path, seed: int, bpt: float) -> dict:
     target = int(0.97 * total / bpt * (1 - val) / headroom)
     cfg = {
         "name": f"graph_bench_{mb}mb",
-        "description": "Generated Markov prose with 10 % planted near-copies at Jaccard 0.80-0.85 (bench/graph.py).",
+        "description": "Markov prose, 10 % planted near-copies at Jaccard 0.80-0.85 (bench/graph.py).",
         "target_tokens": target,
         "headroom": headroom,
         "seed": 1234,
@@ -139,9 +149,9 @@ def child_graph(cfg: Path) -> dict:
     spec = load_spec(cfg)
     defs = build_definitions(spec)
     instance = dg.DagsterInstance.ephemeral()
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), cpu_secs()
     result = defs.resolve_job_def(REBUILD_JOB).execute_in_process(instance=instance, raise_on_error=False)
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), cpu_secs()
     steps: dict[str, dict] = {}
     run_start = run_end = None
     for e in instance.all_logs(result.run_id):
@@ -160,7 +170,8 @@ def child_graph(cfg: Path) -> dict:
             s["end"], s["status"] = e.timestamp, kind.removeprefix("STEP_").lower()
     order = sorted(steps, key=lambda k: steps[k].get("start", float("inf")))
     step_rows = [{"step": k, "status": steps[k].get("status", "?"),
-                  "secs": (steps[k]["end"] - steps[k]["start"]) if "start" in steps[k] and "end" in steps[k] else None}
+                  "secs": steps[k]["end"] - steps[k]["start"] if {"start", "end"} <= steps[k].keys()
+                  else None}
                  for k in order]
     checks = []
     for c in result.get_asset_check_evaluations():
@@ -171,7 +182,8 @@ def child_graph(cfg: Path) -> dict:
                                                      "val_docs") if k in meta}})
     failures = [e.message for e in result.all_events if e.is_failure][:5]
     return {"success": result.success, "run_secs": (run_end - run_start) if run_start and run_end else None,
-            "process_secs": t2 - t0, "setup_secs": t1 - t0, "steps": step_rows, "checks": checks,
+            "process_secs": t2 - t0, "setup_secs": t1 - t0, "cpu_secs": c2 - c1, "steps": step_rows,
+            "checks": checks,
             "failures": failures, "recall": planted_recall(cfg, spec), "shards": shard_stats(spec),
             "peak_rss_mb": peak_rss_mb()}
 
@@ -195,7 +207,8 @@ def planted_recall(cfg: Path, spec) -> dict | None:
     doc_at = {}
     for s in SOURCES:
         t = pq.read_table(st.local_path(layout.RAW_DOCS.format(source=s)), columns=["doc_id", "row_index"])
-        doc_at.update({(s, r): d for d, r in zip(t.column("doc_id").to_pylist(), t.column("row_index").to_pylist())})
+        ids, rows = t.column("doc_id").to_pylist(), t.column("row_index").to_pylist()
+        doc_at.update({(s, r): d for d, r in zip(ids, rows)})
     k = pq.read_table(str(kp), columns=["doc_id", "cluster_id"])
     cluster = dict(zip(k.column("doc_id").to_pylist(), k.column("cluster_id").to_pylist()))
     pairs = json.loads((cfg.parent / "corpus" / "ground_truth.json").read_text())["pairs"]
@@ -232,12 +245,12 @@ def child_encode(cfg: Path) -> dict:
             texts.append(json.loads(line)["text"].strip())
     nbytes = sum(len(x.encode()) for x in texts)
     n = spec.packing.encode_batch_docs
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_secs()
     ntok = 0
     for i in range(0, len(texts), n):
         ntok += sum(len(e.ids) for e in t.encode_batch_fast(texts[i : i + n], add_special_tokens=False))
-    secs = time.perf_counter() - t0
-    return {"bytes": nbytes, "tokens": ntok, "secs": secs, "peak_rss_mb": peak_rss_mb()}
+    secs, cpu = time.perf_counter() - t0, cpu_secs() - c0
+    return {"bytes": nbytes, "tokens": ntok, "secs": secs, "cpu_secs": cpu, "peak_rss_mb": peak_rss_mb()}
 
 
 def child(kind: str, args: list[str]) -> None:
@@ -271,6 +284,11 @@ def f(x, fmt=".1f") -> str:
     return "—" if x is None else format(x, fmt)
 
 
+def _gate(c: dict) -> str:
+    meta = ", ".join(f"{k} {v}" for k, v in c["meta"].items())
+    return f"`{c['check']}` {'passed' if c['passed'] else 'FAILED'}" + (f" ({meta})" if meta else "")
+
+
 def section(mb: int, gen: dict, graph: dict, enc: dict, workers: int) -> str:
     corpus_mb = gen["bytes"] / 1e6
     L = [f"### {mb} MB corpus ({corpus_mb:.1f} MB text, {gen['docs']:,} documents, {gen['pairs']:,} planted "
@@ -278,44 +296,49 @@ def section(mb: int, gen: dict, graph: dict, enc: dict, workers: int) -> str:
     g_mbps = corpus_mb / graph["run_secs"] if graph.get("run_secs") else None
     e_mbps = corpus_mb / enc["secs"] if "secs" in enc else None
     ratio = g_mbps / e_mbps if g_mbps and e_mbps else None
+    cpu_ratio = enc["cpu_secs"] / graph["cpu_secs"] if enc.get("cpu_secs") and graph.get("cpu_secs") else None
     L += ["| workers | graph result | whole graph s (run) | graph MB/s | raw encode s | raw encode MB/s | "
-          "graph ÷ raw encode | peak RSS graph process MB | peak RSS encode process MB |",
-          "|---|---|---|---|---|---|---|---|---|",
-          f"| {workers} | {'published' if graph['success'] else 'FAILED'} | {f(graph.get('run_secs'))} | {f(g_mbps, '.2f')} | "
-          f"{f(enc.get('secs'))} | {f(e_mbps, '.2f')} | {f(ratio, '.2f')} | {f(graph['peak_rss_mb'], '.0f')} | "
-          f"{f(enc.get('peak_rss_mb'), '.0f')} |", ""]
+          "**graph ÷ raw encode (MB/s, wall)** | same, on CPU s | graph CPU s | raw encode CPU s | "
+          "peak RSS graph process MB | peak RSS encode process MB |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|",
+          f"| {workers} | {'published' if graph['success'] else 'FAILED'} | {f(graph.get('run_secs'))} | "
+          f"{f(g_mbps, '.2f')} | {f(enc.get('secs'))} | {f(e_mbps, '.2f')} | **{f(ratio, '.2f')}** | "
+          f"{f(cpu_ratio, '.2f')} | {f(graph.get('cpu_secs'), '.0f')} | {f(enc.get('cpu_secs'), '.0f')} | "
+          f"{f(graph['peak_rss_mb'], '.0f')} | {f(enc.get('peak_rss_mb'), '.0f')} |", ""]
     if "skipped" in enc:
         L += [f"Raw encode skipped: {enc['skipped']}.", ""]
-    L += [f"Graph process: {graph['process_secs']:.1f} s in all ({graph['setup_secs']:.1f} s to load the spec and "
-          f"build the Definitions); corpus generation {gen['secs']:.1f} s in its own process "
-          f"(peak RSS {gen['peak_rss_mb']:.0f} MB, not part of the graph). target_tokens {gen['target_tokens']:,}."]
+    L += [f"Graph process: {graph['process_secs']:.1f} s in all ({graph['setup_secs']:.1f} s to load the "
+          f"spec and build the Definitions); corpus generation {gen['secs']:.1f} s in its own process "
+          f"(peak RSS {gen['peak_rss_mb']:.0f} MB, not part of the graph). "
+          f"target_tokens {gen['target_tokens']:,}."]
     if enc.get("tokens"):
         L[-1] += f" Raw encode: {enc['tokens']:,} tokens ({enc['bytes'] / enc['tokens']:.2f} B/token)."
     if graph.get("shards"):
         L[-1] += " Shards hold: " + ", ".join(f"{k} {v:,}" for k, v in graph["shards"].items()) + "."
     if graph.get("recall"):
         r = graph["recall"]
-        L[-1] += (f" Planted pairs with both documents sampled: {r['clustered']:,}/{r['pairs_both_sampled']:,} "
-                  "in one dedup cluster.")
+        L[-1] += (f" Planted pairs with both documents sampled: {r['clustered']:,}/"
+                  f"{r['pairs_both_sampled']:,} in one dedup cluster.")
     L += ["", "| step (Dagster step key) | status | seconds | share of run |", "|---|---|---|---|"]
     for s in graph["steps"]:
         share = s["secs"] / graph["run_secs"] if s["secs"] is not None and graph.get("run_secs") else None
-        L.append(f"| `{s['step']}` | {s['status']} | {f(s['secs'])} | {f(share * 100 if share is not None else None, '.0f')} % |")
+        pct = f(share * 100 if share is not None else None, ".0f")
+        L.append(f"| `{s['step']}` | {s['status']} | {f(s['secs'])} | {pct} % |")
     total = sum(s["secs"] or 0 for s in graph["steps"])
     L += [f"| steps summed | | {total:.1f} | |", ""]
     bad = [c for c in graph["checks"] if not c["passed"]]
     gates = [c for c in graph["checks"] if c["check"] in ("val_disjoint_from_train", "shards_audit_clean")]
-    L.append("Gates: " + "; ".join(
-        f"`{c['check']}` {'passed' if c['passed'] else 'FAILED'}" + (f" ({', '.join(f'{k} {v}' for k, v in c['meta'].items())})" if c["meta"] else "")
-        for c in gates) + f". Checks evaluated: {len(graph['checks'])}, failed: "
-        + (", ".join(f"`{c['check']}` on {c['asset']} ({c['severity']})" for c in bad) or "none") + ".")
+    L.append("Gates: " + "; ".join(_gate(c) for c in gates)
+             + f". Checks evaluated: {len(graph['checks'])}, failed: "
+             + (", ".join(f"`{c['check']}` on {c['asset']} ({c['severity']})" for c in bad) or "none") + ".")
     if graph["failures"]:
         L += ["", "Run failures: " + " | ".join(x.replace("\n", " ")[:300] for x in graph["failures"])]
     return "\n".join(L) + "\n"
 
 
 def machine() -> str:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
+               "?")
     mem = _mem_total_gb()
     return f"{os.cpu_count()} CPUs ({cpu}), {mem:.0f} GB RAM, Python {platform.python_version()}"
 
@@ -329,8 +352,8 @@ def _mem_total_gb() -> float:
 
 def git_rev() -> str:
     r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "mix_assets"], cwd=REPO, capture_output=True,
-                           text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "mix_assets"], cwd=REPO,
+                           capture_output=True, text=True).stdout.strip()
     return r.stdout.strip() + (" (mix_assets/ modified)" if dirty else "")
 
 
@@ -340,13 +363,15 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[100, 400], help="corpus sizes in MB")
     ap.add_argument("--workers", type=int, nargs="+", default=[1],
                     help="worker counts; only 1 exists until the Ray engine lands (issue 13 §2)")
-    ap.add_argument("--threads", type=int, default=2, help="RAYON_NUM_THREADS for the graph and the raw encode")
+    ap.add_argument("--threads", type=int, default=2,
+                    help="RAYON_NUM_THREADS for the graph and the raw encode")
     ap.add_argument("--seed", type=int, default=13, help="corpus seed")
     ap.add_argument("--bytes-per-token", type=float, default=4.0,
                     help="tokenizer.bytes_per_token_fallback (raw budgets are estimated with it)")
     ap.add_argument("--out", type=Path, default=OUT, help="generated corpora, storage, logs")
     ap.add_argument("--results", type=Path, default=RESULTS)
-    ap.add_argument("--append", action="store_true", help="append this run to --results instead of replacing it")
+    ap.add_argument("--append", action="store_true",
+                    help="append this run to --results instead of replacing it")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -370,7 +395,8 @@ def main() -> None:
         print(f"[{mb} MB] corpus {gen['bytes'] / 1e6:.1f} MB, {gen['docs']:,} docs, {gen['pairs']:,} pairs "
               f"({gen['secs']:.1f} s)", flush=True)
         graph = run_child("graph", [folder / "mix.yaml"], a.threads, folder / "graph.log")
-        print(f"[{mb} MB] graph {'published' if graph['success'] else 'FAILED'} in {f(graph.get('run_secs'))} s, "
+        state = "published" if graph["success"] else "FAILED"
+        print(f"[{mb} MB] graph {state} in {f(graph.get('run_secs'))} s, "
               f"peak RSS {graph['peak_rss_mb']:.0f} MB", flush=True)
         enc = run_child("encode", [folder / "mix.yaml"], a.threads, folder / "encode.log")
         print(f"[{mb} MB] raw encode {f(enc.get('secs'))} s", flush=True)
