@@ -352,9 +352,10 @@ def _mem_total_gb() -> float:
 
 def git_rev() -> str:
     r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "mix_assets", "bench/graph.py"], cwd=REPO,
-                           capture_output=True, text=True).stdout.strip()
-    return r.stdout.strip() + (" (with uncommitted changes to mix_assets/ or bench/graph.py)" if dirty else "")
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "mix_assets", "bench/graph.py"],
+                           cwd=REPO, capture_output=True, text=True).stdout.strip()
+    edited = " (with uncommitted changes to mix_assets/ or bench/graph.py)" if dirty else ""
+    return r.stdout.strip() + edited
 
 
 def main() -> None:
