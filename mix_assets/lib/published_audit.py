@@ -245,7 +245,8 @@ class SplitScanner:
             for i in idx:
                 carries[i] = pieces[i].tail.suffix(k[i])
             wl = tk.words(pa.array(self._decode([carries[i] for i in idx]), pa.large_string()))
-            counts = pc.list_value_length(wl).to_numpy(zero_copy_only=False).astype(np.int64)
+            # an empty carry has no word list (null): 0 words
+            counts = pc.list_value_length(wl).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
             nxt = {}
             for i, c in zip(idx, counts):
                 words[i] = c
