@@ -438,4 +438,6 @@ def downstream_lineage(page, url: str, asset: str, depth: int = 1, zoom_steps: i
             zoom_in.click()
             page.wait_for_timeout(700)
     page.get_by_text("Latest event").first.wait_for()
+    # the nodes fill their status rows asynchronously: let "Loading..." go before a screenshot
+    page.get_by_text("Loading...").first.wait_for(state="hidden", timeout=20_000)
     return sorted(t.strip() for t in nodes.all_inner_texts())
