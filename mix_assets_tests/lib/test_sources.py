@@ -285,7 +285,8 @@ def _in_memory_sample(spec, src, bpt, budget):
         total += c[3]
     kept.sort(key=lambda c: c[1].row_index)
     return pa.Table.from_pydict({
-        "doc_id": [c[1].id_key for c in kept], "source": [src.name] * len(kept), "text": [c[1].text for c in kept],
+        "doc_id": [c[1].id_key for c in kept], "source": [src.name] * len(kept),
+        "text": [c[1].text for c in kept],
         "row_index": [c[1].row_index for c in kept], "origin": [c[1].origin for c in kept],
         "n_bytes": [c[2] for c in kept], "n_chars": [len(c[1].text) for c in kept],
         "est_tokens": [c[3] for c in kept]}, schema=lib.DOC_SCHEMA)
