@@ -149,10 +149,10 @@ def length_histogram(n_chars: np.ndarray) -> list[dict]:
 
 def raw_source(storage, key: str, raw) -> dict:
     """raw/<source>: what was read, dropped and kept, against the budget (`lib.sources.RawSource`)."""
-    got, t = raw.sample, raw.sample.table
-    n_chars = np.asarray(t.column("n_chars"))
+    got, n_chars = raw.sample, raw.sample.n_chars  # the documents were streamed to `key`, not held
     md = {
-        **parquet_output(storage, key, t),
+        "path": dg.MetadataValue.path(storage.uri(key)), "dagster/row_count": raw.docs,
+        "dagster/column_schema": column_schema(raw.schema),
         "read_rows": got.rows_read,
         "docs": raw.docs,
         **by_name("dropped_docs", got.dropped),

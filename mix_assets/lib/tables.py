@@ -2,16 +2,31 @@
 
 from __future__ import annotations
 
+from typing import Iterable
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mix_assets.lib import layout
 
 
+# Fixed writer options and no timestamps: the same table gives the same bytes on every build.
+WRITER_OPTIONS = dict(compression="zstd", use_dictionary=True, write_statistics=True)
+
+
 def write_parquet(storage, key: str, table: pa.Table) -> None:
-    # Fixed writer options and no timestamps: the same table gives the same bytes on every build.
     with storage.writing(key) as tmp:
-        pq.write_table(table, tmp, compression="zstd", use_dictionary=True, write_statistics=True)
+        pq.write_table(table, tmp, **WRITER_OPTIONS)
+
+
+def write_parquet_groups(storage, key: str, schema: pa.Schema, groups: Iterable[pa.Table]) -> None:
+    """Write tables one after another with the options of `write_parquet`, each as its own row group
+    (a table longer than pyarrow's default row group is split as `write_table` splits it), holding one
+    at a time: a single table gives the bytes `write_parquet` gives."""
+    with storage.writing(key) as tmp:
+        with pq.ParquetWriter(tmp, schema, **WRITER_OPTIONS) as w:
+            for t in groups:
+                w.write_table(t)
 
 
 def read_parquet(storage, key: str, columns: list[str] | None = None) -> pa.Table:

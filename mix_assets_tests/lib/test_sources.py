@@ -257,3 +257,75 @@ def test_text_a_fallback_codec_decodes_to_lone_surrogates_is_undecodable(tmp_pat
     assert got.table.column("text").to_pylist() == ["fine words"]
     assert got.undecodable_origins == ["a.txt#1"]
     assert got.drop_notes == ["a.txt#1: undecodable: holds a lone surrogate (U+D800), not valid Unicode"]
+
+
+def _in_memory_sample(spec, src, bpt, budget):
+    """The selection as it was before raw/<source> streamed: every candidate held as a row, sorted by
+    (sample key, text), the prefix filling the budget kept, in source order (the reference)."""
+    cand, seen = [], 0
+    for row in lib.iter_rows(spec, src):
+        if row.text is None:
+            continue
+        text = row.text.strip()
+        nb = len(text.encode("utf-8"))
+        if len(text) < src.min_doc_chars or lib.not_text(text) or len(text) > src.max_doc_chars:
+            continue
+        est = max(1, int(round(nb / bpt)))
+        did = lib.doc_id(src.name, row.id_key)
+        cand.append((lib._sample_key(spec.seed, did), lib.Row(row.row_index, row.origin, text, did), nb, est))
+        seen += est
+        if seen >= lib.SCAN_FACTOR * budget:
+            break
+    cand.sort(key=lambda c: (c[0], c[1].text))
+    kept, total = [], 0
+    for c in cand:
+        if total >= budget:
+            break
+        kept.append(c)
+        total += c[3]
+    kept.sort(key=lambda c: c[1].row_index)
+    return pa.Table.from_pydict({
+        "doc_id": [c[1].id_key for c in kept], "source": [src.name] * len(kept),
+        "text": [c[1].text for c in kept],
+        "row_index": [c[1].row_index for c in kept], "origin": [c[1].origin for c in kept],
+        "n_bytes": [c[2] for c in kept], "n_chars": [len(c[1].text) for c in kept],
+        "est_tokens": [c[3] for c in kept]}, schema=lib.DOC_SCHEMA)
+
+
+@pytest.mark.parametrize("target", [3000, 600])  # reads the whole source / stops at SCAN_FACTOR x budget
+def test_streamed_raw_source_equals_the_in_memory_selection(tmp_path, monkeypatch, target):
+    from mix_assets.lib import layout
+    from mix_assets.lib.storage import Storage
+
+    rnd = random.Random(5)
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    rows = [{"text": " ".join(rnd.choices(words, k=rnd.randint(3, 60)))} for _ in range(900)]
+    for i in range(0, 900, 97):  # rows the filters drop, spread through the source
+        rows[i] = {"text": ["", "x\x00y", "   "][i % 3]}
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = _spec(tmp_path, source("a", {"kind": "jsonl", "paths": ["a.jsonl"]}), target_tokens=target)
+    src, budget = spec.sources[0], spec.raw_budget("a")
+    bpt = lib.bytes_per_token(spec, [])[0]
+    want = _in_memory_sample(spec, src, bpt, budget)
+    assert 0 < want.num_rows < 900
+    got = lib.sample_source(spec, src, bpt, budget)
+    assert got.table.equals(want) and got.docs == want.num_rows
+
+    storage = Storage(root=str(tmp_path / "storage"))
+    key = layout.RAW_DOCS.format(source="a")
+    raw = lib.read_raw_source(storage, spec, "a")  # default row groups: one, the bytes of one write_table
+    direct = tmp_path / "direct.parquet"
+    pq.write_table(want, direct, compression="zstd", use_dictionary=True, write_statistics=True)
+    assert open(storage.source(key), "rb").read() == direct.read_bytes()
+    assert (raw.docs, raw.est_tokens, raw.text_bytes) == (
+        want.num_rows, sum(want.column("est_tokens").to_pylist()), sum(want.column("n_bytes").to_pylist()))
+    assert raw.sample.n_chars.tolist() == want.column("n_chars").to_pylist()
+
+    monkeypatch.setattr(lib, "ROW_GROUP_ROWS", 7)  # many row groups, some cut by text bytes
+    monkeypatch.setattr(lib, "ROW_GROUP_BYTES", 1200)
+    raw = lib.read_raw_source(storage, spec, "a")
+    f = pq.ParquetFile(storage.source(key))
+    sizes = [f.metadata.row_group(i).num_rows for i in range(f.num_row_groups)]
+    assert f.num_row_groups > 2 and max(sizes) == 7 and min(sizes[:-1]) < 7
+    assert f.read().equals(want) and raw.sample.n_chars.tolist() == want.column("n_chars").to_pylist()
+    assert raw.stats() == lib.RawSource("a", got, bpt, raw.token_estimate, budget, raw.minimum_tokens).stats()

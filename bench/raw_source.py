@@ -1,0 +1,112 @@
+"""Peak RSS of reading one source (`raw/<source>`), against the size of the source (issue 13 §3).
+
+    PYTHONPATH=$PWD MIX_SHARED_DATA=/work/shared/data .venv/bin/python bench/raw_source.py --sizes 50 200
+
+Corpus: lib/gen_corpus.py (order-2 Markov prose over the shared books, 10 % planted near-copies, as
+bench/graph.py makes it), about `--sizes` MB of UTF-8 text in one JSONL source. Config: one source,
+a trained tokenizer (so bytes per token is the fallback, no head read), target_tokens set so the raw
+budget is 80 % of the source's estimated tokens: the whole source is read (4 x budget is more than
+it holds) and about 80 % of it is kept and written to raw/<source>/documents.parquet.
+
+Each read runs `lib.sources.read_raw_source` in a fresh subprocess with `--code` (default: this
+checkout) first on its path, so the same corpus can be read by an older revision exported elsewhere
+(`git archive <rev> | tar -x -C DIR`). Peak RSS = VmHWM of that process; `base` = VmRSS after the
+imports, before reading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "bench" / "out" / "raw_source"
+BPT = 4.0
+
+
+def _status(key: str) -> float:
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024 / 1e6
+    return 0.0
+
+
+def child_gen(mb: int, folder: Path) -> None:
+    import yaml
+
+    sys.path.insert(0, str(REPO))
+    from mix_assets.lib import gen_corpus as gc
+    from mix_assets_tests.support.shared_data import FIXTURE, find_shared_data
+
+    data = find_shared_data() or FIXTURE
+    books = sorted(p for n in ("gutenberg", "sherlock_holmes", "botchan", "nltk_state_union")
+                   for p in (data / "sources" / n).glob("*.txt"))
+    corpus = gc.generate_bytes(gc.MarkovModel.from_files(books, order=2), int(mb * 1e6), seed=mb)
+    path = gc.write_jsonl_sources(corpus, folder / "corpus", ["prose"], seed=mb)["prose"]
+    total = sum(len(t.strip().encode()) for t in corpus.texts)
+    cfg = {"name": f"raw_bench_{mb}mb", "target_tokens": 10**6, "seed": 1234,
+           "sources": [{"name": "prose", "loader": {"kind": "jsonl", "paths": [path]}, "text_field": "text",
+                        "license": "generated (CC0)", "rationale": "Markov prose (bench/raw_source.py).",
+                        "share": 1.0}],
+           "tokenizer": {"kind": "train", "vocab_size": 4096, "bytes_per_token_fallback": BPT},
+           "storage": {"root": str(folder / "storage"), "cache_dir": str(folder / "cache")}}
+    (folder / "mix.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    from mix_assets.config import load_spec
+
+    per_million = load_spec(folder / "mix.yaml").raw_budget("prose")  # raw budget of 10**6 target tokens
+    cfg["target_tokens"] = int(0.8 * total / BPT * 10**6 / per_million)
+    (folder / "mix.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    (folder / "gen.json").write_text(json.dumps({"bytes": total, "docs": len(corpus.texts)}))
+
+
+def child_read(folder: Path) -> dict:
+    from mix_assets.config import load_spec
+    from mix_assets.lib import sources as lib
+    from mix_assets.lib.storage import Storage
+
+    spec = load_spec(folder / "mix.yaml")
+    storage = Storage(root=str(folder / "storage"))
+    base = _status("VmRSS")
+    t0 = time.perf_counter()
+    raw = lib.read_raw_source(storage, spec, "prose")
+    return {"secs": round(time.perf_counter() - t0, 1), "base_mb": round(base),
+            "peak_mb": round(_status("VmHWM")), "rows_read": raw.sample.rows_read, "docs": raw.docs,
+            "bytes_read_mb": round(raw.sample.bytes_read / 1e6, 1),
+            "kept_mb": round(raw.text_bytes / 1e6, 1)}
+
+
+def run(args: list[str], code: Path) -> str:
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    return subprocess.run([sys.executable, __file__, *args], env=env, check=True,
+                          stdout=subprocess.PIPE, text=True).stdout
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[50, 200], help="MB of text per corpus")
+    ap.add_argument("--code", type=Path, default=REPO, help="checkout whose mix_assets reads the source")
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        kind, folder = a.child
+        if kind == "gen":
+            child_gen(int(Path(folder).name.removesuffix("mb")), Path(folder))
+        else:
+            print(json.dumps(child_read(Path(folder))))
+        return
+    for mb in a.sizes:
+        folder = OUT / f"{mb}mb"
+        if not (folder / "gen.json").exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            run(["--child", "gen", str(folder)], REPO)
+        got = json.loads(run(["--child", "read", str(folder)], a.code))
+        print(json.dumps({"mb": mb, "code": str(a.code), **got}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
