@@ -75,8 +75,9 @@ class EngineResource(dg.ConfigurableResource):
 
     @classmethod
     def from_spec(cls, spec: MixSpec) -> "EngineResource":
-        """One instance per engine section: every asset and check of a job (dedup_keys, contamination_report,
-        zero_eval_overlap) must hold the same object under the key `engine` (Dagster compares by reference)."""
+        """One instance per engine section: every asset and check of a job (dedup_keys,
+        contamination_report, zero_eval_overlap) must hold the same object under the key `engine`
+        (Dagster compares resources by reference)."""
         fields = spec.engine.model_dump()
         key = json.dumps(fields, sort_keys=True)
         if key not in _ENGINES:

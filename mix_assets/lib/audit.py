@@ -228,7 +228,8 @@ def scan_sources(storage, sources: Iterable[str], eng: engine.Engine = engine.En
         if prog:
             prog.update(docs=len(got.doc_ids), bytes=got.text_bytes)
     if prog:
-        prog.done(f"{sum(tally.contaminated.values()):,} contaminated of {sum(tally.docs_scanned.values()):,}")
+        n_bad, n_docs = sum(tally.contaminated.values()), sum(tally.docs_scanned.values())
+        prog.done(f"{n_bad:,} contaminated of {n_docs:,}")
     return tally
 
 

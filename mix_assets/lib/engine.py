@@ -7,7 +7,8 @@ the results writes the same bytes with 1, 2 or N workers, in-process or on Ray.
 - `local`: a plain loop (num_cpus 1) or a thread pool of `num_cpus` threads in this process.
 - `ray`: one Ray task per chunk (`num_cpus=1`, retried `max_retries` times on system failures, so
   `fn` must be pure; any picklable callable, e.g. a `functools.partial` with its fixed arguments,
-  shipped once through the object store); at most `window` tasks are pending, results are taken in submission order.
+  shipped once through the object store); at most `window` tasks are pending, results are taken
+  in submission order.
   Ray must already be connected (the Dagster resource `EngineResource`, or `ray_session` below);
   `ray` is imported only here, so the in-process engine never pays for it.
 

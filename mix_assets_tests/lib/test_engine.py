@@ -147,12 +147,13 @@ def test_contamination_outputs_bytes_identical_in_process_and_on_ray(ray_instanc
     for s in spec.sources:
         audit_fx.write_docs(storage, s.name, corpus.docs[s.name])
     audit.write_registry(storage, spec)
-    # exclusion masks: one planted doc of each source stays kept, so the kept re-scan has hits to count
+    # masked: 2 of web's 3 planted docs and a clean books doc; web-0007 and books-0005 stay kept
     masked = ["web-0003", "web-0011", "books-0009"]
     with storage.writing(layout.EXCLUSION_MASKS) as tmp:
         pq.write_table(pa.table({"doc_id": masked}), tmp)
     want = _contamination_bytes(storage, spec, LOCAL1)
     assert json.loads(want[0])["contaminated_docs"] == 4 and int(want[2]["kept_contaminated_docs"]) == 2
-    for e in (LOCAL2, eng.Engine(num_cpus=2, chunk_rows=37), eng.Engine(kind="ray", num_cpus=1, chunk_rows=301),
-              eng.Engine(kind="ray", num_cpus=2, chunk_rows=53)):
+    ray1 = eng.Engine(kind="ray", num_cpus=1, chunk_rows=301)
+    ray2 = eng.Engine(kind="ray", num_cpus=2, chunk_rows=53)
+    for e in (LOCAL2, eng.Engine(num_cpus=2, chunk_rows=37), ray1, ray2):
         assert _contamination_bytes(storage, spec, e) == want, e
