@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Optional
@@ -52,6 +53,9 @@ def storage_for(spec: MixSpec) -> Storage:
     return Storage(root=spec.resolve(st.root), s3_endpoint_url=st.s3_endpoint_url, cache_dir=spec.resolve(st.cache_dir))
 
 
+_ENGINES: dict[str, "EngineResource"] = {}
+
+
 class EngineResource(dg.ConfigurableResource):
     """Where map work runs (the spec's `engine` section, see lib/engine.py); `engine` is what lib takes.
 
@@ -71,7 +75,14 @@ class EngineResource(dg.ConfigurableResource):
 
     @classmethod
     def from_spec(cls, spec: MixSpec) -> "EngineResource":
-        return cls(**spec.engine.model_dump())
+        """One instance per engine section: every asset and check of a job (dedup_keys,
+        contamination_report, zero_eval_overlap) must hold the same object under the key `engine`
+        (Dagster compares resources by reference)."""
+        fields = spec.engine.model_dump()
+        key = json.dumps(fields, sort_keys=True)
+        if key not in _ENGINES:
+            _ENGINES[key] = cls(**fields)
+        return _ENGINES[key]
 
     @property
     def engine(self) -> Engine:

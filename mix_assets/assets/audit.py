@@ -15,7 +15,8 @@ from mix_assets.lib import audit as lib
 from mix_assets.lib import contamination as ct
 from mix_assets.lib import charts, demo_corpus, evals, layout
 from mix_assets.lib.published_audit import denominator_problems
-from mix_assets.resources import MixResource
+from mix_assets.lib import engine as engine_lib
+from mix_assets.resources import EngineResource, MixResource
 
 GROUP = "audit"
 DENOMINATORS_NONEMPTY = "denominators_nonempty"
@@ -32,7 +33,7 @@ def source_rate_check_name(source: str) -> str:
 
 def build_audit_assets(spec: MixSpec) -> list:
     """eval_registry, contamination_report (+ their checks) and zero_eval_overlap on exclusion_masks."""
-    version = code_version(ct, evals, lib, spec.audit.model_dump_json())
+    version = code_version(ct, evals, lib, engine_lib, spec.audit.model_dump_json())
     return [_eval_registry(spec, version), _contamination_report(spec, version), _zero_eval_overlap(spec)]
 
 
@@ -82,6 +83,7 @@ def _contamination_report(spec: MixSpec, version: str) -> dg.AssetsDefinition:
         owners=spec.owners,
         code_version=version,
         deps=[*(raw_key(s.name) for s in spec.sources), EVAL_REGISTRY_KEY],
+        resource_defs={"engine": EngineResource.from_spec(spec)},  # every engine writes the same bytes
         check_specs=[
             dg.AssetCheckSpec(AUDIT_ARTIFACT_SCRUBBED, asset=CONTAMINATION_REPORT_KEY, blocking=True,
                               description=f"No audit file or metadata value holds {audit.scrub_words}+ consecutive "
@@ -89,12 +91,15 @@ def _contamination_report(spec: MixSpec, version: str) -> dg.AssetsDefinition:
             *rate_checks,
         ],
     )
-    def contamination_report(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
-        """Overlap counts per source x task before masks, and the ids of contaminated documents."""
+    def contamination_report(context: dg.AssetExecutionContext, mix: MixResource,
+                             engine: EngineResource) -> dg.MaterializeResult:
+        """Overlap counts per source x task before masks, and the ids of contaminated documents.
+
+        The per-document scan runs as map tasks on `engine` (in process or Ray)."""
         s, storage = mix.spec, mix.storage
         inputs = verified_inputs(storage, "contamination_report",
                                  ["eval_registry", *(raw_name(x.name) for x in s.sources)])
-        scan, report = lib.write_contamination_report(storage, s)
+        scan, report = lib.write_contamination_report(storage, s, engine.engine, log=context.log)
         lin = recorded(storage, "contamination_report", [layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS],
                        inputs)
         metadata = md.contamination_report(storage, layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS, scan, report)
@@ -158,13 +163,15 @@ def _zero_eval_overlap(spec: MixSpec):
         blocking=True,
         additional_deps=[EVAL_REGISTRY_KEY, *(raw_key(s.name) for s in spec.sources)],
         description="Re-scan of the KEPT documents (raw minus masked) against the eval registry finds 0 overlap.",
+        resource_defs={"engine": EngineResource.from_spec(spec)},
     )
-    def zero_eval_overlap(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
+    def zero_eval_overlap(context: dg.AssetCheckExecutionContext, mix: MixResource,
+                          engine: EngineResource) -> dg.AssetCheckResult:
         """The kept documents (raw minus masked) re-scanned against the eval registry: 0 overlap."""
         storage = mix.storage
         verified_inputs(storage, ZERO_EVAL_OVERLAP,
                         ["exclusion_masks", "eval_registry", *(raw_name(s.name) for s in mix.spec.sources)])
-        scan = lib.scan_kept(storage, mix.spec)
+        scan = lib.scan_kept(storage, mix.spec, engine.engine, log=context.log)
         bad, t = scan.overlapping_sources(), scan.tally
         return gate(context, EXCLUSION_MASKS_KEY, dg.AssetCheckResult(
             passed=not bad,

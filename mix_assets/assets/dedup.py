@@ -68,7 +68,7 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
         started = time.monotonic()
         table, st = lib.dedup_keys_table(tables.raw_paths(storage, names),
                                          {s.name: s.priority for s in spec_now.sources}, lib.dedup_params(spec_now),
-                                         engine.engine)
+                                         engine.engine, log=context.log)
         elapsed = time.monotonic() - started
         write_parquet(storage, layout.DEDUP_KEYS, table)
         lin = recorded(storage, "dedup_keys", [layout.DEDUP_KEYS], inputs)

@@ -5,20 +5,24 @@ published revision (`lib/published_audit.load_reference`). Counts and hashes onl
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
-from collections import deque
+import threading
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mix_assets.config import HubDataset, MixSpec
 from mix_assets.lib import contamination as ct
-from mix_assets.lib import evals, layout
+from mix_assets.lib import engine, evals, layout, tables
+from mix_assets.lib.progress import Progress
+from mix_assets.lib.storage import Storage
 
 SCAN_BATCH_ROWS = 1024
 
@@ -139,35 +143,93 @@ def load_registry(storage) -> tuple[ct.Registry, dict]:
     return reg, meta
 
 
-def doc_batches(storage, source: str, skip: set[str] | None = None) -> Iterator[tuple[list, pa.Array]]:
-    """(doc ids, texts) of a raw source in batches, minus the `skip` ids."""
-    pf = pq.ParquetFile(storage.source(layout.RAW_DOCS.format(source=source)))
-    for b in pf.iter_batches(batch_size=SCAN_BATCH_ROWS, columns=["doc_id", "text"]):
-        ids = b.column(0).to_pylist()
-        text = b.column(1)
-        if skip:
-            keep = [i for i, d in enumerate(ids) if d not in skip]
-            if len(keep) < len(ids):
-                ids = [ids[i] for i in keep]
-                text = text.take(pa.array(keep, pa.int64()))
-        if ids:
-            yield ids, text
+# -- the scan as a map stage (lib/engine.py) -------------------------------------------------------
+@dataclass(frozen=True)
+class RegistryLocation:
+    """Where a map task loads the registry from: the storage root and eval_registry's files, each with
+    its sha256 (the key of the per-process cache). Small and picklable; the arrays are never shipped."""
+
+    root: str
+    s3_endpoint_url: str | None
+    cache_dir: str | None
+    files: tuple[tuple[str, str], ...]  # (storage key, sha256), registry JSON first
+
+    @classmethod
+    def of(cls, storage) -> "RegistryLocation":
+        meta = json.loads(storage.read_text(layout.EVAL_REGISTRY))
+        keys = [layout.EVAL_REGISTRY]
+        for task in meta["tasks"]:
+            keys += [layout.EVAL_NGRAMS.format(task=task), layout.EVAL_SHORT_ITEMS.format(task=task)]
+        return cls(storage.root, storage.s3_endpoint_url, storage.cache_dir,
+                   tuple((k, storage.sha256(k)) for k in keys))
 
 
-def scan_sources(storage, reg: ct.Registry, sources: Iterable[str], threads: int, masked=None) -> ct.Tally:
-    """Scan every source's documents (minus `masked` doc ids) against the registry."""
+_REGISTRY_LOCK = threading.Lock()
+_REGISTRY_CACHE: dict[RegistryLocation, ct.Registry] = {}  # one registry per process (a Ray worker's too)
+
+
+def registry_at(loc: RegistryLocation) -> ct.Registry:
+    """The registry at `loc`, loaded once per process and reused by every later task."""
+    with _REGISTRY_LOCK:
+        reg = _REGISTRY_CACHE.get(loc)
+        if reg is None:
+            _REGISTRY_CACHE.clear()
+            storage = Storage(root=loc.root, s3_endpoint_url=loc.s3_endpoint_url, cache_dir=loc.cache_dir)
+            reg = _REGISTRY_CACHE[loc] = load_registry(storage)[0]
+        return reg
+
+
+@dataclass
+class ScannedChunk:
+    """Per-document overlap counts of one row range (no text)."""
+
+    doc_ids: list
+    counts: np.ndarray  # int64 (n_docs, n_tasks)
+    text_bytes: int
+
+
+def scan_chunk(rows: engine.RowRange, registry: RegistryLocation, threads: int = 1) -> ScannedChunk:
+    """The map work of the scan: read the rows, count each document's n-grams in the registry (pure)."""
+    reg = registry_at(registry)
+    t = engine.read_rows(rows, ["doc_id", "text"])
+    text = t.column("text").combine_chunks() if t.num_rows else pa.array([], pa.string())
+    batches = [text.slice(i, SCAN_BATCH_ROWS) for i in range(0, len(text), SCAN_BATCH_ROWS)]
+    counts = list(reg.scan_batches(batches, threads=threads))
+    return ScannedChunk(t.column("doc_id").to_pylist(),
+                        np.concatenate(counts) if counts else np.zeros((0, len(reg.tasks)), np.int64),
+                        int(pc.sum(pc.binary_length(text)).as_py() or 0))
+
+
+def scan_sources(storage, sources: Iterable[str], eng: engine.Engine = engine.Engine(), threads: int = 2,
+                 masked: set | None = None, log=None, label: str = "contamination scan") -> ct.Tally:
+    """Scan every source's documents (minus `masked` doc ids) against the registry.
+
+    Map: `scan_chunk` over `eng.chunk_rows` row ranges on `eng` (in process or Ray tasks); gathered in
+    chunk order into one Tally, so the counts and hits do not depend on the engine or the chunk size.
+    Masked documents are scanned too and dropped here (their counts never reach the tally)."""
+    loc = RegistryLocation.of(storage)
+    reg = registry_at(loc)  # loaded here once: the in-process engine's tasks reuse it
+    sources = list(sources)
+    paths = tables.raw_paths(storage, sources)
+    chunks = [(s, rng) for s in sources for rng in engine.row_ranges(paths[s], eng.chunk_rows)]
+    inner = 1 if eng.kind == "ray" or eng.num_cpus > 1 else threads
+    fn = functools.partial(scan_chunk, registry=loc, threads=inner)
+    prog = Progress(log, label, total_docs=sum(r.stop - r.start for _, r in chunks)) if log else None
     tally = ct.Tally(tasks=reg.tasks)
     for s in sources:
         tally.add(s, [], np.zeros((0, len(reg.tasks)), np.int64))  # a source with no docs still reports
-        pending: deque = deque()  # ids of the batches in flight, in order
-
-        def texts(s=s, pending=pending):
-            for ids, text in doc_batches(storage, s, masked):
-                pending.append(ids)
-                yield text
-
-        for counts in reg.scan_batches(texts(), threads=threads):
-            tally.add(s, pending.popleft(), counts)
+    for (s, _), got in zip(chunks, engine.map_chunks(fn, [r for _, r in chunks], eng)):
+        ids, counts = got.doc_ids, got.counts
+        if masked:
+            keep = [i for i, d in enumerate(ids) if d not in masked]
+            if len(keep) < len(ids):
+                ids, counts = [ids[i] for i in keep], counts[keep]
+        tally.add(s, ids, counts)
+        if prog:
+            prog.update(docs=len(got.doc_ids), bytes=got.text_bytes)
+    if prog:
+        n_bad, n_docs = sum(tally.contaminated.values()), sum(tally.docs_scanned.values())
+        prog.done(f"{n_bad:,} contaminated of {n_docs:,}")
     return tally
 
 
@@ -194,10 +256,12 @@ class Scan:
 REPORT_DENOMINATORS = ("rows", "empty_rows", "strings", "items", "ngrams", "short_items", "short_items_unmatched")
 
 
-def write_contamination_report(storage, spec: MixSpec) -> tuple[Scan, dict]:
-    """Scan every source, write the report JSON and the contaminated doc ids; (scan, report)."""
+def write_contamination_report(storage, spec: MixSpec, eng: engine.Engine = engine.Engine(),
+                               log=None) -> tuple[Scan, dict]:
+    """Scan every source on `eng`, write the report JSON and the contaminated doc ids; (scan, report)."""
     reg, meta = load_registry(storage)
-    tally = scan_sources(storage, reg, [s.name for s in spec.sources], spec.audit.threads)
+    tally = scan_sources(storage, [s.name for s in spec.sources], eng, spec.audit.threads, log=log,
+                         label="contamination_report")
     denominators = {t: {k: m[k] for k in REPORT_DENOMINATORS if k in m} for t, m in meta["tasks"].items()}
     report = tally.report(spec.audit.ngram, denominators)
     storage.write_text(layout.CONTAMINATION_REPORT, json.dumps(report, indent=1, sort_keys=True))
@@ -214,12 +278,13 @@ def write_contamination_report(storage, spec: MixSpec) -> tuple[Scan, dict]:
     return Scan(tally, ngrams, reg.nbytes, contaminated=table), report
 
 
-def scan_kept(storage, spec: MixSpec) -> Scan:
+def scan_kept(storage, spec: MixSpec, eng: engine.Engine = engine.Engine(), log=None) -> Scan:
     """Re-scan the documents the exclusion masks keep (raw minus masked) against the registry."""
     reg, meta = load_registry(storage)
     masks = pq.read_table(storage.source(layout.EXCLUSION_MASKS), columns=["doc_id"])
     masked = set(masks.column("doc_id").to_pylist())
-    tally = scan_sources(storage, reg, [s.name for s in spec.sources], spec.audit.threads, masked=masked)
+    tally = scan_sources(storage, [s.name for s in spec.sources], eng, spec.audit.threads, masked=masked,
+                         log=log, label="zero_eval_overlap")
     ngrams = {t: m["ngrams"] for t, m in meta["tasks"].items()}
     return Scan(tally, ngrams, reg.nbytes, len(masked))
 

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from mix_assets.lib import engine, layout, lsh, tables
 from mix_assets.lib import minhash as mh
+from mix_assets.lib.progress import Progress
 
 DEDUP_SCHEMA = pa.schema(
     [
@@ -96,6 +97,7 @@ class SignedChunk:
     n_words: np.ndarray
     n_shingles: np.ndarray
     n_chars: np.ndarray
+    text_bytes: int = 0  # UTF-8 bytes of the chunk's texts (progress only)
 
 
 def sign_chunk(chunk: SignChunk) -> SignedChunk:
@@ -109,7 +111,8 @@ def sign_chunk(chunk: SignChunk) -> SignedChunk:
     signed = mh.sign_texts(t.column("text"), chunk.num_perm, chunk.shingle, chunk.seed, threads=chunk.threads)
     return SignedChunk(t.column("doc_id").combine_chunks().cast(pa.string()), signed.exact_keys,
                        signed.signatures, signed.n_words, signed.n_shingles,
-                       np.asarray(t.column("n_chars").fill_null(0), dtype=np.int64))
+                       np.asarray(t.column("n_chars").fill_null(0), dtype=np.int64),
+                       int(pc.sum(pc.binary_length(t.column("text"))).as_py() or 0))
 
 
 def sign_chunks(sources: Mapping[str, str], params: DedupParams, eng: engine.Engine) -> list[SignChunk]:
@@ -125,13 +128,14 @@ def sign_chunks(sources: Mapping[str, str], params: DedupParams, eng: engine.Eng
 
 def dedup_keys_table(
     sources: Mapping[str, str], priorities: Mapping[str, int], params: DedupParams,
-    eng: engine.Engine = engine.Engine(),
+    eng: engine.Engine = engine.Engine(), log=None,
 ) -> tuple[pa.Table, dict]:
     """Dedup keys for every document of every source ({source: documents parquet path}).
 
     Map: `sign_chunk` over bounded row ranges on `eng` (in process or Ray tasks), results gathered
     in chunk order; reduce: LSH banding, exact verification and the keep rule in this process.
-    Returns the table (DEDUP_SCHEMA, rows sorted by doc_id) and stage statistics.
+    Returns the table (DEDUP_SCHEMA, rows sorted by doc_id) and stage statistics. With `log` (an
+    object with `info`), the map logs progress lines as chunk results arrive.
     """
     b, r = params.bands_rows
     ids, srcs, keys, sigs, n_words, n_sh, n_chars = [], [], [], [], [], [], []
@@ -139,7 +143,11 @@ def dedup_keys_table(
     first_row = {}  # input index of each source's first document (sources in sorted order)
     for name in sorted(sources):
         first_row[name] = sum(c.rows.stop - c.rows.start for c in chunks if c.source < name)
+    n_docs = sum(c.rows.stop - c.rows.start for c in chunks)
+    prog = Progress(log, "dedup_keys signatures", total_docs=n_docs) if log else None
     for chunk, signed in zip(chunks, engine.map_chunks(sign_chunk, chunks, eng)):
+        if prog:
+            prog.update(docs=len(signed.exact_keys), bytes=signed.text_bytes)
         ids.append(signed.doc_ids)
         srcs.append(np.full(len(signed.exact_keys), chunk.source, dtype=object))
         keys += signed.exact_keys
@@ -147,6 +155,8 @@ def dedup_keys_table(
         n_words.append(signed.n_words)
         n_sh.append(signed.n_shingles)
         n_chars.append(signed.n_chars)
+    if prog:
+        prog.done()
     doc_ids = pa.concat_arrays(ids) if ids else pa.array([], pa.string())
     source = np.concatenate(srcs) if srcs else np.zeros(0, dtype=object)
     sig = np.concatenate(sigs) if sigs else np.zeros((0, params.num_perm), np.uint32)

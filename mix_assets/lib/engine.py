@@ -6,7 +6,9 @@ the results writes the same bytes with 1, 2 or N workers, in-process or on Ray.
 
 - `local`: a plain loop (num_cpus 1) or a thread pool of `num_cpus` threads in this process.
 - `ray`: one Ray task per chunk (`num_cpus=1`, retried `max_retries` times on system failures, so
-  `fn` must be pure); at most `window` tasks are pending, results are taken in submission order.
+  `fn` must be pure; any picklable callable, e.g. a `functools.partial` with its fixed arguments,
+  shipped once through the object store); at most `window` tasks are pending, results are taken
+  in submission order.
   Ray must already be connected (the Dagster resource `EngineResource`, or `ray_session` below);
   `ray` is imported only here, so the in-process engine never pays for it.
 
@@ -89,8 +91,13 @@ def _ray_map(fn, chunks, engine: Engine) -> Iterator:
     if not ray.is_initialized():
         raise RuntimeError("engine.kind is 'ray' but Ray is not connected: run the step with the engine "
                            "resource (or inside lib.engine.ray_session)")
-    task = ray.remote(num_cpus=1, max_retries=engine.max_retries)(fn)
-    yield from _ordered_window(task.remote, ray.get, chunks, engine.window)
+    # `fn` may be a functools.partial (a map function with its fixed arguments): put once, applied per task
+    task, fn_ref = ray.remote(num_cpus=1, max_retries=engine.max_retries)(_apply), ray.put(fn)
+    yield from _ordered_window(lambda c: task.remote(fn_ref, c), ray.get, chunks, engine.window)
+
+
+def _apply(fn, chunk):
+    return fn(chunk)
 
 
 def package_root() -> str:

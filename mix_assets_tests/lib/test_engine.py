@@ -1,11 +1,13 @@
 """lib/engine.py: the same bytes in process and on a REAL local Ray instance (issue 13 §2, §5).
 
 One Ray instance (2 CPUs) for the whole module (ray.init takes ~5-10 s), shut down at its end; the
-tests marked `ray` run in the default suite.
+tests marked `ray` run in the default suite. dedup_keys' signatures and the contamination scan
+are the two map stages compared here.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from functools import lru_cache
@@ -15,15 +17,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from mix_assets import metadata as md
 from mix_assets.assets import dedup as dedup_assets
 from mix_assets.assets.sources import build_source_assets
 from mix_assets.config import REPO_ROOT, load_spec
+from mix_assets.lib import audit
 from mix_assets.lib import dedup as lib
 from mix_assets.lib import engine as eng
 from mix_assets.lib import gen_corpus as gc
 from mix_assets.lib import layout, tables
 from mix_assets.lib.storage import Storage
 from mix_assets.resources import MixResource
+from mix_assets_tests.support import audit_fixtures as audit_fx
 from mix_assets_tests.support.shared_data import FIXTURE
 
 LOCAL1, LOCAL2 = eng.Engine(num_cpus=1), eng.Engine(num_cpus=2)
@@ -114,3 +119,41 @@ def test_dedup_keys_asset_on_ray_writes_the_demo_bytes(ray_instance, tmp_path):
     res = dg.materialize(dedup_assets.build_dedup_assets(on_ray)[:1], resources={"mix": mix}, instance=inst)
     assert res.success and ray_instance.is_initialized()  # the module's instance was used and left up
     assert (tmp_path / "storage" / layout.DEDUP_KEYS).read_bytes() == local
+
+
+# -- the contamination scan (lib/audit.scan_chunk) ---------------------------------------------------
+class _Lines:
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def info(self, msg: str) -> None:
+        self.lines.append(msg)
+
+
+def _contamination_bytes(storage, spec, engine) -> tuple[bytes, bytes, dict]:
+    log = _Lines()
+    audit.write_contamination_report(storage, spec, engine, log=log)
+    kept = audit.scan_kept(storage, spec, engine)
+    assert log.lines[-1].startswith("contamination_report: ") and "done in" in log.lines[-1]
+    return (storage.read_bytes(layout.CONTAMINATION_REPORT), storage.read_bytes(layout.CONTAMINATED_DOCS),
+            {k: repr(v) for k, v in md.zero_eval_overlap(kept).items()})
+
+
+@pytest.mark.ray
+def test_contamination_outputs_bytes_identical_in_process_and_on_ray(ray_instance, tmp_path):
+    spec = audit_fx.make_spec(tmp_path)
+    storage = Storage(root=str(tmp_path / "storage"))
+    corpus = audit_fx.make_corpus(n_web=300, n_books=500)  # planted eval copies in both sources
+    for s in spec.sources:
+        audit_fx.write_docs(storage, s.name, corpus.docs[s.name])
+    audit.write_registry(storage, spec)
+    # masked: 2 of web's 3 planted docs and a clean books doc; web-0007 and books-0005 stay kept
+    masked = ["web-0003", "web-0011", "books-0009"]
+    with storage.writing(layout.EXCLUSION_MASKS) as tmp:
+        pq.write_table(pa.table({"doc_id": masked}), tmp)
+    want = _contamination_bytes(storage, spec, LOCAL1)
+    assert json.loads(want[0])["contaminated_docs"] == 4 and int(want[2]["kept_contaminated_docs"]) == 2
+    ray1 = eng.Engine(kind="ray", num_cpus=1, chunk_rows=301)
+    ray2 = eng.Engine(kind="ray", num_cpus=2, chunk_rows=53)
+    for e in (LOCAL2, eng.Engine(num_cpus=2, chunk_rows=37), ray1, ray2):
+        assert _contamination_bytes(storage, spec, e) == want, e
