@@ -257,20 +257,28 @@ class _ValIndex:
         self.bucket = np.zeros((1 << bits) + 1, np.int64)
         np.cumsum(np.bincount((self.hashes >> self.shift).astype(np.int64), minlength=1 << bits),
                   out=self.bucket[1:])
+        # 8 filter bits per distinct hash (1 byte each, cache-resident far longer than the table):
+        # most train shingles are in no val doc and are dropped here before touching the table.
+        self.fshift = np.uint64(64 - bits - 3)
+        slot = (self.hashes >> self.fshift).astype(np.int64)
+        self.filter = np.zeros(1 << bits, np.uint8)
+        np.bitwise_or.at(self.filter, slot >> 3, np.left_shift(1, slot & 7).astype(np.uint8))
 
     def find(self, q: np.ndarray) -> np.ndarray:
         """Index into `hashes` of each query hash, -1 when no val doc holds it."""
-        b = (q >> self.shift).astype(np.int64)
+        slot = (q >> self.fshift).astype(np.int64)
+        act = np.flatnonzero((self.filter[slot >> 3] >> (slot & 7).astype(np.uint8)) & 1)
+        b = (q[act] >> self.shift).astype(np.int64)
         lo, hi = self.bucket[b], self.bucket[b + 1]
         out = np.full(len(q), -1, np.int64)
-        act = np.flatnonzero(hi > lo)
-        pos = lo[act]
+        act, lo, hi = act[hi > lo], lo[hi > lo], hi[hi > lo]
+        pos = lo
         while len(act):
             v, want = self.hashes[pos], q[act]
             eq = v == want
             out[act[eq]] = pos[eq]
-            go = (v < want) & (pos + 1 < hi[act])
-            act, pos = act[go], pos[go] + 1
+            go = (v < want) & (pos + 1 < hi)
+            act, pos, hi = act[go], pos[go] + 1, hi[go]
         return out
 
     def pairs(self, tdoc: np.ndarray, th: np.ndarray, n_val: int) -> tuple[np.ndarray, ...]:
