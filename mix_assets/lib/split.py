@@ -281,17 +281,29 @@ class _ValIndex:
             act, pos, hi = act[go], pos[go] + 1, hi[go]
         return out
 
-    def pairs(self, tdoc: np.ndarray, th: np.ndarray, n_val: int) -> tuple[np.ndarray, ...]:
-        """(train doc, val doc, shared shingles) of every pair sharing at least one shingle."""
+    def pairs(self, tdoc: np.ndarray, th: np.ndarray, n_val: int, cap: int = 1 << 22):
+        """Yield (train doc, val doc, shared shingles) of every pair sharing at least one shingle.
+
+        `tdoc` is sorted. Train documents are taken in groups whose (train shingle, val doc)
+        incidences add up to about `cap`, so memory is bounded by `cap`, not by the batch x val size;
+        a pair lies in one group (one train document), so its count is exact.
+        """
         u = self.find(th)
         m = u >= 0
         tdoc, u = tdoc[m], u[m]
         lo, cnt = self.start[u], self.start[u + 1] - self.start[u]
-        rep_t = np.repeat(tdoc, cnt)
-        first = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)
-        rep_v = self.doc[first + np.arange(len(rep_t))]
-        key, inter = np.unique(rep_t * n_val + rep_v, return_counts=True)
-        return key // n_val, key % n_val, inter
+        before = np.cumsum(cnt) - cnt
+        new_doc = np.ones(len(tdoc), bool)
+        new_doc[1:] = tdoc[1:] != tdoc[:-1]
+        group = before[np.maximum.accumulate(np.where(new_doc, np.arange(len(tdoc)), 0))] // cap
+        cuts = np.append(np.flatnonzero(np.diff(group, prepend=-1)), len(tdoc))
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            c = cnt[a:b]
+            rep_t = np.repeat(tdoc[a:b], c)
+            first = np.repeat(lo[a:b] - (np.cumsum(c) - c), c)
+            rep_v = self.doc[first + np.arange(len(rep_t))]
+            key, inter = np.unique(rep_t * n_val + rep_v, return_counts=True)
+            yield key // n_val, key % n_val, inter
 
 
 def _shingles(texts: list[str], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -331,11 +343,9 @@ def cross_split_near_dups(split: pa.Table, raw_paths: dict[str, str], threshold:
     for s in sorted(sides):
         for texts in _side_texts(raw_paths[s], sides[s], 0, batch_rows):
             tdoc, th, tsize = _shingles(texts, shingle_words)
-            t_i, v_i, inter = index.pairs(tdoc, th, n_val)
-            if not len(inter):
-                continue
-            jac = inter / (tsize[t_i] + index.sizes[v_i] - inter)
-            pairs += len(inter)
-            max_j = max(max_j, float(jac.max()))
-            hit[v_i[jac >= threshold]] = True
+            for t_i, v_i, inter in index.pairs(tdoc, th, n_val):
+                jac = inter / (tsize[t_i] + index.sizes[v_i] - inter)
+                pairs += len(inter)
+                max_j = max(max_j, float(jac.max()))
+                hit[v_i[jac >= threshold]] = True
     return NearDupScan(n_val, n_train, int(hit.sum()), max_j, threshold, pairs)

@@ -154,11 +154,12 @@ def _brute_force_scan(split: pa.Table, raws: dict, threshold: float) -> tuple:
     return len(val), len(train), hits, max_j, pairs
 
 
-def test_near_dup_scan_equals_brute_force_on_planted_copies(tmp_path):
+def test_near_dup_scan_equals_brute_force_on_planted_copies(tmp_path, monkeypatch):
     """The indexed scan finds exactly what comparing every val doc with every train doc finds."""
     import numpy as np
 
     from mix_assets.lib import gen_corpus as gc
+    from mix_assets.lib import split as split_lib
     from mix_assets.lib.split import cross_split_near_dups
     from mix_assets_tests.support.shared_data import FIXTURE
 
@@ -187,7 +188,8 @@ def test_near_dup_scan_equals_brute_force_on_planted_copies(tmp_path):
     straddle_below = is_val[below.pairs[::2, 0] + len(above.texts)].sum()
     # copies above and below the threshold across the split, and exact copies
     assert hits > 20 and straddle_below > 5 and max_j == 1.0 and n_pairs > 10 * hits
-    for batch_rows in (2048, 37):
+    for batch_rows, cap in ((2048, 1 << 22), (37, 1 << 22), (2048, 500)):  # 500: pairs in many small groups
+        monkeypatch.setattr(split_lib._ValIndex.pairs, "__defaults__", (cap,))
         got = cross_split_near_dups(split, raws, threshold=0.8, batch_rows=batch_rows)
         assert (got.val_docs, got.train_docs, got.val_docs_with_train_near_dup, got.max_jaccard,
                 got.pairs_compared) == (n_val, n_train, hits, max_j, n_pairs)
