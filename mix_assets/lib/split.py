@@ -213,6 +213,99 @@ class NearDupScan:
         return self.val_docs_with_train_near_dup / self.val_docs if self.val_docs else 0.0
 
 
+def _sides(split: pa.Table, raw_paths: dict[str, str]) -> dict[str, np.ndarray]:
+    """{source: int8 per raw row: 1 val, 0 train, -1 not in the split}, one hash join per source."""
+    out = {}
+    for s in sorted(set(split.column("source").to_pylist())):
+        part = split.filter(pc.equal(split.column("source"), s))
+        is_val = pc.equal(part.column("split"), "val").to_numpy(zero_copy_only=False).astype(np.int8)
+        ids = pq.read_table(raw_paths[s], columns=["doc_id"]).column(0)
+        pos = pc.index_in(ids, value_set=part.column("doc_id")).to_numpy(zero_copy_only=False)
+        known = ~np.isnan(pos) if pos.dtype.kind == "f" else np.ones(len(pos), bool)
+        side = np.full(len(pos), -1, np.int8)
+        side[known] = is_val[pos[known].astype(np.int64)]
+        out[s] = side
+    return out
+
+
+def _side_texts(path: str, side: np.ndarray, want: int, batch_rows: int = 2048):
+    """Texts of the rows whose side is `want`, a Parquet batch at a time (row positions, no id lookups)."""
+    at = 0
+    for batch in pq.ParquetFile(path).iter_batches(columns=["text"], batch_size=batch_rows):
+        sel = np.flatnonzero(side[at: at + batch.num_rows] == want)
+        at += batch.num_rows
+        if len(sel):
+            yield batch.column(0).take(pa.array(sel)).fill_null("").to_pylist()
+
+
+class _ValIndex:
+    """Val shingle hashes as an inverted index: distinct sorted hashes, per hash the val docs holding it.
+
+    Lookups go through a bucket table on the hashes' top bits (one bucket per distinct hash on
+    average; splitmix64 output is uniform), so a train shingle costs O(1), not O(log #val shingles).
+    """
+
+    def __init__(self, doc: np.ndarray, h: np.ndarray, sizes: np.ndarray):
+        order = np.argsort(h, kind="stable")
+        h, self.doc, self.sizes = h[order], doc[order], sizes
+        new = np.ones(len(h), bool)
+        new[1:] = h[1:] != h[:-1]
+        self.hashes = h[new]
+        self.start = np.append(np.flatnonzero(new), len(h)).astype(np.int64)
+        bits = max(1, int(np.ceil(np.log2(len(self.hashes) + 1))))
+        self.shift = np.uint64(64 - bits)
+        self.bucket = np.zeros((1 << bits) + 1, np.int64)
+        np.cumsum(np.bincount((self.hashes >> self.shift).astype(np.int64), minlength=1 << bits),
+                  out=self.bucket[1:])
+        # 8 filter bits per distinct hash (1 byte each, cache-resident far longer than the table):
+        # most train shingles are in no val doc and are dropped here before touching the table.
+        self.fshift = np.uint64(64 - bits - 3)
+        slot = (self.hashes >> self.fshift).astype(np.int64)
+        self.filter = np.zeros(1 << bits, np.uint8)
+        np.bitwise_or.at(self.filter, slot >> 3, np.left_shift(1, slot & 7).astype(np.uint8))
+
+    def find(self, q: np.ndarray) -> np.ndarray:
+        """Index into `hashes` of each query hash, -1 when no val doc holds it."""
+        slot = (q >> self.fshift).astype(np.int64)
+        act = np.flatnonzero((self.filter[slot >> 3] >> (slot & 7).astype(np.uint8)) & 1)
+        b = (q[act] >> self.shift).astype(np.int64)
+        lo, hi = self.bucket[b], self.bucket[b + 1]
+        out = np.full(len(q), -1, np.int64)
+        act, lo, hi = act[hi > lo], lo[hi > lo], hi[hi > lo]
+        pos = lo
+        while len(act):
+            v, want = self.hashes[pos], q[act]
+            eq = v == want
+            out[act[eq]] = pos[eq]
+            go = (v < want) & (pos + 1 < hi)
+            act, pos, hi = act[go], pos[go] + 1, hi[go]
+        return out
+
+    def pairs(self, tdoc: np.ndarray, th: np.ndarray, n_val: int, cap: int = 1 << 22):
+        """Yield (train doc, val doc, shared shingles) of every pair sharing at least one shingle.
+
+        `tdoc` is sorted. Train documents are taken in groups whose (train shingle, val doc)
+        incidences add up to about `cap`, so memory is bounded by `cap`, not by the batch x val size;
+        a pair lies in one group (one train document), so its count is exact.
+        """
+        u = self.find(th)
+        m = u >= 0
+        tdoc, u = tdoc[m], u[m]
+        lo, cnt = self.start[u], self.start[u + 1] - self.start[u]
+        before = np.cumsum(cnt) - cnt
+        new_doc = np.ones(len(tdoc), bool)
+        new_doc[1:] = tdoc[1:] != tdoc[:-1]
+        group = before[np.maximum.accumulate(np.where(new_doc, np.arange(len(tdoc)), 0))] // cap
+        cuts = np.append(np.flatnonzero(np.diff(group, prepend=-1)), len(tdoc))
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            c = cnt[a:b]
+            rep_t = np.repeat(tdoc[a:b], c)
+            first = np.repeat(lo[a:b] - (np.cumsum(c) - c), c)
+            rep_v = self.doc[first + np.arange(len(rep_t))]
+            key, inter = np.unique(rep_t * n_val + rep_v, return_counts=True)
+            yield key // n_val, key % n_val, inter
+
+
 def _shingles(texts: list[str], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(doc index, shingle hash) unique pairs sorted by doc then hash, and per-doc set sizes."""
     from mix_assets.lib.minhash import shingle_sets
@@ -222,55 +315,37 @@ def _shingles(texts: list[str], n: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     return np.repeat(np.arange(len(texts), dtype=np.int64), sizes), g, sizes
 
 
-def _iter_texts(path: str, wanted: set[str], batch_rows: int = 2048):
-    value_set = pa.array(sorted(wanted), pa.string())
-    for batch in pq.ParquetFile(path).iter_batches(columns=["doc_id", "text"], batch_size=batch_rows):
-        sel = batch.filter(pc.is_in(batch.column(0), value_set=value_set))
-        if sel.num_rows:
-            yield sel.column(0).to_pylist(), sel.column(1).fill_null("").to_pylist()
-
-
 def cross_split_near_dups(split: pa.Table, raw_paths: dict[str, str], threshold: float,
-                          shingle_words: int = 5) -> NearDupScan:
+                          shingle_words: int = 5, batch_rows: int = 2048) -> NearDupScan:
     """Re-measure train/val near-duplicates from the text itself, independently of dedup's clusters.
 
-    Val shingle sets are held in memory (val is ~2 % of the mix); train documents stream by in
-    Parquet batches and are compared exactly (set Jaccard) with every val document they share a
-    shingle with.
+    Exact: every (train, val) pair sharing a shingle is compared by set Jaccard. Val shingles are
+    held as an inverted index (val is ~2 % of the mix); train documents stream by in Parquet
+    batches, each shingle looked up in O(1), shared shingles counted per pair. Cost: linear in
+    the text plus the pairs sharing a shingle (`pairs_compared`, reported).
     """
-    is_val = pc.equal(split.column("split"), "val")
-    by_source: dict[str, tuple[set, set]] = {}
-    for d, s, v in zip(split.column("doc_id").to_pylist(), split.column("source").to_pylist(),
-                       is_val.to_pylist()):
-        by_source.setdefault(s, (set(), set()))[0 if v else 1].add(d)
-    val_texts: list[str] = []
-    for s in sorted(by_source):
-        for _, texts in _iter_texts(raw_paths[s], by_source[s][0]):
-            val_texts.extend(texts)
-    vdoc, vh, vsize = _shingles(val_texts, shingle_words)
-    order = np.argsort(vh, kind="stable")
-    vdoc, vh = vdoc[order], vh[order]
-    hit = np.zeros(len(val_texts), bool)
-    max_j, pairs, n_train = 0.0, 0, 0
-    for s in sorted(by_source):
-        for _, texts in _iter_texts(raw_paths[s], by_source[s][1]):
-            n_train += len(texts)
+    sides = _sides(split, raw_paths)
+    docs, hashes, sizes, n_val = [], [], [], 0
+    for s in sorted(sides):
+        for texts in _side_texts(raw_paths[s], sides[s], 1, batch_rows):
+            d, h, z = _shingles(texts, shingle_words)
+            docs.append(d + n_val)
+            hashes.append(h)
+            sizes.append(z)
+            n_val += len(texts)
+    n_train = sum(int((side == 0).sum()) for side in sides.values())
+    hit = np.zeros(n_val, bool)
+    max_j, pairs = 0.0, 0
+    if not n_val:
+        return NearDupScan(0, n_train, 0, max_j, threshold, pairs)
+    index = _ValIndex(np.concatenate(docs), np.concatenate(hashes), np.concatenate(sizes))
+    del docs, hashes
+    for s in sorted(sides):
+        for texts in _side_texts(raw_paths[s], sides[s], 0, batch_rows):
             tdoc, th, tsize = _shingles(texts, shingle_words)
-            lo = np.searchsorted(vh, th, "left")
-            hi = np.searchsorted(vh, th, "right")
-            cnt = hi - lo
-            m = cnt > 0
-            if not m.any():
-                continue
-            tdoc, lo, cnt = tdoc[m], lo[m], cnt[m]
-            # expand each matching shingle to the val documents holding it
-            rep_t = np.repeat(tdoc, cnt)
-            starts = np.repeat(lo - np.concatenate(([0], np.cumsum(cnt)[:-1])), cnt)
-            rep_v = vdoc[starts + np.arange(len(rep_t))]
-            key, inter = np.unique(rep_t * len(val_texts) + rep_v, return_counts=True)
-            t_i, v_i = key // len(val_texts), key % len(val_texts)
-            jac = inter / (tsize[t_i] + vsize[v_i] - inter)
-            pairs += len(key)
-            max_j = max(max_j, float(jac.max()))
-            hit[v_i[jac >= threshold]] = True
-    return NearDupScan(len(val_texts), n_train, int(hit.sum()), max_j, threshold, pairs)
+            for t_i, v_i, inter in index.pairs(tdoc, th, n_val):
+                jac = inter / (tsize[t_i] + index.sizes[v_i] - inter)
+                pairs += len(inter)
+                max_j = max(max_j, float(jac.max()))
+                hit[v_i[jac >= threshold]] = True
+    return NearDupScan(n_val, n_train, int(hit.sum()), max_j, threshold, pairs)

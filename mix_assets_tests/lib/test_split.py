@@ -127,3 +127,69 @@ def test_near_dup_scan_finds_an_edited_copy_across_the_split(tmp_path):
     dirty = cross_split_near_dups(sp, raws, threshold=0.8)
     assert dirty.val_docs_with_train_near_dup == 1 and dirty.max_jaccard >= 0.8
     assert dirty.rate == pytest.approx(1 / dirty.val_docs)
+
+
+def _brute_force_scan(split: pa.Table, raws: dict, threshold: float) -> tuple:
+    """All val x train pairs, Python sets of the same shingle hashes: (hits, max J, pairs sharing one)."""
+    from mix_assets.lib.minhash import shingle_sets
+
+    side = dict(zip(split.column("doc_id").to_pylist(), split.column("split").to_pylist()))
+    val, train = [], []
+    for path in raws.values():
+        t = pq.read_table(path, columns=["doc_id", "text"])
+        texts = [x or "" for x in t.column("text").to_pylist()]
+        g, off = shingle_sets(texts, 5)
+        for d, a, b in zip(t.column("doc_id").to_pylist(), off[:-1], off[1:]):
+            {"val": val, "train": train, None: []}[side.get(d)].append(set(g[a:b].tolist()))
+    hits, max_j, pairs = 0, 0.0, 0
+    for v in val:
+        best = 0.0
+        for t in train:
+            inter = len(v & t)
+            if inter:
+                pairs += 1
+                best = max(best, inter / (len(v) + len(t) - inter))
+        hits += best >= threshold
+        max_j = max(max_j, best)
+    return len(val), len(train), hits, max_j, pairs
+
+
+def test_near_dup_scan_equals_brute_force_on_planted_copies(tmp_path, monkeypatch):
+    """The indexed scan finds exactly what comparing every val doc with every train doc finds."""
+    import numpy as np
+
+    from mix_assets.lib import gen_corpus as gc
+    from mix_assets.lib import split as split_lib
+    from mix_assets.lib.split import cross_split_near_dups
+    from mix_assets_tests.support.shared_data import FIXTURE
+
+    model = gc.MarkovModel.from_files(sorted((FIXTURE / "sources").glob("*/*.txt")), order=1)
+    above = gc.generate(model, 240, seed=3, near_dup_fraction=0.25, jaccard_range=(0.80, 0.86))
+    below = gc.generate(model, 60, seed=4, near_dup_fraction=1.0, jaccard_range=(0.72, 0.7999))
+    texts = above.texts + below.texts + ["one two", "", None, "one two", above.texts[0]]
+    pairs = np.concatenate([above.pairs, below.pairs + len(above.texts)])
+    rng = np.random.default_rng(0)
+    is_val = rng.random(len(texts)) < 0.1
+    is_val[pairs[::2, 0]], is_val[pairs[::2, 1]] = True, False  # half the planted pairs straddle the split
+    is_val[-5], is_val[-2], is_val[-1] = True, False, False  # short doc in val; copies in train
+    ids = [f"d{i:04d}" for i in range(len(texts))]
+    which = rng.integers(0, 2, len(texts))
+    raws = {}
+    for k, s in enumerate(["a", "b"]):
+        idx = np.flatnonzero(which == k)
+        raws[s] = str(tmp_path / f"{s}.parquet")
+        pq.write_table(pa.table({"doc_id": [ids[i] for i in idx], "source": [s] * len(idx),
+                                 "text": pa.array([texts[i] for i in idx], pa.string())}), raws[s])
+    in_split = np.arange(len(texts)) != 7  # one raw row excluded (masked): on neither side
+    split = pa.table({"doc_id": [ids[i] for i in np.flatnonzero(in_split)],
+                      "source": [["a", "b"][which[i]] for i in np.flatnonzero(in_split)],
+                      "split": ["val" if is_val[i] else "train" for i in np.flatnonzero(in_split)]})
+    n_val, n_train, hits, max_j, n_pairs = _brute_force_scan(split, raws, 0.8)
+    straddle_below = is_val[below.pairs[::2, 0] + len(above.texts)].sum()
+    # copies above and below the threshold across the split, and exact copies
+    assert hits > 20 and straddle_below > 5 and max_j == 1.0 and n_pairs > 10 * hits
+    for batch_rows, cap in ((2048, 1 << 22), (37, 1 << 22), (2048, 500)):  # 500: pairs in many small groups
+        monkeypatch.setattr(split_lib._ValIndex.pairs, "__defaults__", (cap,))
+        got = cross_split_near_dups(split, raws, threshold=0.8, batch_rows=batch_rows)
+        assert (got.val_docs, got.train_docs, got.val_docs_with_train_near_dup, got.max_jaccard,
+                got.pairs_compared) == (n_val, n_train, hits, max_j, n_pairs)
