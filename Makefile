@@ -22,9 +22,10 @@ setup: $(BIN)/python
 run: setup
 	$(BIN)/dagster job execute -m mix_assets.definitions -a defs -j rebuild_mix
 
+# dg compares the active venv with the project's and warns when none is active: name ours
 ui:
 	@echo "Dagster UI on http://127.0.0.1:3000 (Ctrl-C to stop)"
-	$(BIN)/dg dev -h 127.0.0.1 -p 3000
+	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(BIN)/dg dev -h 127.0.0.1 -p 3000
 
 system-deps:
 	bash scripts/install_system_deps.sh

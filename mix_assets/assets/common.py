@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import warnings
 
 import dagster as dg
 
 from mix_assets.lib import lineage
 from mix_assets.lib.tables import read_parquet, write_parquet  # noqa: F401  (the stages' Parquet I/O)
 from mix_assets.lib.storage import Storage
+
+
+# The engine resource is bound on the assets that map over chunks (resource_defs), so that a
+# `materialize(..., resources={"mix": ...})` needs nothing more; Dagster 1.13 marks that parameter beta and
+# would print the warning at every code-location load (the README promises a start without warnings).
+warnings.filterwarnings("ignore", message=r"Parameter `resource_defs` of function `asset` is currently in beta")
 
 
 def raw_key(source: str) -> dg.AssetKey:
