@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import os
 import statistics
@@ -55,16 +54,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-
-def _load_tokens_bench():
-    # a bench script, not a package module: load it by path
-    spec = importlib.util.spec_from_file_location("bench_tokens", REPO / "bench" / "tokens.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bt = _load_tokens_bench()
+import tokens as bt  # noqa: E402 - bench/tokens.py, beside this script (its folder is sys.path[0])
 OUT = REPO / "bench" / "out" / "shards_audit"
 EVALS = bt.DATA.parent / "evals"
 # the five non-test eval splits of ../shared/data, configured as in configs/shared-sample.yaml

@@ -108,12 +108,7 @@ def test_processes_sharing_a_cache_read_the_same_samples_from_the_hub(mix, tmp_p
 @pytest.mark.slow
 def test_processes_sharing_a_cache_read_the_same_samples_from_seaweedfs(mix, tmp_path, seaweedfs):
     root, m = mix
-    url = seaweedfs.url("reader-cache")
-    bucket, prefix = url[len("s3://"):].split("/", 1)
-    writer = seaweedfs.client("writer")
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            writer.upload_file(str(p), bucket, f"{prefix}/{p.relative_to(root).as_posix()}")
+    url = seaweedfs.upload_dir(root, "reader-cache")
     results = _run_workers(url, tmp_path / "c", ("s3", seaweedfs.endpoint, *READER), 4, batches=40, bs=3)
     _assert_same_as_one_process(root, m, results, 3, tmp_path)
 

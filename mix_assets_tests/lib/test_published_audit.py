@@ -288,12 +288,7 @@ def test_reads_the_revision_from_s3_with_a_read_only_identity(tmp_path, tokenize
     ref = P.load_reference(spec)
     root = tmp_path / "mix"
     write_token_mix(root, tokenizer_dir, _docs(1, planted={9: ITEM0}), _docs(2, n=12), 24)
-    url = seaweedfs.url("pubaudit")
-    bucket, prefix = url[len("s3://"):].split("/", 1)
-    writer = seaweedfs.client("writer")
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            writer.upload_file(str(p), bucket, f"{prefix}/{p.relative_to(root).as_posix()}")
+    url = seaweedfs.upload_dir(root, "pubaudit")
     local = P.audit_published(root, spec, tmp_path / "c1", reference=ref)
     remote = P.audit_published(url, spec, tmp_path / "c2", reference=ref,
                                s3_client=seaweedfs.client("reader"))

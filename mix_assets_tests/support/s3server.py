@@ -65,6 +65,16 @@ class SeaweedS3:
         """A fresh `s3://bucket/<name>-<random>` prefix."""
         return f"s3://{self.bucket}/{name}-{uuid.uuid4().hex[:8]}"
 
+    def upload_dir(self, root: Path, name: str) -> str:
+        """Every file under `root`, uploaded by the writer to a fresh prefix; returns its s3:// URL."""
+        url = self.url(name)
+        bucket, prefix = url[len("s3://"):].split("/", 1)
+        writer = self.client("writer")
+        for p in sorted(Path(root).rglob("*")):
+            if p.is_file():
+                writer.upload_file(str(p), bucket, f"{prefix}/{p.relative_to(root).as_posix()}")
+        return url
+
 
 def start_seaweedfs(workdir: Path, timeout: float = 30.0) -> SeaweedS3:
     binary = weed_binary()
