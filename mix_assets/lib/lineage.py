@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, Optional, Protocol
+from typing import Any, NoReturn, Optional, Protocol
 
 FORMAT = "mix_assets.lineage/1"
 RECORD = "lineage/{asset}.json"  # = layout.LINEAGE
@@ -141,13 +141,13 @@ def verify_inputs(store: Store, consumer: str, inputs: Iterable[str], *, hash_fi
                 stale.add(name)
             else:
                 todo.append(up)
-    if not problems:
-        return {n: records[n]["data_version"] for n in inputs}
-    return _raise(consumer, problems, stale, edges, inputs)
+    if problems:
+        _raise(consumer, problems, stale, edges, inputs)
+    return {n: records[n]["data_version"] for n in inputs}
 
 
 def _raise(consumer: str, problems: list[str], stale: set[str], edges: dict[str, list[str]],
-           inputs: list[str]) -> dict:
+           inputs: list[str]) -> NoReturn:
     """Everything between a stale asset and the consumer must be redone, upstream first."""
     order: list[str] = []
     needs: dict[str, bool] = {}
