@@ -37,6 +37,10 @@ samples_consumed // num_samples and epoch_perm_sha is that epoch's permutation. 
 exactly these fields, each of its type (an int is never a bool; numpy integers count as ints), checks
 those relations, and recomputes and compares the rest (the state's `epochs` may differ from the reader's:
 resume with more passes). Any problem raises ResumeMismatchError naming the field. Nothing is re-shuffled.
+
+Jobs of several ranks and workers: `r.plan(global_batch, rank, world_size, steps)` (a StepPlan) says which
+positions each rank and worker reads at each global step, and `r.state_at(samples_consumed, step)` is the
+job's state at a step boundary; mix_assets/torch_data.py wraps both for torch (docs/reader.md).
 """
 
 from __future__ import annotations
