@@ -74,20 +74,19 @@ class _MixSource:
         return self._reader
 
     def __getstate__(self) -> dict:
-        # readers are opened per process; the job reader (main process only) keeps the resume point
-        return {**self.__dict__, "_reader": None, "_pid": -1, "_job_reader": None}
+        return {**self.__dict__, "_reader": None, "_pid": -1}  # each process opens its own
 
     def _job(self, global_batch: int, state: dict | None, steps: int | None, rank: int | None,
              world_size: int | None) -> StepPlan:
         """The job's plan for this rank from `state` (checked against this mix, seed and permutation)."""
-        r = open_mix(self.location, **self.open_kwargs)  # the job's reader: holds the resume point
-        if state is not None:
+        r = self.reader
+        if state is not None:  # checked (and positioned) on a reader of its own: self.reader's cursor stays put
+            r = open_mix(self.location, **self.open_kwargs)
             r.load_state_dict(state)
-        self._job_reader = r
         return r.plan(global_batch, *rank_and_world(rank, world_size), steps=steps)
 
     def _state_at(self, plan: StepPlan, step: int) -> dict:
-        return self._job_reader.state_at(plan.consumed_at(step), step)
+        return self.reader.state_at(plan.consumed_at(step), step)  # pure: any reader of this mix and seed
 
 
 def _tokens(x: np.ndarray) -> torch.Tensor:
