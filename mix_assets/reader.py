@@ -786,8 +786,8 @@ class MixReader:
         return self.state_at(self.samples_consumed, self.step)
 
     def state_at(self, samples_consumed: int, step: int) -> dict:
-        """The state_dict of this reader's job had its cursor been at (samples_consumed, step): what ranks and
-        workers that read batches of one job without moving this reader's cursor checkpoint (torch_data.py)."""
+        """The state_dict this reader would have with its cursor at (samples_consumed, step), without moving it:
+        the checkpoint of a job whose ranks and workers read the batches (torch_data.py)."""
         if not 0 <= step <= samples_consumed:
             raise ValueError(f"state_at: need 0 <= step <= samples_consumed, got step {step}, "
                              f"samples_consumed {samples_consumed}")
