@@ -37,6 +37,10 @@ samples_consumed // num_samples and epoch_perm_sha is that epoch's permutation. 
 exactly these fields, each of its type (an int is never a bool; numpy integers count as ints), checks
 those relations, and recomputes and compares the rest (the state's `epochs` may differ from the reader's:
 resume with more passes). Any problem raises ResumeMismatchError naming the field. Nothing is re-shuffled.
+
+Jobs of several ranks and workers: `r.plan(global_batch, rank, world_size, steps)` (a StepPlan) says which
+positions each rank and worker reads at each global step, and `r.state_at(samples_consumed, step)` is the
+job's state at a step boundary; mix_assets/torch_data.py wraps both for torch (docs/reader.md).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ import os
 import shutil
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -476,6 +481,58 @@ class _SharedCache:
             return self._scan()[0]
 
 
+# -- one job's global steps over ranks and workers ----------------------------------------------------------
+@dataclass(frozen=True)
+class StepPlan:
+    """Which samples each rank and worker of one job reads at each global step (no torch needed).
+
+    The job resumed at (start_consumed, start_step) of a state. Global step s reads the global batch
+    [g, g + B), g = start_consumed + (s - start_step) * B: the single-process reader's batch s. Rank r of
+    world_size W reads the contiguous slice [g + r*b, g + (r+1)*b), b = B / W, so the ranks' slices in rank
+    order are that batch. Worker w of n (of one rank's DataLoader) serves the steps with
+    (s - start_step) % n == w, whole; the DataLoader takes one from each worker in turn, so a rank sees its
+    steps in order. Nothing here depends on W or n but the slicing: resume with any of them (elastic).
+    """
+
+    start_consumed: int
+    start_step: int
+    global_batch: int
+    rank: int = 0
+    world_size: int = 1
+    end_step: int | None = None  # exclusive; None: unbounded
+
+    def __post_init__(self) -> None:
+        if self.global_batch < 1 or self.world_size < 1:
+            raise ValueError(f"global_batch ({self.global_batch}) and world_size ({self.world_size}) must be >= 1")
+        if self.global_batch % self.world_size:
+            raise ValueError(f"global batch {self.global_batch} is not divisible by world_size {self.world_size}: "
+                             f"each rank reads global_batch / world_size samples per step")
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} is not in [0, world_size={self.world_size})")
+
+    @property
+    def rank_batch(self) -> int:
+        return self.global_batch // self.world_size
+
+    def consumed_at(self, step: int) -> int:
+        """samples_consumed once the steps before `step` are done."""
+        if step < self.start_step:
+            raise PositionError(f"step {step} is before this job's resume point (step {self.start_step})")
+        return self.start_consumed + (step - self.start_step) * self.global_batch
+
+    def positions(self, step: int) -> range:
+        """This rank's train-sample positions at global step `step`."""
+        g = self.consumed_at(step) + self.rank * self.rank_batch
+        return range(g, g + self.rank_batch)
+
+    def steps(self, worker: int = 0, num_workers: int = 1) -> range:
+        """The global steps worker `worker` of `num_workers` serves, in order."""
+        if not 0 <= worker < num_workers:
+            raise ValueError(f"worker {worker} is not in [0, num_workers={num_workers})")
+        stop = self.end_step if self.end_step is not None else 1 << 62
+        return range(self.start_step + worker, max(stop, self.start_step + worker), num_workers)
+
+
 # -- the reader -------------------------------------------------------------------------------------------------
 class _Shards:
     """The shards of one split: memmaps opened on demand; remote files held in a _SharedCache."""
@@ -726,21 +783,30 @@ class MixReader:
         return self.samples_consumed // self._n
 
     def state_dict(self) -> dict:
+        return self.state_at(self.samples_consumed, self.step)
+
+    def state_at(self, samples_consumed: int, step: int) -> dict:
+        """The state_dict this reader would have with its cursor at (samples_consumed, step), without moving it:
+        the checkpoint of a job whose ranks and workers read the batches (torch_data.py)."""
+        if not 0 <= step <= samples_consumed:
+            raise ValueError(f"state_at: need 0 <= step <= samples_consumed, got step {step}, "
+                             f"samples_consumed {samples_consumed}")
+        epoch = samples_consumed // self._n
         return {
             "format": STATE_FORMAT,
             "split": self.split,
             "seq_len": self.seq_len,
             "sample_len": self.sample_len,
             "num_samples": self._n,
-            "samples_consumed": self.samples_consumed,
-            "step": self.step,
-            "tokens_consumed": self.tokens_consumed,
+            "samples_consumed": samples_consumed,
+            "step": step,
+            "tokens_consumed": samples_consumed * self.sample_len,
             "shuffle": self.shuffle,
             "shuffle_seed": self.shuffle_seed,
             "shuffle_perm_sha": self.shuffle_perm_sha,
             "epochs": self.epochs,
-            "epoch": self.epoch,
-            "epoch_perm_sha": self.epoch_perm_sha(self.epoch),
+            "epoch": epoch,
+            "epoch_perm_sha": self.epoch_perm_sha(epoch),
             "dataset_files_sha": self.fingerprint,
             INTERPRETATION_KEY: self.manifest[INTERPRETATION_KEY],
         }
@@ -792,6 +858,16 @@ class MixReader:
             raise PositionError(f"load_state_dict would move this reader back from sample {self.samples_consumed} "
                                 f"to {consumed}; open a new reader to roll back deliberately")
         self.samples_consumed, self.step = consumed, step
+
+    def plan(self, global_batch: int, rank: int = 0, world_size: int = 1, steps: int | None = None) -> StepPlan:
+        """The job's global steps from this reader's cursor, sliced for one rank (see StepPlan). It ends before
+        step `steps` (the job's total, if given) and before the first global batch the allowed passes cannot
+        fill (a partial last batch is never read)."""
+        p = StepPlan(self.samples_consumed, self.step, global_batch, rank, world_size, steps)
+        if self.epochs is not None:
+            full = self.step + (self.epochs * self._n - self.samples_consumed) // global_batch
+            p = replace(p, end_step=full if steps is None else min(steps, full))
+        return p
 
     # -- misc ---------------------------------------------------------------------------------------------------
     @property

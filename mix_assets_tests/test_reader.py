@@ -557,3 +557,36 @@ def test_reads_from_seaweedfs_anonymously_fetching_only_needed_shards(mix, tmp_p
     for k in ks:
         assert (r.sample(k) == truth[r.storage_index(k)]).all()
     assert r.fetched == ["train/train-00001.bin"] and r.fingerprint == m["fingerprint"]
+
+
+# -- one job over ranks and workers (torch-free; the torch views: test_torch_data.py) -----------------------------
+def test_step_plan_slices_each_global_batch_by_rank_and_steps_by_worker(mix, tmp_path):
+    root, _ = mix
+    r = open_mix(root, cache_dir=tmp_path / "c", shuffle_seed=SEED)
+    r.next_batch(5)  # the job resumes at (samples_consumed 5, step 1)
+    for world in (1, 2, 3, 6):
+        plans = [r.plan(6, k, world) for k in range(world)]
+        assert plans[0].end_step == 1 + (27 - 5) // 6 == 4  # no partial last global batch
+        for s in range(1, 4):
+            assert [p for pl in plans for p in pl.positions(s)] == list(range(5 + (s - 1) * 6, 5 + s * 6))
+        for n in (1, 2, 3):
+            served = [s for w in range(n) for s in plans[0].steps(w, n)]
+            assert sorted(served) == [1, 2, 3]
+    with pytest.raises(ValueError, match="not divisible"):
+        r.plan(6, 0, 4)
+    with pytest.raises(ValueError, match="rank 2"):
+        r.plan(6, 2, 2)
+    assert r.plan(6, steps=3).end_step == 3
+    assert open_mix(root, cache_dir=tmp_path / "c", shuffle_seed=SEED, epochs=None).plan(6).end_step is None
+
+
+def test_state_at_is_the_state_a_reader_reaches_there(mix, tmp_path):
+    root, _ = mix
+    r = open_mix(root, cache_dir=tmp_path / "c", shuffle_seed=SEED, epochs=2)
+    moved = open_mix(root, cache_dir=tmp_path / "c", shuffle_seed=SEED, epochs=2)
+    for _ in range(5):
+        moved.next_batch(6)  # into the second pass
+    assert r.state_at(30, 5) == moved.state_dict() and r.samples_consumed == 0
+    assert r.state_at(30, 5)["epoch"] == 1
+    with pytest.raises(ValueError, match="step <= samples_consumed"):
+        r.state_at(3, 4)
