@@ -133,7 +133,7 @@ class _Lines:
 def _contamination_bytes(storage, spec, engine) -> tuple[bytes, bytes, dict]:
     log = _Lines()
     audit.write_contamination_report(storage, spec, engine, log=log)
-    kept = audit.scan_kept(storage, spec, engine)
+    kept = audit.kept_overlap(storage, spec)
     assert log.lines[-1].startswith("contamination_report: ") and "done in" in log.lines[-1]
     return (storage.read_bytes(layout.CONTAMINATION_REPORT), storage.read_bytes(layout.CONTAMINATED_DOCS),
             {k: repr(v) for k, v in md.zero_eval_overlap(kept).items()})
@@ -150,7 +150,7 @@ def test_contamination_outputs_bytes_identical_in_process_and_on_ray(ray_instanc
     # masked: 2 of web's 3 planted docs and a clean books doc; web-0007 and books-0005 stay kept
     masked = ["web-0003", "web-0011", "books-0009"]
     with storage.writing(layout.EXCLUSION_MASKS) as tmp:
-        pq.write_table(pa.table({"doc_id": masked}), tmp)
+        pq.write_table(pa.table({"doc_id": masked, "source": [m.split("-")[0] for m in masked]}), tmp)
     want = _contamination_bytes(storage, spec, LOCAL1)
     assert json.loads(want[0])["contaminated_docs"] == 4 and int(want[2]["kept_contaminated_docs"]) == 2
     ray1 = eng.Engine(kind="ray", num_cpus=1, chunk_rows=301)
