@@ -29,6 +29,7 @@ from mix_assets.lib import layout, tables
 from mix_assets.lib.storage import Storage
 from mix_assets.resources import MixResource
 from mix_assets_tests.support import audit_fixtures as audit_fx
+from mix_assets_tests.support.ray_local import local_ray
 from mix_assets_tests.support.shared_data import FIXTURE
 
 LOCAL1, LOCAL2 = eng.Engine(num_cpus=1), eng.Engine(num_cpus=2)
@@ -37,16 +38,9 @@ RAY2 = eng.Engine(kind="ray", num_cpus=2, chunk_rows=250)
 
 @pytest.fixture(scope="module")
 def ray_instance():
-    ray = pytest.importorskip("ray")
-    saved = os.environ.pop("RAY_ADDRESS", None)  # never attach to somebody else's cluster
-    ray.init(address=eng.ray_address(RAY2), **eng.ray_init_options(RAY2))
-    try:
+    with local_ray(RAY2) as ray:
         assert ray.cluster_resources()["CPU"] == 2
         yield ray
-    finally:
-        ray.shutdown()
-        if saved is not None:
-            os.environ["RAY_ADDRESS"] = saved
     assert not ray.is_initialized()
 
 
