@@ -116,3 +116,17 @@ def test_ray_tasks_write_the_in_process_report(ray_instance, tmp_path, tokenizer
     local = P.audit_published(root, spec, tmp_path / "c1", reference=ref, eng=eng.Engine(num_cpus=1))
     on_ray = P.audit_published(root, spec, tmp_path / "c2", reference=ref, eng=RAY2)
     assert P.dumps(on_ray) == P.dumps(local) and local["overlap_total"] > 0
+
+
+def test_cli_takes_the_worker_count_and_writes_the_same_report(tmp_path, tokenizer_dir):
+    from mix_assets.audit_published import main
+
+    spec = make_spec(tmp_path)
+    write_token_mix(tmp_path / "mix", tokenizer_dir, _docs(1, planted={9: ITEM0}), _docs(2, n=12), 24, n_shards=4)
+    outs = []
+    for workers in ("1", "3"):
+        out = tmp_path / f"w{workers}.json"
+        assert main([str(tmp_path / "mix"), "--config", str(spec.config_path), "--json", str(out),
+                     "--workers", workers]) == P.EXIT_OVERLAP
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
