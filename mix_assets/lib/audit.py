@@ -209,8 +209,8 @@ def scan_sources(storage, sources: Iterable[str], eng: engine.Engine = engine.En
     loc = RegistryLocation.of(storage)
     reg = registry_at(loc)  # loaded here once: the in-process engine's tasks reuse it
     sources = list(sources)
-    paths = tables.raw_paths(storage, sources)
-    chunks = [(s, rng) for s in sources for rng in engine.row_ranges(paths[s], eng.chunk_rows)]
+    chunks = [(s, rng) for s in sources
+              for rng in tables.row_ranges(storage, layout.RAW_DOCS.format(source=s), eng.chunk_rows)]
     inner = 1 if eng.kind == "ray" or eng.num_cpus > 1 else threads
     fn = functools.partial(scan_chunk, registry=loc, threads=inner)
     prog = Progress(log, label, total_docs=sum(r.stop - r.start for _, r in chunks)) if log else None
