@@ -158,12 +158,13 @@ class SplitTally:
     continued_pieces: int = 0  # pieces decoded with a carry from the previous sample
     short_carries: int = 0  # carries with fewer than n + 1 words within max_carry_tokens
     words_scanned: int = 0
+    text_bytes: int = 0  # UTF-8 bytes decoded, carries included (progress lines only, not in the report)
     hits: dict[int, np.ndarray] = field(default_factory=dict)  # sample -> overlap n-grams per task
 
     def merge(self, other: "SplitTally") -> None:
         """Add the counts of a later range of the same split (a sample's hits may come from both)."""
         for f in ("samples_scanned", "tokens_scanned", "separators", "documents", "pieces", "continued_pieces",
-                  "short_carries", "words_scanned"):
+                  "short_carries", "words_scanned", "text_bytes"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
         for sample, v in other.hits.items():
             self.hits[sample] = self.hits[sample] + v if sample in self.hits else v
@@ -309,7 +310,10 @@ class SplitScanner:
         t = self.tally
         carries, cwords = self._carries(pieces)
         texts = self._decode([np.concatenate([c, p.new]) if len(c) else p.new for c, p in zip(carries, pieces)])
-        h, off = tk.word_hashes(tk.words(pa.array(texts, pa.large_string())))
+        arr = pa.array(texts, pa.large_string())
+        t.text_bytes += int(pc.sum(pc.binary_length(arr)).as_py() or 0)
+        h, off = tk.word_hashes(tk.words(arr))
+        del arr
         del texts
         m = len(pieces)
         starts = off[:-1]
@@ -408,7 +412,7 @@ def scan_ranges(ranges: list[SampleRange], eng: engine.Engine, log=None, label: 
         else:
             out[rng.split] = got
         if prog:
-            prog.update(docs=got.samples_scanned, tokens=got.tokens_scanned)
+            prog.update(docs=got.samples_scanned, bytes=got.text_bytes, tokens=got.tokens_scanned)
     if prog:
         prog.done(f"{sum(len(t.hits) for t in out.values()):,} samples with overlap")
     return out
