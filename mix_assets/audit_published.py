@@ -1,9 +1,12 @@
 """Audit a published revision against the eval registry of a mix config (no Dagster needed).
 
     python -m mix_assets.audit_published <location> --config configs/<mix>.yaml [--cache-dir DIR] [--json out.json]
+        [--workers N] [--ray [ADDRESS]]
 
 <location>: a local mix directory, s3://bucket/prefix or hf://datasets/org/name@revision[/subdir]
 (as `mix_assets.reader.open_mix`). Prints a table of counts; --json writes the full report.
+Each shard is a map task (lib/engine): --workers threads in this process (default 2), or Ray tasks
+with --ray (a new local instance of N workers, or the cluster at ADDRESS); the report is the same.
 Exit status: 0 = zero overlap with every denominator >= min_rows; otherwise the bits
 1 = overlap found, 4 = a task below min_rows (or without n-grams, or no tasks); 2 = the audit
 could not run (unreadable revision or eval file, test split asked for, bad config, or any crash),
@@ -18,7 +21,7 @@ import traceback
 from pathlib import Path
 
 from mix_assets.config import MixConfigError, load_spec
-from mix_assets.lib import demo_corpus
+from mix_assets.lib import demo_corpus, engine
 from mix_assets.lib import published_audit as pa_
 from mix_assets.lib.evals import EvalDataError, TestSplitRefused
 from mix_assets.lib.manifest import ManifestError
@@ -41,7 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", dest="json_out", default=None, help="write the report (counts only) here")
     ap.add_argument("--s3-endpoint-url", default=None, help="S3-compatible endpoint (else AWS_ENDPOINT_URL)")
     ap.add_argument("--anonymous", action="store_true", help="unsigned S3 requests")
+    ap.add_argument("--workers", type=int, default=2, help="shards audited at once (threads, or local Ray CPUs)")
+    ap.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                    help="run the shard tasks on Ray: a new local instance, or the cluster at ADDRESS")
     args = ap.parse_args(argv)
+    eng = engine.Engine(kind="ray" if args.ray else "local", num_cpus=max(1, args.workers),
+                        address=None if args.ray in (None, "local") else args.ray)
     try:
         spec = load_spec(args.config)
         demo_corpus.ensure_for_spec(spec)  # the embedded demo's eval task is generated with its corpus
@@ -50,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
             kw["s3_endpoint_url"] = args.s3_endpoint_url
         if args.anonymous:
             kw["anonymous"] = True
-        report = pa_.audit_published(args.location, spec, args.cache_dir, **kw)
+        with engine.ray_session(eng):
+            report = pa_.audit_published(args.location, spec, args.cache_dir, eng=eng, **kw)
         if args.json_out:
             Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.json_out).write_text(pa_.dumps(report) + "\n")

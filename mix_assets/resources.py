@@ -76,7 +76,7 @@ class EngineResource(dg.ConfigurableResource):
     @classmethod
     def from_spec(cls, spec: MixSpec) -> "EngineResource":
         """One instance per engine section: every asset and check of a job (dedup_keys,
-        contamination_report, zero_eval_overlap) must hold the same object under the key `engine`
+        contamination_report, shards_audit_clean) must hold the same object under the key `engine`
         (Dagster compares resources by reference)."""
         fields = spec.engine.model_dump()
         key = json.dumps(fields, sort_keys=True)

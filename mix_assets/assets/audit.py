@@ -161,17 +161,20 @@ def _zero_eval_overlap(spec: MixSpec):
         asset=EXCLUSION_MASKS_KEY,
         name=ZERO_EVAL_OVERLAP,
         blocking=True,
-        additional_deps=[EVAL_REGISTRY_KEY, *(raw_key(s.name) for s in spec.sources)],
-        description="Re-scan of the KEPT documents (raw minus masked) against the eval registry finds 0 overlap.",
-        resource_defs={"engine": EngineResource.from_spec(spec)},
+        additional_deps=[EVAL_REGISTRY_KEY, CONTAMINATION_REPORT_KEY, *(raw_key(s.name) for s in spec.sources)],
+        description="Every document contamination_report found overlapping the eval registry is masked: the "
+                    "KEPT documents (raw minus masked) have 0 overlap.",
     )
-    def zero_eval_overlap(context: dg.AssetCheckExecutionContext, mix: MixResource,
-                          engine: EngineResource) -> dg.AssetCheckResult:
-        """The kept documents (raw minus masked) re-scanned against the eval registry: 0 overlap."""
+    def zero_eval_overlap(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
+        """The kept documents (raw minus masked) have 0 overlap: every document with a hit is masked."""
         storage = mix.storage
-        verified_inputs(storage, ZERO_EVAL_OVERLAP,
-                        ["exclusion_masks", "eval_registry", *(raw_name(s.name) for s in mix.spec.sources)])
-        scan = lib.scan_kept(storage, mix.spec, engine.engine, log=context.log)
+        # lineage: the report was computed from these raw sources and this registry (no re-scan needed)
+        verified_inputs(storage, ZERO_EVAL_OVERLAP, ["exclusion_masks", "contamination_report", "eval_registry",
+                                                     *(raw_name(s.name) for s in mix.spec.sources)])
+        try:
+            scan = lib.kept_overlap(storage, mix.spec)
+        except lib.AuditInputError as e:
+            raise dg.Failure(description=str(e), allow_retries=False) from None
         bad, t = scan.overlapping_sources(), scan.tally
         return gate(context, EXCLUSION_MASKS_KEY, dg.AssetCheckResult(
             passed=not bad,

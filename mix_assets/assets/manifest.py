@@ -14,7 +14,7 @@ from mix_assets.lib import layout, manifest_builder, published_audit
 from mix_assets.lib.manifest import check_manifest
 from mix_assets.lib.manifest_builder import write_manifest
 from mix_assets.lib.storage import Storage
-from mix_assets.resources import MixResource
+from mix_assets.resources import EngineResource, MixResource
 
 GROUP = "tokens"
 MANIFEST_SELF_CONSISTENT = "manifest_self_consistent"
@@ -71,14 +71,19 @@ def build_manifest_assets(spec: MixSpec) -> list:
             description=f"{len(problems)} problem(s); first: {problems[0]}" if problems else None,
         ))
 
-    @dg.asset_check(asset=manifest, name=SHARDS_AUDIT_CLEAN, blocking=True)
-    def shards_audit_clean(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
-        """The bytes to publish: train and val shards decoded with the mix's tokenizer, 0 eval 13-grams."""
+    @dg.asset_check(asset=manifest, name=SHARDS_AUDIT_CLEAN, blocking=True,
+                    resource_defs={"engine": EngineResource.from_spec(spec)})  # every engine: the same report
+    def shards_audit_clean(context: dg.AssetCheckExecutionContext, mix: MixResource,
+                           engine: EngineResource) -> dg.AssetCheckResult:
+        """The bytes to publish: train and val shards decoded with the mix's tokenizer, 0 eval 13-grams.
+
+        Each shard is a map task on `engine` (in process or Ray)."""
         st, s = mix.storage, mix.spec
         inputs = verified_inputs(st, SHARDS_AUDIT_CLEAN, ["manifest"])
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="shards-audit-", dir=_cache_dir(st)) as cache:
-            report = published_audit.audit_published(st.uri(layout.MIX_DIR), s, cache,
+            report = published_audit.audit_published(st.uri(layout.MIX_DIR), s, cache, eng=engine.engine,
+                                                     log=context.log, label=SHARDS_AUDIT_CLEAN,
                                                      s3_endpoint_url=st.s3_endpoint_url)
         secs = time.perf_counter() - t0
         st.write_text(layout.SHARDS_AUDIT, published_audit.dumps(report))

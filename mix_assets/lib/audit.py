@@ -201,17 +201,16 @@ def scan_chunk(rows: engine.RowRange, registry: RegistryLocation, threads: int =
 
 
 def scan_sources(storage, sources: Iterable[str], eng: engine.Engine = engine.Engine(), threads: int = 2,
-                 masked: set | None = None, log=None, label: str = "contamination scan") -> ct.Tally:
-    """Scan every source's documents (minus `masked` doc ids) against the registry.
+                 log=None, label: str = "contamination scan") -> ct.Tally:
+    """Scan every source's documents against the registry.
 
     Map: `scan_chunk` over `eng.chunk_rows` row ranges on `eng` (in process or Ray tasks); gathered in
-    chunk order into one Tally, so the counts and hits do not depend on the engine or the chunk size.
-    Masked documents are scanned too and dropped here (their counts never reach the tally)."""
+    chunk order into one Tally, so the counts and hits do not depend on the engine or the chunk size."""
     loc = RegistryLocation.of(storage)
     reg = registry_at(loc)  # loaded here once: the in-process engine's tasks reuse it
     sources = list(sources)
-    paths = tables.raw_paths(storage, sources)
-    chunks = [(s, rng) for s in sources for rng in engine.row_ranges(paths[s], eng.chunk_rows)]
+    chunks = [(s, rng) for s in sources
+              for rng in tables.row_ranges(storage, layout.RAW_DOCS.format(source=s), eng.chunk_rows)]
     inner = 1 if eng.kind == "ray" or eng.num_cpus > 1 else threads
     fn = functools.partial(scan_chunk, registry=loc, threads=inner)
     prog = Progress(log, label, total_docs=sum(r.stop - r.start for _, r in chunks)) if log else None
@@ -219,12 +218,7 @@ def scan_sources(storage, sources: Iterable[str], eng: engine.Engine = engine.En
     for s in sources:
         tally.add(s, [], np.zeros((0, len(reg.tasks)), np.int64))  # a source with no docs still reports
     for (s, _), got in zip(chunks, engine.map_chunks(fn, [r for _, r in chunks], eng)):
-        ids, counts = got.doc_ids, got.counts
-        if masked:
-            keep = [i for i, d in enumerate(ids) if d not in masked]
-            if len(keep) < len(ids):
-                ids, counts = [ids[i] for i in keep], counts[keep]
-        tally.add(s, ids, counts)
+        tally.add(s, got.doc_ids, got.counts)
         if prog:
             prog.update(docs=len(got.doc_ids), bytes=got.text_bytes)
     if prog:
@@ -271,6 +265,7 @@ def write_contamination_report(storage, spec: MixSpec, eng: engine.Engine = engi
         "source": pa.array([h[1] for h in hits], pa.string()),
         "tasks": pa.array([h[2] for h in hits], pa.list_(pa.string())),
         "overlap_ngrams": pa.array([h[3] for h in hits], pa.int64()),
+        "task_overlap_ngrams": pa.array([h[4] for h in hits], pa.list_(pa.int64())),  # aligned with tasks
     })
     with storage.writing(layout.CONTAMINATED_DOCS) as tmp:
         pq.write_table(table, tmp)
@@ -278,13 +273,46 @@ def write_contamination_report(storage, spec: MixSpec, eng: engine.Engine = engi
     return Scan(tally, ngrams, reg.nbytes, contaminated=table), report
 
 
-def scan_kept(storage, spec: MixSpec, eng: engine.Engine = engine.Engine(), log=None) -> Scan:
-    """Re-scan the documents the exclusion masks keep (raw minus masked) against the registry."""
-    reg, meta = load_registry(storage)
-    masks = pq.read_table(storage.source(layout.EXCLUSION_MASKS), columns=["doc_id"])
-    masked = set(masks.column("doc_id").to_pylist())
-    tally = scan_sources(storage, [s.name for s in spec.sources], eng, spec.audit.threads, masked=masked,
-                         log=log, label="zero_eval_overlap")
-    ngrams = {t: m["ngrams"] for t, m in meta["tasks"].items()}
-    return Scan(tally, ngrams, reg.nbytes, len(masked))
+class AuditInputError(ValueError):
+    """contamination_report's outputs cannot answer for the current mix (the message names file and field)."""
 
+
+def kept_overlap(storage, spec: MixSpec) -> Scan:
+    """The overlap the exclusion masks keep, from contamination_report's outputs (no re-scan).
+
+    The report lists every document with >= 1 hit, with its per-task counts (`contaminated_docs`);
+    lineage (checked by the caller) proves it was computed from the current raw sources and eval
+    registry. A kept document overlaps iff it is in that list and its doc_id is not masked."""
+    meta = json.loads(storage.read_text(layout.EVAL_REGISTRY))
+    report = json.loads(storage.read_text(layout.CONTAMINATION_REPORT))
+    names = [s.name for s in spec.sources]
+    missing = [s for s in names if s not in report["sources"]]
+    if missing:
+        raise AuditInputError(f"{storage.uri(layout.CONTAMINATION_REPORT)}: sources {missing} were not scanned; "
+                              "re-materialise contamination_report")
+    masks = tables.read_parquet(storage, layout.EXCLUSION_MASKS)
+    for col in ("doc_id", "source"):
+        if col not in masks.column_names:
+            raise AuditInputError(f"{storage.uri(layout.EXCLUSION_MASKS)}: missing column {col!r}")
+    masked = dict(zip(masks.column("doc_id").to_pylist(), masks.column("source").to_pylist()))
+    hits = tables.read_parquet(storage, layout.CONTAMINATED_DOCS)
+    if "task_overlap_ngrams" not in hits.column_names:
+        raise AuditInputError(f"{storage.uri(layout.CONTAMINATED_DOCS)}: missing column 'task_overlap_ngrams' "
+                              "(written before the per-task counts); re-materialise contamination_report")
+    tasks = list(meta["tasks"])
+    col = {t: i for i, t in enumerate(tasks)}
+    tally = ct.Tally(tasks=tasks)
+    kept: dict[str, tuple[list, list]] = {s: ([], []) for s in names}
+    for r in hits.to_pylist():
+        if r["doc_id"] not in masked and r["source"] in kept:
+            row = np.zeros(len(tasks), np.int64)
+            row[[col[t] for t in r["tasks"]]] = r["task_overlap_ngrams"]
+            kept[r["source"]][0].append(r["doc_id"])
+            kept[r["source"]][1].append(row)
+    n_masked = {s: 0 for s in names}
+    for s in masked.values():
+        n_masked[s] = n_masked.get(s, 0) + 1
+    for s, (ids, rows) in kept.items():
+        tally.add(s, ids, np.array(rows, np.int64).reshape(len(ids), len(tasks)))
+        tally.docs_scanned[s] = report["sources"][s]["docs_scanned"] - n_masked[s]  # every kept doc, not only hits
+    return Scan(tally, {t: m["ngrams"] for t, m in meta["tasks"].items()}, 0, len(masked))

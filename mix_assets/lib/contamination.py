@@ -352,7 +352,8 @@ class Tally:
     docs_with_overlap: dict[str, np.ndarray] = field(default_factory=dict)  # per source, per task
     overlap_ngrams: dict[str, np.ndarray] = field(default_factory=dict)
     contaminated: dict[str, int] = field(default_factory=dict)  # docs with >= 1 overlap, any task
-    hits: list[tuple[str, str, list[str], int]] = field(default_factory=list)  # doc_id, source, tasks, n
+    # doc_id, source, tasks hit, n-grams over those tasks, n-grams per task hit (aligned with tasks)
+    hits: list[tuple[str, str, list[str], int, list[int]]] = field(default_factory=list)
 
     def add(self, source: str, doc_ids: Sequence[str], counts: np.ndarray) -> None:
         k = len(self.tasks)
@@ -363,10 +364,9 @@ class Tally:
         self.docs_with_overlap[source] += (counts > 0).sum(axis=0)
         self.overlap_ngrams[source] += counts.sum(axis=0)
         for i in np.flatnonzero(counts.any(axis=1)):
-            row = counts[i]
-            self.hits.append(
-                (str(doc_ids[i]), source, [self.tasks[t] for t in np.flatnonzero(row)], int(row.sum()))
-            )
+            row, hit = counts[i], np.flatnonzero(counts[i])
+            self.hits.append((str(doc_ids[i]), source, [self.tasks[t] for t in hit], int(row.sum()),
+                              row[hit].tolist()))
             self.contaminated[source] += 1
 
     @property

@@ -23,9 +23,11 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, TypeVar
 
 import pyarrow.parquet as pq
+
+from mix_assets.lib import transport
 
 C = TypeVar("C")
 R = TypeVar("R")
@@ -151,30 +153,45 @@ def ray_session(engine: Engine):
 # -- chunks of Parquet files ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RowRange:
-    """Rows [start, stop) of one Parquet file."""
+    """Rows [start, stop) of one Parquet file.
 
-    path: str
+    `path` names where ANY worker reads it: a local path (this machine), or an `s3://` URL read
+    through lib/transport by range GETs of the footer and the row groups needed (any node with the
+    credentials). A file object also works, in process only (it does not travel to Ray workers)."""
+
+    path: Any
     start: int
     stop: int
+    endpoint_url: Optional[str] = None  # the S3-compatible endpoint of an s3:// path (None: AWS or env)
 
 
-def row_ranges(path: str, chunk_rows: int) -> list[RowRange]:
+@contextlib.contextmanager
+def _parquet(path, endpoint_url: Optional[str]):
+    if isinstance(path, str) and path.startswith("s3://"):
+        with transport.open_url(path, endpoint_url) as f:
+            yield pq.ParquetFile(f)
+    else:
+        yield pq.ParquetFile(path)
+
+
+def row_ranges(path, chunk_rows: int, endpoint_url: Optional[str] = None) -> list[RowRange]:
     """The file cut into consecutive ranges of `chunk_rows` rows (the last may be shorter)."""
-    n = pq.ParquetFile(path).metadata.num_rows
-    return [RowRange(path, s, min(s + chunk_rows, n)) for s in range(0, n, chunk_rows)]
+    with _parquet(path, endpoint_url) as f:
+        n = f.metadata.num_rows
+    return [RowRange(path, s, min(s + chunk_rows, n), endpoint_url) for s in range(0, n, chunk_rows)]
 
 
 def read_rows(rng: RowRange, columns: Sequence[str]):
     """The rows of `rng` as one pyarrow Table (only the row groups overlapping it are read)."""
-    f = pq.ParquetFile(rng.path)
-    md, groups, first, row = f.metadata, [], None, 0
-    for g in range(md.num_row_groups):
-        n = md.row_group(g).num_rows
-        if row + n > rng.start and row < rng.stop:
-            groups.append(g)
-            first = row if first is None else first
-        row += n
-    if not groups:
-        return f.schema_arrow.empty_table().select(list(columns))
-    t = f.read_row_groups(groups, columns=list(columns))
+    with _parquet(rng.path, rng.endpoint_url) as f:
+        md, groups, first, row = f.metadata, [], None, 0
+        for g in range(md.num_row_groups):
+            n = md.row_group(g).num_rows
+            if row + n > rng.start and row < rng.stop:
+                groups.append(g)
+                first = row if first is None else first
+            row += n
+        if not groups:
+            return f.schema_arrow.empty_table().select(list(columns))
+        t = f.read_row_groups(groups, columns=list(columns))
     return t.slice(rng.start - first, rng.stop - rng.start)

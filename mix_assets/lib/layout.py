@@ -26,7 +26,7 @@ EVAL_SCRUB_NGRAMS = "audit/eval_registry/scrub-ngrams.npy"
 
 # contamination_report: counts per source x task (JSON) and the ids of contaminated documents
 CONTAMINATION_REPORT = "audit/contamination_report.json"
-CONTAMINATED_DOCS = "audit/contaminated_docs.parquet"  # doc_id, source, tasks (list<str>), overlap_ngrams
+CONTAMINATED_DOCS = "audit/contaminated_docs.parquet"  # doc_id, source, tasks (list<str>), overlap_ngrams, task_overlap_ngrams (list<int64>, per task)
 
 # exclusion_masks: one row per excluded document: doc_id, source, reasons (list<str>), kept_doc_id (str|null)
 EXCLUSION_MASKS = "masks/exclusion_masks.parquet"

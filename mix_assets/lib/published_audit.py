@@ -8,8 +8,12 @@ manifest), builds the eval registry from the NON-test splits of the config's tas
 which refuses test splits before any I/O) and counts overlaps with `contamination.Registry` — the
 same normalisation, hashing and short-item rule as the in-graph audit.
 
-Streaming: each split is read in storage order, `chunk_samples` samples at a time, so memory is one
-chunk plus the tail of the open document (at most `max_carry_tokens` tokens).
+Map/reduce: every shard is a map task (`audit_range`, on `lib/engine.map_chunks`: in process or as
+Ray tasks) that reads its samples in storage order, `chunk_tokens` at a time, so a task's memory is
+one chunk plus the tail of the open document (at most `max_carry_tokens` tokens). A task starts in
+the state a scan from the split's first sample would have there: it reads back the open document's
+tail from the samples before its shard (`SplitScanner.resume_at`). The tallies are gathered in
+shard order and summed, so the report is the same whatever the engine, worker count or shard cut.
 
 Documents. With a separator token, the token stream is cut at every separator: a window never spans
 two documents, as in the graph's audit. Without one (`packing.separator: null`) document boundaries
@@ -32,7 +36,9 @@ before it is returned for any `audit.scrub_words` consecutive words of a referen
 
 from __future__ import annotations
 
+import functools
 import json
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -43,7 +49,9 @@ import pyarrow.compute as pc
 from mix_assets.config import MixSpec
 from mix_assets.lib import contamination as ct
 from mix_assets.lib import audit as audit_lib
+from mix_assets.lib import engine
 from mix_assets.lib import textkeys as tk
+from mix_assets.lib.progress import Progress
 
 REPORT_FORMAT = "mix_assets.published_audit/1"
 TOKENIZER_FILE = "tokenizer/tokenizer.json"
@@ -150,7 +158,16 @@ class SplitTally:
     continued_pieces: int = 0  # pieces decoded with a carry from the previous sample
     short_carries: int = 0  # carries with fewer than n + 1 words within max_carry_tokens
     words_scanned: int = 0
+    text_bytes: int = 0  # UTF-8 bytes decoded, carries included (progress lines only, not in the report)
     hits: dict[int, np.ndarray] = field(default_factory=dict)  # sample -> overlap n-grams per task
+
+    def merge(self, other: "SplitTally") -> None:
+        """Add the counts of a later range of the same split (a sample's hits may come from both)."""
+        for f in ("samples_scanned", "tokens_scanned", "separators", "documents", "pieces", "continued_pieces",
+                  "short_carries", "words_scanned", "text_bytes"):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+        for sample, v in other.hits.items():
+            self.hits[sample] = self.hits[sample] + v if sample in self.hits else v
 
     def to_json(self, separator: bool, denominators: dict[str, dict]) -> dict:
         per = np.zeros(len(self.tasks), np.int64)
@@ -196,6 +213,33 @@ class SplitScanner:
         self.tail = _Tail(max_carry_tokens)
         self.open = False  # a document is open at the end of the previous sample
         self.tally = SplitTally(split=split, tasks=list(registry.tasks))
+
+    def resume_at(self, first: int, read) -> None:
+        """The state a scan from sample 0 has before sample `first`, from the samples just before it.
+
+        `read(k)` gives sample k. A document is open unless sample first - 1 ends with the separator;
+        its tail is the parts it appended (its start in the sample where it began, then whole samples),
+        read back until its start or until one more part than the tail keeps (the tail's popping
+        depends only on the part lengths, so the same parts give the same `total` and `from_start`)."""
+        if first == 0:
+            return
+        prev = read(first - 1)
+        self.open = self.sep is None or prev[-1] != self.sep
+        if not self.open:
+            return
+        parts, kept, k = [], 0, first - 1
+        while True:
+            x = prev if k == first - 1 else read(k)
+            cuts = np.flatnonzero(x == self.sep) if self.sep is not None else np.zeros(0, np.int64)
+            part = x[cuts[-1] + 1:] if len(cuts) else x
+            if len(part):
+                parts.append(part)
+            if len(cuts) or k == 0 or kept >= self.tail.cap:
+                break  # the document starts here, or the earliest part read is one the tail drops
+            kept += len(part)
+            k -= 1
+        for part in reversed(parts):
+            self.tail.append(part)
 
     def feed(self, first: int, samples: np.ndarray) -> None:
         """Samples [first, first + len(samples)) of the split, in storage order."""
@@ -266,7 +310,10 @@ class SplitScanner:
         t = self.tally
         carries, cwords = self._carries(pieces)
         texts = self._decode([np.concatenate([c, p.new]) if len(c) else p.new for c, p in zip(carries, pieces)])
-        h, off = tk.word_hashes(tk.words(pa.array(texts, pa.large_string())))
+        arr = pa.array(texts, pa.large_string())
+        t.text_bytes += int(pc.sum(pc.binary_length(arr)).as_py() or 0)
+        h, off = tk.word_hashes(tk.words(arr))
+        del arr
         del texts
         m = len(pieces)
         starts = off[:-1]
@@ -302,6 +349,75 @@ def _load_tokenizer(path: str):
         raise PublishedAuditError(f"{TOKENIZER_FILE}: cannot be loaded by tokenizers ({type(e).__name__})") from None
 
 
+_TOKENIZER_LOCK = threading.Lock()
+_TOKENIZERS: dict[str, Any] = {}  # sha256 of tokenizer.json -> Tokenizer: one per process (a Ray worker's too)
+
+
+def _reader_tokenizer(reader):
+    """The revision's tokenizer, fetched and loaded once per process."""
+    sha = reader.manifest["tokenizer"]["files"].get(TOKENIZER_FILE)
+    with _TOKENIZER_LOCK:
+        if sha not in _TOKENIZERS:
+            _TOKENIZERS.clear()
+            _TOKENIZERS[sha] = _load_tokenizer(reader.file_path(TOKENIZER_FILE))
+        return _TOKENIZERS[sha]
+
+
+@dataclass(frozen=True)
+class SampleRange:
+    """Samples [start, stop) of one split, in storage order: one shard, the map chunk of the audit."""
+
+    split: str
+    start: int
+    stop: int
+
+
+def shard_ranges(reader) -> list[SampleRange]:
+    """One range per non-empty shard of the reader's split."""
+    out, first = [], 0
+    for e in reader.manifest["splits"][reader.split]["shards"]:
+        if e["samples"]:
+            out.append(SampleRange(reader.split, first, first + e["samples"]))
+        first += e["samples"]
+    return out
+
+
+def audit_range(rng: SampleRange, *, location: Any, cache_dir: Optional[str], open_kwargs: dict,
+                registry: ct.Registry, separator_id: Optional[int], chunk_tokens: int,
+                max_carry_tokens: int) -> SplitTally:
+    """The map work: scan one range of a split as a scan from the split's first sample would (pure).
+
+    The scanner starts in the state it has at `rng.start` (`SplitScanner.resume_at` reads back the
+    open document's tail), so the range's counts do not depend on where the ranges are cut."""
+    from mix_assets.reader import open_mix
+
+    with open_mix(location, cache_dir, split=rng.split, shuffle=False, epochs=1, **open_kwargs) as r:
+        scanner = SplitScanner(rng.split, _reader_tokenizer(r), registry, separator_id, len(r), max_carry_tokens)
+        scanner.resume_at(rng.start, r.sample)
+        step = max(1, chunk_tokens // r.sample_len)
+        for first in range(rng.start, rng.stop, step):
+            scanner.feed(first, r.samples(first, min(step, rng.stop - first)))
+        return scanner.tally
+
+
+def scan_ranges(ranges: list[SampleRange], eng: engine.Engine, log=None, label: str = "published audit",
+                **job) -> dict[str, SplitTally]:
+    """`audit_range` over `ranges` on `eng`, gathered in range order into one tally per split."""
+    fn = functools.partial(audit_range, **job)
+    prog = Progress(log, label, total_docs=sum(r.stop - r.start for r in ranges), item="samples") if log else None
+    out: dict[str, SplitTally] = {}
+    for rng, got in zip(ranges, engine.map_chunks(fn, ranges, eng)):
+        if rng.split in out:
+            out[rng.split].merge(got)
+        else:
+            out[rng.split] = got
+        if prog:
+            prog.update(docs=got.samples_scanned, bytes=got.text_bytes, tokens=got.tokens_scanned)
+    if prog:
+        prog.done(f"{sum(len(t.hits) for t in out.values()):,} samples with overlap")
+    return out
+
+
 def audit_published(
     location: Any,
     spec: MixSpec,
@@ -310,16 +426,22 @@ def audit_published(
     chunk_tokens: int = 1 << 20,
     max_carry_tokens: int = 1 << 16,
     reference: Optional[EvalReference] = None,
+    eng: engine.Engine = engine.Engine(),
+    log=None,
+    label: str = "published audit",
     **open_kwargs,
 ) -> dict:
-    """The report (counts only) of the published revision at `location` against `spec`'s registry."""
+    """The report (counts only) of the published revision at `location` against `spec`'s registry.
+
+    Each shard is a map task on `eng` (`audit_range`; in process or Ray); `log` gets progress lines.
+    The report does not depend on the engine, its worker count or the shard cut."""
     from mix_assets.reader import open_mix
 
     ref = reference or load_reference(spec)
     readers = {s: open_mix(location, cache_dir, split=s, shuffle=False, epochs=1, **open_kwargs) for s in SPLITS}
     manifest = readers["train"].manifest
     packing = manifest["packing"]
-    tok = _load_tokenizer(readers["train"].file_path(TOKENIZER_FILE))
+    tok = _reader_tokenizer(readers["train"])
     sep_id = packing.get("separator_id")
     if packing.get("separator") is not None:
         got = tok.token_to_id(packing["separator"])
@@ -328,13 +450,13 @@ def audit_published(
                 f"manifest.json packing.separator {packing['separator']!r} has id {sep_id}, the revision's "
                 f"{TOKENIZER_FILE} gives {got}"
             )
-    splits = {}
-    for s, r in readers.items():
-        scanner = SplitScanner(s, tok, ref.registry, sep_id, len(r), max_carry_tokens)
-        step = max(1, chunk_tokens // r.sample_len)
-        for first in range(0, len(r), step):
-            scanner.feed(first, r.samples(first, min(step, len(r) - first)))
-        splits[s] = scanner.tally.to_json(sep_id is not None, ref.denominators)
+    ranges = [rng for r in readers.values() for rng in shard_ranges(r)]
+    for r in readers.values():
+        r.close()
+    tallies = scan_ranges(ranges, eng, log, label, location=location, cache_dir=cache_dir,
+                          open_kwargs=open_kwargs, registry=ref.registry, separator_id=sep_id,
+                          chunk_tokens=chunk_tokens, max_carry_tokens=max_carry_tokens)
+    splits = {s: tallies[s].to_json(sep_id is not None, ref.denominators) for s in SPLITS}
     problems = denominator_problems(ref.denominators)
     total = sum(v["overlap_ngrams"] for v in splits.values())
     report = {

@@ -7,7 +7,7 @@ from typing import Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mix_assets.lib import layout
+from mix_assets.lib import engine, layout
 
 
 # Fixed writer options and no timestamps: the same table gives the same bytes on every build.
@@ -36,3 +36,11 @@ def read_parquet(storage, key: str, columns: list[str] | None = None) -> pa.Tabl
 def raw_paths(storage, sources) -> dict[str, str]:
     """{source: local path of its raw documents parquet} for the given source names."""
     return {s: storage.source(layout.RAW_DOCS.format(source=s)) for s in sources}
+
+
+def row_ranges(storage, key: str, chunk_rows: int) -> list[engine.RowRange]:
+    """`key` cut into map chunks that name where any worker reads it: the s3:// URL on an S3 root
+    (range GETs through lib/transport, never a download into this step's cache), else the local path."""
+    if storage.is_s3:
+        return engine.row_ranges(storage.uri(key), chunk_rows, storage.s3_endpoint_url)
+    return engine.row_ranges(storage.local_path(key), chunk_rows)

@@ -29,6 +29,7 @@ import io
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -118,6 +119,27 @@ def s3_client(endpoint_url: str | None = None, region: str | None = None, *, acc
     kw = {"aws_access_key_id": access_key, "aws_secret_access_key": secret_key} if access_key and not anonymous else {}
     return boto3.client("s3", endpoint_url=endpoint, region_name=region or session.region_name or "us-east-1",
                         config=cfg, **kw)
+
+
+_CLIENTS_LOCK = threading.Lock()
+_CLIENTS: dict[str | None, Any] = {}  # endpoint -> one client per process (map tasks on a worker share it)
+
+
+def shared_s3_client(endpoint_url: str | None = None) -> Any:
+    """`s3_client(endpoint_url)` built once per process (boto3 clients are thread-safe)."""
+    with _CLIENTS_LOCK:
+        if endpoint_url not in _CLIENTS:
+            _CLIENTS[endpoint_url] = s3_client(endpoint_url)
+        return _CLIENTS[endpoint_url]
+
+
+def open_url(url: str, endpoint_url: str | None = None) -> BinaryIO:
+    """A seekable binary file over a local path or an `s3://bucket/key` object (read by range GETs,
+    credentials from the process's ordinary chain): what a map task on any node opens its chunk with."""
+    if not url.startswith("s3://"):
+        return open(url, "rb")
+    bucket, key = split_s3_url(url)
+    return _S3File(shared_s3_client(endpoint_url), bucket, key, url)
 
 
 def s3_error_code(err: BaseException) -> str:

@@ -29,6 +29,7 @@ from mix_assets.lib import layout, tables
 from mix_assets.lib.storage import Storage
 from mix_assets.resources import MixResource
 from mix_assets_tests.support import audit_fixtures as audit_fx
+from mix_assets_tests.support.ray_local import local_ray
 from mix_assets_tests.support.shared_data import FIXTURE
 
 LOCAL1, LOCAL2 = eng.Engine(num_cpus=1), eng.Engine(num_cpus=2)
@@ -37,16 +38,9 @@ RAY2 = eng.Engine(kind="ray", num_cpus=2, chunk_rows=250)
 
 @pytest.fixture(scope="module")
 def ray_instance():
-    ray = pytest.importorskip("ray")
-    saved = os.environ.pop("RAY_ADDRESS", None)  # never attach to somebody else's cluster
-    ray.init(address=eng.ray_address(RAY2), **eng.ray_init_options(RAY2))
-    try:
+    with local_ray(RAY2) as ray:
         assert ray.cluster_resources()["CPU"] == 2
         yield ray
-    finally:
-        ray.shutdown()
-        if saved is not None:
-            os.environ["RAY_ADDRESS"] = saved
     assert not ray.is_initialized()
 
 
@@ -133,7 +127,7 @@ class _Lines:
 def _contamination_bytes(storage, spec, engine) -> tuple[bytes, bytes, dict]:
     log = _Lines()
     audit.write_contamination_report(storage, spec, engine, log=log)
-    kept = audit.scan_kept(storage, spec, engine)
+    kept = audit.kept_overlap(storage, spec)
     assert log.lines[-1].startswith("contamination_report: ") and "done in" in log.lines[-1]
     return (storage.read_bytes(layout.CONTAMINATION_REPORT), storage.read_bytes(layout.CONTAMINATED_DOCS),
             {k: repr(v) for k, v in md.zero_eval_overlap(kept).items()})
@@ -150,7 +144,7 @@ def test_contamination_outputs_bytes_identical_in_process_and_on_ray(ray_instanc
     # masked: 2 of web's 3 planted docs and a clean books doc; web-0007 and books-0005 stay kept
     masked = ["web-0003", "web-0011", "books-0009"]
     with storage.writing(layout.EXCLUSION_MASKS) as tmp:
-        pq.write_table(pa.table({"doc_id": masked}), tmp)
+        pq.write_table(pa.table({"doc_id": masked, "source": [m.split("-")[0] for m in masked]}), tmp)
     want = _contamination_bytes(storage, spec, LOCAL1)
     assert json.loads(want[0])["contaminated_docs"] == 4 and int(want[2]["kept_contaminated_docs"]) == 2
     ray1 = eng.Engine(kind="ray", num_cpus=1, chunk_rows=301)

@@ -54,9 +54,10 @@ def tokenizer_dir(tmp_path_factory) -> Path:
 
 
 def write_token_mix(root: Path, tok_dir: Path, train: list[str], val: list[str], seq_len: int,
-                    separator: bool = True) -> dict:
+                    separator: bool = True, n_shards: int = 2) -> dict:
     """A mix directory in the manifest contract whose shards are the documents' tokens, packed
-    contiguously (+ separator after each document), the tail that does not fill a sample dropped."""
+    contiguously (+ separator after each document), the tail that does not fill a sample dropped;
+    `n_shards` shards per split (so shard boundaries are exercised too)."""
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
@@ -72,9 +73,9 @@ def write_token_mix(root: Path, tok_dir: Path, train: list[str], val: list[str],
         samples = len(ids) // seq_len
         assert samples >= 2, "documents too short for this seq_len"
         arr = np.asarray(ids[: samples * seq_len], dtype="<u2")
-        half = (samples // 2) * seq_len  # two shards, so shard boundaries are exercised too
+        cuts = [(samples * i // n_shards) * seq_len for i in range(n_shards + 1)]
         shards = []
-        for i, part in enumerate((arr[:half], arr[half:])):
+        for i, part in enumerate(arr[a:b] for a, b in zip(cuts, cuts[1:])):
             rel = f"{split}/{split}-{i:05d}.bin"
             (root / split).mkdir(exist_ok=True)
             (root / rel).write_bytes(part.tobytes())
