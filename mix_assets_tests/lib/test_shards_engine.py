@@ -7,7 +7,6 @@ for the module, as in test_engine.py; "Ray 1" is the engine with num_cpus 1 on i
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import dagster as dg
@@ -19,6 +18,7 @@ from mix_assets.lib.split import build_validation_split
 from mix_assets.lib.storage import Storage
 from mix_assets.lib.tokenizer import build_tokenizer
 from mix_assets_tests.support import tokens_stage
+from mix_assets_tests.support.ray_local import LogLines, local_ray
 from mix_assets_tests.support.tokens_fixtures import write_upstream
 from mix_assets_tests.support.tokens_spec import tiny_spec
 
@@ -32,16 +32,8 @@ RAY = {"ray-1": eng.Engine(kind="ray", num_cpus=1, chunk_rows=101),
 
 @pytest.fixture(scope="module")
 def ray_instance():
-    ray = pytest.importorskip("ray")
-    saved = os.environ.pop("RAY_ADDRESS", None)  # never attach to somebody else's cluster
-    ray.init(address=eng.ray_address(RAY["ray-2"]), **eng.ray_init_options(RAY["ray-2"]))
-    try:
-        assert ray.cluster_resources()["CPU"] == 2
+    with local_ray(RAY["ray-2"]) as ray:
         yield ray
-    finally:
-        ray.shutdown()
-        if saved is not None:
-            os.environ["RAY_ADDRESS"] = saved
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +46,6 @@ def upstream(tmp_path_factory):
     return root, spec, st
 
 
-class _Lines:
-    def __init__(self):
-        self.lines: list[str] = []
-
-    def info(self, msg: str) -> None:
-        self.lines.append(msg)
-
-
 def _outputs(root: Path) -> dict[str, bytes]:
     """Every shard file and shard_stats.json, by path."""
     files = [*sorted((root / layout.MIX_DIR).rglob("*.bin")), root / layout.SHARD_STATS]
@@ -70,7 +54,7 @@ def _outputs(root: Path) -> dict[str, bytes]:
 
 def _build(upstream, engine: eng.Engine) -> tuple[dict[str, bytes], tuple, list[str]]:
     root, spec, st = upstream
-    log = _Lines()
+    log = LogLines()
     res = shards.build_token_shards(st, spec, eng=engine, log=log)
     counts = (res.encoded_bytes, res.encoded_tokens, res.rounds,
               {s: r.encoded_train_documents for s, r in res.sources.items()})
