@@ -108,7 +108,8 @@ def run(args: list[str], threads: int, log: Path) -> dict:
     env = {**os.environ, "RAYON_NUM_THREADS": str(threads), "MIX_EXECUTOR": "in_process",
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
     with open(log, "a") as fh:
-        r = subprocess.run([sys.executable, __file__, *args], env=env, stdout=subprocess.PIPE, stderr=fh, text=True)
+        r = subprocess.run([sys.executable, __file__, *args], env=env, stdout=subprocess.PIPE, stderr=fh,
+                           text=True)
     lines = [x for x in r.stdout.splitlines() if x.startswith("BENCH-RESULT ")]
     if r.returncode or not lines:
         raise SystemExit(f"{args[:2]} failed (exit {r.returncode}); log: {log}")
@@ -161,7 +162,8 @@ def main() -> None:
             code = str(a.before if v == "before" else REPO)
             la = os.getloadavg()
             r = run(["--child", v, str(cfg), code], a.threads, log)
-            print(f"rep {rep} {v:8s} {r['secs']:6.1f} s  cpu {r['cpu_secs']:6.1f} s  rss {r['peak_rss_mb']:5.0f} MB  "
+            print(f"rep {rep} {v:8s} {r['secs']:6.1f} s  cpu {r['cpu_secs']:6.1f} s  "
+                  f"rss {r['peak_rss_mb']:5.0f} MB  "
                   f"encoded {r['encoded_mb']:.1f} MB  ray start {r['ray_start_secs']:.1f} s  "
                   f"load {la[0]:.2f} {la[1]:.2f}  stats {r['stats_sha256'][:12]}", flush=True)
 

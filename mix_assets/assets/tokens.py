@@ -74,8 +74,8 @@ def build_tokens_assets(spec: MixSpec) -> list:
         owners=spec.owners,
         # the engine section is not in it: every engine writes the same bytes
         resource_defs={"engine": EngineResource.from_spec(spec)},
-        code_version=code_version(shards_lib, packing_lib, engine_lib, spec.packing, spec.seed, spec.target_tokens,
-                                  [(s.name, s.share, s.epochs) for s in spec.sources]),
+        code_version=code_version(shards_lib, packing_lib, engine_lib, spec.packing, spec.seed,
+                                  spec.target_tokens, [(s.name, s.share, s.epochs) for s in spec.sources]),
         deps=[dg.AssetKey("tokenizer"), dg.AssetKey("validation_split")],
     )
     def token_shards(context: dg.AssetExecutionContext, mix: MixResource,

@@ -194,8 +194,8 @@ def _selection_order(seed: int, ids: pa.Array) -> np.ndarray:
     return order
 
 
-def _encode_sources(budgets, per_source: dict[str, _SourceDocs], raw_paths, enc: _EncodeMap, bytes_per_token_guess,
-                    result) -> None:
+def _encode_sources(budgets, per_source: dict[str, _SourceDocs], raw_paths, enc: _EncodeMap,
+                    bytes_per_token_guess, result) -> None:
     """Pass 1: per source, encode its val documents and the train prefix its budget needs; fail
     with ShortfallError as soon as a source's kept train documents cannot fill its budget."""
     for s in sorted(budgets):
@@ -474,7 +474,8 @@ def build_shards(
     scratch.sweep(scratch_dir or tempfile.gettempdir(), SPILL)
     with tempfile.TemporaryDirectory(prefix=scratch.owner_prefix(SPILL), dir=scratch_dir) as tmp:
         spill = _Spill(os.path.join(tmp, "spill.bin"), np_dtype)
-        enc = _EncodeMap(spill, EncodeParams(tokenizer, dtype, plan.separator_id, plan.encode_batch_docs), eng, log)
+        params = EncodeParams(tokenizer, dtype, plan.separator_id, plan.encode_batch_docs)
+        enc = _EncodeMap(spill, params, eng, log)
 
         # per source: val documents (all), then train documents in selection order, as columns
         per_source: dict[str, _SourceDocs] = {}
@@ -485,7 +486,8 @@ def build_shards(
             tr = rows.filter(pc.invert(is_val))
             ids = tr.column("doc_id").combine_chunks()
             nb = np.asarray(tr.column("n_bytes").to_numpy(zero_copy_only=False), np.int64)
-            val_nb = np.asarray(rows.filter(is_val).column("n_bytes").to_numpy(zero_copy_only=False), np.int64)
+            val_nb = np.asarray(rows.filter(is_val).column("n_bytes").to_numpy(zero_copy_only=False),
+                                np.int64)
             order = _selection_order(plan.seed, ids)
             per_source[s] = _SourceDocs(pa.concat_arrays([val_ids, ids.take(pa.array(order))]), len(val_ids),
                                         np.concatenate([val_nb, nb[order]]))

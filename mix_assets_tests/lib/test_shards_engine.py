@@ -1,4 +1,4 @@
-"""lib/shards.py on lib/engine.py: token_shards writes the same bytes on every engine (issue 13 §1, §5, §6).
+"""lib/shards.py on lib/engine.py: token_shards writes the same bytes on any engine (issue 13 §1, §5, §6).
 
 The tokenising runs as map tasks (`encode_chunk` over row ranges); shard files and shard_stats.json
 must not depend on the engine, its worker count or the chunk size. One local Ray instance (2 CPUs)
@@ -25,7 +25,8 @@ from mix_assets_tests.support.tokens_spec import tiny_spec
 KW = dict(epochs={"a": 2.5, "b": 1.3}, packing={"separator": "<|endoftext|>"})
 BASE = eng.Engine(num_cpus=1)  # one chunk per source: the whole file in one task, like the old single pass
 LOCAL = {"local-1": eng.Engine(num_cpus=1, chunk_rows=90), "local-2": eng.Engine(num_cpus=2, chunk_rows=90),
-         "local-4": eng.Engine(num_cpus=4, chunk_rows=64), "local-2-rows37": eng.Engine(num_cpus=2, chunk_rows=37)}
+         "local-4": eng.Engine(num_cpus=4, chunk_rows=64),
+         "local-2-rows37": eng.Engine(num_cpus=2, chunk_rows=37)}
 RAY = {"ray-1": eng.Engine(kind="ray", num_cpus=1, chunk_rows=101),
        "ray-2": eng.Engine(kind="ray", num_cpus=2, chunk_rows=37)}
 
@@ -98,7 +99,7 @@ def test_a_task_refuses_a_tokenizer_that_changed(upstream, tmp_path):
     path.write_bytes(Path(st.local_path(layout.TOKENIZER_FILE)).read_bytes())
     loc = shards.TokenizerFile.of(str(path))
     path.write_text(path.read_text().replace('"<|endoftext|>"', '"<|end|>"', 1))
-    with pytest.raises(ValueError, match="tokenizer.json: sha256 .* is not the tokenizer this build started with"):
+    with pytest.raises(ValueError, match="tokenizer.json: sha256 .* is not the tokenizer this build started"):
         shards.tokenizer_at(loc)
 
 
@@ -114,7 +115,8 @@ def test_a_null_text_is_named_by_file_and_document(tmp_path):
     bad = next(r["doc_id"] for r in val if r["source"] == "b" and r["split"] == "val")  # always encoded
     path = st.local_path(layout.RAW_DOCS.format(source="b"))
     t = pq.read_table(path)
-    texts = [None if d == bad else x for d, x in zip(t.column("doc_id").to_pylist(), t.column("text").to_pylist())]
+    ids, texts = t.column("doc_id").to_pylist(), t.column("text").to_pylist()
+    texts = [None if d == bad else x for d, x in zip(ids, texts)]
     pq.write_table(t.set_column(t.schema.get_field_index("text"), "text", pa.array(texts, pa.string())), path)
     with pytest.raises(ValueError, match=rf"b/documents.parquet: document '{bad}': field text is null"):
         shards.build_token_shards(st, spec, eng=eng.Engine(num_cpus=2, chunk_rows=50))
