@@ -14,7 +14,7 @@ variants interleaved per repetition, RAYON_NUM_THREADS=--threads:
              start is reported apart)
 Seconds = wall of the build_token_shards call; CPU s = user + system of the process and all its
 descendants (Ray's raylet and workers included) over the call, from /proc; peak RSS = the driver's
-VmHWM. Each variant's shard_stats.json sha256 is printed: they must all be equal.
+VmHWM, and the largest VmHWM of its descendants (a Ray worker, the raylet, GCS). Each variant's shard_stats.json sha256 is printed: they must all be equal.
 """
 
 from __future__ import annotations
@@ -62,10 +62,13 @@ def tree_cpu() -> dict[int, float]:
     return cpu
 
 
-def peak_rss_mb() -> float:
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
+def peak_rss_mb(pid: int | str = "self") -> float:
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return 0.0
 
 
@@ -95,12 +98,13 @@ def child(variant: str, cfg: str, code: str) -> dict:
     wall = time.perf_counter() - t0
     cpu1 = tree_cpu()
     cpu = sum(v - cpu0.get(p, 0.0) for p, v in cpu1.items())
+    child_rss = max((peak_rss_mb(p) for p in cpu1 if p != os.getpid()), default=0.0)
     if ray_secs:
         import ray
 
         ray.shutdown()
     return {"variant": variant, "secs": wall, "cpu_secs": cpu, "ray_start_secs": ray_secs,
-            "peak_rss_mb": peak_rss_mb(), "encoded_mb": res.encoded_bytes / 1e6,
+            "peak_rss_mb": peak_rss_mb(), "child_rss_mb": child_rss, "encoded_mb": res.encoded_bytes / 1e6,
             "stats_sha256": hashlib.sha256(st.read_bytes(layout.SHARD_STATS)).hexdigest()}
 
 
@@ -163,7 +167,7 @@ def main() -> None:
             la = os.getloadavg()
             r = run(["--child", v, str(cfg), code], a.threads, log)
             print(f"rep {rep} {v:8s} {r['secs']:6.1f} s  cpu {r['cpu_secs']:6.1f} s  "
-                  f"rss {r['peak_rss_mb']:5.0f} MB  "
+                  f"rss {r['peak_rss_mb']:5.0f} MB (largest child {r['child_rss_mb']:4.0f})  "
                   f"encoded {r['encoded_mb']:.1f} MB  ray start {r['ray_start_secs']:.1f} s  "
                   f"load {la[0]:.2f} {la[1]:.2f}  stats {r['stats_sha256'][:12]}", flush=True)
 
