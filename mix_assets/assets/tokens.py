@@ -9,13 +9,14 @@ import dagster as dg
 from mix_assets import metadata as md
 from mix_assets.assets.common import code_version, gate, raw_name, recorded, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
+from mix_assets.lib import engine as engine_lib
 from mix_assets.lib import layout
 from mix_assets.lib import packing as packing_lib
 from mix_assets.lib import shards as shards_lib
 from mix_assets.lib import tokenizer as tokenizer_lib
 from mix_assets.lib.shards import build_token_shards
 from mix_assets.lib.tokenizer import build_tokenizer
-from mix_assets.resources import MixResource
+from mix_assets.resources import EngineResource, MixResource
 
 GROUP = "tokens"
 SEPARATOR_IN_VOCAB = "separator_in_vocab"
@@ -71,17 +72,21 @@ def build_tokens_assets(spec: MixSpec) -> list:
         group_name=GROUP,
         kinds={"numpy"},
         owners=spec.owners,
-        code_version=code_version(shards_lib, packing_lib, spec.packing, spec.seed, spec.target_tokens,
-                                  [(s.name, s.share, s.epochs) for s in spec.sources]),
+        # the engine section is not in it: every engine writes the same bytes
+        resource_defs={"engine": EngineResource.from_spec(spec)},
+        code_version=code_version(shards_lib, packing_lib, engine_lib, spec.packing, spec.seed,
+                                  spec.target_tokens, [(s.name, s.share, s.epochs) for s in spec.sources]),
         deps=[dg.AssetKey("tokenizer"), dg.AssetKey("validation_split")],
     )
-    def token_shards(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
+    def token_shards(context: dg.AssetExecutionContext, mix: MixResource,
+                     engine: EngineResource) -> dg.MaterializeResult:
         """Train and val shards of fixed-length samples (raw little-endian token ids), budgets filled."""
         s = mix.spec
         inputs = verified_inputs(mix.storage, "token_shards",
                                  ["tokenizer", "validation_split", *(raw_name(x.name) for x in s.sources)])
         t0 = time.perf_counter()
-        res = build_token_shards(mix.storage, s, scratch_dir=_scratch(s))
+        # tokenising runs as map tasks on the engine (in process or Ray); budget fill and packing here
+        res = build_token_shards(mix.storage, s, scratch_dir=_scratch(s), eng=engine.engine, log=context.log)
         elapsed = time.perf_counter() - t0
         files = {layout.SHARD_STATS: mix.storage.sha256(layout.SHARD_STATS), **shards_lib.shard_files(_stats(mix))}
         lin = recorded(mix.storage, "token_shards", files, inputs)

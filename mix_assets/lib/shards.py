@@ -1,27 +1,30 @@
 """Tokenise kept documents once and write train/val token shards with bounded memory.
 
-Pass 1 reads each source's Parquet in file order, in record batches, and encodes the documents
-it needs with `Tokenizer.encode_batch_fast` (multi-threaded in Rust) in batches of at most
-`encode_batch_docs` documents and ENCODE_BATCH_CHARS characters; the next batch encodes (GIL
-released) while the previous one's ids go to a local spill file (one dtype array, appended).
+Pass 1 (map/reduce on `lib/engine`): per source and round, the wanted rows of its raw Parquet
+(val documents, then the train prefix the budget needs) are cut into `chunk_rows` row ranges;
+`encode_chunk` runs on each as a map task (in process or on Ray: pure, it loads the tokenizer by
+path + sha256 once per process) and returns the wanted documents' ids as one flat array + lengths;
+results come back in chunk order and the reduce appends them to a local spill file (one dtype array).
 Train documents are read in rounds: only as many as the budget fill needs (estimated from byte
 counts, then corrected with the observed bytes/token), so the excess headroom is not encoded;
 the final selection depends only on true token counts, never on the estimate.
 Pass 2 walks the appearances in stream order, reads each document's ids back from the spill
 with pread, and feeds the packer, which writes each shard atomically through `Storage`.
-Peak memory: two encode batches + one shard buffer + O(documents) numpy/Arrow columns (doc ids
-stay in Arrow string arrays; offsets, lengths, appearances and order keys are int64/uint64
-arrays, a few tens of bytes per document): no Python object is held per document.
+Peak memory: the engine's window of chunk results + one shard buffer + O(documents) numpy/Arrow
+columns (doc ids stay in Arrow string arrays; raw rows, offsets, lengths, appearances and order keys
+are int64/uint64 arrays, a few tens of bytes per document): no Python object is held per document.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import itertools
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -31,7 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
-from mix_assets.lib import layout, scratch
+from mix_assets.lib import engine, layout, scratch
 from mix_assets.lib.packing import (
     Appearances,
     Packer,
@@ -41,6 +44,7 @@ from mix_assets.lib.packing import (
     order_from_keys,
     order_keys,
 )
+from mix_assets.lib.progress import Progress
 from mix_assets.lib.split import unit_hash
 
 
@@ -146,7 +150,8 @@ class _SourceDocs:
 
     ids: pa.Array  # doc_id strings (Arrow: no Python object per document)
     n_val: int
-    sel_bytes: np.ndarray  # int64 n_bytes of the train documents, selection order
+    n_bytes: np.ndarray  # int64 UTF-8 bytes per document (val, then train in selection order)
+    rows: Optional[np.ndarray] = None  # int64 row of each document in the raw Parquet (read once)
     offset: np.ndarray = field(init=False)  # int64 spill offset per document (-1 = not encoded)
     length: np.ndarray = field(init=False)  # int64 tokens per document, separator included
     apps: Optional[Appearances] = None  # the budget fill, positions in the train documents
@@ -154,6 +159,11 @@ class _SourceDocs:
     def __post_init__(self):
         self.offset = np.full(len(self.ids), -1, np.int64)
         self.length = np.zeros(len(self.ids), np.int64)
+
+    @property
+    def sel_bytes(self) -> np.ndarray:
+        """n_bytes of the train documents, selection order."""
+        return self.n_bytes[self.n_val :]
 
 
 _CHUNK = 65536
@@ -184,8 +194,8 @@ def _selection_order(seed: int, ids: pa.Array) -> np.ndarray:
     return order
 
 
-def _encode_sources(budgets, per_source: dict[str, _SourceDocs], raw_paths, enc, bytes_per_token_guess,
-                    result) -> None:
+def _encode_sources(budgets, per_source: dict[str, _SourceDocs], raw_paths, enc: _EncodeMap,
+                    bytes_per_token_guess, result) -> None:
     """Pass 1: per source, encode its val documents and the train prefix its budget needs; fail
     with ShortfallError as soon as a source's kept train documents cannot fill its budget."""
     for s in sorted(budgets):
@@ -243,114 +253,190 @@ class _SpillReader:
 ENCODE_BATCH_CHARS = 2_000_000
 
 
-class _Encoder:
-    """Batches texts, encodes them, appends ids (+ separator) to the spill, records offsets."""
+# -- the map: tokenise the wanted rows of one row range (lib/engine.py) ------------------------------
+@dataclass(frozen=True)
+class TokenizerFile:
+    """Where a map task loads the tokenizer from: a tokenizer.json path and its sha256 (the key of the
+    per-process cache). Small and picklable; the tokenizer itself is never shipped."""
 
-    def __init__(self, tok: Tokenizer, spill: _Spill, batch_docs: int, separator_id: Optional[int],
-                 batch_chars: int = ENCODE_BATCH_CHARS):
-        self.tok, self.spill, self.batch_docs, self.sep = tok, spill, batch_docs, separator_id
-        self.batch_chars = batch_chars
-        self.pending_ids: list[int] = []  # positions in the current target's arrays
-        self.pending_texts: list[str] = []
-        self.pending_chars = 0
-        # (offsets, lengths incl. separator): int64 arrays the current _read_source fills
-        self.target: Optional[tuple[np.ndarray, np.ndarray]] = None
+    path: str
+    sha256: str
+
+    @classmethod
+    def of(cls, path: str) -> "TokenizerFile":
+        with open(path, "rb") as f:
+            return cls(path, hashlib.sha256(f.read()).hexdigest())
+
+
+_TOKENIZER_LOCK = threading.Lock()
+_TOKENIZER_CACHE: dict[TokenizerFile, Tokenizer] = {}  # one tokenizer per process (a Ray worker's too)
+
+
+def tokenizer_at(loc: TokenizerFile) -> Tokenizer:
+    """The tokenizer at `loc`, loaded once per process and reused by every later task."""
+    with _TOKENIZER_LOCK:
+        tok = _TOKENIZER_CACHE.get(loc)
+        if tok is None:
+            with open(loc.path, "rb") as f:
+                data = f.read()
+            got = hashlib.sha256(data).hexdigest()
+            if got != loc.sha256:
+                raise ValueError(f"{loc.path}: sha256 {got} is not the tokenizer this build started with "
+                                 f"({loc.sha256}): the file changed during the build")
+            _TOKENIZER_CACHE.clear()
+            tok = _TOKENIZER_CACHE[loc] = Tokenizer.from_str(data.decode("utf-8"))
+        return tok
+
+
+@dataclass(frozen=True)
+class EncodeParams:
+    """What every encode task shares (bound once with functools.partial)."""
+
+    tokenizer: TokenizerFile
+    dtype: str  # the mix's token dtype (uint16 / uint32)
+    separator_id: Optional[int]
+    batch_docs: int
+    batch_chars: int = ENCODE_BATCH_CHARS
+
+
+@dataclass(frozen=True)
+class EncodeChunk:
+    """One map task of token_shards: the wanted rows of a row range (offsets from `rows.start`, ascending)."""
+
+    rows: engine.RowRange
+    wanted: np.ndarray  # int64
+
+
+@dataclass
+class EncodedChunk:
+    """The wanted documents' token ids in row order: each document's ids (+ separator) back to back."""
+
+    tokens: np.ndarray  # the mix's dtype, little-endian
+    lengths: np.ndarray  # int64 per document, separator included
+    text_bytes: int  # UTF-8 bytes encoded
+    encoded_tokens: int  # ids from the tokenizer (separators excluded)
+
+
+def _text_batches(texts: list[str], batch_docs: int, batch_chars: int) -> Iterator[list[str]]:
+    batch, chars = [], 0
+    for t in texts:
+        batch.append(t)
+        chars += len(t)
+        if len(batch) >= batch_docs or chars >= batch_chars:
+            yield batch
+            batch, chars = [], 0
+    if batch:
+        yield batch
+
+
+def encode_chunk(chunk: EncodeChunk, params: EncodeParams) -> EncodedChunk:
+    """The per-document map work of token_shards: read the row range, tokenise its wanted rows (pure).
+
+    The Rust thread count is the process's (RAYON_NUM_THREADS / TOKENIZERS_PARALLELISM): one on Ray
+    workers and while `build_shards` runs chunks on parallel local threads; token ids never depend on it."""
+    tok = tokenizer_at(params.tokenizer)
+    t = engine.read_rows(chunk.rows, ["doc_id", "text"]).take(pa.array(chunk.wanted))
+    texts = t.column("text")
+    if texts.null_count:
+        i = int(np.flatnonzero(texts.is_null().to_numpy(zero_copy_only=False))[0])
+        raise ValueError(f"{chunk.rows.path}: document {t.column('doc_id')[i].as_py()!r}: field text is null")
+    dtype = np.dtype(params.dtype).newbyteorder("<")
+    flats, lens = [], []
+    for batch in _text_batches(texts.to_pylist(), params.batch_docs, params.batch_chars):
+        seqs = [e.ids for e in tok.encode_batch_fast(batch, add_special_tokens=False)]
+        n = np.fromiter((len(s) for s in seqs), np.int64, len(seqs))
+        lens.append(n)
+        flats.append(np.fromiter(itertools.chain.from_iterable(seqs), dtype, int(n.sum())))
+    n = np.concatenate(lens) if lens else np.zeros(0, np.int64)
+    flat = np.concatenate(flats) if flats else np.zeros(0, dtype)
+    encoded = len(flat)
+    if params.separator_id is not None:
+        flat = np.insert(flat, np.cumsum(n), params.separator_id)
+        n = n + 1
+    return EncodedChunk(flat, n, int(pc.sum(pc.binary_length(texts)).as_py() or 0), encoded)
+
+
+# -- the reduce side of the map: spill the results in chunk order ------------------------------------
+class _EncodeMap:
+    """Runs `encode_chunk` over a file's wanted rows on the engine, appends the ids to the spill."""
+
+    def __init__(self, spill: _Spill, params: EncodeParams, eng: engine.Engine, log=None):
+        self.spill, self.eng = spill, eng
+        self.fn = functools.partial(encode_chunk, params=params)
         self.bytes = 0
         self.tokens = 0
-        self.inflight = None
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode")
+        self.progress = Progress(log, "token_shards encode", total_docs=0, total_bytes=0) if log else None
 
-    def add(self, positions: list[int], texts: list[str]) -> None:
-        for d, t in zip(positions, texts):
-            self.pending_ids.append(d)
-            self.pending_texts.append(t)
-            self.pending_chars += len(t)
-            if len(self.pending_texts) >= self.batch_docs or self.pending_chars >= self.batch_chars:
-                self._encode()
+    def encode(self, path: str, rows: np.ndarray, n_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+        """(spill offset, length) of each of `rows` (raw rows, ascending, unique)."""
+        chunks = []
+        for rng in engine.row_ranges(path, self.eng.chunk_rows):
+            lo, hi = np.searchsorted(rows, [rng.start, rng.stop])
+            if hi > lo:
+                chunks.append(EncodeChunk(rng, rows[lo:hi] - rng.start))
+        if self.progress:  # the ETA covers the rounds planned so far
+            self.progress.total_docs += len(rows)
+            self.progress.total_bytes += n_bytes
+        offsets, lengths, at = np.empty(len(rows), np.int64), np.empty(len(rows), np.int64), 0
+        for got in engine.map_chunks(self.fn, chunks, self.eng):
+            k = len(got.lengths)
+            offsets[at : at + k] = self.spill.append(got.tokens) + np.cumsum(got.lengths) - got.lengths
+            lengths[at : at + k] = got.lengths
+            at += k
+            self.bytes += got.text_bytes
+            self.tokens += got.encoded_tokens
+            if self.progress:
+                self.progress.update(docs=k, bytes=got.text_bytes, tokens=got.encoded_tokens)
+        return offsets, lengths
 
-    def flush(self) -> None:
-        if self.pending_texts:
-            self._encode()
-        self._finish_inflight()
-
-    def _encode(self) -> None:
-        """Submit the pending batch; while Rust encodes it (GIL released), the previous batch's ids
-        are converted and spilled here, and the caller goes on reading Parquet."""
-        ids, texts = self.pending_ids, self.pending_texts
-        self.pending_ids, self.pending_texts, self.pending_chars = [], [], 0
-        fut = self.pool.submit(self.tok.encode_batch_fast, texts, add_special_tokens=False)
-        self._finish_inflight()
-        self.inflight = (ids, texts, fut, self.target)
-
-    def _finish_inflight(self) -> None:
-        if self.inflight is None:
-            return
-        ids, texts, fut, (offsets, lengths) = self.inflight
-        self.inflight = None
-        encs = fut.result()
-        seqs = [e.ids for e in encs]
-        del encs
-        lens = np.fromiter((len(s) for s in seqs), np.int64, len(seqs))
-        total = int(lens.sum())
-        flat = np.fromiter(itertools.chain.from_iterable(seqs), self.spill.dtype, total)
-        del seqs
-        self.tokens += total
-        self.bytes += sum(len(t.encode("utf-8")) for t in texts)
-        if self.sep is not None:
-            flat = np.insert(flat, np.cumsum(lens), self.sep)
-            lens = lens + 1
-        off = self.spill.append(flat)
-        starts = off + np.concatenate(([0], np.cumsum(lens)[:-1]))
-        pos = np.asarray(ids, np.int64)
-        offsets[pos] = starts  # a doc_id twice in the file: the last one wins, as it is read last
-        lengths[pos] = lens
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=True)
+    def done(self) -> None:
+        if self.progress:
+            self.progress.done()
 
 
-def _wanted_batches(pf: pq.ParquetFile, value_set: pa.Array, batch_rows: int) -> Iterator[pa.RecordBatch]:
-    """(doc_id, text) batches of the row groups holding a wanted doc_id, in file order. One row group
-    at a time: a whole-file iter_batches buffers ahead and its memory grows with the file (measured:
-    96 MB of Arrow memory on a 92 MB file, 28 MB row group by row group); groups with no wanted
-    document are skipped without decoding their text."""
-    for i in range(pf.num_row_groups):
-        if not pc.any(pc.is_in(pf.read_row_group(i, columns=["doc_id"]).column(0), value_set=value_set)).as_py():
-            continue
-        yield from pf.iter_batches(row_groups=[i], columns=["doc_id", "text"], batch_size=batch_rows)
+@contextlib.contextmanager
+def _one_rust_thread_per_task(eng: engine.Engine):
+    """Parallel local tasks encode with one Rust thread each (the engine's threads are the parallelism);
+    set before the pool starts and restored after it has joined."""
+    if eng.kind != "local" or eng.num_cpus <= 1:
+        yield
+        return
+    saved = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["TOKENIZERS_PARALLELISM"]
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = saved
 
 
-def _read_source(path: str, sd: _SourceDocs, wanted: np.ndarray, enc: _Encoder, batch_rows: int = 2048) -> None:
-    """Feed the wanted documents (positions in `sd.ids`) of one Parquet file to the encoder, in
-    file order, and record their spill offsets and lengths in `sd`."""
+def _raw_rows(path: str, ids: pa.Array) -> np.ndarray:
+    """Each doc_id's row in the raw Parquet (-1 when absent; a doc_id twice in the file: its last row)."""
+    raw = pq.read_table(path, columns=["doc_id"]).column(0).combine_chunks()
+    n = len(raw)
+    at = pc.index_in(ids, value_set=raw.take(pa.array(np.arange(n - 1, -1, -1, dtype=np.int64))))
+    return np.where(at.is_null().to_numpy(zero_copy_only=False), -1,
+                    n - 1 - at.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64))
+
+
+def _read_source(path: str, sd: _SourceDocs, wanted: np.ndarray, enc: _EncodeMap) -> None:
+    """Encode the wanted documents (positions in `sd.ids`) of one Parquet file, as map tasks in file
+    order, and record their spill offsets and lengths in `sd`."""
     if not len(wanted):
         return
-    wanted_ids = sd.ids.take(pa.array(wanted))
-    value_set = pc.unique(wanted_ids)
-    offsets = np.full(len(value_set), -1, np.int64)
-    lengths = np.zeros(len(value_set), np.int64)
-    enc.target = (offsets, lengths)
-    found = 0
-    pf = pq.ParquetFile(path)
-    for batch in _wanted_batches(pf, value_set, batch_rows):
-        pos = pc.index_in(batch.column(0), value_set=value_set)
-        mask = pc.is_valid(pos)
-        if not pc.any(mask).as_py():
-            continue
-        sel = batch.filter(mask)
-        texts = sel.column(1)
-        if texts.null_count:
-            row = sel.column(0)[int(np.flatnonzero(pc.is_null(texts).to_numpy(zero_copy_only=False))[0])]
-            raise ValueError(f"{path}: document {row.as_py()!r}: field text is null")
-        found += sel.num_rows
-        enc.add(pos.filter(mask).to_numpy().tolist(), texts.to_pylist())
-    enc.flush()
-    enc.target = None
-    if found != len(value_set) or (offsets < 0).any():
-        missing = sorted(value_set.filter(pa.array(offsets < 0)).to_pylist())[:3]
-        raise ValueError(f"{path}: {len(value_set) - found} document(s) of the validation split are not in this "
-                         f"file (e.g. {missing}); the split is older than the raw documents: rebuild validation_split")
-    at = pc.index_in(wanted_ids, value_set=value_set).to_numpy()
+    if sd.rows is None:
+        sd.rows = _raw_rows(path, sd.ids)
+    rows = sd.rows[wanted]
+    if (rows < 0).any():
+        missing = pc.unique(sd.ids.take(pa.array(wanted[rows < 0])))
+        raise ValueError(f"{path}: {len(missing)} document(s) of the validation split are not in this "
+                         f"file (e.g. {sorted(missing.to_pylist())[:3]}); the split is older than the raw "
+                         f"documents: rebuild validation_split")
+    unique_rows, first = np.unique(rows, return_index=True)
+    offsets, lengths = enc.encode(path, unique_rows, int(sd.n_bytes[wanted[first]].sum()))
+    at = np.searchsorted(unique_rows, rows)
     sd.offset[wanted] = offsets[at]
     sd.length[wanted] = lengths[at]
 
@@ -359,7 +445,7 @@ SPILL = "token_spill"
 
 
 def build_shards(
-    tok: Tokenizer,
+    tokenizer: TokenizerFile,
     split_path: str,
     raw_paths: dict[str, str],
     budgets: dict[str, SourceBudget],
@@ -368,8 +454,11 @@ def build_shards(
     storage,
     scratch_dir: Optional[str] = None,
     bytes_per_token_guess: float = 4.0,
+    eng: engine.Engine = engine.Engine(),
+    log=None,
 ) -> ShardsResult:
-    """Encode, fill budgets, pack and write `mix/train/*.bin` and `mix/val/*.bin` through `storage`."""
+    """Encode (map tasks on `eng`), fill budgets, pack and write `mix/train/*.bin` and `mix/val/*.bin`
+    through `storage`. `raw_paths` are local Parquet paths (a task opens its own file)."""
     np_dtype = np.dtype(dtype).newbyteorder("<")
     split = pq.read_table(split_path, columns=["doc_id", "source", "n_bytes", "split"])
     missing = sorted(set(budgets) - set(raw_paths))
@@ -385,7 +474,8 @@ def build_shards(
     scratch.sweep(scratch_dir or tempfile.gettempdir(), SPILL)
     with tempfile.TemporaryDirectory(prefix=scratch.owner_prefix(SPILL), dir=scratch_dir) as tmp:
         spill = _Spill(os.path.join(tmp, "spill.bin"), np_dtype)
-        enc = _Encoder(tok, spill, plan.encode_batch_docs, plan.separator_id)
+        params = EncodeParams(tokenizer, dtype, plan.separator_id, plan.encode_batch_docs)
+        enc = _EncodeMap(spill, params, eng, log)
 
         # per source: val documents (all), then train documents in selection order, as columns
         per_source: dict[str, _SourceDocs] = {}
@@ -396,16 +486,19 @@ def build_shards(
             tr = rows.filter(pc.invert(is_val))
             ids = tr.column("doc_id").combine_chunks()
             nb = np.asarray(tr.column("n_bytes").to_numpy(zero_copy_only=False), np.int64)
+            val_nb = np.asarray(rows.filter(is_val).column("n_bytes").to_numpy(zero_copy_only=False),
+                                np.int64)
             order = _selection_order(plan.seed, ids)
             per_source[s] = _SourceDocs(pa.concat_arrays([val_ids, ids.take(pa.array(order))]), len(val_ids),
-                                        nb[order])
+                                        np.concatenate([val_nb, nb[order]]))
         del split
 
         # pass 1: encode val + the train prefix the budget needs, round by round
         try:
-            _encode_sources(budgets, per_source, raw_paths, enc, bytes_per_token_guess, result)
+            with _one_rust_thread_per_task(eng):
+                _encode_sources(budgets, per_source, raw_paths, enc, bytes_per_token_guess, result)
+            enc.done()
         finally:
-            enc.close()
             spill.close()
         result.encoded_bytes, result.encoded_tokens = enc.bytes, enc.tokens
         reader = spill.reader()
@@ -489,11 +582,14 @@ def packing_plan(spec, tok: Tokenizer) -> PackingPlan:
     )
 
 
-def build_token_shards(storage, spec, scratch_dir: Optional[str] = None) -> ShardsResult:
+def build_token_shards(storage, spec, scratch_dir: Optional[str] = None, eng: engine.Engine = engine.Engine(),
+                       log=None) -> ShardsResult:
     """Shards of the mix described by `spec` (a MixSpec) and `tokens/shard_stats.json`.
 
-    The encoder uses `spec.packing.threads` Rust threads unless RAYON_NUM_THREADS is already set
-    (it only takes effect before the process's first parallel encode); outputs do not depend on it.
+    The per-document work runs as map tasks on `eng` (lib/engine.py); with `log` (an object with
+    `info`) it logs progress lines. In-process tasks use `spec.packing.threads` Rust threads unless
+    RAYON_NUM_THREADS is already set (it only takes effect before the process's first parallel
+    encode), one each when the engine runs them in parallel; outputs do not depend on either.
     """
     import json
 
@@ -501,19 +597,21 @@ def build_token_shards(storage, spec, scratch_dir: Optional[str] = None) -> Shar
     from mix_assets.lib.tokenizer import dtype_for_vocab
 
     os.environ.setdefault("RAYON_NUM_THREADS", str(spec.packing.threads))
-    tok = Tokenizer.from_file(storage.local_path(layout.TOKENIZER_FILE))
+    tokenizer = TokenizerFile.of(storage.local_path(layout.TOKENIZER_FILE))
+    tok = tokenizer_at(tokenizer)  # loaded here once: the in-process engine's tasks reuse it
     plan = packing_plan(spec, tok)
     budgets = {
         s.name: SourceBudget(s.name, spec.unique_budget(s.name), spec.stream_budget(s.name), s.epochs)
         for s in spec.sources
     }
-    raw = {s.name: storage.source(layout.RAW_DOCS.format(source=s.name)) for s in spec.sources}
+    # local paths: every task opens its own file (an S3 root's raw files are downloaded to the cache once)
+    raw = {s.name: storage.local_path(layout.RAW_DOCS.format(source=s.name)) for s in spec.sources}
     # local copies of S3 uploads a killed build left behind
     scratch.sweep(storage.cache_dir or tempfile.gettempdir(), UPLOAD)
     result = build_shards(
-        tok, storage.source(layout.VALIDATION_SPLIT), raw, budgets, plan,
+        tokenizer, storage.source(layout.VALIDATION_SPLIT), raw, budgets, plan,
         dtype_for_vocab(tok.get_vocab_size(with_added_tokens=True)), storage, scratch_dir,
-        bytes_per_token_guess=spec.tokenizer.bytes_per_token_fallback,
+        bytes_per_token_guess=spec.tokenizer.bytes_per_token_fallback, eng=eng, log=log,
     )
     storage.write_text(layout.SHARD_STATS, json.dumps(result.to_json(plan.to_json()), indent=1) + "\n")
     return result
