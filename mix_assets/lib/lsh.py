@@ -35,7 +35,7 @@ permutations that is b=27, r=4. A false positive costs one exact set comparison.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Protocol, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -159,21 +159,44 @@ def _group_pairs(keys: np.ndarray, group_cap: int) -> tuple[np.ndarray, np.ndarr
     return np.minimum(lo, hi), np.maximum(lo, hi)
 
 
+class Signatures(Protocol):
+    """A (documents x num_perm) uint32 signature matrix read a few columns at a time (e.g. from Parquet)."""
+
+    shape: tuple[int, int]
+
+    def columns(self, start: int, stop: int) -> np.ndarray:
+        """(documents x (stop - start)) uint32: signature values start .. stop-1 of every document."""
+        ...
+
+
+class InMemory:
+    """`Signatures` over a numpy matrix."""
+
+    def __init__(self, sig: np.ndarray):
+        self.sig, self.shape = sig, sig.shape
+
+    def columns(self, start: int, stop: int) -> np.ndarray:
+        return self.sig[:, start:stop]
+
+
 def candidate_pairs(
-    sig: np.ndarray, rows: np.ndarray | None, b: int, r: int, group_cap: int = 32
+    sig: np.ndarray | Signatures, rows: np.ndarray | None, b: int, r: int, group_cap: int = 32
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Unique candidate pairs (positions into `rows`, lo < hi) over all bands."""
-    n = len(sig) if rows is None else len(rows)
+    """Unique candidate pairs (positions into `rows`, lo < hi) over all bands.
+
+    Band by band: only one band's `r` columns and its keys are held at a time (~32 B per document),
+    and each band's pairs are merged into the sorted unique set so far.
+    """
+    sig = InMemory(sig) if isinstance(sig, np.ndarray) else sig
+    n = sig.shape[0] if rows is None else len(rows)
+    c = np.zeros(0, dtype=np.int64)
     if n < 2:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty
-    keys = band_keys(sig, b, r)
-    codes = []
+        return c, c
     for band in range(b):
-        lo, hi = _group_pairs(keys[band] if rows is None else keys[band][rows], group_cap)
-        codes.append(lo * n + hi)
-    del keys
-    c = np.unique(np.concatenate(codes))
+        keys = band_keys(sig.columns(band * r, (band + 1) * r), 1, r)[0]
+        lo, hi = _group_pairs(keys if rows is None else keys[rows], group_cap)
+        del keys
+        c = np.union1d(c, lo * n + hi)
     return c // n, c % n
 
 
@@ -298,7 +321,7 @@ class DedupResult:
 def dedup(
     doc_ids: Sequence[str] | pa.Array,
     exact_keys: Sequence[str] | pa.Array,
-    signatures: np.ndarray,
+    signatures: np.ndarray | Signatures,
     n_shingles: np.ndarray,
     n_chars: np.ndarray,
     priority: np.ndarray,
@@ -313,9 +336,12 @@ def dedup(
     `shingle_sets(indices)`, given ascending input indices, returns those documents' shingle sets
     as (values, offsets of len(indices) + 1), distinct 64-bit shingle hashes per document. With it
     every candidate pair is verified by exact Jaccard (and jaccard_to_kept is exact); without it
-    the signature estimate decides.
+    the signature estimate decides, which needs the whole matrix (a numpy array); `signatures` read
+    column by column (`Signatures`, e.g. from Parquet) need `shingle_sets`.
     """
     n = len(exact_keys)
+    if shingle_sets is None and not isinstance(signatures, np.ndarray):
+        raise ValueError("dedup: signatures read by columns need shingle_sets (exact verification)")
     if signatures.shape[0] != n or len(n_shingles) != n or len(n_chars) != n or len(priority) != n:
         raise ValueError("dedup: exact_keys, signatures, n_shingles, n_chars, priority differ in length")
     if b * r > signatures.shape[1]:

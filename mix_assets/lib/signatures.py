@@ -1,0 +1,102 @@
+"""dedup_keys' map outputs: per source one Parquet file of per-document signatures (no Dagster here).
+
+`dedup/signatures/<source>.parquet` (layout.DEDUP_SIGNATURES), one row per raw document in the raw
+file's row order: doc_id, exact_key, n_shingles, n_chars, n_words, then m000 .. m<num_perm-1>
+(uint32, one column per MinHash permutation, so a band reads only its r columns). Row groups hold
+GROUP_ROWS rows whatever the map's chunk size, so the bytes do not depend on the engine. The file's
+key-value metadata (META_KEY) records what it was computed from: raw/<source>'s data version,
+num_perm, shingle, seed and a hash of the signing code; `matches` compares it, so a source whose
+raw data and dedup parameters are unchanged keeps its signatures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from typing import Iterable, Iterator, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mix_assets.lib import minhash, textkeys
+
+FORMAT = "mix_assets.signatures/1"
+META_KEY = b"mix_assets.signatures"
+GROUP_ROWS = 16384  # rows per row group (~10 MB of a group in memory while writing)
+SCALARS = ["doc_id", "exact_key", "n_shingles", "n_chars", "n_words"]
+# The code that decides a signature's bits: a change there invalidates every stored file.
+_CODE = hashlib.sha256((inspect.getsource(minhash) + inspect.getsource(textkeys)).encode()).hexdigest()[:16]
+
+
+def perm_columns(num_perm: int) -> list[str]:
+    return [f"m{k:03d}" for k in range(num_perm)]
+
+
+def describe(raw_version: Optional[str], num_perm: int, shingle: int, seed: int) -> dict:
+    """What a signature file is computed from (stored in its metadata, compared by `matches`)."""
+    return {"format": FORMAT, "raw": raw_version, "num_perm": num_perm, "shingle": shingle, "seed": seed,
+            "code": _CODE}
+
+
+def schema(num_perm: int, meta: dict) -> pa.Schema:
+    fields = [("doc_id", pa.string()), ("exact_key", pa.string()), ("n_shingles", pa.int64()),
+              ("n_chars", pa.int64()), ("n_words", pa.int64())]
+    fields += [(c, pa.uint32()) for c in perm_columns(num_perm)]
+    return pa.schema(fields, metadata={META_KEY: json.dumps(meta, sort_keys=True).encode()})
+
+
+def stored_meta(source) -> Optional[dict]:
+    """The recorded `describe` dict of a signature file (a path or file), None when it has none."""
+    md = pq.read_schema(source).metadata or {}
+    return json.loads(md[META_KEY]) if META_KEY in md else None
+
+
+def matches(source, want: dict, rows: int) -> bool:
+    """The file was computed from `want` (raw version known, same parameters and code) and has `rows` rows."""
+    return want["raw"] is not None and stored_meta(source) == want and pq.ParquetFile(source).metadata.num_rows == rows
+
+
+def table(doc_ids: pa.Array, exact_keys: list, n_shingles: np.ndarray, n_chars: np.ndarray,
+          n_words: np.ndarray, signatures: np.ndarray, sch: pa.Schema) -> pa.Table:
+    cols = [doc_ids, pa.array(exact_keys, pa.string()), n_shingles, n_chars, n_words]
+    cols += [signatures[:, k] for k in range(signatures.shape[1])]
+    return pa.Table.from_arrays([pa.array(c) if isinstance(c, np.ndarray) else c for c in cols], schema=sch)
+
+
+def regroup(tables: Iterable[pa.Table], rows: int, sch: pa.Schema) -> Iterator[pa.Table]:
+    """The rows of `tables` in order, re-cut into tables of exactly `rows` rows (the last one shorter)."""
+    buf, n, any_out = [], 0, False
+    for t in tables:
+        buf.append(t)
+        n += t.num_rows
+        while n >= rows:
+            whole = pa.concat_tables(buf)
+            yield whole.slice(0, rows).combine_chunks()
+            any_out = True
+            buf, n = [whole.slice(rows)], whole.num_rows - rows
+    if n or not any_out:
+        yield pa.concat_tables(buf).combine_chunks() if buf else sch.empty_table()
+
+
+class Stored:
+    """`lsh.Signatures` over the signature files of several sources, concatenated in the given order."""
+
+    def __init__(self, sources: list, num_perm: int):
+        self.sources = sources
+        self.rows = [pq.ParquetFile(s).metadata.num_rows for s in sources]
+        self.shape = (sum(self.rows), num_perm)
+        self.names = perm_columns(num_perm)
+
+    def read(self, columns: list[str]) -> pa.Table:
+        """The given columns of every source, concatenated (one chunk per row group)."""
+        parts = [pq.read_table(s, columns=columns) for s in self.sources]
+        return pa.concat_tables(parts) if parts else pa.table({c: [] for c in columns})
+
+    def columns(self, start: int, stop: int) -> np.ndarray:
+        t = self.read(self.names[start:stop])
+        out = np.empty((t.num_rows, stop - start), np.uint32)
+        for j, col in enumerate(t.columns):
+            out[:, j] = col.to_numpy()
+        return out
