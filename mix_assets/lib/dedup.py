@@ -1,10 +1,12 @@
 """The dedup stage over the merged pool, and the exclusion masks built from it (no Dagster here).
 
-`dedup_keys_table` streams each source's documents parquet in batches (only doc_id, text and
-n_chars are read; the text is dropped after signing), so memory is ~0.7 KB per document plus one
-batch of text. After banding, a second pass reads the text of the documents in candidate pairs
-only and builds their shingle sets (8 B per distinct shingle of those documents) so every
-candidate is verified by exact Jaccard. `exclusion_table` unions the dedup exclusions with the contaminated documents into
+`dedup_keys_table` is a map and a reduce. Map (`sign_sources`): each source's documents parquet in
+row-range chunks (doc_id, text, n_chars read; the text dropped after signing), written per source
+to `dedup/signatures/<source>.parquet` (lib/signatures.py) and reused while the source's raw data
+and the parameters are unchanged. Reduce (`reduce_signatures`): LSH band by band over those files
+(one band's columns in memory at a time), then a pass reading the text of the documents in
+candidate pairs only, whose shingle sets (8 B per distinct shingle of those documents) verify
+every candidate by exact Jaccard; clusters and the keep rule. `exclusion_table` unions`exclusion_table` unions the dedup exclusions with the contaminated documents into
 one row per excluded document with an open set of reasons; `composition` compares every source
 before and after; `reject_samples` picks excluded documents to show beside their kept cluster
 member. Text of a document flagged contaminated is never read into a sample.
@@ -51,7 +53,6 @@ EXCLUSION_SCHEMA = pa.schema(
         ("kept_doc_id", pa.string()),
     ]
 )
-READ_BATCH_ROWS = 8192
 
 
 class DedupInputError(ValueError):
@@ -160,8 +161,7 @@ def sign_sources(storage, sources: Mapping[str, str], raw_versions: Mapping[str,
     """Write each source's signature file unless the stored one matches; returns the reused sources."""
     names = sorted(sources)
     want = {n: sig.describe(raw_versions.get(n), params.num_perm, params.shingle, params.seed) for n in names}
-    reused = [n for n in names if storage.exists(signatures_key(n)) and sig.matches(
-        storage.source(signatures_key(n)), want[n], pq.ParquetFile(sources[n]).metadata.num_rows)]
+    reused = sorted(stored_signatures(storage, sources, raw_versions, params))
     todo = [n for n in names if n not in reused]
     if log and reused:
         log.info(f"dedup_keys signatures: reusing the stored signatures of {', '.join(reused)} (raw data unchanged)")
@@ -186,6 +186,20 @@ def sign_sources(storage, sources: Mapping[str, str], raw_versions: Mapping[str,
     return reused
 
 
+def stored_signatures(storage, sources: Mapping[str, str], raw_versions: Mapping[str, str],
+                      params: DedupParams) -> dict:
+    """{source: readable signature file} of the sources whose stored file was computed from their current
+    raw version ({source: data version}) with these parameters and has a row per raw row."""
+    out = {}
+    for n in sorted(sources):
+        key = signatures_key(n)
+        want = sig.describe(raw_versions.get(n), params.num_perm, params.shingle, params.seed)
+        rows = pq.ParquetFile(sources[n]).metadata.num_rows
+        if storage.exists(key) and sig.matches(storage.source(key), want, rows):
+            out[n] = storage.source(key)
+    return out
+
+
 def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[str, int],
                       params: DedupParams) -> tuple[pa.Table, dict]:
     """LSH banding over the stored signature files (one band's columns at a time), then clusters.
@@ -205,7 +219,7 @@ def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[s
     del meta
     prio = np.asarray([priorities.get(n, 0) for n in names], dtype=np.int64)[src]
     res = lsh.dedup(doc_ids, keys, stored, nsh, nch, prio, b, r, params.threshold,
-                    shingle_sets=_shingle_reader(sources, first_row, params.shingle))
+                    shingle_sets=sig.shingle_reader(sources, first_row, params.shingle))
     del prio, nsh, nch
     canon = np.asarray(pc.sort_indices(doc_ids), dtype=np.int64)  # = sorted by doc_id (ids are unique)
     at = pa.array(canon)
@@ -226,35 +240,6 @@ def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[s
     stats = dict(res.stats, bands=b, rows=r, threshold=params.threshold, num_perm=params.num_perm)
     stats["per_source"] = _per_source_kills(names, src, res.code)
     return table, stats
-
-
-def _shingle_reader(sources: Mapping[str, str], first_row: Mapping[str, int], shingle: int):
-    """`shingle_sets` for lsh.dedup: a second pass reading the text of the wanted documents only.
-
-    Input index = first_row[source] + row in that source's parquet (sources in sorted order, as the
-    first pass concatenated them), so ascending indices come back in ascending order.
-    """
-
-    def read(need: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        vals, sizes = [np.zeros(0, np.uint64)], [np.zeros(0, np.int64)]
-        bounds = sorted((first_row[name], name) for name in first_row)
-        for k, (start, name) in enumerate(bounds):
-            stop = bounds[k + 1][0] if k + 1 < len(bounds) else np.iinfo(np.int64).max
-            want = need[(need >= start) & (need < stop)] - start
-            row = 0
-            f = pq.ParquetFile(sources[name])
-            for batch in f.iter_batches(batch_size=READ_BATCH_ROWS, columns=["text"]) if len(want) else ():
-                take = want[(want >= row) & (want < row + batch.num_rows)] - row
-                row += batch.num_rows
-                if len(take):
-                    g, off = mh.shingle_sets(batch.column(0).take(pa.array(take)), shingle)
-                    vals.append(g)
-                    sizes.append(np.diff(off))
-                if row > want[-1]:
-                    break
-        return np.concatenate(vals), np.r_[0, np.cumsum(np.concatenate(sizes))].astype(np.int64)
-
-    return read
 
 
 def _per_source_kills(names: list[str], src: np.ndarray, code: np.ndarray) -> dict:
@@ -386,7 +371,8 @@ def snippets(paths: Mapping[str, str], wanted: set[str], chars: int = 240) -> di
         return out
     want = pa.array(sorted(wanted), pa.string())
     for name in sorted(paths):
-        for batch in pq.ParquetFile(paths[name]).iter_batches(batch_size=READ_BATCH_ROWS, columns=["doc_id", "text"]):
+        f = pq.ParquetFile(paths[name])
+        for batch in f.iter_batches(batch_size=sig.READ_BATCH_ROWS, columns=["doc_id", "text"]):
             mask = pc.is_in(batch.column("doc_id").cast(pa.string()), value_set=want)
             if not pc.any(mask).as_py():
                 continue

@@ -20,9 +20,10 @@ Pipeline (`dedup`):
    ties go to the higher source priority, then to the smallest doc_id. Every other member is
    excluded with reason `exact_dup` when its exact key equals the survivor's, else `near_dup`.
 
-Index memory is a few arrays of N 8-byte values per band, one band at a time, plus the candidate
-pairs; the signature matrix itself is not copied. Verification holds the shingle sets of the
-documents in candidate pairs only (8 B per distinct shingle of those documents).
+Index memory is a few arrays of N 8-byte values for one band at a time (`candidate_pairs` reads a
+band's r columns through `Signatures`, e.g. from the stored Parquet files, never the whole matrix),
+plus the unique candidate pairs so far. Verification holds the shingle sets of the documents in
+candidate pairs only (8 B per distinct shingle of those documents).
 
 (b, r) (`recall_params`): banding must find a pair AT the threshold with near certainty, because
 the estimate no longer decides and a pair banding misses can never be verified. Among the (b, r)
@@ -209,7 +210,7 @@ def estimated_jaccard(sig: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.nda
     return out
 
 
-def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+def ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     """Concatenated aranges starts[i] .. starts[i] + lens[i]."""
     total = int(lens.sum())
     return np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(total)
@@ -234,7 +235,7 @@ def set_jaccard(values: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.nd
         e = max(int(np.searchsorted(work, base + chunk, side="right")), s + 1)
         ca, cb = a[s:e], b[s:e]
         la, lb = sizes[ca], sizes[cb]
-        vals = np.concatenate([values[_ranges(offsets[ca], la)], values[_ranges(offsets[cb], lb)]])
+        vals = np.concatenate([values[ranges(offsets[ca], la)], values[ranges(offsets[cb], lb)]])
         pid = np.concatenate([np.repeat(np.arange(e - s), la), np.repeat(np.arange(e - s), lb)])
         o = np.lexsort((vals, pid))
         vals, pid = vals[o], pid[o]

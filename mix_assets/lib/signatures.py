@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Mapping, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +24,7 @@ from mix_assets.lib import minhash, textkeys
 
 FORMAT = "mix_assets.signatures/1"
 META_KEY = b"mix_assets.signatures"
+READ_BATCH_ROWS = 8192  # raw rows per text batch of `shingle_reader`
 GROUP_ROWS = 16384  # rows per row group (~10 MB of a group in memory while writing)
 SCALARS = ["doc_id", "exact_key", "n_shingles", "n_chars", "n_words"]
 # The code that decides a signature's bits: a change there invalidates every stored file.
@@ -100,3 +101,32 @@ class Stored:
         for j, col in enumerate(t.columns):
             out[:, j] = col.to_numpy()
         return out
+
+
+def shingle_reader(sources: Mapping[str, str], first_row: Mapping[str, int], shingle: int):
+    """`shingle_sets` for lsh.dedup (and the split check): a pass reading the text of the wanted documents only.
+
+    Input index = first_row[source] + row in that source's parquet (sources in sorted order, as the
+    signature files are concatenated), so ascending indices come back in ascending order.
+    """
+
+    def read(need: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        vals, sizes = [np.zeros(0, np.uint64)], [np.zeros(0, np.int64)]
+        bounds = sorted((first_row[name], name) for name in first_row)
+        for k, (start, name) in enumerate(bounds):
+            stop = bounds[k + 1][0] if k + 1 < len(bounds) else np.iinfo(np.int64).max
+            want = need[(need >= start) & (need < stop)] - start
+            row = 0
+            f = pq.ParquetFile(sources[name])
+            for batch in f.iter_batches(batch_size=READ_BATCH_ROWS, columns=["text"]) if len(want) else ():
+                take = want[(want >= row) & (want < row + batch.num_rows)] - row
+                row += batch.num_rows
+                if len(take):
+                    g, off = minhash.shingle_sets(batch.column(0).take(pa.array(take)), shingle)
+                    vals.append(g)
+                    sizes.append(np.diff(off))
+                if row > want[-1]:
+                    break
+        return np.concatenate(vals), np.r_[0, np.cumsum(np.concatenate(sizes))].astype(np.int64)
+
+    return read
