@@ -55,6 +55,9 @@ EXCLUSION_SCHEMA = pa.schema(
 )
 
 
+READ_BATCH_ROWS = 8192  # raw rows per text batch when candidate documents' texts are read
+
+
 class DedupInputError(ValueError):
     """Raw documents that cannot be deduplicated; the message names file, row and field."""
 
@@ -214,29 +217,25 @@ def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[s
     src = np.repeat(np.arange(len(names), dtype=np.int16), stored.rows)
     first_row = dict(zip(names, np.r_[0, np.cumsum(stored.rows)[:-1]].tolist()))
     doc_ids = meta.column("doc_id").combine_chunks()
-    keys = meta.column("exact_key").combine_chunks()
-    nsh, nch, nw = (meta.column(c).to_numpy() for c in ("n_shingles", "n_chars", "n_words"))
+    labels = lsh.key_groups(meta.column("exact_key").combine_chunks())  # the key strings are read again below
+    nsh, nch = (meta.column(c).to_numpy() for c in ("n_shingles", "n_chars"))
     del meta
     prio = np.asarray([priorities.get(n, 0) for n in names], dtype=np.int64)[src]
-    res = lsh.dedup(doc_ids, keys, stored, nsh, nch, prio, b, r, params.threshold,
-                    shingle_sets=sig.shingle_reader(sources, first_row, params.shingle))
-    del prio, nsh, nch
-    canon = np.asarray(pc.sort_indices(doc_ids), dtype=np.int64)  # = sorted by doc_id (ids are unique)
-    at = pa.array(canon)
-    table = pa.table(
-        {
-            "doc_id": doc_ids.take(at),
-            "source": pa.array(names, pa.string()).take(pa.array(src[canon])),
-            "exact_key": keys.take(at),
-            "cluster_id": doc_ids.take(pa.array(res.kept_index[canon])),
-            "cluster_size": res.cluster_size[canon],
-            "keep": res.keep[canon],
-            "reason": pa.array(list(lsh.REASONS), pa.string()).take(pa.array(res.code[canon])),
-            "jaccard_to_kept": res.jaccard_to_kept[canon],
-            "n_words": nw[canon],
-        },
-        schema=DEDUP_SCHEMA,
-    )
+    with tempfile.TemporaryDirectory(prefix="dedup-shingles-") as spill:  # candidates' shingle sets, on disk
+        sets = sig.shingle_reader(sources, first_row, params.shingle, spill, READ_BATCH_ROWS)
+        res = lsh.dedup(doc_ids, labels, stored, nsh, nch, prio, b, r, params.threshold, shingle_sets=sets)
+    del prio, nsh, nch, labels
+    canon = pa.array(np.asarray(pc.sort_indices(doc_ids), dtype=np.int64))  # = by doc_id (ids are unique)
+    cols = {"doc_id": doc_ids.take(canon), "source": pa.array(names, pa.string()).take(pa.array(src).take(canon))}
+    cols["exact_key"] = stored.read(["exact_key"]).column(0).take(canon).combine_chunks()
+    cols["cluster_id"] = doc_ids.take(pa.array(res.kept_index).take(canon))
+    del doc_ids
+    for name, values in (("cluster_size", res.cluster_size), ("keep", res.keep), ("reason", res.code),
+                         ("jaccard_to_kept", res.jaccard_to_kept)):
+        cols[name] = pa.array(values).take(canon)
+    cols["reason"] = pa.array(list(lsh.REASONS), pa.string()).take(cols["reason"])
+    cols["n_words"] = stored.read(["n_words"]).column(0).take(canon).combine_chunks()
+    table = pa.table(cols, schema=DEDUP_SCHEMA)
     stats = dict(res.stats, bands=b, rows=r, threshold=params.threshold, num_perm=params.num_perm)
     stats["per_source"] = _per_source_kills(names, src, res.code)
     return table, stats
@@ -372,7 +371,7 @@ def snippets(paths: Mapping[str, str], wanted: set[str], chars: int = 240) -> di
     want = pa.array(sorted(wanted), pa.string())
     for name in sorted(paths):
         f = pq.ParquetFile(paths[name])
-        for batch in f.iter_batches(batch_size=sig.READ_BATCH_ROWS, columns=["doc_id", "text"]):
+        for batch in f.iter_batches(batch_size=READ_BATCH_ROWS, columns=["doc_id", "text"]):
             mask = pc.is_in(batch.column("doc_id").cast(pa.string()), value_set=want)
             if not pc.any(mask).as_py():
                 continue

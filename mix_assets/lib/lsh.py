@@ -247,6 +247,24 @@ def set_jaccard(values: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.nd
     return out
 
 
+class InMemorySets:
+    """Shingle sets held as (values, offsets), the form `minhash.shingle_sets` returns."""
+
+    def __init__(self, values: np.ndarray, offsets: np.ndarray):
+        self.values, self.offsets = values, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def jaccard(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return set_jaccard(self.values, self.offsets, a, b)
+
+
+def _set_store(sets):
+    """A (values, offsets) pair as InMemorySets; anything with `jaccard` and `len` (signatures.SpilledSets) as is."""
+    return InMemorySets(*sets) if isinstance(sets, tuple) else sets
+
+
 # -- keep rule -------------------------------------------------------------------------------
 def keep_rank(doc_ids: Sequence[str] | pa.Array, n_chars: np.ndarray, priority: np.ndarray) -> np.ndarray:
     """Rank of every document under the keep rule (0 = best): longest, higher priority, smaller doc_id."""
@@ -330,12 +348,15 @@ def dedup(
     r: int,
     threshold: float,
     group_cap: int = 32,
-    shingle_sets: Optional[Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]] = None,
+    shingle_sets: Optional[Callable[[np.ndarray], object]] = None,
 ) -> DedupResult:
     """Exact + near-duplicate clusters and survivors; the result ignores the input order.
 
-    `shingle_sets(indices)`, given ascending input indices, returns those documents' shingle sets
-    as (values, offsets of len(indices) + 1), distinct 64-bit shingle hashes per document. With it
+    `exact_keys` may also be int64 labels, equal for equal keys (`key_groups`' output), so a caller
+    need not hold the key strings. `shingle_sets(indices)`, given ascending input indices, returns
+    those documents' shingle sets (distinct 64-bit shingle hashes per document) as (values, offsets
+    of len(indices) + 1), or as a store with `len` and `jaccard(a, b)` (`signatures.SpilledSets`,
+    sets on disk, loaded a chunk of pairs at a time). With it
     every candidate pair is verified by exact Jaccard (and jaccard_to_kept is exact); without it
     the signature estimate decides, which needs the whole matrix (a numpy array); `signatures` read
     column by column (`Signatures`, e.g. from Parquet) need `shingle_sets`.
@@ -356,9 +377,11 @@ def dedup(
     if n > 1 and pc.any(same).as_py():
         dup = sorted(set(sorted_ids.filter(pa.concat_arrays([same, pa.array([False])])).to_pylist()))[:5]
         raise ValueError(f"dedup: doc_id must be unique; repeated: {dup}")
+    del sorted_ids, same  # intermediates go as soon as they are used: the reduce's memory is per document
     at = np.arange(n)
     # Exact groups, in canonical order: the representative is the group's first member.
-    group = key_groups(exact_keys)[canon]
+    labels = exact_keys if isinstance(exact_keys, np.ndarray) and exact_keys.dtype.kind == "i" else None
+    group = (key_groups(exact_keys) if labels is None else labels)[canon]
     _, rep_pos = np.unique(group, return_index=True)
     rep_of = rep_pos[group]  # canonical position of each document's exact representative
     is_rep = rep_of == at
@@ -367,14 +390,16 @@ def dedup(
     # Near duplicates among representatives with at least one shingle.
     sh_c = np.asarray(n_shingles)[canon]
     active = np.flatnonzero(is_rep & (sh_c > 0))
+    no_shingle = int(np.count_nonzero(sh_c == 0))
+    del is_rep, sh_c
     rows = canon[active]  # input indices, canonical order
     lo, hi = candidate_pairs(signatures, rows, b, r, group_cap)
     if shingle_sets is not None:
         need = np.unique(rows[np.concatenate([lo, hi])])  # input indices of candidate documents
-        values, offsets = shingle_sets(need)
-        if len(offsets) != len(need) + 1:
-            raise ValueError(f"dedup: shingle_sets gave {len(offsets) - 1} sets for {len(need)} documents")
-        est = set_jaccard(values, offsets, np.searchsorted(need, rows[lo]), np.searchsorted(need, rows[hi]))
+        sets = _set_store(shingle_sets(need))
+        if len(sets) != len(need):
+            raise ValueError(f"dedup: shingle_sets gave {len(sets)} sets for {len(need)} documents")
+        est = sets.jaccard(np.searchsorted(need, rows[lo]), np.searchsorted(need, rows[hi]))
     else:
         est = estimated_jaccard(signatures, rows[lo], rows[hi])
     ok = est >= threshold
@@ -384,6 +409,7 @@ def dedup(
     v = np.concatenate([ex_hi, nd_hi])
     graph = coo_matrix((np.ones(len(u), dtype=np.int8), (u, v)), shape=(n, n)).tocsr()
     _, label = connected_components(graph, directed=False)
+    del u, v, graph, ex_lo, ex_hi, nd_lo, nd_hi
 
     rank_c = _keep_rank(canon, n_chars, priority)[canon]
     # Survivor per component: the member with the smallest keep rank.
@@ -393,22 +419,24 @@ def dedup(
     pos_of_rank = np.empty(n, dtype=np.int64)
     pos_of_rank[rank_c] = at
     kept_c = pos_of_rank[best[label]]  # canonical position of each document's survivor
+    del rank_c, pos_of_rank, best
 
     kept_index = np.empty(n, dtype=np.int64)
     kept_index[canon] = canon[kept_c]
     cluster_size = np.empty(n, dtype=np.int64)
     cluster_size[canon] = sizes[label]
+    del label
     code_c = np.where(kept_c == at, KEEP, np.where(group == group[kept_c], EXACT_DUP, NEAR_DUP))
     code = np.empty(n, dtype=np.int8)
     code[canon] = code_c
+    del code_c, group, kept_c, at
     jac = np.ones(n, dtype=np.float32)
     drop = np.flatnonzero(code == NEAR_DUP)  # exact dups keep 1.0: their normalised texts are equal
     if shingle_sets is not None:
         # Both sides through their exact representatives (same text), which are candidate documents.
         rep_in = np.empty(n, dtype=np.int64)
         rep_in[canon] = canon[rep_of]
-        jac[drop] = set_jaccard(values, offsets, np.searchsorted(need, rep_in[drop]),
-                                np.searchsorted(need, rep_in[kept_index[drop]]))
+        jac[drop] = sets.jaccard(np.searchsorted(need, rep_in[drop]), np.searchsorted(need, rep_in[kept_index[drop]]))
     else:
         jac[drop] = estimated_jaccard(signatures, drop, kept_index[drop])
 
@@ -417,7 +445,7 @@ def dedup(
         "documents": n,
         "exact_groups": int(len(rep_pos)),
         "lsh_documents": int(len(active)),
-        "no_shingle_documents": int(np.count_nonzero(sh_c == 0)),
+        "no_shingle_documents": no_shingle,
         "candidate_pairs": int(len(lo)),
         "verification": "exact" if shingle_sets is not None else "estimated",
         "confirmed_pairs": int(ok.sum()),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import os
 from typing import Iterable, Iterator, Mapping, Optional
 
 import numpy as np
@@ -24,7 +25,7 @@ from mix_assets.lib import minhash, textkeys
 
 FORMAT = "mix_assets.signatures/1"
 META_KEY = b"mix_assets.signatures"
-READ_BATCH_ROWS = 8192  # raw rows per text batch of `shingle_reader`
+VERIFY_VALUES = 1 << 21  # shingle values loaded per verification step (16 MiB)
 GROUP_ROWS = 16384  # rows per row group (~10 MB of a group in memory while writing)
 SCALARS = ["doc_id", "exact_key", "n_shingles", "n_chars", "n_words"]
 # The code that decides a signature's bits: a change there invalidates every stored file.
@@ -103,30 +104,77 @@ class Stored:
         return out
 
 
-def shingle_reader(sources: Mapping[str, str], first_row: Mapping[str, int], shingle: int):
-    """`shingle_sets` for lsh.dedup (and the split check): a pass reading the text of the wanted documents only.
+class SpilledSets:
+    """Shingle sets of many documents in a file (uint64 values, set after set), offsets in memory (8 B each).
 
-    Input index = first_row[source] + row in that source's parquet (sources in sorted order, as the
-    signature files are concatenated), so ascending indices come back in ascending order.
+    `jaccard` loads only the sets of a bounded chunk of pairs at a time, so verification's memory
+    does not grow with the number of candidate documents (the file does).
     """
 
-    def read(need: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        vals, sizes = [np.zeros(0, np.uint64)], [np.zeros(0, np.int64)]
+    def __init__(self, path: str, offsets: np.ndarray):
+        self.path, self.offsets = path, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def _load(self, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        sizes = self.offsets[docs + 1] - self.offsets[docs]
+        vals = np.empty(int(sizes.sum()), np.uint64)
+        at = 0
+        with open(self.path, "rb") as f:
+            for d, k in zip(docs.tolist(), sizes.tolist()):
+                f.seek(int(self.offsets[d]) * 8)
+                vals[at: at + k] = np.fromfile(f, np.uint64, count=k)
+                at += k
+        return vals, np.r_[0, np.cumsum(sizes)].astype(np.int64)
+
+    def jaccard(self, a: np.ndarray, b: np.ndarray, chunk: int = VERIFY_VALUES) -> np.ndarray:
+        """Exact Jaccard of the sets a[i], b[i] (positions into the stored documents), as lsh.set_jaccard."""
+        from mix_assets.lib.lsh import set_jaccard
+
+        a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+        out = np.zeros(len(a), np.float64)
+        work = np.cumsum(np.diff(self.offsets)[a] + np.diff(self.offsets)[b])
+        s = 0
+        while s < len(a):
+            e = max(int(np.searchsorted(work, (work[s - 1] if s else 0) + chunk, side="right")), s + 1)
+            docs = np.unique(np.concatenate([a[s:e], b[s:e]]))
+            vals, offs = self._load(docs)
+            out[s:e] = set_jaccard(vals, offs, np.searchsorted(docs, a[s:e]), np.searchsorted(docs, b[s:e]))
+            s = e
+        return out
+
+
+def shingle_reader(sources: Mapping[str, str], first_row: Mapping[str, int], shingle: int, spill: str,
+                   batch_rows: int = 8192):
+    """`shingle_sets` for lsh.dedup (and the split check): a pass reading the text of the wanted documents
+    only, their sets written to a file in the folder `spill` (a `SpilledSets`).
+
+    Input index = first_row[source] + row in that source's parquet (sources in sorted order, as the
+    signature files are concatenated), so ascending indices come back in ascending order. Text is
+    read one row group at a time (row groups without a wanted row are skipped), in slices of
+    `batch_rows` rows, so memory is one row group, not one file's text column.
+    """
+
+    def read(need: np.ndarray) -> SpilledSets:
+        sizes = [np.zeros(0, np.int64)]
+        path = os.path.join(spill, f"shingles-{len(os.listdir(spill))}.u64")
         bounds = sorted((first_row[name], name) for name in first_row)
-        for k, (start, name) in enumerate(bounds):
-            stop = bounds[k + 1][0] if k + 1 < len(bounds) else np.iinfo(np.int64).max
-            want = need[(need >= start) & (need < stop)] - start
-            row = 0
-            f = pq.ParquetFile(sources[name])
-            for batch in f.iter_batches(batch_size=READ_BATCH_ROWS, columns=["text"]) if len(want) else ():
-                take = want[(want >= row) & (want < row + batch.num_rows)] - row
-                row += batch.num_rows
-                if len(take):
-                    g, off = minhash.shingle_sets(batch.column(0).take(pa.array(take)), shingle)
-                    vals.append(g)
-                    sizes.append(np.diff(off))
-                if row > want[-1]:
-                    break
-        return np.concatenate(vals), np.r_[0, np.cumsum(np.concatenate(sizes))].astype(np.int64)
+        with open(path, "wb") as out:
+            for k, (start, name) in enumerate(bounds):
+                stop = bounds[k + 1][0] if k + 1 < len(bounds) else np.iinfo(np.int64).max
+                want = need[(need >= start) & (need < stop)] - start
+                f = pq.ParquetFile(sources[name])
+                ends = np.cumsum([f.metadata.row_group(g).num_rows for g in range(f.num_row_groups)])
+                for g in np.unique(np.searchsorted(ends, want, side="right")).tolist():
+                    row0 = int(ends[g - 1]) if g else 0
+                    texts = f.read_row_group(g, columns=["text"]).column(0)
+                    rows = want[(want >= row0) & (want < ends[g])] - row0
+                    for s in range(0, len(rows), batch_rows):
+                        gv, off = minhash.shingle_sets(texts.take(pa.array(rows[s: s + batch_rows])), shingle)
+                        gv.astype(np.uint64).tofile(out)
+                        sizes.append(np.diff(off))
+                    del texts
+        return SpilledSets(path, np.r_[0, np.cumsum(np.concatenate(sizes))].astype(np.int64))
 
     return read

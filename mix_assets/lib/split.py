@@ -314,13 +314,14 @@ def cross_split_near_dups(split: pa.Table, raw_paths: dict[str, str], threshold:
         for band in range(b if len(val) and len(train) else 0):
             keys = lsh.band_keys(stored.columns(band * r, (band + 1) * r), 1, r)[0]
             codes = np.union1d(codes, _band_pairs(keys, val, train, n))
-    n_val, n_train = int((side == 1).sum()), int((side == 0).sum())
-    t_idx, v_idx = codes // max(n, 1), codes % max(n, 1)
-    max_j, hits = 0.0, 0
-    if len(codes):
-        first_row = dict(zip(names, np.r_[0, np.cumsum(stored.rows)[:-1]].tolist()))
-        need = np.unique(np.concatenate([t_idx, v_idx]))
-        values, offsets = sig.shingle_reader({s: raw_paths[s] for s in names}, first_row, shingle_words)(need)
-        jac = lsh.set_jaccard(values, offsets, np.searchsorted(need, t_idx), np.searchsorted(need, v_idx))
-        max_j, hits = float(jac.max()), len(np.unique(v_idx[jac >= threshold]))
+        n_val, n_train = int((side == 1).sum()), int((side == 0).sum())
+        t_idx, v_idx = codes // max(n, 1), codes % max(n, 1)
+        max_j, hits = 0.0, 0
+        if len(codes):
+            first_row = dict(zip(names, np.r_[0, np.cumsum(stored.rows)[:-1]].tolist()))
+            need = np.unique(np.concatenate([t_idx, v_idx]))
+            reader = sig.shingle_reader({s: raw_paths[s] for s in names}, first_row, shingle_words, tmp, batch_rows)
+            sets = reader(need)
+            jac = sets.jaccard(np.searchsorted(need, t_idx), np.searchsorted(need, v_idx))
+            max_j, hits = float(jac.max()), len(np.unique(v_idx[jac >= threshold]))
     return NearDupScan(n_val, n_train, hits, max_j, threshold, len(codes), b, r)
