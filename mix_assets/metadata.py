@@ -384,6 +384,10 @@ def val_disjoint_from_train(d, scan) -> dict:
         "max_cross_split_jaccard": share(scan.max_jaccard),
         "jaccard_threshold": scan.threshold,
         "compared_pairs": scan.pairs_compared,
+        # candidates: (train, val) pairs sharing a band of the check's own LSH, each verified exactly
+        "lsh_bands": scan.bands,
+        "lsh_rows": scan.rows,
+        "miss_probability_at_threshold": float(f"{scan.miss_probability:.3g}"),
     }
 
 

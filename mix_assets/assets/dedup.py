@@ -16,7 +16,7 @@ from mix_assets.assets.common import (
 )
 from mix_assets.config import MixSpec
 from mix_assets.lib import engine as engine_lib
-from mix_assets.lib import layout, lsh, minhash, tables
+from mix_assets.lib import layout, lsh, minhash, signatures, tables
 from mix_assets.lib import dedup as lib
 from mix_assets.resources import EngineResource, MixResource
 
@@ -47,7 +47,7 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
         owners=spec.owners,
         # the engine section is not in it: every engine writes the same bytes
         resource_defs={"engine": EngineResource.from_spec(spec)},
-        code_version=code_version(lib, lsh, minhash, engine_lib, json.dumps(dedup_fields, sort_keys=True),
+        code_version=code_version(lib, lsh, minhash, signatures, engine_lib, json.dumps(dedup_fields, sort_keys=True),
                                   {s.name: s.priority for s in spec.sources}),
         check_specs=[
             dg.AssetCheckSpec(
@@ -61,17 +61,19 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
         """Per document: exact key, MinHash/LSH near-duplicate cluster, keep flag and reason.
 
         The per-document work (read, normalise, exact key, MinHash) runs as map tasks on `engine`
-        (in process or Ray); the LSH reduce runs here."""
+        (in process or Ray) and are stored per source (reused while a source is unchanged); the LSH
+        reduce runs here, band by band over the stored signatures."""
         spec_now, storage = mix.spec, mix.storage
         names = [s.name for s in spec_now.sources]
         inputs = verified_inputs(storage, "dedup_keys", [raw_name(s) for s in names])
         started = time.monotonic()
         table, st = lib.dedup_keys_table(tables.raw_paths(storage, names),
                                          {s.name: s.priority for s in spec_now.sources}, lib.dedup_params(spec_now),
-                                         engine.engine, log=context.log)
+                                         engine.engine, log=context.log, storage=storage,
+                                         raw_versions={s: inputs[raw_name(s)] for s in names})
         elapsed = time.monotonic() - started
         write_parquet(storage, layout.DEDUP_KEYS, table)
-        lin = recorded(storage, "dedup_keys", [layout.DEDUP_KEYS], inputs)
+        lin = recorded(storage, "dedup_keys", [layout.DEDUP_KEYS, *map(lib.signatures_key, sorted(names))], inputs)
         context.log.info(f"dedup_keys: {st['documents']:,} documents in {elapsed:.1f} s on engine {engine.kind}")
         problems = lib.check_clusters(table)
         check = dg.AssetCheckResult(check_name=CLUSTERS_CONSISTENT, passed=not problems,

@@ -6,7 +6,8 @@ import pyarrow.parquet as pq
 from mix_assets import metadata as md
 from mix_assets.assets.common import code_version, gate, raw_key, raw_name, recorded, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
-from mix_assets.lib import layout
+from mix_assets.lib import dedup as dedup_lib
+from mix_assets.lib import layout, lineage, tables
 from mix_assets.lib import split as split_lib
 from mix_assets.lib.split import (
     build_validation_split,
@@ -48,11 +49,19 @@ def build_split_assets(spec: MixSpec) -> list:
     def val_disjoint_from_train(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
         """No doc id, cluster or exact text on both sides; cross-split near-dup rate (shingle Jaccard) 0."""
         s, st = mix.spec, mix.storage
-        verified_inputs(st, VAL_DISJOINT_FROM_TRAIN, ["validation_split", *(raw_name(x.name) for x in s.sources)])
+        names = [x.name for x in s.sources]
+        inputs = verified_inputs(st, VAL_DISJOINT_FROM_TRAIN,
+                                 ["validation_split", "dedup_keys", *(raw_name(x) for x in names)])
         split = pq.read_table(st.source(layout.VALIDATION_SPLIT))
         d = measure_disjointness(split)
-        raw = {x.name: st.source(layout.RAW_DOCS.format(source=x.name)) for x in s.sources}
-        scan = cross_split_near_dups(split, raw, s.dedup.threshold, s.dedup.shingle_words)
+        raw, p = tables.raw_paths(st, names), dedup_lib.dedup_params(s)
+        # dedup_keys' signature files when its lineage lists them (so verified_inputs hashed them)
+        recorded_keys = set(lineage.read_record(st, "dedup_keys")["outputs"])
+        versions = {n: inputs[raw_name(n)] for n in names}
+        sigs = {n: f for n, f in dedup_lib.stored_signatures(st, raw, versions, p).items()
+                if dedup_lib.signatures_key(n) in recorded_keys}
+        scan = cross_split_near_dups(split, raw, s.dedup.threshold, p.shingle, signatures=sigs, num_perm=p.num_perm,
+                                     seed=p.seed)
         ok = d.ok and scan.val_docs_with_train_near_dup == 0
         return gate(context, VALIDATION_SPLIT_KEY, dg.AssetCheckResult(
             passed=ok, metadata=md.val_disjoint_from_train(d, scan),

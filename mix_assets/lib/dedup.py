@@ -1,10 +1,12 @@
 """The dedup stage over the merged pool, and the exclusion masks built from it (no Dagster here).
 
-`dedup_keys_table` streams each source's documents parquet in batches (only doc_id, text and
-n_chars are read; the text is dropped after signing), so memory is ~0.7 KB per document plus one
-batch of text. After banding, a second pass reads the text of the documents in candidate pairs
-only and builds their shingle sets (8 B per distinct shingle of those documents) so every
-candidate is verified by exact Jaccard. `exclusion_table` unions the dedup exclusions with the contaminated documents into
+`dedup_keys_table` is a map and a reduce. Map (`sign_sources`): each source's documents parquet in
+row-range chunks (doc_id, text, n_chars read; the text dropped after signing), written per source
+to `dedup/signatures/<source>.parquet` (lib/signatures.py) and reused while the source's raw data
+and the parameters are unchanged. Reduce (`reduce_signatures`): LSH band by band over those files
+(one band's columns in memory at a time), then a pass reading the text of the documents in
+candidate pairs only, whose shingle sets (8 B per distinct shingle of those documents) verify
+every candidate by exact Jaccard; clusters and the keep rule. `exclusion_table` unions`exclusion_table` unions the dedup exclusions with the contaminated documents into
 one row per excluded document with an open set of reasons; `composition` compares every source
 before and after; `reject_samples` picks excluded documents to show beside their kept cluster
 member. Text of a document flagged contaminated is never read into a sample.
@@ -13,7 +15,9 @@ member. Text of a document flagged contaminated is never read into a sample.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import tempfile
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional
 
@@ -23,8 +27,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mix_assets.lib import engine, layout, lsh, tables
+from mix_assets.lib import signatures as sig
 from mix_assets.lib import minhash as mh
 from mix_assets.lib.progress import Progress
+from mix_assets.lib.storage import Storage
 
 DEDUP_SCHEMA = pa.schema(
     [
@@ -47,7 +53,9 @@ EXCLUSION_SCHEMA = pa.schema(
         ("kept_doc_id", pa.string()),
     ]
 )
-READ_BATCH_ROWS = 8192
+
+
+READ_BATCH_ROWS = 8192  # raw rows per text batch when candidate documents' texts are read
 
 
 class DedupInputError(ValueError):
@@ -128,106 +136,117 @@ def sign_chunks(sources: Mapping[str, str], params: DedupParams, eng: engine.Eng
 
 def dedup_keys_table(
     sources: Mapping[str, str], priorities: Mapping[str, int], params: DedupParams,
-    eng: engine.Engine = engine.Engine(), log=None,
+    eng: engine.Engine = engine.Engine(), log=None, storage=None, raw_versions: Optional[Mapping[str, str]] = None,
 ) -> tuple[pa.Table, dict]:
     """Dedup keys for every document of every source ({source: documents parquet path}).
 
-    Map: `sign_chunk` over bounded row ranges on `eng` (in process or Ray tasks), results gathered
-    in chunk order; reduce: LSH banding, exact verification and the keep rule in this process.
-    Returns the table (DEDUP_SCHEMA, rows sorted by doc_id) and stage statistics. With `log` (an
-    object with `info`), the map logs progress lines as chunk results arrive.
+    Map (`sign_sources`): `sign_chunk` over bounded row ranges on `eng` (in process or Ray tasks),
+    written per source to `storage` (layout.DEDUP_SIGNATURES; a temporary folder without one);
+    a source whose `raw_versions` entry and parameters match its stored file is not signed again.
+    Reduce (`reduce_signatures`): LSH band by band from the stored files, exact verification and
+    the keep rule in this process. Returns the table (DEDUP_SCHEMA, rows sorted by doc_id) and stage
+    statistics. With `log` (an object with `info`), the map logs progress lines.
     """
-    b, r = params.bands_rows
-    ids, srcs, keys, sigs, n_words, n_sh, n_chars = [], [], [], [], [], [], []
-    chunks = sign_chunks(sources, params, eng)
-    first_row = {}  # input index of each source's first document (sources in sorted order)
-    for name in sorted(sources):
-        first_row[name] = sum(c.rows.stop - c.rows.start for c in chunks if c.source < name)
+    if storage is None:
+        with tempfile.TemporaryDirectory(prefix="dedup-signatures-") as tmp:
+            return dedup_keys_table(sources, priorities, params, eng, log, Storage(tmp))
+    reused = sign_sources(storage, sources, raw_versions or {}, params, eng, log)
+    table, stats = reduce_signatures(storage, sources, priorities, params)
+    return table, dict(stats, reused_sources=reused)
+
+
+def signatures_key(source: str) -> str:
+    return layout.DEDUP_SIGNATURES.format(source=source)
+
+
+def sign_sources(storage, sources: Mapping[str, str], raw_versions: Mapping[str, str], params: DedupParams,
+                 eng: engine.Engine, log=None) -> list[str]:
+    """Write each source's signature file unless the stored one matches; returns the reused sources."""
+    names = sorted(sources)
+    want = {n: sig.describe(raw_versions.get(n), params.num_perm, params.shingle, params.seed) for n in names}
+    reused = sorted(stored_signatures(storage, sources, raw_versions, params))
+    todo = [n for n in names if n not in reused]
+    if log and reused:
+        log.info(f"dedup_keys signatures: reusing the stored signatures of {', '.join(reused)} (raw data unchanged)")
+    chunks = sign_chunks({n: sources[n] for n in todo}, params, eng)
+    results = zip(chunks, engine.map_chunks(sign_chunk, chunks, eng))
     n_docs = sum(c.rows.stop - c.rows.start for c in chunks)
     prog = Progress(log, "dedup_keys signatures", total_docs=n_docs) if log else None
-    for chunk, signed in zip(chunks, engine.map_chunks(sign_chunk, chunks, eng)):
-        if prog:
-            prog.update(docs=len(signed.exact_keys), bytes=signed.text_bytes)
-        ids.append(signed.doc_ids)
-        srcs.append(np.full(len(signed.exact_keys), chunk.source, dtype=object))
-        keys += signed.exact_keys
-        sigs.append(signed.signatures)
-        n_words.append(signed.n_words)
-        n_sh.append(signed.n_shingles)
-        n_chars.append(signed.n_chars)
+    for name in todo:
+        schema = sig.schema(params.num_perm, want[name])
+
+        def parts(k: int = sum(c.source == name for c in chunks)):
+            for _, signed in itertools.islice(results, k):
+                if prog:
+                    prog.update(docs=len(signed.exact_keys), bytes=signed.text_bytes)
+                yield sig.table(signed.doc_ids, signed.exact_keys, signed.n_shingles, signed.n_chars,
+                                signed.n_words, signed.signatures, schema)
+
+        tables.write_parquet_groups(storage, signatures_key(name), schema,
+                                    sig.regroup(parts(), sig.GROUP_ROWS, schema))
     if prog:
         prog.done()
-    doc_ids = pa.concat_arrays(ids) if ids else pa.array([], pa.string())
-    source = np.concatenate(srcs) if srcs else np.zeros(0, dtype=object)
-    sig = np.concatenate(sigs) if sigs else np.zeros((0, params.num_perm), np.uint32)
-    nw = np.concatenate(n_words) if n_words else np.zeros(0, np.int64)
-    nsh = np.concatenate(n_sh) if n_sh else np.zeros(0, np.int64)
-    nch = np.concatenate(n_chars) if n_chars else np.zeros(0, np.int64)
-    prio = np.array([priorities.get(s, 0) for s in source], dtype=np.int64)
-    res = lsh.dedup(doc_ids, keys, sig, nsh, nch, prio, b, r, params.threshold,
-                    shingle_sets=_shingle_reader(sources, first_row, params.shingle))
-    id_list = doc_ids.to_pylist()
-    table = pa.table(
-        {
-            "doc_id": doc_ids,
-            "source": pa.array(source.tolist(), pa.string()),
-            "exact_key": pa.array(keys, pa.string()),
-            "cluster_id": pa.array([id_list[k] for k in res.kept_index.tolist()], pa.string()),
-            "cluster_size": res.cluster_size,
-            "keep": res.keep,
-            "reason": pa.array(res.reason, pa.string()),
-            "jaccard_to_kept": res.jaccard_to_kept,
-            "n_words": nw,
-        },
-        schema=DEDUP_SCHEMA,
-    )
-    table = table.take(pc.sort_indices(table, [("doc_id", "ascending")]))
+    return reused
+
+
+def stored_signatures(storage, sources: Mapping[str, str], raw_versions: Mapping[str, str],
+                      params: DedupParams) -> dict:
+    """{source: readable signature file} of the sources whose stored file was computed from their current
+    raw version ({source: data version}) with these parameters and has a row per raw row."""
+    out = {}
+    for n in sorted(sources):
+        key = signatures_key(n)
+        want = sig.describe(raw_versions.get(n), params.num_perm, params.shingle, params.seed)
+        rows = pq.ParquetFile(sources[n]).metadata.num_rows
+        if storage.exists(key) and sig.matches(storage.source(key), want, rows):
+            out[n] = storage.source(key)
+    return out
+
+
+def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[str, int],
+                      params: DedupParams) -> tuple[pa.Table, dict]:
+    """LSH banding over the stored signature files (one band's columns at a time), then clusters.
+
+    Held per document: doc_id and exact_key (Arrow), a few int64 arrays and the keep rule's sort
+    keys; never the signature matrix (docs/scale.md gives the measured bytes per document).
+    """
+    b, r = params.bands_rows
+    names = sorted(sources)
+    stored = sig.Stored([storage.source(signatures_key(n)) for n in names], params.num_perm)
+    meta = stored.read(sig.SCALARS)
+    src = np.repeat(np.arange(len(names), dtype=np.int16), stored.rows)
+    first_row = dict(zip(names, np.r_[0, np.cumsum(stored.rows)[:-1]].tolist()))
+    doc_ids = meta.column("doc_id").combine_chunks()
+    labels = lsh.key_groups(meta.column("exact_key").combine_chunks())  # the key strings are read again below
+    nsh, nch = (meta.column(c).to_numpy() for c in ("n_shingles", "n_chars"))
+    del meta
+    prio = np.asarray([priorities.get(n, 0) for n in names], dtype=np.int64)[src]
+    with tempfile.TemporaryDirectory(prefix="dedup-shingles-") as spill:  # candidates' shingle sets, on disk
+        sets = sig.shingle_reader(sources, first_row, params.shingle, spill, READ_BATCH_ROWS)
+        res = lsh.dedup(doc_ids, labels, stored, nsh, nch, prio, b, r, params.threshold, shingle_sets=sets)
+    del prio, nsh, nch, labels
+    canon = pa.array(np.asarray(pc.sort_indices(doc_ids), dtype=np.int64))  # = by doc_id (ids are unique)
+    cols = {"doc_id": doc_ids.take(canon), "source": pa.array(names, pa.string()).take(pa.array(src).take(canon))}
+    cols["exact_key"] = stored.read(["exact_key"]).column(0).take(canon).combine_chunks()
+    cols["cluster_id"] = doc_ids.take(pa.array(res.kept_index).take(canon))
+    del doc_ids
+    for name, values in (("cluster_size", res.cluster_size), ("keep", res.keep), ("reason", res.code),
+                         ("jaccard_to_kept", res.jaccard_to_kept)):
+        cols[name] = pa.array(values).take(canon)
+    cols["reason"] = pa.array(list(lsh.REASONS), pa.string()).take(cols["reason"])
+    cols["n_words"] = stored.read(["n_words"]).column(0).take(canon).combine_chunks()
+    table = pa.table(cols, schema=DEDUP_SCHEMA)
     stats = dict(res.stats, bands=b, rows=r, threshold=params.threshold, num_perm=params.num_perm)
-    stats["per_source"] = _per_source_kills(table)
+    stats["per_source"] = _per_source_kills(names, src, res.code)
     return table, stats
 
 
-def _shingle_reader(sources: Mapping[str, str], first_row: Mapping[str, int], shingle: int):
-    """`shingle_sets` for lsh.dedup: a second pass reading the text of the wanted documents only.
-
-    Input index = first_row[source] + row in that source's parquet (sources in sorted order, as the
-    first pass concatenated them), so ascending indices come back in ascending order.
-    """
-
-    def read(need: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        vals, sizes = [np.zeros(0, np.uint64)], [np.zeros(0, np.int64)]
-        bounds = sorted((first_row[name], name) for name in first_row)
-        for k, (start, name) in enumerate(bounds):
-            stop = bounds[k + 1][0] if k + 1 < len(bounds) else np.iinfo(np.int64).max
-            want = need[(need >= start) & (need < stop)] - start
-            row = 0
-            f = pq.ParquetFile(sources[name])
-            for batch in f.iter_batches(batch_size=READ_BATCH_ROWS, columns=["text"]) if len(want) else ():
-                take = want[(want >= row) & (want < row + batch.num_rows)] - row
-                row += batch.num_rows
-                if len(take):
-                    g, off = mh.shingle_sets(batch.column(0).take(pa.array(take)), shingle)
-                    vals.append(g)
-                    sizes.append(np.diff(off))
-                if row > want[-1]:
-                    break
-        return np.concatenate(vals), np.r_[0, np.cumsum(np.concatenate(sizes))].astype(np.int64)
-
-    return read
-
-
-def _per_source_kills(table: pa.Table) -> dict:
-    out = {}
-    src = np.asarray(table.column("source").to_pylist(), dtype=object)
-    reason = np.asarray(table.column("reason").to_pylist(), dtype=object)
-    for s in sorted(set(src.tolist())):
-        m = src == s
-        out[s] = {
-            "documents": int(m.sum()),
-            "exact_dup": int(np.sum(reason[m] == "exact_dup")),
-            "near_dup": int(np.sum(reason[m] == "near_dup")),
-        }
-    return out
+def _per_source_kills(names: list[str], src: np.ndarray, code: np.ndarray) -> dict:
+    """{source: documents, exact_dup, near_dup} from per-document source indices and lsh codes."""
+    counts = np.zeros((len(names), 3), np.int64)
+    np.add.at(counts, (src.astype(np.int64), code.astype(np.int64)), 1)
+    return {n: {"documents": int(counts[k].sum()), "exact_dup": int(counts[k, lsh.EXACT_DUP]),
+                "near_dup": int(counts[k, lsh.NEAR_DUP])} for k, n in enumerate(names) if counts[k].sum()}
 
 
 def check_clusters(table: pa.Table) -> list[str]:
@@ -351,7 +370,8 @@ def snippets(paths: Mapping[str, str], wanted: set[str], chars: int = 240) -> di
         return out
     want = pa.array(sorted(wanted), pa.string())
     for name in sorted(paths):
-        for batch in pq.ParquetFile(paths[name]).iter_batches(batch_size=READ_BATCH_ROWS, columns=["doc_id", "text"]):
+        f = pq.ParquetFile(paths[name])
+        for batch in f.iter_batches(batch_size=READ_BATCH_ROWS, columns=["doc_id", "text"]):
             mask = pc.is_in(batch.column("doc_id").cast(pa.string()), value_set=want)
             if not pc.any(mask).as_py():
                 continue

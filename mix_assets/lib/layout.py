@@ -15,6 +15,9 @@ RAW_STATS = "raw/{source}/stats.json"
 #   cluster's survivor), cluster_size (int), keep (bool), reason (null | "exact_dup" | "near_dup"),
 #   jaccard_to_kept (float32, exact shingle Jaccard), n_words (int64, normalised words)
 DEDUP_KEYS = "dedup/dedup_keys.parquet"
+# dedup_keys' map output per source (lib/signatures.py): doc_id, exact_key, n_shingles, n_chars, n_words,
+#   m000 .. m127 (uint32 MinHash values), raw row order; reused while raw/<source> and the dedup params hold
+DEDUP_SIGNATURES = "dedup/signatures/{source}.parquet"
 
 # eval_registry: per task a sorted, unique uint64 array of hashed n-grams (numpy .npy) + denominators
 EVAL_NGRAMS = "audit/eval_registry/{task}.npy"

@@ -20,9 +20,10 @@ Pipeline (`dedup`):
    ties go to the higher source priority, then to the smallest doc_id. Every other member is
    excluded with reason `exact_dup` when its exact key equals the survivor's, else `near_dup`.
 
-Index memory is a few arrays of N 8-byte values per band, one band at a time, plus the candidate
-pairs; the signature matrix itself is not copied. Verification holds the shingle sets of the
-documents in candidate pairs only (8 B per distinct shingle of those documents).
+Index memory is a few arrays of N 8-byte values for one band at a time (`candidate_pairs` reads a
+band's r columns through `Signatures`, e.g. from the stored Parquet files, never the whole matrix),
+plus the unique candidate pairs so far. Verification holds the shingle sets of the documents in
+candidate pairs only (8 B per distinct shingle of those documents).
 
 (b, r) (`recall_params`): banding must find a pair AT the threshold with near certainty, because
 the estimate no longer decides and a pair banding misses can never be verified. Among the (b, r)
@@ -35,7 +36,7 @@ permutations that is b=27, r=4. A false positive costs one exact set comparison.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Protocol, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -159,21 +160,44 @@ def _group_pairs(keys: np.ndarray, group_cap: int) -> tuple[np.ndarray, np.ndarr
     return np.minimum(lo, hi), np.maximum(lo, hi)
 
 
+class Signatures(Protocol):
+    """A (documents x num_perm) uint32 signature matrix read a few columns at a time (e.g. from Parquet)."""
+
+    shape: tuple[int, int]
+
+    def columns(self, start: int, stop: int) -> np.ndarray:
+        """(documents x (stop - start)) uint32: signature values start .. stop-1 of every document."""
+        ...
+
+
+class InMemory:
+    """`Signatures` over a numpy matrix."""
+
+    def __init__(self, sig: np.ndarray):
+        self.sig, self.shape = sig, sig.shape
+
+    def columns(self, start: int, stop: int) -> np.ndarray:
+        return self.sig[:, start:stop]
+
+
 def candidate_pairs(
-    sig: np.ndarray, rows: np.ndarray | None, b: int, r: int, group_cap: int = 32
+    sig: np.ndarray | Signatures, rows: np.ndarray | None, b: int, r: int, group_cap: int = 32
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Unique candidate pairs (positions into `rows`, lo < hi) over all bands."""
-    n = len(sig) if rows is None else len(rows)
+    """Unique candidate pairs (positions into `rows`, lo < hi) over all bands.
+
+    Band by band: only one band's `r` columns and its keys are held at a time (~32 B per document),
+    and each band's pairs are merged into the sorted unique set so far.
+    """
+    sig = InMemory(sig) if isinstance(sig, np.ndarray) else sig
+    n = sig.shape[0] if rows is None else len(rows)
+    c = np.zeros(0, dtype=np.int64)
     if n < 2:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty
-    keys = band_keys(sig, b, r)
-    codes = []
+        return c, c
     for band in range(b):
-        lo, hi = _group_pairs(keys[band] if rows is None else keys[band][rows], group_cap)
-        codes.append(lo * n + hi)
-    del keys
-    c = np.unique(np.concatenate(codes))
+        keys = band_keys(sig.columns(band * r, (band + 1) * r), 1, r)[0]
+        lo, hi = _group_pairs(keys if rows is None else keys[rows], group_cap)
+        del keys
+        c = np.union1d(c, lo * n + hi)
     return c // n, c % n
 
 
@@ -186,7 +210,7 @@ def estimated_jaccard(sig: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.nda
     return out
 
 
-def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+def ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     """Concatenated aranges starts[i] .. starts[i] + lens[i]."""
     total = int(lens.sum())
     return np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(total)
@@ -211,7 +235,7 @@ def set_jaccard(values: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.nd
         e = max(int(np.searchsorted(work, base + chunk, side="right")), s + 1)
         ca, cb = a[s:e], b[s:e]
         la, lb = sizes[ca], sizes[cb]
-        vals = np.concatenate([values[_ranges(offsets[ca], la)], values[_ranges(offsets[cb], lb)]])
+        vals = np.concatenate([values[ranges(offsets[ca], la)], values[ranges(offsets[cb], lb)]])
         pid = np.concatenate([np.repeat(np.arange(e - s), la), np.repeat(np.arange(e - s), lb)])
         o = np.lexsort((vals, pid))
         vals, pid = vals[o], pid[o]
@@ -221,6 +245,24 @@ def set_jaccard(values: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.nd
         out[s:e] = np.where(union > 0, inter / np.maximum(union, 1), 0.0)
         s = e
     return out
+
+
+class InMemorySets:
+    """Shingle sets held as (values, offsets), the form `minhash.shingle_sets` returns."""
+
+    def __init__(self, values: np.ndarray, offsets: np.ndarray):
+        self.values, self.offsets = values, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def jaccard(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return set_jaccard(self.values, self.offsets, a, b)
+
+
+def _set_store(sets):
+    """A (values, offsets) pair as InMemorySets; anything with `jaccard` and `len` (signatures.SpilledSets) as is."""
+    return InMemorySets(*sets) if isinstance(sets, tuple) else sets
 
 
 # -- keep rule -------------------------------------------------------------------------------
@@ -298,7 +340,7 @@ class DedupResult:
 def dedup(
     doc_ids: Sequence[str] | pa.Array,
     exact_keys: Sequence[str] | pa.Array,
-    signatures: np.ndarray,
+    signatures: np.ndarray | Signatures,
     n_shingles: np.ndarray,
     n_chars: np.ndarray,
     priority: np.ndarray,
@@ -306,16 +348,22 @@ def dedup(
     r: int,
     threshold: float,
     group_cap: int = 32,
-    shingle_sets: Optional[Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]] = None,
+    shingle_sets: Optional[Callable[[np.ndarray], object]] = None,
 ) -> DedupResult:
     """Exact + near-duplicate clusters and survivors; the result ignores the input order.
 
-    `shingle_sets(indices)`, given ascending input indices, returns those documents' shingle sets
-    as (values, offsets of len(indices) + 1), distinct 64-bit shingle hashes per document. With it
+    `exact_keys` may also be int64 labels, equal for equal keys (`key_groups`' output), so a caller
+    need not hold the key strings. `shingle_sets(indices)`, given ascending input indices, returns
+    those documents' shingle sets (distinct 64-bit shingle hashes per document) as (values, offsets
+    of len(indices) + 1), or as a store with `len` and `jaccard(a, b)` (`signatures.SpilledSets`,
+    sets on disk, loaded a chunk of pairs at a time). With it
     every candidate pair is verified by exact Jaccard (and jaccard_to_kept is exact); without it
-    the signature estimate decides.
+    the signature estimate decides, which needs the whole matrix (a numpy array); `signatures` read
+    column by column (`Signatures`, e.g. from Parquet) need `shingle_sets`.
     """
     n = len(exact_keys)
+    if shingle_sets is None and not isinstance(signatures, np.ndarray):
+        raise ValueError("dedup: signatures read by columns need shingle_sets (exact verification)")
     if signatures.shape[0] != n or len(n_shingles) != n or len(n_chars) != n or len(priority) != n:
         raise ValueError("dedup: exact_keys, signatures, n_shingles, n_chars, priority differ in length")
     if b * r > signatures.shape[1]:
@@ -329,9 +377,11 @@ def dedup(
     if n > 1 and pc.any(same).as_py():
         dup = sorted(set(sorted_ids.filter(pa.concat_arrays([same, pa.array([False])])).to_pylist()))[:5]
         raise ValueError(f"dedup: doc_id must be unique; repeated: {dup}")
+    del sorted_ids, same  # intermediates go as soon as they are used: the reduce's memory is per document
     at = np.arange(n)
     # Exact groups, in canonical order: the representative is the group's first member.
-    group = key_groups(exact_keys)[canon]
+    labels = exact_keys if isinstance(exact_keys, np.ndarray) and exact_keys.dtype.kind == "i" else None
+    group = (key_groups(exact_keys) if labels is None else labels)[canon]
     _, rep_pos = np.unique(group, return_index=True)
     rep_of = rep_pos[group]  # canonical position of each document's exact representative
     is_rep = rep_of == at
@@ -340,14 +390,16 @@ def dedup(
     # Near duplicates among representatives with at least one shingle.
     sh_c = np.asarray(n_shingles)[canon]
     active = np.flatnonzero(is_rep & (sh_c > 0))
+    no_shingle = int(np.count_nonzero(sh_c == 0))
+    del is_rep, sh_c
     rows = canon[active]  # input indices, canonical order
     lo, hi = candidate_pairs(signatures, rows, b, r, group_cap)
     if shingle_sets is not None:
         need = np.unique(rows[np.concatenate([lo, hi])])  # input indices of candidate documents
-        values, offsets = shingle_sets(need)
-        if len(offsets) != len(need) + 1:
-            raise ValueError(f"dedup: shingle_sets gave {len(offsets) - 1} sets for {len(need)} documents")
-        est = set_jaccard(values, offsets, np.searchsorted(need, rows[lo]), np.searchsorted(need, rows[hi]))
+        sets = _set_store(shingle_sets(need))
+        if len(sets) != len(need):
+            raise ValueError(f"dedup: shingle_sets gave {len(sets)} sets for {len(need)} documents")
+        est = sets.jaccard(np.searchsorted(need, rows[lo]), np.searchsorted(need, rows[hi]))
     else:
         est = estimated_jaccard(signatures, rows[lo], rows[hi])
     ok = est >= threshold
@@ -357,6 +409,7 @@ def dedup(
     v = np.concatenate([ex_hi, nd_hi])
     graph = coo_matrix((np.ones(len(u), dtype=np.int8), (u, v)), shape=(n, n)).tocsr()
     _, label = connected_components(graph, directed=False)
+    del u, v, graph, ex_lo, ex_hi, nd_lo, nd_hi
 
     rank_c = _keep_rank(canon, n_chars, priority)[canon]
     # Survivor per component: the member with the smallest keep rank.
@@ -366,22 +419,24 @@ def dedup(
     pos_of_rank = np.empty(n, dtype=np.int64)
     pos_of_rank[rank_c] = at
     kept_c = pos_of_rank[best[label]]  # canonical position of each document's survivor
+    del rank_c, pos_of_rank, best
 
     kept_index = np.empty(n, dtype=np.int64)
     kept_index[canon] = canon[kept_c]
     cluster_size = np.empty(n, dtype=np.int64)
     cluster_size[canon] = sizes[label]
+    del label
     code_c = np.where(kept_c == at, KEEP, np.where(group == group[kept_c], EXACT_DUP, NEAR_DUP))
     code = np.empty(n, dtype=np.int8)
     code[canon] = code_c
+    del code_c, group, kept_c, at
     jac = np.ones(n, dtype=np.float32)
     drop = np.flatnonzero(code == NEAR_DUP)  # exact dups keep 1.0: their normalised texts are equal
     if shingle_sets is not None:
         # Both sides through their exact representatives (same text), which are candidate documents.
         rep_in = np.empty(n, dtype=np.int64)
         rep_in[canon] = canon[rep_of]
-        jac[drop] = set_jaccard(values, offsets, np.searchsorted(need, rep_in[drop]),
-                                np.searchsorted(need, rep_in[kept_index[drop]]))
+        jac[drop] = sets.jaccard(np.searchsorted(need, rep_in[drop]), np.searchsorted(need, rep_in[kept_index[drop]]))
     else:
         jac[drop] = estimated_jaccard(signatures, drop, kept_index[drop])
 
@@ -390,7 +445,7 @@ def dedup(
         "documents": n,
         "exact_groups": int(len(rep_pos)),
         "lsh_documents": int(len(active)),
-        "no_shingle_documents": int(np.count_nonzero(sh_c == 0)),
+        "no_shingle_documents": no_shingle,
         "candidate_pairs": int(len(lo)),
         "verification": "exact" if shingle_sets is not None else "estimated",
         "confirmed_pairs": int(ok.sum()),

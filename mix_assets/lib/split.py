@@ -8,6 +8,7 @@ not depend on processing order, worker count or which other documents exist.
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +16,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
+
+from mix_assets.lib import lsh
+from mix_assets.lib import minhash as mh
+from mix_assets.lib import signatures as sig
 
 SPLIT_SCHEMA = pa.schema(
     [
@@ -197,20 +202,39 @@ def build_validation_split(storage, sources: list[str], seed: int, val_fraction:
 
 
 # -- independent near-duplicate scan across the split ---------------------------------------------
+CHECK_ROWS = 4  # rows per band of the check's LSH: 32 bands x 4 rows over 128 permutations
+
+
+def check_bands(num_perm: int, rows: int = CHECK_ROWS) -> tuple[int, int]:
+    """(bands, rows) of the check's banding: every permutation used, `rows` per band."""
+    return num_perm // rows, rows
+
+
+def miss_probability(threshold: float, bands: int, rows: int) -> float:
+    """P(a pair at exactly Jaccard `threshold` shares no band) = (1 - t^rows)^bands."""
+    return (1.0 - threshold**rows) ** bands
+
+
 @dataclass(frozen=True)
 class NearDupScan:
-    """Exact word-shingle Jaccard between every val document and every train document that shares a shingle."""
+    """Exact word-shingle Jaccard of every (val, train) pair that shares an LSH band of the check's banding."""
 
     val_docs: int
     train_docs: int
     val_docs_with_train_near_dup: int  # Jaccard >= threshold with at least one train document
-    max_jaccard: float
+    max_jaccard: float  # over the compared pairs: the true maximum whenever that reaches the threshold
     threshold: float
-    pairs_compared: int
+    pairs_compared: int  # candidate (train, val) pairs, each verified by exact shingle Jaccard
+    bands: int = 0
+    rows: int = 0
 
     @property
     def rate(self) -> float:
         return self.val_docs_with_train_near_dup / self.val_docs if self.val_docs else 0.0
+
+    @property
+    def miss_probability(self) -> float:
+        return miss_probability(self.threshold, self.bands, self.rows) if self.bands else 1.0
 
 
 def _sides(split: pa.Table, raw_paths: dict[str, str]) -> dict[str, np.ndarray]:
@@ -228,124 +252,76 @@ def _sides(split: pa.Table, raw_paths: dict[str, str]) -> dict[str, np.ndarray]:
     return out
 
 
-def _side_texts(path: str, side: np.ndarray, want: int, batch_rows: int = 2048):
-    """Texts of the rows whose side is `want`, a Parquet batch at a time (row positions, no id lookups)."""
-    at = 0
-    for batch in pq.ParquetFile(path).iter_batches(columns=["text"], batch_size=batch_rows):
-        sel = np.flatnonzero(side[at: at + batch.num_rows] == want)
-        at += batch.num_rows
-        if len(sel):
-            yield batch.column(0).take(pa.array(sel)).fill_null("").to_pylist()
+def sign_raw(raw_path: str, out_path: str, num_perm: int, shingle: int, seed: int, batch_rows: int = 2048) -> None:
+    """A signature file (lib/signatures.py format) of a raw parquet, for sources without stored ones.
 
-
-class _ValIndex:
-    """Val shingle hashes as an inverted index: distinct sorted hashes, per hash the val docs holding it.
-
-    Lookups go through a bucket table on the hashes' top bits (one bucket per distinct hash on
-    average; splitmix64 output is uniform), so a train shingle costs O(1), not O(log #val shingles).
+    Null text signs as empty (no shingle), as the scan has always treated it.
     """
-
-    def __init__(self, doc: np.ndarray, h: np.ndarray, sizes: np.ndarray):
-        order = np.argsort(h, kind="stable")
-        h, self.doc, self.sizes = h[order], doc[order], sizes
-        new = np.ones(len(h), bool)
-        new[1:] = h[1:] != h[:-1]
-        self.hashes = h[new]
-        self.start = np.append(np.flatnonzero(new), len(h)).astype(np.int64)
-        bits = max(1, int(np.ceil(np.log2(len(self.hashes) + 1))))
-        self.shift = np.uint64(64 - bits)
-        self.bucket = np.zeros((1 << bits) + 1, np.int64)
-        np.cumsum(np.bincount((self.hashes >> self.shift).astype(np.int64), minlength=1 << bits),
-                  out=self.bucket[1:])
-        # 8 filter bits per distinct hash (1 byte each, cache-resident far longer than the table):
-        # most train shingles are in no val doc and are dropped here before touching the table.
-        self.fshift = np.uint64(64 - bits - 3)
-        slot = (self.hashes >> self.fshift).astype(np.int64)
-        self.filter = np.zeros(1 << bits, np.uint8)
-        np.bitwise_or.at(self.filter, slot >> 3, np.left_shift(1, slot & 7).astype(np.uint8))
-
-    def find(self, q: np.ndarray) -> np.ndarray:
-        """Index into `hashes` of each query hash, -1 when no val doc holds it."""
-        slot = (q >> self.fshift).astype(np.int64)
-        act = np.flatnonzero((self.filter[slot >> 3] >> (slot & 7).astype(np.uint8)) & 1)
-        b = (q[act] >> self.shift).astype(np.int64)
-        lo, hi = self.bucket[b], self.bucket[b + 1]
-        out = np.full(len(q), -1, np.int64)
-        act, lo, hi = act[hi > lo], lo[hi > lo], hi[hi > lo]
-        pos = lo
-        while len(act):
-            v, want = self.hashes[pos], q[act]
-            eq = v == want
-            out[act[eq]] = pos[eq]
-            go = (v < want) & (pos + 1 < hi)
-            act, pos, hi = act[go], pos[go] + 1, hi[go]
-        return out
-
-    def pairs(self, tdoc: np.ndarray, th: np.ndarray, n_val: int, cap: int = 1 << 22):
-        """Yield (train doc, val doc, shared shingles) of every pair sharing at least one shingle.
-
-        `tdoc` is sorted. Train documents are taken in groups whose (train shingle, val doc)
-        incidences add up to about `cap`, so memory is bounded by `cap`, not by the batch x val size;
-        a pair lies in one group (one train document), so its count is exact.
-        """
-        u = self.find(th)
-        m = u >= 0
-        tdoc, u = tdoc[m], u[m]
-        lo, cnt = self.start[u], self.start[u + 1] - self.start[u]
-        before = np.cumsum(cnt) - cnt
-        new_doc = np.ones(len(tdoc), bool)
-        new_doc[1:] = tdoc[1:] != tdoc[:-1]
-        group = before[np.maximum.accumulate(np.where(new_doc, np.arange(len(tdoc)), 0))] // cap
-        cuts = np.append(np.flatnonzero(np.diff(group, prepend=-1)), len(tdoc))
-        for a, b in zip(cuts[:-1], cuts[1:]):
-            c = cnt[a:b]
-            rep_t = np.repeat(tdoc[a:b], c)
-            first = np.repeat(lo[a:b] - (np.cumsum(c) - c), c)
-            rep_v = self.doc[first + np.arange(len(rep_t))]
-            key, inter = np.unique(rep_t * n_val + rep_v, return_counts=True)
-            yield key // n_val, key % n_val, inter
+    schema = sig.schema(num_perm, sig.describe(None, num_perm, shingle, seed))
+    with pq.ParquetWriter(out_path, schema) as w:
+        for batch in pq.ParquetFile(raw_path).iter_batches(columns=["doc_id", "text"], batch_size=batch_rows):
+            b = mh.sign_texts(batch.column(1).fill_null(""), num_perm, shingle, seed, threads=1)
+            w.write_table(sig.table(batch.column(0).cast(pa.string()), b.exact_keys, b.n_shingles,
+                                    np.zeros(len(b.n_words), np.int64), b.n_words, b.signatures, schema))
 
 
-def _shingles(texts: list[str], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(doc index, shingle hash) unique pairs sorted by doc then hash, and per-doc set sizes."""
-    from mix_assets.lib.minhash import shingle_sets
-
-    g, off = shingle_sets(texts, n)
-    sizes = np.diff(off)
-    return np.repeat(np.arange(len(texts), dtype=np.int64), sizes), g, sizes
+def _band_pairs(keys: np.ndarray, val: np.ndarray, train: np.ndarray, n: int) -> np.ndarray:
+    """Codes train * n + val of every (train, val) pair of rows with equal band keys."""
+    order = np.argsort(keys[val], kind="stable")
+    vk = keys[val][order]
+    tk = keys[train]
+    lo = np.searchsorted(vk, tk, "left")
+    cnt = np.searchsorted(vk, tk, "right") - lo
+    m = cnt > 0
+    if not m.any():
+        return np.zeros(0, np.int64)
+    t = np.repeat(train[m], cnt[m])
+    v = val[order[lsh.ranges(lo[m], cnt[m])]]
+    return t * n + v
 
 
 def cross_split_near_dups(split: pa.Table, raw_paths: dict[str, str], threshold: float,
-                          shingle_words: int = 5, batch_rows: int = 2048) -> NearDupScan:
-    """Re-measure train/val near-duplicates from the text itself, independently of dedup's clusters.
+                          shingle_words: int = 5, batch_rows: int = 2048, signatures: Optional[dict] = None,
+                          num_perm: int = 128, seed: int = 1, rows: int = CHECK_ROWS) -> NearDupScan:
+    """Re-measure train/val near-duplicates from the text, independently of dedup's clusters.
 
-    Exact: every (train, val) pair sharing a shingle is compared by set Jaccard. Val shingles are
-    held as an inverted index (val is ~2 % of the mix); train documents stream by in Parquet
-    batches, each shingle looked up in O(1), shared shingles counted per pair. Cost: linear in
-    the text plus the pairs sharing a shingle (`pairs_compared`, reported).
+    Candidates: an LSH over MinHash signatures with its own banding (`check_bands`: 32 bands x 4 rows
+    over all 128 permutations, not dedup's), every (train, val) pair sharing a band; a pair at
+    Jaccard = threshold 0.8 is missed with probability (1 - 0.8^4)^32 = 4.8e-8 (`miss_probability`,
+    reported). Every candidate is verified by exact 5-word shingle Jaccard from the text of the
+    candidate documents only. `signatures` ({source: signature file}, lib/signatures.py) are
+    dedup_keys' stored map outputs; a source without one is signed here. Linear in the corpus
+    (one pass over 4 signature columns per band) plus the candidates; memory ~40 B per document.
     """
     sides = _sides(split, raw_paths)
-    docs, hashes, sizes, n_val = [], [], [], 0
-    for s in sorted(sides):
-        for texts in _side_texts(raw_paths[s], sides[s], 1, batch_rows):
-            d, h, z = _shingles(texts, shingle_words)
-            docs.append(d + n_val)
-            hashes.append(h)
-            sizes.append(z)
-            n_val += len(texts)
-    n_train = sum(int((side == 0).sum()) for side in sides.values())
-    hit = np.zeros(n_val, bool)
-    max_j, pairs = 0.0, 0
-    if not n_val:
-        return NearDupScan(0, n_train, 0, max_j, threshold, pairs)
-    index = _ValIndex(np.concatenate(docs), np.concatenate(hashes), np.concatenate(sizes))
-    del docs, hashes
-    for s in sorted(sides):
-        for texts in _side_texts(raw_paths[s], sides[s], 0, batch_rows):
-            tdoc, th, tsize = _shingles(texts, shingle_words)
-            for t_i, v_i, inter in index.pairs(tdoc, th, n_val):
-                jac = inter / (tsize[t_i] + index.sizes[v_i] - inter)
-                pairs += len(inter)
-                max_j = max(max_j, float(jac.max()))
-                hit[v_i[jac >= threshold]] = True
-    return NearDupScan(n_val, n_train, int(hit.sum()), max_j, threshold, pairs)
+    names = sorted(sides)
+    b, r = check_bands(num_perm, rows)
+    with tempfile.TemporaryDirectory(prefix="disjoint-signatures-") as tmp:
+        files = dict(signatures or {})
+        for s in names:
+            if s not in files:
+                files[s] = f"{tmp}/{s}.parquet"
+                sign_raw(raw_paths[s], files[s], num_perm, shingle_words, seed, batch_rows)
+        stored = sig.Stored([files[s] for s in names], num_perm)
+        for s, n_rows in zip(names, stored.rows):
+            if n_rows != len(sides[s]):
+                raise SplitError(f"{files[s]}: {n_rows} rows for the {len(sides[s])} rows of {raw_paths[s]}")
+        side = np.concatenate([sides[s] for s in names]) if names else np.zeros(0, np.int8)
+        n_sh = stored.read(["n_shingles"]).column(0).to_numpy() if names else np.zeros(0, np.int64)
+        n = len(side)
+        val, train = np.flatnonzero((side == 1) & (n_sh > 0)), np.flatnonzero((side == 0) & (n_sh > 0))
+        codes = np.zeros(0, np.int64)
+        for band in range(b if len(val) and len(train) else 0):
+            keys = lsh.band_keys(stored.columns(band * r, (band + 1) * r), 1, r)[0]
+            codes = np.union1d(codes, _band_pairs(keys, val, train, n))
+        n_val, n_train = int((side == 1).sum()), int((side == 0).sum())
+        t_idx, v_idx = codes // max(n, 1), codes % max(n, 1)
+        max_j, hits = 0.0, 0
+        if len(codes):
+            first_row = dict(zip(names, np.r_[0, np.cumsum(stored.rows)[:-1]].tolist()))
+            need = np.unique(np.concatenate([t_idx, v_idx]))
+            reader = sig.shingle_reader({s: raw_paths[s] for s in names}, first_row, shingle_words, tmp, batch_rows)
+            sets = reader(need)
+            jac = sets.jaccard(np.searchsorted(need, t_idx), np.searchsorted(need, v_idx))
+            max_j, hits = float(jac.max()), len(np.unique(v_idx[jac >= threshold]))
+    return NearDupScan(n_val, n_train, hits, max_j, threshold, len(codes), b, r)

@@ -1,0 +1,180 @@
+"""dedup_keys' map outputs: per source one Parquet file of per-document signatures (no Dagster here).
+
+`dedup/signatures/<source>.parquet` (layout.DEDUP_SIGNATURES), one row per raw document in the raw
+file's row order: doc_id, exact_key, n_shingles, n_chars, n_words, then m000 .. m<num_perm-1>
+(uint32, one column per MinHash permutation, so a band reads only its r columns). Row groups hold
+GROUP_ROWS rows whatever the map's chunk size, so the bytes do not depend on the engine. The file's
+key-value metadata (META_KEY) records what it was computed from: raw/<source>'s data version,
+num_perm, shingle, seed and a hash of the signing code; `matches` compares it, so a source whose
+raw data and dedup parameters are unchanged keeps its signatures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+from typing import Iterable, Iterator, Mapping, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mix_assets.lib import minhash, textkeys
+
+FORMAT = "mix_assets.signatures/1"
+META_KEY = b"mix_assets.signatures"
+VERIFY_VALUES = 1 << 21  # shingle values loaded per verification step (16 MiB)
+GROUP_ROWS = 16384  # rows per row group (~10 MB of a group in memory while writing)
+SCALARS = ["doc_id", "exact_key", "n_shingles", "n_chars", "n_words"]
+# The code that decides a signature's bits: a change there invalidates every stored file.
+_CODE = hashlib.sha256((inspect.getsource(minhash) + inspect.getsource(textkeys)).encode()).hexdigest()[:16]
+
+
+def perm_columns(num_perm: int) -> list[str]:
+    return [f"m{k:03d}" for k in range(num_perm)]
+
+
+def describe(raw_version: Optional[str], num_perm: int, shingle: int, seed: int) -> dict:
+    """What a signature file is computed from (stored in its metadata, compared by `matches`)."""
+    return {"format": FORMAT, "raw": raw_version, "num_perm": num_perm, "shingle": shingle, "seed": seed,
+            "code": _CODE}
+
+
+def schema(num_perm: int, meta: dict) -> pa.Schema:
+    fields = [("doc_id", pa.string()), ("exact_key", pa.string()), ("n_shingles", pa.int64()),
+              ("n_chars", pa.int64()), ("n_words", pa.int64())]
+    fields += [(c, pa.uint32()) for c in perm_columns(num_perm)]
+    return pa.schema(fields, metadata={META_KEY: json.dumps(meta, sort_keys=True).encode()})
+
+
+def stored_meta(source) -> Optional[dict]:
+    """The recorded `describe` dict of a signature file (a path or file), None when it has none."""
+    md = pq.read_schema(source).metadata or {}
+    return json.loads(md[META_KEY]) if META_KEY in md else None
+
+
+def matches(source, want: dict, rows: int) -> bool:
+    """The file was computed from `want` (raw version known, same parameters and code) and has `rows` rows."""
+    return want["raw"] is not None and stored_meta(source) == want and pq.ParquetFile(source).metadata.num_rows == rows
+
+
+def table(doc_ids: pa.Array, exact_keys: list, n_shingles: np.ndarray, n_chars: np.ndarray,
+          n_words: np.ndarray, signatures: np.ndarray, sch: pa.Schema) -> pa.Table:
+    cols = [doc_ids, pa.array(exact_keys, pa.string()), n_shingles, n_chars, n_words]
+    cols += [signatures[:, k] for k in range(signatures.shape[1])]
+    return pa.Table.from_arrays([pa.array(c) if isinstance(c, np.ndarray) else c for c in cols], schema=sch)
+
+
+def regroup(tables: Iterable[pa.Table], rows: int, sch: pa.Schema) -> Iterator[pa.Table]:
+    """The rows of `tables` in order, re-cut into tables of exactly `rows` rows (the last one shorter)."""
+    buf, n, any_out = [], 0, False
+    for t in tables:
+        buf.append(t)
+        n += t.num_rows
+        while n >= rows:
+            whole = pa.concat_tables(buf)
+            yield whole.slice(0, rows).combine_chunks()
+            any_out = True
+            buf, n = [whole.slice(rows)], whole.num_rows - rows
+    if n or not any_out:
+        yield pa.concat_tables(buf).combine_chunks() if buf else sch.empty_table()
+
+
+class Stored:
+    """`lsh.Signatures` over the signature files of several sources, concatenated in the given order."""
+
+    def __init__(self, sources: list, num_perm: int):
+        self.sources = sources
+        self.rows = [pq.ParquetFile(s).metadata.num_rows for s in sources]
+        self.shape = (sum(self.rows), num_perm)
+        self.names = perm_columns(num_perm)
+
+    def read(self, columns: list[str]) -> pa.Table:
+        """The given columns of every source, concatenated (one chunk per row group)."""
+        parts = [pq.read_table(s, columns=columns) for s in self.sources]
+        return pa.concat_tables(parts) if parts else pa.table({c: [] for c in columns})
+
+    def columns(self, start: int, stop: int) -> np.ndarray:
+        t = self.read(self.names[start:stop])
+        out = np.empty((t.num_rows, stop - start), np.uint32)
+        for j, col in enumerate(t.columns):
+            out[:, j] = col.to_numpy()
+        return out
+
+
+class SpilledSets:
+    """Shingle sets of many documents in a file (uint64 values, set after set), offsets in memory (8 B each).
+
+    `jaccard` loads only the sets of a bounded chunk of pairs at a time, so verification's memory
+    does not grow with the number of candidate documents (the file does).
+    """
+
+    def __init__(self, path: str, offsets: np.ndarray):
+        self.path, self.offsets = path, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def _load(self, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        sizes = self.offsets[docs + 1] - self.offsets[docs]
+        vals = np.empty(int(sizes.sum()), np.uint64)
+        at = 0
+        with open(self.path, "rb") as f:
+            for d, k in zip(docs.tolist(), sizes.tolist()):
+                f.seek(int(self.offsets[d]) * 8)
+                vals[at: at + k] = np.fromfile(f, np.uint64, count=k)
+                at += k
+        return vals, np.r_[0, np.cumsum(sizes)].astype(np.int64)
+
+    def jaccard(self, a: np.ndarray, b: np.ndarray, chunk: int = VERIFY_VALUES) -> np.ndarray:
+        """Exact Jaccard of the sets a[i], b[i] (positions into the stored documents), as lsh.set_jaccard."""
+        from mix_assets.lib.lsh import set_jaccard
+
+        a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+        out = np.zeros(len(a), np.float64)
+        work = np.cumsum(np.diff(self.offsets)[a] + np.diff(self.offsets)[b])
+        s = 0
+        while s < len(a):
+            e = max(int(np.searchsorted(work, (work[s - 1] if s else 0) + chunk, side="right")), s + 1)
+            docs = np.unique(np.concatenate([a[s:e], b[s:e]]))
+            vals, offs = self._load(docs)
+            out[s:e] = set_jaccard(vals, offs, np.searchsorted(docs, a[s:e]), np.searchsorted(docs, b[s:e]))
+            s = e
+        return out
+
+
+def shingle_reader(sources: Mapping[str, str], first_row: Mapping[str, int], shingle: int, spill: str,
+                   batch_rows: int = 8192):
+    """`shingle_sets` for lsh.dedup (and the split check): a pass reading the text of the wanted documents
+    only, their sets written to a file in the folder `spill` (a `SpilledSets`).
+
+    Input index = first_row[source] + row in that source's parquet (sources in sorted order, as the
+    signature files are concatenated), so ascending indices come back in ascending order. Text is
+    read one row group at a time (row groups without a wanted row are skipped), in slices of
+    `batch_rows` rows, so memory is one row group, not one file's text column.
+    """
+
+    def read(need: np.ndarray) -> SpilledSets:
+        sizes = [np.zeros(0, np.int64)]
+        path = os.path.join(spill, f"shingles-{len(os.listdir(spill))}.u64")
+        bounds = sorted((first_row[name], name) for name in first_row)
+        with open(path, "wb") as out:
+            for k, (start, name) in enumerate(bounds):
+                stop = bounds[k + 1][0] if k + 1 < len(bounds) else np.iinfo(np.int64).max
+                want = need[(need >= start) & (need < stop)] - start
+                f = pq.ParquetFile(sources[name])
+                ends = np.cumsum([f.metadata.row_group(g).num_rows for g in range(f.num_row_groups)])
+                for g in np.unique(np.searchsorted(ends, want, side="right")).tolist():
+                    row0 = int(ends[g - 1]) if g else 0
+                    texts = f.read_row_group(g, columns=["text"]).column(0)
+                    rows = want[(want >= row0) & (want < ends[g])] - row0
+                    for s in range(0, len(rows), batch_rows):
+                        gv, off = minhash.shingle_sets(texts.take(pa.array(rows[s: s + batch_rows])), shingle)
+                        gv.astype(np.uint64).tofile(out)
+                        sizes.append(np.diff(off))
+                    del texts
+        return SpilledSets(path, np.r_[0, np.cumsum(np.concatenate(sizes))].astype(np.int64))
+
+    return read

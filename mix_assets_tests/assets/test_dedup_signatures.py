@@ -1,0 +1,110 @@
+"""dedup_keys' stored map outputs (dedup/signatures/<source>.parquet): reused per source, in lineage."""
+
+import hashlib
+import json
+import shutil
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mix_assets.assets import dedup as assets
+from mix_assets.assets.sources import build_source_assets
+from mix_assets.config import REPO_ROOT, load_spec
+from mix_assets.lib import dedup as lib
+from mix_assets.lib import layout
+from mix_assets.lib import signatures as sig
+from mix_assets.lib.storage import Storage
+from mix_assets.resources import MixResource
+from mix_assets_tests.support.tokens_fixtures import stamp
+
+
+def _sha(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _dedup_keys(spec, root):
+    mix = MixResource(config_path=spec.config_path, storage_root=str(root))
+    res = dg.materialize(assets.build_dedup_assets(spec)[:1], resources={"mix": mix},
+                         instance=dg.DagsterInstance.ephemeral(), selection=["dedup_keys"])
+    assert res.success
+    return res
+
+
+def test_refreshing_one_source_re_signs_only_that_source(tmp_path, monkeypatch):
+    spec = load_spec(REPO_ROOT / "configs" / "demo.yaml")
+    root = tmp_path / "storage"
+    mix = MixResource(config_path=spec.config_path, storage_root=str(root))
+    assert dg.materialize([*build_source_assets(spec), *assets.build_dedup_assets(spec)[:1]], resources={"mix": mix},
+                          instance=dg.DagsterInstance.ephemeral()).success
+    names = sorted(s.name for s in spec.sources)
+    files = {n: root / layout.DEDUP_SIGNATURES.format(source=n) for n in names}
+    before = {n: (files[n].stat().st_mtime_ns, _sha(files[n])) for n in names}
+    record = json.loads((root / layout.LINEAGE.format(asset="dedup_keys")).read_text())
+    assert {layout.DEDUP_SIGNATURES.format(source=n) for n in names} <= set(record["outputs"])
+    t = pq.read_table(files[names[0]])
+    assert t.num_rows == pq.ParquetFile(root / layout.RAW_DOCS.format(source=names[0])).metadata.num_rows
+    assert t.schema.field("m127").type == pa.uint32() and sig.stored_meta(str(files[names[0]]))["num_perm"] == 128
+
+    # refresh one source: its raw data changes (one text edited), and its lineage record with it
+    changed = names[1]
+    raw = root / layout.RAW_DOCS.format(source=changed)
+    t = pq.read_table(raw)
+    texts = t.column("text").to_pylist()
+    texts[0] = texts[0] + " and one more sentence for the refresh"
+    pq.write_table(t.set_column(t.column_names.index("text"), "text", pa.array(texts)), raw)
+    stamp(Storage(str(root)), f"raw/{changed}", [layout.RAW_DOCS.format(source=changed),
+                                                 layout.RAW_STATS.format(source=changed)])
+    signed_sources = []
+    real = lib.sign_chunk
+
+    def counting(chunk):
+        signed_sources.append(chunk.source)
+        return real(chunk)
+
+    monkeypatch.setattr(lib, "sign_chunk", counting)
+    _dedup_keys(spec, root)
+    assert set(signed_sources) == {changed}
+    after = {n: (files[n].stat().st_mtime_ns, _sha(files[n])) for n in names}
+    assert all(after[n] == before[n] for n in names if n != changed)
+    assert after[changed][1] != before[changed][1]
+
+    # the same dedup_keys bytes as a run that signs everything from scratch
+    fresh = tmp_path / "fresh"
+    shutil.copytree(root, fresh)
+    shutil.rmtree(fresh / "dedup" / "signatures")
+    signed_sources.clear()
+    _dedup_keys(spec, fresh)
+    assert sorted(set(signed_sources)) == names
+    assert (fresh / layout.DEDUP_KEYS).read_bytes() == (root / layout.DEDUP_KEYS).read_bytes()
+    assert all(_sha(fresh / layout.DEDUP_SIGNATURES.format(source=n)) == after[n][1] for n in names)
+
+
+def test_a_stored_file_matches_only_its_raw_version_and_parameters(tmp_path):
+    want = sig.describe("v1", 128, 5, 1)
+    schema = sig.schema(128, want)
+    path = str(tmp_path / "s.parquet")
+    pq.write_table(schema.empty_table(), path)
+    assert sig.matches(path, want, 0)
+    assert not sig.matches(path, want, 1)  # row count differs from the raw file
+    for other in (sig.describe("v2", 128, 5, 1), sig.describe("v1", 64, 5, 1), sig.describe("v1", 128, 4, 1),
+                  sig.describe("v1", 128, 5, 2), sig.describe(None, 128, 5, 1)):
+        assert not sig.matches(path, other, 0)
+
+
+def test_signature_files_do_not_depend_on_the_chunk_size(tmp_path, monkeypatch):
+    from mix_assets.lib import engine
+
+    texts = [f"doc {i} " + " ".join(f"w{(i * j) % 97}" for j in range(30)) for i in range(1000)]
+    raw = str(tmp_path / "a.parquet")
+    pq.write_table(pa.table({"doc_id": [f"a{i:05d}" for i in range(1000)], "text": texts,
+                             "n_chars": [len(x) for x in texts]}), raw, row_group_size=128)
+    shas = set()
+    monkeypatch.setattr(sig, "GROUP_ROWS", 256)
+    for k, rows in enumerate((1000, 97, 333)):
+        st = Storage(str(tmp_path / f"st{k}"))
+        lib.sign_sources(st, {"a": raw}, {"a": "v"}, lib.DedupParams(), engine.Engine(chunk_rows=rows))
+        f = pq.ParquetFile(tmp_path / f"st{k}" / lib.signatures_key("a"))
+        assert [f.metadata.row_group(g).num_rows for g in range(f.num_row_groups)] == [256, 256, 256, 232]
+        shas.add(_sha(tmp_path / f"st{k}" / lib.signatures_key("a")))
+    assert len(shas) == 1
