@@ -222,8 +222,9 @@ def render(samples: list[Sample], stats: dict, build: str, seed: int, scrub: np.
             text, withheld = f"⟦sample withheld: {k}+ words of an eval item⟧", withheld + 1
         scrubbed += n
         seams = s.seams(sep_id)
-        head = (f"**{s.split} sample {s.index:,}** · `{s.shard}` row {s.row:,} · {len(s.ids):,} tokens · "
-                f"{len(seams)} seam(s)" + (f" at token {', '.join(map(str, seams))}" if seams else "")
+        where = (f"{len(seams)} seam(s)" + (f" at token {', '.join(map(str, seams))}" if seams else "")
+                 if sep_id is not None else "seams unknown (no separator)")
+        head = (f"**{s.split} sample {s.index:,}** · `{s.shard}` row {s.row:,} · {len(s.ids):,} tokens · {where}"
                 + ("" if marked else " · seams not marked") + (f" · {n} words scrubbed" if n else ""))
         parts.append((head, text))
     n_split = {sp: sum(1 for s in samples if s.split == sp) for sp in SPLITS}

@@ -157,6 +157,7 @@ def test_control_characters_are_visible_and_fences_hold():
              "splits": {"train": {"samples": 1}, "val": {"samples": 0}}}
     md = samples.render([s], stats, "d" * 64, 1, np.zeros(0, np.uint64), 8).markdown
     assert "````text\nx ``` y\n````" in md
+    assert "seams unknown (no separator)" in md and "No separator is configured" in md
 
 
 def test_ui_copy_is_elided_when_large(monkeypatch):
