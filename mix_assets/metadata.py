@@ -440,6 +440,18 @@ def token_shards(storage, key: str, res, elapsed: float) -> dict:
     }
 
 
+def rendered_samples(storage, key: str, r) -> dict:
+    """token_shards' samples as the trainer reads them (`lib.samples.Rendered`), scrubbed like every audit artifact."""
+    return {
+        "rendered_samples": dg.MetadataValue.md(r.ui_markdown),
+        "rendered_samples_path": dg.MetadataValue.path(storage.uri(key)),
+        "shown_samples": r.samples,
+        "scrubbed_words": r.scrubbed_words,
+        "withheld_samples": r.withheld_samples,
+        "draw_seed": str(r.seed),
+    }
+
+
 def manifest(storage, key: str, m: dict) -> dict:
     t = m["totals"]
     return {

@@ -12,6 +12,7 @@ from mix_assets.config import MixSpec
 from mix_assets.lib import engine as engine_lib
 from mix_assets.lib import layout
 from mix_assets.lib import packing as packing_lib
+from mix_assets.lib import samples as samples_lib
 from mix_assets.lib import shards as shards_lib
 from mix_assets.lib import tokenizer as tokenizer_lib
 from mix_assets.lib.shards import build_token_shards
@@ -74,13 +75,15 @@ def build_tokens_assets(spec: MixSpec) -> list:
         owners=spec.owners,
         # the engine section is not in it: every engine writes the same bytes
         resource_defs={"engine": EngineResource.from_spec(spec)},
-        code_version=code_version(shards_lib, packing_lib, engine_lib, spec.packing, spec.seed,
-                                  spec.target_tokens, [(s.name, s.share, s.epochs) for s in spec.sources]),
+        code_version=code_version(shards_lib, packing_lib, engine_lib, samples_lib, spec.packing, spec.seed,
+                                  spec.target_tokens, [(s.name, s.share, s.epochs) for s in spec.sources],
+                                  spec.audit.scrub_words, spec.audit.tasks),
         deps=[dg.AssetKey("tokenizer"), dg.AssetKey("validation_split")],
     )
     def token_shards(context: dg.AssetExecutionContext, mix: MixResource,
                      engine: EngineResource) -> dg.MaterializeResult:
-        """Train and val shards of fixed-length samples (raw little-endian token ids), budgets filled."""
+        """Train and val shards of fixed-length samples (raw little-endian token ids), budgets filled;
+        ~30 of them read back and decoded as the trainer reads them (`rendered_samples`)."""
         s = mix.spec
         inputs = verified_inputs(mix.storage, "token_shards",
                                  ["tokenizer", "validation_split", *(raw_name(x.name) for x in s.sources)])
@@ -89,8 +92,12 @@ def build_tokens_assets(spec: MixSpec) -> list:
         res = build_token_shards(mix.storage, s, scratch_dir=_scratch(s), eng=engine.engine, log=context.log)
         elapsed = time.perf_counter() - t0
         files = {layout.SHARD_STATS: mix.storage.sha256(layout.SHARD_STATS), **shards_lib.shard_files(_stats(mix))}
-        lin = recorded(mix.storage, "token_shards", files, inputs)
-        return with_lineage(md.token_shards(mix.storage, layout.MIX_DIR, res, elapsed), lin)
+        # the draw is seeded by the spec seed and this build (shard_stats.json holds every shard's sha256)
+        shown = samples_lib.rendered_samples(mix.storage, s, files[layout.SHARD_STATS])
+        lin = recorded(mix.storage, "token_shards", {**files, layout.RENDERED_SAMPLES: mix.storage.sha256(
+            layout.RENDERED_SAMPLES)}, inputs)
+        return with_lineage({**md.token_shards(mix.storage, layout.MIX_DIR, res, elapsed),
+                             **md.rendered_samples(mix.storage, layout.RENDERED_SAMPLES, shown)}, lin)
 
     @dg.asset_check(asset=token_shards, name=NO_EMPTY_SHARD, blocking=True)
     def no_empty_shard(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:

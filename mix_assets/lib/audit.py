@@ -73,6 +73,12 @@ def merged_scrub(scrub: list[np.ndarray]) -> np.ndarray:
     return ct.sorted_unique(np.concatenate(scrub)) if scrub else np.zeros(0, np.uint64)
 
 
+def scrub_hashes(spec: MixSpec) -> np.ndarray:
+    """The scrub set alone (every task's `scrub_words`-word runs, hashed): what a rendering of text is masked with."""
+    k = spec.audit.scrub_words
+    return merged_scrub([ct.scrub_ngrams(evals.load_task_items(t, spec.base_dir).items, k) for t in spec.audit.tasks])
+
+
 def npy_bytes(a: np.ndarray) -> bytes:
     buf = io.BytesIO()
     np.save(buf, a, allow_pickle=False)

@@ -46,6 +46,8 @@ TOKENIZER_IDENTITY = "tokenizer/identity.json"
 MIX_DIR = "mix"
 SHARD = "mix/{split}/{split}-{index:05d}.bin"
 SHARD_STATS = "tokens/shard_stats.json"
+# ~30 samples read back from the shards and decoded (lib/samples.py); reviewed, never published
+RENDERED_SAMPLES = "tokens/rendered_samples.md"
 MANIFEST = "mix/manifest.json"
 MIX_DEDUP_KEYS = "mix/review/dedup_keys.parquet"
 MIX_EXCLUSION_MASKS = "mix/review/exclusion_masks.parquet"

@@ -33,6 +33,13 @@ def test_stage_materialises_with_every_gate_green(tmp_path):
     assert meta["train_tokens"].value == manifest["totals"]["train_tokens"] > 0
     shards = result.asset_materializations_for_node("token_shards")[0].metadata
     assert shards["dtype"].value == "uint16" and 0 <= shards["train_seam_share"].value <= 1
+    # the samples the trainer will read, in the UI and on disk (lib/samples.py), recorded in its lineage
+    rendered = (tmp_path / "storage" / layout.RENDERED_SAMPLES).read_text()
+    assert shards["shown_samples"].value == 30 and shards["rendered_samples"].value == rendered
+    assert shards["scrubbed_words"].value == 0 and shards["withheld_samples"].value == 0
+    lineage = json.loads((tmp_path / "storage" / layout.LINEAGE.format(asset="token_shards")).read_text())
+    assert layout.RENDERED_SAMPLES in json.dumps(lineage)
+    assert not any(f["path"].endswith(".md") for f in manifest["files"])  # never published
 
     # a shard corrupted after the fact: re-checking the manifest trips its gate, naming the file
     shard = tmp_path / "storage" / "mix" / manifest["splits"]["train"]["shards"][0]["path"]
