@@ -36,6 +36,34 @@ def _as_array(texts: Sequence[str] | pa.Array | pa.ChunkedArray) -> pa.Array:
     return texts.fill_null("")
 
 
+def text_array(texts: Sequence[str] | pa.Array | pa.ChunkedArray, what: str) -> pa.Array:
+    """`texts` as one string Array with no nulls; `what` names the caller in the error."""
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks()
+    if not isinstance(texts, pa.Array):
+        try:
+            texts = pa.array(texts, type=pa.large_string())
+        except (UnicodeEncodeError, pa.ArrowException) as e:
+            row = next((i for i, t in enumerate(texts) if not _encodes(t)), None)
+            raise ValueError(f"{what}: text at row {row} is not valid text ({e})") from e
+    arr = texts
+    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+        raise TypeError(f"{what}: texts must be strings, got {arr.type}")
+    if arr.null_count:
+        raise ValueError(f"{what}: text at row {pc.index(pc.is_null(arr), True).as_py()} is null")
+    return arr
+
+
+def _encodes(t) -> bool:
+    if t is None or not isinstance(t, str):
+        return t is None
+    try:
+        t.encode("utf-8")
+        return True
+    except UnicodeEncodeError:  # a lone surrogate, e.g. from errors="surrogateescape"
+        return False
+
+
 def _stripped(texts: Sequence[str] | pa.Array) -> pa.Array:
     a = pc.utf8_normalize(_as_array(texts), form="NFKC")
     a = pc.utf8_lower(a)

@@ -3,6 +3,7 @@ import re
 import unicodedata
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from mix_assets.lib import textkeys as tk
@@ -65,3 +66,16 @@ def test_exact_keys_stable():
     keys = tk.exact_keys(tk.normalise(["A b.", "a  B"]))
     assert keys[0] == keys[1]
     assert re.fullmatch(r"[0-9a-f]{64}", keys[0])
+
+
+def test_text_array_names_the_bad_row():
+    text_array = tk.text_array
+    assert text_array(pa.chunked_array([["a"], ["b"]]), "x").to_pylist() == ["a", "b"]
+    with pytest.raises(ValueError, match=r"x: text at row 1 is null"):
+        text_array(["a", None], "x")
+    with pytest.raises(ValueError, match=r"x: text at row 2 is not valid text"):
+        text_array(["a", "b", "c\udc80"], "x")
+    with pytest.raises(ValueError, match=r"x: text at row 0 is not valid text"):
+        text_array([3, "b"], "x")
+    with pytest.raises(TypeError, match=r"x: texts must be strings, got int64"):
+        text_array(pa.array([1]), "x")

@@ -1,0 +1,149 @@
+"""PII redaction as a text modifier: emails, public IPv4 / IPv6 addresses and phone numbers become typed
+placeholders (`<EMAIL>`, `<IPV4>`, `<IPV6>`, `<PHONE>`), in bulk over a batch with Arrow's RE2 regex
+kernels (no Python loop per document), with per-rule counts per document and a scrub manifest.
+
+Prior art (read, not copied): datatrove's `PIIFormatter` (formatters/pii.py) replaces emails and IPv4
+addresses that `ipaddress.ip_address(m).is_global` accepts with fixed fake values in rotation; dolma's
+regex tagger (taggers/pii.py) tags emails, US-style phones and IPv4, and skips phone / IP hits whose
+context holds "isbn", "doi" or "#". Here the patterns are conservative (a miss is better than
+mangling a date, a price or an ISBN); what each one misses is in its `misses`, and docs/filters.md.
+
+RE2 has no look-around, so every pattern captures its left and right boundary characters as groups 1
+and 2 and writes them back (`\\1<TAG>\\2`). Two matches that share a boundary character (`1.1.1.1
+8.8.8.8`) cannot both match in one pass, so each rule runs twice; a pass never finds a new match
+inside a placeholder. Counts are placeholders after a rule minus placeholders before it (a text that
+already held `<EMAIL>` is not counted again).
+
+Bump `SCRUB_RULES_VERSION` whenever a pattern or placeholder changes: the manifest records both the
+version and each pattern's sha256, so a revision says exactly which rules scrubbed it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mix_assets.lib.textkeys import text_array
+
+SCRUB_RULES_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class PiiRule:
+    name: str
+    placeholder: str
+    pattern: str  # RE2; group 1 = left boundary, group 2 = right boundary, both written back
+    misses: str  # what it deliberately or knowingly does not redact
+
+    @property
+    def pattern_sha256(self) -> str:
+        return hashlib.sha256(self.pattern.encode()).hexdigest()
+
+
+_W = r"\pL\pN_"  # "word" characters, Unicode-aware (RE2's \w is ASCII only)
+
+_LOCAL = r"[\pL\pN!#$%&'*+/=?^_`{|}~-]+(?:\.[\pL\pN!#$%&'*+/=?^_`{|}~-]+)*"
+_LABEL = r"[\pL\pN](?:[\pL\pN-]*[\pL\pN])?"
+EMAIL = rf"()(?:{_LOCAL}@(?:{_LABEL}\.)+\pL\pL+)()"  # {2,63} would cost RE2 0.3 s to compile
+
+_O = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"  # an octet, no leading zero
+_ANY3 = rf"\.{_O}\.{_O}\.{_O}"
+# Public (global) IPv4 only, as datatrove's is_global validator keeps it, spelled as ranges because RE2
+# cannot say "not": first octets with no reserved block (not 0, 10, 127, >= 224, nor the six below) ...
+_FIRST = r"(?:[1-9]|1[1-9]|[2-9]\d|10[1-9]|11\d|12[0-689]|1[3-5]\d|16[0-8]|17[013-9]|18\d|19[013-79]" \
+         r"|20[0-24-9]|21\d|22[0-3])"
+_IPV4_BODY = "|".join([
+    rf"{_FIRST}{_ANY3}",
+    # ... and the six first octets that hold a reserved block, minus that block:
+    rf"100\.(?:[1-5]?\d|6[0-3]|12[89]|1[3-9]\d|2[0-4]\d|25[0-5])\.{_O}\.{_O}",  # 100.64/10 shared
+    rf"169\.(?:[1-9]?\d|1\d\d|2[0-4]\d|25[0-35])\.{_O}\.{_O}",  # 169.254/16 link-local
+    rf"172\.(?:\d|1[0-5]|3[2-9]|[4-9]\d|1\d\d|2[0-4]\d|25[0-5])\.{_O}\.{_O}",  # 172.16/12 private
+    rf"192\.(?:[1-9]\d?|1[0-5]\d|16[0-79]|1[7-9]\d|2[0-4]\d|25[0-5])\.{_O}\.{_O}",  # 192.168/16 private
+    rf"192\.0\.(?:1|[3-9]|[1-9]\d|1\d\d|2[0-4]\d|25[0-5])\.{_O}",  # 192.0.0/24 IETF, 192.0.2/24 docs
+    rf"198\.(?:\d|1[0-7]|[2-4]\d|5[02-9]|[6-9]\d|1\d\d|2[0-4]\d|25[0-5])\.{_O}\.{_O}",  # 198.18/15 bench
+    rf"198\.51\.(?:[1-9]?\d|10[1-9]|1[1-9]\d|2[0-4]\d|25[0-5])\.{_O}",  # 198.51.100/24 docs
+    rf"203\.(?:[1-9]\d?|1\d\d|2[0-4]\d|25[0-5])\.{_O}\.{_O}",
+    rf"203\.0\.(?:[1-9]?\d|10\d|11[0-24-9]|1[2-9]\d|2[0-4]\d|25[0-5])\.{_O}",  # 203.0.113/24 docs
+])
+# Not inside a longer dotted run (1.2.3.4.5) nor glued to a word; one sentence-final dot is fine.
+IPV4 = rf"(^|[^{_W}.])(?:{_IPV4_BODY})(\.?(?:$|[^{_W}.]))"
+
+_H = r"[0-9A-Fa-f]{1,4}"
+_G1 = r"[23][0-9A-Fa-f]{3}"  # global unicast 2000::/3 written in full: timestamps never start so
+IPV6 = rf"(^|[^{_W}:.])(?:{_G1}(?::{_H}){{7}}|{_G1}(?::{_H}){{0,5}}::(?:{_H}(?::{_H}){{0,5}})?)" \
+       rf"(\.?(?:$|[^{_W}:.]))"
+
+_NANP = (r"(?:\+?1[ .-]?)?(?:\([2-9]\d\d\) ?[2-9]\d\d[ .-]\d{4}|[2-9]\d\d-[2-9]\d\d-\d{4}"
+         r"|[2-9]\d\d\.[2-9]\d\d\.\d{4})")
+_INTL = (r"\+[1-9]\d{0,2}[ .-]\(?\d{1,4}\)?(?:(?:[ .-]\d{2,4}){2,4}|[ .-]\d{5,10})"
+         r"|\+[1-9]\d{9,14}")
+PHONE = rf"(^|[^{_W}+\-./])(?:{_INTL}|{_NANP})([.\-/]?(?:$|[^{_W}\-./]))"
+
+RULES: tuple[PiiRule, ...] = (
+    PiiRule("email", "<EMAIL>", EMAIL,
+            "obfuscated forms (`a [at] b [dot] com`), IP-literal domains (`a@[1.2.3.4]`), dotless domains "
+            "(`root@localhost`); matches non-addresses shaped like one (`git@github.com`, `logo@2x.png`)"),
+    PiiRule("ipv6", "<IPV6>", IPV6,
+            "anything outside 2000::/3 (link-local fe80::, ULA fc00::/7, ::1), a first group written with "
+            "fewer than 4 digits, embedded IPv4 (`::ffff:1.2.3.4`); the 2001:db8::/32 docs prefix is redacted"),
+    PiiRule("ipv4", "<IPV4>", IPV4,
+            "private, loopback, link-local, shared, multicast, reserved and documentation ranges (not "
+            "personal); octets with leading zeros; a dotted quad glued to a letter (`v1.2.3.4`) or "
+            "inside a longer dotted run. A four-part version `1.2.3.4` after a space IS redacted."),
+    PiiRule("phone", "<PHONE>", PHONE,
+            "numbers without separators unless `+` and 10-15 digits; national formats outside North "
+            "America (`030 1234567`, `06 12 34 56 78`, `(0)30`); NANP numbers separated by spaces only "
+            "or with area / exchange starting 0/1; extensions; vanity numbers (`1-800-FLOWERS`)"),
+)
+
+
+def scrub(texts: Sequence[str] | pa.Array | pa.ChunkedArray,
+          rules: Sequence[PiiRule] = RULES) -> tuple[pa.Array, pa.Table]:
+    """The texts with every rule's matches replaced by its placeholder (rules in order), and a table
+    with one int32 column per rule name: the redactions in each document."""
+    if not rules:
+        raise ValueError("scrub: no rules")
+    arr = text_array(texts, "scrub")
+    counts = {}
+    for rule in rules:
+        before = pc.count_substring(arr, rule.placeholder)
+        for _ in range(2):
+            arr = pc.replace_substring_regex(arr, rule.pattern, rf"\1{rule.placeholder}\2")
+        counts[rule.name] = pc.cast(pc.subtract(pc.count_substring(arr, rule.placeholder), before), pa.int32())
+    return arr, pa.table(counts)
+
+
+def rules_manifest(rules: Sequence[PiiRule] = RULES) -> list[dict]:
+    return [{"name": r.name, "placeholder": r.placeholder, "pattern": r.pattern,
+             "pattern_sha256": r.pattern_sha256, "misses": r.misses} for r in rules]
+
+
+def scrub_manifest(counts: pa.Table, sources: Sequence[str] | pa.Array,
+                   rules: Sequence[PiiRule] = RULES, **extra) -> dict:
+    """What the scrub did, to publish with the revision (JSON-ready, key order fixed): the rules' version,
+    patterns and their sha256, and per source the documents seen, documents changed and redactions per
+    rule. `counts` is `scrub`'s table (chunks concatenated); `sources` names each row's source; `extra`
+    (e.g. a revision or input fingerprint) is recorded as given."""
+    names = [r.name for r in rules]
+    missing = [n for n in names if n not in counts.column_names]
+    if missing:
+        raise ValueError(f"scrub_manifest: counts has no column for rule(s) {missing}")
+    src = np.asarray(sources.to_pylist() if isinstance(sources, (pa.Array, pa.ChunkedArray)) else sources,
+                     dtype=object)
+    if len(src) != counts.num_rows:
+        raise ValueError(f"scrub_manifest: {len(src)} sources for {counts.num_rows} rows of counts")
+    per_rule = np.column_stack([counts.column(n).to_numpy() for n in names])
+    by_source = {}
+    for s in sorted(set(src.tolist())):
+        rows = per_rule[src == s]
+        by_source[s] = {"docs": int(len(rows)), "scrubbed_docs": int((rows.sum(axis=1) > 0).sum()),
+                        "redactions": {n: int(v) for n, v in zip(names, rows.sum(axis=0))}}
+    return {"rules_version": SCRUB_RULES_VERSION,
+            "rules_sha256": hashlib.sha256("\n".join(r.pattern_sha256 + r.placeholder
+                                                     for r in rules).encode()).hexdigest(),
+            "rules": rules_manifest(rules), "sources": by_source, **extra}
