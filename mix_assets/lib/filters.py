@@ -83,27 +83,40 @@ _ABBREV = (
     "Ind Jan Jr Jul Jun Kan Kans Ky La Ltd Mar Mass Md Messrs Mich Minn Miss Mo Mont Mr Mrs Ms Mt Neb Nebr "
     "Nev Nov Oct Okla Ore Pa Prof Rep Rev Sen Sep Sept St Tenn Va Wash Wis co vs"
 ).split()
-# One pass over the text gives spaCy-like tokens (after `_split_contractions`): URLs; contraction
-# suffixes ('s 'm 'd 're 've 'll n't); abbreviations, single lower-case letters and dotted acronyms keep
-# their dots; "..." is one token; letters and digits joined by . , : + & ' and by / before a digit stay
-# one word; a run of @ - / ^ ~ | \ is one token ("--", "@-@"); any other non-space character is a
-# token of its own (so "_" and quotes split off, as spaCy's prefix/suffix rules do).
+# One pass over the text (after `_presplit`) gives spaCy-like tokens: URLs; contraction suffixes;
+# dotted acronyms, abbreviations, single letters with a dot ("p.", "J."); "..." is one token; letters
+# and digits joined by . , : + & ' and by / before a digit stay one word, with hyphens at either end
+# ("-word", "yet--"); "@,@" and runs of @ - / ^ ~ | \ are one token; any other non-space character is
+# a token of its own (so "_", brackets and quotes split off, as spaCy's prefix/suffix rules do).
 TOKEN_RE = (
     r"https?://\S+"
     r"|['’](?:[sSmMdD]|re|ve|ll)\b|n['’]t\b"
     r"|(?:\p{L}\.){2,}"
-    r"|\b(?:" + "|".join(_ABBREV) + r"|[a-z])\."
+    r"|\b(?:" + "|".join(_ABBREV) + r"|[a-z]|\p{Lu})\."
     r"|\.\.+|…"
-    r"|[\p{L}\p{M}\p{N}]+(?:[.,:+&'’][\p{L}\p{M}\p{N}]+|/\p{N}[\p{L}\p{M}\p{N}]*)*"
-    r"|[@\-/^~|\\]+"
+    r"|-*[\p{L}\p{M}\p{N}]+(?:[.,:+&'’][\p{L}\p{M}\p{N}]+|/\p{N}[\p{L}\p{M}\p{N}]*)*-*"
+    r"|@[,.]@|[@\-/^~|\\]+"
     r"|\S"
 )
-_CONTRACTION = r"(\p{L})(n['’]t|['’](?:[sSmMdD]|re|ve|ll))\b"
+# spaCy splits 's after any word, and n't 'm 're 've 'll 'd only in its listed exceptions (the common
+# ones here); "banish'd", "upon't" stay whole. A hyphen between letters (or between digits) is a token.
+_PRESPLIT = (
+    (r"(\p{L})(['’][sS])\b", "$1 $2"),
+    (r"\b((?i:do|does|did|is|are|was|were|have|has|had|could|would|should|must|might|need|ca|wo|ai|sha))"
+     r"(n['’]t)\b", "$1 $2"),
+    (r"\b((?i:i|you|he|she|it|we|they|who|what|that|there|where|how|here|could|would|should|might|must))"
+     r"(['’](?:[mM]|re|ve|ll|d))\b", "$1 $2"),
+    (r"([\p{L}\p{N}])(-+)(\p{L})", "$1 $2 $3"),
+    (r"([\p{L}\p{N}])(-+)(\p{L})", "$1 $2 $3"),  # again: matches above do not overlap ("a-b-c")
+    (r"(\p{N})-(\p{N})", "$1 - $2"),
+)
 
 
-def _split_contractions(col: pl.Expr) -> pl.Expr:
-    """"don't" -> "do n't", "it's" -> "it 's" (spaCy's split), so that TOKEN_RE can join other apostrophes."""
-    return col.str.replace_all(_CONTRACTION, "$1 $2")
+def _presplit(col: pl.Expr) -> pl.Expr:
+    """Spaces where spaCy splits inside a word ("don't" -> "do n't", "co-op" -> "co - op")."""
+    for pat, rep in _PRESPLIT:
+        col = col.str.replace_all(pat, rep)
+    return col
 
 
 # str.splitlines() boundaries (it also drops one trailing empty line)
@@ -289,7 +302,7 @@ def _sanity(text: pl.Series, cfg: SanityFilter) -> pl.DataFrame:
 
 
 def _tokens(text: pl.Series) -> pl.Series:
-    return pl.DataFrame({"text": text}).select(_split_contractions(pl.col("text")).str.extract_all(TOKEN_RE)).to_series()
+    return pl.DataFrame({"text": text}).select(_presplit(pl.col("text")).str.extract_all(TOKEN_RE)).to_series()
 
 
 def _gopher_quality(text: pl.Series, toks: pl.Series, cfg: GopherQualityFilter) -> pl.DataFrame:
@@ -323,30 +336,43 @@ def _gopher_quality(text: pl.Series, toks: pl.Series, cfg: GopherQualityFilter) 
     )
 
 
-def _ngrams(tok: pl.DataFrame, n: int) -> pl.DataFrame:
-    """Every n-gram of every document: doc, pos, ng (hash of the n tokens), chars (of the n tokens)."""
-    same = pl.lit(True)
-    key, chars = [pl.col("h").alias("h0")], pl.col("tlen")
-    for k in range(1, n):
-        same = same & (pl.col("doc").shift(-k) == pl.col("doc"))
-        key.append(pl.col("h").shift(-k).alias(f"h{k}"))
-        chars = chars + pl.col("tlen").shift(-k)
-    return tok.select("doc", "pos", ng=pl.struct(key).hash(), chars=chars, ok=same).filter("ok")
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier of the rolling n-gram hash
 
 
-def _repeat_chars(tok: pl.DataFrame, n: int) -> pl.DataFrame:
-    """Per document: characters ("".join) of the n-grams that are not their n-gram's first occurrence."""
-    g = _ngrams(tok, n)
-    return g.filter(pl.struct("doc", "ng").is_first_distinct().not_()).group_by("doc").agg(rep=pl.col("chars").sum())
+class _NGrams:
+    """Rolling 64-bit keys of every token n-gram of a batch (numpy, wrapping arithmetic): key(p, n) of
+    the n tokens from position p, with the document mixed in, so equal keys mean equal n-grams of the
+    same document (bar a 2^-64 collision)."""
+
+    def __init__(self, tok: pl.DataFrame):
+        self.doc = tok["doc"].to_numpy().astype(np.uint64)
+        self.h = tok["h"].to_numpy().astype(np.uint64)
+        self.tlen = tok["tlen"].to_numpy().astype(np.int64)
+        self.pos = tok["pos"].to_numpy()
+        self.n, self.key, self.chars = 1, self.h ^ (self.doc * _MIX), self.tlen.copy()
+
+    def grow(self, n: int) -> pl.DataFrame:
+        """Keys of the n-grams (n >= current): doc, pos, key, chars (of the n tokens), valid rows only."""
+        if n < self.n:  # restart (configured n-gram sizes out of order)
+            self.n, self.key, self.chars = 1, self.h ^ (self.doc * _MIX), self.tlen.copy()
+        with np.errstate(over="ignore"):
+            while self.n < n:
+                m = len(self.key) - 1
+                self.key = self.key[:m] * _MIX + self.h[self.n:self.n + m]
+                self.chars = self.chars[:m] + self.tlen[self.n:self.n + m]
+                self.n += 1
+        m = len(self.key)
+        ok = self.doc[:m] == self.doc[self.n - 1:self.n - 1 + m]
+        return pl.DataFrame({"doc": self.doc[:m][ok], "pos": self.pos[:m][ok], "key": self.key[ok],
+                             "chars": self.chars[ok], "i": np.flatnonzero(ok)})
 
 
-def _top_ngram_chars(tok: pl.DataFrame, n: int) -> pl.DataFrame:
+def _top_ngram_chars(g: pl.DataFrame, n: int) -> pl.DataFrame:
     """Per document: len(" ".join(g)) * count of its most frequent n-gram g (ties: the first seen)."""
-    g = (_ngrams(tok, n).with_columns(nlen=pl.col("chars") + (n - 1))
-         .group_by("doc", "ng").agg(cnt=pl.len(), first=pl.col("pos").min(), nlen=pl.col("nlen").first()))
-    g = g.filter(pl.col("cnt") == pl.col("cnt").max().over("doc"))
-    g = g.filter(pl.col("first") == pl.col("first").min().over("doc"))
-    return g.select("doc", top=pl.col("nlen") * pl.col("cnt"))
+    g = g.group_by("key").agg(doc=pl.col("doc").first(), cnt=pl.len(), first=pl.col("pos").min(),
+                              nlen=pl.col("chars").first() + (n - 1))
+    best = pl.col("cnt").cast(pl.Int64) * (1 << 32) - pl.col("first").cast(pl.Int64)
+    return g.group_by("doc").agg(top=(pl.col("nlen") * pl.col("cnt")).get(best.arg_max()))
 
 
 def _greedy_dup_chars(words: list, n: int) -> int:
@@ -385,19 +411,26 @@ def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFi
            .with_columns(pos=pl.int_range(pl.len()).over("doc"), tlen=pl.col("toks").str.len_chars(),
                          h=pl.col("toks").hash()))
     nchar = st.select("doc", "n")
+    grams = _NGrams(tok)
     for k, thr in cfg.top_n_grams:
-        top = nchar.join(_top_ngram_chars(tok, k), on="doc", how="left", maintain_order="left")
+        top = nchar.join(_top_ngram_chars(grams.grow(k), k), on="doc", how="left", maintain_order="left")
         out = out.with_columns(_gt(top.select(_ratio(pl.col("top"), pl.col("n"))).to_series(), thr).alias(f"gopher_repetition:top_{k}_gram"))
     python_docs = 0
     if cfg.dup_n_grams:
-        # The greedy scan only counts n-grams seen before, each position at most once, so the characters
-        # of every non-first occurrence bound it from above: only documents over a threshold on that
-        # bound need the exact scan, in Python.
+        # The greedy scan only counts n-grams seen before, each position at most once, and a repeated
+        # n-gram starts with a repeated n0-gram (n0 the smallest n): so the characters of the n-grams
+        # starting where an n0-gram repeats bound it from above. Only documents over a threshold on
+        # that bound need the exact scan, in Python.
         lens = st["n"].to_numpy()
+        g0 = grams.grow(min(k for k, _ in cfg.dup_n_grams))
+        rows = g0.filter(pl.col("key").is_first_distinct().not_())["i"].to_numpy()
+        cs = np.concatenate([[0], np.cumsum(grams.tlen)])
         need = np.zeros(len(st), dtype=bool)
         for k, thr in cfg.dup_n_grams:
-            ub = nchar.join(_repeat_chars(tok, k), on="doc", how="left", maintain_order="left")
-            need |= ub.select(_gt(_ratio(pl.col("rep"), pl.col("n")), thr)).to_series().to_numpy()
+            i = rows[rows + k <= len(grams.doc)]
+            i = i[grams.doc[i + k - 1] == grams.doc[i]]
+            ub = np.bincount(grams.doc[i].astype(np.int64), weights=cs[i + k] - cs[i], minlength=len(st))
+            need |= ub > thr * lens
         cand = np.flatnonzero(need)
         python_docs = len(cand)
         words = toks.gather(cand).to_list() if len(cand) else []
@@ -412,7 +445,7 @@ def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFi
 def _sentences(lines: pl.DataFrame) -> pl.DataFrame:
     """Sentences per line as spaCy's sentencizer counts them: a new one starts at each word token that
     follows a terminal-punctuation token (with only punctuation tokens between)."""
-    tok = (lines.select("lid", tok=_split_contractions(pl.col("line")).str.extract_all(TOKEN_RE)).explode("tok").drop_nulls("tok")
+    tok = (lines.select("lid", tok=_presplit(pl.col("line")).str.extract_all(TOKEN_RE)).explode("tok").drop_nulls("tok")
            .with_columns(end=pl.col("tok").str.contains(_SENT_END),
                          word=pl.col("tok").str.contains(r"[^\p{P}]")))
     tok = tok.with_columns(cum=pl.col("end").cum_sum().over("lid")).filter("word")
@@ -471,7 +504,7 @@ def _fineweb(text: pl.Series, cfg: FineWebFilter) -> pl.DataFrame:
         punct=lines.list.eval(pl.element().str.contains(_TERMINAL_END)).list.mean(),
         short=lines.list.eval(pl.element().str.len_chars() <= cfg.short_line_length).list.mean(),
         dup=_ratio(dup_chars, t.str.len_chars() - t.str.count_matches("\n", literal=True)),
-        newline=_ratio(t.str.count_matches("\n", literal=True), _split_contractions(t).str.count_matches(TOKEN_RE)),
+        newline=_ratio(t.str.count_matches("\n", literal=True), _presplit(t).str.count_matches(TOKEN_RE)),
     )
     c = pl.col
     punct = _lt(c("punct"), cfg.line_punct_thr)
