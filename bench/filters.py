@@ -195,7 +195,7 @@ def main() -> None:
     probe = subprocess.run([args.datatrove_python, "-c", "import datatrove, spacy, regex"], capture_output=True, text=True)
     if probe.returncode != 0:
         sys.exit("bench/filters.py needs datatrove to compare against, and "
-                 f"{args.datatrove_python} cannot import it ({probe.stderr.strip().splitlines()[-1:]}).\n"
+                 f"{args.datatrove_python} cannot import it ({(probe.stderr.strip().splitlines() or ['?'])[-1]}).\n"
                  "Install the bench extra (pip install -e '.[bench]') or make a separate venv and pass it:\n"
                  "  python3 -m venv /tmp/dtvenv && /tmp/dtvenv/bin/pip install 'datatrove==0.10.1' "
                  "'spacy==3.8.18' 'regex==2026.11.19'\n"
