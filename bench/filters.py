@@ -131,7 +131,8 @@ def child_ours(path: Path) -> dict:
         t0 = time.perf_counter()
         r = apply_filters(texts, FilterConfig.only(name))
         sec = time.perf_counter() - t0
-        out[name] = {"seconds": sec, "reason": r.filter_reason[name], "python_docs": r.python_docs}
+        out[name] = {"seconds": sec, "reason": r.filter_reason[name], "python_docs": r.python_docs,
+                     "python_seconds": r.seconds.get("gopher_repetition:python_scan", 0.0)}
         if name == "c4":
             out[name]["text"] = r.texts.to_pylist()
     return out
@@ -157,8 +158,8 @@ def child_datatrove(path: Path) -> dict:
         out[name] = {"seconds": sec, "reason": reason}
         if name == "c4":
             out[name]["text"] = [d.text for d in docs]
-    import datatrove
-    out["version"] = getattr(datatrove, "__version__", "?")
+    from importlib.metadata import version
+    out["version"] = f"datatrove {version('datatrove')}, spacy {version('spacy')}"
     return out
 
 
@@ -212,7 +213,7 @@ def main() -> None:
     ours = ours_runs[0]
     for name in FILTERS:
         ours[name]["seconds"] = sorted(r[name]["seconds"] for r in ours_runs)[len(ours_runs) // 2]
-    print(f"datatrove {dt['version']} (python {args.datatrove_python})\n")
+    print(f"{dt['version']} (python {args.datatrove_python})\n")
     print("| filter | datatrove docs/s | datatrove MB/s | ours docs/s | ours MB/s | ratio | agreement | dt drops | our drops |")
     print("|---|---|---|---|---|---|---|---|---|")
     tot_dt = tot_ours = 0.0
@@ -233,7 +234,9 @@ def main() -> None:
         notes[name] = by
     print(f"| all four | {len(docs) / tot_dt:,.0f} | {mb / tot_dt:.2f} | {len(docs) / tot_ours:,.0f} | "
           f"{mb / tot_ours:.2f} | {tot_dt / tot_ours:.1f}x | | | |")
-    print(f"\nours: the duplicate n-gram scan ran in Python for {ours['gopher_repetition']['python_docs']:,} documents")
+    rep = ours["gopher_repetition"]
+    print(f"\nours: the greedy duplicate n-gram scan ran in Python for {rep['python_docs']:,} of {len(docs):,} "
+          f"documents, {rep['python_seconds']:.2f} s of the filter's {rep['seconds']:.2f} s")
     both = [i for i in range(len(docs)) if dt["c4"]["reason"][i] is None and ours["c4"]["reason"][i] is None]
     same = sum(dt["c4"]["text"][i] == ours["c4"]["text"][i] for i in both)
     print(f"C4 rewritten text identical for {same:,} of {len(both):,} documents both keep")

@@ -238,7 +238,7 @@ class FilterResult:
     failed: dict  # "<filter>:<rule>" -> bool per document, every rule evaluated on its own
     filter_reason: dict  # filter name -> first failing rule of that filter per document (None = passes)
     stats: dict  # "<filter>:<rule>" -> {"failed_documents", "first_failure_documents"}
-    seconds: dict  # filter name -> wall seconds
+    seconds: dict  # filter name -> wall seconds (and "gopher_repetition:python_scan", inside it)
     python_docs: int = 0  # documents that needed the per-document duplicate n-gram scan
 
 
@@ -389,7 +389,7 @@ def _greedy_dup_chars(words: list, n: int) -> int:
     return out
 
 
-def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFilter) -> tuple[pl.DataFrame, int]:
+def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFilter) -> tuple[pl.DataFrame, int, float]:
     t = pl.col("text")
     paras = t.str.strip_chars().str.replace_all(r"\n{2,}", _SEP).str.split(_SEP)
     lines = t.str.replace_all(r"\n+", "\n").str.split("\n")
@@ -415,7 +415,7 @@ def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFi
     for k, thr in cfg.top_n_grams:
         top = nchar.join(_top_ngram_chars(grams.grow(k), k), on="doc", how="left", maintain_order="left")
         out = out.with_columns(_gt(top.select(_ratio(pl.col("top"), pl.col("n"))).to_series(), thr).alias(f"gopher_repetition:top_{k}_gram"))
-    python_docs = 0
+    python_docs, python_s = 0, 0.0
     if cfg.dup_n_grams:
         # The greedy scan only counts n-grams seen before, each position at most once, and a repeated
         # n-gram starts with a repeated n0-gram (n0 the smallest n): so the characters of the n-grams
@@ -432,14 +432,15 @@ def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFi
             ub = np.bincount(grams.doc[i].astype(np.int64), weights=cs[i + k] - cs[i], minlength=len(st))
             need |= ub > thr * lens
         cand = np.flatnonzero(need)
-        python_docs = len(cand)
+        python_docs, t0 = len(cand), time.perf_counter()
         words = toks.gather(cand).to_list() if len(cand) else []
         for k, thr in cfg.dup_n_grams:
             col = np.zeros(len(st), dtype=bool)
             for d, ws in zip(cand, words):
                 col[d] = _greedy_dup_chars(ws, k) / lens[d] > thr
             out = out.with_columns(pl.Series(f"gopher_repetition:duplicated_{k}_n_grams", col))
-    return out, python_docs
+        python_s = time.perf_counter() - t0
+    return out, python_docs, python_s
 
 
 def _sentences(lines: pl.DataFrame) -> pl.DataFrame:
@@ -541,7 +542,7 @@ def apply_filters(texts, config: FilterConfig = FilterConfig()) -> FilterResult:
         elif name == "gopher_quality":
             frames.append(_gopher_quality(text, toks, cfg))
         elif name == "gopher_repetition":
-            f, python_docs = _gopher_repetition(text, toks, cfg)
+            f, python_docs, seconds["gopher_repetition:python_scan"] = _gopher_repetition(text, toks, cfg)
             frames.append(f)
         elif name == "c4":
             f, rewritten = _c4(text, cfg)
