@@ -14,20 +14,21 @@ The rules and their defaults are the published ones, as datatrove 0.10.1 impleme
 Words: datatrove splits English with spaCy's blank "en" tokenizer, where punctuation becomes tokens,
 and the Gopher "alphabetic words" and FineWeb "newlines per word" rules count those tokens. `TOKEN_RE`
 is one regular expression that reproduces that split on ordinary prose (bench/filters.py measures the
-decisions it gives against datatrove's). Everything is a polars expression over the batch, except
-the duplicate 5- to 10-gram scan of Gopher repetition: a greedy left-to-right scan that skips past each
-repeat, which has no bulk form; it runs in Python only for documents that repeat some 5-gram (for the
-others its result is 0).
+decisions it gives against datatrove's). Everything is polars / numpy over the batch, except the
+duplicate 5- to 10-gram rule of Gopher repetition: a greedy left-to-right scan that skips past each
+repeat, which has no bulk form. A bulk upper bound (the characters of the n-grams that start where a
+5-gram repeats) clears most documents; the scan runs in Python only for those over a threshold on it
+(`FilterResult.python_docs`, timed in `seconds["gopher_repetition:python_scan"]`).
 
 `apply_filters(texts, config)` runs sanity -> Gopher repetition -> Gopher quality -> C4 -> FineWeb
-(the order of datatrove's FineWeb pipeline). Every filter is evaluated on every document; the
+(the order of datatrove's examples/fineweb.py@05194d39, which runs C4 with filter_no_terminal_punct
+off; the default here is the class default, on). Every filter is evaluated on every document; the
 document's reason is the first failing rule (`<filter>:<rule>`, an open set of strings), and the C4
 line modifier hands its rewritten text to FineWeb, as in the pipeline.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field, fields
 from typing import Optional, Sequence
