@@ -91,9 +91,9 @@ _ABBREV = (
 # a token of its own (so "_", brackets and quotes split off, as spaCy's prefix/suffix rules do).
 TOKEN_RE = (
     r"https?://\S+"
-    r"|['’](?:[sSmMdD]|re|ve|ll)\b|n['’]t\b"
+    r"|['’](?:[sSmMdD]|re|ve|ll)(?-u:\b)|n['’]t(?-u:\b)"
     r"|(?:\p{L}\.){2,}"
-    r"|\b(?:" + "|".join(_ABBREV) + r"|[a-z]|\p{Lu})\."
+    r"|(?-u:\b)(?:" + "|".join(_ABBREV) + r"|[a-z]|\p{Lu})\."
     r"|\.\.+|…"
     r"|-*[\p{L}\p{M}\p{N}]+(?:[.,:+&'’][\p{L}\p{M}\p{N}]+|/\p{N}[\p{L}\p{M}\p{N}]*)*-*"
     r"|@[,.]@|[@\-/^~|\\]+"
@@ -101,12 +101,13 @@ TOKEN_RE = (
 )
 # spaCy splits 's after any word, and n't 'm 're 've 'll 'd only in its listed exceptions (the common
 # ones here); "banish'd", "upon't" stay whole. A hyphen between letters (or between digits) is a token.
+# Word boundaries are ASCII ones, (?-u:\b): a Unicode \b keeps the regex off its fast engine (5-10x).
 _PRESPLIT = (
-    (r"(\p{L})(['’][sS])\b", "$1 $2"),
-    (r"\b((?i:do|does|did|is|are|was|were|have|has|had|could|would|should|must|might|need|ca|wo|ai|sha))"
-     r"(n['’]t)\b", "$1 $2"),
-    (r"\b((?i:i|you|he|she|it|we|they|who|what|that|there|where|how|here|could|would|should|might|must))"
-     r"(['’](?:[mM]|re|ve|ll|d))\b", "$1 $2"),
+    (r"(\p{L})(['’][sS])(?-u:\b)", "$1 $2"),
+    (r"(?-u:\b)((?i:do|does|did|is|are|was|were|have|has|had|could|would|should|must|might|need|ca|wo|ai|sha))"
+     r"(n['’]t)(?-u:\b)", "$1 $2"),
+    (r"(?-u:\b)((?i:i|you|he|she|it|we|they|who|what|that|there|where|how|here|could|would|should|might|must))"
+     r"(['’](?:[mM]|re|ve|ll|d))(?-u:\b)", "$1 $2"),
     (r"([\p{L}\p{N}])(-+)(\p{L})", "$1 $2 $3"),
     (r"([\p{L}\p{N}])(-+)(\p{L})", "$1 $2 $3"),  # again: matches above do not overlap ("a-b-c")
     (r"(\p{N})-(\p{N})", "$1 - $2"),
@@ -368,12 +369,24 @@ class _NGrams:
                              "chars": self.chars[ok], "i": np.flatnonzero(ok)})
 
 
-def _top_ngram_chars(g: pl.DataFrame, n: int) -> pl.DataFrame:
+def _top_ngram_chars(g: pl.DataFrame, n: int, ndoc: int) -> np.ndarray:
     """Per document: len(" ".join(g)) * count of its most frequent n-gram g (ties: the first seen)."""
-    g = g.group_by("key").agg(doc=pl.col("doc").first(), cnt=pl.len(), first=pl.col("pos").min(),
-                              nlen=pl.col("chars").first() + (n - 1))
-    best = pl.col("cnt").cast(pl.Int64) * (1 << 32) - pl.col("first").cast(pl.Int64)
-    return g.group_by("doc").agg(top=(pl.col("nlen") * pl.col("cnt")).get(best.arg_max()))
+    key, doc, chars = g["key"].to_numpy(), g["doc"].to_numpy().astype(np.int64), g["chars"].to_numpy()
+    o = np.argsort(key, kind="stable")  # stable: a run of equal keys starts at its first occurrence
+    ks = key[o]
+    starts = np.flatnonzero(np.concatenate([[True], ks[1:] != ks[:-1]])) if len(ks) else np.zeros(0, np.int64)
+    cnt = np.diff(np.append(starts, len(ks)))
+    first = o[starts]
+    d = doc[first]
+    cmax = np.zeros(ndoc, np.int64)
+    np.maximum.at(cmax, d, cnt)
+    best = np.full(ndoc, len(key), np.int64)
+    top = cnt == cmax[d]
+    np.minimum.at(best, d[top], first[top])
+    has = best < len(key)
+    out = np.zeros(ndoc, np.int64)
+    out[has] = (chars[best[has]] + n - 1) * cmax[has]
+    return out
 
 
 def _greedy_dup_chars(words: list, n: int) -> int:
@@ -411,34 +424,39 @@ def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFi
     tok = (frame.select("doc", "toks").explode("toks").drop_nulls("toks")
            .with_columns(pos=pl.int_range(pl.len()).over("doc"), tlen=pl.col("toks").str.len_chars(),
                          h=pl.col("toks").hash()))
-    nchar = st.select("doc", "n")
     grams = _NGrams(tok)
+    lens = st["n"].to_numpy()
     for k, thr in cfg.top_n_grams:
-        top = nchar.join(_top_ngram_chars(grams.grow(k), k), on="doc", how="left", maintain_order="left")
-        out = out.with_columns(_gt(top.select(_ratio(pl.col("top"), pl.col("n"))).to_series(), thr).alias(f"gopher_repetition:top_{k}_gram"))
+        top = _top_ngram_chars(grams.grow(k), k, len(st))
+        out = out.with_columns(pl.Series(f"gopher_repetition:top_{k}_gram", top > thr * np.maximum(lens, 1)))
     python_docs, python_s = 0, 0.0
     if cfg.dup_n_grams:
-        # The greedy scan only counts n-grams seen before, each position at most once, and a repeated
-        # n-gram starts with a repeated n0-gram (n0 the smallest n): so the characters of the n-grams
-        # starting where an n0-gram repeats bound it from above. Only documents over a threshold on
-        # that bound need the exact scan, in Python.
-        lens = st["n"].to_numpy()
+        # The greedy scan only counts n-grams seen before, each position at most once, so the characters
+        # of the non-first occurrences of n-grams bound it from above; and a repeated n-gram starts with
+        # a repeated n0-gram (n0 the smallest n), which gives a cheaper, looser bound for every n at
+        # once. Only documents over a threshold on both need the exact scan, in Python.
         g0 = grams.grow(min(k for k, _ in cfg.dup_n_grams))
         rows = g0.filter(pl.col("key").is_first_distinct().not_())["i"].to_numpy()
         cs = np.concatenate([[0], np.cumsum(grams.tlen)])
-        need = np.zeros(len(st), dtype=bool)
+        need = {}
         for k, thr in cfg.dup_n_grams:
             i = rows[rows + k <= len(grams.doc)]
             i = i[grams.doc[i + k - 1] == grams.doc[i]]
             ub = np.bincount(grams.doc[i].astype(np.int64), weights=cs[i + k] - cs[i], minlength=len(st))
-            need |= ub > thr * lens
-        cand = np.flatnonzero(need)
+            need[k] = np.flatnonzero(ub > thr * lens)
+        for k, thr in cfg.dup_n_grams:  # the exact bound (non-first occurrences of n-grams), there only
+            if len(need[k]):
+                g = grams.grow(k).filter(pl.col("doc").is_in(need[k].astype(np.uint64)))
+                rep = g.filter(pl.col("key").is_first_distinct().not_()).group_by("doc").agg(c=pl.col("chars").sum())
+                d, c = rep["doc"].to_numpy().astype(np.int64), rep["c"].to_numpy()
+                need[k] = d[c > thr * lens[d]]
+        cand = np.unique(np.concatenate(list(need.values())))
         python_docs, t0 = len(cand), time.perf_counter()
-        words = toks.gather(cand).to_list() if len(cand) else []
+        words = dict(zip(cand.tolist(), toks.gather(cand).to_list())) if len(cand) else {}
         for k, thr in cfg.dup_n_grams:
             col = np.zeros(len(st), dtype=bool)
-            for d, ws in zip(cand, words):
-                col[d] = _greedy_dup_chars(ws, k) / lens[d] > thr
+            for d in need[k]:
+                col[d] = _greedy_dup_chars(words[d], k) / lens[d] > thr
             out = out.with_columns(pl.Series(f"gopher_repetition:duplicated_{k}_n_grams", col))
         python_s = time.perf_counter() - t0
     return out, python_docs, python_s
@@ -463,9 +481,7 @@ def _c4(text: pl.Series, cfg: C4Filter) -> tuple[pl.DataFrame, pl.Series]:
              .with_row_index("lid").with_columns(pl.col("line").str.strip_chars()))
     s = pl.col("line")
     words = s.str.count_matches(r"\S+")
-    long_word = (pl.lit(False) if cfg.max_word_length is None
-                 else s.str.extract_all(r"\S+").list.eval(pl.element().str.len_chars()).list.max()
-                 .fill_null(0) > cfg.max_word_length)
+    long_word = pl.lit(False) if cfg.max_word_length is None else s.str.contains(f"\\S{{{cfg.max_word_length + 1}}}")
     cleaned = s.str.replace_all(r"\[\d*]|\[edit]|\[citation needed]", "") if cfg.remove_citations else s
     lines = lines.with_columns(words=words, long=long_word, line=cleaned)
     low = s.str.to_lowercase()
@@ -479,7 +495,11 @@ def _c4(text: pl.Series, cfg: C4Filter) -> tuple[pl.DataFrame, pl.Series]:
     lines = lines.with_columns(lorem=lorem, curly=curly, kept=reach & ~lorem & ~js & ~curly & ~pol)
     kept = lines.filter("kept")
     if cfg.min_num_sentences is not None:
-        kept = kept.join(_sentences(kept), on="lid", how="left")
+        # every kept line holds a sentence: only documents with fewer kept lines than the minimum
+        # need their sentences counted
+        few_lines = pl.len().over("doc") < cfg.min_num_sentences
+        kept = kept.join(_sentences(kept.filter(few_lines)), on="lid", how="left").with_columns(
+            pl.col("sent").fill_null(1))
     else:
         kept = kept.with_columns(sent=pl.lit(0))
     per_doc = kept.group_by("doc").agg(sent=pl.col("sent").sum(), out=pl.col("line").str.join("\n"))
