@@ -84,18 +84,22 @@ _ABBREV = (
     "Ind Jan Jr Jul Jun Kan Kans Ky La Ltd Mar Mass Md Messrs Mich Minn Miss Mo Mont Mr Mrs Ms Mt Neb Nebr "
     "Nev Nov Oct Okla Ore Pa Prof Rep Rev Sen Sep Sept St Tenn Va Wash Wis co vs"
 ).split()
-# One pass over the text (after `_presplit`) gives spaCy-like tokens: URLs; contraction suffixes;
-# dotted acronyms, abbreviations, single letters with a dot ("p.", "J."); "..." is one token; letters
-# and digits joined by . , : + & ' and by / before a digit stay one word, with hyphens at either end
-# ("-word", "yet--"); "@,@" and runs of @ - / ^ ~ | \ are one token; any other non-space character is
-# a token of its own (so "_", brackets and quotes split off, as spaCy's prefix/suffix rules do).
+# One pass over the text (after `_presplit`) gives spaCy-like tokens: URLs; contraction suffixes and
+# 'em 'cause 'tis 'twas; dotted acronyms, abbreviations, single letters with a dot ("p.", "J."); "..."
+# is one token; "1.B." keeps its dot (spaCy splits a final "." only after a lower-case letter, a digit
+# or two capitals); letters and digits joined by . : + & ' , by / and , before a digit, and by (,)-- where
+# _presplit left them ("body,--for") stay one word, with hyphens at either end ("-word", "yet--");
+# "@,@" and runs of @ - / ^ ~ | \ are one token; any other non-space character is a token of its own
+# (so "_", brackets and quotes split off, as spaCy's prefix/suffix rules do).
 TOKEN_RE = (
     r"https?://\S+"
     r"|['’](?:[sSmMdD]|re|ve|ll)(?-u:\b)|n['’]t(?-u:\b)"
     r"|(?:\p{L}\.){2,}"
     r"|(?-u:\b)(?:" + "|".join(_ABBREV) + r"|[a-z]|\p{Lu})\."
+    r"|['’](?:em|cause|tis|twas)(?-u:\b)"
     r"|\.\.+|…"
-    r"|-*[\p{L}\p{M}\p{N}]+(?:[.,:+&'’][\p{L}\p{M}\p{N}]+|/\p{N}[\p{L}\p{M}\p{N}]*)*-*"
+    r"|-*(?:[\p{L}\p{M}\p{N}]+\.)+\p{Lu}\."
+    r"|-*[\p{L}\p{M}\p{N}]+(?:[.:+&'’][\p{L}\p{M}\p{N}]+|[/,]\p{N}[\p{L}\p{M}\p{N}]*|,?-+[\p{L}\p{M}\p{N}]+)*(?:,?-+)?"
     r"|@[,.]@|[@\-/^~|\\]+"
     r"|\S"
 )
@@ -111,6 +115,7 @@ _PRESPLIT = (
     (r"([\p{L}\p{N}])(-+)(\p{L})", "$1 $2 $3"),
     (r"([\p{L}\p{N}])(-+)(\p{L})", "$1 $2 $3"),  # again: matches above do not overlap ("a-b-c")
     (r"(\p{N})-(\p{N})", "$1 - $2"),
+    (r"(?-u:\b)([Cc]an)(not)(?-u:\b)", "$1 $2"),
 )
 
 
@@ -469,7 +474,8 @@ def _sentences(lines: pl.DataFrame) -> pl.DataFrame:
            .with_columns(end=pl.col("tok").str.contains(_SENT_END),
                          word=pl.col("tok").str.contains(r"[^\p{P}]")))
     tok = tok.with_columns(cum=pl.col("end").cum_sum().over("lid")).filter("word")
-    starts = (pl.col("cum") > pl.col("cum").shift(1).over("lid")).fill_null(False)
+    # a line that opens with end marks ("." then words) has that "." as a sentence of its own
+    starts = pl.col("cum") > pl.col("cum").shift(1).over("lid").fill_null(0)
     return tok.group_by("lid").agg(sent=starts.sum() + 1)
 
 
