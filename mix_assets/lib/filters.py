@@ -85,7 +85,7 @@ _ABBREV = (
     "Nev Nov Oct Okla Ore Pa Prof Rep Rev Sen Sep Sept St Tenn Va Wash Wis co vs"
 ).split()
 # One pass over the text (after `_presplit`) gives spaCy-like tokens: URLs; contraction suffixes and
-# 'em 'cause 'tis 'twas; dotted acronyms, abbreviations, single letters with a dot ("p.", "J."); "..."
+# 'em 'cause ("'tis" is "'" + "tis"); dotted acronyms, abbreviations, single letters with a dot ("p.", "J."); "..."
 # is one token; "1.B." keeps its dot (spaCy splits a final "." only after a lower-case letter, a digit
 # or two capitals); letters and digits joined by . : + & ' , by / and , before a digit, and by (,)-- where
 # _presplit left them ("body,--for") stay one word, with hyphens at either end ("-word", "yet--");
@@ -96,7 +96,7 @@ TOKEN_RE = (
     r"|['’](?:[sSmMdD]|re|ve|ll)(?-u:\b)|n['’]t(?-u:\b)"
     r"|(?:\p{L}\.){2,}"
     r"|(?-u:\b)(?:" + "|".join(_ABBREV) + r"|[a-z]|\p{Lu})\."
-    r"|['’](?:em|cause|tis|twas)(?-u:\b)"
+    r"|['’](?:em|cause)(?-u:\b)"
     r"|\.\.+|…"
     r"|-*(?:[\p{L}\p{M}\p{N}]+\.)+\p{Lu}\."
     r"|-*[\p{L}\p{M}\p{N}]+(?:[.:+&'’][\p{L}\p{M}\p{N}]+|[/,]\p{N}[\p{L}\p{M}\p{N}]*|,?-+[\p{L}\p{M}\p{N}]+)*(?:,?-+)?"
