@@ -1,0 +1,596 @@
+"""Heuristic document quality filters, computed in bulk over a batch of texts (polars), no Dagster.
+
+The rules and their defaults are the published ones, as datatrove 0.10.1 implements them (read in
+`datatrove/pipeline/filters/`, class and file named on each config below):
+  - Gopher quality and repetition: Rae et al. 2021, "Scaling Language Models: Methods, Analysis &
+    Insights from Training Gopher", arXiv 2112.11446, App. A.1.1 and Table A1 (the thresholds that
+    `gopher_repetition_filter.py` quotes in its docstring);
+  - C4: Raffel et al. 2020, arXiv 1910.10683 section 2.2, as `C4QualityFilter` has it (which keeps
+    lines of >= 3 words and documents of >= 5 sentences, where the paper says 5 words / 3 sentences);
+  - FineWeb: Penedo et al. 2024, arXiv 2406.17557 section 3.6, as `FineWebQualityFilter` has it
+    (duplicated-line character share 0.01, and the 0.3 newlines-per-word rule the paper does not list);
+  - sanity: this project's own raw-text rules (lib/sources.py `not_text`, `min_doc_chars`, `max_doc_chars`).
+
+Words: datatrove splits English with spaCy's blank "en" tokenizer, where punctuation becomes tokens,
+and the Gopher "alphabetic words" and FineWeb "newlines per word" rules count those tokens. `TOKEN_RE`
+is one regular expression that reproduces that split on ordinary prose (bench/filters.py measures the
+decisions it gives against datatrove's). Everything is polars / numpy over the batch, except the
+duplicate 5- to 10-gram rule of Gopher repetition: a greedy left-to-right scan that skips past each
+repeat, which has no bulk form. A bulk upper bound (the characters of the n-grams that start where a
+5-gram repeats) clears most documents; the scan runs in Python only for those over a threshold on it
+(`FilterResult.python_docs`, timed in `seconds["gopher_repetition:python_scan"]`).
+
+`apply_filters(texts, config)` runs sanity -> Gopher repetition -> Gopher quality -> C4 -> FineWeb
+(the order of datatrove's examples/fineweb.py@05194d39, which runs C4 with filter_no_terminal_punct
+off; the default here is the class default, on). Every filter is evaluated on every document; the
+document's reason is the first failing rule (`<filter>:<rule>`, an open set of strings), and the C4
+line modifier hands its rewritten text to FineWeb, as in the pipeline.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, fields
+from typing import Optional, Sequence
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from mix_assets.lib.sources import CONTROL_ALLOWED, CONTROL_SHARE_MAX
+
+__all__ = [
+    "SanityFilter", "GopherQualityFilter", "GopherRepetitionFilter", "C4Filter", "FineWebFilter",
+    "FilterConfig", "FilterResult", "apply_filters", "FILTER_ORDER", "TOKEN_RE",
+]
+
+# -- character sets (datatrove utils/text.py: PUNCTUATION, TERMINAL_PUNCTUATION, PUNCTUATION_SET) -----
+_DT_PUNCTUATION = '!/\u2014\u201d:\uff05\uff11\u3008&(\u3001\u2501\\\u3010#%\u300c\u300d\uff0c\u3011\uff1b+^]~\u201c\u300a\u201e\';\u2019{|\u2236\xb4[=-`*\uff0e\uff08\u2013\uff1f\uff01\uff1a$\uff5e\xab\u3009,><\u300b)?\uff09\u3002\u2026@_."}\u25ba\xbb'
+TERMINAL_PUNCTUATION = (
+    '!.?\u0589\u061d\u061e\u061f\u06d4\u0700\u0701\u0702\u07f9'
+    '\u0837\u0839\u083d\u083e\u0964\u0965\u104a\u104b\u1362\u1367\u1368\u166e'
+    '\u1735\u1736\u17d4\u17d5\u17d6\u17d9\u17da\u1803\u1809\u1944\u1945\u1aa8'
+    '\u1aa9\u1aaa\u1aab\u1b5a\u1b5b\u1b5e\u1b5f\u1b7d\u1b7e\u1c3b\u1c3c\u1c7e'
+    '\u1c7f\u203c\u203d\u2047\u2048\u2049\u2e2e\u2e3c\u2e53\u2e54\u3002\ua4ff'
+    '\ua60e\ua60f\ua6f3\ua6f7\ua876\ua877\ua8ce\ua8cf\ua92f\ua9c8\ua9c9\uaa5d'
+    '\uaa5e\uaa5f\uaaf0\uaaf1\uabeb\ufe52\ufe56\ufe57\uff01\uff0e\uff1f\uff61'
+    '\U00010a56\U00010a57\U00010f55\U00010f56\U00010f57\U00010f58\U00010f59\U00010f86\U00010f87\U00010f88\U00010f89\U00011047'
+    '\U00011048\U000110be\U000110bf\U000110c0\U000110c1\U00011141\U00011142\U00011143\U000111c5\U000111c6\U000111cd\U000111de'
+    '\U000111df\U00011238\U00011239\U0001123b\U0001123c\U000112a9\U0001144b\U0001144c\U000115c2\U000115c3\U000115c9\U000115ca'
+    '\U000115cb\U000115cc\U000115cd\U000115ce\U000115cf\U000115d0\U000115d1\U000115d2\U000115d3\U000115d4\U000115d5\U000115d6'
+    '\U000115d7\U00011641\U00011642\U0001173c\U0001173d\U0001173e\U00011944\U00011946\U00011a42\U00011a43\U00011a9b\U00011a9c'
+    '\U00011c41\U00011c42\U00011ef7\U00011ef8\U00011f43\U00011f44\U00016a6e\U00016a6f\U00016af5\U00016b37\U00016b38\U00016b44'
+    '\U00016e98\U0001bc9f\U0001da88'
+)
+
+TERMINAL_PUNCTUATION = "".join(TERMINAL_PUNCTUATION)
+# PUNCTUATION also holds the C0 controls other than \t \n (\r included) and DEL..U+009F
+PUNCTUATION_SET = frozenset(_DT_PUNCTUATION + "".join(
+    chr(x) for a, b in ((0, 9), (11, 13), (13, 32), (127, 160)) for x in range(a, b)) + TERMINAL_PUNCTUATION)
+
+
+def _cls(chars) -> str:
+    """A regex character class body matching exactly these characters (each one \\x{..}-escaped)."""
+    return "".join(f"\\x{{{ord(c):X}}}" for c in sorted(set(chars)))
+
+
+_NON_SYMBOL = f"[^{_cls(PUNCTUATION_SET)}]"  # a word with any character outside PUNCTUATION_SET
+_TERMINAL_END = f"[{_cls(TERMINAL_PUNCTUATION)}]$"
+_SENT_END = f"^[{_cls(TERMINAL_PUNCTUATION)}]$"
+
+# spaCy English tokenizer exceptions that keep their final "." (spacy/lang/en/tokenizer_exceptions.py)
+_ABBREV = (
+    "Adm Ak Ala Apr Ariz Ark Aug Bros Calif Co Colo Conn Corp Dec Del Dr Feb Fla Ga Gen Gov Ia Id Ill Inc "
+    "Ind Jan Jr Jul Jun Kan Kans Ky La Ltd Mar Mass Md Messrs Mich Minn Miss Mo Mont Mr Mrs Ms Mt Neb Nebr "
+    "Nev Nov Oct Okla Ore Pa Prof Rep Rev Sen Sep Sept St Tenn Va Wash Wis co vs"
+).split()
+# One pass over the text (after `_presplit`) gives spaCy-like tokens: URLs; contraction suffixes and
+# 'em 'cause ("'tis" is "'" + "tis"); dotted acronyms, abbreviations, single letters with a dot ("p.", "J."); "..."
+# is one token; "1.B." keeps its dot (spaCy splits a final "." only after a lower-case letter, a digit
+# or two capitals); letters and digits joined by . : + & ' , by / and , before a digit, and by (,)-- where
+# _presplit left them ("body,--for") stay one word, with hyphens at either end ("-word", "yet--");
+# "@,@" and runs of @ - / ^ ~ | \ are one token; any other non-space character is a token of its own
+# (so "_", brackets and quotes split off, as spaCy's prefix/suffix rules do).
+TOKEN_RE = (
+    r"https?://\S+"
+    r"|['’](?:[sSmMdD]|re|ve|ll)(?-u:\b)|n['’]t(?-u:\b)"
+    r"|(?:\p{L}\.){2,}"
+    r"|(?-u:\b)(?:" + "|".join(_ABBREV) + r"|[a-z]|\p{Lu})\."
+    r"|['’](?:em|cause)(?-u:\b)"
+    r"|\.\.+|…"
+    r"|-*(?:[\p{L}\p{M}\p{N}]+\.)+\p{Lu}\."
+    r"|-*[\p{L}\p{M}\p{N}]+(?:[.:+&'’][\p{L}\p{M}\p{N}]+|[/,]\p{N}[\p{L}\p{M}\p{N}]*|,?-+[\p{L}\p{M}\p{N}]+)*(?:,?-+)?"
+    r"|@[,.]@|[@\-/^~|\\]+"
+    r"|\S"
+)
+# spaCy splits 's after any word, and n't 'm 're 've 'll 'd only in its listed exceptions (the common
+# ones here); "banish'd", "upon't" stay whole. A hyphen between letters (or between digits) is a token.
+# Word boundaries are ASCII ones, (?-u:\b): a Unicode \b keeps the regex off its fast engine (5-10x).
+_PRESPLIT = (
+    (r"(\p{L})(['’][sS])(?-u:\b)", "$1 $2"),
+    (r"(?-u:\b)((?i:do|does|did|is|are|was|were|have|has|had|could|would|should|must|might|need|ca|wo|ai|sha))"
+     r"(n['’]t)(?-u:\b)", "$1 $2"),
+    (r"(?-u:\b)((?i:i|you|he|she|it|we|they|who|what|that|there|where|how|here|could|would|should|might|must))"
+     r"(['’](?:[mM]|re|ve|ll|d))(?-u:\b)", "$1 $2"),
+    (r"([\p{L}\p{N}])(-+)(\p{L})", "$1 $2 $3"),
+    (r"([\p{L}\p{N}])(-+)(\p{L})", "$1 $2 $3"),  # again: matches above do not overlap ("a-b-c")
+    (r"(\p{N})-(\p{N})", "$1 - $2"),
+    (r"(?-u:\b)([Cc]an)(not)(?-u:\b)", "$1 $2"),
+)
+
+
+def _presplit(col: pl.Expr) -> pl.Expr:
+    """Spaces where spaCy splits inside a word ("don't" -> "do n't", "co-op" -> "co - op")."""
+    for pat, rep in _PRESPLIT:
+        col = col.str.replace_all(pat, rep)
+    return col
+
+
+# str.splitlines() boundaries (it also drops one trailing empty line)
+_LINE_BOUNDARY = "\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]"
+_SEP = "\ue000"  # private-use separator for regex splits (polars str.split is literal)
+_CONTROL = "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufffd]"  # as lib/sources.py _CONTROL
+
+
+# -- configuration -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SanityFilter:
+    """Empty, binary-looking and overlong texts (lib/sources.py rules, as the raw stage applies them)."""
+
+    enabled: bool = True
+    min_chars: int = 1  # after strip(); shorter -> sanity:empty
+    max_chars: int = 1_000_000  # longer -> sanity:too_long
+    max_control_share: float = CONTROL_SHARE_MAX  # C0/C1 controls and U+FFFD -> sanity:control_chars
+    control_allowed: int = CONTROL_ALLOWED  # this many are always allowed (stray form feeds)
+
+
+@dataclass(frozen=True)
+class GopherQualityFilter:
+    """Gopher quality rules (arXiv 2112.11446 A.1.1): datatrove GopherQualityFilter,
+    pipeline/filters/gopher_quality_filter.py, same defaults. None switches a rule off."""
+
+    enabled: bool = True
+    min_doc_words: Optional[int] = 50  # words with a non-punctuation character
+    max_doc_words: Optional[int] = 100_000
+    min_avg_word_length: Optional[float] = 3
+    max_avg_word_length: Optional[float] = 10
+    max_symbol_word_ratio: Optional[float] = 0.1  # count("#") and count("..."/"…") per token, separately
+    max_bullet_lines_ratio: Optional[float] = 0.9  # lines starting with • or -
+    max_ellipsis_lines_ratio: Optional[float] = 0.3  # lines ending with ... or …
+    min_alpha_words_ratio: Optional[float] = 0.8  # datatrove's `max_non_alpha_words_ratio`
+    min_stop_words: Optional[int] = 2  # distinct stop words present (case-sensitive)
+    stop_words: tuple = ("the", "be", "to", "of", "and", "that", "have", "with")
+
+
+@dataclass(frozen=True)
+class GopherRepetitionFilter:
+    """Gopher repetition rules (arXiv 2112.11446 Table A1): datatrove GopherRepetitionFilter,
+    pipeline/filters/gopher_repetition_filter.py, same defaults. None / () switches a rule off."""
+
+    enabled: bool = True
+    dup_para_frac: Optional[float] = 0.3
+    dup_para_char_frac: Optional[float] = 0.2
+    dup_line_frac: Optional[float] = 0.3
+    dup_line_char_frac: Optional[float] = 0.2
+    top_n_grams: tuple = ((2, 0.2), (3, 0.18), (4, 0.16))
+    dup_n_grams: tuple = ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10))
+
+
+@dataclass(frozen=True)
+class C4Filter:
+    """C4 line rules (arXiv 1910.10683 2.2): datatrove C4QualityFilter, pipeline/filters/c4_filters.py,
+    same defaults (split_paragraph=True). mode "modify": a kept document's text becomes its kept lines
+    (as datatrove does); mode "filter": the same keep/drop decision, the text is left as it was."""
+
+    enabled: bool = True
+    mode: str = "modify"
+    remove_citations: bool = True  # [1], [edit], [citation needed]
+    filter_no_terminal_punct: bool = True  # FineWeb ran C4 with this off
+    min_num_sentences: Optional[int] = 5  # of the kept lines; fewer -> c4:too_few_sentences
+    min_words_per_line: Optional[int] = 3
+    max_word_length: Optional[int] = 1000  # a line with a longer word is dropped
+    filter_lorem_ipsum: bool = True  # drops the document
+    filter_javascript: bool = True  # drops the line
+    filter_curly_bracket: bool = True  # drops the document
+    filter_policy: bool = True  # drops the line
+    policy_substrings: tuple = ("terms of use", "privacy policy", "cookie policy", "uses cookies",
+                                "use of cookies", "use cookies")
+
+    def __post_init__(self):
+        if self.mode not in ("modify", "filter"):
+            raise ValueError(f"C4Filter.mode must be 'modify' or 'filter', got {self.mode!r}")
+
+
+@dataclass(frozen=True)
+class FineWebFilter:
+    """FineWeb rules (arXiv 2406.17557 3.6): datatrove FineWebQualityFilter,
+    pipeline/filters/fineweb_quality_filter.py, same defaults. None switches a rule off."""
+
+    enabled: bool = True
+    line_punct_thr: Optional[float] = 0.12  # share of lines ending in terminal punctuation, below -> drop
+    line_punct_exclude_zero: bool = False
+    short_line_thr: Optional[float] = 0.67
+    short_line_length: int = 30
+    char_duplicates_ratio: Optional[float] = 0.01  # the paper's text says 0.1
+    new_line_ratio: Optional[float] = 0.3
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    sanity: SanityFilter = field(default_factory=SanityFilter)
+    gopher_repetition: GopherRepetitionFilter = field(default_factory=GopherRepetitionFilter)
+    gopher_quality: GopherQualityFilter = field(default_factory=GopherQualityFilter)
+    c4: C4Filter = field(default_factory=C4Filter)
+    fineweb: FineWebFilter = field(default_factory=FineWebFilter)
+
+    @classmethod
+    def only(cls, *names: str) -> "FilterConfig":
+        """Defaults with every filter but `names` switched off."""
+        unknown = set(names) - set(FILTER_ORDER)
+        if unknown:
+            raise ValueError(f"unknown filter(s) {sorted(unknown)}; known: {list(FILTER_ORDER)}")
+        return cls(**{f.name: f.default_factory(enabled=f.name in names) for f in fields(cls)})
+
+
+FILTER_ORDER = ("sanity", "gopher_repetition", "gopher_quality", "c4", "fineweb")
+
+
+@dataclass
+class FilterResult:
+    keep: np.ndarray  # bool per document
+    reason: list  # first failing rule "<filter>:<rule>", None where kept
+    texts: pa.Array  # the texts after the line modifiers (C4 in mode "modify"), as input elsewhere
+    failed: dict  # "<filter>:<rule>" -> bool per document, every rule evaluated on its own
+    filter_reason: dict  # filter name -> first failing rule of that filter per document (None = passes)
+    stats: dict  # "<filter>:<rule>" -> {"failed_documents", "first_failure_documents"}
+    seconds: dict  # filter name -> wall seconds (and "gopher_repetition:python_scan", inside it)
+    python_docs: int = 0  # documents that needed the per-document duplicate n-gram scan
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+
+
+def _splitlines(col: pl.Expr) -> pl.Expr:
+    return col.str.replace_all(_LINE_BOUNDARY, "\n").str.replace(r"\n$", "").str.split("\n")
+
+
+def _dups(lst: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """(repeated elements, their characters): every occurrence after an element's first."""
+    rep = lst.list.eval(pl.element().is_first_distinct().not_())
+    chars = lst.list.eval(pl.element().filter(pl.element().is_first_distinct().not_()).str.len_chars())
+    return rep.list.sum(), chars.list.sum()
+
+
+def _ratio(a: pl.Expr, b: pl.Expr) -> pl.Expr:
+    """a / b, null where b is 0 (a rule on a ratio never fires on an empty denominator)."""
+    return pl.when(b > 0).then(a / b)
+
+
+def _gt(x, thr):
+    """x > thr as bool (null -> False); thr None -> never."""
+    return pl.lit(False) if thr is None else (x > thr).fill_null(False)
+
+
+def _lt(x, thr):
+    return pl.lit(False) if thr is None else (x < thr).fill_null(False)
+
+
+def _first_reason(df: pl.DataFrame, rules: Sequence[str]) -> pl.Series:
+    expr = pl.lit(None, dtype=pl.String)
+    for r in reversed(rules):
+        expr = pl.when(pl.col(r)).then(pl.lit(r)).otherwise(expr)
+    return df.select(expr.alias("r")).to_series()
+
+
+def _as_series(texts) -> pl.Series:
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks()
+    if isinstance(texts, pa.Array):
+        s = pl.from_arrow(texts)
+        return s.cast(pl.String)
+    return pl.Series("text", list(texts), dtype=pl.String)
+
+
+# -- the filters: each returns a frame of bool columns "<filter>:<rule>" in rule order -----------------
+
+
+def _sanity(text: pl.Series, cfg: SanityFilter) -> pl.DataFrame:
+    t = pl.col("text")
+    n = t.str.len_chars()
+    ctrl = t.str.count_matches(_CONTROL)
+    return pl.DataFrame({"text": text}).select(
+        (t.str.strip_chars().str.len_chars() < cfg.min_chars).alias("sanity:empty"),
+        t.str.contains("\x00", literal=True).alias("sanity:binary"),
+        (ctrl > pl.max_horizontal(pl.lit(cfg.control_allowed), cfg.max_control_share * n)).alias("sanity:control_chars"),
+        (n > cfg.max_chars).alias("sanity:too_long"),
+    )
+
+
+def _tokens(text: pl.Series) -> pl.Series:
+    return pl.DataFrame({"text": text}).select(_presplit(pl.col("text")).str.extract_all(TOKEN_RE)).to_series()
+
+
+def _gopher_quality(text: pl.Series, toks: pl.Series, cfg: GopherQualityFilter) -> pl.DataFrame:
+    t, w = pl.col("text"), pl.col("toks")
+    lines = _splitlines(t)
+    nonsym_len = w.list.eval(pl.element().filter(pl.element().str.contains(_NON_SYMBOL)).str.len_chars())
+    n_words = w.list.len()
+    stats = pl.DataFrame({"text": text, "toks": toks}).select(
+        n_words=n_words,
+        n_nonsym=nonsym_len.list.len(),
+        avg_len=nonsym_len.list.mean(),
+        hash_ratio=_ratio(t.str.count_matches("#", literal=True), n_words),
+        ellipsis_ratio=_ratio(t.str.count_matches("...", literal=True) + t.str.count_matches("…", literal=True), n_words),
+        bullet=lines.list.eval(pl.element().str.contains(r"^\s*[•\-]")).list.mean(),
+        end_ellipsis=lines.list.eval(pl.element().str.contains(r"(?:\.\.\.|…)\s*$")).list.mean(),
+        alpha=w.list.eval(pl.element().str.contains(r"\p{L}")).list.mean(),
+        stop=w.list.eval(pl.element().filter(pl.element().is_in(list(cfg.stop_words))).unique()).list.len(),
+    )
+    c = pl.col
+    return stats.select(
+        _lt(c("n_nonsym"), cfg.min_doc_words).alias("gopher_quality:min_doc_words"),
+        _gt(c("n_nonsym"), cfg.max_doc_words).alias("gopher_quality:max_doc_words"),
+        _lt(c("avg_len"), cfg.min_avg_word_length).alias("gopher_quality:min_avg_word_length"),
+        _gt(c("avg_len"), cfg.max_avg_word_length).alias("gopher_quality:max_avg_word_length"),
+        _gt(c("hash_ratio"), cfg.max_symbol_word_ratio).alias("gopher_quality:hash_ratio"),
+        _gt(c("ellipsis_ratio"), cfg.max_symbol_word_ratio).alias("gopher_quality:ellipsis_ratio"),
+        _gt(c("bullet"), cfg.max_bullet_lines_ratio).alias("gopher_quality:bullet_lines"),
+        _gt(c("end_ellipsis"), cfg.max_ellipsis_lines_ratio).alias("gopher_quality:ellipsis_lines"),
+        _lt(c("alpha"), cfg.min_alpha_words_ratio).alias("gopher_quality:alpha_words"),
+        _lt(c("stop"), cfg.min_stop_words).alias("gopher_quality:stop_words"),
+    )
+
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier of the rolling n-gram hash
+
+
+class _NGrams:
+    """Rolling 64-bit keys of every token n-gram of a batch (numpy, wrapping arithmetic): key(p, n) of
+    the n tokens from position p, with the document mixed in, so equal keys mean equal n-grams of the
+    same document (bar a 2^-64 collision)."""
+
+    def __init__(self, tok: pl.DataFrame):
+        self.doc = tok["doc"].to_numpy().astype(np.uint64)
+        self.h = tok["h"].to_numpy().astype(np.uint64)
+        self.tlen = tok["tlen"].to_numpy().astype(np.int64)
+        self.pos = tok["pos"].to_numpy()
+        self.n, self.key, self.chars = 1, self.h ^ (self.doc * _MIX), self.tlen.copy()
+
+    def grow(self, n: int) -> pl.DataFrame:
+        """Keys of the n-grams (n >= current): doc, pos, key, chars (of the n tokens), valid rows only."""
+        if n < self.n:  # restart (configured n-gram sizes out of order)
+            self.n, self.key, self.chars = 1, self.h ^ (self.doc * _MIX), self.tlen.copy()
+        with np.errstate(over="ignore"):
+            while self.n < n:
+                m = len(self.key) - 1
+                self.key = self.key[:m] * _MIX + self.h[self.n:self.n + m]
+                self.chars = self.chars[:m] + self.tlen[self.n:self.n + m]
+                self.n += 1
+        m = len(self.key)
+        ok = self.doc[:m] == self.doc[self.n - 1:self.n - 1 + m]
+        return pl.DataFrame({"doc": self.doc[:m][ok], "pos": self.pos[:m][ok], "key": self.key[ok],
+                             "chars": self.chars[ok], "i": np.flatnonzero(ok)})
+
+
+def _top_ngram_chars(g: pl.DataFrame, n: int, ndoc: int) -> np.ndarray:
+    """Per document: len(" ".join(g)) * count of its most frequent n-gram g (ties: the first seen)."""
+    key, doc, chars = g["key"].to_numpy(), g["doc"].to_numpy().astype(np.int64), g["chars"].to_numpy()
+    o = np.argsort(key, kind="stable")  # stable: a run of equal keys starts at its first occurrence
+    ks = key[o]
+    starts = np.flatnonzero(np.concatenate([[True], ks[1:] != ks[:-1]])) if len(ks) else np.zeros(0, np.int64)
+    cnt = np.diff(np.append(starts, len(ks)))
+    first = o[starts]
+    d = doc[first]
+    cmax = np.zeros(ndoc, np.int64)
+    np.maximum.at(cmax, d, cnt)
+    best = np.full(ndoc, len(key), np.int64)
+    top = cnt == cmax[d]
+    np.minimum.at(best, d[top], first[top])
+    has = best < len(key)
+    out = np.zeros(ndoc, np.int64)
+    out[has] = (chars[best[has]] + n - 1) * cmax[has]
+    return out
+
+
+def _greedy_dup_chars(words: list, n: int) -> int:
+    """datatrove find_all_duplicate: a repeat of an n-gram ("".join) adds its characters and skips n."""
+    seen, out, i, end = set(), 0, 0, len(words) - n + 1
+    while i < end:
+        g = "".join(words[i:i + n])
+        if g in seen:
+            out += len(g)
+            i += n
+        else:
+            seen.add(g)
+            i += 1
+    return out
+
+
+def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFilter) -> tuple[pl.DataFrame, int, float]:
+    t = pl.col("text")
+    paras = t.str.strip_chars().str.replace_all(r"\n{2,}", _SEP).str.split(_SEP)
+    lines = t.str.replace_all(r"\n+", "\n").str.split("\n")
+    p_rep, p_chars = _dups(paras)
+    l_rep, l_chars = _dups(lines)
+    frame = pl.DataFrame({"text": text, "toks": toks}).with_row_index("doc")
+    st = frame.select(
+        "doc", n=t.str.len_chars(), p_frac=p_rep / paras.list.len(), p_chars=p_chars,
+        l_frac=l_rep / lines.list.len(), l_chars=l_chars)
+    c, n = pl.col, pl.col("n")
+    out = st.select(
+        (n == 0).alias("gopher_repetition:empty"),  # datatrove 0.10.1 returns "empty" first
+        _gt(c("p_frac"), cfg.dup_para_frac).alias("gopher_repetition:dup_para_frac"),
+        _gt(_ratio(c("p_chars"), n), cfg.dup_para_char_frac).alias("gopher_repetition:dup_para_char_frac"),
+        _gt(c("l_frac"), cfg.dup_line_frac).alias("gopher_repetition:dup_line_frac"),
+        _gt(_ratio(c("l_chars"), n), cfg.dup_line_char_frac).alias("gopher_repetition:dup_line_char_frac"),
+    )
+    tok = (frame.select("doc", "toks").explode("toks").drop_nulls("toks")
+           .with_columns(pos=pl.int_range(pl.len()).over("doc"), tlen=pl.col("toks").str.len_chars(),
+                         h=pl.col("toks").hash()))
+    grams = _NGrams(tok)
+    lens = st["n"].to_numpy()
+    for k, thr in cfg.top_n_grams:
+        top = _top_ngram_chars(grams.grow(k), k, len(st))
+        out = out.with_columns(pl.Series(f"gopher_repetition:top_{k}_gram", top > thr * np.maximum(lens, 1)))
+    python_docs, python_s = 0, 0.0
+    if cfg.dup_n_grams:
+        # The greedy scan only counts n-grams seen before, each position at most once, so the characters
+        # of the non-first occurrences of n-grams bound it from above; and a repeated n-gram starts with
+        # a repeated n0-gram (n0 the smallest n), which gives a cheaper, looser bound for every n at
+        # once. Only documents over a threshold on both need the exact scan, in Python.
+        g0 = grams.grow(min(k for k, _ in cfg.dup_n_grams))
+        rows = g0.filter(pl.col("key").is_first_distinct().not_())["i"].to_numpy()
+        cs = np.concatenate([[0], np.cumsum(grams.tlen)])
+        need = {}
+        for k, thr in cfg.dup_n_grams:
+            i = rows[rows + k <= len(grams.doc)]
+            i = i[grams.doc[i + k - 1] == grams.doc[i]]
+            ub = np.bincount(grams.doc[i].astype(np.int64), weights=cs[i + k] - cs[i], minlength=len(st))
+            need[k] = np.flatnonzero(ub > thr * lens)
+        for k, thr in cfg.dup_n_grams:  # the exact bound (non-first occurrences of n-grams), there only
+            if len(need[k]):
+                g = grams.grow(k).filter(pl.col("doc").is_in(need[k].astype(np.uint64)))
+                rep = g.filter(pl.col("key").is_first_distinct().not_()).group_by("doc").agg(c=pl.col("chars").sum())
+                d, c = rep["doc"].to_numpy().astype(np.int64), rep["c"].to_numpy()
+                need[k] = d[c > thr * lens[d]]
+        cand = np.unique(np.concatenate(list(need.values())))
+        python_docs, t0 = len(cand), time.perf_counter()
+        words = dict(zip(cand.tolist(), toks.gather(cand).to_list())) if len(cand) else {}
+        for k, thr in cfg.dup_n_grams:
+            col = np.zeros(len(st), dtype=bool)
+            for d in need[k]:
+                col[d] = _greedy_dup_chars(words[d], k) / lens[d] > thr
+            out = out.with_columns(pl.Series(f"gopher_repetition:duplicated_{k}_n_grams", col))
+        python_s = time.perf_counter() - t0
+    return out, python_docs, python_s
+
+
+def _sentences(lines: pl.DataFrame) -> pl.DataFrame:
+    """Sentences per line as spaCy's sentencizer counts them: a new one starts at each word token that
+    follows a terminal-punctuation token (with only punctuation tokens between)."""
+    tok = (lines.select("lid", tok=_presplit(pl.col("line")).str.extract_all(TOKEN_RE)).explode("tok").drop_nulls("tok")
+           .with_columns(end=pl.col("tok").str.contains(_SENT_END),
+                         word=pl.col("tok").str.contains(r"[^\p{P}]")))
+    tok = tok.with_columns(cum=pl.col("end").cum_sum().over("lid")).filter("word")
+    # a line that opens with end marks ("." then words) has that "." as a sentence of its own
+    starts = pl.col("cum") > pl.col("cum").shift(1).over("lid").fill_null(0)
+    return tok.group_by("lid").agg(sent=starts.sum() + 1)
+
+
+def _c4(text: pl.Series, cfg: C4Filter) -> tuple[pl.DataFrame, pl.Series]:
+    """(rule columns, the kept lines joined by newlines per document)."""
+    ndoc = len(text)
+    lines = (pl.DataFrame({"text": text}).with_row_index("doc")
+             .select("doc", line=_splitlines(pl.col("text"))).explode("line")
+             .with_row_index("lid").with_columns(pl.col("line").str.strip_chars()))
+    s = pl.col("line")
+    words = s.str.count_matches(r"\S+")
+    long_word = pl.lit(False) if cfg.max_word_length is None else s.str.contains(f"\\S{{{cfg.max_word_length + 1}}}")
+    cleaned = s.str.replace_all(r"\[\d*]|\[edit]|\[citation needed]", "") if cfg.remove_citations else s
+    lines = lines.with_columns(words=words, long=long_word, line=cleaned)
+    low = s.str.to_lowercase()
+    no_term = (~s.str.contains(r"[.?!\"']$") | s.str.ends_with("...")) if cfg.filter_no_terminal_punct else pl.lit(False)
+    few = pl.lit(False) if cfg.min_words_per_line is None else pl.col("words") < cfg.min_words_per_line
+    reach = ~pl.col("long") & ~no_term & ~few
+    lorem = reach & low.str.contains("lorem ipsum", literal=True) if cfg.filter_lorem_ipsum else pl.lit(False)
+    js = reach & ~lorem & low.str.contains("javascript", literal=True) if cfg.filter_javascript else pl.lit(False)
+    curly = reach & ~lorem & ~js & s.str.contains("{", literal=True) if cfg.filter_curly_bracket else pl.lit(False)
+    pol = (reach & low.str.contains_any(list(cfg.policy_substrings)) if cfg.filter_policy else pl.lit(False))
+    lines = lines.with_columns(lorem=lorem, curly=curly, kept=reach & ~lorem & ~js & ~curly & ~pol)
+    kept = lines.filter("kept")
+    if cfg.min_num_sentences is not None:
+        # every kept line holds a sentence: only documents with fewer kept lines than the minimum
+        # need their sentences counted
+        few_lines = pl.len().over("doc") < cfg.min_num_sentences
+        kept = kept.join(_sentences(kept.filter(few_lines)), on="lid", how="left").with_columns(
+            pl.col("sent").fill_null(1))
+    else:
+        kept = kept.with_columns(sent=pl.lit(0))
+    per_doc = kept.group_by("doc").agg(sent=pl.col("sent").sum(), out=pl.col("line").str.join("\n"))
+    first = lines.group_by("doc").agg(
+        lorem=pl.col("lid").filter("lorem").min(), curly=pl.col("lid").filter("curly").min())
+    docs = (pl.DataFrame({"doc": pl.int_range(ndoc, eager=True).cast(pl.UInt32)})
+            .join(first, on="doc", how="left").join(per_doc, on="doc", how="left"))
+    lo, cu = pl.col("lorem"), pl.col("curly")
+    out = docs.select(
+        (lo.is_not_null() & (cu.is_null() | (lo <= cu))).alias("c4:lorem_ipsum"),
+        (cu.is_not_null() & (lo.is_null() | (cu < lo))).alias("c4:curly_bracket"),
+        _lt(pl.col("sent").fill_null(0), cfg.min_num_sentences).alias("c4:too_few_sentences"),
+    )
+    return out, docs["out"].fill_null("").str.strip_chars()
+
+
+def _fineweb(text: pl.Series, cfg: FineWebFilter) -> pl.DataFrame:
+    t = pl.col("text")
+    lines = t.str.split("\n").list.eval(pl.element().filter(pl.element().str.strip_chars() != ""))
+    nl = lines.list.len()
+    _, dup_chars = _dups(lines)
+    st = pl.DataFrame({"text": text}).select(
+        nl=nl,
+        punct=lines.list.eval(pl.element().str.contains(_TERMINAL_END)).list.mean(),
+        short=lines.list.eval(pl.element().str.len_chars() <= cfg.short_line_length).list.mean(),
+        dup=_ratio(dup_chars, t.str.len_chars() - t.str.count_matches("\n", literal=True)),
+        newline=_ratio(t.str.count_matches("\n", literal=True), _presplit(t).str.count_matches(TOKEN_RE)),
+    )
+    c = pl.col
+    punct = _lt(c("punct"), cfg.line_punct_thr)
+    if cfg.line_punct_exclude_zero:
+        punct = punct & (c("punct") != 0)
+    return st.select(
+        (c("nl") == 0).alias("fineweb:empty"),
+        punct.alias("fineweb:line_punct_ratio"),
+        _gt(c("short"), cfg.short_line_thr).alias("fineweb:short_line_ratio"),
+        _gt(c("dup"), cfg.char_duplicates_ratio).alias("fineweb:char_dup_ratio"),
+        _gt(c("newline"), cfg.new_line_ratio).alias("fineweb:list_ratio"),
+    )
+
+
+# -- the cascade ---------------------------------------------------------------------------------------
+
+
+def apply_filters(texts, config: FilterConfig = FilterConfig()) -> FilterResult:
+    """Evaluate every enabled filter on every document of the batch (see the module docstring)."""
+    text = _as_series(texts).fill_null("")
+    n = len(text)
+    frames, seconds, python_docs = [], {}, 0
+    out_text = text
+    toks = None
+    for name in FILTER_ORDER:
+        cfg = getattr(config, name)
+        if not cfg.enabled:
+            continue
+        t0 = time.perf_counter()
+        if name in ("gopher_quality", "gopher_repetition") and toks is None:
+            toks = _tokens(text)
+        if name == "sanity":
+            frames.append(_sanity(text, cfg))
+        elif name == "gopher_quality":
+            frames.append(_gopher_quality(text, toks, cfg))
+        elif name == "gopher_repetition":
+            f, python_docs, seconds["gopher_repetition:python_scan"] = _gopher_repetition(text, toks, cfg)
+            frames.append(f)
+        elif name == "c4":
+            f, rewritten = _c4(text, cfg)
+            frames.append(f)
+            if cfg.mode == "modify":
+                c4_keep = ~f.select(pl.any_horizontal(pl.all())).to_series()
+                out_text = pl.select(pl.when(c4_keep).then(rewritten).otherwise(text)).to_series()
+        elif name == "fineweb":
+            frames.append(_fineweb(out_text, cfg))
+        seconds[name] = time.perf_counter() - t0
+    failed_df = pl.concat(frames, how="horizontal") if frames else pl.DataFrame(height=n)
+    rules = failed_df.columns
+    reason = _first_reason(failed_df, rules) if rules else pl.Series([None] * n, dtype=pl.String)
+    filter_reason = {}
+    for name in FILTER_ORDER:
+        own = [r for r in rules if r.split(":")[0] == name]
+        if own:
+            filter_reason[name] = _first_reason(failed_df, own).to_list()
+    failed = {r: failed_df[r].to_numpy() for r in rules}
+    stats = {r: {"failed_documents": int(failed[r].sum()), "first_failure_documents": int((reason == r).sum())}
+             for r in rules}
+    return FilterResult(
+        keep=reason.is_null().to_numpy(), reason=reason.to_list(), texts=out_text.to_arrow(),
+        failed=failed, filter_reason=filter_reason, stats=stats, seconds=seconds, python_docs=python_docs)
