@@ -20,9 +20,11 @@ Packing: seq_len 512, 1 Mi-token shards (demo's 64 Ki would mean hundreds of fil
 Workers: `--workers 1 2` × `--engines local ray` (default: all four). A run with n workers sets the
 mix spec's `engine:` section to {kind, num_cpus: n} and every other parallelism knob to n as well
 (dedup.threads, audit.threads, packing.threads, RAYON_NUM_THREADS), so "1 worker" computes on one
-core and "2 workers" on two. Each run has its own storage; their manifest fingerprints must be
-equal (issue 13 §5) and the report says whether they are. kind ray starts a local Ray instance with
-n CPUs inside each map step (dagster-ray; `ray.init` takes 5-10 s and is part of the step's seconds).
+core and "2 workers" on two. Each run has its own storage; the files its manifest lists must be the
+same bytes in every run (issue 13 §5), and the report says whether they are (all but
+review/mix_config.json, which records the threads knobs and so differs; see `outputs`). kind ray
+starts a local Ray instance with n CPUs inside each map step (dagster-ray; `ray.init` takes 5-10 s
+and is part of the step's seconds).
 
 Each measurement runs in a fresh subprocess, in this order:
   gen    = corpus generation and the base config (reported, not compared with anything)
@@ -220,9 +222,12 @@ class ProcSampler(threading.Thread):
 
 
 def proc_kind(cmd: str) -> str:
-    if cmd.startswith("ray::") or "default_worker.py" in cmd:
+    """ray_worker: a process that runs tasks (default_worker.py, renamed ray::IDLE / ray::<task> once
+    it runs); ray_system: Ray's daemons (gcs_server, raylet, ray::DashboardAgent, monitors)."""
+    name = cmd.split(" ", 1)[0]
+    if "default_worker.py" in cmd or (name.startswith("ray::") and not name.endswith("Agent")):
         return "ray_worker"
-    if "/ray/" in cmd or "raylet" in cmd or "gcs_server" in cmd:
+    if name.startswith("ray::") or "/ray/" in cmd or "raylet" in cmd or "gcs_server" in cmd:
         return "ray_system"
     return "other"
 
@@ -244,9 +249,10 @@ def per_step_rss(procs: dict, step_pids: dict[int, str]) -> tuple[dict, list]:
         if step is None:
             loose.append({"cmd": p.get("cmd", "")[:80], "kind": proc_kind(p.get("cmd", "")), "peak_mb": mb})
             continue
-        s = out.setdefault(step, {"step_mb": None, "ray_worker_mb": None, "ray_workers": 0, "ray_system_mb": None})
+        s = out.setdefault(step, {"step_mb": None, "ray_worker_mb": None, "ray_workers": 0, "ray_system_mb": None,
+                                  "child_mb": None})
         kind = "step" if p["pid"] in step_pids else proc_kind(p.get("cmd", ""))
-        key = {"step": "step_mb", "ray_worker": "ray_worker_mb"}.get(kind, "ray_system_mb")
+        key = {"step": "step_mb", "ray_worker": "ray_worker_mb", "ray_system": "ray_system_mb"}.get(kind, "child_mb")
         s[key] = max(s[key] or 0.0, mb)
         s["ray_workers"] += kind == "ray_worker"
     return out, loose
@@ -363,15 +369,23 @@ def shard_stats(spec) -> dict | None:
 
 
 def outputs(spec) -> dict:
-    """The manifest fingerprint (same on every engine and worker count, or the run is wrong) and the
-    documents dedup_keys holds (the LSH reduce's bytes per document are stated against it)."""
+    """What must not depend on the engine or the worker count: the manifest's files other than
+    review/mix_config.json (shards, tokenizer, dedup keys, masks, contamination report), hashed
+    together; the fingerprint itself covers mix_config.json too, which holds the `threads` knobs this
+    bench varies, so it differs between worker counts by design. Also the documents dedup_keys holds
+    (the LSH reduce's bytes per document are stated against it)."""
+    import hashlib
+
     import pyarrow.parquet as pq
 
     from mix_assets.lib import layout
 
     st = _storage(spec)
     m, k = Path(st.local_path(layout.MANIFEST)), Path(st.local_path(layout.DEDUP_KEYS))
-    return {"fingerprint": json.loads(m.read_text())["fingerprint"] if m.exists() else None,
+    files = json.loads(m.read_text())["files"] if m.exists() else None
+    data = None if files is None else hashlib.sha256("".join(
+        f["sha256"] for f in files if f["path"] != "review/mix_config.json").encode()).hexdigest()
+    return {"fingerprint": json.loads(m.read_text())["fingerprint"] if m.exists() else None, "data_sha256": data,
             "dedup_docs": pq.ParquetFile(k).metadata.num_rows if k.exists() else None}
 
 
@@ -483,7 +497,7 @@ def section(mb: int, gen: dict, runs: list[dict], encs: dict) -> str:
          f"near-copy pairs at true Jaccard {gen['j_min']:.3f}-{gen['j_max']:.3f})", "",
          "| engine × workers | graph result | whole graph s | steps summed s | graph MB/s | raw encode MB/s (same threads) | "
          "**graph ÷ raw encode** (target ≥ 0.7) | same, on CPU s | map stages s | largest step process "
-         "peak RSS MB (step) | largest Ray worker peak RSS MB | manifest fingerprint |",
+         "peak RSS MB (step) | largest Ray worker peak RSS MB | manifest files but config, sha256 |",
          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         g, enc = run["graph"], encs.get(run["workers"], {})
@@ -493,7 +507,7 @@ def section(mb: int, gen: dict, runs: list[dict], encs: dict) -> str:
         top, top_step = _max_step(g, "step_mb")
         ray_top = ray_worker_peak(g)
         summed = sum(x["secs"] or 0 for x in g["steps"])
-        fp = (g["outputs"].get("fingerprint") or "—")[:12]
+        fp = (g["outputs"].get("data_sha256") or "—")[:12]
         L.append(f"| {label(run)} | {'published' if g['success'] else 'FAILED'} | {f(g.get('run_secs'))} | "
                  f"{f(summed)} | "
                  f"{f(g_mbps, '.2f')} | {f(e_mbps, '.2f')} | **{f(ratio, '.2f')}** | {f(cpu_ratio, '.2f')} | "
@@ -518,8 +532,9 @@ def section(mb: int, gen: dict, runs: list[dict], encs: dict) -> str:
                      f"{r['pairs_both_sampled']:,} in one dedup cluster; run process peak RSS "
                      f"{run['graph']['peak_rss_mb']:.0f} MB; "
                      f"{run['graph']['setup_secs']:.1f} s before the run started.")
-    L += ["", "Per step: seconds / peak RSS MB of the step's process (+ its largest Ray worker's, with the "
-          "number of Ray worker processes; map stages marked *).", "",
+    L += ["", "Per step: seconds / peak RSS MB of the step's process (+ the number of its Ray worker processes, "
+          "the largest one's peak, and the largest of Ray's daemons: raylet, GCS, agents; any other child "
+          "process of the step; map stages marked *).", "",
           "| step (Dagster step key) | " + " | ".join(label(r) for r in runs) + " |",
           "|---|" + "---|" * len(runs)]
     keys = [s["step"] for s in first["steps"]]
@@ -534,8 +549,11 @@ def section(mb: int, gen: dict, runs: list[dict], encs: dict) -> str:
                 continue
             is_map |= bool(s.get("map"))
             cell = f"{f(s['secs'])} s / {f(s.get('step_mb'), '.0f')}"
-            if s.get("ray_workers"):
-                cell += f" (+{s['ray_workers']} workers ≤ {f(s.get('ray_worker_mb'), '.0f')})"
+            if s.get("ray_workers") or s.get("ray_system_mb"):
+                cell += (f" (+{s['ray_workers']} workers ≤ {f(s.get('ray_worker_mb'), '.0f')}, Ray daemons ≤ "
+                         f"{f(s.get('ray_system_mb'), '.0f')})")
+            if s.get("child_mb"):
+                cell += f" (other child processes ≤ {s['child_mb']:.0f})"
             cells.append(cell if s["status"] == "success" else f"{cell} {s['status']}")
         L.append(f"| `{k}`{' *' if is_map else ''} | " + " | ".join(cells) + " |")
     L.append("")
@@ -568,10 +586,12 @@ def targets(results: dict[int, dict]) -> list[str]:
                          f"the target ({'met' if ratio >= 0.7 else 'NOT met'})")
             top, step = _max_step(g, "step_mb")
             worker, daemon = ray_worker_peak(g), _max_step(g, "ray_system_mb")[0]
-            peak = max(x for x in (top, worker, daemon, g.get("peak_rss_mb")) if x is not None)
+            helpers = max((p["peak_mb"] for p in g.get("unattributed", [])), default=None)
+            peak = max(x for x in (top, worker, daemon, _max_step(g, "child_mb")[0], helpers, g.get("peak_rss_mb"))
+                       if x is not None)
             L.append(f"{mb} MB, {eng} ×{n}: largest per-process peak RSS {peak:.0f} MB (step `{step}` "
-                     f"{f(top, '.0f')}, Ray worker {f(worker, '.0f')}, Ray daemon {f(daemon, '.0f')}, run process "
-                     f"{g['peak_rss_mb']:.0f}) vs cap "
+                     f"{f(top, '.0f')}, Ray worker {f(worker, '.0f')}, Ray daemon {f(daemon, '.0f')}, processes of no "
+                     f"step {f(helpers, '.0f')}, run process {g['peak_rss_mb']:.0f}) vs cap "
                      f"1500 MB → {peak / 1500:.2f} of the cap ({'met' if peak <= 1500 else 'NOT met'})")
         for eng in sorted({e for e, _ in by}):
             one, two = by.get((eng, 1)), by.get((eng, 2))
@@ -580,9 +600,12 @@ def targets(results: dict[int, dict]) -> list[str]:
                 L.append(f"{mb} MB, {eng}: map stages {map_secs(one):.1f} s with 1 worker ÷ {map_secs(two):.1f} s "
                          f"with 2 = {sp:.2f}× vs target 1.6× → {sp / 1.6:.2f}× the target "
                          f"({'met' if sp >= 1.6 else 'NOT met'})")
-        fps = {g["outputs"].get("fingerprint") for g in by.values()}
-        L.append(f"{mb} MB: manifest fingerprint " + ("identical in every run" if len(fps) == 1 and None not in fps
-                                                        else f"DIFFERS between runs: {sorted(map(str, fps))}"))
+        data = {g["outputs"].get("data_sha256") for g in by.values()}
+        L.append(f"{mb} MB: the manifest's files but mix_config.json (shards, tokenizer, review files) "
+                 + ("identical in every run" if len(data) == 1 and None not in data
+                    else f"DIFFER between runs: {sorted(str(x)[:12] for x in data)}")
+                 + "; full fingerprints (mix_config.json holds the threads knobs): "
+                 + ", ".join(f"{label(r)} `{str(r['graph']['outputs'].get('fingerprint'))[:12]}`" for r in res["runs"]))
     if len(sizes) >= 2:
         lo, hi = results[sizes[0]], results[sizes[-1]]
         for r_hi in hi["runs"]:
