@@ -41,13 +41,15 @@ Each measurement runs in a fresh subprocess, in this order:
            raw/<source> strips it) already in memory, `Tokenizer.encode_batch_fast` in batches of
            1,000 documents with the graph's own trained tokenizer, RAYON_NUM_THREADS=n
 Peak RSS per process: a thread in the graph child reads VmHWM (the kernel's peak resident set) of
-every descendant process from /proc every 0.2 s; a process is attributed to the step whose process
-(the STEP_START event's pid) is its ancestor, so a Ray map step reports its own process (the Ray
-driver), its Ray worker processes (largest, and how many) and Ray's daemons (raylet, GCS)
-separately. VmHWM only grows, so a sample is the peak so far: what a process gains in its last
-0.2 s before exiting is missed, and shared pages (libraries, a forked parent's memory) count in
-each process, as the kernel counts them. CPU s = user + system seconds of the graph child plus the
-last-seen /proc CPU time of every descendant (same 0.2 s caveat) / of the encode loop (getrusage).
+every descendant process from /proc every 0.5 s (about 10 ms of CPU a sample here, ~2 % of a
+core); a process is attributed to the step whose process (the STEP_START event's pid) is its
+ancestor, so a Ray map step reports its own process (the Ray driver), its Ray worker processes
+(largest, and how many) and Ray's daemons (raylet, GCS, agents) separately. VmHWM only grows, so a
+sample is the peak so far: what a process gains in its last 0.5 s before exiting is missed (a
+step process outlives its compute by its Dagster events), and shared pages (libraries, a forked
+parent's memory) count in each process, as the kernel counts them. CPU s = user + system seconds
+of the graph child plus the last-seen /proc CPU time of every descendant (same 0.5 s caveat) / of
+the encode loop (getrusage).
 Ratio = graph MB/s / encode MB/s over the same corpus MB, the encode with as many threads as the
 run has workers (the graph tokenises only the documents the budgets need; the encode reference
 tokenises all of them). The memory targets hold for every process but the LSH reduce (the
@@ -180,7 +182,7 @@ class ProcSampler(threading.Thread):
     raylet exits is re-parented to init, but was seen under it before).
     """
 
-    def __init__(self, root: int, interval: float = 0.2):
+    def __init__(self, root: int, interval: float = 0.5):
         super().__init__(daemon=True)
         self.root, self.interval, self.halt = root, interval, threading.Event()
         self.procs: dict[tuple[int, int], dict] = {}
@@ -239,12 +241,12 @@ def per_step_rss(procs: dict, step_pids: dict[int, str]) -> tuple[dict, list]:
     out: dict[str, dict] = {}
     loose = []
     for p in procs.values():
-        step, q = None, p
-        while q is not None:
+        step, q, hops = None, p, 0
+        while q is not None and hops < 64:  # bounded: a reused pid could close a loop
             if q["pid"] in step_pids:
                 step = step_pids[q["pid"]]
                 break
-            q = by_pid.get(q["ppid"])
+            q, hops = by_pid.get(q["ppid"]), hops + 1
         mb = p["peak"] / 1e6
         if step is None:
             loose.append({"cmd": p.get("cmd", "")[:80], "kind": proc_kind(p.get("cmd", "")), "peak_mb": mb})
