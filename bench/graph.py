@@ -82,6 +82,8 @@ OUT = REPO / "bench" / "out" / "graph"
 RESULTS = REPO / "bench" / "results" / "graph.md"
 SOURCES = ("part_a", "part_b", "part_c", "part_d")
 TICKS = os.sysconf("SC_CLK_TCK")
+# the first event of a step's own execution (multiprocess: the executor's launch; in_process: resources, start)
+WALL_START = ("STEP_WORKER_STARTING", "STEP_WORKER_STARTED", "RESOURCE_INIT_STARTED", "STEP_START")
 LSH_STEP = "dedup_keys"  # the one step whose memory may grow with the corpus (stated per document)
 
 
@@ -297,11 +299,13 @@ def child_graph(cfg: Path, max_concurrent: int, executor: str) -> dict:
     run_start = run_end = None
     run_resources = []  # resource init/teardown outside any step (in_process: the whole run's, e.g. ray.init)
     for e in instance.all_logs(result.run_id):
+        ev = e.dagster_event
         if e.step_key:  # from the executor's "launching" line to the step's last log (resource teardown)
             s = steps.setdefault(e.step_key, {})
-            s.setdefault("first", e.timestamp)
-            s["last"] = e.timestamp
-        ev = e.dagster_event
+            if ev is not None and ev.event_type_value in WALL_START:  # not the run's planned-materialisation events
+                s.setdefault("first", e.timestamp)
+            if "first" in s:
+                s["last"] = e.timestamp
         if ev is None:
             continue
         kind = ev.event_type_value
@@ -322,7 +326,8 @@ def child_graph(cfg: Path, max_concurrent: int, executor: str) -> dict:
     order = sorted(steps, key=lambda k: steps[k].get("start", float("inf")))
     step_rows = [{"step": k, "status": steps[k].get("status", "?"), "map": k in mapped,
                   "secs": steps[k]["end"] - steps[k]["start"] if {"start", "end"} <= steps[k].keys()
-                  else None, "wall_secs": steps[k]["last"] - steps[k]["first"], **rss.get(k, {})}
+                  else None, "wall_secs": steps[k]["last"] - steps[k]["first"] if "first" in steps[k] else None,
+                  **rss.get(k, {})}
                  for k in order]
     checks = []
     for c in result.get_asset_check_evaluations():
