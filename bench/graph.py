@@ -1,6 +1,7 @@
 """The whole graph, raw -> published revision, against raw `encode_batch_fast` (issue 13 §7).
 
     PYTHONPATH=$PWD MIX_SHARED_DATA=/work/shared/data .venv/bin/python bench/graph.py --sizes 100 400
+    ... bench/graph.py --quick   # a 1 MB corpus, all four runs, report in bench/out/graph/quick.md
 
 Corpus: lib/gen_corpus.py (as bench/recall.py uses it), an order-2 word Markov chain over the shared
 books (Gutenberg, Sherlock Holmes, Botchan, State of the Union; the fixture's when the shared data
@@ -16,22 +17,48 @@ set so each raw budget (budget x headroom) is 97 % of the source's estimated tok
 is read whole and ~97 % of it sampled (a budget of 100 % would leave `budget_met` no slack).
 Packing: seq_len 512, 1 Mi-token shards (demo's 64 Ki would mean hundreds of files per 100 MB).
 
-Each measurement runs in a fresh subprocess (peak RSS = VmHWM of that process), in this order:
-  gen    = corpus generation and the config (not timed against anything; reported)
-  graph  = `rebuild_mix` of the real Definitions (`build_definitions(spec)`), in-process executor,
-           ephemeral instance, RAYON_NUM_THREADS=--threads; per-step seconds from the run's
-           STEP_START -> STEP_SUCCESS/STEP_FAILURE event timestamps (check steps included); whole
-           graph = RUN_START -> RUN_SUCCESS/RUN_FAILURE
-  encode = the same text (every document of the JSONL sources, stripped as raw/<source> strips it)
-           already in memory, `Tokenizer.encode_batch_fast` in batches of 1,000 documents with the
-           graph's own trained tokenizer (mix/tokenizer/tokenizer.json), RAYON_NUM_THREADS=--threads
-Ratio = graph MB/s / encode MB/s over the same corpus MB (the graph tokenises only the documents the
-budgets need; the encode reference tokenises all of them). CPU s = user + system seconds of that
-process over the run / the encode loop (getrusage); on a shared machine the CPU ratio is the one
-less moved by other load.
+Workers: `--workers 1 2` × `--engines local ray` (default: all four). A run with n workers sets the
+mix spec's `engine:` section to {kind, num_cpus: n} and every other parallelism knob to n as well
+(dedup.threads, audit.threads, packing.threads, RAYON_NUM_THREADS), so "1 worker" computes on one
+core and "2 workers" on two. Each run has its own storage; the files its manifest lists must be the
+same bytes in every run (issue 13 §5), and the report says whether they are (all but
+review/mix_config.json, which records the threads knobs and so differs; see `outputs`). kind ray
+starts a local Ray instance with n CPUs for each map step's process (dagster-ray; under the
+in-process executor once for the run), before the step's STEP_START: `ray.init` is in the step's
+bracketed wall seconds, not in its STEP_START -> STEP_SUCCESS seconds.
 
-Workers: everything runs in one process today; `--workers` is accepted and only 1 is measured.
-2-worker figures come with the Ray engine (issue 13 §2).
+Each measurement runs in a fresh subprocess, in this order:
+  gen    = corpus generation and the base config (reported, not compared with anything)
+  graph  = per engine × workers: `rebuild_mix` of the real Definitions (`build_definitions(spec)`),
+           reconstructed from MIX_CONFIG by `dg.execute_job` on a temporary persistent instance, with
+           MIX_EXECUTOR=multiprocess (every step in its own process; `--max-concurrent` 1 by default,
+           so a step's seconds are its own and the workers are the only parallelism; `--executor
+           in_process` runs the demo's default executor instead, without per-step memory).
+           Per-step seconds: STEP_START -> STEP_SUCCESS/STEP_FAILURE timestamps (check steps
+           included), and beside them the step's wall time from the executor's launch line to
+           its last log line (process start, resource init such as ray.init, teardown); whole
+           graph = RUN_START -> RUN_SUCCESS/RUN_FAILURE, so it includes starting a process per
+           step (compare "steps summed"). Map stages = the steps whose asset or check takes the
+           engine resource (read from the Definitions, not listed here); the 1 vs 2 workers
+           speed-up is on their STEP_START -> STEP_SUCCESS seconds, their wall seconds shown too.
+  encode = per worker count n: the same text (every document of the JSONL sources, stripped as
+           raw/<source> strips it) already in memory, `Tokenizer.encode_batch_fast` in batches of
+           1,000 documents with the graph's own trained tokenizer, RAYON_NUM_THREADS=n
+Peak RSS per process: a thread in the graph child reads VmHWM (the kernel's peak resident set) of
+every descendant process from /proc every 0.5 s (about 10 ms of CPU a sample here, ~2 % of a
+core); a process is attributed to the step whose process (the STEP_START event's pid) is its
+ancestor, so a Ray map step reports its own process (the Ray driver), its Ray worker processes
+(largest, and how many) and Ray's daemons (raylet, GCS, agents) separately. VmHWM only grows, so a
+sample is the peak so far: what a process gains in its last 0.5 s before exiting is missed (a
+step process outlives its compute by its Dagster events), and shared pages (libraries, a forked
+parent's memory) count in each process, as the kernel counts them. CPU s = user + system seconds
+of the graph child plus the last-seen /proc CPU time of every descendant (same 0.5 s caveat) / of
+the encode loop (getrusage).
+Ratio = graph MB/s / encode MB/s over the same corpus MB, the encode with as many threads as the
+run has workers (the graph tokenises only the documents the budgets need; the encode reference
+tokenises all of them). The memory targets hold for every process but the LSH reduce (the
+`dedup_keys` step's process), whose growth is stated per added document between the smallest and
+the largest size.
 
 Gates are not weakened: a failed blocking check (`val_disjoint_from_train`, `shards_audit_clean`, ...)
 stops the run where Dagster stops it, and the table says so.
@@ -46,6 +73,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -53,10 +81,14 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "out" / "graph"
 RESULTS = REPO / "bench" / "results" / "graph.md"
 SOURCES = ("part_a", "part_b", "part_c", "part_d")
+TICKS = os.sysconf("SC_CLK_TCK")
+# the first event of a step's own execution (multiprocess: the executor's launch; in_process: resources, start)
+WALL_START = ("STEP_WORKER_STARTING", "STEP_WORKER_STARTED", "RESOURCE_INIT_STARTED", "STEP_START")
+LSH_STEP = "dedup_keys"  # the one step whose memory may grow with the corpus (stated per document)
 
 
-def _status(key: str) -> int:
-    for line in open("/proc/self/status"):
+def _status(key: str, pid: int | str = "self") -> int:
+    for line in open(f"/proc/{pid}/status"):
         if line.startswith(key + ":"):
             return int(line.split()[1]) * 1024
     return 0
@@ -138,40 +170,164 @@ def child_gen(mb: int, folder: Path, seed: int, bpt: float) -> dict:
             "peak_rss_mb": peak_rss_mb()}
 
 
-def child_graph(cfg: Path) -> dict:
-    import dagster as dg
-
+def rebuild_job():
+    """`rebuild_mix` of the spec at MIX_CONFIG (module level: the multiprocess executor reconstructs it
+    in every step process)."""
     from mix_assets.config import load_spec
     from mix_assets.definitions import build_definitions
     from mix_assets.jobs import REBUILD_JOB
 
+    return build_definitions(load_spec(Path(os.environ["MIX_CONFIG"]))).resolve_job_def(REBUILD_JOB)
+
+
+class ProcSampler(threading.Thread):
+    """Every `interval` s: VmHWM (peak RSS) of every descendant of `root`, by (pid, start time).
+
+    VmHWM only grows, so the last sample of a process is its peak up to that moment; what it gains in
+    its last `interval` before exiting is missed. First-seen parent pid is kept (a Ray worker whose
+    raylet exits is re-parented to init, but was seen under it before).
+    """
+
+    def __init__(self, root: int, interval: float = 0.5):
+        super().__init__(daemon=True)
+        self.root, self.interval, self.halt = root, interval, threading.Event()
+        self.procs: dict[tuple[int, int], dict] = {}
+
+    def run(self) -> None:
+        while not self.halt.wait(self.interval):
+            self.sample()
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join()
+        self.sample()
+
+    def sample(self) -> None:
+        parent, start, cpu = {}, {}, {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                parent[int(d)], start[int(d)] = int(fields[1]), int(fields[19])
+                cpu[int(d)] = (int(fields[11]) + int(fields[12])) / TICKS
+        kids: dict[int, list[int]] = {}
+        for pid, ppid in parent.items():
+            kids.setdefault(ppid, []).append(pid)
+        todo = list(kids.get(self.root, []))
+        while todo:
+            pid = todo.pop()
+            todo += kids.get(pid, [])
+            try:
+                hwm = _status("VmHWM", pid)
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            p = self.procs.setdefault((pid, start[pid]), {"pid": pid, "ppid": parent[pid], "peak": 0})
+            p["peak"], p["cmd"] = max(p["peak"], hwm), cmd.strip() or p.get("cmd", "")
+            p["cpu"] = cpu[pid]
+
+
+def proc_kind(cmd: str) -> str:
+    """ray_worker: a process that runs tasks (default_worker.py, renamed ray::IDLE / ray::<task> once
+    it runs); ray_system: Ray's daemons (gcs_server, raylet, ray::DashboardAgent, monitors)."""
+    name = cmd.split(" ", 1)[0]
+    if "default_worker.py" in cmd or (name.startswith("ray::") and not name.endswith("Agent")):
+        return "ray_worker"
+    if name.startswith("ray::") or "/ray/" in cmd or "raylet" in cmd or "gcs_server" in cmd:
+        return "ray_system"
+    return "other"
+
+
+def per_step_rss(procs: dict, step_pids: dict[int, str]) -> tuple[dict, list]:
+    """Peak RSS MB by step: its own process, its Ray workers (max, count), other Ray processes (max);
+    and the processes attributed to no step (the executor's helpers)."""
+    by_pid = {p["pid"]: p for p in procs.values()}
+    out: dict[str, dict] = {}
+    loose = []
+    for p in procs.values():
+        step, q, hops = None, p, 0
+        while q is not None and hops < 64:  # bounded: a reused pid could close a loop
+            if q["pid"] in step_pids:
+                step = step_pids[q["pid"]]
+                break
+            q, hops = by_pid.get(q["ppid"]), hops + 1
+        mb = p["peak"] / 1e6
+        if step is None:
+            loose.append({"cmd": p.get("cmd", "")[:80], "kind": proc_kind(p.get("cmd", "")), "peak_mb": mb})
+            continue
+        s = out.setdefault(step, {"step_mb": None, "ray_worker_mb": None, "ray_workers": 0, "ray_system_mb": None,
+                                  "child_mb": None})
+        kind = "step" if p["pid"] in step_pids else proc_kind(p.get("cmd", ""))
+        key = {"step": "step_mb", "ray_worker": "ray_worker_mb", "ray_system": "ray_system_mb"}.get(kind, "child_mb")
+        s[key] = max(s[key] or 0.0, mb)
+        s["ray_workers"] += kind == "ray_worker"
+    return out, loose
+
+
+def map_steps(spec) -> list[str]:
+    """Step keys of the assets and checks that take the engine resource (the map stages)."""
+    from mix_assets.definitions import build_definitions
+
+    graph = build_definitions(spec).resolve_asset_graph()
+    return sorted(a.node_def.name for a in graph.assets_defs if "engine" in a.required_resource_keys)
+
+
+def child_graph(cfg: Path, max_concurrent: int, executor: str) -> dict:
+    import dagster as dg
+
+    from mix_assets.config import load_spec
+
     t0 = time.perf_counter()
+    os.environ["MIX_CONFIG"] = str(cfg)
     spec = load_spec(cfg)
-    defs = build_definitions(spec)
-    instance = dg.DagsterInstance.ephemeral()
+    mapped = map_steps(spec)
+    (cfg.parent / "dagster_home").mkdir(exist_ok=True)
+    instance = dg.DagsterInstance.local_temp(str(cfg.parent / "dagster_home"))
+    sampler = ProcSampler(os.getpid())
+    sampler.start()
     t1, c1 = time.perf_counter(), cpu_secs()
-    result = defs.resolve_job_def(REBUILD_JOB).execute_in_process(instance=instance, raise_on_error=False)
+    conf = {"execution": {"config": {"max_concurrent": max_concurrent}}} if executor == "multiprocess" else {}
+    result = dg.execute_job(dg.reconstructable(rebuild_job), instance=instance, raise_on_error=False,
+                            run_config=conf)
     t2, c2 = time.perf_counter(), cpu_secs()
+    sampler.stop()
+    c2 += sum(p.get("cpu", 0.0) for p in sampler.procs.values())
     steps: dict[str, dict] = {}
+    step_pids: dict[int, str] = {}
     run_start = run_end = None
+    run_resources = []  # resource init/teardown outside any step (in_process: the whole run's, e.g. ray.init)
     for e in instance.all_logs(result.run_id):
         ev = e.dagster_event
+        if e.step_key:  # from the executor's "launching" line to the step's last log (resource teardown)
+            s = steps.setdefault(e.step_key, {})
+            if ev is not None and ev.event_type_value in WALL_START:  # not the run's planned-materialisation events
+                s.setdefault("first", e.timestamp)
+            if "first" in s:
+                s["last"] = e.timestamp
         if ev is None:
             continue
         kind = ev.event_type_value
+        if kind.startswith("RESOURCE_INIT") and not e.step_key:
+            run_resources.append(e.timestamp)
         if kind in ("RUN_START", "PIPELINE_START"):
             run_start = e.timestamp
         elif kind in ("RUN_SUCCESS", "RUN_FAILURE", "PIPELINE_SUCCESS", "PIPELINE_FAILURE"):
             run_end = e.timestamp
         elif kind == "STEP_START":
             steps.setdefault(ev.step_key, {})["start"] = e.timestamp
+            step_pids[ev.pid] = ev.step_key
         elif kind in ("STEP_SUCCESS", "STEP_FAILURE", "STEP_SKIPPED"):
             s = steps.setdefault(ev.step_key, {})
             s["end"], s["status"] = e.timestamp, kind.removeprefix("STEP_").lower()
+    # in_process: every step has the run's pid; only the run process and its Ray processes are told apart
+    rss, loose = per_step_rss(sampler.procs, step_pids if executor == "multiprocess" else {})
     order = sorted(steps, key=lambda k: steps[k].get("start", float("inf")))
-    step_rows = [{"step": k, "status": steps[k].get("status", "?"),
+    step_rows = [{"step": k, "status": steps[k].get("status", "?"), "map": k in mapped,
                   "secs": steps[k]["end"] - steps[k]["start"] if {"start", "end"} <= steps[k].keys()
-                  else None}
+                  else None, "wall_secs": steps[k]["last"] - steps[k]["first"] if "first" in steps[k] else None,
+                  **rss.get(k, {})}
                  for k in order]
     checks = []
     for c in result.get_asset_check_evaluations():
@@ -182,10 +338,12 @@ def child_graph(cfg: Path) -> dict:
                                                      "val_docs") if k in meta}})
     failures = [e.message for e in result.all_events if e.is_failure][:5]
     return {"success": result.success, "run_secs": (run_end - run_start) if run_start and run_end else None,
-            "process_secs": t2 - t0, "setup_secs": t1 - t0, "cpu_secs": c2 - c1, "steps": step_rows,
-            "checks": checks,
-            "failures": failures, "recall": planted_recall(cfg, spec), "shards": shard_stats(spec),
-            "peak_rss_mb": peak_rss_mb()}
+            "process_secs": t2 - t0, "setup_secs": t1 - t0,
+            "run_resource_init_secs": run_resources[-1] - run_resources[0] if len(run_resources) > 1 else None, "cpu_secs": c2 - c1, "steps": step_rows,
+            "map_steps": mapped, "checks": checks, "failures": failures,
+            "recall": planted_recall(cfg, spec), "shards": shard_stats(spec), "outputs": outputs(spec),
+            "peak_rss_mb": peak_rss_mb(), "unattributed": loose,
+            "unattributed_ray_worker_mb": max((p["peak_mb"] for p in loose if p["kind"] == "ray_worker"), default=None)}
 
 
 def _storage(spec):
@@ -211,7 +369,8 @@ def planted_recall(cfg: Path, spec) -> dict | None:
         doc_at.update({(s, r): d for d, r in zip(ids, rows)})
     k = pq.read_table(str(kp), columns=["doc_id", "cluster_id"])
     cluster = dict(zip(k.column("doc_id").to_pylist(), k.column("cluster_id").to_pylist()))
-    pairs = json.loads((cfg.parent / "corpus" / "ground_truth.json").read_text())["pairs"]
+    truth = Path(spec.sources[0].loader.paths[0]).parent / "ground_truth.json"
+    pairs = json.loads(truth.read_text())["pairs"]
     both = [(doc_at[tuple(p["a"])], doc_at[tuple(p["b"])]) for p in pairs
             if tuple(p["a"]) in doc_at and tuple(p["b"]) in doc_at]
     return {"pairs_both_sampled": len(both), "clustered": sum(cluster[a] == cluster[b] for a, b in both)}
@@ -226,6 +385,27 @@ def shard_stats(spec) -> dict | None:
     d = json.loads(p.read_text())["splits"]
     return {f"{k} documents": d[k]["documents"] for k in ("train", "val")} | {
         f"{k} tokens": d[k]["emitted_tokens"] for k in ("train", "val")}
+
+
+def outputs(spec) -> dict:
+    """What must not depend on the engine or the worker count: the manifest's files other than
+    review/mix_config.json (shards, tokenizer, dedup keys, masks, contamination report), hashed
+    together; the fingerprint itself covers mix_config.json too, which holds the `threads` knobs this
+    bench varies, so it differs between worker counts by design. Also the documents dedup_keys holds
+    (the LSH reduce's bytes per document are stated against it)."""
+    import hashlib
+
+    import pyarrow.parquet as pq
+
+    from mix_assets.lib import layout
+
+    st = _storage(spec)
+    m, k = Path(st.local_path(layout.MANIFEST)), Path(st.local_path(layout.DEDUP_KEYS))
+    files = json.loads(m.read_text())["files"] if m.exists() else None
+    data = None if files is None else hashlib.sha256("".join(
+        f["sha256"] for f in files if f["path"] != "review/mix_config.json").encode()).hexdigest()
+    return {"fingerprint": json.loads(m.read_text())["fingerprint"] if m.exists() else None, "data_sha256": data,
+            "dedup_docs": pq.ParquetFile(k).metadata.num_rows if k.exists() else None}
 
 
 def child_encode(cfg: Path) -> dict:
@@ -257,14 +437,14 @@ def child(kind: str, args: list[str]) -> None:
     if kind == "gen":
         out = child_gen(int(args[0]), Path(args[1]), int(args[2]), float(args[3]))
     elif kind == "graph":
-        out = child_graph(Path(args[0]))
+        out = child_graph(Path(args[0]), int(args[1]), args[2])
     else:
         out = child_encode(Path(args[0]))
     print("BENCH-RESULT " + json.dumps(out, default=str))
 
 
-def run_child(kind: str, args: list, threads: int, log: Path) -> dict:
-    env = {**os.environ, "RAYON_NUM_THREADS": str(threads), "MIX_EXECUTOR": "in_process",
+def run_child(kind: str, args: list, threads: int, log: Path, executor: str = "in_process") -> dict:
+    env = {**os.environ, "RAYON_NUM_THREADS": str(threads), "MIX_EXECUTOR": executor,
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
     t0 = time.perf_counter()
     with open(log, "w") as fh:
@@ -279,6 +459,22 @@ def run_child(kind: str, args: list, threads: int, log: Path) -> dict:
     return out
 
 
+def run_spec(base: Path, engine: str, workers: int, folder: Path) -> Path:
+    """The corpus's mix.yaml with `workers` everywhere a stage has a parallelism knob (engine.num_cpus,
+    dedup/audit/packing threads) and its own storage, cache and publish folders."""
+    import yaml
+
+    cfg = yaml.safe_load(base.read_text())
+    cfg["engine"] = {"kind": engine, "num_cpus": workers}
+    for section in ("dedup", "audit", "packing"):
+        cfg[section]["threads"] = workers
+    cfg["storage"] = {"root": str(folder / "storage"), "cache_dir": str(folder / "cache")}
+    cfg["publish"] = {"url": str(folder / "published")}
+    folder.mkdir(parents=True)
+    (folder / "mix.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return folder / "mix.yaml"
+
+
 # -- report -----------------------------------------------------------------------------------
 def f(x, fmt=".1f") -> str:
     return "—" if x is None else format(x, fmt)
@@ -289,51 +485,197 @@ def _gate(c: dict) -> str:
     return f"`{c['check']}` {'passed' if c['passed'] else 'FAILED'}" + (f" ({meta})" if meta else "")
 
 
-def section(mb: int, gen: dict, graph: dict, enc: dict, workers: int) -> str:
+def label(run: dict) -> str:
+    return f"{run['engine']} ×{run['workers']}"
+
+
+def _mb_s(mb: float, secs) -> float | None:
+    return mb / secs if secs else None
+
+
+def _max_step(graph: dict, key: str) -> tuple[float | None, str]:
+    vals = [(s[key], s["step"]) for s in graph["steps"] if s.get(key) is not None]
+    return max(vals) if vals else (None, "—")
+
+
+def ray_worker_peak(graph: dict) -> float | None:
+    vals = [x for x in (_max_step(graph, "ray_worker_mb")[0], graph.get("unattributed_ray_worker_mb")) if x]
+    return max(vals) if vals else None
+
+
+def map_secs(graph: dict) -> float | None:
+    """Wall seconds of the map stages (union of their steps' intervals == their sum when steps run one
+    at a time, the default --max-concurrent 1)."""
+    secs = [s["secs"] for s in graph["steps"] if s.get("map")]
+    return sum(secs) if secs and None not in secs else None
+
+
+def map_wall_secs(graph: dict) -> float | None:
+    """The map steps from the executor launching them to their last log line (process start, Ray
+    connect and disconnect included)."""
+    secs = [s.get("wall_secs") for s in graph["steps"] if s.get("map")]
+    return sum(secs) if secs and None not in secs else None
+
+
+def section(mb: int, gen: dict, runs: list[dict], encs: dict) -> str:
     corpus_mb = gen["bytes"] / 1e6
     L = [f"### {mb} MB corpus ({corpus_mb:.1f} MB text, {gen['docs']:,} documents, {gen['pairs']:,} planted "
-         f"near-copy pairs at true Jaccard {gen['j_min']:.3f}-{gen['j_max']:.3f})", ""]
-    g_mbps = corpus_mb / graph["run_secs"] if graph.get("run_secs") else None
-    e_mbps = corpus_mb / enc["secs"] if "secs" in enc else None
-    ratio = g_mbps / e_mbps if g_mbps and e_mbps else None
-    cpu_ratio = enc["cpu_secs"] / graph["cpu_secs"] if enc.get("cpu_secs") and graph.get("cpu_secs") else None
-    L += ["| workers | graph result | whole graph s (run) | graph MB/s | raw encode s | raw encode MB/s | "
-          "**graph ÷ raw encode (MB/s, wall)** | same, on CPU s | graph CPU s | raw encode CPU s | "
-          "peak RSS graph process MB | peak RSS encode process MB |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|",
-          f"| {workers} | {'published' if graph['success'] else 'FAILED'} | {f(graph.get('run_secs'))} | "
-          f"{f(g_mbps, '.2f')} | {f(enc.get('secs'))} | {f(e_mbps, '.2f')} | **{f(ratio, '.2f')}** | "
-          f"{f(cpu_ratio, '.2f')} | {f(graph.get('cpu_secs'), '.0f')} | {f(enc.get('cpu_secs'), '.0f')} | "
-          f"{f(graph['peak_rss_mb'], '.0f')} | {f(enc.get('peak_rss_mb'), '.0f')} |", ""]
-    if "skipped" in enc:
-        L += [f"Raw encode skipped: {enc['skipped']}.", ""]
-    L += [f"Graph process: {graph['process_secs']:.1f} s in all ({graph['setup_secs']:.1f} s to load the "
-          f"spec and build the Definitions); corpus generation {gen['secs']:.1f} s in its own process "
-          f"(peak RSS {gen['peak_rss_mb']:.0f} MB, not part of the graph). "
-          f"target_tokens {gen['target_tokens']:,}."]
-    if enc.get("tokens"):
-        L[-1] += f" Raw encode: {enc['tokens']:,} tokens ({enc['bytes'] / enc['tokens']:.2f} B/token)."
-    if graph.get("shards"):
-        L[-1] += " Shards hold: " + ", ".join(f"{k} {v:,}" for k, v in graph["shards"].items()) + "."
-    if graph.get("recall"):
-        r = graph["recall"]
-        L[-1] += (f" Planted pairs with both documents sampled: {r['clustered']:,}/"
-                  f"{r['pairs_both_sampled']:,} in one dedup cluster.")
-    L += ["", "| step (Dagster step key) | status | seconds | share of run |", "|---|---|---|---|"]
-    for s in graph["steps"]:
-        share = s["secs"] / graph["run_secs"] if s["secs"] is not None and graph.get("run_secs") else None
-        pct = f(share * 100 if share is not None else None, ".0f")
-        L.append(f"| `{s['step']}` | {s['status']} | {f(s['secs'])} | {pct} % |")
-    total = sum(s["secs"] or 0 for s in graph["steps"])
-    L += [f"| steps summed | | {total:.1f} | |", ""]
-    bad = [c for c in graph["checks"] if not c["passed"]]
-    gates = [c for c in graph["checks"] if c["check"] in ("val_disjoint_from_train", "shards_audit_clean")]
-    L.append("Gates: " + "; ".join(_gate(c) for c in gates)
-             + f". Checks evaluated: {len(graph['checks'])}, failed: "
-             + (", ".join(f"`{c['check']}` on {c['asset']} ({c['severity']})" for c in bad) or "none") + ".")
-    if graph["failures"]:
-        L += ["", "Run failures: " + " | ".join(x.replace("\n", " ")[:300] for x in graph["failures"])]
+         f"near-copy pairs at true Jaccard {gen['j_min']:.3f}-{gen['j_max']:.3f})", "",
+         "| engine × workers | graph result | whole graph s | steps summed s | graph MB/s | raw encode MB/s (same threads) | "
+         "**graph ÷ raw encode** (target ≥ 0.7) | same, on CPU s | map stages s (with process start and "
+         "resources) | largest step process "
+         "peak RSS MB (step) | largest Ray worker peak RSS MB | manifest files but config, sha256 |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        g, enc = run["graph"], encs.get(run["workers"], {})
+        g_mbps, e_mbps = _mb_s(corpus_mb, g.get("run_secs")), _mb_s(corpus_mb, enc.get("secs"))
+        ratio = g_mbps / e_mbps if g_mbps and e_mbps else None
+        cpu_ratio = enc["cpu_secs"] / g["cpu_secs"] if enc.get("cpu_secs") and g.get("cpu_secs") else None
+        top, top_step = _max_step(g, "step_mb")
+        ray_top = ray_worker_peak(g)
+        summed = sum(x["secs"] or 0 for x in g["steps"])
+        fp = (g["outputs"].get("data_sha256") or "—")[:12]
+        L.append(f"| {label(run)} | {'published' if g['success'] else 'FAILED'} | {f(g.get('run_secs'))} | "
+                 f"{f(summed)} | "
+                 f"{f(g_mbps, '.2f')} | {f(e_mbps, '.2f')} | **{f(ratio, '.2f')}** | {f(cpu_ratio, '.2f')} | "
+                 f"{f(map_secs(g))} ({f(map_wall_secs(g))}) | {f(top, '.0f')} (`{top_step}`) | {f(ray_top, '.0f')} | "
+                 f"`{fp}` |")
+    L.append("")
+    for n, enc in sorted(encs.items()):
+        if "skipped" in enc:
+            L.append(f"Raw encode with {n} thread(s) skipped: {enc['skipped']}.")
+        else:
+            L.append(f"Raw encode, {n} thread(s): {enc['secs']:.1f} s, {enc['cpu_secs']:.0f} CPU s, "
+                     f"{enc['tokens']:,} tokens ({enc['bytes'] / enc['tokens']:.2f} B/token), peak RSS "
+                     f"{enc['peak_rss_mb']:.0f} MB.")
+    first = runs[0]["graph"]
+    L.append(f"Corpus generation {gen['secs']:.1f} s in its own process (peak RSS {gen['peak_rss_mb']:.0f} MB, "
+             f"not part of the graph); target_tokens {gen['target_tokens']:,}.")
+    if first.get("shards"):
+        L[-1] += " Shards hold: " + ", ".join(f"{k} {v:,}" for k, v in first["shards"].items()) + "."
+    for run in runs:
+        r = run["graph"].get("recall")
+        if r:
+            L.append(f"{label(run)}: planted pairs with both documents sampled {r['clustered']:,}/"
+                     f"{r['pairs_both_sampled']:,} in one dedup cluster; run process peak RSS "
+                     f"{run['graph']['peak_rss_mb']:.0f} MB; "
+                     f"{run['graph']['setup_secs']:.1f} s before the run started"
+                     + (f"; run-level resource init {run['graph']['run_resource_init_secs']:.1f} s (the in-process "
+                        "executor connects the engine once per run)" if run["graph"].get("run_resource_init_secs")
+                        else "") + ".")
+    L += ["", "Per step: seconds STEP_START → STEP_SUCCESS (in brackets: from the executor launching the step to "
+          "its last log line, so with process start and resource init/teardown such as ray.init) / peak RSS MB "
+          "of the step's process (+ the number of its Ray worker processes, "
+          "the largest one's peak, and the largest of Ray's daemons: raylet, GCS, agents; any other child "
+          "process of the step; map stages marked *).", "",
+          "| step (Dagster step key) | " + " | ".join(label(r) for r in runs) + " |",
+          "|---|" + "---|" * len(runs)]
+    keys = [s["step"] for s in first["steps"]]
+    for r in runs[1:]:
+        keys += [s["step"] for s in r["graph"]["steps"] if s["step"] not in keys]
+    for k in keys:
+        cells, is_map = [], False
+        for r in runs:
+            s = next((x for x in r["graph"]["steps"] if x["step"] == k), None)
+            if s is None:
+                cells.append("—")
+                continue
+            is_map |= bool(s.get("map"))
+            cell = f"{f(s['secs'])} s ({f(s.get('wall_secs'))}) / {f(s.get('step_mb'), '.0f')}"
+            if s.get("ray_workers") or s.get("ray_system_mb"):
+                cell += (f" (+{s['ray_workers']} workers ≤ {f(s.get('ray_worker_mb'), '.0f')}, Ray daemons ≤ "
+                         f"{f(s.get('ray_system_mb'), '.0f')})")
+            if s.get("child_mb"):
+                cell += f" (other child processes ≤ {s['child_mb']:.0f})"
+            cells.append(cell if s["status"] == "success" else f"{cell} {s['status']}")
+        L.append(f"| `{k}`{' *' if is_map else ''} | " + " | ".join(cells) + " |")
+    L.append("")
+    for run in runs:
+        g = run["graph"]
+        bad = [c for c in g["checks"] if not c["passed"]]
+        gates = [c for c in g["checks"] if c["check"] in ("val_disjoint_from_train", "shards_audit_clean")]
+        L.append(f"{label(run)} gates: " + ("; ".join(_gate(c) for c in gates) or "none evaluated")
+                 + f". Checks evaluated: {len(g['checks'])}, failed: "
+                 + (", ".join(f"`{c['check']}` on {c['asset']} ({c['severity']})" for c in bad) or "none") + ".")
+        if g["failures"]:
+            L.append("Run failures: " + " | ".join(x.replace("\n", " ")[:300] for x in g["failures"]))
     return "\n".join(L) + "\n"
+
+
+def targets(results: dict[int, dict]) -> list[str]:
+    """Each figure beside issue 13's reference, as a ratio (>= 1 meets a floor, <= 1 meets a cap)."""
+    L = []
+    sizes = sorted(results)
+    for mb in sizes:
+        res = results[mb]
+        corpus_mb = res["gen"]["bytes"] / 1e6
+        by = {(r["engine"], r["workers"]): r["graph"] for r in res["runs"]}
+        for (eng, n), g in by.items():
+            enc = res["encs"].get(n, {})
+            if n == 2 and g.get("run_secs") and enc.get("secs"):
+                ratio = (corpus_mb / g["run_secs"]) / (corpus_mb / enc["secs"])
+                L.append(f"{mb} MB, {eng} ×2: whole graph {corpus_mb / g['run_secs']:.2f} MB/s ÷ raw encode "
+                         f"{corpus_mb / enc['secs']:.2f} MB/s = {ratio:.2f} vs target 0.70 → {ratio / 0.7:.2f}× "
+                         f"the target ({'met' if ratio >= 0.7 else 'NOT met'})")
+            top, step = _max_step(g, "step_mb")
+            worker, daemon = ray_worker_peak(g), _max_step(g, "ray_system_mb")[0]
+            helpers = max((p["peak_mb"] for p in g.get("unattributed", [])), default=None)
+            peak = max(x for x in (top, worker, daemon, _max_step(g, "child_mb")[0], helpers, g.get("peak_rss_mb"))
+                       if x is not None)
+            L.append(f"{mb} MB, {eng} ×{n}: largest per-process peak RSS {peak:.0f} MB (step `{step}` "
+                     f"{f(top, '.0f')}, Ray worker {f(worker, '.0f')}, Ray daemon {f(daemon, '.0f')}, processes of no "
+                     f"step {f(helpers, '.0f')}, run process {g['peak_rss_mb']:.0f}) vs cap "
+                     f"1500 MB → {peak / 1500:.2f} of the cap ({'met' if peak <= 1500 else 'NOT met'})")
+        for eng in sorted({e for e, _ in by}):
+            one, two = by.get((eng, 1)), by.get((eng, 2))
+            if one and two and map_secs(one) and map_secs(two):
+                sp = map_secs(one) / map_secs(two)
+                w1, w2 = map_wall_secs(one), map_wall_secs(two)
+                wall = f"; with process start and resources {w1:.1f} s ÷ {w2:.1f} s = {w1 / w2:.2f}×" if w1 and w2 else ""
+                L.append(f"{mb} MB, {eng}: map stages {map_secs(one):.1f} s with 1 worker ÷ {map_secs(two):.1f} s "
+                         f"with 2 = {sp:.2f}× vs target 1.6× → {sp / 1.6:.2f}× the target "
+                         f"({'met' if sp >= 1.6 else 'NOT met'}){wall}")
+        data = {g["outputs"].get("data_sha256") for g in by.values()}
+        L.append(f"{mb} MB: the manifest's files but mix_config.json (shards, tokenizer, review files) "
+                 + ("identical in every run" if len(data) == 1 and None not in data
+                    else f"DIFFER between runs: {sorted(str(x)[:12] for x in data)}")
+                 + "; full fingerprints (mix_config.json holds the threads knobs): "
+                 + ", ".join(f"{label(r)} `{str(r['graph']['outputs'].get('fingerprint'))[:12]}`" for r in res["runs"]))
+    if len(sizes) >= 2:
+        lo, hi = results[sizes[0]], results[sizes[-1]]
+        for r_hi in hi["runs"]:
+            r_lo = next((r for r in lo["runs"] if (r["engine"], r["workers"]) == (r_hi["engine"], r_hi["workers"])),
+                        None)
+            if r_lo is None:
+                continue
+            L += growth(sizes[0], sizes[-1], r_lo, r_hi)
+    return L
+
+
+def growth(mb_lo: int, mb_hi: int, r_lo: dict, r_hi: dict) -> list[str]:
+    g_lo, g_hi = r_lo["graph"], r_hi["graph"]
+    lo = {s["step"]: s for s in g_lo["steps"]}
+    rows = []
+    for s in g_hi["steps"]:
+        for key, what in (("step_mb", "process"), ("ray_worker_mb", "largest Ray worker")):
+            a, b = lo.get(s["step"], {}).get(key), s.get(key)
+            if a and b:
+                rows.append((b / a, s["step"], what, a, b))
+    L = []
+    name = f"{label(r_hi)}, {mb_lo} → {mb_hi} MB"
+    others = [r for r in rows if r[1] != LSH_STEP]
+    if others:
+        x, step, what, a, b = max(others)
+        L.append(f"{name}: largest peak-RSS growth outside the LSH reduce: `{step}` {what} {a:.0f} → {b:.0f} MB "
+                 f"= {x:.3f}× vs cap 1.10× ({'met' if x < 1.10 else 'NOT met'})")
+    lsh = next((r for r in rows if r[1] == LSH_STEP and r[2] == "process"), None)
+    d_lo, d_hi = g_lo["outputs"].get("dedup_docs"), g_hi["outputs"].get("dedup_docs")
+    if lsh and d_lo and d_hi and d_hi > d_lo:
+        per_doc = (lsh[4] - lsh[3]) * 1e6 / (d_hi - d_lo)
+        L.append(f"{name}: `{LSH_STEP}` (the LSH reduce) process {lsh[3]:.0f} → {lsh[4]:.0f} MB over "
+                 f"{d_lo:,} → {d_hi:,} documents = {per_doc:.0f} B per added document vs cap 600 B → "
+                 f"{per_doc / 600:.2f} of the cap ({'met' if per_doc <= 600 else 'NOT met'})")
+    return L
 
 
 def machine() -> str:
@@ -362,31 +704,38 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[100, 400], help="corpus sizes in MB")
-    ap.add_argument("--workers", type=int, nargs="+", default=[1],
-                    help="worker counts; only 1 exists until the Ray engine lands (issue 13 §2)")
-    ap.add_argument("--threads", type=int, default=2,
-                    help="RAYON_NUM_THREADS for the graph and the raw encode")
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2],
+                    help="worker counts: engine.num_cpus, the stages' threads and RAYON_NUM_THREADS")
+    ap.add_argument("--engines", nargs="+", default=["local", "ray"], choices=["local", "ray"],
+                    help="engine.kind values to measure")
+    ap.add_argument("--executor", choices=["multiprocess", "in_process"], default="multiprocess",
+                    help="multiprocess: each step in its own process (per-step peak RSS; pays a process "
+                         "start per step); in_process: the demo's default (one run process)")
+    ap.add_argument("--max-concurrent", type=int, default=1,
+                    help="steps the multiprocess executor runs at once (1: a step's seconds are its own)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a 1 MB corpus, writes bench/out/graph/quick.md (checks that the script works)")
     ap.add_argument("--seed", type=int, default=13, help="corpus seed")
     ap.add_argument("--bytes-per-token", type=float, default=4.0,
                     help="tokenizer.bytes_per_token_fallback (raw budgets are estimated with it)")
     ap.add_argument("--out", type=Path, default=OUT, help="generated corpora, storage, logs")
-    ap.add_argument("--results", type=Path, default=RESULTS)
+    ap.add_argument("--results", type=Path, default=None, help=f"report file (default {RESULTS})")
     ap.add_argument("--append", action="store_true",
                     help="append this run to --results instead of replacing it")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         return child(a.child[0], a.child[1:])
-    if a.workers != [1]:
-        raise SystemExit("--workers: only 1 worker exists today (every stage runs in the run's process); "
-                         "2-worker figures come with the Ray engine (issue 13 §2)")
+    if a.quick:
+        a.sizes = [1]
+    a.results = a.results or (a.out / "quick.md" if a.quick else RESULTS)
 
     cmd = "PYTHONPATH=$PWD MIX_SHARED_DATA=" + os.environ.get("MIX_SHARED_DATA", "") + " " + " ".join(
         shlex.quote(x) for x in [os.path.relpath(sys.executable, REPO) if sys.executable.startswith(str(REPO))
                                  else sys.executable, "bench/graph.py", *sys.argv[1:]])
     load0, t_start = os.getloadavg(), time.strftime("%Y-%m-%d %H:%M:%S %Z")
     print(f"load average at start: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}", flush=True)
-    sections = []
+    sections, results = [], {}
     for mb in a.sizes:
         folder = (a.out / f"{mb}mb").resolve()
         if folder.exists():
@@ -395,23 +744,39 @@ def main() -> None:
         gen = run_child("gen", [mb, folder, a.seed, a.bytes_per_token], 1, folder / "gen.log")
         print(f"[{mb} MB] corpus {gen['bytes'] / 1e6:.1f} MB, {gen['docs']:,} docs, {gen['pairs']:,} pairs "
               f"({gen['secs']:.1f} s)", flush=True)
-        graph = run_child("graph", [folder / "mix.yaml"], a.threads, folder / "graph.log")
-        state = "published" if graph["success"] else "FAILED"
-        print(f"[{mb} MB] graph {state} in {f(graph.get('run_secs'))} s, "
-              f"peak RSS {graph['peak_rss_mb']:.0f} MB", flush=True)
-        enc = run_child("encode", [folder / "mix.yaml"], a.threads, folder / "encode.log")
-        print(f"[{mb} MB] raw encode {f(enc.get('secs'))} s", flush=True)
-        (folder / "result.json").write_text(json.dumps({"gen": gen, "graph": graph, "encode": enc}, indent=1))
-        sections.append(section(mb, gen, graph, enc, 1))
+        runs = []
+        for eng in a.engines:
+            for n in a.workers:
+                run_dir = folder / f"{eng}-{n}"
+                cfg = run_spec(folder / "mix.yaml", eng, n, run_dir)
+                graph = run_child("graph", [cfg, a.max_concurrent, a.executor], n, run_dir / "graph.log",
+                                  a.executor)
+                runs.append({"engine": eng, "workers": n, "cfg": str(cfg), "graph": graph})
+                top, step = _max_step(graph, "step_mb")
+                print(f"[{mb} MB] {eng} ×{n}: graph {'published' if graph['success'] else 'FAILED'} in "
+                      f"{f(graph.get('run_secs'))} s, map stages {f(map_secs(graph))} s, largest step process "
+                      f"{f(top, '.0f')} MB ({step})", flush=True)
+        tok = next((r["cfg"] for r in runs if r["graph"]["outputs"].get("fingerprint")), runs[0]["cfg"])
+        encs = {}
+        for n in a.workers:
+            encs[n] = run_child("encode", [tok], n, folder / f"encode-{n}.log")
+            print(f"[{mb} MB] raw encode, {n} thread(s): {f(encs[n].get('secs'))} s", flush=True)
+        results[mb] = {"gen": gen, "runs": runs, "encs": encs}
+        (folder / "result.json").write_text(json.dumps(results[mb], indent=1))
+        sections.append(section(mb, gen, runs, encs))
         print(sections[-1], flush=True)
+    tgt = targets(results)
+    print("\n".join(tgt), flush=True)
     load1 = os.getloadavg()
     head = "# bench/graph.py: the whole graph vs raw encode_batch_fast (issue 13 §7)\n\n" + (
         __doc__.split("\n\n", 2)[2].split("\n\nGates")[0]) + "\n"
     run = [f"## Run of {t_start}", "", f"    {cmd}", "",
-           f"Machine: {machine()}; code at {git_rev()}; RAYON_NUM_THREADS={a.threads}; workers 1 (2-worker "
-           "figures come with the Ray engine, issue 13 §2).",
+           f"Machine: {machine()}; code at {git_rev()}; engines {', '.join(a.engines)}; workers "
+           f"{', '.join(map(str, a.workers))}; {a.executor} executor"
+           + (f", max_concurrent {a.max_concurrent}." if a.executor == "multiprocess" else "."),
            f"Load average (1/5/15 min) at start: {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f}; at end: "
-           f"{load1[0]:.2f} / {load1[1]:.2f} / {load1[2]:.2f} (2 cores, shared with other work).", ""]
+           f"{load1[0]:.2f} / {load1[1]:.2f} / {load1[2]:.2f} (2 cores, shared with other work).", "",
+           "Against issue 13's targets (figure, reference, ratio):", "", *[f"- {x}" for x in tgt], ""]
     body = "\n".join(run) + "\n" + "\n".join(sections)
     a.results.parent.mkdir(parents=True, exist_ok=True)
     if a.append and a.results.exists():

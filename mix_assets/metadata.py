@@ -11,12 +11,15 @@ Key convention (`<noun>_<unit>`, snake_case, the unit last):
     `problem_list` beside its count `problems`;
   * each table appears once, as a `MetadataValue.table` named after its rows; a chart beside it is
     `<table>_chart`. Parquet-backed assets carry `dagster/row_count` and `dagster/column_schema`.
-Numeric keys are the same on every run, so the Plots view draws continuous lines.
+Numeric keys are the same on every run, so the Plots view draws continuous lines. Every
+materialisation also carries `peak_rss_mb` (`peak_rss`; per step only under a per-step-process executor).
 """
 
 from __future__ import annotations
 
 import json
+import resource
+import sys
 from collections.abc import Mapping, Sequence
 
 import dagster as dg
@@ -114,6 +117,17 @@ def problems(found: Sequence[str], shown: int = 20) -> dict:
     if len(found) > shown:
         lines.append(f"- ... and {len(found) - shown} more")
     return {"problems": len(found), "problem_list": dg.MetadataValue.md("\n".join(lines) or "none")}
+
+
+def peak_rss() -> dict:
+    """`peak_rss_mb`: the peak resident memory of the process that ran the step, so far (getrusage).
+
+    It is the step's own peak only when the step has a process to itself (MIX_EXECUTOR=multiprocess
+    or k8s); under the default in_process executor it is the run's peak up to this step, so it is
+    the largest of every step run before it. Ray map tasks run in other processes and are not in it.
+    """
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux, bytes on macOS
+    return {"peak_rss_mb": round(kb / (1e6 if sys.platform == "darwin" else 1e3), 1)}
 
 
 def by_name(key: str, values: Mapping[str, object]) -> dict:

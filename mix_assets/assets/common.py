@@ -8,6 +8,7 @@ import warnings
 
 import dagster as dg
 
+from mix_assets import metadata as md
 from mix_assets.lib import lineage
 from mix_assets.lib.tables import read_parquet, write_parquet  # noqa: F401  (the stages' Parquet I/O)
 from mix_assets.lib.storage import Storage
@@ -69,9 +70,10 @@ def recorded(storage: Storage, asset: str, outputs, inputs: dict[str, str]) -> d
 
 
 def with_lineage(result_metadata: dict, lineage_result: dict, **kwargs) -> dg.MaterializeResult:
-    """A MaterializeResult carrying the asset's metadata plus its lineage (see `recorded`)."""
+    """A MaterializeResult carrying the asset's metadata plus its lineage (see `recorded`) and the step
+    process's peak RSS (`md.peak_rss`: the step's own only when it has a process to itself)."""
     return dg.MaterializeResult(
-        metadata={**result_metadata, **lineage_result["metadata"]},
+        metadata={**result_metadata, **lineage_result["metadata"], **md.peak_rss()},
         data_version=lineage_result["data_version"],
         **kwargs,
     )
