@@ -215,7 +215,9 @@ class PackingSpec(_Strict):
     # target tokens per shard (rounded down to whole samples)
     shard_tokens: int = Field(1 << 22, ge=1024, le=MAX_SHARD_TOKENS)
     encode_batch_docs: int = Field(1000, ge=1)  # documents per encode_batch call (bounds memory)
-    threads: int = Field(2, ge=1)  # tokenizer threads (RAYON_NUM_THREADS); output does not depend on it
+    # tokenizer threads (RAYON_NUM_THREADS). Like `engine`, an operational knob left out of the
+    # published config: the fingerprint must not depend on how many cores built the mix (issue 13 §5)
+    threads: int = Field(2, ge=1, exclude=True)
 
     @property
     def sample_len(self) -> int:
@@ -242,7 +244,7 @@ class DedupSpec(_Strict):
     # comparison and a false negative loses a duplicate: weight misses more.
     lsh_fp_weight: float = Field(0.05, gt=0, lt=1)
     lsh_fn_weight: float = Field(0.95, gt=0, lt=1)
-    threads: int = Field(2, ge=1)  # signature threads; the output does not depend on it
+    threads: int = Field(2, ge=1, exclude=True)  # signature threads; operational, not published (as packing.threads)
     samples_per_reason: int = Field(5, ge=0, le=50)  # excluded docs shown beside their kept member
 
 
@@ -346,7 +348,7 @@ class AuditSpec(_Strict):
     # counted as `short_items_unmatched` in the denominators.
     short_item_min_words: int = Field(8, ge=1)
     scrub_words: int = Field(8, ge=4)  # audit_artifact_scrubbed: runs of this many item words are a leak
-    threads: int = Field(2, ge=1)  # scan threads; the counts do not depend on it
+    threads: int = Field(2, ge=1, exclude=True)  # scan threads; operational, not published (as packing.threads)
 
     @model_validator(mode="after")
     def _short_rule(self) -> "AuditSpec":
