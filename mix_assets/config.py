@@ -341,7 +341,7 @@ class FuzzyAuditSpec(_Strict):
 
     enabled: bool = True
     threshold: float = Field(0.6, gt=0, le=1)  # exact Jaccard of an item with its best equal-length window
-    shingle: int = Field(2, ge=1, le=5)  # words per shingle: a one-word edit keeps J >= 0.6 from 4*shingle+shingle-1 words
+    shingle: int = Field(2, ge=1, le=5)  # words per shingle: one-word edits found in items of >= 5*shingle-1 words
     num_perm: int = Field(32, ge=4, le=256)  # MinHash permutations per item (candidate generation only)
 
 

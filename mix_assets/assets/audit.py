@@ -209,15 +209,13 @@ def _no_fuzzy_eval_overlap(spec: MixSpec):
                               engine: EngineResource) -> dg.AssetCheckResult:
         """Near copies of eval items (one or two words changed) that the exact 13-gram audit misses."""
         st, s = mix.storage, mix.spec
-        inputs = verified_inputs(st, NO_FUZZY_EVAL_OVERLAP, ["contamination_report", *(raw_name(x.name) for x in s.sources)])
+        inputs = verified_inputs(st, NO_FUZZY_EVAL_OVERLAP,
+                                 ["contamination_report", *(raw_name(x.name) for x in s.sources)])
         t0 = time.perf_counter()
         got = lib.write_fuzzy_report(st, s, engine.engine, log=context.log)
         recorded(st, NO_FUZZY_EVAL_OVERLAP, got.files, inputs)
         metadata = md.fuzzy_contamination(st, layout.FUZZY_REPORT, layout.FUZZY_DOCS, got, time.perf_counter() - t0)
-        scrub = lib.load_npy(st, layout.EVAL_SCRUB_NGRAMS)
-        leaks = [k for k in got.files if ct.leaking_strings(ct.file_strings(st.local_path(k)), scrub, s.audit.scrub_words)]
-        pairs = md.metadata_strings(metadata)
-        leaks += [f"metadata [{pairs[i][0]}]" for i in ct.leaking_strings([v for _, v in pairs], scrub, s.audit.scrub_words)]
+        leaks = _own_leaks(st, got.files, metadata, s.audit.scrub_words)
         n = got.report["fuzzy_only_docs"]
         return dg.AssetCheckResult(
             passed=not n and not leaks, severity=dg.AssetCheckSeverity.WARN, metadata={**metadata, "leaks": len(leaks)},
@@ -228,3 +226,11 @@ def _no_fuzzy_eval_overlap(spec: MixSpec):
         )
 
     return no_fuzzy_eval_overlap
+
+
+def _own_leaks(storage, files: list[str], metadata: dict, k: int) -> list[str]:
+    """The advisory's files and metadata values holding k+ consecutive item words (none by construction)."""
+    scrub = lib.load_npy(storage, layout.EVAL_SCRUB_NGRAMS)
+    leaks = [key for key in files if ct.leaking_strings(ct.file_strings(storage.local_path(key)), scrub, k)]
+    pairs = md.metadata_strings(metadata)
+    return leaks + [f"metadata [{pairs[i][0]}]" for i in ct.leaking_strings([v for _, v in pairs], scrub, k)]

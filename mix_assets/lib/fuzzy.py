@@ -118,7 +118,7 @@ def _argmin_postings(sh: np.ndarray, off: np.ndarray, a: np.ndarray, b: np.ndarr
     full = np.zeros((len(a), len(lens)), np.uint32)
     full[:, nonempty] = mins
     seg = np.repeat(np.arange(len(lens)), lens)
-    perm, pos = np.nonzero(m == full[:, seg])
+    _, pos = np.nonzero(m == full[:, seg])
     return sh[pos], seg[pos]
 
 
@@ -133,12 +133,13 @@ def build_index(task_items: dict[str, list[str]], params: Params = Params()) -> 
         lens = np.diff(off)[sel]
         parts.append((sh[np.repeat(long_enough, np.diff(off))], lens))
         item_task.append(np.full(sel.size, t, np.int32))
-        den[name] = {"items": len(items), "items_indexed": int(sel.size), "items_too_short": int((nwords > 0).sum() - sel.size),
-                     "items_empty": int((nwords == 0).sum())}
+        den[name] = {"items": len(items), "items_indexed": int(sel.size),
+                     "items_too_short": int((nwords > 0).sum() - sel.size), "items_empty": int((nwords == 0).sum())}
     lens = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
     raw_off = np.zeros(len(lens) + 1, np.int64)
     np.cumsum(lens, out=raw_off[1:])
-    item_sh, item_off, df = _distinct(np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.uint64), raw_off)
+    flat = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.uint64)
+    item_sh, item_off, df = _distinct(flat, raw_off)
     informative = df <= MAX_ITEM_DF
     owner = np.repeat(np.arange(len(lens)), np.diff(item_off))
     inf_off = np.zeros_like(item_off)
