@@ -336,6 +336,17 @@ class LocalEvalFiles(_Strict):
 EvalTask.model_rebuild()
 
 
+class FuzzyAuditSpec(_Strict):
+    """The fuzzy contamination advisory (lib/fuzzy.py): near copies of eval items, WARN only, excludes nothing.
+
+    Advisory settings change no published byte, so the review config (mix_config.json) leaves them out."""
+
+    enabled: bool = True
+    threshold: float = Field(0.6, gt=0, le=1)  # exact Jaccard of an item with its best equal-length window
+    shingle: int = Field(2, ge=1, le=5)  # words per shingle: one-word edits found in items of >= 5*shingle-1 words
+    num_perm: int = Field(32, ge=4, le=256)  # MinHash permutations per item (candidate generation only)
+
+
 class AuditSpec(_Strict):
     """Contamination audit against the eval registry."""
 
@@ -349,6 +360,7 @@ class AuditSpec(_Strict):
     short_item_min_words: int = Field(8, ge=1)
     scrub_words: int = Field(8, ge=4)  # audit_artifact_scrubbed: runs of this many item words are a leak
     threads: int = Field(2, ge=1, exclude=True)  # scan threads; operational, not published (as packing.threads)
+    fuzzy: FuzzyAuditSpec = FuzzyAuditSpec()  # items shorter than short_item_min_words are not matched either
 
     @model_validator(mode="after")
     def _short_rule(self) -> "AuditSpec":

@@ -352,6 +352,40 @@ def contamination_report(storage, key: str, docs_key: str, scan, report: dict) -
     }
 
 
+_FUZZY_COLUMNS = ["source", "task", "docs_scanned", "docs_matched", "fuzzy_only_docs", "items_matched", "items_indexed"]
+
+
+def fuzzy_contamination(storage, key: str, docs_key: str, got, elapsed: float) -> dict:
+    """no_fuzzy_eval_overlap: near copies of eval items per source x task (advisory; counts and ids only)."""
+    r, p = got.report, got.report["params"]
+    den = r["denominators"]
+    return {
+        **parquet_output(storage, docs_key, got.docs),
+        "path": dg.MetadataValue.path(storage.uri(key)),
+        "scanned_docs": r["docs_scanned"],
+        "matched_docs": r["docs_matched"],
+        "fuzzy_only_docs": r["fuzzy_only_docs"],
+        **by_name("fuzzy_only_docs", {s: v["fuzzy_only_docs"] for s, v in r["sources"].items()}),
+        **by_name("matched_items", {t: d["items_matched"] for t, d in den.items()}),
+        "indexed_items": sum(d["items_indexed"] for d in den.values()),
+        "too_short_items": sum(d["items_too_short"] for d in den.values()),
+        "jaccard_threshold": float(p["threshold"]),
+        "shingle_words": int(p["shingle"]),
+        "minhash_perms": int(p["num_perm"]),
+        "matches": table(fuzzy_rows(r), columns=_FUZZY_COLUMNS),
+        "elapsed_seconds": seconds(elapsed),
+    }
+
+
+def fuzzy_rows(report: dict) -> list[dict]:
+    """One row per source x task of the fuzzy report."""
+    den = report["denominators"]
+    return [{"source": s, "task": t, "docs_scanned": v["docs_scanned"], "docs_matched": c["docs_matched"],
+             "fuzzy_only_docs": c["fuzzy_only_docs"], "items_matched": den[t]["items_matched"],
+             "items_indexed": den[t]["items_indexed"]}
+            for s, v in report["sources"].items() for t, c in v["tasks"].items()]
+
+
 def contamination_rate(tally, source: str, limit: float) -> dict:
     return {"scanned_docs": tally.docs_scanned[source], "contaminated_docs": tally.contaminated[source],
             "contaminated_share": share(tally.share(source)), "contaminated_share_limit": float(limit)}

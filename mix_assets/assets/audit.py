@@ -6,6 +6,8 @@ metadata. The logic is in `lib/audit.py`, `lib/evals.py` and `lib/contamination.
 """
 
 
+import time
+
 import dagster as dg
 
 from mix_assets import metadata as md
@@ -22,6 +24,7 @@ GROUP = "audit"
 DENOMINATORS_NONEMPTY = "denominators_nonempty"
 AUDIT_ARTIFACT_SCRUBBED = "audit_artifact_scrubbed"
 ZERO_EVAL_OVERLAP = "zero_eval_overlap"
+NO_FUZZY_EVAL_OVERLAP = "no_fuzzy_eval_overlap"
 EVAL_REGISTRY_KEY = dg.AssetKey("eval_registry")
 CONTAMINATION_REPORT_KEY = dg.AssetKey("contamination_report")
 EXCLUSION_MASKS_KEY = dg.AssetKey("exclusion_masks")
@@ -33,8 +36,9 @@ def source_rate_check_name(source: str) -> str:
 
 def build_audit_assets(spec: MixSpec) -> list:
     """eval_registry, contamination_report (+ their checks) and zero_eval_overlap on exclusion_masks."""
-    version = code_version(ct, evals, lib, engine_lib, spec.audit.model_dump_json())
-    return [_eval_registry(spec, version), _contamination_report(spec, version), _zero_eval_overlap(spec)]
+    version = code_version(ct, evals, lib, engine_lib, spec.audit.model_dump_json(exclude={"fuzzy"}))
+    fuzzy = [_no_fuzzy_eval_overlap(spec)] if spec.audit.fuzzy.enabled and spec.audit.tasks else []
+    return [_eval_registry(spec, version), _contamination_report(spec, version), _zero_eval_overlap(spec), *fuzzy]
 
 
 # -- eval_registry ---------------------------------------------------------------------------------
@@ -185,3 +189,48 @@ def _zero_eval_overlap(spec: MixSpec):
         ))
 
     return zero_eval_overlap
+
+
+# -- no_fuzzy_eval_overlap -------------------------------------------------------------------------
+def _no_fuzzy_eval_overlap(spec: MixSpec):
+    f = spec.audit.fuzzy
+
+    @dg.asset_check(
+        asset=CONTAMINATION_REPORT_KEY,
+        name=NO_FUZZY_EVAL_OVERLAP,
+        blocking=False,
+        additional_deps=[*(raw_key(s.name) for s in spec.sources)],
+        resource_defs={"engine": EngineResource.from_spec(spec)},  # every engine writes the same bytes
+        description=f"Advisory (WARN, excludes nothing): no document the 13-gram audit let through holds a near "
+                    f"copy of an eval item (Jaccard >= {f.threshold} with an equal-length window, "
+                    f"{f.shingle}-word shingles).",
+    )
+    def no_fuzzy_eval_overlap(context: dg.AssetCheckExecutionContext, mix: MixResource,
+                              engine: EngineResource) -> dg.AssetCheckResult:
+        """Near copies of eval items (one or two words changed) that the exact 13-gram audit misses."""
+        st, s = mix.storage, mix.spec
+        inputs = verified_inputs(st, NO_FUZZY_EVAL_OVERLAP,
+                                 ["contamination_report", *(raw_name(x.name) for x in s.sources)])
+        t0 = time.perf_counter()
+        got = lib.write_fuzzy_report(st, s, engine.engine, log=context.log)
+        recorded(st, NO_FUZZY_EVAL_OVERLAP, got.files, inputs)
+        metadata = md.fuzzy_contamination(st, layout.FUZZY_REPORT, layout.FUZZY_DOCS, got, time.perf_counter() - t0)
+        leaks = _own_leaks(st, got.files, metadata, s.audit.scrub_words)
+        n = got.report["fuzzy_only_docs"]
+        return dg.AssetCheckResult(
+            passed=not n and not leaks, severity=dg.AssetCheckSeverity.WARN, metadata={**metadata, "leaks": len(leaks)},
+            description=(f"{s.audit.scrub_words}+ consecutive item words in {', '.join(leaks)}" if leaks else
+                         f"{n} document(s) hold a near copy of an eval item the 13-gram audit did not flag (not "
+                         f"masked; ids in {layout.FUZZY_DOCS}): read them, then mask or drop their source" if n else
+                         f"{got.report['docs_matched']} near-copy document(s), all flagged by the 13-gram audit"),
+        )
+
+    return no_fuzzy_eval_overlap
+
+
+def _own_leaks(storage, files: list[str], metadata: dict, k: int) -> list[str]:
+    """The advisory's files and metadata values holding k+ consecutive item words (none by construction)."""
+    scrub = lib.load_npy(storage, layout.EVAL_SCRUB_NGRAMS)
+    leaks = [key for key in files if ct.leaking_strings(ct.file_strings(storage.local_path(key)), scrub, k)]
+    pairs = md.metadata_strings(metadata)
+    return leaks + [f"metadata [{pairs[i][0]}]" for i in ct.leaking_strings([v for _, v in pairs], scrub, k)]

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from mix_assets.config import HubDataset, MixSpec
 from mix_assets.lib import contamination as ct
-from mix_assets.lib import engine, evals, layout, tables
+from mix_assets.lib import engine, evals, fuzzy, layout, tables
 from mix_assets.lib.progress import Progress
 from mix_assets.lib.storage import Storage
 
@@ -166,23 +166,37 @@ class RegistryLocation:
         keys = [layout.EVAL_REGISTRY]
         for task in meta["tasks"]:
             keys += [layout.EVAL_NGRAMS.format(task=task), layout.EVAL_SHORT_ITEMS.format(task=task)]
+        return cls.at(storage, keys)
+
+    @classmethod
+    def at(cls, storage, keys: Iterable[str]) -> "RegistryLocation":
         return cls(storage.root, storage.s3_endpoint_url, storage.cache_dir,
                    tuple((k, storage.sha256(k)) for k in keys))
 
 
 _REGISTRY_LOCK = threading.Lock()
-_REGISTRY_CACHE: dict[RegistryLocation, ct.Registry] = {}  # one registry per process (a Ray worker's too)
+_REGISTRY_CACHE: dict[tuple, object] = {}  # per loader, the last location's value (a Ray worker's too)
+
+
+def _loaded(loc: RegistryLocation, load):
+    """`load(storage)` of the files at `loc`, once per process and loader, reused by every later task."""
+    with _REGISTRY_LOCK:
+        got = _REGISTRY_CACHE.get((load, loc))
+        if got is None:
+            for key in [k for k in _REGISTRY_CACHE if k[0] is load]:
+                del _REGISTRY_CACHE[key]
+            storage = Storage(root=loc.root, s3_endpoint_url=loc.s3_endpoint_url, cache_dir=loc.cache_dir)
+            got = _REGISTRY_CACHE[(load, loc)] = load(storage)
+        return got
+
+
+def _registry_only(storage) -> ct.Registry:
+    return load_registry(storage)[0]
 
 
 def registry_at(loc: RegistryLocation) -> ct.Registry:
     """The registry at `loc`, loaded once per process and reused by every later task."""
-    with _REGISTRY_LOCK:
-        reg = _REGISTRY_CACHE.get(loc)
-        if reg is None:
-            _REGISTRY_CACHE.clear()
-            storage = Storage(root=loc.root, s3_endpoint_url=loc.s3_endpoint_url, cache_dir=loc.cache_dir)
-            reg = _REGISTRY_CACHE[loc] = load_registry(storage)[0]
-        return reg
+    return _loaded(loc, _registry_only)
 
 
 @dataclass
@@ -214,23 +228,31 @@ def scan_sources(storage, sources: Iterable[str], eng: engine.Engine = engine.En
     chunk order into one Tally, so the counts and hits do not depend on the engine or the chunk size."""
     loc = RegistryLocation.of(storage)
     reg = registry_at(loc)  # loaded here once: the in-process engine's tasks reuse it
-    sources = list(sources)
-    chunks = [(s, rng) for s in sources
-              for rng in tables.row_ranges(storage, layout.RAW_DOCS.format(source=s), eng.chunk_rows)]
     inner = 1 if eng.kind == "ray" or eng.num_cpus > 1 else threads
-    fn = functools.partial(scan_chunk, registry=loc, threads=inner)
-    prog = Progress(log, label, total_docs=sum(r.stop - r.start for _, r in chunks)) if log else None
     tally = ct.Tally(tasks=reg.tasks)
+    sources = list(sources)
     for s in sources:
         tally.add(s, [], np.zeros((0, len(reg.tasks)), np.int64))  # a source with no docs still reports
-    for (s, _), got in zip(chunks, engine.map_chunks(fn, [r for _, r in chunks], eng)):
+    fn = functools.partial(scan_chunk, registry=loc, threads=inner)
+    for s, got in _map_sources(storage, sources, eng, fn, log, label,
+                               lambda: f"{sum(tally.contaminated.values()):,} contaminated"):
         tally.add(s, got.doc_ids, got.counts)
+    return tally
+
+
+def _map_sources(storage, sources: list[str], eng: engine.Engine, fn, log, label: str, summary) -> Iterator:
+    """(source, fn(chunk)) for every `eng.chunk_rows` row range of every source's raw documents, in order,
+    on `eng`; progress lines count the results' doc_ids and text_bytes, the last line adds `summary()`."""
+    chunks = [(s, rng) for s in sources
+              for rng in tables.row_ranges(storage, layout.RAW_DOCS.format(source=s), eng.chunk_rows)]
+    total = sum(r.stop - r.start for _, r in chunks)
+    prog = Progress(log, label, total_docs=total) if log else None
+    for (s, _), got in zip(chunks, engine.map_chunks(fn, [r for _, r in chunks], eng)):
         if prog:
             prog.update(docs=len(got.doc_ids), bytes=got.text_bytes)
+        yield s, got
     if prog:
-        n_bad, n_docs = sum(tally.contaminated.values()), sum(tally.docs_scanned.values())
-        prog.done(f"{n_bad:,} contaminated of {n_docs:,}")
-    return tally
+        prog.done(f"{summary()} of {total:,}")
 
 
 # -- contamination_report and zero_eval_overlap ---------------------------------------------------
@@ -322,3 +344,83 @@ def kept_overlap(storage, spec: MixSpec) -> Scan:
         tally.add(s, ids, np.array(rows, np.int64).reshape(len(ids), len(tasks)))
         tally.docs_scanned[s] = report["sources"][s]["docs_scanned"] - n_masked[s]  # every kept doc, not only hits
     return Scan(tally, {t: m["ngrams"] for t, m in meta["tasks"].items()}, 0, len(masked))
+
+
+# -- the fuzzy advisory (lib/fuzzy.py) --------------------------------------------------------------
+
+
+def fuzzy_params(spec: MixSpec) -> fuzzy.Params:
+    f = spec.audit.fuzzy
+    return fuzzy.Params(shingle=f.shingle, num_perm=f.num_perm, threshold=f.threshold,
+                        min_words=spec.audit.short_item_min_words)
+
+
+def write_fuzzy_index(storage, spec: MixSpec) -> list[str]:
+    """Index every task's items (the registry's loader: test splits refused); the storage keys written."""
+    items = {t.name: evals.load_task_items(t, spec.base_dir).items for t in spec.audit.tasks}
+    index = fuzzy.build_index(items, fuzzy_params(spec))
+    keys = []
+    for name, a in index.arrays().items():
+        keys.append(layout.FUZZY_INDEX.format(name=name))
+        storage.write_bytes(keys[-1], npy_bytes(a))
+    storage.write_text(layout.FUZZY_INDEX_META, fuzzy.dumps(index.meta()))
+    return [layout.FUZZY_INDEX_META, *keys]
+
+
+def load_fuzzy_index(storage) -> fuzzy.Index:
+    meta = json.loads(storage.read_text(layout.FUZZY_INDEX_META))
+    return fuzzy.Index.from_files(meta, {n: load_npy(storage, layout.FUZZY_INDEX.format(name=n))
+                                         for n in fuzzy.INDEX_ARRAYS})
+
+
+@dataclass
+class FuzzyChunk:
+    """Verified fuzzy matches of one row range (no text)."""
+
+    doc_ids: list
+    matches: fuzzy.Matches
+    text_bytes: int
+
+
+def fuzzy_chunk(rows: engine.RowRange, index: RegistryLocation) -> FuzzyChunk:
+    """The map work of the fuzzy scan: read the rows, match each batch against the index (pure)."""
+    idx = _loaded(index, load_fuzzy_index)
+    t = engine.read_rows(rows, ["doc_id", "text"])
+    text = t.column("text").combine_chunks() if t.num_rows else pa.array([], pa.string())
+    parts = []
+    for i in range(0, len(text), SCAN_BATCH_ROWS):
+        m = fuzzy.scan_texts(idx, text.slice(i, SCAN_BATCH_ROWS))
+        parts.append(fuzzy.Matches(m.doc + i, m.item, m.jaccard))
+    m = fuzzy.Matches(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("doc", "item", "jaccard"))) \
+        if parts else fuzzy.Matches.empty()
+    return FuzzyChunk(t.column("doc_id").to_pylist(), m, int(pc.sum(pc.binary_length(text)).as_py() or 0))
+
+
+@dataclass
+class FuzzyWritten:
+    report: dict
+    docs: pa.Table
+    files: list[str]  # the index files, the report, the matched doc ids
+
+
+def write_fuzzy_report(storage, spec: MixSpec, eng: engine.Engine = engine.Engine(), log=None) -> FuzzyWritten:
+    """Index the items, scan every source on `eng`, write the report JSON and the matched doc ids.
+
+    `exact_hit` / `fuzzy_only_docs` compare with contamination_report's contaminated doc ids."""
+    files = write_fuzzy_index(storage, spec)
+    loc = RegistryLocation.at(storage, files)
+    index = _loaded(loc, load_fuzzy_index)
+    exact = set(tables.read_parquet(storage, layout.CONTAMINATED_DOCS).column("doc_id").to_pylist())
+    tally = fuzzy.Tally(index.tasks)
+    sources = [s.name for s in spec.sources]
+    for s in sources:
+        tally.add(s, [], fuzzy.Matches.empty(), index.item_task)
+    fn = functools.partial(fuzzy_chunk, index=loc)
+    for s, got in _map_sources(storage, sources, eng, fn, log, "fuzzy contamination",
+                               lambda: f"{len(tally.hits):,} near an eval item"):
+        tally.add(s, got.doc_ids, got.matches, index.item_task)
+    report, docs = tally.report(exact, index.denominators, index.params), tally.table(exact)
+    storage.write_text(layout.FUZZY_REPORT, fuzzy.dumps(report))
+    with storage.writing(layout.FUZZY_DOCS) as tmp:
+        pq.write_table(docs, tmp)
+    return FuzzyWritten(report, docs, [*files, layout.FUZZY_REPORT, layout.FUZZY_DOCS])

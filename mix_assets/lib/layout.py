@@ -31,6 +31,15 @@ EVAL_SCRUB_NGRAMS = "audit/eval_registry/scrub-ngrams.npy"
 CONTAMINATION_REPORT = "audit/contamination_report.json"
 CONTAMINATED_DOCS = "audit/contaminated_docs.parquet"  # doc_id, source, tasks (list<str>), overlap_ngrams, task_overlap_ngrams (list<int64>, per task)
 
+# no_fuzzy_eval_overlap (WARN check on contamination_report, lib/fuzzy.py): advisory, excludes nothing.
+# The index (hashes and ints: per item its shingles, the argmin postings of its MinHash signature),
+# counts per source x task (JSON) and the matched doc ids: doc_id, source, tasks (list<str>),
+# task_items (list<int64>, items matched per task), max_jaccard (float64), exact_hit (bool)
+FUZZY_INDEX = "audit/fuzzy/index/{name}.npy"
+FUZZY_INDEX_META = "audit/fuzzy/index.json"
+FUZZY_REPORT = "audit/fuzzy_contamination.json"
+FUZZY_DOCS = "audit/fuzzy_matched_docs.parquet"
+
 # exclusion_masks: one row per excluded document: doc_id, source, reasons (list<str>), kept_doc_id (str|null)
 EXCLUSION_MASKS = "masks/exclusion_masks.parquet"
 COMPOSITION = "masks/composition.json"

@@ -24,11 +24,15 @@ REVIEW_FILES = {
     "config": "review/mix_config.json",
 }
 _OPERATIONAL = ("storage", "publish", "schedule")
+_ADVISORY = {"audit": "fuzzy"}  # settings of reports that change no published byte (audit.fuzzy excludes nothing)
 
 
 def review_config_json(spec_dump: dict) -> str:
-    """Canonical JSON of the spec minus its operational sections."""
+    """Canonical JSON of the spec minus its operational sections and advisory settings."""
     content = {k: v for k, v in spec_dump.items() if k not in _OPERATIONAL}
+    for section, key in _ADVISORY.items():
+        if isinstance(content.get(section), dict):
+            content[section] = {k: v for k, v in content[section].items() if k != key}
     return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
 
 

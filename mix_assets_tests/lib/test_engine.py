@@ -151,3 +151,27 @@ def test_contamination_outputs_bytes_identical_in_process_and_on_ray(ray_instanc
     ray2 = eng.Engine(kind="ray", num_cpus=2, chunk_rows=53)
     for e in (LOCAL2, eng.Engine(num_cpus=2, chunk_rows=37), ray1, ray2):
         assert _contamination_bytes(storage, spec, e) == want, e
+
+
+# -- the fuzzy advisory (lib/audit.fuzzy_chunk) --------------------------------------------------------
+def _fuzzy_bytes(storage, spec, engine) -> tuple[bytes, ...]:
+    log = _Lines()
+    got = audit.write_fuzzy_report(storage, spec, engine, log=log)
+    assert log.lines[-1].startswith("fuzzy contamination: ") and "near an eval item" in log.lines[-1]
+    return tuple(storage.read_bytes(k) for k in got.files)
+
+
+@pytest.mark.ray
+def test_fuzzy_outputs_bytes_identical_in_process_and_on_ray(ray_instance, tmp_path):
+    spec = audit_fx.make_spec(tmp_path)
+    storage = Storage(root=str(tmp_path / "storage"))
+    corpus = audit_fx.make_corpus(n_web=300, n_books=500, near_copy=True)
+    for s in spec.sources:
+        audit_fx.write_docs(storage, s.name, corpus.docs[s.name])
+    audit.write_registry(storage, spec)
+    audit.write_contamination_report(storage, spec, LOCAL1)
+    want = _fuzzy_bytes(storage, spec, LOCAL1)
+    report = json.loads(want[-2])
+    assert report["docs_matched"] == 5 and report["fuzzy_only_docs"] == 1
+    for e in (LOCAL2, eng.Engine(num_cpus=2, chunk_rows=37), eng.Engine(kind="ray", num_cpus=2, chunk_rows=53)):
+        assert _fuzzy_bytes(storage, spec, e) == want, e

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
@@ -72,9 +72,15 @@ def recase(s: str) -> str:
 class Corpus:
     docs: dict[str, list[tuple[str, str]]]  # source -> [(doc_id, text)]
     planted: dict[str, set[str]]  # source -> doc ids holding an eval copy
+    near: dict[str, set[str]] = field(default_factory=dict)  # source -> doc ids holding a one-word-edited copy
 
 
-def make_corpus(n_web: int = 40, n_books: int = 60, seed: int = 0) -> Corpus:
+# EVAL_ROWS[1]'s second item with its 11th word changed: no 13 unchanged words in a row
+NEAR_COPY = ("Why did the baker leave the sourdough starter on the windowsill yesterday before the village "
+             "fair began? to let it ferment slowly")
+
+
+def make_corpus(n_web: int = 40, n_books: int = 60, seed: int = 0, near_copy: bool = False) -> Corpus:
     rng = random.Random(seed)
     web = [(f"web-{i:04d}", filler(rng)) for i in range(n_web)]
     books = [(f"books-{i:04d}", filler(rng)) for i in range(n_books)]
@@ -83,8 +89,12 @@ def make_corpus(n_web: int = 40, n_books: int = 60, seed: int = 0) -> Corpus:
     web[7] = (web[7][0], filler(rng) + recase(item(1, 1)))
     web[11] = (web[11][0], recase(EVAL_ROWS[3]["question"]) + " " + filler(rng))  # stem only
     books[5] = (books[5][0], filler(rng) + " " + item(2, 0) + " " + filler(rng))
+    near = {}
+    if near_copy:  # only the fuzzy advisory sees this one
+        books[8] = (books[8][0], filler(rng) + " " + NEAR_COPY + " " + filler(rng))
+        near = {"books": {"books-0008"}}
     return Corpus(docs={"web": web, "books": books},
-                  planted={"web": {"web-0003", "web-0007", "web-0011"}, "books": {"books-0005"}})
+                  planted={"web": {"web-0003", "web-0007", "web-0011"}, "books": {"books-0005"}}, near=near)
 
 
 def write_eval_task(folder: Path, rows=EVAL_ROWS) -> Path:

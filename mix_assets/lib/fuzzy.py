@@ -1,0 +1,304 @@
+"""Fuzzy contamination advisory: documents holding a near copy of an eval item (MinHash, Jaccard ~0.6).
+
+The exact audit (lib/contamination.py) matches 13-word runs, so an item of fewer than ~27 words with one
+word changed in its middle escapes it. This scan is advisory: it excludes nothing, it reports counts
+and ids only (never item or document text).
+
+Measure. An item is its set I of `shingle`-word shingles (normalised words, `textkeys` hashing; default
+2-word shingles); it matches a document when some window W of the document, as many shingles long as
+the item, has Jaccard |I & W| / |I | W| >= `threshold` (0.6). A window, not the whole document, because
+a document is long and an item short: the Jaccard of an item with a whole document is ~ |I| / |D|.
+With equal lengths a one-word substitution inside the item keeps m - k of its m shingles, J = (m-k)/(m+k),
+so J >= 0.6 needs m >= 4k: 2-word shingles find one-word edits in items of >= 9 words, 3-word shingles
+only from 14 words (half of commonsense_qa's items are shorter). Items of fewer than `min_words` words
+are not indexed (`items_too_short`): a few words match too much prose to attribute.
+
+Candidates (linear in the corpus). Each item gets a MinHash signature of `num_perm` permutations
+(lib/minhash's affine32 scheme) over its informative shingles (those in at most MAX_ITEM_DF items;
+"of the" identifies nothing and would make every document a candidate); the index maps each shingle
+that is some item's argmin for some permutation to its (item, permutations) postings: LSH with one
+row per band, so a document shingle probes it with one lookup. The share of an item's permutations
+whose argmin shingle lies in a window estimates the item's containment in that window, so a window
+holding >= CANDIDATE_SHARE of them is a candidate (J = 0.6 at equal length is containment 0.75).
+Candidates are then verified exactly: the item's full shingle set against every window of its length
+around the candidate position, so the reported Jaccard is exact, never an estimate.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+from numpy.lib.stride_tricks import sliding_window_view
+
+from mix_assets.lib import contamination as ct
+from mix_assets.lib import minhash
+from mix_assets.lib import textkeys as tk
+
+FORMAT = "mix_assets.fuzzy_contamination/1"
+INDEX_FORMAT = "mix_assets.fuzzy_index/1"
+MAX_ITEM_DF = 16  # a shingle in more items is no representative (still counted when verifying); bench/fuzzy.py
+CANDIDATE_SHARE = 0.5  # of an item's permutations found in one window: a candidate, verified exactly
+ITEM_CHUNK = 4096  # items signed at a time (bounds the permutations x shingles work matrix)
+INDEX_ARRAYS = ("rep_keys", "post_off", "post_item", "post_weight", "item_task", "item_off", "item_sh")
+
+
+@dataclass(frozen=True)
+class Params:
+    shingle: int = 2
+    num_perm: int = 32
+    threshold: float = 0.6
+    min_words: int = 8
+
+
+@dataclass
+class Index:
+    """Items' shingle sets and the argmin postings of their signatures. Hashes and ints only."""
+
+    params: Params
+    tasks: list[str]
+    rep_keys: np.ndarray  # sorted unique uint64: shingles that are an item's argmin for >= 1 permutation
+    post_off: np.ndarray  # int64 (len(rep_keys) + 1): CSR offsets into post_item / post_weight
+    post_item: np.ndarray  # int32 item
+    post_weight: np.ndarray  # int32 permutations of that item whose argmin is this shingle
+    item_task: np.ndarray  # int32 task of each indexed item
+    item_off: np.ndarray  # int64 (items + 1): CSR offsets into item_sh
+    item_sh: np.ndarray  # uint64, each item's distinct shingles, sorted
+    denominators: dict = field(default_factory=dict)  # per task: items, indexed, too short
+    bitmap: ct._Bitmap = field(default=None, repr=False)
+
+    def __post_init__(self):
+        if self.bitmap is None:
+            self.bitmap = ct._Bitmap(self.rep_keys)
+
+    @property
+    def items(self) -> int:
+        return len(self.item_task)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {k: getattr(self, k) for k in INDEX_ARRAYS}
+
+    def meta(self) -> dict:
+        return {"format": INDEX_FORMAT, "params": self.params.__dict__, "tasks": self.tasks,
+                "max_item_df": MAX_ITEM_DF, "candidate_share": CANDIDATE_SHARE, "denominators": self.denominators}
+
+    @classmethod
+    def from_files(cls, meta: dict, arrays: dict[str, np.ndarray]) -> "Index":
+        return cls(Params(**meta["params"]), meta["tasks"], denominators=meta["denominators"], **arrays)
+
+
+def _shingles(texts, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(flat uint64 k-word shingle hashes, offsets, words per text); a text of 1..k-1 words is one shingle."""
+    h, off = tk.word_hashes(tk.words(texts))
+    sh, soff = tk.ngram_hashes(h, off, k, short="whole")
+    return sh, soff, np.diff(off)
+
+
+def _distinct(sh: np.ndarray, off: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each segment's distinct values, sorted, their new offsets, and each value's count of segments."""
+    vals, inv = np.unique(sh, return_inverse=True)
+    seg = np.repeat(np.arange(len(off) - 1, dtype=np.int64), np.diff(off))
+    pair = ct.sorted_unique((seg * max(len(vals), 1) + inv.ravel()).astype(np.uint64)).astype(np.int64)
+    seg, rank = np.divmod(pair, max(len(vals), 1))
+    out = np.zeros(len(off), np.int64)
+    np.cumsum(np.bincount(seg, minlength=len(off) - 1), out=out[1:])
+    return vals[rank], out, np.bincount(rank, minlength=len(vals))[rank]
+
+
+def _argmin_postings(sh: np.ndarray, off: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(shingle hash, item) for every permutation of every item (segment), the shingle that is its minimum."""
+    x = minhash.fmix32(minhash.shingle_hash32(sh))
+    lens = np.diff(off)
+    nonempty = np.flatnonzero(lens)
+    with np.errstate(over="ignore"):
+        m = a[:, None] * x[None, :] + b[:, None]  # (num_perm, shingles) uint32
+    mins = np.minimum.reduceat(m, off[nonempty], axis=1) if nonempty.size else np.zeros((len(a), 0), np.uint32)
+    full = np.zeros((len(a), len(lens)), np.uint32)
+    full[:, nonempty] = mins
+    seg = np.repeat(np.arange(len(lens)), lens)
+    _, pos = np.nonzero(m == full[:, seg])
+    return sh[pos], seg[pos]
+
+
+def build_index(task_items: dict[str, list[str]], params: Params = Params()) -> Index:
+    """The index of every task's items (item text is dropped once hashed)."""
+    k = params.shingle
+    tasks, parts, item_task, den = list(task_items), [], [], {}
+    for t, (name, items) in enumerate(task_items.items()):
+        sh, off, nwords = _shingles(pa.array(list(items), pa.large_string()), k)
+        long_enough = nwords >= max(params.min_words, 1)
+        sel = np.flatnonzero(long_enough)
+        lens = np.diff(off)[sel]
+        parts.append((sh[np.repeat(long_enough, np.diff(off))], lens))
+        item_task.append(np.full(sel.size, t, np.int32))
+        den[name] = {"items": len(items), "items_indexed": int(sel.size),
+                     "items_too_short": int((nwords > 0).sum() - sel.size), "items_empty": int((nwords == 0).sum())}
+    lens = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
+    raw_off = np.zeros(len(lens) + 1, np.int64)
+    np.cumsum(lens, out=raw_off[1:])
+    flat = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.uint64)
+    item_sh, item_off, df = _distinct(flat, raw_off)
+    informative = df <= MAX_ITEM_DF
+    owner = np.repeat(np.arange(len(lens)), np.diff(item_off))
+    inf_off = np.zeros_like(item_off)
+    np.cumsum(np.bincount(owner[informative], minlength=len(lens)), out=inf_off[1:])
+    inf_sh = item_sh[informative]
+    a, b = minhash.permutations(params.num_perm)
+    reps, owners = [np.zeros(0, np.uint64)], [np.zeros(0, np.int64)]
+    for s in range(0, len(lens), ITEM_CHUNK):
+        e = min(s + ITEM_CHUNK, len(lens))
+        r, o = _argmin_postings(inf_sh[inf_off[s]:inf_off[e]], inf_off[s:e + 1] - inf_off[s], a, b)
+        reps.append(r)
+        owners.append(o + s)
+    rep_keys, post_off, post_item, post_weight = _postings(np.concatenate(reps), np.concatenate(owners))
+    item_task = np.concatenate(item_task) if item_task else np.zeros(0, np.int32)
+    for t, name in enumerate(tasks):  # every shingle in > MAX_ITEM_DF items: never a candidate
+        den[name]["items_unrepresented"] = int((np.diff(inf_off)[item_task == t] == 0).sum())
+    return Index(params, tasks, rep_keys, post_off, post_item, post_weight, item_task, item_off, item_sh, den)
+
+
+def _postings(rep: np.ndarray, item: np.ndarray):
+    """CSR from (shingle, item) pairs: sorted unique shingles, their (item, count) postings."""
+    order = np.lexsort((item, rep))
+    rep, item = rep[order], item[order]
+    new = np.ones(len(rep), bool)
+    new[1:] = (rep[1:] != rep[:-1]) | (item[1:] != item[:-1])
+    starts = np.flatnonzero(new)
+    weight = np.diff(np.append(starts, len(rep)))
+    rep, item = rep[starts], item[starts]
+    keys, first = np.unique(rep, return_index=True)
+    off = np.append(first, len(rep)).astype(np.int64)
+    return keys, off, item.astype(np.int32), weight.astype(np.int32)
+
+
+# -- the scan --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Matches:
+    """Verified matches of a batch: document (row in the batch), item, exact window Jaccard."""
+
+    doc: np.ndarray  # int64
+    item: np.ndarray  # int64
+    jaccard: np.ndarray  # float64
+
+    @classmethod
+    def empty(cls) -> "Matches":
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+
+
+def candidates(index: Index, sh: np.ndarray, soff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(shingle position, item) of each (document, item) whose best window holds >= CANDIDATE_SHARE of
+    the item's permutations' argmin shingles."""
+    if not sh.size or not index.rep_keys.size:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    cand = index.bitmap.candidates(sh)
+    idx = np.minimum(np.searchsorted(index.rep_keys, sh[cand]), index.rep_keys.size - 1)
+    hit = index.rep_keys[idx] == sh[cand]
+    pos, r = cand[hit], idx[hit]
+    n = index.post_off[r + 1] - index.post_off[r]
+    pos = np.repeat(pos, n)
+    at = np.repeat(index.post_off[r] - np.cumsum(n) + n, n) + np.arange(n.sum())
+    item, weight = index.post_item[at].astype(np.int64), index.post_weight[at].astype(np.int64)
+    span = np.int64(len(sh) + 1)
+    key = item * span + pos
+    order = np.argsort(key, kind="stable")
+    key, pos, item, weight = key[order], pos[order], item[order], weight[order]
+    csum = np.concatenate([[0], np.cumsum(weight)])
+    doc_end = soff[1:][np.searchsorted(soff, pos, side="right") - 1]
+    m = np.diff(index.item_off)[item]
+    end = np.searchsorted(key, item * span + np.minimum(pos + m, doc_end))
+    count = csum[end] - csum[np.arange(len(key))]
+    ok = count >= np.ceil(CANDIDATE_SHARE * index.params.num_perm)
+    pos, item, count = pos[ok], item[ok], count[ok]
+    # one candidate per (document, item): its best window start
+    doc = np.searchsorted(soff, pos, side="right") - 1
+    order = np.lexsort((-count, doc, item))
+    pos, item, doc = pos[order], item[order], doc[order]
+    first = np.ones(len(pos), bool)
+    first[1:] = (item[1:] != item[:-1]) | (doc[1:] != doc[:-1])
+    return pos[first], item[first]
+
+
+def best_jaccard(index: Index, sh: np.ndarray, soff: np.ndarray, pos: int, item: int) -> float:
+    """Exact Jaccard of the item's shingles with its best equal-length window of the document near `pos`."""
+    s = index.item_sh[index.item_off[item]:index.item_off[item + 1]]
+    m = len(s)
+    d = int(np.searchsorted(soff, pos, side="right") - 1)
+    lo, hi = max(int(soff[d]), pos - m), min(int(soff[d + 1]), pos + 2 * m)
+    region = sh[lo:hi]
+    w = min(m, len(region))
+    win = np.sort(sliding_window_view(region, w), axis=1)
+    distinct = np.ones(win.shape, bool)
+    distinct[:, 1:] = win[:, 1:] != win[:, :-1]
+    found = s[np.minimum(np.searchsorted(s, win), m - 1)] == win
+    inter = (distinct & found).sum(axis=1)
+    union = m + distinct.sum(axis=1) - inter
+    return float((inter / union).max())
+
+
+def scan_texts(index: Index, texts) -> Matches:
+    """Verified matches (J >= threshold) of a batch of document texts."""
+    sh, soff, _ = _shingles(texts, index.params.shingle)
+    pos, item = candidates(index, sh, soff)
+    if not pos.size:
+        return Matches.empty()
+    jac = np.array([best_jaccard(index, sh, soff, int(p), int(i)) for p, i in zip(pos, item)])
+    ok = jac >= index.params.threshold
+    return Matches(np.searchsorted(soff, pos[ok], side="right") - 1, item[ok], jac[ok])
+
+
+# -- the report ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """Per source x task: documents scanned and matched, items matched; per matched document its tasks."""
+
+    tasks: list[str]
+    docs_scanned: dict[str, int] = field(default_factory=dict)
+    hits: list[tuple] = field(default_factory=list)  # (doc_id, source, tasks, items per task, max jaccard)
+    items: dict[str, set] = field(default_factory=dict)  # per task: matched item indices
+
+    def add(self, source: str, doc_ids: list, m: Matches, item_task: np.ndarray) -> None:
+        self.docs_scanned[source] = self.docs_scanned.get(source, 0) + len(doc_ids)
+        task = item_task[m.item]
+        for t, i in zip(task, m.item):
+            self.items.setdefault(self.tasks[t], set()).add(int(i))
+        for d in np.unique(m.doc):
+            sel = m.doc == d
+            ts, n = np.unique(task[sel], return_counts=True)
+            self.hits.append((str(doc_ids[d]), source, [self.tasks[t] for t in ts], n.tolist(),
+                              round(float(m.jaccard[sel].max()), 4)))
+
+    def report(self, exact: set[str], denominators: dict, params: Params) -> dict:
+        """Counts per source x task; `fuzzy_only_docs` are matched documents the exact audit did not flag."""
+        sources = {}
+        for s, n in self.docs_scanned.items():
+            mine = [h for h in self.hits if h[1] == s]
+            tasks = {t: {"docs_matched": sum(t in h[2] for h in mine),
+                         "fuzzy_only_docs": sum(t in h[2] and h[0] not in exact for h in mine)} for t in self.tasks}
+            sources[s] = {"docs_scanned": n, "docs_matched": len(mine),
+                          "fuzzy_only_docs": sum(h[0] not in exact for h in mine), "tasks": tasks}
+        return {"format": FORMAT, "advisory": True, "params": params.__dict__, "max_item_df": MAX_ITEM_DF,
+                "denominators": {t: {**d, "items_matched": len(self.items.get(t, ()))} for t, d in denominators.items()},
+                "sources": sources, "docs_scanned": sum(self.docs_scanned.values()),
+                "docs_matched": len(self.hits), "fuzzy_only_docs": sum(h[0] not in exact for h in self.hits)}
+
+    def table(self, exact: set[str]) -> pa.Table:
+        hits = sorted(self.hits, key=lambda h: (h[1], h[0]))
+        return pa.table({
+            "doc_id": pa.array([h[0] for h in hits], pa.string()),
+            "source": pa.array([h[1] for h in hits], pa.string()),
+            "tasks": pa.array([h[2] for h in hits], pa.list_(pa.string())),
+            "task_items": pa.array([h[3] for h in hits], pa.list_(pa.int64())),  # items matched, aligned with tasks
+            "max_jaccard": pa.array([h[4] for h in hits], pa.float64()),
+            "exact_hit": pa.array([h[0] in exact for h in hits], pa.bool_()),
+        })
+
+
+def dumps(obj: dict) -> str:
+    return json.dumps(obj, indent=1, sort_keys=True)
+
