@@ -989,18 +989,21 @@ class MixReader:
         out = np.empty((count, self.sample_len), dtype=self.dtype)
         shard_list = shard.tolist()
         maps = self._maps
-        for si in dict.fromkeys(shard_list):  # open (fetch) what is missing, mark the rest recently used
-            if maps[si] is None:
-                self._shards.open(si)
-            elif self._remote:
-                self._shards.lru.move_to_end(si)
-        if any(maps[si] is None for si in dict.fromkeys(shard_list)):
-            # The cache cannot hold every shard of this batch at once: shard by shard, each opened once.
-            for si in dict.fromkeys(shard_list):
-                m = maps[si] if maps[si] is not None else self._shards.open(si)
+        uniq = dict.fromkeys(shard_list)
+        if any(maps[si] is None for si in uniq):
+            # Shard by shard, each opened (fetched) once: a batch may touch more shards than the cache holds.
+            for si in uniq:
+                m = maps[si]
+                if m is None:
+                    m = self._shards.open(si)
+                elif self._remote:
+                    self._shards.lru.move_to_end(si)
                 sel = shard == si
                 out[sel] = m[rows[sel]]
             return out
+        if self._remote:
+            for si in uniq:  # mark recently used
+                self._shards.lru.move_to_end(si)
         # Row by row: one copy per sample straight into `out` (cheaper than masks + fancy indexing).
         for j, si, row in zip(range(count), shard_list, rows.tolist()):
             out[j] = maps[si][row]
