@@ -611,12 +611,14 @@ class _Shards:
         self.private: set[int] = set()  # shards read into memory because the cache had no room
         self.private_reads = 0
         self.ahead: dict[int, int] = {}  # shard -> bytes: held by the prefetcher, not yet opened by a read
-        self.ahead_lock = threading.Lock()
+        self.opening: int | None = None  # the shard a read is opening (the prefetcher must not release it)
         self.prefetch_errors: dict[int, BaseException] = {}
         biggest = max((e["bytes"] for e in entries), default=0)
         if backend.remote and biggest > cache_bytes:
             raise ReaderError(f"cache_bytes={cache_bytes} cannot hold one shard ({biggest} bytes); raise it")
         self.cache = _SharedCache(cache_dir, cache_bytes) if backend.remote else None
+        # One lock for the holds of this process's threads (the cache's): no lock-order question between them.
+        self.ahead_lock = self.cache._tlock if self.cache is not None else threading.RLock()
 
     def own(self) -> list[str]:
         """This reader's holds, the first to give up first: mapped shards least recently used first, then
@@ -671,11 +673,20 @@ class _Shards:
                 raise err
             with self.ahead_lock:
                 self.ahead.pop(i, None)  # from now on a read's hold, in the LRU order
-            src = self._held(e["path"], e["sha256"], e["bytes"], self)
-            self.lru[i] = None
-            self.lru.move_to_end(i)
-            if src is None:
-                return self._read_private(i)
+                self.opening = i
+            try:
+                src = self._held(e["path"], e["sha256"], e["bytes"], self)
+                self.lru[i] = None
+                self.lru.move_to_end(i)
+                if src is None:
+                    return self._read_private(i)
+                return self._map(i, src)
+            finally:
+                self.opening = None
+        return self._map(i, src)
+
+    def _map(self, i: int, src: Any) -> np.ndarray:
+        e = self.entries[i]
         mm = np.memmap(src, dtype=self.dtype, mode="r", shape=(e["samples"], self.sample_len))
         self.maps[i] = mm.view(np.ndarray)  # plain ndarray view: same mapping, cheaper indexing
         return self.maps[i]
@@ -704,20 +715,23 @@ class _Shards:
         if self._held(e["path"], e["sha256"], e["bytes"], None) is None:
             return False
         with self.ahead_lock:
-            self.ahead[i] = e["bytes"]
+            if self.maps[i] is None and self.opening != i:  # else a read has it already: not ahead
+                self.ahead[i] = e["bytes"]
         return True
 
     def unhold_ahead(self, keep: set[int]) -> None:
         """Release prefetched shards no longer wanted (not opened by a read meanwhile)."""
-        with self.ahead_lock:
+        with self.ahead_lock:  # a read opening one of them waits for this, or is skipped (opening)
             gone = [i for i in self.ahead if i not in keep]
             for i in gone:
                 del self.ahead[i]
-        mapped = {self.entries[j]["sha256"] for j in self.lru}
-        for i in gone:
-            sha = self.entries[i]["sha256"]
-            if sha not in mapped and sha not in self.pinned:
-                self.cache.release(sha)
+            busy = {self.entries[j]["sha256"] for j, m in enumerate(self.maps) if m is not None}
+            if self.opening is not None:
+                busy.add(self.entries[self.opening]["sha256"])
+            for i in gone:
+                sha = self.entries[i]["sha256"]
+                if sha not in busy and sha not in self.pinned:
+                    self.cache.release(sha)
 
     def file(self, rel: str, sha: str, nbytes: int) -> str:
         """A non-shard file as a local path, verified; a remote one stays held until close()."""
@@ -785,24 +799,29 @@ class _Prefetcher:
             if t.is_alive():  # pragma: no cover - a download that does not return
                 log.warning("prefetch thread still fetching after %.0f s; left as a daemon", timeout)
 
-    def _plan(self, ranges: Iterator[range]) -> list[int]:
-        """Shards in first-use order over the coming ranges, until `limit` bytes of unopened ones."""
+    def _plan(self, ranges: Iterator[range]) -> tuple[list[int], set[int]]:
+        """(shards to hold ahead, in first-use order over the ranges after the first, until `limit` bytes of
+        unopened ones; the first range's shards, which the read opens itself and which stay held)."""
         order: dict[int, None] = {}
+        current: set[int] = set()
         need = 0
-        for _, rng in zip(range(self.MAX_RANGES), ranges):
+        for n, rng in zip(range(self.MAX_RANGES), ranges):
             try:
                 ids = self.locate(rng)
             except (IndexError, ReaderError):  # past the last allowed pass, or the reader is gone
                 break
+            if n == 0:
+                current.update(ids)
+                continue
             for si in ids:
-                if si in order:
+                if si in order or si in current:
                     continue
                 order[si] = None
                 if self.shards.maps[si] is None:
                     need += self.shards.entries[si]["bytes"]
                     if need > self.limit:
-                        return list(order)[:-1]
-        return list(order)
+                        return list(order)[:-1], current
+        return list(order), current
 
     def _run(self) -> None:
         while True:
@@ -812,9 +831,9 @@ class _Prefetcher:
                 if self.stopping:
                     return
                 ranges, gen, self.pending = self.pending, self.generation, None
-            plan = self._plan(ranges)
+            plan, current = self._plan(ranges)
             del ranges
-            self.shards.unhold_ahead(set(plan))
+            self.shards.unhold_ahead(set(plan) | current)
             for si in plan:
                 with self.cv:
                     if self.stopping or self.generation != gen:
@@ -836,7 +855,7 @@ class _Prefetcher:
 
 
 def _stride(start: int, count: int) -> Iterator[range]:
-    """[start, start + count), then the next count, and so on (a sequential reader's coming batches)."""
+    """[start, start + count), then the next count, and so on (a sequential reader's batches)."""
     while True:
         yield range(start, start + count)
         start += count
@@ -927,9 +946,10 @@ class MixReader:
         return list(dict.fromkeys(self._shard_index(self._storage(positions.start, len(positions))).tolist()))
 
     def prefetch(self, ranges: Iterable[range]) -> None:
-        """Tell the prefetch thread which positions come next, in reading order (replacing what it was told
-        before): it holds their shards up to prefetch_bytes ahead. A no-op without prefetch_bytes or when local.
-        `batch`/`next_batch` call it themselves with the batches after the cursor."""
+        """Tell the prefetch thread which positions are read from now on, in reading order, the first range
+        being the read about to happen (replacing what it was told before): it holds the shards of the later
+        ranges up to prefetch_bytes ahead, and keeps holding the first range's. A no-op without
+        prefetch_bytes or when local. `batch`/`next_batch` call it themselves from the cursor on."""
         if self._prefetcher is not None:
             self._prefetcher.want(ranges)
 
@@ -1034,8 +1054,8 @@ class MixReader:
     def _consume(self, count: int) -> np.ndarray:
         if count < 1:
             raise ValueError(f"batch_size must be >= 1, got {count}")
-        if self._prefetcher is not None:
-            self.prefetch(_stride(self.samples_consumed + count, count))
+        if self._prefetcher is not None:  # from this batch on: its shards stay held, the next ones come
+            self.prefetch(_stride(self.samples_consumed, count))
         out = self.samples(self.samples_consumed, count)
         self.samples_consumed += count
         self.step += 1

@@ -109,7 +109,7 @@ class MixIterableDataset(_MixSource, IterableDataset):
         steps, plan = self.plan.steps(w, n), self.plan
         for i, s in enumerate(steps):
             pos = plan.positions(s)
-            self.reader.prefetch(plan.positions(t) for t in steps[i + 1:])  # this worker's next steps
+            self.reader.prefetch(plan.positions(t) for t in steps[i:])  # this worker's steps from this one on
             yield {"step": s, "tokens": _tokens(self.reader.samples(pos.start, len(pos))),
                    "positions": torch.arange(pos.start, pos.stop)}
 
