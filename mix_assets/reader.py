@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import copy
 import hashlib
 import io
 import json
@@ -60,6 +61,7 @@ import logging
 import fcntl
 import os
 import shutil
+import tempfile
 import threading
 import weakref
 from bisect import bisect_right
@@ -267,6 +269,10 @@ class _RemoteBackend:
     def read_manifest(self) -> bytes:
         return self.read_small(MANIFEST_NAME)
 
+    def read_private(self, rel: str) -> bytes:
+        """A shard's bytes into memory, touching nothing other processes share (the caller checks them)."""
+        return self.read_small(rel)
+
     def download(self, rel: str, dest: Path) -> str | None:
         """Write the file to dest; return its sha256 when hashed on the way (else None: the cache hashes it)."""
         try:
@@ -309,6 +315,17 @@ class _HubBackend(_RemoteBackend):
 
     def _failed(self, rel: str, e: Exception) -> ReaderError:
         return ReaderError(f"{self.label}: cannot fetch {rel} ({type(e).__name__}: {e})")
+
+    def read_private(self, rel: str) -> bytes:
+        # Through a hub cache of our own: a blob in the shared cache_dir/hub may be moved into the object
+        # cache by the process fetching it meanwhile.
+        loc = copy.copy(self.loc)
+        with tempfile.TemporaryDirectory(prefix="mix-reader-hub-") as d:
+            loc.cache_dir = d
+            try:
+                return loc.read_bytes(rel)
+            except Exception as e:
+                raise self._failed(rel, e) from e
 
     def download(self, rel: str, dest: Path) -> None:
         # Move the hub's blob into the reader's cache (one copy on disk, under the reader's budget) and drop
@@ -702,7 +719,7 @@ class _Shards:
         for j in self.private - {i}:
             self.lru.pop(j, None)
             self.maps[j] = None
-        data = self.backend.read_small(e["path"])
+        data = self.backend.read_private(e["path"])
         _raise_if_corrupt(label, len(data), hashlib.sha256(data).hexdigest(), e["bytes"], e["sha256"])
         self.private, self.private_reads = {i}, self.private_reads + 1
         self.maps[i] = np.frombuffer(data, dtype=self.dtype).reshape(e["samples"], self.sample_len)
