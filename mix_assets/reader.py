@@ -16,21 +16,27 @@ Fetching: manifest.json is read and checked (structure, totals, fingerprint) at 
 only when a requested sample lives in it, and its size and sha256 are verified when it arrives (once per
 reader for files found already cached or local). Local shards are read in place. Remote files live in
 `cache_dir/objects/<sha256[:2]>/<sha256>`, which any number of processes may share (fcntl locks, see
-_SharedCache): `cache_bytes` bounds the whole directory, not one process's part; a file a reader has
-open or mapped is never removed; a file is downloaded by one process at a time. Every shard is read
-through `numpy.memmap`.
+_SharedCache): `cache_bytes` bounds the whole directory, not one process's part, and it never goes over
+(a reader that finds no room beside the files others hold reads that shard into its own memory instead); a
+file a reader has open or mapped is never removed; a file is downloaded by one process at a time. Shards
+in the cache or local are read through `numpy.memmap`. `prefetch_bytes=P` starts a thread that holds up to
+P bytes of the shards the next reads need (`prefetch`; batch/next_batch call it), see _Prefetcher.
 
 Order: train sample k is storage sample perm_e[k mod N] with e = k // N (N = len(r), samples per pass).
-perm_e is the argsort of splitmix64(i XOR base(shuffle_seed, e)) over i < N, a bijection, so no ties and
-nothing depends on numpy's RNG algorithms; `shuffle_perm_sha` = sha256 of perm_0 as little-endian uint64.
+Scheme "global" (default): perm_e is the argsort of splitmix64(i XOR base(shuffle_seed, e)) over i < N, a
+bijection, so no ties and nothing depends on numpy's RNG algorithms. Scheme "shard_window"
+(`shuffle_window=K`): shards in a seeded order, cut into windows of K shards, samples shuffled within each
+window (shard_window_permutation), so a batch touches a bounded number of shards.
+`shuffle_perm_sha` = sha256 of perm_0 as little-endian uint64.
 Past one pass: by default (`epochs=1`) reading sample N raises `EndOfMix` (iteration stops); with
 `epochs=E` (None = unbounded) epoch e uses perm_e, and the state records `epoch` and `epoch_perm_sha`.
 The validation reader (`split="val"`, or `r.validation_reader()`) reads storage order unless asked to
 shuffle, one pass.
 
 State: `state_dict()` = {seq_len, samples_consumed, shuffle_seed, shuffle_perm_sha, dataset_files_sha,
-step, tokens_consumed} + format, split, sample_len, num_samples, shuffle, epochs, epoch, epoch_perm_sha,
-interpretation_sha256 (the manifest's hash of how the bytes are read).
+step, tokens_consumed} + format, split, sample_len, num_samples, shuffle, shuffle_scheme, shuffle_window,
+epochs, epoch, epoch_perm_sha, interpretation_sha256 (the manifest's hash of how the bytes are read).
+Format /2; a /1 state (before shuffle schemes) is read as the global scheme.
 tokens_consumed = samples_consumed x sample_len (tokens read from the mix); step counts batches (each of
 at least one sample; iterating consumes samples without steps), so step <= samples_consumed; epoch =
 samples_consumed // num_samples and epoch_perm_sha is that epoch's permutation. `load_state_dict` requires
@@ -47,6 +53,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import copy
 import hashlib
 import io
 import json
@@ -54,8 +61,11 @@ import logging
 import fcntl
 import os
 import shutil
+import tempfile
+import threading
+import weakref
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -76,7 +86,9 @@ from mix_assets.lib.transport import HubLocation, Location, S3Location, s3_clien
 
 log = logging.getLogger("mix_assets.reader")
 
-STATE_FORMAT = "mix_assets.reader_state/1"
+STATE_FORMAT = "mix_assets.reader_state/2"
+STATE_FORMAT_1 = "mix_assets.reader_state/1"  # before shuffle schemes: read as the global scheme
+SCHEMES = ("global", "shard_window")
 DEFAULT_CACHE_BYTES = 8 << 30
 
 
@@ -123,6 +135,8 @@ _STATE_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "shuffle": (lambda v: isinstance(v, (bool, np.bool_)), "a bool"),
     "shuffle_seed": (lambda v: _is_int(v) and 0 <= v < 1 << 64, "an int in [0, 2**64)"),
     "shuffle_perm_sha": (_sha_hex, "a sha256 (64 lowercase hex digits)"),
+    "shuffle_scheme": (lambda v: v in SCHEMES, f"one of {SCHEMES}"),
+    "shuffle_window": (lambda v: v is None or (_is_int(v) and v >= 1), "an int >= 1 or None (global scheme)"),
     "epochs": (lambda v: v is None or (_is_int(v) and v >= 1), "an int >= 1 or None (unbounded)"),
     "epoch": (lambda v: _is_int(v) and v >= 0, "a non-negative int"),
     "epoch_perm_sha": (_sha_hex, "a sha256 (64 lowercase hex digits)"),
@@ -136,6 +150,8 @@ def _checked_state(state: Any) -> dict:
     ResumeMismatchError naming each bad field."""
     if not isinstance(state, dict):
         raise ResumeMismatchError(f"reader state must be a dict, got {type(state).__name__}")
+    if state.get("format") == STATE_FORMAT_1 and not {"shuffle_scheme", "shuffle_window"} & set(state):
+        state = {**state, "format": STATE_FORMAT, "shuffle_scheme": "global", "shuffle_window": None}
     if state.get("format") != STATE_FORMAT:
         raise ResumeMismatchError(f"reader state field 'format': {state.get('format')!r}, expected {STATE_FORMAT!r}; "
                                   f"was it written by mix_assets.reader?")
@@ -161,14 +177,47 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-def permutation(n: int, seed: int, epoch: int = 0) -> np.ndarray:
-    """The epoch's order of n samples: argsort of splitmix64(i ^ base), base = f(seed, epoch). int64 array."""
+def _base(seed: int, epoch: int, salt: int = 0) -> np.uint64:
     if not 0 <= seed < 1 << 64:
         raise ValueError(f"shuffle_seed must be in [0, 2**64), got {seed}")
     with np.errstate(over="ignore"):
-        base = _splitmix64(_splitmix64(np.array([seed], dtype=np.uint64)) ^ np.array([epoch], dtype=np.uint64))
-        keys = _splitmix64(np.arange(n, dtype=np.uint64) ^ base[0])
+        b = _splitmix64(_splitmix64(np.array([seed], dtype=np.uint64)) ^ np.array([epoch], dtype=np.uint64))
+        if salt:
+            b = _splitmix64(b ^ np.array([salt], dtype=np.uint64))
+    return b[0]
+
+
+def _keyed_order(n: int, base: np.uint64) -> np.ndarray:
+    """argsort of splitmix64(i ^ base) over i < n: a seeded bijection (int64)."""
+    with np.errstate(over="ignore"):
+        keys = _splitmix64(np.arange(n, dtype=np.uint64) ^ base)
     return np.argsort(keys, kind="stable").astype(np.int64)
+
+
+def permutation(n: int, seed: int, epoch: int = 0) -> np.ndarray:
+    """The epoch's order of n samples: argsort of splitmix64(i ^ base), base = f(seed, epoch). int64 array."""
+    return _keyed_order(n, _base(seed, epoch))
+
+
+_WINDOW_SALT = 0x5348415244  # "SHARD": the shard_window scheme's keys never coincide with the global one's
+
+
+def shard_window_permutation(shard_samples: list[int], seed: int, epoch: int, window: int) -> np.ndarray:
+    """The shard_window scheme: shards in a seeded order (splitmix64 keys, as `permutation`), cut into
+    consecutive windows of `window` shards; each window's samples in a seeded order of their own. A batch of
+    at most one window's samples touches at most 2 * window shards. int64 array of storage indices."""
+    if window < 1:
+        raise ValueError(f"shuffle_window must be >= 1 shards, got {window}")
+    base = _base(seed, epoch, _WINDOW_SALT)
+    starts = np.concatenate([[0], np.cumsum(shard_samples, dtype=np.int64)])
+    order = _keyed_order(len(shard_samples), base)
+    out = []
+    for j in range(0, len(order), window):
+        ids = np.concatenate([np.arange(starts[s], starts[s + 1], dtype=np.int64) for s in order[j:j + window]])
+        with np.errstate(over="ignore"):
+            wbase = _splitmix64(np.array([base ^ np.uint64(j // window + 1)], dtype=np.uint64))[0]
+        out.append(ids[_keyed_order(len(ids), wbase)])
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
 
 def perm_sha(perm: np.ndarray) -> str:
@@ -220,6 +269,10 @@ class _RemoteBackend:
     def read_manifest(self) -> bytes:
         return self.read_small(MANIFEST_NAME)
 
+    def read_private(self, rel: str) -> bytes:
+        """A shard's bytes into memory, touching nothing other processes share (the caller checks them)."""
+        return self.read_small(rel)
+
     def download(self, rel: str, dest: Path) -> str | None:
         """Write the file to dest; return its sha256 when hashed on the way (else None: the cache hashes it)."""
         try:
@@ -262,6 +315,17 @@ class _HubBackend(_RemoteBackend):
 
     def _failed(self, rel: str, e: Exception) -> ReaderError:
         return ReaderError(f"{self.label}: cannot fetch {rel} ({type(e).__name__}: {e})")
+
+    def read_private(self, rel: str) -> bytes:
+        # Through a hub cache of our own: a blob in the shared cache_dir/hub may be moved into the object
+        # cache by the process fetching it meanwhile.
+        loc = copy.copy(self.loc)
+        with tempfile.TemporaryDirectory(prefix="mix-reader-hub-") as d:
+            loc.cache_dir = d
+            try:
+                return loc.read_bytes(rel)
+            except Exception as e:
+                raise self._failed(rel, e) from e
 
     def download(self, rel: str, dest: Path) -> None:
         # Move the hub's blob into the reader's cache (one copy on disk, under the reader's budget) and drop
@@ -312,16 +376,18 @@ class _SharedCache:
       waiting, so a held file is never removed;
     * `<sha>.fetching` (exclusive) by the one process downloading that file; its size reserves the bytes.
 
-    The budget is for the whole directory (files + reservations). Only files no reader holds are removed
-    (least recently adopted first, by mtime); when held files alone exceed it the directory goes over until
-    they are released. `owner` (the reader's _Shards) lists its own holds, least recently used first
-    (`own()`), and gives one up when asked (`drop(sha)`: unmap, release).
+    The budget is for the whole directory (files + reservations): a reservation is made only when it fits,
+    after removing files no reader holds (least recently adopted first, by mtime) and, when `owner` is given,
+    the owner's own holds; otherwise `fetch` returns None (the caller reads around the cache). `owner` (the
+    reader's _Shards) lists its own holds, least recently used first (`own()`), and gives one up when asked
+    (`drop(sha)`: unmap, release). A reader's threads (reads, prefetch) share one _SharedCache.
     """
 
     def __init__(self, cache_dir: Path, budget: int):
         self.root = cache_dir / "objects"
         self.budget = budget
         self.held: dict[str, BinaryIO] = {}  # sha -> the open file carrying our shared lock
+        self._tlock = threading.RLock()  # this process's threads; taken before the directory's flock
 
     def path(self, sha: str) -> Path:
         return self.root / sha[:2] / sha
@@ -329,7 +395,7 @@ class _SharedCache:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".lock", "ab") as f:  # closing the file releases the lock
+        with self._tlock, open(self.root / ".lock", "ab") as f:  # closing the file releases the lock
             fcntl.flock(f, fcntl.LOCK_EX)
             yield
 
@@ -349,25 +415,29 @@ class _SharedCache:
 
     def adopt(self, sha: str) -> BinaryIO | None:
         """The file, held, if some process already put it in the cache."""
-        if sha in self.held:
-            return self.held[sha]
+        f = self.held.get(sha)
+        if f is not None:
+            return f
         if not self.path(sha).exists():
             return None
         with self._locked():
             return self._hold(sha)
 
     def release(self, sha: str) -> None:
-        f = self.held.pop(sha, None)
-        if f is not None:
-            f.close()
+        with self._tlock:
+            f = self.held.pop(sha, None)
+            if f is not None:
+                f.close()
 
     def close(self) -> None:
-        for sha in list(self.held):
-            self.release(sha)
+        with self._tlock:
+            for sha in list(self.held):
+                self.release(sha)
 
     def fetch(self, sha: str, nbytes: int, download: Callable[[Path], str | None], label: str,
-              owner: _Shards) -> BinaryIO:
-        """The file, held: downloaded (and verified) by this process, or by another one fetching it now."""
+              owner: _Shards | None, over_ok: bool = False) -> BinaryIO | None:
+        """The file, held: downloaded (and verified) by this process, or by another one fetching it now.
+        None when the directory has no room for it (unless over_ok: then it goes over by this file)."""
         while True:
             with self._locked():
                 f = self._hold(sha)
@@ -384,7 +454,10 @@ class _SharedCache:
                     mine = True
                 if mine:
                     res.truncate(0)  # a crashed fetch's reservation is not counted twice
-                    self._make_room(nbytes, sha, owner)
+                    if not self._make_room(nbytes, sha, owner) and not over_ok:
+                        res_path.unlink()
+                        res.close()
+                        return None
                     res.truncate(nbytes)  # a sparse file: reserves the bytes in every process's count
             if mine:
                 break
@@ -456,14 +529,16 @@ class _SharedCache:
             log.debug("evicted %s", sha)
             return True
 
-    def _make_room(self, need: int, keep: str, owner: _Shards) -> None:
+    def _make_room(self, need: int, keep: str, owner: _Shards | None) -> bool:
+        """Remove files until `need` more bytes fit; whether they do."""
         total, files = self._scan()
         size = {sha: n for _, sha, n in files}
         # Files nobody holds first (oldest first), then this reader's own holds (least recently used first).
         unheld = [sha for _, sha, _ in sorted(files) if sha != keep and sha not in self.held]
-        for sha in unheld + [sha for sha in owner.own() if sha != keep and sha in size]:
+        own = [] if owner is None else [sha for sha in owner.own() if sha != keep and sha in size]
+        for sha in unheld + own:
             if total + need <= self.budget:
-                return
+                return True
             if sha in self.held:
                 owner.drop(sha)  # unmapped and released (unless pinned)
             if sha not in self.held and self._remove_if_unheld(sha):
@@ -471,8 +546,10 @@ class _SharedCache:
         if total + need > self.budget:
             log.debug("cache %s: %d bytes (+%d) over the budget of %d: the rest is held by readers",
                       self.root, total, need, self.budget)
+            return False
+        return True
 
-    def make_room(self, need: int, keep: str, owner: _Shards) -> None:
+    def make_room(self, need: int, keep: str, owner: _Shards | None) -> None:
         with self._locked():
             self._make_room(need, keep, owner)
 
@@ -548,32 +625,49 @@ class _Shards:
         self.fetched: list[str] = []  # relative paths fetched by this reader, in order
         self.verified: set[str] = set()  # sha256 of the files this reader has checked
         self.pinned: set[str] = set()  # non-shard files handed out by path: held until close()
+        self.private: set[int] = set()  # shards read into memory because the cache had no room
+        self.private_reads = 0
+        self.ahead: dict[int, int] = {}  # shard -> bytes: held by the prefetcher, not yet opened by a read
+        self.opening: int | None = None  # the shard a read is opening (the prefetcher must not release it)
+        self.prefetch_errors: dict[int, BaseException] = {}
         biggest = max((e["bytes"] for e in entries), default=0)
         if backend.remote and biggest > cache_bytes:
             raise ReaderError(f"cache_bytes={cache_bytes} cannot hold one shard ({biggest} bytes); raise it")
         self.cache = _SharedCache(cache_dir, cache_bytes) if backend.remote else None
+        # One lock for the holds of this process's threads (the cache's): no lock-order question between them.
+        self.ahead_lock = self.cache._tlock if self.cache is not None else threading.RLock()
 
     def own(self) -> list[str]:
-        return list(dict.fromkeys(self.entries[i]["sha256"] for i in self.lru))
+        """This reader's holds, the first to give up first: mapped shards least recently used first, then
+        shards prefetched ahead, the furthest ahead first."""
+        with self.ahead_lock:
+            ahead = list(self.ahead)[::-1]
+        return list(dict.fromkeys(self.entries[i]["sha256"] for i in [*self.lru, *ahead]))
 
     def drop(self, sha: str) -> None:
         for i in [i for i in self.lru if self.entries[i]["sha256"] == sha]:
             del self.lru[i]
             self.maps[i] = None
+        with self.ahead_lock:
+            for i in [i for i in self.ahead if self.entries[i]["sha256"] == sha]:
+                del self.ahead[i]
         if sha not in self.pinned:
             self.cache.release(sha)
 
-    def _held(self, rel: str, sha: str, nbytes: int) -> BinaryIO:
-        """A remote file, held in the cache (fetched if missing) and verified once by this reader."""
+    def _held(self, rel: str, sha: str, nbytes: int, owner: _Shards | None, over_ok: bool = False) -> BinaryIO | None:
+        """A remote file, held in the cache (fetched if missing) and verified once by this reader; None when
+        the cache has no room for it (see _SharedCache.fetch)."""
         label = f"{self.backend.label}/{rel}"
         f = self.cache.adopt(sha)
         if f is None:
-            f = self.cache.fetch(sha, nbytes, lambda dest: self.backend.download(rel, dest), label, self)
+            f = self.cache.fetch(sha, nbytes, lambda dest: self.backend.download(rel, dest), label, owner, over_ok)
+            if f is None:
+                return None
             self.fetched.append(rel)
             self.verified.add(sha)
             log.debug("fetched %s (%d bytes)", rel, nbytes)
         else:  # adding nothing, but the directory may still be over from files others held until now
-            self.cache.make_room(0, sha, self)
+            self.cache.make_room(0, sha, owner)
         if sha not in self.verified:
             try:
                 self._verify(label, f.name, nbytes, sha)
@@ -591,12 +685,70 @@ class _Shards:
                 self._verify(f"{self.backend.label}/{e['path']}", path, e["bytes"], e["sha256"])
             src: Any = path
         else:
-            src = self._held(e["path"], e["sha256"], e["bytes"])
-            self.lru[i] = None
-            self.lru.move_to_end(i)
+            err = self.prefetch_errors.pop(i, None)
+            if err is not None:  # the prefetch thread's failure, raised where the shard is read
+                raise err
+            with self.ahead_lock:
+                self.ahead.pop(i, None)  # from now on a read's hold, in the LRU order
+                self.opening = i
+            try:
+                src = self._held(e["path"], e["sha256"], e["bytes"], self)
+                self.lru[i] = None
+                self.lru.move_to_end(i)
+                if src is None:
+                    return self._read_private(i)
+                return self._map(i, src)
+            finally:
+                self.opening = None
+        return self._map(i, src)
+
+    def _map(self, i: int, src: Any) -> np.ndarray:
+        e = self.entries[i]
         mm = np.memmap(src, dtype=self.dtype, mode="r", shape=(e["samples"], self.sample_len))
         self.maps[i] = mm.view(np.ndarray)  # plain ndarray view: same mapping, cheaper indexing
         return self.maps[i]
+
+    def _read_private(self, i: int) -> np.ndarray:
+        """Shard i into this process's memory, verified, outside the cache (which other readers fill): at most
+        one such shard per reader; the next shard tries the cache again."""
+        e = self.entries[i]
+        label = f"{self.backend.label}/{e['path']}"
+        if not self.private_reads:
+            log.warning("cache %s is full of files other readers hold (budget %d bytes): reading %s into memory "
+                        "instead; raise cache_bytes to share it", self.cache.root, self.cache.budget, label)
+        for j in self.private - {i}:
+            self.lru.pop(j, None)
+            self.maps[j] = None
+        data = self.backend.read_private(e["path"])
+        _raise_if_corrupt(label, len(data), hashlib.sha256(data).hexdigest(), e["bytes"], e["sha256"])
+        self.private, self.private_reads = {i}, self.private_reads + 1
+        self.maps[i] = np.frombuffer(data, dtype=self.dtype).reshape(e["samples"], self.sample_len)
+        return self.maps[i]
+
+    def prefetch_one(self, i: int) -> bool:
+        """Hold shard i in the cache for a coming read (prefetch thread): never evicting a hold of this or any
+        reader; False when the directory has no room."""
+        e = self.entries[i]
+        if self._held(e["path"], e["sha256"], e["bytes"], None) is None:
+            return False
+        with self.ahead_lock:
+            if self.maps[i] is None and self.opening != i:  # else a read has it already: not ahead
+                self.ahead[i] = e["bytes"]
+        return True
+
+    def unhold_ahead(self, keep: set[int]) -> None:
+        """Release prefetched shards no longer wanted (not opened by a read meanwhile)."""
+        with self.ahead_lock:  # a read opening one of them waits for this, or is skipped (opening)
+            gone = [i for i in self.ahead if i not in keep]
+            for i in gone:
+                del self.ahead[i]
+            busy = {self.entries[j]["sha256"] for j, m in enumerate(self.maps) if m is not None}
+            if self.opening is not None:
+                busy.add(self.entries[self.opening]["sha256"])
+            for i in gone:
+                sha = self.entries[i]["sha256"]
+                if sha not in busy and sha not in self.pinned:
+                    self.cache.release(sha)
 
     def file(self, rel: str, sha: str, nbytes: int) -> str:
         """A non-shard file as a local path, verified; a remote one stays held until close()."""
@@ -604,7 +756,7 @@ class _Shards:
             path = self.backend.local_path(rel)
             self._verify(f"{self.backend.label}/{rel}", path, nbytes, sha)
             return path
-        path = self._held(rel, sha, nbytes).name
+        path = self._held(rel, sha, nbytes, self, over_ok=True).name  # a path must exist: may go over
         self.pinned.add(sha)
         return path
 
@@ -617,22 +769,127 @@ class _Shards:
 
     def close(self) -> None:
         self.lru.clear()
+        self.private.clear()
+        with self.ahead_lock:
+            self.ahead.clear()
         self.maps[:] = [None] * len(self.maps)
         if self.cache is not None:
             self.cache.close()
         self.pinned.clear()
 
 
+class _Prefetcher:
+    """A daemon thread that holds, in the shared cache, the shards of the positions a reader will read next
+    (given by `want`, in reading order) while the reader reads the current ones: at most `limit` bytes of
+    shards ahead (fetched or adopted, verified, not yet opened by a read). It never evicts a hold of any
+    reader and skips when the directory has no room. A failure is kept and raised by the read of that shard.
+    It refers to the reader only weakly (`locate`), so dropping the reader stops it (see MixReader)."""
+
+    MAX_RANGES = 4096  # positions ranges looked at per want: enough ahead, bounded work when all is held
+
+    def __init__(self, shards: _Shards, locate: Callable[[range], list[int]], limit: int):
+        self.shards, self.locate, self.limit = shards, locate, limit
+        self.cv = threading.Condition()
+        self.pending: Iterator[range] | None = None
+        self.generation = 0
+        self.stopping = False
+        self.peak_ahead_bytes = 0
+        self.thread: threading.Thread | None = None
+
+    def want(self, ranges: Iterable[range]) -> None:
+        with self.cv:
+            if self.stopping:
+                return
+            self.pending, self.generation = iter(ranges), self.generation + 1
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="mix-reader-prefetch", daemon=True)
+                self.thread.start()
+            self.cv.notify()
+
+    def stop(self, timeout: float = 60.0) -> None:
+        with self.cv:
+            self.stopping, self.pending = True, None
+            self.cv.notify()
+        t = self.thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout)
+            if t.is_alive():  # pragma: no cover - a download that does not return
+                log.warning("prefetch thread still fetching after %.0f s; left as a daemon", timeout)
+
+    def _plan(self, ranges: Iterator[range]) -> tuple[list[int], set[int]]:
+        """(shards to hold ahead, in first-use order over the ranges after the first, until `limit` bytes of
+        unopened ones; the first range's shards, which the read opens itself and which stay held)."""
+        order: dict[int, None] = {}
+        current: set[int] = set()
+        need = 0
+        for n, rng in zip(range(self.MAX_RANGES), ranges):
+            try:
+                ids = self.locate(rng)
+            except (IndexError, ReaderError):  # past the last allowed pass, or the reader is gone
+                break
+            if n == 0:
+                current.update(ids)
+                continue
+            for si in ids:
+                if si in order or si in current:
+                    continue
+                order[si] = None
+                if self.shards.maps[si] is None:
+                    need += self.shards.entries[si]["bytes"]
+                    if need > self.limit:
+                        return list(order)[:-1], current
+        return list(order), current
+
+    def _run(self) -> None:
+        while True:
+            with self.cv:
+                while self.pending is None and not self.stopping:
+                    self.cv.wait()
+                if self.stopping:
+                    return
+                ranges, gen, self.pending = self.pending, self.generation, None
+            plan, current = self._plan(ranges)
+            del ranges
+            self.shards.unhold_ahead(set(plan) | current)
+            for si in plan:
+                with self.cv:
+                    if self.stopping or self.generation != gen:
+                        break
+                if self.shards.maps[si] is not None or si in self.shards.ahead:
+                    continue
+                with self.shards.ahead_lock:
+                    ahead = sum(self.shards.ahead.values())
+                if ahead + self.shards.entries[si]["bytes"] > self.limit:
+                    break
+                try:
+                    if not self.shards.prefetch_one(si):
+                        break  # no room in the directory: the reads fetch for themselves
+                except Exception as e:  # raised by the read that needs this shard (the message names it)
+                    self.shards.prefetch_errors[si] = e
+                    break
+                with self.shards.ahead_lock:
+                    self.peak_ahead_bytes = max(self.peak_ahead_bytes, sum(self.shards.ahead.values()))
+
+
+def _stride(start: int, count: int) -> Iterator[range]:
+    """[start, start + count), then the next count, and so on (a sequential reader's batches)."""
+    while True:
+        yield range(start, start + count)
+        start += count
+
+
 class MixReader:
     """Positional reader over one split of a mix. Build with `open_mix`."""
 
     def __init__(self, backend, manifest: dict, *, split: str, shuffle_seed: int, shuffle: bool,
-                 epochs: int | None, cache_bytes: int, cache_dir: Path):
+                 epochs: int | None, cache_bytes: int, cache_dir: Path, shuffle_window: int | None = None,
+                 prefetch_bytes: int = 0):
         if split not in manifest["splits"]:
             raise ReaderError(f"{backend.label}: no split {split!r} in manifest (has {sorted(manifest['splits'])})")
         self._backend = backend
         self._cache_dir = cache_dir
         self._cache_bytes = cache_bytes
+        self._prefetch_bytes = prefetch_bytes
         self.manifest = manifest
         self.split = split
         self.fingerprint: str = manifest["fingerprint"]
@@ -641,6 +898,12 @@ class MixReader:
         self.dtype = np.dtype(manifest["dtype"]).newbyteorder("<")
         self.shuffle_seed = int(shuffle_seed)
         self.shuffle = bool(shuffle)
+        if shuffle_window is not None and (not _is_int(shuffle_window) or shuffle_window < 1):
+            raise ValueError(f"shuffle_window must be a number of shards >= 1 or None, got {shuffle_window!r}")
+        if shuffle_window is not None and not self.shuffle:
+            raise ValueError("shuffle_window applies to a shuffled reader; this one reads storage order")
+        self.shuffle_window = None if shuffle_window is None else int(shuffle_window)
+        self.shuffle_scheme = "global" if shuffle_window is None else "shard_window"
         if epochs is not None and epochs < 1:
             raise ValueError(f"epochs must be >= 1 or None (unbounded), got {epochs}")
         self.epochs = epochs
@@ -656,6 +919,14 @@ class MixReader:
         self._maps = self._shards.maps  # the same list object: hot-path alias
         self._remote = backend.remote
         self._perm_cache: dict[int, np.ndarray] = {}
+        self._perm_lock = threading.Lock()
+        self._prefetcher: _Prefetcher | None = None
+        if prefetch_bytes < 0:
+            raise ValueError(f"prefetch_bytes must be >= 0, got {prefetch_bytes}")
+        if prefetch_bytes and backend.remote:
+            me = weakref.ref(self)
+            self._prefetcher = _Prefetcher(self._shards, lambda rng: _shards_of(me, rng), prefetch_bytes)
+            weakref.finalize(self, self._prefetcher.stop)  # dropping the reader stops its thread
         self._perm0 = self._perm(0)
         self.shuffle_perm_sha = perm_sha(self._perm0)
         self.samples_consumed = 0
@@ -663,9 +934,19 @@ class MixReader:
 
     # -- order ---------------------------------------------------------------------------------------------
     def _perm(self, epoch: int) -> np.ndarray:
+        with self._perm_lock:  # the prefetch thread locates shards too
+            return self._perm_locked(epoch)
+
+    def _perm_locked(self, epoch: int) -> np.ndarray:
         p = self._perm_cache.get(epoch)
         if p is None:
-            p = permutation(self._n, self.shuffle_seed, epoch) if self.shuffle else np.arange(self._n, dtype=np.int64)
+            if not self.shuffle:
+                p = np.arange(self._n, dtype=np.int64)
+            elif self.shuffle_window is None:
+                p = permutation(self._n, self.shuffle_seed, epoch)
+            else:
+                p = shard_window_permutation([e["samples"] for e in self._shards.entries], self.shuffle_seed,
+                                             epoch, self.shuffle_window)
             if len(self._perm_cache) >= 2:  # current epoch and epoch 0 are enough
                 self._perm_cache.pop(max(k for k in self._perm_cache if k != 0))
             self._perm_cache[epoch] = p
@@ -673,6 +954,27 @@ class MixReader:
 
     def epoch_perm_sha(self, epoch: int) -> str:
         return perm_sha(self._perm(epoch))
+
+    def shards_of(self, positions: range) -> list[int]:
+        """The split's shard indices that train positions `positions` read, in first-use order."""
+        if not len(positions):
+            return []
+        self._check_range(positions.start, len(positions))
+        return list(dict.fromkeys(self._shard_index(self._storage(positions.start, len(positions))).tolist()))
+
+    def prefetch(self, ranges: Iterable[range]) -> None:
+        """Tell the prefetch thread which positions are read from now on, in reading order, the first range
+        being the read about to happen (replacing what it was told before): it holds the shards of the later
+        ranges up to prefetch_bytes ahead, and keeps holding the first range's. A no-op without
+        prefetch_bytes or when local. `batch`/`next_batch` call it themselves from the cursor on."""
+        if self._prefetcher is not None:
+            self._prefetcher.want(ranges)
+
+    @property
+    def prefetched_bytes(self) -> int:
+        """Bytes of shards the prefetch thread holds that no read has opened yet."""
+        with self._shards.ahead_lock:
+            return sum(self._shards.ahead.values())
 
     def _check_range(self, k: int, count: int = 1) -> None:
         if k < 0:
@@ -707,9 +1009,8 @@ class MixReader:
             self._shards.lru.move_to_end(si)
         return mm[g - self._starts[si]].copy()
 
-    def samples(self, start: int, count: int) -> np.ndarray:
-        """Samples [start, start + count) as one (count, sample_len) array; pure."""
-        self._check_range(start, count)
+    def _storage(self, start: int, count: int) -> np.ndarray:
+        """Storage indices of train positions [start, start + count)."""
         idx = np.empty(count, dtype=np.int64)
         pos = 0
         while pos < count:  # one slice per epoch touched
@@ -717,21 +1018,35 @@ class MixReader:
             take = min(count - pos, self._n - i)
             idx[pos:pos + take] = self._perm(e)[i:i + take]
             pos += take
-        shard = np.searchsorted(self._starts_arr, idx, side="right") - 1
+        return idx
+
+    def _shard_index(self, idx: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self._starts_arr, idx, side="right") - 1
+
+    def samples(self, start: int, count: int) -> np.ndarray:
+        """Samples [start, start + count) as one (count, sample_len) array; pure."""
+        self._check_range(start, count)
+        idx = self._storage(start, count)
+        shard = self._shard_index(idx)
         rows = idx - self._starts_arr[shard]
         out = np.empty((count, self.sample_len), dtype=self.dtype)
         shard_list = shard.tolist()
         maps = self._maps
-        for si in dict.fromkeys(shard_list):  # open (fetch) what is missing, mark the rest recently used
-            if maps[si] is None:
-                self._shards.open(si)
-            elif self._remote:
-                self._shards.lru.move_to_end(si)
-        if any(maps[si] is None for si in dict.fromkeys(shard_list)):
-            # The cache cannot hold every shard of this batch at once: open shard by shard as rows need them.
-            for j, si, row in zip(range(count), shard_list, rows.tolist()):
-                out[j] = (maps[si] if maps[si] is not None else self._shards.open(si))[row]
+        uniq = dict.fromkeys(shard_list)
+        if any(maps[si] is None for si in uniq):
+            # Shard by shard, each opened (fetched) once: a batch may touch more shards than the cache holds.
+            for si in uniq:
+                m = maps[si]
+                if m is None:
+                    m = self._shards.open(si)
+                elif self._remote:
+                    self._shards.lru.move_to_end(si)
+                sel = shard == si
+                out[sel] = m[rows[sel]]
             return out
+        if self._remote:
+            for si in uniq:  # mark recently used
+                self._shards.lru.move_to_end(si)
         # Row by row: one copy per sample straight into `out` (cheaper than masks + fancy indexing).
         for j, si, row in zip(range(count), shard_list, rows.tolist()):
             out[j] = maps[si][row]
@@ -756,6 +1071,8 @@ class MixReader:
     def _consume(self, count: int) -> np.ndarray:
         if count < 1:
             raise ValueError(f"batch_size must be >= 1, got {count}")
+        if self._prefetcher is not None:  # from this batch on: its shards stay held, the next ones come
+            self.prefetch(_stride(self.samples_consumed, count))
         out = self.samples(self.samples_consumed, count)
         self.samples_consumed += count
         self.step += 1
@@ -804,6 +1121,8 @@ class MixReader:
             "shuffle": self.shuffle,
             "shuffle_seed": self.shuffle_seed,
             "shuffle_perm_sha": self.shuffle_perm_sha,
+            "shuffle_scheme": self.shuffle_scheme,
+            "shuffle_window": self.shuffle_window,
             "epochs": self.epochs,
             "epoch": epoch,
             "epoch_perm_sha": self.epoch_perm_sha(epoch),
@@ -825,6 +1144,8 @@ class MixReader:
             "num_samples": "a different number of samples",
             "shuffle": "shuffling switched on/off",
             "shuffle_seed": "a different shuffle seed",
+            "shuffle_scheme": "a different shuffle scheme (global / shard_window)",
+            "shuffle_window": "a different shuffle window (shards per window)",
             "shuffle_perm_sha": "a different permutation (same seed, other algorithm or sample count)",
         }
         diffs = [f"{k}: checkpoint {st[k]!r}, this reader {mine[k]!r} ({reason})"
@@ -881,7 +1202,10 @@ class MixReader:
         return 0 if self._shards.cache is None else self._shards.cache.resident_bytes()
 
     def close(self) -> None:
-        """Release this reader's hold on cached files (they become evictable); reads after this re-open them."""
+        """Stop the prefetch thread and release this reader's hold on cached files (they become evictable);
+        reads after this re-open them (without prefetch)."""
+        if self._prefetcher is not None:
+            self._prefetcher.stop()
         self._shards.close()
 
     def __enter__(self) -> MixReader:
@@ -902,12 +1226,20 @@ class MixReader:
         """A separate reader over the val split (storage order, one pass) sharing this location and cache dir."""
         return MixReader(self._backend, self.manifest, split="val",
                          shuffle_seed=self.shuffle_seed if shuffle_seed is None else shuffle_seed,
-                         shuffle=shuffle, epochs=1, cache_bytes=self._cache_bytes, cache_dir=self._cache_dir)
+                         shuffle=shuffle, epochs=1, cache_bytes=self._cache_bytes, cache_dir=self._cache_dir,
+                         prefetch_bytes=self._prefetch_bytes)
 
     def __repr__(self) -> str:
         return (f"MixReader({self._backend.label!r}, split={self.split!r}, samples={self._n}, "
                 f"sample_len={self.sample_len}, fingerprint={self.fingerprint[:12]}…, "
                 f"cursor={self.samples_consumed})")
+
+
+def _shards_of(reader_ref: weakref.ref, positions: range) -> list[int]:
+    r = reader_ref()
+    if r is None:
+        raise ReaderError("the reader is gone")
+    return r.shards_of(positions)
 
 
 def _default_cache_dir() -> Path:
@@ -922,7 +1254,9 @@ def open_mix(
     split: str = "train",
     *,
     shuffle: bool | None = None,
+    shuffle_window: int | None = None,
     epochs: int | None = 1,
+    prefetch_bytes: int = 0,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     expected_fingerprint: str | None = None,
     s3_endpoint_url: str | None = None,
@@ -932,7 +1266,9 @@ def open_mix(
 ) -> MixReader:
     """Open one split of a published mix (see the module doc).
 
-    shuffle: default True for train, False for val. epochs: passes allowed (None: unbounded).
+    shuffle: default True for train, False for val. shuffle_window: None for one global permutation, or K for
+    the shard_window scheme (windows of K shards; a batch touches at most 2K shards). prefetch_bytes: bound on
+    shards a background thread fetches ahead of the reads (0: no thread). epochs: passes allowed (None: unbounded).
     cache_bytes: bound on remote shards kept in cache_dir (default $MIX_READER_CACHE or
     ~/.cache/mix_assets/reader). expected_fingerprint: refuse any other mix. s3_client: a ready boto3
     S3 client (tests, custom sessions).
@@ -957,7 +1293,8 @@ def open_mix(
                                   f"{expected_fingerprint} (a different dataset)")
     reader = MixReader(backend, manifest, split=split, shuffle_seed=shuffle_seed,
                        shuffle=(split == "train") if shuffle is None else shuffle,
-                       epochs=epochs, cache_bytes=cache_bytes, cache_dir=cache)
+                       epochs=epochs, cache_bytes=cache_bytes, cache_dir=cache, shuffle_window=shuffle_window,
+                       prefetch_bytes=prefetch_bytes)
     if backend.remote:  # a local config was checked above; the fingerprinted config binds the interpretation
         problems = interpretation_problems(manifest, lambda rel: io.BytesIO(backend.read_small(rel)))
         if problems:

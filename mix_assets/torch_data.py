@@ -23,7 +23,8 @@ ResumeMismatchError as MixReader.load_state_dict does.
 Map-style: MixMapDataset(location, ...)[k] is train sample k; `ds.batch_sampler(B, ...)` yields each
 step's rank slice for DataLoader(ds, batch_sampler=..., num_workers=n), workers being stateless fetchers.
 
-Each process (rank, worker) opens its own reader from the location and open_mix arguments (a reader is
+With `prefetch_bytes=` (an open_mix argument) each worker's reader fetches the shards of that worker's next
+steps in a background thread. Each process (rank, worker) opens its own reader from the location and open_mix arguments (a reader is
 never pickled or shared across fork), so `s3_client=` objects must be picklable under spawn.
 """
 
@@ -105,8 +106,10 @@ class MixIterableDataset(_MixSource, IterableDataset):
     def __iter__(self) -> Iterator[dict]:
         info = get_worker_info()
         w, n = (info.id, info.num_workers) if info is not None else (0, 1)
-        for s in self.plan.steps(w, n):
-            pos = self.plan.positions(s)
+        steps, plan = self.plan.steps(w, n), self.plan
+        for i, s in enumerate(steps):
+            pos = plan.positions(s)
+            self.reader.prefetch(plan.positions(t) for t in steps[i:])  # this worker's steps from this one on
             yield {"step": s, "tokens": _tokens(self.reader.samples(pos.start, len(pos))),
                    "positions": torch.arange(pos.start, pos.stop)}
 

@@ -64,6 +64,23 @@ def test_dataloader_two_workers_ranks_union_is_the_readers_batch(mix, tmp_path):
             assert (torch.cat([it["tokens"] for it in its]).numpy() == want[s]).all()
 
 
+def test_workers_with_prefetch_and_shard_windows_over_s3_read_the_readers_batches(mix, tmp_path):
+    from mix_assets_tests.support.fakeremotes import FakeS3Client
+
+    kw = {"shuffle_seed": SEED, "shuffle_window": 2, "cache_dir": tmp_path / "c", "cache_bytes": 4 * 13 * 16 * 2}
+    s3 = FakeS3Client("bucket", mix.parent, prefix="mix")
+    r = open_mix("s3://bucket/mix", s3_client=s3, **kw)
+    want = {s: r.batch(s, B).astype(np.int64) for s in range(len(r) // B)}
+    for world in (1, 2):
+        for rank in range(world):
+            ds = MixIterableDataset("s3://bucket/mix", B, rank=rank, world_size=world, prefetch_bytes=2 * 13 * 16 * 2,
+                                    s3_client=FakeS3Client("bucket", mix.parent, prefix="mix"), **kw)
+            for it in DataLoader(ds, batch_size=None, num_workers=2):
+                b = B // world
+                assert (it["tokens"].numpy() == want[it["step"]][rank * b:(rank + 1) * b]).all()
+            assert ds.state_dict(3)["shuffle_scheme"] == "shard_window"
+
+
 def test_map_style_with_batch_sampler_and_workers(mix, tmp_path):
     want = single_batches(mix, tmp_path / "c")
     ds = MixMapDataset(mix, shuffle_seed=SEED, cache_dir=tmp_path / "c")
