@@ -79,8 +79,9 @@ class DedupParams:
         return lsh.recall_params(self.threshold, self.num_perm, self.fp_weight, self.fn_weight)
 
 
-def _check_columns(path: str, source: str) -> None:
-    missing = {"doc_id", "text", "n_chars"} - set(pq.ParquetFile(path).schema_arrow.names)
+def _check_columns(path, source: str) -> None:
+    with engine.open_parquet(path) as f:
+        missing = {"doc_id", "text", "n_chars"} - set(f.schema_arrow.names)
     if missing:
         raise DedupInputError(f"{path}: missing column(s) {sorted(missing)} (source {source})")
 
@@ -123,8 +124,10 @@ def sign_chunk(chunk: SignChunk) -> SignedChunk:
                        int(pc.sum(pc.binary_length(t.column("text"))).as_py() or 0))
 
 
-def sign_chunks(sources: Mapping[str, str], params: DedupParams, eng: engine.Engine) -> list[SignChunk]:
-    """The map tasks, sources in sorted order, each file cut into `eng.chunk_rows` row ranges."""
+def sign_chunks(sources: Mapping[str, str | engine.FileAt], params: DedupParams,
+                eng: engine.Engine) -> list[SignChunk]:
+    """The map tasks, sources in sorted order (one map over all of them), each file cut into
+    `eng.chunk_rows` row ranges; a `FileAt` (tables.raw_files) names where any worker reads it."""
     parallel = eng.kind == "ray" or eng.num_cpus > 1
     out = []
     for name in sorted(sources):
@@ -138,7 +141,7 @@ def dedup_keys_table(
     sources: Mapping[str, str], priorities: Mapping[str, int], params: DedupParams,
     eng: engine.Engine = engine.Engine(), log=None, storage=None, raw_versions: Optional[Mapping[str, str]] = None,
 ) -> tuple[pa.Table, dict]:
-    """Dedup keys for every document of every source ({source: documents parquet path}).
+    """Dedup keys for every document of every source ({source: documents parquet path or `engine.FileAt`}).
 
     Map (`sign_sources`): `sign_chunk` over bounded row ranges on `eng` (in process or Ray tasks),
     written per source to `storage` (layout.DEDUP_SIGNATURES; a temporary folder without one);
@@ -197,7 +200,8 @@ def stored_signatures(storage, sources: Mapping[str, str], raw_versions: Mapping
     for n in sorted(sources):
         key = signatures_key(n)
         want = sig.describe(raw_versions.get(n), params.num_perm, params.shingle, params.seed)
-        rows = pq.ParquetFile(sources[n]).metadata.num_rows
+        with engine.open_parquet(sources[n]) as f:
+            rows = f.metadata.num_rows
         if storage.exists(key) and sig.matches(storage.source(key), want, rows):
             out[n] = storage.source(key)
     return out
