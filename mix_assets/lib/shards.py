@@ -234,7 +234,8 @@ def _encode_sources(budgets, per_source: dict[str, _SourceDocs], raw_paths, enc:
             k = int(np.searchsorted(est, need * 1.10 + 64, side="left")) + 1
             upto = min(n_sel, done[s] + max(k, 16))
             reads.append((s, upto, np.arange(sd.n_val + done[s], sd.n_val + upto, dtype=np.int64)))
-        _read_sources([(raw_paths[s], per_source[s], wanted) for s, _, wanted in reads], enc)
+        if reads:
+            _read_sources([(raw_paths[s], per_source[s], wanted) for s, _, wanted in reads], enc)
         for s, upto, _ in reads:
             done[s], rounds[s] = upto, rounds[s] + 1
         for s in [s for s in active if s not in {r[0] for r in reads}]:  # finished: budget met or exhausted
