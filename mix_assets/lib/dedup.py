@@ -253,36 +253,63 @@ def _per_source_kills(names: list[str], src: np.ndarray, code: np.ndarray) -> di
                 "near_dup": int(counts[k, lsh.NEAR_DUP])} for k, n in enumerate(names) if counts[k].sum()}
 
 
-def check_clusters(table: pa.Table) -> list[str]:
-    """Problems with a dedup keys table (empty list = consistent)."""
-    problems = []
-    d = table.to_pydict()
-    n = len(d["doc_id"])
-    if len(set(d["doc_id"])) != n:
-        problems.append("doc_id is not unique")
-    members: dict[str, list[int]] = {}
-    for i, c in enumerate(d["cluster_id"]):
-        members.setdefault(c, []).append(i)
-    index = {x: i for i, x in enumerate(d["doc_id"])}
-    for c, rows in members.items():
-        kept = [i for i in rows if d["keep"][i]]
-        if c not in index or not d["keep"][index[c]]:
+def check_clusters(table: pa.Table, limit: int = 20) -> list[str]:
+    """Problems with a dedup keys table (empty list = consistent), at most `limit`: doc_id uniqueness, then
+    per cluster in order of first appearance its id, kept count and sizes, then its members' reasons in
+    row order, then exact keys spread over several clusters. Columns as numpy arrays, no per-document
+    Python objects."""
+    n = table.num_rows
+    doc = table.column("doc_id").combine_chunks()
+    problems = [] if pc.count_distinct(doc, mode="all").as_py() == n else ["doc_id is not unique"]
+    code, clusters = _codes(table.column("cluster_id"))
+    keep = np.asarray(table.column("keep").fill_null(False).to_numpy(), bool)
+    size = np.bincount(code, minlength=len(clusters))
+    # each cluster id's row (a doc_id twice: its last row)
+    at = pc.index_in(clusters, value_set=doc.take(pa.array(np.arange(n - 1, -1, -1, dtype=np.int64))))
+    found = at.is_valid().to_numpy(zero_copy_only=False)
+    row = np.where(found, n - 1 - at.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), 0)
+    bad_id = ~found | ~keep[row] if n else found
+    bad_kept = np.bincount(code, weights=keep, minlength=len(clusters)) != 1
+    cs = np.asarray(table.column("cluster_size").fill_null(-1).to_numpy(), np.int64)
+    bad_size = np.bincount(code, weights=cs != size[code], minlength=len(clusters)) > 0
+    kc, _ = _codes(table.column("exact_key"))
+    same = (kc == kc[row[code]]) & found[code]
+    want = np.where(keep, 0, np.where(same, 1, 2))  # REASON_NAMES
+    reason = table.column("reason")
+    got = np.select([reason.is_null().to_numpy(zero_copy_only=False),
+                     pc.equal(reason, "exact_dup").fill_null(False).to_numpy(zero_copy_only=False),
+                     pc.equal(reason, "near_dup").fill_null(False).to_numpy(zero_copy_only=False)], [0, 1, 2], 3)
+    bad_rows = np.flatnonzero(got != want)
+    # problems in table order: (cluster, kind, row), kinds 0-2 per cluster, 3 per member
+    ks = [np.flatnonzero(b) for b in (bad_id, bad_kept, bad_size)] + [code[bad_rows]]
+    kinds = np.repeat(np.arange(4), [len(k) for k in ks])
+    rows = np.concatenate([np.zeros(sum(len(k) for k in ks[:3]), np.int64), bad_rows])
+    clus = np.concatenate(ks)
+    for i in np.lexsort((rows, kinds, clus))[:limit].tolist():
+        c, kind, r = clusters[int(clus[i])].as_py(), int(kinds[i]), int(rows[i])
+        if kind == 0:
             problems.append(f"cluster {c}: its id is not a kept document")
-        if len(kept) != 1:
-            problems.append(f"cluster {c}: {len(kept)} kept members (expected 1)")
-        if any(d["cluster_size"][i] != len(rows) for i in rows):
-            problems.append(f"cluster {c}: cluster_size differs from its {len(rows)} members")
-        for i in rows:
-            want = None if d["keep"][i] else ("exact_dup" if d["exact_key"][i] == d["exact_key"][index[c]] else "near_dup")
-            if d["reason"][i] != want:
-                problems.append(f"doc {d['doc_id'][i]}: reason {d['reason'][i]!r}, expected {want!r}")
-    by_key: dict[str, set] = {}
-    for k, c in zip(d["exact_key"], d["cluster_id"]):
-        by_key.setdefault(k, set()).add(c)
-    split = [k for k, cs in by_key.items() if len(cs) > 1]
+        elif kind == 1:
+            problems.append(f"cluster {c}: {int(keep[code == clus[i]].sum())} kept members (expected 1)")
+        elif kind == 2:
+            problems.append(f"cluster {c}: cluster_size differs from its {int(size[clus[i]])} members")
+        else:
+            problems.append(f"doc {doc[r].as_py()}: reason {reason[r].as_py()!r}, "
+                            f"expected {REASON_NAMES[int(want[r])]!r}")
+    pairs = np.unique(kc * max(len(clusters), 1) + code)
+    split = int((np.bincount(pairs // max(len(clusters), 1)) > 1).sum()) if len(pairs) else 0
     if split:
-        problems.append(f"{len(split)} exact key(s) spread over several clusters")
-    return problems[:20]
+        problems.append(f"{split} exact key(s) spread over several clusters")
+    return problems[:limit]
+
+
+REASON_NAMES = (None, "exact_dup", "near_dup")
+
+
+def _codes(col) -> tuple[np.ndarray, pa.Array]:
+    """(int64 code per row, the distinct values in order of first appearance; null is a value)."""
+    enc = pc.dictionary_encode(col.combine_chunks(), null_encoding="encode")
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary
 
 
 # -- exclusion masks ---------------------------------------------------------------------------
