@@ -153,6 +153,7 @@ def test_check_clusters_equals_the_per_document_reference(seed):
     rng = random.Random(seed)
     rows = _consistent_keys(rng, 60)
     assert lib.check_clusters(pa.Table.from_pylist(rows, schema=lib.DEDUP_SCHEMA)) == []
+    assert lib.check_clusters(lib.DEDUP_SCHEMA.empty_table()) == []
     kept_ids = [r["doc_id"] for r in rows if r["keep"]]
     dropped_ids = [r["doc_id"] for r in rows if not r["keep"]]
     for _ in range(rng.randint(1, 30) if seed else 0):
