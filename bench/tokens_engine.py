@@ -105,6 +105,7 @@ def child(variant: str, cfg: str, code: str) -> dict:
         ray.shutdown()
     return {"variant": variant, "secs": wall, "cpu_secs": cpu, "ray_start_secs": ray_secs,
             "peak_rss_mb": peak_rss_mb(), "child_rss_mb": child_rss, "encoded_mb": res.encoded_bytes / 1e6,
+            "rounds": res.rounds, "encoded_train_docs": {k: v.encoded_train_documents for k, v in res.sources.items()},
             "stats_sha256": hashlib.sha256(st.read_bytes(layout.SHARD_STATS)).hexdigest()}
 
 
@@ -169,7 +170,8 @@ def main() -> None:
             print(f"rep {rep} {v:8s} {r['secs']:6.1f} s  cpu {r['cpu_secs']:6.1f} s  "
                   f"rss {r['peak_rss_mb']:5.0f} MB (largest child {r['child_rss_mb']:4.0f})  "
                   f"encoded {r['encoded_mb']:.1f} MB  ray start {r['ray_start_secs']:.1f} s  "
-                  f"load {la[0]:.2f} {la[1]:.2f}  stats {r['stats_sha256'][:12]}", flush=True)
+                  f"load {la[0]:.2f} {la[1]:.2f}  stats {r['stats_sha256'][:12]}  rounds {r.get('rounds')}  "
+                  f"encoded train docs {r.get('encoded_train_docs')}", flush=True)
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
         names = [s.name for s in spec_now.sources]
         inputs = verified_inputs(storage, "dedup_keys", [raw_name(s) for s in names])
         started = time.monotonic()
-        table, st = lib.dedup_keys_table(tables.raw_paths(storage, names),
+        table, st = lib.dedup_keys_table(tables.raw_files(storage, names),
                                          {s.name: s.priority for s in spec_now.sources}, lib.dedup_params(spec_now),
                                          engine.engine, log=context.log, storage=storage,
                                          raw_versions={s: inputs[raw_name(s)] for s in names})

@@ -54,7 +54,7 @@ def build_split_assets(spec: MixSpec) -> list:
                                  ["validation_split", "dedup_keys", *(raw_name(x) for x in names)])
         split = pq.read_table(st.source(layout.VALIDATION_SPLIT))
         d = measure_disjointness(split)
-        raw, p = tables.raw_paths(st, names), dedup_lib.dedup_params(s)
+        raw, p = tables.raw_files(st, names), dedup_lib.dedup_params(s)
         # dedup_keys' signature files when its lineage lists them (so verified_inputs hashed them)
         recorded_keys = set(lineage.read_record(st, "dedup_keys")["outputs"])
         versions = {n: inputs[raw_name(n)] for n in names}

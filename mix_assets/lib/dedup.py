@@ -79,8 +79,9 @@ class DedupParams:
         return lsh.recall_params(self.threshold, self.num_perm, self.fp_weight, self.fn_weight)
 
 
-def _check_columns(path: str, source: str) -> None:
-    missing = {"doc_id", "text", "n_chars"} - set(pq.ParquetFile(path).schema_arrow.names)
+def _check_columns(path, source: str) -> None:
+    with engine.open_parquet(path) as f:
+        missing = {"doc_id", "text", "n_chars"} - set(f.schema_arrow.names)
     if missing:
         raise DedupInputError(f"{path}: missing column(s) {sorted(missing)} (source {source})")
 
@@ -123,8 +124,10 @@ def sign_chunk(chunk: SignChunk) -> SignedChunk:
                        int(pc.sum(pc.binary_length(t.column("text"))).as_py() or 0))
 
 
-def sign_chunks(sources: Mapping[str, str], params: DedupParams, eng: engine.Engine) -> list[SignChunk]:
-    """The map tasks, sources in sorted order, each file cut into `eng.chunk_rows` row ranges."""
+def sign_chunks(sources: Mapping[str, str | engine.FileAt], params: DedupParams,
+                eng: engine.Engine) -> list[SignChunk]:
+    """The map tasks, sources in sorted order (one map over all of them), each file cut into
+    `eng.chunk_rows` row ranges; a `FileAt` (tables.raw_files) names where any worker reads it."""
     parallel = eng.kind == "ray" or eng.num_cpus > 1
     out = []
     for name in sorted(sources):
@@ -138,7 +141,7 @@ def dedup_keys_table(
     sources: Mapping[str, str], priorities: Mapping[str, int], params: DedupParams,
     eng: engine.Engine = engine.Engine(), log=None, storage=None, raw_versions: Optional[Mapping[str, str]] = None,
 ) -> tuple[pa.Table, dict]:
-    """Dedup keys for every document of every source ({source: documents parquet path}).
+    """Dedup keys for every document of every source ({source: documents parquet path or `engine.FileAt`}).
 
     Map (`sign_sources`): `sign_chunk` over bounded row ranges on `eng` (in process or Ray tasks),
     written per source to `storage` (layout.DEDUP_SIGNATURES; a temporary folder without one);
@@ -197,7 +200,8 @@ def stored_signatures(storage, sources: Mapping[str, str], raw_versions: Mapping
     for n in sorted(sources):
         key = signatures_key(n)
         want = sig.describe(raw_versions.get(n), params.num_perm, params.shingle, params.seed)
-        rows = pq.ParquetFile(sources[n]).metadata.num_rows
+        with engine.open_parquet(sources[n]) as f:
+            rows = f.metadata.num_rows
         if storage.exists(key) and sig.matches(storage.source(key), want, rows):
             out[n] = storage.source(key)
     return out
@@ -249,36 +253,64 @@ def _per_source_kills(names: list[str], src: np.ndarray, code: np.ndarray) -> di
                 "near_dup": int(counts[k, lsh.NEAR_DUP])} for k, n in enumerate(names) if counts[k].sum()}
 
 
-def check_clusters(table: pa.Table) -> list[str]:
-    """Problems with a dedup keys table (empty list = consistent)."""
-    problems = []
-    d = table.to_pydict()
-    n = len(d["doc_id"])
-    if len(set(d["doc_id"])) != n:
-        problems.append("doc_id is not unique")
-    members: dict[str, list[int]] = {}
-    for i, c in enumerate(d["cluster_id"]):
-        members.setdefault(c, []).append(i)
-    index = {x: i for i, x in enumerate(d["doc_id"])}
-    for c, rows in members.items():
-        kept = [i for i in rows if d["keep"][i]]
-        if c not in index or not d["keep"][index[c]]:
+def check_clusters(table: pa.Table, limit: int = 20) -> list[str]:
+    """Problems with a dedup keys table (empty list = consistent), at most `limit`: doc_id uniqueness, then
+    per cluster in order of first appearance its id, kept count and sizes, then its members' reasons in
+    row order, then exact keys spread over several clusters. Columns as numpy arrays, no per-document
+    Python objects."""
+    n = table.num_rows
+    doc = table.column("doc_id").combine_chunks()
+    problems = [] if len(_codes(table.column("doc_id"))[1]) == n else ["doc_id is not unique"]
+    code, clusters = _codes(table.column("cluster_id"))
+    keep = np.asarray(table.column("keep").fill_null(False).to_numpy(), bool)
+    size = np.bincount(code, minlength=len(clusters))
+    # each cluster id's row (a doc_id twice: its last row)
+    at = pc.index_in(clusters, value_set=doc.take(pa.array(np.arange(n - 1, -1, -1, dtype=np.int64))))
+    found = at.is_valid().to_numpy(zero_copy_only=False)
+    row = np.where(found, n - 1 - at.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), 0)
+    bad_id = ~found | ~keep[row] if n else found
+    bad_kept = np.bincount(code, weights=keep, minlength=len(clusters)) != 1
+    cs = np.asarray(table.column("cluster_size").fill_null(-1).to_numpy(), np.int64)
+    bad_size = np.bincount(code, weights=cs != size[code], minlength=len(clusters)) > 0
+    kc, _ = _codes(table.column("exact_key"))
+    same = (kc == kc[row[code]]) & found[code]
+    want = np.where(keep, 0, np.where(same, 1, 2))  # REASON_NAMES
+    reason = table.column("reason")
+    got = np.select([reason.is_null().to_numpy(zero_copy_only=False),
+                     pc.equal(reason, "exact_dup").fill_null(False).to_numpy(zero_copy_only=False),
+                     pc.equal(reason, "near_dup").fill_null(False).to_numpy(zero_copy_only=False)], [0, 1, 2], 3)
+    bad_rows = np.flatnonzero(got != want)
+    # problems in table order: (cluster, kind, row), kinds 0-2 per cluster, 3 per member
+    ks = [np.flatnonzero(b) for b in (bad_id, bad_kept, bad_size)] + [code[bad_rows]]
+    kinds = np.repeat(np.arange(4), [len(k) for k in ks])
+    rows = np.concatenate([np.zeros(sum(len(k) for k in ks[:3]), np.int64), bad_rows])
+    clus = np.concatenate(ks)
+    for i in np.lexsort((rows, kinds, clus))[:limit].tolist():
+        c, kind, r = clusters[int(clus[i])].as_py(), int(kinds[i]), int(rows[i])
+        if kind == 0:
             problems.append(f"cluster {c}: its id is not a kept document")
-        if len(kept) != 1:
-            problems.append(f"cluster {c}: {len(kept)} kept members (expected 1)")
-        if any(d["cluster_size"][i] != len(rows) for i in rows):
-            problems.append(f"cluster {c}: cluster_size differs from its {len(rows)} members")
-        for i in rows:
-            want = None if d["keep"][i] else ("exact_dup" if d["exact_key"][i] == d["exact_key"][index[c]] else "near_dup")
-            if d["reason"][i] != want:
-                problems.append(f"doc {d['doc_id'][i]}: reason {d['reason'][i]!r}, expected {want!r}")
-    by_key: dict[str, set] = {}
-    for k, c in zip(d["exact_key"], d["cluster_id"]):
-        by_key.setdefault(k, set()).add(c)
-    split = [k for k, cs in by_key.items() if len(cs) > 1]
+        elif kind == 1:
+            problems.append(f"cluster {c}: {int(keep[code == clus[i]].sum())} kept members (expected 1)")
+        elif kind == 2:
+            problems.append(f"cluster {c}: cluster_size differs from its {int(size[clus[i]])} members")
+        else:
+            problems.append(f"doc {doc[r].as_py()}: reason {reason[r].as_py()!r}, "
+                            f"expected {REASON_NAMES[int(want[r])]!r}")
+    some = np.zeros(int(kc.max()) + 1 if n else 0, np.int64)
+    some[kc] = code  # one member's cluster per exact key (any member: a key is split iff others differ)
+    split = int((np.bincount(kc[code != some[kc]], minlength=len(some)) > 0).sum())
     if split:
-        problems.append(f"{len(split)} exact key(s) spread over several clusters")
-    return problems[:20]
+        problems.append(f"{split} exact key(s) spread over several clusters")
+    return problems[:limit]
+
+
+REASON_NAMES = (None, "exact_dup", "near_dup")
+
+
+def _codes(col) -> tuple[np.ndarray, pa.Array]:
+    """(int64 code per row, the distinct values in order of first appearance; null is a value)."""
+    enc = pc.dictionary_encode(col.combine_chunks(), null_encoding="encode")
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary
 
 
 # -- exclusion masks ---------------------------------------------------------------------------

@@ -165,6 +165,30 @@ class RowRange:
     endpoint_url: Optional[str] = None  # the S3-compatible endpoint of an s3:// path (None: AWS or env)
 
 
+@dataclass(frozen=True)
+class FileAt:
+    """One file where any worker reads it: a local path or an `s3://` URL (range GETs through
+    lib/transport) with its endpoint. Small and picklable, unlike an open file; every reader opens
+    its own (`open_parquet`)."""
+
+    path: str
+    endpoint_url: Optional[str] = None
+
+    def __str__(self) -> str:  # messages name the file
+        return self.path
+
+
+@contextlib.contextmanager
+def open_parquet(src):
+    """A `pq.ParquetFile` over a `FileAt`, a local path, or an open file (in process only)."""
+    if isinstance(src, FileAt):
+        with _parquet(src.path, src.endpoint_url) as f:
+            yield f
+    else:
+        with _parquet(src, None) as f:
+            yield f
+
+
 @contextlib.contextmanager
 def _parquet(path, endpoint_url: Optional[str]):
     if isinstance(path, str) and path.startswith("s3://"):
@@ -175,7 +199,10 @@ def _parquet(path, endpoint_url: Optional[str]):
 
 
 def row_ranges(path, chunk_rows: int, endpoint_url: Optional[str] = None) -> list[RowRange]:
-    """The file cut into consecutive ranges of `chunk_rows` rows (the last may be shorter)."""
+    """The file (a path, an s3:// URL or a `FileAt`) cut into consecutive ranges of `chunk_rows` rows
+    (the last may be shorter)."""
+    if isinstance(path, FileAt):
+        path, endpoint_url = path.path, path.endpoint_url
     with _parquet(path, endpoint_url) as f:
         n = f.metadata.num_rows
     return [RowRange(path, s, min(s + chunk_rows, n), endpoint_url) for s in range(0, n, chunk_rows)]

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
-from mix_assets.lib import engine, layout, scratch
+from mix_assets.lib import engine, layout, scratch, tables, transport
 from mix_assets.lib.packing import (
     Appearances,
     Packer,
@@ -194,42 +194,58 @@ def _selection_order(seed: int, ids: pa.Array) -> np.ndarray:
     return order
 
 
+def _round_estimate(sd: _SourceDocs, done: int, val: tuple[int, int], mix_val: tuple[int, int],
+                    guess: float) -> float:
+    """Bytes per token for a source's next round: its own train documents' once some are encoded, else
+    its own val documents' (encoded in round 0), else every source's val documents', else the guess.
+    Never another source's train documents, so a source's rounds do not depend on the other sources."""
+    have = int(sd.length[sd.n_val : sd.n_val + done].sum())
+    if have:
+        return float(sd.sel_bytes[:done].sum()) / have
+    for nbytes, tokens in (val, mix_val):
+        if tokens:
+            return nbytes / tokens
+    return guess
+
+
 def _encode_sources(budgets, per_source: dict[str, _SourceDocs], raw_paths, enc: _EncodeMap,
                     bytes_per_token_guess, result) -> None:
-    """Pass 1: per source, encode its val documents and the train prefix its budget needs; fail
-    with ShortfallError as soon as a source's kept train documents cannot fill its budget."""
-    for s in sorted(budgets):
-        sd = per_source[s]
-        n_val, n_sel, sel_bytes = sd.n_val, len(sd.ids) - sd.n_val, sd.sel_bytes
-        b = budgets[s]
-        done, rounds, with_val = 0, 0, n_val > 0
-        while True:
-            have = int(sd.length[n_val : n_val + done].sum())
-            # bytes/token: this source's own once some of it is encoded, else the mix's, else the guess
-            if have:
-                bpt = float(sel_bytes[:done].sum()) / have
-            else:
-                bpt = (enc.bytes / enc.tokens) if enc.tokens else bytes_per_token_guess
-            need = b.unique_budget - have
-            if need <= 0 or done == n_sel:
-                break
+    """Pass 1, in rounds, each ONE map over every source still short (chunks in source order, so
+    2 workers are not left idle at a source's tail): round 0 encodes every source's val documents;
+    round k >= 1 each source's next train prefix, sized from its own bytes/token estimate
+    (`_round_estimate`). A source whose kept train documents cannot fill its budget fails with
+    ShortfallError at the end of the round that exhausted it."""
+    names = sorted(budgets)
+    val = dict(zip(names, _read_sources(
+        [(raw_paths[s], per_source[s], np.arange(per_source[s].n_val, dtype=np.int64)) for s in names], enc)))
+    mix_val = tuple(int(sum(v[i] for v in val.values())) for i in (0, 1))
+    done, rounds, active = dict.fromkeys(names, 0), dict.fromkeys(names, 0), list(names)
+    while active:
+        reads = []
+        for s in active:
+            sd, n_sel = per_source[s], len(per_source[s].ids) - per_source[s].n_val
+            bpt = _round_estimate(sd, done[s], val[s], mix_val, bytes_per_token_guess)
+            need = budgets[s].unique_budget - int(sd.length[sd.n_val : sd.n_val + done[s]].sum())
+            if need <= 0 or done[s] == n_sel:
+                continue
             # estimated docs to reach the budget (+10 % so one round usually suffices); the final
             # cut uses true counts only, never this estimate
-            est = np.cumsum(sel_bytes[done:] / bpt)
+            est = np.cumsum(sd.sel_bytes[done[s]:] / bpt)
             k = int(np.searchsorted(est, need * 1.10 + 64, side="left")) + 1
-            upto = min(n_sel, done + max(k, 16))
-            wanted = np.arange(n_val + done, n_val + upto, dtype=np.int64)
-            if with_val:
-                wanted = np.concatenate([np.arange(n_val, dtype=np.int64), wanted])
-            _read_source(raw_paths[s], sd, wanted, enc)
-            with_val, done, rounds = False, upto, rounds + 1
-        if with_val:  # budget already met (or no train docs): still encode val
-            _read_source(raw_paths[s], sd, np.arange(n_val, dtype=np.int64), enc)
-        result.rounds[s] = rounds
-        lengths = sd.length[n_val : n_val + done]
-        n_unique, sd.apps = fill_budget(s, lengths, b.unique_budget, b.stream_budget, n_docs_available=n_sel)
-        result.sources[s] = SourceResult(unique_documents=n_unique, budget_tokens=b.stream_budget,
-                                         epochs=b.epochs, encoded_train_documents=done)
+            upto = min(n_sel, done[s] + max(k, 16))
+            reads.append((s, upto, np.arange(sd.n_val + done[s], sd.n_val + upto, dtype=np.int64)))
+        if reads:
+            _read_sources([(raw_paths[s], per_source[s], wanted) for s, _, wanted in reads], enc)
+        for s, upto, _ in reads:
+            done[s], rounds[s] = upto, rounds[s] + 1
+        for s in [s for s in active if s not in {r[0] for r in reads}]:  # finished: budget met or exhausted
+            active.remove(s)
+            sd, b = per_source[s], budgets[s]
+            result.rounds[s] = rounds[s]
+            n_unique, sd.apps = fill_budget(s, sd.length[sd.n_val : sd.n_val + done[s]], b.unique_budget,
+                                            b.stream_budget, n_docs_available=len(sd.ids) - sd.n_val)
+            result.sources[s] = SourceResult(unique_documents=n_unique, budget_tokens=b.stream_budget,
+                                             epochs=b.epochs, encoded_train_documents=done[s])
 
 
 class _SpillReader:
@@ -259,13 +275,14 @@ class TokenizerFile:
     """Where a map task loads the tokenizer from: a tokenizer.json path and its sha256 (the key of the
     per-process cache). Small and picklable; the tokenizer itself is never shipped."""
 
-    path: str
+    path: str  # a local path, or an s3:// URL (read through lib/transport on any node)
     sha256: str
+    endpoint_url: Optional[str] = None  # of an s3:// path
 
     @classmethod
-    def of(cls, path: str) -> "TokenizerFile":
-        with open(path, "rb") as f:
-            return cls(path, hashlib.sha256(f.read()).hexdigest())
+    def of(cls, path: str, endpoint_url: Optional[str] = None) -> "TokenizerFile":
+        with transport.open_url(path, endpoint_url) as f:
+            return cls(path, hashlib.sha256(f.read()).hexdigest(), endpoint_url)
 
 
 _TOKENIZER_LOCK = threading.Lock()
@@ -277,7 +294,7 @@ def tokenizer_at(loc: TokenizerFile) -> Tokenizer:
     with _TOKENIZER_LOCK:
         tok = _TOKENIZER_CACHE.get(loc)
         if tok is None:
-            with open(loc.path, "rb") as f:
+            with transport.open_url(loc.path, loc.endpoint_url) as f:
                 data = f.read()
             got = hashlib.sha256(data).hexdigest()
             if got != loc.sha256:
@@ -365,29 +382,40 @@ class _EncodeMap:
         self.fn = functools.partial(encode_chunk, params=params)
         self.bytes = 0
         self.tokens = 0
+        self.row_ranges: dict = {}
         self.progress = Progress(log, "token_shards encode", total_docs=0, total_bytes=0) if log else None
 
-    def encode(self, path: str, rows: np.ndarray, n_bytes: int) -> tuple[np.ndarray, np.ndarray]:
-        """(spill offset, length) of each of `rows` (raw rows, ascending, unique)."""
-        chunks = []
-        for rng in engine.row_ranges(path, self.eng.chunk_rows):
-            lo, hi = np.searchsorted(rows, [rng.start, rng.stop])
-            if hi > lo:
-                chunks.append(EncodeChunk(rng, rows[lo:hi] - rng.start))
+    def encode(self, jobs: list[tuple]) -> list[tuple[np.ndarray, np.ndarray, int, int]]:
+        """For each (file, rows (raw rows, ascending, unique), n_bytes): (spill offset and length of each
+        row, text bytes, tokens). ONE map over the jobs' chunks, in job order then file order."""
+        chunks, job_of = [], []
+        for j, (path, rows, _) in enumerate(jobs):
+            for rng in self._ranges(path):
+                lo, hi = np.searchsorted(rows, [rng.start, rng.stop])
+                if hi > lo:
+                    chunks.append(EncodeChunk(rng, rows[lo:hi] - rng.start))
+                    job_of.append(j)
         if self.progress:  # the ETA covers the rounds planned so far
-            self.progress.total_docs += len(rows)
-            self.progress.total_bytes += n_bytes
-        offsets, lengths, at = np.empty(len(rows), np.int64), np.empty(len(rows), np.int64), 0
-        for got in engine.map_chunks(self.fn, chunks, self.eng):
-            k = len(got.lengths)
+            self.progress.total_docs += sum(len(r) for _, r, _ in jobs)
+            self.progress.total_bytes += sum(n for _, _, n in jobs)
+        out = [(np.empty(len(r), np.int64), np.empty(len(r), np.int64), [0, 0, 0]) for _, r, _ in jobs]
+        for j, got in zip(job_of, engine.map_chunks(self.fn, chunks, self.eng)):
+            offsets, lengths, acc = out[j]
+            at, k = acc[0], len(got.lengths)
             offsets[at : at + k] = self.spill.append(got.tokens) + np.cumsum(got.lengths) - got.lengths
             lengths[at : at + k] = got.lengths
-            at += k
+            acc[0], acc[1], acc[2] = at + k, acc[1] + got.text_bytes, acc[2] + got.encoded_tokens
             self.bytes += got.text_bytes
             self.tokens += got.encoded_tokens
             if self.progress:
                 self.progress.update(docs=k, bytes=got.text_bytes, tokens=got.encoded_tokens)
-        return offsets, lengths
+        return [(o, n, acc[1], acc[2]) for o, n, acc in out]
+
+    def _ranges(self, path) -> list[engine.RowRange]:
+        """The file's row ranges (its footer read once per build, not once per round)."""
+        if path not in self.row_ranges:
+            self.row_ranges[path] = engine.row_ranges(path, self.eng.chunk_rows)
+        return self.row_ranges[path]
 
     def done(self) -> None:
         if self.progress:
@@ -412,33 +440,48 @@ def _one_rust_thread_per_task(eng: engine.Engine):
             os.environ["TOKENIZERS_PARALLELISM"] = saved
 
 
-def _raw_rows(path: str, ids: pa.Array) -> np.ndarray:
+def _raw_rows(path, ids: pa.Array) -> np.ndarray:
     """Each doc_id's row in the raw Parquet (-1 when absent; a doc_id twice in the file: its last row)."""
-    raw = pq.read_table(path, columns=["doc_id"]).column(0).combine_chunks()
+    with engine.open_parquet(path) as f:
+        raw = f.read(columns=["doc_id"]).column(0).combine_chunks()
     n = len(raw)
     at = pc.index_in(ids, value_set=raw.take(pa.array(np.arange(n - 1, -1, -1, dtype=np.int64))))
     return np.where(at.is_null().to_numpy(zero_copy_only=False), -1,
                     n - 1 - at.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64))
 
 
-def _read_source(path: str, sd: _SourceDocs, wanted: np.ndarray, enc: _EncodeMap) -> None:
-    """Encode the wanted documents (positions in `sd.ids`) of one Parquet file, as map tasks in file
-    order, and record their spill offsets and lengths in `sd`."""
-    if not len(wanted):
-        return
-    if sd.rows is None:
-        sd.rows = _raw_rows(path, sd.ids)
-    rows = sd.rows[wanted]
-    if (rows < 0).any():
-        missing = pc.unique(sd.ids.take(pa.array(wanted[rows < 0])))
-        raise ValueError(f"{path}: {len(missing)} document(s) of the validation split are not in this "
-                         f"file (e.g. {sorted(missing.to_pylist())[:3]}); the split is older than the raw "
-                         f"documents: rebuild validation_split")
-    unique_rows, first = np.unique(rows, return_index=True)
-    offsets, lengths = enc.encode(path, unique_rows, int(sd.n_bytes[wanted[first]].sum()))
-    at = np.searchsorted(unique_rows, rows)
-    sd.offset[wanted] = offsets[at]
-    sd.length[wanted] = lengths[at]
+def _read_sources(reads: list[tuple], enc: _EncodeMap) -> list[tuple[int, int]]:
+    """Encode the wanted documents (positions in `sd.ids`) of each (file, sd, wanted), as ONE map in
+    read order then file order; record their spill offsets and lengths in each `sd`. Returns each
+    read's (text bytes, tokens)."""
+    jobs, plans = [], []
+    for path, sd, wanted in reads:
+        if not len(wanted):
+            plans.append(None)
+            continue
+        if sd.rows is None:
+            sd.rows = _raw_rows(path, sd.ids)
+        rows = sd.rows[wanted]
+        if (rows < 0).any():
+            missing = pc.unique(sd.ids.take(pa.array(wanted[rows < 0])))
+            raise ValueError(f"{path}: {len(missing)} document(s) of the validation split are not in this "
+                             f"file (e.g. {sorted(missing.to_pylist())[:3]}); the split is older than the raw "
+                             f"documents: rebuild validation_split")
+        unique_rows, first = np.unique(rows, return_index=True)
+        plans.append((unique_rows, rows))
+        jobs.append((path, unique_rows, int(sd.n_bytes[wanted[first]].sum())))
+    got = iter(enc.encode(jobs))
+    out = []
+    for (_, sd, wanted), plan in zip(reads, plans):
+        if plan is None:
+            out.append((0, 0))
+            continue
+        offsets, lengths, nbytes, tokens = next(got)
+        at = np.searchsorted(plan[0], plan[1])
+        sd.offset[wanted] = offsets[at]
+        sd.length[wanted] = lengths[at]
+        out.append((nbytes, tokens))
+    return out
 
 
 SPILL = "token_spill"
@@ -458,7 +501,8 @@ def build_shards(
     log=None,
 ) -> ShardsResult:
     """Encode (map tasks on `eng`), fill budgets, pack and write `mix/train/*.bin` and `mix/val/*.bin`
-    through `storage`. `raw_paths` are local Parquet paths (a task opens its own file)."""
+    through `storage`. `raw_paths` values are local paths or `engine.FileAt`s (every task opens its own
+    file; an s3:// object is read by range GETs of the row groups its range needs)."""
     np_dtype = np.dtype(dtype).newbyteorder("<")
     split = pq.read_table(split_path, columns=["doc_id", "source", "n_bytes", "split"])
     missing = sorted(set(budgets) - set(raw_paths))
@@ -597,15 +641,16 @@ def build_token_shards(storage, spec, scratch_dir: Optional[str] = None, eng: en
     from mix_assets.lib.tokenizer import dtype_for_vocab
 
     os.environ.setdefault("RAYON_NUM_THREADS", str(spec.packing.threads))
-    tokenizer = TokenizerFile.of(storage.local_path(layout.TOKENIZER_FILE))
+    tok_at = tables.file_at(storage, layout.TOKENIZER_FILE)
+    tokenizer = TokenizerFile.of(tok_at.path, tok_at.endpoint_url)
     tok = tokenizer_at(tokenizer)  # loaded here once: the in-process engine's tasks reuse it
     plan = packing_plan(spec, tok)
     budgets = {
         s.name: SourceBudget(s.name, spec.unique_budget(s.name), spec.stream_budget(s.name), s.epochs)
         for s in spec.sources
     }
-    # local paths: every task opens its own file (an S3 root's raw files are downloaded to the cache once)
-    raw = {s.name: storage.local_path(layout.RAW_DOCS.format(source=s.name)) for s in spec.sources}
+    # where any worker reads each raw file: a local path, or the s3:// object (range GETs, no download)
+    raw = tables.raw_files(storage, [s.name for s in spec.sources])
     # local copies of S3 uploads a killed build left behind
     scratch.sweep(storage.cache_dir or tempfile.gettempdir(), UPLOAD)
     result = build_shards(

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mix_assets.lib import minhash, textkeys
+from mix_assets.lib import engine, minhash, textkeys
 
 FORMAT = "mix_assets.signatures/1"
 META_KEY = b"mix_assets.signatures"
@@ -148,7 +148,8 @@ class SpilledSets:
 def shingle_reader(sources: Mapping[str, str], first_row: Mapping[str, int], shingle: int, spill: str,
                    batch_rows: int = 8192):
     """`shingle_sets` for lsh.dedup (and the split check): a pass reading the text of the wanted documents
-    only, their sets written to a file in the folder `spill` (a `SpilledSets`).
+    only, their sets written to a file in the folder `spill` (a `SpilledSets`). `sources` values are
+    paths or `engine.FileAt`s (an s3:// object is read by range GETs of the row groups needed).
 
     Input index = first_row[source] + row in that source's parquet (sources in sorted order, as the
     signature files are concatenated), so ascending indices come back in ascending order. Text is
@@ -164,17 +165,19 @@ def shingle_reader(sources: Mapping[str, str], first_row: Mapping[str, int], shi
             for k, (start, name) in enumerate(bounds):
                 stop = bounds[k + 1][0] if k + 1 < len(bounds) else np.iinfo(np.int64).max
                 want = need[(need >= start) & (need < stop)] - start
-                f = pq.ParquetFile(sources[name])
-                ends = np.cumsum([f.metadata.row_group(g).num_rows for g in range(f.num_row_groups)])
-                for g in np.unique(np.searchsorted(ends, want, side="right")).tolist():
-                    row0 = int(ends[g - 1]) if g else 0
-                    texts = f.read_row_group(g, columns=["text"]).column(0)
-                    rows = want[(want >= row0) & (want < ends[g])] - row0
-                    for s in range(0, len(rows), batch_rows):
-                        gv, off = minhash.shingle_sets(texts.take(pa.array(rows[s: s + batch_rows])), shingle)
-                        gv.astype(np.uint64).tofile(out)
-                        sizes.append(np.diff(off))
-                    del texts
+                if not len(want):
+                    continue
+                with engine.open_parquet(sources[name]) as f:
+                    ends = np.cumsum([f.metadata.row_group(g).num_rows for g in range(f.num_row_groups)])
+                    for g in np.unique(np.searchsorted(ends, want, side="right")).tolist():
+                        row0 = int(ends[g - 1]) if g else 0
+                        texts = f.read_row_group(g, columns=["text"]).column(0)
+                        rows = want[(want >= row0) & (want < ends[g])] - row0
+                        for s in range(0, len(rows), batch_rows):
+                            gv, off = minhash.shingle_sets(texts.take(pa.array(rows[s: s + batch_rows])), shingle)
+                            gv.astype(np.uint64).tofile(out)
+                            sizes.append(np.diff(off))
+                        del texts
         return SpilledSets(path, np.r_[0, np.cumsum(np.concatenate(sizes))].astype(np.int64))
 
     return read

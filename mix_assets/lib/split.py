@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
 
-from mix_assets.lib import lsh
+from mix_assets.lib import engine, lsh
 from mix_assets.lib import minhash as mh
 from mix_assets.lib import signatures as sig
 
@@ -243,7 +243,8 @@ def _sides(split: pa.Table, raw_paths: dict[str, str]) -> dict[str, np.ndarray]:
     for s in sorted(set(split.column("source").to_pylist())):
         part = split.filter(pc.equal(split.column("source"), s))
         is_val = pc.equal(part.column("split"), "val").to_numpy(zero_copy_only=False).astype(np.int8)
-        ids = pq.read_table(raw_paths[s], columns=["doc_id"]).column(0)
+        with engine.open_parquet(raw_paths[s]) as f:
+            ids = f.read(columns=["doc_id"]).column(0)
         pos = pc.index_in(ids, value_set=part.column("doc_id")).to_numpy(zero_copy_only=False)
         known = ~np.isnan(pos) if pos.dtype.kind == "f" else np.ones(len(pos), bool)
         side = np.full(len(pos), -1, np.int8)
@@ -258,8 +259,8 @@ def sign_raw(raw_path: str, out_path: str, num_perm: int, shingle: int, seed: in
     Null text signs as empty (no shingle), as the scan has always treated it.
     """
     schema = sig.schema(num_perm, sig.describe(None, num_perm, shingle, seed))
-    with pq.ParquetWriter(out_path, schema) as w:
-        for batch in pq.ParquetFile(raw_path).iter_batches(columns=["doc_id", "text"], batch_size=batch_rows):
+    with pq.ParquetWriter(out_path, schema) as w, engine.open_parquet(raw_path) as f:
+        for batch in f.iter_batches(columns=["doc_id", "text"], batch_size=batch_rows):
             b = mh.sign_texts(batch.column(1).fill_null(""), num_perm, shingle, seed, threads=1)
             w.write_table(sig.table(batch.column(0).cast(pa.string()), b.exact_keys, b.n_shingles,
                                     np.zeros(len(b.n_words), np.int64), b.n_words, b.signatures, schema))
@@ -289,7 +290,8 @@ def cross_split_near_dups(split: pa.Table, raw_paths: dict[str, str], threshold:
     over all 128 permutations, not dedup's), every (train, val) pair sharing a band; a pair at
     Jaccard = threshold 0.8 is missed with probability (1 - 0.8^4)^32 = 4.8e-8 (`miss_probability`,
     reported). Every candidate is verified by exact 5-word shingle Jaccard from the text of the
-    candidate documents only. `signatures` ({source: signature file}, lib/signatures.py) are
+    candidate documents only (`raw_paths` values: paths or `engine.FileAt`s, an s3:// object read by
+    range GETs of its row groups). `signatures` ({source: signature file}, lib/signatures.py) are
     dedup_keys' stored map outputs; a source without one is signed here. Linear in the corpus
     (one pass over 4 signature columns per band) plus the candidates; memory ~40 B per document.
     """

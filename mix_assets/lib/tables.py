@@ -34,13 +34,24 @@ def read_parquet(storage, key: str, columns: list[str] | None = None) -> pa.Tabl
 
 
 def raw_paths(storage, sources) -> dict[str, str]:
-    """{source: local path of its raw documents parquet} for the given source names."""
+    """{source: what pyarrow reads its raw documents parquet from, in this process} (a local path, or an
+    open S3 file: not for map tasks, which take `raw_files`)."""
     return {s: storage.source(layout.RAW_DOCS.format(source=s)) for s in sources}
 
 
-def row_ranges(storage, key: str, chunk_rows: int) -> list[engine.RowRange]:
-    """`key` cut into map chunks that name where any worker reads it: the s3:// URL on an S3 root
-    (range GETs through lib/transport, never a download into this step's cache), else the local path."""
+def file_at(storage, key: str) -> engine.FileAt:
+    """Where any worker reads `key`: the s3:// URL on an S3 root (range GETs through lib/transport,
+    never a download into this step's cache), else the local path."""
     if storage.is_s3:
-        return engine.row_ranges(storage.uri(key), chunk_rows, storage.s3_endpoint_url)
-    return engine.row_ranges(storage.local_path(key), chunk_rows)
+        return engine.FileAt(storage.uri(key), storage.s3_endpoint_url)
+    return engine.FileAt(storage.local_path(key))
+
+
+def raw_files(storage, sources) -> dict[str, engine.FileAt]:
+    """{source: where any worker reads its raw documents parquet} (map stages and their reduces)."""
+    return {s: file_at(storage, layout.RAW_DOCS.format(source=s)) for s in sources}
+
+
+def row_ranges(storage, key: str, chunk_rows: int) -> list[engine.RowRange]:
+    """`key` cut into map chunks that name where any worker reads it (`file_at`)."""
+    return engine.row_ranges(file_at(storage, key), chunk_rows)

@@ -99,3 +99,83 @@ def test_exclusions_union_reasons_and_samples_skip_contaminated():
     assert lib.reject_samples(keys, set())["near_dup"] == [("b", "a", 0.85)]
     with pytest.raises(lib.DedupInputError, match="'zz' is not in the dedup keys"):
         lib.exclusion_table(keys, pa.table({"doc_id": ["zz"]}))
+
+
+def _check_clusters_reference(table: pa.Table) -> list[str]:
+    """check_clusters as it was written with Python dicts per document (the reference for the vectorised one)."""
+    problems = []
+    d = table.to_pydict()
+    n = len(d["doc_id"])
+    if len(set(d["doc_id"])) != n:
+        problems.append("doc_id is not unique")
+    members: dict = {}
+    for i, c in enumerate(d["cluster_id"]):
+        members.setdefault(c, []).append(i)
+    index = {x: i for i, x in enumerate(d["doc_id"])}
+    for c, rows in members.items():
+        kept = [i for i in rows if d["keep"][i]]
+        if c not in index or not d["keep"][index[c]]:
+            problems.append(f"cluster {c}: its id is not a kept document")
+        if len(kept) != 1:
+            problems.append(f"cluster {c}: {len(kept)} kept members (expected 1)")
+        if any(d["cluster_size"][i] != len(rows) for i in rows):
+            problems.append(f"cluster {c}: cluster_size differs from its {len(rows)} members")
+        for i in rows:
+            want = None if d["keep"][i] else ("exact_dup" if d["exact_key"][i] == d["exact_key"][index[c]] else "near_dup")
+            if d["reason"][i] != want:
+                problems.append(f"doc {d['doc_id'][i]}: reason {d['reason'][i]!r}, expected {want!r}")
+    by_key: dict = {}
+    for k, c in zip(d["exact_key"], d["cluster_id"]):
+        by_key.setdefault(k, set()).add(c)
+    split = [k for k, cs in by_key.items() if len(cs) > 1]
+    if split:
+        problems.append(f"{len(split)} exact key(s) spread over several clusters")
+    return problems[:20]
+
+
+def _consistent_keys(rng: random.Random, n_clusters: int) -> list[dict]:
+    rows = []
+    for c in range(n_clusters):
+        size = rng.choice([1, 1, 2, 3, 4])
+        cid = f"d{c:05d}-0"
+        for m in range(size):
+            exact = m and rng.random() < 0.5
+            rows.append(dict(doc_id=f"d{c:05d}-{m}", source="s", exact_key=f"k{c}" if exact or not m else f"k{c}-{m}",
+                             cluster_id=cid, cluster_size=size, keep=not m,
+                             reason=None if not m else ("exact_dup" if exact else "near_dup"),
+                             jaccard_to_kept=1.0, n_words=10))
+    rng.shuffle(rows)
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_check_clusters_equals_the_per_document_reference(seed):
+    rng = random.Random(seed)
+    rows = _consistent_keys(rng, 60)
+    assert lib.check_clusters(pa.Table.from_pylist(rows, schema=lib.DEDUP_SCHEMA)) == []
+    assert lib.check_clusters(lib.DEDUP_SCHEMA.empty_table()) == []
+    kept_ids = [r["doc_id"] for r in rows if r["keep"]]
+    dropped_ids = [r["doc_id"] for r in rows if not r["keep"]]
+    for _ in range(rng.randint(1, 30) if seed else 0):
+        r = rng.choice(rows)
+        what = rng.randrange(7)
+        if what == 0:
+            r["keep"] = not r["keep"]
+        elif what == 1:
+            r["cluster_size"] += rng.choice([-1, 1])
+        elif what == 2:
+            r["reason"] = rng.choice([None, "exact_dup", "near_dup", "other"])
+        elif what == 3 and dropped_ids:  # the cluster id names a document that is not kept
+            r["cluster_id"] = rng.choice(dropped_ids)
+        elif what == 4:
+            r["cluster_id"] = rng.choice(kept_ids)
+        elif what == 5:
+            r["exact_key"] = rng.choice(rows)["exact_key"]
+        else:
+            r["doc_id"] = rng.choice(rows)["doc_id"]
+    if any(r["cluster_id"] not in {x["doc_id"] for x in rows} and not r["keep"] for r in rows):
+        return  # the reference raises KeyError there (a cluster id naming no document, with a dropped member)
+    table = pa.Table.from_pylist(rows, schema=lib.DEDUP_SCHEMA)
+    want = _check_clusters_reference(table)
+    assert lib.check_clusters(table) == want
+    assert bool(want) == bool(seed)

@@ -1,20 +1,25 @@
 """Map chunks of an S3-stored mix name the object, not a local copy: Ray workers read their row
-ranges from S3 through lib/transport (range GETs), and the contamination scan writes the bytes of
-the same scan over a local copy of the mix (issue 13 §2, multi-node reads)."""
+ranges from S3 through lib/transport (range GETs), and the contamination scan, dedup_keys (with its
+stored signatures), val_disjoint_from_train's near-dup scan and token_shards write the bytes of the
+same stage over a local copy of the mix (issue 13 §2, multi-node reads)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from mix_assets.lib import audit, layout, tables
+from mix_assets.lib import audit, dedup, layout, shards, split, tables
 from mix_assets.lib import engine as eng
 from mix_assets.lib.storage import Storage
 from mix_assets_tests.support import audit_fixtures as fx
 from mix_assets_tests.support.ray_local import local_ray
 from mix_assets_tests.support.s3server import WRITER
+from mix_assets_tests.support.tokens_fixtures import write_upstream
+from mix_assets_tests.support.tokens_spec import tiny_spec
 
 RAY2 = eng.Engine(kind="ray", num_cpus=2, chunk_rows=97)
 CREDS = {"AWS_ACCESS_KEY_ID": WRITER[0], "AWS_SECRET_ACCESS_KEY": WRITER[1]}
@@ -66,3 +71,56 @@ def test_ray_workers_read_s3_chunks_and_the_scan_writes_the_local_bytes(s3_ray, 
         assert remote.read_bytes(k) == local.read_bytes(k), k
     # the raw documents were never downloaded into the step's cache: only ranges were read
     assert not [p for p in Path(tmp_path / "cache").rglob("*.parquet") if "/raw/" in p.as_posix()]
+
+
+def _raw_downloads(cache: Path) -> list[Path]:
+    return [p for p in cache.rglob("*.parquet") if "/raw/" in p.as_posix()]
+
+
+@pytest.fixture(scope="module")
+def token_mix(tmp_path_factory):
+    """A tokens-stage mix (raw a/b, split, tokenizer) on a local root; its raw files in 61-row row groups,
+    so a chunk reads some of a file's row groups, not all."""
+    root = tmp_path_factory.mktemp("s3_token_mix")
+    spec = tiny_spec(root, epochs={"a": 2.5, "b": 1.3}, packing={"separator": "<|endoftext|>"})
+    st = write_upstream(root, {s.name: 300 for s in spec.sources}, near_dups=10, masked=5)
+    for s in spec.sources:
+        path = st.local_path(layout.RAW_DOCS.format(source=s.name))
+        pq.write_table(pq.read_table(path), path, row_group_size=61)
+    split.build_validation_split(st, [s.name for s in spec.sources], spec.seed, spec.split.val_fraction)
+    from mix_assets.lib.tokenizer import build_tokenizer
+
+    build_tokenizer(st, spec)
+    return root, spec, st
+
+
+@pytest.mark.ray
+def test_dedup_disjoint_scan_and_token_shards_on_s3_with_ray_write_the_local_bytes(s3_ray, seaweedfs, token_mix,
+                                                                                   tmp_path):
+    root, spec, local = token_mix
+    remote = Storage(seaweedfs.upload_dir(root, "token-mix"), s3_endpoint_url=seaweedfs.endpoint,
+                     cache_dir=str(tmp_path / "cache"))
+    names = [s.name for s in spec.sources]
+    prio, params = {n: 0 for n in names}, dedup.DedupParams()
+    one = eng.Engine(num_cpus=1)
+    # dedup_keys: the signing map on Ray workers reading the s3:// objects, signatures stored on S3
+    want, _ = dedup.dedup_keys_table(tables.raw_files(local, names), prio, params, one, storage=local)
+    got, _ = dedup.dedup_keys_table(tables.raw_files(remote, names), prio, params, RAY2, storage=remote)
+    assert got.equals(want) and want.num_rows == 620
+    for n in names:
+        assert remote.read_bytes(dedup.signatures_key(n)) == local.read_bytes(dedup.signatures_key(n)), n
+    # val_disjoint_from_train's scan: each source's first 10 documents in val, their exact copies in train
+    ids = want.column("doc_id").to_pylist()
+    sp = pa.table({"doc_id": ids, "source": want.column("source"),
+                   "split": ["val" if int(d.split("-")[1]) < 10 else "train" for d in ids]})
+    scans = [split.cross_split_near_dups(sp, tables.raw_files(st, names), 0.8, signatures={
+        n: st.source(dedup.signatures_key(n)) for n in names}) for st in (local, remote)]
+    assert scans[1] == scans[0] and scans[0].val_docs_with_train_near_dup == 20
+    # token_shards: the encode map on Ray workers, raw files and tokenizer.json read from S3
+    res = shards.build_token_shards(local, spec, eng=one)
+    shards.build_token_shards(remote, spec, eng=RAY2)
+    keys = [layout.SHARD_STATS, *shards.shard_files(res.to_json())]
+    assert len(keys) > 3
+    for k in keys:
+        assert remote.read_bytes(k) == local.read_bytes(k), k
+    assert not _raw_downloads(tmp_path / "cache")  # only row-group ranges were read, never a whole raw file

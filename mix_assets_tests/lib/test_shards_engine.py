@@ -120,3 +120,22 @@ def test_a_null_text_is_named_by_file_and_document(tmp_path):
     pq.write_table(t.set_column(t.schema.get_field_index("text"), "text", pa.array(texts, pa.string())), path)
     with pytest.raises(ValueError, match=rf"b/documents.parquet: document '{bad}': field text is null"):
         shards.build_token_shards(st, spec, eng=eng.Engine(num_cpus=2, chunk_rows=50))
+
+
+def test_each_round_is_one_map_over_every_source(upstream, monkeypatch):
+    """Round 0 (every source's val documents) and each train round are ONE map call with the chunks of
+    every source still short, in source order, so a source's last chunks do not leave workers idle."""
+    root, spec, st = upstream
+    calls, real = [], eng.map_chunks
+
+    def spy(fn, chunks, engine):
+        chunks = list(chunks)
+        calls.append([c.rows.path for c in chunks])
+        return real(fn, chunks, engine)
+
+    monkeypatch.setattr(eng, "map_chunks", spy)
+    res = shards.build_token_shards(st, spec, eng=LOCAL["local-2"])
+    assert len(calls) == 1 + max(res.rounds.values())
+    raw = {str(st.local_path(layout.RAW_DOCS.format(source=s.name))) for s in spec.sources}
+    for paths in calls[:2]:
+        assert {str(p) for p in paths} == raw and paths == sorted(paths, key=str)
