@@ -45,3 +45,22 @@ def test_bench_script_help_runs(script, tmp_path):
                        timeout=120)
     assert r.returncode == 0, f"bench/{script.name} --help failed:\n{r.stderr[-3000:]}"
     assert "usage:" in r.stdout
+
+
+def test_reader_bench_without_its_peers_says_what_to_install(tmp_path):
+    # bench/reader.py compares with litdata and mosaicml-streaming, which CI does not install (the
+    # `bench` extra): --help works without them (above), a run stops at once naming what is missing.
+    script = BENCH / "reader.py"
+    code = (
+        "import runpy, sys; sys.modules['litdata'] = None; "
+        f"sys.argv = [{str(script)!r}, '--out', {str(tmp_path)!r}, '--streaming-venv', {str(tmp_path / 'v')!r}]; "
+        f"runpy.run_path({str(script)!r}, run_name='__main__')"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode != 0
+    assert "peers and they are missing" in r.stderr
+    assert "litdata" in r.stderr and "pip install" in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert not (tmp_path / "v").exists()  # no venv was created
