@@ -382,6 +382,7 @@ def compare_peers(a) -> int:
                 print(f"rep {rep} {side}: done", flush=True)
     finally:
         stop_seaweedfs(server)
+    (a.out / "reader_runs.json").write_text(json.dumps({"runs": runs, "loads": loads, "write_s": write_s}))
     report(a, root, entries, n, L, r.dtype, runs, loads, write_s, versions(py_streaming))
     shutil.rmtree(work, ignore_errors=True)
     return 0
@@ -394,7 +395,7 @@ def report(a, root, entries, n, L, dtype, runs, loads, write_s, vers) -> None:
         for f in figs:
             w = statistics.median(x[f][0] for x in rs)
             c = statistics.median(x[f][1] for x in rs)
-            med[side, f] = (w, c) if f == "first_batch" else (rs[0][f][2] / w, c, w)
+            med[side, f] = (w, c) if f == "first_batch" else (rs[0][f][2] / w, c, w)  # (rate, cpu, wall)
         med[side, "import"] = statistics.median(x["import"][0] for x in rs)
         med[side, "fb_mb"] = statistics.median(x["first_batch_cache_bytes"] for x in rs) / 1e6
     total = sum(e["bytes"] for e in entries)
@@ -407,19 +408,22 @@ def report(a, root, entries, n, L, dtype, runs, loads, write_s, vers) -> None:
     digests = {s: {x["digest"] for x in rs} for s, rs in runs.items()}
     same = len(set().union(*digests.values())) == 1
     print(f"same samples on every side (digest of all samples): {'yes' if same else 'NO ' + str(digests)}")
-    print(f"\n{'side':<12}{'first batch s':>14}{'(cpu s)':>9}{'epoch1 /s':>11}{'(cpu s)':>9}"
-          f"{'epoch2 /s':>11}{'(cpu s)':>9}{'random /s':>11}{'(cpu s)':>9}{'import s':>10}{'cache MB at 1st batch':>23}")
-    for side in SIDES:
-        row = f"{side:<12}{med[side, 'first_batch'][0]:>14.3f}{med[side, 'first_batch'][1]:>9.2f}"
-        for f in figs[1:]:
-            row += f"{med[side, f][0]:>11,.0f}{med[side, f][1]:>9.2f}"
-        print(row + f"{med[side, 'import']:>10.2f}{med[side, 'fb_mb']:>23.1f}")
-    print("\nratios ours / peer (>1 = ours better; first batch as peer_s / ours_s):")
-    for ours in ("ours", "ours_torch"):
-        for peer in PEERS:
-            parts = [f"first_batch {med[peer, 'first_batch'][0] / med[ours, 'first_batch'][0]:.2f}"]
-            parts += [f"{f} {med[ours, f][0] / med[peer, f][0]:.2f}" for f in figs[1:]]
-            print(f"  {ours:<10} / {peer:<9}  " + "  ".join(parts))
+    for basis, k in (("wall", 0), ("CPU", 1)):  # CPU: user+sys seconds of the process, all its threads
+        print(f"\nper {basis} second: {'side':<11}{'first batch s':>14}{'epoch1 /s':>11}{'epoch2 /s':>11}"
+              f"{'random /s':>11}" + (f"{'import s':>10}{'cache MB at 1st batch':>23}" if k == 0 else ""))
+        rate = {}
+        for side in SIDES:
+            fb = med[side, "first_batch"][k]
+            rate[side] = {f: runs[side][0][f][2] / (med[side, f][2] if k == 0 else max(med[side, f][1], 1e-3))
+                          for f in figs[1:]}
+            row = f"{'':<17}{side:<11}{fb:>14.3f}" + "".join(f"{rate[side][f]:>11,.0f}" for f in figs[1:])
+            print(row + (f"{med[side, 'import']:>10.2f}{med[side, 'fb_mb']:>23.1f}" if k == 0 else ""))
+        print(f"ratios ours / peer per {basis} second (>1 = ours better; first batch as peer s / ours s):")
+        for ours in ("ours", "ours_torch"):
+            for peer in PEERS:
+                fb = med[peer, "first_batch"][k] / max(med[ours, "first_batch"][k], 1e-3)
+                print(f"  {ours:<10} / {peer:<9}  first_batch {fb:.2f}  "
+                      + "  ".join(f"{f} {rate[ours][f] / rate[peer][f]:.2f}" for f in figs[1:]))
     print("\nruns (wall s): " + "; ".join(
         f"{s} " + " ".join(f"{f}=" + ",".join(f"{x[f][0]:.2f}" for x in runs[s]) for f in figs) for s in SIDES))
 
