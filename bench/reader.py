@@ -177,27 +177,33 @@ def side_streaming(spec: dict) -> dict:
 
 def side_litdata(spec: dict) -> dict:
     from litdata import StreamingDataset
+    from litdata.streaming import downloader
     from litdata.streaming.item_loader import TokensLoader
     from torch.utils.data import DataLoader
-
-    from litdata.streaming import downloader
 
     # litdata fetches chunks with obstore, whose client refuses http:// unless allow_http is set, and litdata
     # has no option for it (0.2.76): without this an http endpoint fails with "HTTP error: builder error".
     downloader._OBSTORE_CLIENT_OPTIONS["allow_http"] = "true"
     key, secret = spec["credentials"]
     opts = {"endpoint_url": spec["endpoint"], "aws_access_key_id": key, "aws_secret_access_key": secret}
-    holder = {}
+
+    def dataset(shuffle: bool):
+        return StreamingDataset(spec["url"]["litdata"], cache_dir=spec["cache"], shuffle=shuffle, seed=spec["seed"],
+                                item_loader=TokensLoader(block_size=spec["L"]), storage_options=opts, drop_last=True)
 
     def open_epochs():
-        holder["ds"] = ds = StreamingDataset(spec["url"]["litdata"], cache_dir=spec["cache"], shuffle=True,
-                                             seed=spec["seed"], item_loader=TokensLoader(block_size=spec["L"]),
-                                             storage_options=opts, drop_last=True)
-        dl = DataLoader(ds, batch_size=spec["batch"], num_workers=0, drop_last=True)
+        dl = DataLoader(dataset(True), batch_size=spec["batch"], num_workers=0, drop_last=True)
         while True:
             yield iter(dl)
-    return _measure(open_epochs, lambda i: holder["ds"][i], spec["n"], spec["batch"], spec["reads"], spec["seed"],
-                    spec["cache"])
+    # ds[i] on the dataset that was iterated raised KeyError in TokensLoader.close (litdata 0.2.76, once in
+    # two runs here), so random access uses a second dataset over the same (warm) cache directory.
+    holder = {}
+
+    def getitem(i):
+        if "ds" not in holder:
+            holder["ds"] = dataset(False)
+        return holder["ds"][i]
+    return _measure(open_epochs, getitem, spec["n"], spec["batch"], spec["reads"], spec["seed"], spec["cache"])
 
 
 def run_side(name: str, spec_path: str) -> int:
@@ -356,10 +362,12 @@ def compare_peers(a) -> int:
     written = {"ours": Path(root)}
     write_s = {}
     for side, py in (("streaming", py_streaming), ("litdata", sys.executable)):
-        written[side] = work / f"written_{side}"
-        c = Clock()
-        _sub([py, me, "--write", side, str(work / "spec.json"), str(written[side])])
-        write_s[side] = c.lap()[0]
+        written[side] = a.out / f"{Path(root).name}.{r.fingerprint[:12]}.{side}"  # kept for the next run
+        if not (written[side] / "index.json").exists():
+            shutil.rmtree(written[side], ignore_errors=True)
+            c = Clock()
+            _sub([py, me, "--write", side, str(work / "spec.json"), str(written[side])])
+            write_s[side] = c.lap()[0]
     server = start_seaweedfs(work / "seaweedfs")
     try:
         spec["endpoint"] = server.endpoint
@@ -404,7 +412,8 @@ def report(a, root, entries, n, L, dtype, runs, loads, write_s, vers) -> None:
     print("versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()))
     print(f"machine: {platform.machine()} {os.cpu_count()} CPUs; load average (1 min) during the runs: "
           f"min {min(x[0] for x in loads):.1f} max {max(x[0] for x in loads):.1f}")
-    print("write seconds (own writer, local disk): " + ", ".join(f"{k} {v:.1f}" for k, v in write_s.items()))
+    if write_s:
+        print("write seconds (own writer, local disk): " + ", ".join(f"{k} {v:.1f}" for k, v in write_s.items()))
     digests = {s: {x["digest"] for x in rs} for s, rs in runs.items()}
     same = len(set().union(*digests.values())) == 1
     print(f"same samples on every side (digest of all samples): {'yes' if same else 'NO ' + str(digests)}")
