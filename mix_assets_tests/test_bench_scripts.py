@@ -59,3 +59,22 @@ def test_graph_bench_quick_run_publishes_and_writes_its_report(tmp_path):
     report = (tmp_path / "quick.md").read_text()
     assert "| local ×1 | published |" in report and "but mix_config.json (shards, tokenizer, review files) identical in every run" in report
     assert "vs cap 1500 MB" in report
+
+
+def test_reader_bench_without_its_peers_says_what_to_install(tmp_path):
+    # bench/reader.py compares with litdata and mosaicml-streaming, which CI does not install (the
+    # `bench` extra): --help works without them (above), a run stops at once naming what is missing.
+    script = BENCH / "reader.py"
+    code = (
+        "import runpy, sys; sys.modules['litdata'] = None; "
+        f"sys.argv = [{str(script)!r}, '--out', {str(tmp_path)!r}, '--streaming-venv', {str(tmp_path / 'v')!r}]; "
+        f"runpy.run_path({str(script)!r}, run_name='__main__')"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode != 0
+    assert "peers and they are missing" in r.stderr
+    assert "litdata" in r.stderr and "pip install" in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert not (tmp_path / "v").exists()  # no venv was created
