@@ -639,8 +639,10 @@ def targets(results: dict[int, dict]) -> list[str]:
         L.append(f"{mb} MB: the manifest's files but mix_config.json (shards, tokenizer, review files) "
                  + ("identical in every run" if len(data) == 1 and None not in data
                     else f"DIFFER between runs: {sorted(str(x)[:12] for x in data)}")
-                 + "; full fingerprints (mix_config.json holds the threads knobs): "
-                 + ", ".join(f"{label(r)} `{str(r['graph']['outputs'].get('fingerprint'))[:12]}`" for r in res["runs"]))
+                 + "; full fingerprints (threads and engine are not in mix_config.json, so these must agree too): "
+                 + ", ".join(f"{label(r)} `{str(r['graph']['outputs'].get('fingerprint'))[:12]}`" for r in res["runs"])
+                 + (" — identical" if len({r["graph"]["outputs"].get("fingerprint") for r in res["runs"]}) == 1
+                    else " — DIFFER"))
     if len(sizes) >= 2:
         lo, hi = results[sizes[0]], results[sizes[-1]]
         for r_hi in hi["runs"]:
