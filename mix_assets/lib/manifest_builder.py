@@ -64,11 +64,15 @@ def build_manifest(
             "documents": st["documents"],
             "sources": dict(sorted(st["sources"].items())),
             "shards": [
-                {"path": s["path"], "samples": s["samples"], "bytes": s["bytes"], "sha256": s["sha256"]}
+                {"path": s["path"], "samples": s["samples"], "bytes": s["bytes"], "sha256": s["sha256"],
+                 **({"doc_index": dict(s["doc_index"])} if s.get("doc_index") else {})}
                 for s in st["shards"]
             ],
         }
         files += [{"path": s["path"], "bytes": s["bytes"], "sha256": s["sha256"]} for s in st["shards"]]
+    # document indexes (packing.doc_index) after every shard: readers that predate them ignore them
+    files += [{k: s["doc_index"][k] for k in ("path", "bytes", "sha256")}
+              for split in ("train", "val") for s in shard_stats["splits"][split]["shards"] if s.get("doc_index")]
     for rel in sorted(tokenizer["files"]):
         n, h = file_sha256(rel)
         if h != tokenizer["files"][rel]:
