@@ -1073,13 +1073,15 @@ class MixReader:
         sample's first token); pure. The shard's index is fetched and verified (size, sha256) once."""
         g = self.storage_index(k)
         si = bisect_right(self._starts, g) - 1
-        return docindex.sample_starts(self._doc_index(si), g - self._starts[si], self.sample_len)
+        return docindex.sample_starts(self.shard_doc_index(si), g - self._starts[si], self.sample_len)
 
     def segment_ids(self, k: int) -> np.ndarray:
         """Per token of sample k, its document's number within the sample (int32; see docindex.segment_ids)."""
         return docindex.segment_ids(self.doc_starts(k), self.sample_len)
 
-    def _doc_index(self, si: int) -> np.ndarray:
+    def shard_doc_index(self, si: int) -> np.ndarray:
+        """Document starts of the split's shard `si` (token offsets in the shard, uint32): its index file,
+        verified (size, sha256, shape) on first use; NoDocIndexError when the revision has none."""
         starts = self._doc_indexes.get(si)
         if starts is not None:
             return starts

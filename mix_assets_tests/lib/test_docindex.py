@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from mix_assets.lib import docindex
+from mix_assets.lib import published_audit as P
 from mix_assets.lib.manifest import check_manifest, compute_fingerprint
 from mix_assets.lib.packing import Packer, ShardRecord
 from mix_assets.reader import NoDocIndexError, ShardCorruptError, open_mix
@@ -153,6 +154,13 @@ def test_corrupted_index_is_refused_naming_the_file(tmp_path):
     problems = check_manifest(man, mix, strict=False)
     assert any(p.startswith(f"{rel}: document start at offset") and "does not follow the separator" in p
                for p in problems), problems
+    # ... which published_readable_from_empty_cache's checker call (no re-hash) and the shards audit see too
+    assert check_manifest(man, mix, verify_hashes=False, review_counts=False, doc_index=True, strict=False)
+    r = open_mix(str(mix), cache_dir=str(tmp_path / "cache2"), split="train", shuffle=False)
+    ranges = P.shard_ranges(r)
+    P.check_doc_index(r, ranges[0], 0)  # the untouched first shard passes
+    with pytest.raises(P.PublishedAuditError, match=f"{rel}: document start at offset"):
+        P.check_doc_index(r, ranges[1], 0)
     # not an index at all
     _rewrite(man, mix, rel, b"not a numpy file")
     problems = check_manifest(man, mix, strict=False)
