@@ -33,6 +33,9 @@ def review_config_json(spec_dump: dict) -> str:
     for section, key in _ADVISORY.items():
         if isinstance(content.get(section), dict):
             content[section] = {k: v for k, v in content[section].items() if k != key}
+    packing = content.get("packing")
+    if isinstance(packing, dict) and packing.get("doc_index") is False:  # as configs before the option:
+        content["packing"] = {k: v for k, v in packing.items() if k != "doc_index"}  # the same bytes
     return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
 
 

@@ -171,6 +171,8 @@ def test_revision_without_index_reads_and_doc_starts_says_so(tmp_path):
     spec, st, res, man = build(tmp_path, packing={"doc_index": False})
     mix = tmp_path / "mix"
     assert not (mix / "doc_index").exists()
+    # its config reads as one written before the option: a build without the index keeps its fingerprint
+    assert "doc_index" not in json.loads((mix / "review" / "mix_config.json").read_text())["packing"]
     assert all("doc_index" not in sh for sp in man["splits"].values() for sh in sp["shards"])
     assert check_manifest(man, mix) == []
     r = open_mix(str(mix), cache_dir=str(tmp_path / "cache"), split="train")
