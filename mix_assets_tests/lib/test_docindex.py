@@ -98,14 +98,16 @@ def test_built_index_is_the_true_boundaries_and_the_reader_returns_them(config, 
         truth = np.asarray(truth)
         r = open_mix(str(tmp_path / "mix"), cache_dir=str(tmp_path / "cache"), split=split, shuffle_seed=3)
         assert r.has_doc_index
-        at = 0
+        at, seams = 0, 0
         for sh in man["splits"][split]["shards"]:
             data = (tmp_path / "mix" / sh["doc_index"]["path"]).read_bytes()
             got = np.load(tmp_path / "mix" / sh["doc_index"]["path"])
             n = sh["samples"] * L
             assert got.tolist() == (truth[(truth >= at) & (truth < at + n)] - at).tolist()
             assert sh["doc_index"]["sha256"] == hashlib.sha256(data).hexdigest()
+            seams += len(np.unique(got[got % L != 0] // L))  # a trainer's seam count from the index alone
             at += n
+        assert seams == res.splits[split].seam_samples and seams / len(r) == man["splits"][split]["seam_rate"]
         rng = np.random.default_rng(0)
         for k in rng.integers(0, len(r), 25).tolist():
             g = r.storage_index(k)
