@@ -215,6 +215,7 @@ class PackingSpec(_Strict):
     # target tokens per shard (rounded down to whole samples)
     shard_tokens: int = Field(1 << 22, ge=1024, le=MAX_SHARD_TOKENS)
     encode_batch_docs: int = Field(1000, ge=1)  # documents per encode_batch call (bounds memory)
+    doc_index: bool = True  # write a per-shard index of document starts (lib/docindex.py, docs/tokens.md)
     # tokenizer threads (RAYON_NUM_THREADS). Like `engine`, an operational knob left out of the
     # published config: the fingerprint must not depend on how many cores built the mix (issue 13 §5)
     threads: int = Field(2, ge=1, exclude=True)

@@ -479,6 +479,8 @@ def token_shards(storage, key: str, res, elapsed: float) -> dict:
         "val_samples": va.samples,
         "shards": len(tr.shards) + len(va.shards),
         "dropped_tail_tokens": tr.dropped_tail_tokens + va.dropped_tail_tokens,
+        # packing.doc_index: bytes of the per-shard document indexes (0 without them)
+        "doc_index_bytes": sum(sh.doc_index["bytes"] for sp in (tr, va) for sh in sp.shards if sh.doc_index),
         "train_seam_share": share(tr.seam_rate),
         "val_seam_share": share(va.seam_rate),
         "encoded_mb": round(mb, 3),

@@ -47,6 +47,10 @@ resume with more passes). Any problem raises ResumeMismatchError naming the fiel
 Jobs of several ranks and workers: `r.plan(global_batch, rank, world_size, steps)` (a StepPlan) says which
 positions each rank and worker reads at each global step, and `r.state_at(samples_consumed, step)` is the
 job's state at a step boundary; mix_assets/torch_data.py wraps both for torch (docs/reader.md).
+
+Document boundaries: on a revision built with packing.doc_index, `r.doc_starts(k)` gives the offsets
+inside sample k where a document starts and `r.segment_ids(k)` a per-token document number (for
+intra-document attention masks); without the index both raise NoDocIndexError.
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ from mix_assets.lib.manifest import (
     safe_path,
     sha256_stream,
 )
+from mix_assets.lib import docindex
 from mix_assets.lib.transport import HubLocation, Location, S3Location, s3_client, split_s3_url
 
 log = logging.getLogger("mix_assets.reader")
@@ -98,6 +103,10 @@ class ReaderError(RuntimeError):
 
 class ShardCorruptError(ReaderError):
     """A shard whose bytes differ from the manifest (size or sha256); the message names the file."""
+
+
+class NoDocIndexError(ReaderError):
+    """doc_starts on a revision built without packing.doc_index."""
 
 
 class ResumeMismatchError(ValueError):
@@ -927,6 +936,7 @@ class MixReader:
             me = weakref.ref(self)
             self._prefetcher = _Prefetcher(self._shards, lambda rng: _shards_of(me, rng), prefetch_bytes)
             weakref.finalize(self, self._prefetcher.stop)  # dropping the reader stops its thread
+        self._doc_indexes: dict[int, np.ndarray] = {}  # shard -> its document starts, loaded on first use
         self._perm0 = self._perm(0)
         self.shuffle_perm_sha = perm_sha(self._perm0)
         self.samples_consumed = 0
@@ -1051,6 +1061,46 @@ class MixReader:
         for j, si, row in zip(range(count), shard_list, rows.tolist()):
             out[j] = maps[si][row]
         return out
+
+    # -- document boundaries (packing.doc_index, lib/docindex.py) ----------------------------------------------
+    @property
+    def has_doc_index(self) -> bool:
+        """Whether this revision carries a document index (every shard has one, or none does)."""
+        return all("doc_index" in e for e in self._shards.entries)
+
+    def doc_starts(self, k: int) -> np.ndarray:
+        """Offsets inside sample k where a document starts (int64, ascending; 0 when one starts at the
+        sample's first token); pure. The shard's index is fetched and verified (size, sha256) once."""
+        g = self.storage_index(k)
+        si = bisect_right(self._starts, g) - 1
+        return docindex.sample_starts(self.shard_doc_index(si), g - self._starts[si], self.sample_len)
+
+    def segment_ids(self, k: int) -> np.ndarray:
+        """Per token of sample k, its document's number within the sample (int32; see docindex.segment_ids)."""
+        return docindex.segment_ids(self.doc_starts(k), self.sample_len)
+
+    def shard_doc_index(self, si: int) -> np.ndarray:
+        """Document starts of the split's shard `si` (token offsets in the shard, uint32): its index file,
+        verified (size, sha256, shape) on first use; NoDocIndexError when the revision has none."""
+        starts = self._doc_indexes.get(si)
+        if starts is not None:
+            return starts
+        e = self._shards.entries[si]
+        ix = e.get("doc_index")
+        if ix is None:
+            raise NoDocIndexError(
+                f"{self._backend.label}: revision {self.fingerprint[:12]} has no document index ({e['path']} has "
+                "none): it was built with packing.doc_index: false or before the option; rebuild with "
+                "packing.doc_index: true, or take boundaries from the separator token")
+        path = self._shards.file(ix["path"], ix["sha256"], ix["bytes"])
+        with open(path, "rb") as f:
+            data = f.read()
+        try:
+            starts = docindex.from_bytes(data, f"{self._backend.label}/{ix['path']}", e["samples"] * self.sample_len)
+        except ValueError as err:
+            raise ShardCorruptError(str(err)) from None
+        self._doc_indexes[si] = starts
+        return starts
 
     # -- reads that consume ----------------------------------------------------------------------------------
     def batch(self, step: int, batch_size: int) -> np.ndarray:

@@ -20,6 +20,10 @@ when it is initialised, else 0 and 1 (pass the data-parallel rank and size when 
 replicas must read the same data). A state of another dataset, seed, seq_len or permutation raises
 ResumeMismatchError as MixReader.load_state_dict does.
 
+Document boundaries: `with_doc_ids=True` adds "doc_ids", per token its document's number within the
+sample (int32, see MixReader.segment_ids): `doc_ids[:, :, None] == doc_ids[:, None, :]` AND causal is an
+intra-document attention mask. It needs a revision built with packing.doc_index.
+
 Map-style: MixMapDataset(location, ...)[k] is train sample k; `ds.batch_sampler(B, ...)` yields each
 step's rank slice for DataLoader(ds, batch_sampler=..., num_workers=n), workers being stateless fetchers.
 
@@ -94,13 +98,21 @@ def _tokens(x: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(x.astype(np.int64))
 
 
+def _doc_ids(reader: MixReader, positions: range) -> torch.Tensor:
+    """(len(positions), sample_len) int32: per token, its document's number within the sample."""
+    return torch.from_numpy(np.stack([reader.segment_ids(k) for k in positions]))
+
+
 class MixIterableDataset(_MixSource, IterableDataset):
-    """This rank's slice of every global step, one item per step: {"step", "tokens", "positions"}. Use with
+    """This rank's slice of every global step, one item per step: {"step", "tokens", "positions"}, plus
+    "doc_ids" with `with_doc_ids=True` (a revision with packing.doc_index). Use with
     DataLoader(ds, batch_size=None, num_workers=n); see the module doc."""
 
     def __init__(self, location: Any, global_batch: int, *, state: dict | None = None, steps: int | None = None,
-                 rank: int | None = None, world_size: int | None = None, **open_kwargs: Any):
+                 rank: int | None = None, world_size: int | None = None, with_doc_ids: bool = False,
+                 **open_kwargs: Any):
         _MixSource.__init__(self, location, open_kwargs)
+        self.with_doc_ids = with_doc_ids
         self.plan = self._job(global_batch, state, steps, rank, world_size)
 
     def __iter__(self) -> Iterator[dict]:
@@ -110,8 +122,11 @@ class MixIterableDataset(_MixSource, IterableDataset):
         for i, s in enumerate(steps):
             pos = plan.positions(s)
             self.reader.prefetch(plan.positions(t) for t in steps[i:])  # this worker's steps from this one on
-            yield {"step": s, "tokens": _tokens(self.reader.samples(pos.start, len(pos))),
-                   "positions": torch.arange(pos.start, pos.stop)}
+            item = {"step": s, "tokens": _tokens(self.reader.samples(pos.start, len(pos))),
+                    "positions": torch.arange(pos.start, pos.stop)}
+            if self.with_doc_ids:
+                item["doc_ids"] = _doc_ids(self.reader, pos)
+            yield item
 
     def __len__(self) -> int:
         """Steps this rank will yield (all workers together); only for a bounded job."""
@@ -125,11 +140,13 @@ class MixIterableDataset(_MixSource, IterableDataset):
 
 
 class MixMapDataset(_MixSource, Dataset):
-    """ds[k] = train sample k (int64 tensor of sample_len tokens), a pure read; len = samples in the allowed
-    passes. `batch_sampler(...)` gives a job's rank slices."""
+    """ds[k] = train sample k (int64 tensor of sample_len tokens), a pure read; with `with_doc_ids=True`
+    {"tokens", "doc_ids"} instead. len = samples in the allowed passes. `batch_sampler(...)` gives a job's
+    rank slices."""
 
-    def __init__(self, location: Any, **open_kwargs: Any):
+    def __init__(self, location: Any, with_doc_ids: bool = False, **open_kwargs: Any):
         _MixSource.__init__(self, location, open_kwargs)
+        self.with_doc_ids = with_doc_ids
 
     def __len__(self) -> int:
         r = self.reader
@@ -137,8 +154,9 @@ class MixMapDataset(_MixSource, Dataset):
             raise TypeError("an unbounded reader (epochs=None) has no length")
         return r.epochs * len(r)
 
-    def __getitem__(self, k: int) -> torch.Tensor:
-        return _tokens(self.reader.sample(int(k)))
+    def __getitem__(self, k: int) -> torch.Tensor | dict:
+        x = _tokens(self.reader.sample(int(k)))
+        return {"tokens": x, "doc_ids": _doc_ids(self.reader, [int(k)])[0]} if self.with_doc_ids else x
 
     def batch_sampler(self, global_batch: int, *, state: dict | None = None, steps: int | None = None,
                       rank: int | None = None, world_size: int | None = None) -> StepBatchSampler:

@@ -211,3 +211,22 @@ def test_example_ddp_loop_killed_and_resumed_on_three_processes_has_single_proce
     assert sorted(first) == [0, 1, 2, 3, 4] and sorted(second) == [4, 5, 6, 7, 8, 9]
     assert first[4] == second[4]  # step 4 ran twice: killed before its checkpoint, then again
     assert {**first, **second} == base and len(set(base.values())) > 1
+
+
+def test_doc_ids_on_request_match_the_reader(tmp_path):
+    from mix_assets_tests.lib.test_tokens_pipeline import build
+
+    build(tmp_path, packing={"separator": "<|endoftext|>"})
+    loc, kw = str(tmp_path / "mix"), {"cache_dir": str(tmp_path / "cache"), "shuffle_seed": SEED}
+    r = open_mix(loc, **kw)
+    ds = MixMapDataset(loc, with_doc_ids=True, **kw)
+    for k in (0, 5, len(r) - 1):
+        item = ds[k]
+        assert item["doc_ids"].dtype == torch.int32 and item["doc_ids"].shape == (r.sample_len,)
+        assert item["doc_ids"].tolist() == r.segment_ids(k).tolist()
+        assert item["tokens"].tolist() == r.sample(k).tolist()
+    it = MixIterableDataset(loc, 4, steps=2, rank=0, world_size=1, with_doc_ids=True, **kw)
+    for item in DataLoader(it, batch_size=None, num_workers=0):
+        want = [r.segment_ids(k).tolist() for k in item["positions"].tolist()]
+        assert item["doc_ids"].tolist() == want
+    assert isinstance(MixMapDataset(loc, **kw)[0], torch.Tensor)  # off by default: a tensor, as before

@@ -54,6 +54,10 @@ TOKENIZER_IDENTITY = "tokenizer/identity.json"
 # token_shards and manifest: the publishable directory
 MIX_DIR = "mix"
 SHARD = "mix/{split}/{split}-{index:05d}.bin"
+# packing.doc_index: per shard, the token offsets of the document starts in it (lib/docindex.py); outside
+#   train/ and val/ so manifest checkers that predate it still count only shards there
+DOC_INDEX_DIR = "mix/doc_index"
+DOC_INDEX = DOC_INDEX_DIR + "/{split}/{split}-{index:05d}.docs.npy"
 SHARD_STATS = "tokens/shard_stats.json"
 # ~30 samples read back from the shards and decoded (lib/samples.py); reviewed, never published
 RENDERED_SAMPLES = "tokens/rendered_samples.md"

@@ -10,7 +10,9 @@ the files present:
   bytes = samples x sample_len x itemsize;
 * the `sources` and `totals` sections equal the sums of the splits;
 * shard, tokenizer and review files all appear in `files` (same bytes and sha256), shards first, train
-  before val; the fingerprint is recomputed from `files`;
+  before val; the fingerprint is recomputed from `files`; document indexes (optional, `doc_index` of
+  every shard or of none) are listed too, and with a source their contents are read back
+  (lib/docindex.py: shape, count, agreement with the separator);
 * every path taken from the manifest passes `safe_path` (relative, normalised, no `..`, no absolute or
   drive path, no backslash; under a local root, symlinks resolved, inside the root);
 * `interpretation_sha256` is recomputed (see `interpretation`): the content fingerprint covers only the
@@ -122,6 +124,9 @@ def manifest_paths(m: Mapping[str, Any]) -> list[tuple[str, Any]]:
         for i, sh in enumerate(shards if isinstance(shards, list) else []):
             if isinstance(sh, Mapping) and "path" in sh:
                 out.append((f"splits.{name}.shards[{i}].path", sh["path"]))
+            ix = sh.get("doc_index") if isinstance(sh, Mapping) else None
+            if isinstance(ix, Mapping) and "path" in ix:
+                out.append((f"splits.{name}.shards[{i}].doc_index.path", ix["path"]))
     tok = m.get("tokenizer")
     tok_files = tok.get("files") if isinstance(tok, Mapping) else None
     for p in (tok_files if isinstance(tok_files, Mapping) else ()):
@@ -282,11 +287,13 @@ class _Checker:
 
 
 def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_hashes: bool = True,
-                      review_counts: bool | None = None) -> list[str]:
+                      review_counts: bool | None = None, doc_index: bool | None = None) -> list[str]:
     """Every problem found in `manifest` (and the files of `source`, when given); [] when it is sound.
 
     review_counts: cross-check the document counts against the dedup keys and exclusion masks
-    (reads both Parquet files); default: when `verify_hashes` and a source is given."""
+    (reads both Parquet files); default: when `verify_hashes` and a source is given.
+    doc_index: read each document index and its shard (lib/docindex.py: shape, count, agreement with
+    the separator); default: when `verify_hashes` and a source is given."""
     c = _Checker(manifest)
     m = manifest
     if not isinstance(m, Mapping):
@@ -318,6 +325,7 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
     # -- splits ----------------------------------------------------------------------------------------
     splits = c.need(m, "splits", "manifest", Mapping) or {}
     shard_entries: list[dict] = []  # in the order files must list them
+    index_entries: list[dict] = []  # packing.doc_index: one per shard, or none
     split_sums: dict[str, dict[str, Any]] = {}
     for name in SPLITS:
         s = c.need(splits, name, "splits", Mapping)
@@ -371,6 +379,14 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
                         c.bad(f"{path}: bytes {b}, expected samples x sample_len x itemsize = "
                               f"{n} x {sample_len} x {size} = {want}")
             shard_entries.append({"path": path, "bytes": b, "sha256": sha})
+            if "doc_index" in sh:
+                ix = c.need(sh, "doc_index", label, Mapping) or {}
+                ix_path = c.need(ix, "path", f"{label}.doc_index", str)
+                if ix_path is not None and not ix_path.startswith(f"doc_index/{name}/"):
+                    c.bad(f"{ix_path}: a {name} document index must live under doc_index/{name}/")
+                c.need(ix, "documents", f"{label}.doc_index")
+                index_entries.append({"path": ix_path, "bytes": c.need(ix, "bytes", f"{label}.doc_index"),
+                                      "sha256": c.need(ix, "sha256", f"{label}.doc_index", str)})
         if samples is not None:
             c.eq(f"the sum of its {len(shards)} shards' samples", shard_samples, f"{w}.samples", samples)
         split_sums[name] = {"samples": samples, "tokens": tokens, "emitted": emitted, "dropped": dropped,
@@ -451,6 +467,17 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
         for key in ("bytes", "sha256"):
             if sh[key] is not None and f.get(key) is not None and sh[key] != f[key]:
                 c.bad(f"{sh['path']}: shard {key} {sh[key]} differs from files entry {f[key]}")
+    if index_entries and len(index_entries) != len(shard_entries):
+        c.bad(f"doc_index: {len(index_entries)} of {len(shard_entries)} shards have a document index "
+              "(a revision has one for every shard or none)")
+    for ix in index_entries:
+        f = by_path.get(ix["path"])
+        if f is None:
+            c.bad(f"{ix['path']}: document index missing from files")
+            continue
+        for key in ("bytes", "sha256"):
+            if ix[key] is not None and f.get(key) != ix[key]:
+                c.bad(f"{ix['path']}: document index {key} {ix[key]} differs from files entry {f.get(key)}")
     tok = m.get("tokenizer")
     if not isinstance(tok, Mapping):
         c.bad("tokenizer: missing")
@@ -515,6 +542,10 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
                 if review_counts or (review_counts is None and verify_hashes):
                     bad = bad_files | unsafe
                     c.problems.extend(review_count_problems(m, src, cfg, skip=bad))
+        if index_entries and not c.problems and (doc_index or (doc_index is None and verify_hashes)):
+            from mix_assets.lib.docindex import revision_problems
+
+            c.problems.extend(revision_problems(m, src.open))
     return c.problems
 
 
@@ -601,6 +632,13 @@ def config_problems(m: Mapping[str, Any], cfg: Mapping[str, Any], path: str = "r
     same("packing.seq_len", pk.get("seq_len"), "packing.seq_len", seq_len)
     same("packing.shifted_targets", pk.get("shifted_targets"), "packing.shifted_targets", shifted)
     same("packing.separator", pk.get("separator"), "packing.separator", field(cfg, "packing.separator"))
+    # configs older than packing.doc_index wrote none
+    want_index = cfg.get("packing", {}).get("doc_index", False) if isinstance(cfg.get("packing"), Mapping) else False
+    shards = [sh for s in (m.get("splits") or {}).values() if isinstance(s, Mapping)
+              for sh in (s.get("shards") or []) if isinstance(sh, Mapping)]
+    if shards and want_index != all("doc_index" in sh for sh in shards):
+        out.append(f"splits.*.shards[*].doc_index: {'missing' if want_index else 'present'}, but {path} has "
+                   f"packing.doc_index = {want_index!r}")
     if _MISSING not in (seq_len, shifted, per_seq) and _int(seq_len) and _int(per_seq):
         want_len = seq_len + 1 if shifted else seq_len * per_seq
         same("packing.sample_len", pk.get("sample_len"), "packing seq_len/shifted_targets/samples_per_seq ->",
@@ -726,9 +764,10 @@ def _file_problems(src: Any, path: str, want_bytes: int | None, want_sha: str | 
 
 
 def check_manifest(manifest: Mapping[str, Any], root_or_opener: Any = None, verify_hashes: bool = True,
-                   *, strict: bool = True, review_counts: bool | None = None) -> list[str]:
+                   *, strict: bool = True, review_counts: bool | None = None,
+                   doc_index: bool | None = None) -> list[str]:
     """Check `manifest` (see the module doc). strict: raise ManifestError listing every problem; else return them."""
-    problems = manifest_problems(manifest, root_or_opener, verify_hashes, review_counts)
+    problems = manifest_problems(manifest, root_or_opener, verify_hashes, review_counts, doc_index)
     if problems and strict:
         raise ManifestError(problems)
     return problems

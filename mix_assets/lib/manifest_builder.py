@@ -33,6 +33,9 @@ def review_config_json(spec_dump: dict) -> str:
     for section, key in _ADVISORY.items():
         if isinstance(content.get(section), dict):
             content[section] = {k: v for k, v in content[section].items() if k != key}
+    packing = content.get("packing")
+    if isinstance(packing, dict) and packing.get("doc_index") is False:  # as configs before the option:
+        content["packing"] = {k: v for k, v in packing.items() if k != "doc_index"}  # the same bytes
     return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
 
 
@@ -64,11 +67,15 @@ def build_manifest(
             "documents": st["documents"],
             "sources": dict(sorted(st["sources"].items())),
             "shards": [
-                {"path": s["path"], "samples": s["samples"], "bytes": s["bytes"], "sha256": s["sha256"]}
+                {"path": s["path"], "samples": s["samples"], "bytes": s["bytes"], "sha256": s["sha256"],
+                 **({"doc_index": dict(s["doc_index"])} if s.get("doc_index") else {})}
                 for s in st["shards"]
             ],
         }
         files += [{"path": s["path"], "bytes": s["bytes"], "sha256": s["sha256"]} for s in st["shards"]]
+    # document indexes (packing.doc_index) after every shard: readers that predate them ignore them
+    files += [{k: s["doc_index"][k] for k in ("path", "bytes", "sha256")}
+              for split in ("train", "val") for s in shard_stats["splits"][split]["shards"] if s.get("doc_index")]
     for rel in sorted(tokenizer["files"]):
         n, h = file_sha256(rel)
         if h != tokenizer["files"][rel]:

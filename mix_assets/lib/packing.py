@@ -12,7 +12,8 @@ Pure logic, no I/O besides the `write_shard` callback: the caller owns files.
 * Packing: appearances are concatenated (plus the separator token when configured, counted as
   part of its document), cut into samples of `sample_len` tokens, grouped into shards of
   `shard_samples`; the tail that does not fill a sample is dropped and counted. A sample has a
-  seam when a document boundary falls strictly inside it.
+  seam when a document boundary falls strictly inside it. With `write_index`, each shard's document
+  start offsets are written beside it (lib/docindex.py).
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ class ShardRecord:
     samples: int
     bytes: int
     sha256: str
+    doc_index: Optional[dict] = None  # {"path", "bytes", "sha256", "documents"} with packing.doc_index
 
 
 @dataclass
@@ -143,18 +145,21 @@ class SplitStats:
             "seam_samples": self.seam_samples,
             "documents": self.documents,
             "sources": dict(sorted(self.sources.items())),
-            "shards": [vars(s).copy() for s in self.shards],
+            "shards": [{k: v for k, v in vars(s).items() if v is not None} for s in self.shards],
         }
 
 
 # write_shard(index, tokens) -> ShardRecord; tokens is a 1-D array of whole samples.
 ShardWriter = Callable[[int, np.ndarray], ShardRecord]
+# write_index(index, starts) -> the record's doc_index entry; starts: int64 offsets of document starts
+IndexWriter = Callable[[int, np.ndarray], dict]
 
 
 class Packer:
     """Streaming contiguous packer: memory is one shard buffer, whatever the stream length."""
 
-    def __init__(self, sample_len: int, shard_samples: int, dtype: str, write_shard: ShardWriter):
+    def __init__(self, sample_len: int, shard_samples: int, dtype: str, write_shard: ShardWriter,
+                 write_index: Optional[IndexWriter] = None):
         if shard_samples < 1:
             raise ValueError("shard_samples must be >= 1")
         self.L = sample_len
@@ -162,6 +167,8 @@ class Packer:
         self.fill = 0
         self.pos = 0  # tokens fed so far (global stream position)
         self.write_shard = write_shard
+        self.write_index = write_index
+        self.starts: list[int] = []  # offsets in the shard buffer of the documents starting in it
         self.stats = SplitStats(sample_len)
         self._last_seam = -1
         self._finished = False
@@ -176,6 +183,8 @@ class Packer:
             if s != self._last_seam:
                 self.stats.seam_samples += 1
                 self._last_seam = s
+        if self.write_index is not None:
+            self.starts.append(self.fill)  # < len(buf): a full buffer is flushed at once
         self.stats.sources[source] = self.stats.sources.get(source, 0) + n
         self.stats.emitted_tokens += n
         self.pos += n
@@ -192,6 +201,10 @@ class Packer:
         rec = self.write_shard(len(self.stats.shards), self.buf[:n_tokens])
         if rec.samples * self.L != n_tokens or rec.samples == 0:
             raise RuntimeError(f"{rec.path}: writer recorded {rec.samples} samples for {n_tokens} tokens")
+        if self.write_index is not None:
+            starts = np.asarray(self.starts, np.int64)
+            rec.doc_index = self.write_index(len(self.stats.shards), starts[starts < n_tokens])  # tail dropped
+            self.starts = []
         self.stats.shards.append(rec)
         self.stats.samples += rec.samples
         self.fill = 0

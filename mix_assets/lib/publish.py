@@ -723,7 +723,7 @@ def verify(target: Target, revision: str, local_mix: str | os.PathLike | Locatio
 
         if not out.problems:  # what the checker derives from the downloaded files: card, config, review counts
             out.problems += [f"{loc}: {p}" for p in manifest_problems(remote, LocalDir(root), verify_hashes=False,
-                                                                        review_counts=True)]
+                                                                        review_counts=True, doc_index=True)]
         if not out.problems:
             out.samples_compared += _compare_raw_samples(remote, root, source, n_random, seed, out.problems, uri)
         if not out.problems and open_reader is not None:

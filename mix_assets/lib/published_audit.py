@@ -392,12 +392,38 @@ def audit_range(rng: SampleRange, *, location: Any, cache_dir: Optional[str], op
     from mix_assets.reader import open_mix
 
     with open_mix(location, cache_dir, split=rng.split, shuffle=False, epochs=1, **open_kwargs) as r:
+        if r.has_doc_index:
+            check_doc_index(r, rng, separator_id)
         scanner = SplitScanner(rng.split, _reader_tokenizer(r), registry, separator_id, len(r), max_carry_tokens)
         scanner.resume_at(rng.start, r.sample)
         step = max(1, chunk_tokens // r.sample_len)
         for first in range(rng.start, rng.stop, step):
             scanner.feed(first, r.samples(first, min(step, rng.stop - first)))
         return scanner.tally
+
+
+def check_doc_index(r, rng: SampleRange, separator_id: Optional[int]) -> None:
+    """The document index of the range's shard, fetched and verified by the reader (size, sha256, shape;
+    ShardCorruptError names the file); with a separator, each start follows one, but for at most one
+    budget-cut appearance per source in train (lib/docindex.py)."""
+    from bisect import bisect_right
+
+    from mix_assets.lib import docindex
+
+    entries = r.manifest["splits"][rng.split]["shards"]
+    firsts = np.cumsum([0] + [e["samples"] for e in entries])
+    si = bisect_right(firsts.tolist(), rng.start) - 1
+    starts = r.shard_doc_index(si)
+    if separator_id is None:
+        return
+    tokens = r.samples(int(firsts[si]), entries[si]["samples"]).reshape(-1)
+    prev = int(r.sample(int(firsts[si]) - 1)[-1]) if si else None
+    bad = docindex.unexplained_starts(starts, tokens, separator_id, prev)
+    allowed = len(r.manifest.get("sources") or {}) if rng.split == "train" else 0
+    if len(bad) > allowed:
+        raise PublishedAuditError(
+            f"{entries[si]['doc_index']['path']}: document start at offset {int(bad[0])} does not follow the "
+            f"separator (id {separator_id}); {len(bad)} such starts, at most {allowed} expected")
 
 
 def scan_ranges(ranges: list[SampleRange], eng: engine.Engine, log=None, label: str = "published audit",

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
-from mix_assets.lib import engine, layout, scratch, tables, transport
+from mix_assets.lib import docindex, engine, layout, scratch, tables, transport
 from mix_assets.lib.packing import (
     Appearances,
     Packer,
@@ -66,6 +66,7 @@ class PackingPlan:
     seed: int = 0
     separator: Optional[str] = None
     shifted_targets: bool = False
+    doc_index: bool = False  # write layout.DOC_INDEX beside each shard (not part of how samples are read)
 
     def to_json(self) -> dict:
         """The manifest's `packing` section."""
@@ -514,6 +515,7 @@ def build_shards(
     storage.delete(layout.MANIFEST)
     for split_name in ("train", "val"):  # (with any .tmp shard a killed build left)
         storage.delete_prefix(f"{layout.MIX_DIR}/{split_name}/")
+    storage.delete_prefix(f"{layout.DOC_INDEX_DIR}/")
     # spill folders of killed builds (a concurrent build's is kept: its process is alive)
     scratch.sweep(scratch_dir or tempfile.gettempdir(), SPILL)
     with tempfile.TemporaryDirectory(prefix=scratch.owner_prefix(SPILL), dir=scratch_dir) as tmp:
@@ -583,6 +585,15 @@ def _pack(split_name, per_source: dict[str, _SourceDocs], names: list[str], part
             sha256=hashlib.sha256(data).hexdigest(),
         )
 
+    def write_index(index: int, starts: np.ndarray) -> dict:
+        key = layout.DOC_INDEX.format(split=split_name, index=index)
+        data = docindex.to_bytes(starts)
+        with storage.writing(key) as tmp:
+            with open(tmp, "wb") as f:
+                f.write(data)
+        return {"path": key.removeprefix(layout.MIX_DIR + "/"), "bytes": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(), "documents": len(starts)}
+
     def app_ids(i: int):
         return per_source[names[i]].ids.take(pa.array(parts[i][0]))
 
@@ -599,7 +610,7 @@ def _pack(split_name, per_source: dict[str, _SourceDocs], names: list[str], part
     order = order_from_keys(keys, epochs, lambda: _stable_rank(pa.concat_arrays([app_ids(i) for i in range(len(parts))])))
     del keys
 
-    packer = Packer(plan.sample_len, plan.shard_samples, dtype, write)
+    packer = Packer(plan.sample_len, plan.shard_samples, dtype, write, write_index if plan.doc_index else None)
     for c in range(0, n, _CHUNK):
         o = order[c : c + _CHUNK]
         for off, take, si in zip(offsets[o].tolist(), takes[o].tolist(), src[o].tolist()):
@@ -623,6 +634,7 @@ def packing_plan(spec, tok: Tokenizer) -> PackingPlan:
         seed=spec.seed,
         separator=p.separator,
         shifted_targets=p.shifted_targets,
+        doc_index=p.doc_index,
     )
 
 
@@ -681,6 +693,9 @@ def shard_problems(stats: dict, exists: Callable[[str], bool]) -> list[str]:
                 problems.append(f"{sh['path']}: missing")
             elif sh["bytes"] != sh["samples"] * L * isz:
                 problems.append(f"{sh['path']}: {sh['bytes']} bytes for {sh['samples']} samples")
+            ix = sh.get("doc_index")
+            if ix is not None and not exists(f"{layout.MIX_DIR}/{ix['path']}"):
+                problems.append(f"{ix['path']}: document index missing")
     return problems
 
 
@@ -702,5 +717,5 @@ def tail_and_seam_problems(stats: dict) -> list[str]:
 
 def shard_files(stats: dict) -> dict[str, str]:
     """shard_stats.json's shards as storage keys with their sha256 (hashed as they were written)."""
-    return {f"{layout.MIX_DIR}/{sh['path']}": sh["sha256"]
-            for sp in stats["splits"].values() for sh in sp["shards"]}
+    return {f"{layout.MIX_DIR}/{f['path']}": f["sha256"]
+            for sp in stats["splits"].values() for sh in sp["shards"] for f in (sh, sh.get("doc_index")) if f}

@@ -33,6 +33,7 @@ def test_stage_materialises_with_every_gate_green(tmp_path):
     assert meta["train_tokens"].value == manifest["totals"]["train_tokens"] > 0
     shards = result.asset_materializations_for_node("token_shards")[0].metadata
     assert shards["dtype"].value == "uint16" and 0 <= shards["train_seam_share"].value <= 1
+    assert shards["doc_index_bytes"].value > 0  # packing.doc_index defaults to true
     # the samples the trainer will read, in the UI and on disk (lib/samples.py), recorded in its lineage
     rendered = (tmp_path / "storage" / layout.RENDERED_SAMPLES).read_text()
     assert shards["shown_samples"].value == 30 and shards["rendered_samples"].value == rendered

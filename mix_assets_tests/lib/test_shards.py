@@ -24,3 +24,12 @@ def test_each_problem_is_named():
     assert empty == ["train: no shard (0 samples)"]
     bad = tail_and_seam_problems(_stats(dropped_tail_tokens=4, emitted_tokens=12, seam_rate=0.9))
     assert [p.split(":")[0] for p in bad] == ["train"] * 2 and "dropped tail 4" in bad[0] and "seam_rate" in bad[1]
+
+
+def test_a_missing_document_index_is_named_and_indexes_are_recorded_files():
+    ix = {"path": "doc_index/train/train-00000.docs.npy", "bytes": 136, "sha256": "cd", "documents": 3}
+    st = _stats(shards=[{**_stats()["splits"]["train"]["shards"][0], "doc_index": ix}])
+    assert shard_problems(st, lambda key: True) == []
+    assert shard_files(st)["mix/doc_index/train/train-00000.docs.npy"] == "cd"
+    assert shard_problems(st, lambda key: "doc_index" not in key) == [
+        "doc_index/train/train-00000.docs.npy: document index missing"]

@@ -57,10 +57,10 @@ def test_pipeline_manifest_contract(tmp_path):
         assert man["sources"][s.name]["budget_tokens"] == spec.stream_budget(s.name)
     assert man["sources"]["a"]["train_tokens"] == 2 * man["sources"]["b"]["train_tokens"]
     assert man["splits"]["val"]["samples"] > 0 and man["totals"]["val_tokens"] > 0
-    # file order: train shards, val shards, tokenizer, review
+    # file order: train shards, val shards, their document indexes, tokenizer, review
     paths = [f["path"] for f in man["files"]]
     kinds = [p.split("/")[0] for p in paths]
-    assert kinds == sorted(kinds, key=["train", "val", "tokenizer", "review"].index)
+    assert kinds == sorted(kinds, key=["train", "val", "doc_index", "tokenizer", "review"].index)
     assert paths[-4:] == list(man["review"].values())
     # contiguous, no separator, seams measured
     assert man["packing"]["separator"] is None and 0 < man["splits"]["train"]["seam_rate"] <= 1
