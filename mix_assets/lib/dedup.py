@@ -140,6 +140,7 @@ def sign_chunks(sources: Mapping[str, str | engine.FileAt], params: DedupParams,
 def dedup_keys_table(
     sources: Mapping[str, str], priorities: Mapping[str, int], params: DedupParams,
     eng: engine.Engine = engine.Engine(), log=None, storage=None, raw_versions: Optional[Mapping[str, str]] = None,
+    rejected: Optional[pa.Array] = None,
 ) -> tuple[pa.Table, dict]:
     """Dedup keys for every document of every source ({source: documents parquet path or `engine.FileAt`}).
 
@@ -148,13 +149,14 @@ def dedup_keys_table(
     a source whose `raw_versions` entry and parameters match its stored file is not signed again.
     Reduce (`reduce_signatures`): LSH band by band from the stored files, exact verification and
     the keep rule in this process. Returns the table (DEDUP_SCHEMA, rows sorted by doc_id) and stage
-    statistics. With `log` (an object with `info`), the map logs progress lines.
+    statistics. With `log` (an object with `info`), the map logs progress lines. `rejected`: doc ids
+    the filters rejected (document_filters); they rank below every other member in the keep rule.
     """
     if storage is None:
         with tempfile.TemporaryDirectory(prefix="dedup-signatures-") as tmp:
-            return dedup_keys_table(sources, priorities, params, eng, log, Storage(tmp))
+            return dedup_keys_table(sources, priorities, params, eng, log, Storage(tmp), rejected=rejected)
     reused = sign_sources(storage, sources, raw_versions or {}, params, eng, log)
-    table, stats = reduce_signatures(storage, sources, priorities, params)
+    table, stats = reduce_signatures(storage, sources, priorities, params, rejected)
     return table, dict(stats, reused_sources=reused)
 
 
@@ -208,7 +210,7 @@ def stored_signatures(storage, sources: Mapping[str, str], raw_versions: Mapping
 
 
 def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[str, int],
-                      params: DedupParams) -> tuple[pa.Table, dict]:
+                      params: DedupParams, rejected: Optional[pa.Array] = None) -> tuple[pa.Table, dict]:
     """LSH banding over the stored signature files (one band's columns at a time), then clusters.
 
     Held per document: doc_id and exact_key (Arrow), a few int64 arrays and the keep rule's sort
@@ -225,10 +227,12 @@ def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[s
     nsh, nch = (meta.column(c).to_numpy() for c in ("n_shingles", "n_chars"))
     del meta
     prio = np.asarray([priorities.get(n, 0) for n in names], dtype=np.int64)[src]
+    demoted = None if rejected is None else pc.is_in(doc_ids, value_set=rejected).to_numpy(zero_copy_only=False)
     with tempfile.TemporaryDirectory(prefix="dedup-shingles-") as spill:  # candidates' shingle sets, on disk
         sets = sig.shingle_reader(sources, first_row, params.shingle, spill, READ_BATCH_ROWS)
-        res = lsh.dedup(doc_ids, labels, stored, nsh, nch, prio, b, r, params.threshold, shingle_sets=sets)
-    del prio, nsh, nch, labels
+        res = lsh.dedup(doc_ids, labels, stored, nsh, nch, prio, b, r, params.threshold, shingle_sets=sets,
+                        demoted=demoted)
+    del prio, nsh, nch, labels, demoted
     canon = pa.array(np.asarray(pc.sort_indices(doc_ids), dtype=np.int64))  # = by doc_id (ids are unique)
     cols = {"doc_id": doc_ids.take(canon), "source": pa.array(names, pa.string()).take(pa.array(src).take(canon))}
     cols["exact_key"] = stored.read(["exact_key"]).column(0).take(canon).combine_chunks()

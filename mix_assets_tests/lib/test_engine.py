@@ -175,3 +175,22 @@ def test_fuzzy_outputs_bytes_identical_in_process_and_on_ray(ray_instance, tmp_p
     assert report["docs_matched"] == 5 and report["fuzzy_only_docs"] == 1
     for e in (LOCAL2, eng.Engine(num_cpus=2, chunk_rows=37), eng.Engine(kind="ray", num_cpus=2, chunk_rows=53)):
         assert _fuzzy_bytes(storage, spec, e) == want, e
+
+
+# -- the filter cascade (lib/docfilters.decide_chunk) --------------------------------------------------
+@pytest.mark.ray
+def test_filter_decisions_bytes_identical_in_process_and_on_ray(ray_instance, tmp_path):
+    from mix_assets.lib import docfilters
+    from mix_assets_tests.lib.test_docfilters import PARAMS, _texts, write_source
+
+    texts = _texts()
+    sources = {"a": write_source(tmp_path, "a", texts[:230]), "b": write_source(tmp_path, "b", texts[230:])}
+
+    def decided(engine, out) -> dict:
+        storage = Storage(root=str(tmp_path / out))
+        assert docfilters.decide_sources(storage, sources, {"a": "v", "b": "v"}, {"a": PARAMS, "b": PARAMS}, engine) == []
+        return {n: storage.read_bytes(docfilters.decisions_key(n)) for n in sources}
+
+    want = decided(LOCAL1, "local1")
+    assert decided(RAY2, "ray2") == want
+    assert decided(eng.Engine(kind="ray", num_cpus=2, chunk_rows=41), "ray41") == want
