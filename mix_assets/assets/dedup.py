@@ -95,7 +95,7 @@ def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
     @dg.asset(
         key=EXCLUSION_MASKS,
         group_name=GROUP,
-        deps=[DEDUP_KEYS, CONTAMINATION_REPORT],
+        deps=[DEDUP_KEYS, CONTAMINATION_REPORT, *filter_deps(spec)],
         kinds={"parquet"},
         owners=spec.owners,
         code_version=code_version(lib, spec.audit.mask_contaminated, spec.split.val_fraction,
@@ -112,10 +112,11 @@ def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
         ],
     )
     def exclusion_masks(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
-        """One row per excluded document with its reasons (exact_dup, near_dup, contaminated, ...)."""
+        """One row per excluded document with its reasons (exact_dup, near_dup, contaminated, a filter's rule)."""
         spec_now, storage = mix.spec, mix.storage
         # contamination_report is an input whenever it exists, and required when contaminated docs are masked
-        upstream = ["dedup_keys", *(raw_name(s.name) for s in spec_now.sources)]
+        upstream = ["dedup_keys", *(raw_name(s.name) for s in spec_now.sources),
+                    *(k.to_user_string() for k in filter_deps(spec_now))]
         if spec_now.audit.mask_contaminated or storage.exists(layout.CONTAMINATED_DOCS):
             upstream.append("contamination_report")
         inputs = verified_inputs(storage, "exclusion_masks", upstream)

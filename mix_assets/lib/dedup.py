@@ -318,12 +318,14 @@ def _codes(col) -> tuple[np.ndarray, pa.Array]:
 
 
 # -- exclusion masks ---------------------------------------------------------------------------
-def exclusion_table(dedup_keys: pa.Table, contaminated: Optional[pa.Table]) -> pa.Table:
+def exclusion_table(dedup_keys: pa.Table, contaminated: Optional[pa.Table],
+                    rejected: Optional[Mapping[str, str]] = None) -> pa.Table:
     """One row per excluded document: doc_id, source, reasons (sorted list), kept_doc_id.
 
     `contaminated` (doc_id, source, ...) or None when contaminated documents are not masked. A
     contaminated survivor is excluded too; its cluster is then not re-elected (its duplicates
-    carry the same text and stay excluded as duplicates).
+    carry the same text and stay excluded as duplicates). `rejected` ({doc_id: first failing rule},
+    document_filters): each gets a row whose reasons include that rule.
     """
     d = dedup_keys.select(["doc_id", "source", "reason", "cluster_id"]).to_pydict()
     rows: dict[str, dict] = {}
@@ -337,6 +339,13 @@ def exclusion_table(dedup_keys: pa.Table, contaminated: Optional[pa.Table]) -> p
                 raise DedupInputError(f"contaminated_docs: doc_id {doc!r} is not in the dedup keys")
             row = rows.setdefault(doc, {"doc_id": doc, "source": known[doc], "reasons": set(), "kept_doc_id": None})
             row["reasons"].add("contaminated")
+    if rejected:
+        known = dict(zip(d["doc_id"], d["source"]))
+        for doc, reason in rejected.items():
+            if doc not in known:
+                raise DedupInputError(f"filter decisions: doc_id {doc!r} is not in the dedup keys")
+            rows.setdefault(doc, {"doc_id": doc, "source": known[doc], "reasons": set(), "kept_doc_id": None})
+            rows[doc]["reasons"].add(reason)
     out = [dict(r, reasons=sorted(r["reasons"])) for _, r in sorted(rows.items())]
     return pa.Table.from_pylist(out, schema=EXCLUSION_SCHEMA)
 
@@ -501,7 +510,10 @@ def build_exclusion_masks(storage, spec) -> Masks:
             "contamination_report must be materialised first"
         )
     contaminated_ids = set(contaminated.column("doc_id").to_pylist()) if contaminated is not None else set()
-    table = exclusion_table(keys, contaminated if mask else None)
+    from mix_assets.lib import docfilters  # the filters' decisions: one more reason to exclude
+
+    rejected = docfilters.rejected_ids(storage, docfilters.filtered_sources(spec))
+    table = exclusion_table(keys, contaminated if mask else None, rejected)
     tables.write_parquet(storage, layout.EXCLUSION_MASKS, table)
     names = [s.name for s in spec.sources]
     paths = tables.raw_paths(storage, names)
@@ -509,6 +521,8 @@ def build_exclusion_masks(storage, spec) -> Masks:
     storage.write_text(layout.COMPOSITION, json.dumps(comp, indent=1, sort_keys=True))
     reasons = table.column("reasons").to_pylist()
     per_reason = {r: sum(1 for rs in reasons if r in rs) for r in ("exact_dup", "near_dup", "contaminated")}
+    if docfilters.filtered_sources(spec):
+        per_reason["filtered"] = len(rejected)
     return Masks(table, keys.num_rows, comp, per_reason,
                  _samples(keys, contaminated_ids, paths, spec.dedup.samples_per_reason),
                  sorted(contaminated_ids), {s: spec.minimum_tokens(s) for s in names}, mask)

@@ -107,3 +107,23 @@ def test_a_mis_set_threshold_that_deletes_a_domain_stops_the_run(tmp_path, plant
     want = "source stories" if planted == "source" else "length_chars 200 - 1000"
     assert want in gate.description and "Held back (not run): dedup_keys" in gate.description
     assert "document_filters" in _materialized(res) and "dedup_keys" not in _materialized(res)
+
+
+@pytest.mark.slow
+def test_demo_masks_explain_every_rejected_document_and_every_gate_is_green(tmp_path):
+    import pyarrow.parquet as pq
+
+    from mix_assets.definitions import build_definitions
+
+    spec = _demo(tmp_path)
+    defs = build_definitions(spec)
+    sel = dg.AssetSelection.all() - dg.AssetSelection.assets("published_revision")
+    res = dg.materialize(list(defs.assets), resources=defs.resources, instance=dg.DagsterInstance.ephemeral(),
+                         selection=sel, raise_on_error=False)
+    assert res.success and [c.check_name for c in res.get_asset_check_evaluations() if not c.passed] == []
+    storage = Storage(root=str(tmp_path / "storage"))
+    rejected = docfilters.rejected_ids(storage, [s.name for s in spec.sources])
+    masks = {r["doc_id"]: r["reasons"] for r in pq.read_table(storage.source(layout.EXCLUSION_MASKS)).to_pylist()}
+    assert rejected and all(reason in masks[d] for d, reason in rejected.items())
+    split = set(pq.read_table(storage.source(layout.VALIDATION_SPLIT)).column("doc_id").to_pylist())
+    assert not split & set(rejected)
