@@ -127,3 +127,13 @@ def test_demo_masks_explain_every_rejected_document_and_every_gate_is_green(tmp_
     assert rejected and all(reason in masks[d] for d, reason in rejected.items())
     split = set(pq.read_table(storage.source(layout.VALIDATION_SPLIT)).column("doc_id").to_pylist())
     assert not split & set(rejected)
+    # the samples beside the rejects hold no run of scrub_words eval-item words
+    from mix_assets import metadata as md
+    from mix_assets.lib import contamination as ct
+    from mix_assets.lib.audit import scrub_hashes
+
+    meta = next(m.materialization.metadata for m in res.get_asset_materialization_events()
+                if m.asset_key.path == ["document_filters"])
+    assert "kept" in meta["rejects"].value and "gopher_quality" in meta["rejects"].value
+    texts = [t for _, t in md.metadata_strings(meta)]
+    assert ct.leaking_strings(texts, scrub_hashes(spec), spec.audit.scrub_words) == []

@@ -19,6 +19,7 @@ import pytest
 
 from mix_assets import metadata as md
 from mix_assets.assets import dedup as dedup_assets
+from mix_assets.assets.filters import build_filter_assets
 from mix_assets.assets.sources import build_source_assets
 from mix_assets.config import REPO_ROOT, load_spec
 from mix_assets.lib import audit
@@ -106,7 +107,8 @@ def test_dedup_keys_asset_on_ray_writes_the_demo_bytes(ray_instance, tmp_path):
     spec = load_spec(REPO_ROOT / "configs" / "demo.yaml")
     mix = MixResource(config_path=spec.config_path, storage_root=str(tmp_path / "storage"))
     inst = dg.DagsterInstance.ephemeral()
-    assert dg.materialize([*build_source_assets(spec), *dedup_assets.build_dedup_assets(spec)[:1]],
+    assert dg.materialize([*build_source_assets(spec), *build_filter_assets(spec),
+                           *dedup_assets.build_dedup_assets(spec)[:1]],
                           resources={"mix": mix}, instance=inst).success
     local = (tmp_path / "storage" / layout.DEDUP_KEYS).read_bytes()
     on_ray = spec.model_copy(update={"engine": spec.engine.model_copy(update={"kind": "ray", "chunk_rows": 300})})
