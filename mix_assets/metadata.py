@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 import dagster as dg
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from mix_assets.lib import charts, lsh
 from mix_assets.lib import contamination as ct
@@ -109,6 +110,13 @@ def parquet_output(storage, key: str, t: pa.Table) -> dict:
     """path, `dagster/row_count` and `dagster/column_schema` of a Parquet file an asset wrote."""
     return {"path": dg.MetadataValue.path(storage.uri(key)), "dagster/row_count": t.num_rows,
             "dagster/column_schema": column_schema(t.schema)}
+
+
+def parquet_file_output(storage, key: str) -> dict:
+    """`parquet_output` from the written file's footer (for outputs written a row group at a time)."""
+    f = pq.ParquetFile(storage.source(key))
+    return {"path": dg.MetadataValue.path(storage.uri(key)), "dagster/row_count": f.metadata.num_rows,
+            "dagster/column_schema": column_schema(f.schema_arrow)}
 
 
 def problems(found: Sequence[str], shown: int = 20) -> dict:
@@ -269,9 +277,9 @@ def _rejects_md(m) -> str:
                 for s in m.samples if s.reason == reason]
         cols = ["excluded", "kept", "Jaccard", "excluded text", "kept text"]
         parts.append(f"**{reason}** ({m.per_reason[reason]:,} excluded)\n\n" + charts.markdown_table(rows, cols))
-    ids = m.contaminated_ids
-    parts.append(f"**contaminated** ({len(ids):,} documents; ids only, text is never shown)\n\n"
-                 + (", ".join(ids[:50]) + (" ..." if len(ids) > 50 else "") if ids else "none"))
+    ids, n = m.contaminated_ids, m.contaminated_docs
+    parts.append(f"**contaminated** ({n:,} documents; ids only, text is never shown)\n\n"
+                 + (", ".join(ids[:50]) + (" ..." if n > 50 else "") if ids else "none"))
     return "\n\n".join(parts)
 
 
@@ -280,12 +288,12 @@ def exclusion_masks(storage, key: str, m) -> dict:
     n = max(m.documents, 1)
     comp = m.composition
     return {
-        **parquet_output(storage, key, m.table),
+        **parquet_file_output(storage, key),
         "docs": m.documents,
-        "excluded_docs": m.table.num_rows,
+        "excluded_docs": m.excluded_docs,
         **by_name("excluded_docs", m.per_reason),
         **by_name("excluded_share", {r: share(c / n) for r, c in m.per_reason.items()}),
-        "excluded_share": share(m.table.num_rows / n),
+        "excluded_share": share(m.excluded_docs / n),
         "mask_contaminated": m.mask_contaminated,
         "composition": table(comp, columns=COMPOSITION_COLUMNS),
         "composition_chart": chart(charts.composition_md(
