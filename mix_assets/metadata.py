@@ -29,7 +29,6 @@ import pyarrow.parquet as pq
 
 from mix_assets.lib import charts, lsh
 from mix_assets.lib import contamination as ct
-from mix_assets.lib.split import per_source_counts
 
 SHARE_PLACES = 4
 SECONDS_PLACES = 2
@@ -415,11 +414,12 @@ def zero_eval_overlap(scan) -> dict:
 # -- validation_split -------------------------------------------------------------------------------
 
 
-def validation_split(storage, key: str, split: pa.Table, v) -> dict:
-    """validation_split (`lib.split.ValShare` of the written split): docs per side and per source."""
-    per = per_source_counts(split)
+def validation_split(storage, key: str, split, v) -> dict:
+    """validation_split (`lib.split.SplitSummary` and `ValShare` of the written split): docs per side and
+    per source."""
+    per = split.per_source
     return {
-        **parquet_output(storage, key, split),
+        **parquet_file_output(storage, key),
         "docs": v.docs,
         "val_docs": v.val_docs,
         "val_share": share(v.share),

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mix_assets.lib import engine, layout, lsh, tables
-from mix_assets.lib.idset import IdSet
+from mix_assets.lib.idset import UNSORTED, IdSet, unsorted_row
 from mix_assets.lib import signatures as sig
 from mix_assets.lib import minhash as mh
 from mix_assets.lib.progress import Progress
@@ -360,7 +360,9 @@ def exclusion_batches(keys, contaminated: Optional[IdSet], seen: Exclusions, whe
     last, row, excluded, counts = None, 0, [], dict.fromkeys(PER_REASON, 0)
     for b in _key_batches(keys, ["doc_id", "source", "reason", "cluster_id"]):
         doc = b.column(0).cast(pa.string())
-        _check_sorted(doc, last, row, where)
+        bad = unsorted_row(doc, last, row)
+        if bad is not None:
+            raise DedupInputError(f"{where}: row {bad}: field 'doc_id' is {UNSORTED}")
         last, row = (doc[-1].as_py() if len(doc) else last), row + len(doc)
         reason = b.column(2).cast(pa.string())
         enc = pc.dictionary_encode(reason)
@@ -384,21 +386,6 @@ def exclusion_batches(keys, contaminated: Optional[IdSet], seen: Exclusions, whe
         raise DedupInputError(f"contaminated_docs: doc_id {missing!r} is not in the dedup keys")
     seen.documents, seen.per_reason = row, counts
     seen.excluded = IdSet(pa.chunked_array(excluded, pa.string()))
-
-
-def _check_sorted(doc: pa.Array, last: Optional[str], row: int, where: str) -> None:
-    if not len(doc):
-        return
-    if doc.null_count:
-        bad = row + int(np.flatnonzero(doc.is_null().to_numpy(zero_copy_only=False))[0])
-        raise DedupInputError(f"{where}: row {bad}: field 'doc_id' is null")
-    prev = pa.concat_arrays([pa.array([last], pa.string()), doc[:-1]]) if last is not None else doc[:-1]
-    cur = doc if last is not None else doc[1:]
-    bad = np.flatnonzero(~pc.greater(cur, prev).to_numpy(zero_copy_only=False))
-    if len(bad):
-        r = row + int(bad[0]) + (0 if last is not None else 1)
-        raise DedupInputError(f"{where}: row {r}: field 'doc_id' is not above the row before it "
-                              "(dedup_keys is sorted by doc_id, each document once)")
 
 
 def exclusion_table(dedup_keys: pa.Table, contaminated: Optional[pa.Table]) -> pa.Table:

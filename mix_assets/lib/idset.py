@@ -57,3 +57,19 @@ def _fixed(arr: pa.Array, width: int) -> np.ndarray:
     out[np.arange(width) < lens[:, None]] = data[off[0]:off[-1]]
     out[np.arange(len(arr)), lens] = 1
     return out.view(f"S{width}").ravel()
+
+
+UNSORTED = "null or not above the row before it (dedup_keys is sorted by doc_id, each document once)"
+
+
+def unsorted_row(doc: pa.Array, last: Optional[str], row: int) -> Optional[int]:
+    """The first row (numbered from `row`) of a batch of ids that is null or not above the one before it
+    (`last`: the previous batch's last id), or None: the check of a stream sorted by doc_id."""
+    if not len(doc):
+        return None
+    if doc.null_count:
+        return row + int(np.flatnonzero(doc.is_null().to_numpy(zero_copy_only=False))[0])
+    prev = pa.concat_arrays([pa.array([last], pa.string()), doc[:-1]]) if last is not None else doc[:-1]
+    cur = doc if last is not None else doc[1:]
+    bad = np.flatnonzero(~pc.greater(cur, prev).to_numpy(zero_copy_only=False))
+    return row + int(bad[0]) + (0 if last is not None else 1) if len(bad) else None

@@ -271,5 +271,5 @@ def test_streaming_exclusions_equal_the_per_document_reference(seed, tmp_path, m
 
 def test_exclusion_pass_refuses_unsorted_or_repeated_keys_naming_the_row(tmp_path):
     keys = pa.table({"doc_id": ["a", "c", "b"], "source": ["s"] * 3, "reason": [None] * 3, "cluster_id": ["a", "c", "b"]})
-    with pytest.raises(lib.DedupInputError, match=r"k\.parquet: row 2: field 'doc_id' is not above the row before"):
+    with pytest.raises(lib.DedupInputError, match=r"k\.parquet: row 2: field 'doc_id' is null or not above the row before"):
         list(lib.exclusion_batches(keys, None, lib.Exclusions(), "k.parquet"))
