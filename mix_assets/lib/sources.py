@@ -24,10 +24,12 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from mix_assets.config import HubDataset, LocalJsonl, LocalParquet, MixSpec, SourceSpec, TextFolder
 from mix_assets.lib import layout, tables
 from mix_assets.lib.filters import CONTROL_ALLOWED, CONTROL_SHARE_MAX
+from mix_assets.lib.modifiers import ModifierCounts, Modifiers, modify_table
 
 DOC_SCHEMA = pa.schema([
     ("doc_id", pa.string()),
@@ -349,6 +351,7 @@ class SourceSample:
     est_tokens: int = 0  # their estimated tokens
     text_bytes: int = 0  # their UTF-8 bytes
     n_chars: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per kept document
+    modifiers: dict = field(default_factory=dict)  # lib/modifiers.py: configuration and counts, when any
 
     def drop(self, origin: str, reason: str, what: str) -> None:
         """Count a row dropped as unreadable and note where and why (the first 20)."""
@@ -560,6 +563,7 @@ class RawSource:
             "minimum_tokens": self.minimum_tokens, "exhausted": got.exhausted,
             "undecodable_origins": got.undecodable_origins, "drop_notes": got.drop_notes,
             "fallback_decoded": len(got.fallback_decoded),
+            **({"modifiers": got.modifiers} if got.modifiers else {}),
         }
 
 
@@ -575,14 +579,24 @@ def read_raw_source(storage, spec: MixSpec, name: str,
     if progress:
         progress(got.rows_read, got.bytes_read)
     n_chars: list[np.ndarray] = []
+    mods = Modifiers.for_source(spec, name)
+    counts = ModifierCounts(mods) if mods else None
+    written = [0, 0]  # bytes, estimated tokens
 
     def groups() -> Iterator[pa.Table]:  # pass 2: the chosen documents, one row group at a time
         for t in iter_sample(spec, src, bpt, plan):
+            if mods:
+                t = modify_table(t, mods, bpt, counts)
+                written[0] += pc.sum(t.column("n_bytes")).as_py() or 0
+                written[1] += pc.sum(t.column("est_tokens")).as_py() or 0
             n_chars.append(np.asarray(t.column("n_chars"), np.int64))
             yield t
 
     tables.write_parquet_groups(storage, layout.RAW_DOCS.format(source=name), DOC_SCHEMA, groups())
     got.n_chars = np.concatenate(n_chars) if n_chars else np.zeros(0, np.int64)
+    if counts:  # the sample was chosen on the text as read; its totals are those of the text written
+        got.modifiers = counts.stats()
+        got.text_bytes, got.est_tokens = written
     raw = RawSource(name, got, bpt, how, spec.raw_budget(name), spec.minimum_tokens(name))
     storage.write_text(layout.RAW_STATS.format(source=name), json.dumps(raw.stats(), indent=1, sort_keys=True))
     return raw
