@@ -26,10 +26,10 @@ def test_binary_documents_are_counted_in_stats_and_metadata(tmp_path):
     res = dg.materialize(build_source_assets(spec), instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
                          resources={"mix": MixResource(config_path=str(cfg), storage_root=str(tmp_path / "st"))})
     meta = res.get_asset_materialization_events()[0].materialization.metadata
-    assert meta["dropped_docs/binary"].value == 1 and meta["dropped_docs/control_chars"].value == 0
-    assert meta["docs"].value == 2 and meta["drop_notes"].value == ["zeros.txt#0: binary: 512 NUL characters"]
+    assert meta["dropped_docs/sanity:binary"].value == 1 and meta["dropped_docs/sanity:control_chars"].value == 0
+    assert meta["docs"].value == 2 and meta["drop_notes"].value == ["zeros.txt#0: sanity:binary: 512 NUL characters"]
     stats = json.loads((tmp_path / "st" / layout.RAW_STATS.format(source="t")).read_text())
-    assert stats["dropped"]["binary"] == 1 and stats["drop_notes"] == meta["drop_notes"].value
+    assert stats["dropped"]["sanity:binary"] == 1 and stats["drop_notes"] == meta["drop_notes"].value
 
 
 PLANTED = [  # (text, redactions per rule): emails, public IPs and phones among look-alikes that stay
