@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mix_assets.lib import filters, pii
+from mix_assets.lib import filters, layout, pii
 
 
 @dataclass(frozen=True)
@@ -114,3 +114,36 @@ def modify_table(t: pa.Table, mods: Modifiers, bytes_per_token: float, total: Mo
     cols = {"text": text, "n_bytes": pa.array(nb), "n_chars": pc.cast(pc.utf8_length(text), pa.int64()),
             "est_tokens": pa.array(est)}
     return pa.table({c: cols.get(c, t.column(c)) for c in t.column_names}, schema=t.schema)
+
+
+def scrub_sources(spec) -> list[str]:
+    """Sources whose raw text goes through PII redaction."""
+    return [s.name for s in spec.sources if (m := Modifiers.for_source(spec, s.name)) and m.pii_rules]
+
+
+def build_scrub_manifest(storage, spec) -> Optional[dict]:
+    """mix/scrub_manifest.json (lib/pii.manifest_from_sources) from the raw stats of every source that
+    scrubs PII, with the C4 line counts of sources that modify lines; None when no source scrubs.
+    A source whose raw stats record other rules than its config is refused (re-materialise it)."""
+    by_source, c4 = {}, {}
+    for s in spec.sources:
+        mods = Modifiers.for_source(spec, s.name)
+        if mods is None:
+            continue
+        key = layout.RAW_STATS.format(source=s.name)
+        got = json.loads(storage.read_text(key)).get("modifiers", {})
+        ran = {**({"pii": {k: got["pii"][k] for k in ("rules", "rules_version", "rules_sha256")}}
+                  if "pii" in got else {}), **({"c4": got["c4"]["config"]} if "c4" in got else {})}
+        if ran != mods.identity():
+            raise ValueError(f"{key}: raw/{s.name} was written with the modifiers {ran}, the config asks for "
+                             f"{mods.identity()}; re-materialise raw/{s.name}")
+        if "pii" in got:
+            p = got["pii"]
+            by_source[s.name] = {"rules": p["rules"], "docs": p["docs"], "scrubbed_docs": p["scrubbed_docs"],
+                                 "redactions": p["redactions"]}
+        if "c4" in got:
+            c4[s.name] = {k: got["c4"][k] for k in ("docs", "modified_docs", "removed_chars")}
+    if not by_source:
+        return None
+    rules = pii.rules_named({r for v in by_source.values() for r in v["rules"]})
+    return pii.manifest_from_sources(by_source, rules, **({"c4_modified_lines": c4} if c4 else {}))
