@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pyarrow as pa
 import pytest
 
 from mix_assets.config import load_spec
-from mix_assets.lib import filters, pii
+from mix_assets.lib import filters, layout, pii
 from mix_assets.lib.modifiers import ModifierCounts, Modifiers, modify
+from mix_assets.lib.sources import read_raw_source
+from mix_assets.lib.storage import Storage
 
 from ..conftest import minimal_config, source, write_config
 
@@ -82,3 +85,21 @@ def test_c4_modify_is_not_idempotent_where_citation_removal_shortens_a_line():
     first = _c4([doc], no_punct)
     assert first.texts.to_pylist()[0].startswith("A line with a citation. \n")
     assert _c4(first.texts, no_punct).texts.to_pylist()[0].startswith("A line with a citation.\n")
+
+
+def test_a_filters_section_without_modifiers_writes_the_same_raw_bytes(tmp_path):
+    """Only PII and C4 in mode "modify" change text: document filters, C4 "filter" and a switched-off
+    PII leave raw/<source> byte for byte as a config without `filters:` writes it."""
+    rows = [{"text": "\n".join(FINE) + f"\nMail a{i}@example.org today."} for i in range(50)]
+    (tmp_path / "x.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    src = source("a", {"kind": "jsonl", "paths": ["x.jsonl"]})
+    digests = {}
+    for name, filt in (("plain", None), ("off", {"pii": {"enabled": False}, "c4": {"mode": "filter"},
+                                                 "gopher_quality": {}, "fineweb": {}}), ("pii", {"pii": {}})):
+        cfg = minimal_config(sources=[src], **({"filters": filt} if filt else {}))
+        spec = load_spec(write_config(tmp_path, cfg, f"{name}.yaml"))
+        st = Storage(root=str(tmp_path / name))
+        read_raw_source(st, spec, "a")
+        digests[name] = (st.sha256(layout.RAW_DOCS.format(source="a")),
+                         st.read_text(layout.RAW_STATS.format(source="a")))
+    assert digests["off"] == digests["plain"] and digests["pii"][0] != digests["plain"][0]
