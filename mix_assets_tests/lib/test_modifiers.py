@@ -103,3 +103,25 @@ def test_a_filters_section_without_modifiers_writes_the_same_raw_bytes(tmp_path)
         digests[name] = (st.sha256(layout.RAW_DOCS.format(source="a")),
                          st.read_text(layout.RAW_STATS.format(source="a")))
     assert digests["off"] == digests["plain"] and digests["pii"][0] != digests["plain"][0]
+
+
+def test_scrub_manifest_comes_from_raw_stats_and_refuses_stats_of_other_rules(tmp_path):
+    from mix_assets.lib.modifiers import build_scrub_manifest
+
+    rows = [{"text": f"Mail a{i}@example.org or call (415) 555-{1000 + i:04d}."} for i in range(20)]
+    (tmp_path / "x.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    srcs = [source("a", {"kind": "jsonl", "paths": ["x.jsonl"]}, share=0.5),
+            source("b", {"kind": "jsonl", "paths": ["x.jsonl"]}, share=0.5, filters={"pii": {"enabled": False}})]
+    spec = load_spec(write_config(tmp_path, minimal_config(sources=srcs, filters={"pii": {}, "c4": {}})))
+    st = Storage(root=str(tmp_path / "st"))
+    for s in ("a", "b"):
+        read_raw_source(st, spec, s)
+    sm = build_scrub_manifest(st, spec)
+    assert sm["sources"] == {"a": {"rules": ["email", "ipv6", "ipv4", "phone"], "docs": 20, "scrubbed_docs": 20,
+                                   "redactions": {"email": 20, "ipv6": 0, "ipv4": 0, "phone": 20}}}
+    assert set(sm["c4_modified_lines"]) == {"a", "b"} and sm["rules_sha256"] == pii.rules_sha256()
+    other = load_spec(write_config(tmp_path, minimal_config(sources=srcs, filters={"pii": {"rules": ["email"]},
+                                                                                   "c4": {}}), "other.yaml"))
+    with pytest.raises(ValueError, match="raw/a was written with the modifiers .*re-materialise raw/a"):
+        build_scrub_manifest(st, other)
+    assert build_scrub_manifest(st, load_spec(write_config(tmp_path, minimal_config(sources=srcs), "none.yaml"))) is None
