@@ -188,10 +188,23 @@ def raw_source(storage, key: str, raw) -> dict:
         "drop_notes": dg.MetadataValue.json(got.drop_notes),
         "length_histogram": table(length_histogram(n_chars), columns=["chars", "docs"]),
     }
+    md.update(raw_modifiers(got.modifiers))
     if raw.docs:
         md["length_histogram_chart"] = chart(charts.histogram_md(n_chars, f"{raw.name}: document length",
                                                                  "characters", log_x=True))
     return md
+
+
+def raw_modifiers(mods: dict) -> dict:
+    """What the text modifiers did to a source (lib/modifiers.py; nothing when none is configured)."""
+    out = {}
+    if "pii" in mods:
+        p = mods["pii"]
+        out.update({"pii_rules_version": p["rules_version"], "pii_scrubbed_docs": p["scrubbed_docs"],
+                    **by_name("pii_redactions", p["redactions"])})
+    if "c4" in mods:
+        out.update({"c4_modified_docs": mods["c4"]["modified_docs"], "c4_removed_chars": mods["c4"]["removed_chars"]})
+    return out
 
 
 def has_documents(raw) -> dict:
