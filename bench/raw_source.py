@@ -12,6 +12,13 @@ Each read runs `lib.sources.read_raw_source` in a fresh subprocess with `--code`
 checkout) first on its path, so the same corpus can be read by an older revision exported elsewhere
 (`git archive <rev> | tar -x -C DIR`). Peak RSS = VmHWM of that process; `base` = VmRSS after the
 imports, before reading.
+
+`--modifiers none pii c4 pii,c4` reads the same corpus once per setting, the config given a `filters:`
+section with those text modifiers (lib/modifiers.py: PII redaction, C4 line modification), and prints
+the throughput (MB of source read per second) of each beside the others:
+
+    PYTHONPATH=$PWD MIX_SHARED_DATA=/work/shared/data .venv/bin/python bench/raw_source.py --sizes 50 \
+        --modifiers none pii c4 pii,c4
 """
 
 from __future__ import annotations
@@ -64,20 +71,38 @@ def child_gen(mb: int, folder: Path) -> None:
     (folder / "gen.json").write_text(json.dumps({"bytes": total, "docs": len(corpus.texts)}))
 
 
-def child_read(folder: Path) -> dict:
+def modifier_config(folder: Path, mods: str) -> Path:
+    """mix.yaml, or a copy with a `filters:` section switching on the modifiers in `mods` ("pii,c4")."""
+    import yaml
+
+    if mods == "none":
+        return folder / "mix.yaml"
+    cfg = yaml.safe_load((folder / "mix.yaml").read_text())
+    cfg["filters"] = {m: ({"mode": "modify"} if m == "c4" else {}) for m in mods.split(",")}
+    cfg["storage"]["root"] = str(folder / f"storage-{mods.replace(',', '+')}")
+    out = folder / f"mix-{mods.replace(',', '+')}.yaml"
+    out.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return out
+
+
+def child_read(folder: Path, config: Path) -> dict:
     from mix_assets.config import load_spec
     from mix_assets.lib import sources as lib
     from mix_assets.lib.storage import Storage
 
-    spec = load_spec(folder / "mix.yaml")
-    storage = Storage(root=str(folder / "storage"))
+    spec = load_spec(config)
+    storage = Storage(root=spec.resolve(spec.storage.root))
     base = _status("VmRSS")
     t0 = time.perf_counter()
     raw = lib.read_raw_source(storage, spec, "prose")
-    return {"secs": round(time.perf_counter() - t0, 1), "base_mb": round(base),
+    secs = time.perf_counter() - t0
+    mods = {k: {f: v for f, v in m.items() if f not in ("config", "rules_sha256")}
+            for k, m in getattr(raw.sample, "modifiers", {}).items()}  # an older --code has none
+    return {"secs": round(secs, 1), "base_mb": round(base),
             "peak_mb": round(_status("VmHWM")), "rows_read": raw.sample.rows_read, "docs": raw.docs,
             "bytes_read_mb": round(raw.sample.bytes_read / 1e6, 1),
-            "kept_mb": round(raw.text_bytes / 1e6, 1)}
+            "kept_mb": round(raw.text_bytes / 1e6, 1),
+            "mb_per_s": round(raw.sample.bytes_read / 1e6 / secs, 2), **({"modifiers": mods} if mods else {})}
 
 
 def run(args: list[str], code: Path) -> str:
@@ -90,22 +115,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[50, 200], help="MB of text per corpus")
     ap.add_argument("--code", type=Path, default=REPO, help="checkout whose mix_assets reads the source")
-    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--modifiers", nargs="+", default=["none"],
+                    help="text modifier settings to compare: none, pii, c4, pii,c4")
+    ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        kind, folder = a.child
+        kind, folder, *config = a.child
         if kind == "gen":
             child_gen(int(Path(folder).name.removesuffix("mb")), Path(folder))
         else:
-            print(json.dumps(child_read(Path(folder))))
+            print(json.dumps(child_read(Path(folder), Path(config[0]))))
         return
     for mb in a.sizes:
         folder = OUT / f"{mb}mb"
         if not (folder / "gen.json").exists():
             folder.mkdir(parents=True, exist_ok=True)
             run(["--child", "gen", str(folder)], REPO)
-        got = json.loads(run(["--child", "read", str(folder)], a.code))
-        print(json.dumps({"mb": mb, "code": str(a.code), **got}), flush=True)
+        for mods in a.modifiers:
+            config = modifier_config(folder, mods)
+            got = json.loads(run(["--child", "read", str(folder), str(config)], a.code))
+            print(json.dumps({"mb": mb, "code": str(a.code), "with": mods, **got}), flush=True)
 
 
 if __name__ == "__main__":

@@ -25,10 +25,10 @@ from collections.abc import Mapping, Sequence
 import dagster as dg
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from mix_assets.lib import charts, lsh
 from mix_assets.lib import contamination as ct
-from mix_assets.lib.split import per_source_counts
 
 SHARE_PLACES = 4
 SECONDS_PLACES = 2
@@ -111,6 +111,13 @@ def parquet_output(storage, key: str, t: pa.Table) -> dict:
             "dagster/column_schema": column_schema(t.schema)}
 
 
+def parquet_file_output(storage, key: str) -> dict:
+    """`parquet_output` from the written file's footer (for outputs written a row group at a time)."""
+    f = pq.ParquetFile(storage.source(key))
+    return {"path": dg.MetadataValue.path(storage.uri(key)), "dagster/row_count": f.metadata.num_rows,
+            "dagster/column_schema": column_schema(f.schema_arrow)}
+
+
 def problems(found: Sequence[str], shown: int = 20) -> dict:
     """`problems` (count, plotted) and `problem_list` (the first `shown`, as a markdown list)."""
     lines = [f"- {p}" for p in found[:shown]]
@@ -181,10 +188,23 @@ def raw_source(storage, key: str, raw) -> dict:
         "drop_notes": dg.MetadataValue.json(got.drop_notes),
         "length_histogram": table(length_histogram(n_chars), columns=["chars", "docs"]),
     }
+    md.update(raw_modifiers(got.modifiers))
     if raw.docs:
         md["length_histogram_chart"] = chart(charts.histogram_md(n_chars, f"{raw.name}: document length",
                                                                  "characters", log_x=True))
     return md
+
+
+def raw_modifiers(mods: dict) -> dict:
+    """What the text modifiers did to a source (lib/modifiers.py; nothing when none is configured)."""
+    out = {}
+    if "pii" in mods:
+        p = mods["pii"]
+        out.update({"pii_rules_version": p["rules_version"], "pii_scrubbed_docs": p["scrubbed_docs"],
+                    **by_name("pii_redactions", p["redactions"])})
+    if "c4" in mods:
+        out.update({"c4_modified_docs": mods["c4"]["modified_docs"], "c4_removed_chars": mods["c4"]["removed_chars"]})
+    return out
 
 
 def has_documents(raw) -> dict:
@@ -326,9 +346,9 @@ def _rejects_md(m) -> str:
                 for s in m.samples if s.reason == reason]
         cols = ["excluded", "kept", "Jaccard", "excluded text", "kept text"]
         parts.append(f"**{reason}** ({m.per_reason[reason]:,} excluded)\n\n" + charts.markdown_table(rows, cols))
-    ids = m.contaminated_ids
-    parts.append(f"**contaminated** ({len(ids):,} documents; ids only, text is never shown)\n\n"
-                 + (", ".join(ids[:50]) + (" ..." if len(ids) > 50 else "") if ids else "none"))
+    ids, n = m.contaminated_ids, m.contaminated_docs
+    parts.append(f"**contaminated** ({n:,} documents; ids only, text is never shown)\n\n"
+                 + (", ".join(ids[:50]) + (" ..." if n > 50 else "") if ids else "none"))
     return "\n\n".join(parts)
 
 
@@ -337,12 +357,12 @@ def exclusion_masks(storage, key: str, m) -> dict:
     n = max(m.documents, 1)
     comp = m.composition
     return {
-        **parquet_output(storage, key, m.table),
+        **parquet_file_output(storage, key),
         "docs": m.documents,
-        "excluded_docs": m.table.num_rows,
+        "excluded_docs": m.excluded_docs,
         **by_name("excluded_docs", m.per_reason),
         **by_name("excluded_share", {r: share(c / n) for r, c in m.per_reason.items()}),
-        "excluded_share": share(m.table.num_rows / n),
+        "excluded_share": share(m.excluded_docs / n),
         "mask_contaminated": m.mask_contaminated,
         "composition": table(comp, columns=COMPOSITION_COLUMNS),
         "composition_chart": chart(charts.composition_md(
@@ -464,11 +484,12 @@ def zero_eval_overlap(scan) -> dict:
 # -- validation_split -------------------------------------------------------------------------------
 
 
-def validation_split(storage, key: str, split: pa.Table, v) -> dict:
-    """validation_split (`lib.split.ValShare` of the written split): docs per side and per source."""
-    per = per_source_counts(split)
+def validation_split(storage, key: str, split, v) -> dict:
+    """validation_split (`lib.split.SplitSummary` and `ValShare` of the written split): docs per side and
+    per source."""
+    per = split.per_source
     return {
-        **parquet_output(storage, key, split),
+        **parquet_file_output(storage, key),
         "docs": v.docs,
         "val_docs": v.val_docs,
         "val_share": share(v.share),

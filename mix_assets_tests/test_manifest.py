@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -379,3 +380,43 @@ def test_reader_state_pins_the_interpretation(mix, tmp_path):
     state[INTERPRETATION_KEY] = "0" * 64
     with pytest.raises(ResumeMismatchError, match=INTERPRETATION_KEY):
         open_mix(root, cache_dir=tmp_path / "c", shuffle_seed=1).load_state_dict(state)
+
+
+def test_scrub_manifest_is_listed_exactly_when_the_config_scrubs_and_its_counts_are_checked():
+    import pyarrow as pa
+
+    from mix_assets.lib import pii
+    from mix_assets.lib.manifest import pii_sources, scrub_problems
+
+    cfg = {"filters": {"pii": {"enabled": True, "rules": ["email", "phone"]}, "c4": None},
+           "sources": [{"name": "a"}, {"name": "b", "filters": {"pii": {"enabled": False}}}, {"name": "c"}]}
+    assert pii_sources(cfg) == ["a", "c"]
+    assert pii_sources({"filters": None, "sources": [{"name": "a", "filters": {"pii": {}}}, {"name": "b"}]}) == ["a"]
+    rules = pii.rules_named(["email", "phone"])
+    counts = pa.table({"email": pa.array([1, 0, 2], pa.int32()), "phone": pa.array([0, 0, 1], pa.int32())})
+    sm = pii.scrub_manifest(counts, ["a", "a", "c"], rules)
+    for v in sm["sources"].values():
+        v["rules"] = ["email", "phone"]
+    files = {"scrub_manifest.json": json.dumps(sm).encode()}
+    src = lambda p: io.BytesIO(files[p])  # noqa: E731
+    m = {"review": {"scrub_manifest": "scrub_manifest.json"}}
+    assert scrub_problems(m, src, cfg) == []
+    assert scrub_problems({"review": {}}, src, cfg) == \
+        ["review.scrub_manifest: missing, but the config scrubs PII in ['a', 'c']"]
+    assert "listed, but the config scrubs PII in no source" in scrub_problems(m, src, {"sources": [{"name": "a"}]})[0]
+
+    def problems_with(edit) -> list[str]:
+        bad = json.loads(json.dumps(sm))
+        edit(bad)
+        files["scrub_manifest.json"] = json.dumps(bad).encode()
+        return scrub_problems(m, src, cfg)
+
+    assert problems_with(lambda d: d["rules"][0].update(pattern=".*")) == [
+        "scrub_manifest.json: rules[email].pattern_sha256 is not the sha256 of its pattern",
+        f"scrub_manifest.json: rules_sha256 {sm['rules_sha256']} is not the sha256 over its rules "
+        f"({pii.rules_sha256([pii.PiiRule('email', '<EMAIL>', '.*', ''), rules[1]])})"]
+    assert problems_with(lambda d: d["sources"].pop("c")) == \
+        ["scrub_manifest.json: sources ['a'], but the config scrubs PII in ['a', 'c']"]
+    assert "counts are incoherent" in problems_with(lambda d: d["sources"]["a"].update(scrubbed_docs=3))[0]
+    assert "do not match" in problems_with(lambda d: d["sources"]["a"]["redactions"].pop("phone"))[0]
+    assert "not a scrub manifest" in problems_with(lambda d: d.pop("rules"))[0]

@@ -15,14 +15,14 @@ from pathlib import Path
 import dagster as dg
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 from mix_assets.config import load_spec
 from mix_assets.definitions import build_definitions
 from mix_assets.lib import gen_corpus as gc
 from mix_assets.lib import layout
 from mix_assets.lib.storage import Storage
-from mix_assets_tests.support.shared_data import FIXTURE, FIXTURE_CONFIG
+from mix_assets_tests.support.generated_mix import fixture_mix_over
+from mix_assets_tests.support.shared_data import FIXTURE
 
 pytestmark = pytest.mark.slow
 SOURCES = ("essays", "stories")
@@ -33,25 +33,9 @@ def near_dup_mix(tmp: Path) -> tuple[Path, gc.Corpus]:
     model = gc.MarkovModel.from_files(sorted((FIXTURE / "sources").glob("*/*.txt")), order=1)
     corpus = gc.generate(model, 1500, seed=13, median_words=150)
     paths = gc.write_jsonl_sources(corpus, tmp / "corpus", SOURCES, seed=13)
-    cfg = yaml.safe_load(FIXTURE_CONFIG.read_text())
-    cfg.update(name="near_dup_mix", description="Generated prose with planted near-copies at Jaccard 0.80-0.85.")
-    cfg["sources"] = [
-        {"name": s, "loader": {"kind": "jsonl", "paths": [paths[s]]}, "text_field": "text",
-         "license": "generated (CC0)", "rationale": "Markov prose over the fixture's books, 10 % near-copies.",
-         "share": 0.5}
-        for s in SOURCES
-    ]
-    for t in cfg["audit"]["tasks"]:
-        t["dataset"]["path"] = str(FIXTURE / t["dataset"]["path"])
-    cfg["storage"] = {"root": str(tmp / "storage"), "cache_dir": str(tmp / "cache")}
-    cfg["publish"]["url"] = str(tmp / "published")
-    out = tmp / "near_dup_mix.yaml"
-    out.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    spec = load_spec(out)
-    tokens = min(sum(len(json.loads(line)["text"].strip().encode()) for line in open(paths[s]))
-                 for s in SOURCES) / spec.tokenizer.bytes_per_token_fallback
-    cfg["target_tokens"] = int(0.97 * tokens * (1 - spec.split.val_fraction) / (0.5 * spec.headroom))
-    out.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    out = fixture_mix_over(tmp, paths, name="near_dup_mix",
+                           description="Generated prose with planted near-copies at Jaccard 0.80-0.85.",
+                           rationale="Markov prose over the fixture's books, 10 % near-copies.", read_share=0.97)
     return out, corpus
 
 

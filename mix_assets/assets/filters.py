@@ -82,8 +82,8 @@ def _samples(storage, spec: MixSpec, decisions) -> tuple[list[dict], int]:
     """Rejected documents beside kept ones, scrubbed like every audit artifact; contaminated ones never."""
     from mix_assets.lib.audit import scrub_hashes
 
-    contaminated = dedup_lib.read_contaminated(storage)
-    never = set(contaminated.column("doc_id").to_pylist()) if contaminated is not None else set()
+    contaminated = dedup_lib.read_contaminated_ids(storage)
+    never = set(contaminated.ids()) if contaminated is not None else set()
     k = spec.filters.samples_per_filter if spec.filters is not None else 3
     picked = lib.pick_samples(decisions, k, never)
     texts = dedup_lib.snippets(tables.raw_paths(storage, sorted(decisions)), {p[2] for p in picked})

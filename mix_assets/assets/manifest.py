@@ -8,9 +8,9 @@ from typing import BinaryIO
 import dagster as dg
 
 from mix_assets import metadata as md
-from mix_assets.assets.common import code_version, gate, recorded, verified_inputs, with_lineage
+from mix_assets.assets.common import code_version, gate, raw_key, raw_name, recorded, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
-from mix_assets.lib import layout, manifest_builder, published_audit
+from mix_assets.lib import layout, manifest_builder, modifiers, published_audit
 from mix_assets.lib.manifest import check_manifest
 from mix_assets.lib.manifest_builder import write_manifest
 from mix_assets.lib.storage import Storage
@@ -40,21 +40,27 @@ class _MixDir:
 
 
 def build_manifest_assets(spec: MixSpec) -> list:
+    scrubbing = modifiers.scrub_sources(spec)  # their raw stats give the scrub manifest
+
     @dg.asset(
         name="manifest",
         group_name=GROUP,
         kinds={"json"},
         owners=spec.owners,
-        code_version=code_version(manifest_builder),
+        code_version=code_version(manifest_builder, *((modifiers.build_scrub_manifest,) if scrubbing else ())),
         deps=[dg.AssetKey("token_shards"), dg.AssetKey("tokenizer"), dg.AssetKey("dedup_keys"),
-              dg.AssetKey("exclusion_masks"), dg.AssetKey("contamination_report")],
+              dg.AssetKey("exclusion_masks"), dg.AssetKey("contamination_report"),
+              *map(raw_key, scrubbing)],
     )
     def manifest(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
         """manifest.json: token counts, shards, tokenizer identity, packing, review files, fingerprint."""
         s = mix.spec
-        inputs = verified_inputs(mix.storage, "manifest", MANIFEST_INPUTS)
-        m = write_manifest(mix.storage, name=s.name, seed=s.seed, spec_dump=s.model_dump(mode="json"))
-        lin = recorded(mix.storage, "manifest", [layout.MANIFEST], inputs)
+        scrubbed = [raw_name(x) for x in modifiers.scrub_sources(s)]
+        inputs = verified_inputs(mix.storage, "manifest", MANIFEST_INPUTS + scrubbed)
+        m = write_manifest(mix.storage, name=s.name, seed=s.seed, spec_dump=s.model_dump(mode="json"),
+                           scrub=modifiers.build_scrub_manifest(mix.storage, s) if scrubbed else None)
+        lin = recorded(mix.storage, "manifest", [layout.MANIFEST, *([layout.MIX_SCRUB_MANIFEST] if scrubbed else [])],
+                       inputs)
         return with_lineage(md.manifest(mix.storage, layout.MANIFEST, m), lin)
 
     @dg.asset_check(asset=manifest, name=MANIFEST_SELF_CONSISTENT, blocking=True)

@@ -5,7 +5,7 @@ import dagster as dg
 from mix_assets import metadata as md
 from mix_assets.assets.common import code_version, gate, raw_key, raw_name, recorded, with_lineage
 from mix_assets.config import MixSpec, SourceSpec
-from mix_assets.lib import demo_corpus, layout
+from mix_assets.lib import demo_corpus, filters, layout, modifiers, pii
 from mix_assets.lib import sources as lib
 from mix_assets.lib.progress import Progress
 from mix_assets.resources import MixResource
@@ -21,6 +21,8 @@ def build_source_assets(spec: MixSpec) -> list:
 def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
     key = raw_key(src.name)
     target = spec.raw_budget(src.name)
+    mods = modifiers.Modifiers.for_source(spec, src.name)  # PII / C4 lines: part of what raw writes
+    mod_parts = (modifiers, pii, filters, mods.identity()) if mods else ()
 
     @dg.asset(
         key=key,
@@ -28,7 +30,8 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
         description=src.rationale,
         kinds={"parquet", src.loader.kind},
         owners=spec.owners,
-        code_version=code_version(lib, src.model_dump_json(), spec.seed, target, spec.tokenizer.model_dump_json()),
+        code_version=code_version(lib, src.model_dump_json(), spec.seed, target, spec.tokenizer.model_dump_json(),
+                                  *mod_parts),
         metadata={"license": src.license, "loader": src.loader.kind, "share": src.share, "epochs": src.epochs},
         check_specs=[
             dg.AssetCheckSpec(HAS_DOCUMENTS, asset=key, blocking=True,

@@ -42,7 +42,7 @@ def build_split_assets(spec: MixSpec) -> list:
                                  ["exclusion_masks", "dedup_keys", *(raw_name(x.name) for x in s.sources)])
         split = build_validation_split(mix.storage, [x.name for x in s.sources], s.seed, s.split.val_fraction)
         lin = recorded(mix.storage, "validation_split", [layout.VALIDATION_SPLIT], inputs)
-        share = measure_val_share(split, s.split.val_fraction, s.split.tolerance)
+        share = split.share(s.split.val_fraction, s.split.tolerance)
         return with_lineage(md.validation_split(mix.storage, layout.VALIDATION_SPLIT, split, share), lin)
 
     @dg.asset_check(asset=validation_split, name=VAL_DISJOINT_FROM_TRAIN, blocking=True)
@@ -75,8 +75,7 @@ def build_split_assets(spec: MixSpec) -> list:
         """The realised validation share of kept documents is within the configured relative tolerance."""
         sp = mix.spec.split
         verified_inputs(mix.storage, VAL_SHARE_IN_TOLERANCE, ["validation_split"])
-        v = measure_val_share(pq.read_table(mix.storage.source(layout.VALIDATION_SPLIT)), sp.val_fraction,
-                              sp.tolerance)
+        v = measure_val_share(mix.storage.source(layout.VALIDATION_SPLIT), sp.val_fraction, sp.tolerance)
         return gate(context, VALIDATION_SPLIT_KEY, dg.AssetCheckResult(
             passed=v.ok, metadata=md.val_share_in_tolerance(v),
             description=None if v.ok else f"val share {v.share:.4f} outside {v.target} ± {v.tolerance:.0%}",

@@ -6,10 +6,14 @@ to `dedup/signatures/<source>.parquet` (lib/signatures.py) and reused while the 
 and the parameters are unchanged. Reduce (`reduce_signatures`): LSH band by band over those files
 (one band's columns in memory at a time), then a pass reading the text of the documents in
 candidate pairs only, whose shingle sets (8 B per distinct shingle of those documents) verify
-every candidate by exact Jaccard; clusters and the keep rule. `exclusion_table` unions`exclusion_table` unions the dedup exclusions with the contaminated documents into
-one row per excluded document with an open set of reasons; `composition` compares every source
-before and after; `reject_samples` picks excluded documents to show beside their kept cluster
-member. Text of a document flagged contaminated is never read into a sample.
+every candidate by exact Jaccard; clusters and the keep rule.
+
+exclusion_masks streams: `exclusion_batches` reads dedup_keys (sorted by doc_id) a batch at a time
+and unions each document's reasons (dedup's, contaminated; `union_reasons` is the one place) into
+one row per excluded document; `composition` compares every source before and after, a raw batch
+at a time; `reject_samples` keeps only each reason's best candidates. Held per document: the ids
+of excluded and contaminated documents (`IdSet`, the id's bytes + 1 each), nothing per kept
+document. Text of a document flagged contaminated is never read into a sample.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mix_assets.lib import engine, layout, lsh, tables
+from mix_assets.lib.idset import UNSORTED, IdSet, unsorted_row
 from mix_assets.lib import signatures as sig
 from mix_assets.lib import minhash as mh
 from mix_assets.lib.progress import Progress
@@ -318,53 +323,153 @@ def _codes(col) -> tuple[np.ndarray, pa.Array]:
 
 
 # -- exclusion masks ---------------------------------------------------------------------------
+KEY_BATCH_ROWS = 65536  # dedup_keys rows per batch of the exclusion pass (it never holds the whole table)
+SAMPLE_REASONS = ("exact_dup", "near_dup")
+PER_REASON = ("exact_dup", "near_dup", "contaminated")  # excluded_docs/<reason> in the metadata
+
+
+def union_reasons(flags: Mapping[str, np.ndarray]) -> tuple[np.ndarray, pa.Array]:
+    """The one place reasons are unioned: {reason: bool per row} -> (rows with at least one reason,
+    their `reasons` lists, each in sorted reason order)."""
+    names = sorted(flags)
+    n = len(next(iter(flags.values()))) if flags else 0
+    m = np.column_stack([np.asarray(flags[r], bool) for r in names]) if names else np.zeros((n, 0), bool)
+    rows = np.flatnonzero(m.any(axis=1))
+    _, col = np.nonzero(m[rows])
+    offsets = np.r_[0, np.cumsum(m[rows].sum(axis=1))].astype(np.int32)
+    values = pa.array(names, pa.string()).take(pa.array(col, pa.int64()))
+    return rows, pa.ListArray.from_arrays(pa.array(offsets), values)
+
+
+def _key_batches(keys, columns: list[str]):
+    """dedup_keys as record batches (a table, or a Parquet file read one batch at a time)."""
+    if isinstance(keys, pa.Table):
+        return keys.select(columns).to_batches(KEY_BATCH_ROWS)
+    return pq.ParquetFile(keys).iter_batches(batch_size=KEY_BATCH_ROWS, columns=columns)
+
+
+@dataclass
+class Rejections:
+    """The documents the filters rejected (document_filters) and each one's first failing rule: an `IdSet`
+    and a reason code per id in its order (held per rejected document only)."""
+
+    ids: IdSet
+    code: np.ndarray
+    reasons: list
+
+    @classmethod
+    def of(cls, doc_ids, reasons) -> "Rejections":
+        ids = pa.array(doc_ids, pa.string()) if not isinstance(doc_ids, (pa.Array, pa.ChunkedArray)) else doc_ids
+        enc = pc.dictionary_encode(pa.array(reasons, pa.string()) if isinstance(reasons, list) else reasons)
+        enc = enc.combine_chunks() if isinstance(enc, pa.ChunkedArray) else enc
+        got = IdSet(ids)
+        code = np.zeros(len(got), np.int64)
+        code[got.index(ids)] = enc.indices.to_numpy(zero_copy_only=False)
+        return cls(got, code, enc.dictionary.to_pylist())
+
+    def flags(self, doc: pa.Array, found: np.ndarray) -> dict[str, np.ndarray]:
+        """{rule: bool per id of `doc`} for the rejected ids among them; marks them in `found`."""
+        pos = self.ids.index(doc)
+        hit = pos >= 0
+        found[pos[hit]] = True
+        code = np.where(hit, self.code[np.maximum(pos, 0)], -1)
+        return {self.reasons[k]: code == k for k in np.unique(code[hit]).tolist()}
+
+
+@dataclass
+class Exclusions:
+    """What the exclusion pass saw: documents in dedup_keys, excluded ids, excluded documents per reason."""
+
+    documents: int = 0
+    excluded: Optional[IdSet] = None
+    per_reason: Optional[dict] = None
+
+
+def exclusion_batches(keys, contaminated: Optional[IdSet], seen: Exclusions, where: str = "dedup_keys",
+                      rejected: Optional[Rejections] = None):
+    """The rows of `exclusion_table`, one table per batch of dedup_keys (a table or a Parquet file sorted
+    by doc_id). Fills `seen`; a contaminated or rejected id missing from dedup_keys is an error at the end.
+    `rejected`: every document the filters rejected gets a row whose reasons include its rule."""
+    found = np.zeros(len(contaminated) if contaminated is not None else 0, bool)
+    found_r = np.zeros(len(rejected.ids) if rejected is not None else 0, bool)
+    last, row, excluded = None, 0, []
+    counts = dict.fromkeys(PER_REASON + (("filtered",) if rejected is not None else ()), 0)
+    for b in _key_batches(keys, ["doc_id", "source", "reason", "cluster_id"]):
+        doc = b.column(0).cast(pa.string())
+        bad = unsorted_row(doc, last, row)
+        if bad is not None:
+            raise DedupInputError(f"{where}: row {bad}: field 'doc_id' is {UNSORTED}")
+        last, row = (doc[-1].as_py() if len(doc) else last), row + len(doc)
+        reason = b.column(2).cast(pa.string())
+        enc = pc.dictionary_encode(reason)
+        code = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+        flags = {r: code == k for k, r in enumerate(enc.dictionary.to_pylist())}
+        if contaminated is not None:
+            pos = contaminated.index(doc)
+            found[pos[pos >= 0]] = True
+            flags["contaminated"] = flags.get("contaminated", np.zeros(len(doc), bool)) | (pos >= 0)
+        if rejected is not None:
+            ruled = rejected.flags(doc, found_r)
+            counts["filtered"] += int(sum(ruled.values(), np.zeros(len(doc), bool)).sum())
+            for r, f in ruled.items():
+                flags[r] = flags[r] | f if r in flags else f
+        rows, reasons = union_reasons(flags)
+        for r in PER_REASON:
+            counts[r] += int(flags[r][rows].sum()) if r in flags else 0
+        take = pa.array(rows, pa.int64())
+        out = pa.table({"doc_id": doc.take(take), "source": b.column(1).cast(pa.string()).take(take),
+                        "reasons": reasons, "kept_doc_id": pc.if_else(reason.is_valid(), b.column(3).cast(pa.string()),
+                                                                       pa.scalar(None, pa.string())).take(take)}, schema=EXCLUSION_SCHEMA)
+        excluded.append(out.column("doc_id"))
+        yield out
+    if not found.all():
+        missing = contaminated.ids()[int(np.flatnonzero(~found)[0])]
+        raise DedupInputError(f"contaminated_docs: doc_id {missing!r} is not in the dedup keys")
+    if not found_r.all():
+        missing = rejected.ids.ids()[int(np.flatnonzero(~found_r)[0])]
+        raise DedupInputError(f"filter decisions: doc_id {missing!r} is not in the dedup keys")
+    seen.documents, seen.per_reason = row, counts
+    seen.excluded = IdSet(pa.chunked_array(excluded, pa.string()))
+
+
 def exclusion_table(dedup_keys: pa.Table, contaminated: Optional[pa.Table],
                     rejected: Optional[Mapping[str, str]] = None) -> pa.Table:
     """One row per excluded document: doc_id, source, reasons (sorted list), kept_doc_id.
 
     `contaminated` (doc_id, source, ...) or None when contaminated documents are not masked. A
     contaminated survivor is excluded too; its cluster is then not re-elected (its duplicates
-    carry the same text and stay excluded as duplicates). `rejected` ({doc_id: first failing rule},
-    document_filters): each gets a row whose reasons include that rule.
+    carry the same text and stay excluded as duplicates). `rejected`: {doc_id: first failing rule} of
+    the documents the filters rejected. `exclusion_batches` is the streaming form.
     """
-    d = dedup_keys.select(["doc_id", "source", "reason", "cluster_id"]).to_pydict()
-    rows: dict[str, dict] = {}
-    for doc, src, reason, cluster in zip(d["doc_id"], d["source"], d["reason"], d["cluster_id"]):
-        if reason is not None:
-            rows[doc] = {"doc_id": doc, "source": src, "reasons": {reason}, "kept_doc_id": cluster}
-    if contaminated is not None:
-        known = dict(zip(d["doc_id"], d["source"]))
-        for doc in contaminated.column("doc_id").to_pylist():
-            if doc not in known:
-                raise DedupInputError(f"contaminated_docs: doc_id {doc!r} is not in the dedup keys")
-            row = rows.setdefault(doc, {"doc_id": doc, "source": known[doc], "reasons": set(), "kept_doc_id": None})
-            row["reasons"].add("contaminated")
-    if rejected:
-        known = dict(zip(d["doc_id"], d["source"]))
-        for doc, reason in rejected.items():
-            if doc not in known:
-                raise DedupInputError(f"filter decisions: doc_id {doc!r} is not in the dedup keys")
-            rows.setdefault(doc, {"doc_id": doc, "source": known[doc], "reasons": set(), "kept_doc_id": None})
-            rows[doc]["reasons"].add(reason)
-    out = [dict(r, reasons=sorted(r["reasons"])) for _, r in sorted(rows.items())]
-    return pa.Table.from_pylist(out, schema=EXCLUSION_SCHEMA)
+    keys = dedup_keys.sort_by("doc_id")
+    ids = IdSet(contaminated.column("doc_id")) if contaminated is not None else None
+    rej = Rejections.of(list(rejected), list(rejected.values())) if rejected else None
+    return pa.concat_tables(list(exclusion_batches(keys, ids, Exclusions(), rejected=rej))
+                            or [EXCLUSION_SCHEMA.empty_table()])
 
 
-def composition(docs: pa.Table, excluded_ids: set[str], sources: Iterable[str]) -> list[dict]:
-    """Per source before/after: documents, bytes, est. tokens, token share of the mix."""
-    d = docs.select(["doc_id", "source", "n_bytes", "est_tokens"]).to_pydict()
+def composition(docs, excluded: IdSet, sources: Iterable[str]) -> list[dict]:
+    """Per source before/after: documents, bytes, est. tokens, token share of the mix. `docs`: tables or
+    record batches of doc_id, source, n_bytes, est_tokens (e.g. `docs_meta`), one at a time."""
     agg = {s: dict(source=s, docs_before=0, docs_after=0, bytes_before=0, bytes_after=0,
                    tokens_before=0, tokens_after=0) for s in sources}
-    for doc, s, nb, nt in zip(d["doc_id"], d["source"], d["n_bytes"], d["est_tokens"]):
-        a = agg.setdefault(s, dict(source=s, docs_before=0, docs_after=0, bytes_before=0, bytes_after=0,
-                                   tokens_before=0, tokens_after=0))
-        a["docs_before"] += 1
-        a["bytes_before"] += nb
-        a["tokens_before"] += nt
-        if doc not in excluded_ids:
-            a["docs_after"] += 1
-            a["bytes_after"] += nb
-            a["tokens_after"] += nt
+    for b in docs:
+        kept = ~excluded.contains(b.column("doc_id").cast(pa.string()))
+        src = pc.dictionary_encode(b.column("source").cast(pa.string()))
+        src = src.combine_chunks() if isinstance(src, pa.ChunkedArray) else src
+        code = src.indices.to_numpy(zero_copy_only=False)
+        nb, nt = (np.asarray(b.column(c), np.int64) for c in ("n_bytes", "est_tokens"))
+        for k, s in enumerate(src.dictionary.to_pylist()):
+            a = agg.setdefault(s, dict(source=s, docs_before=0, docs_after=0, bytes_before=0, bytes_after=0,
+                                       tokens_before=0, tokens_after=0))
+            mine = code == k
+            after = mine & kept
+            a["docs_before"] += int(mine.sum())
+            a["bytes_before"] += int(nb[mine].sum())
+            a["tokens_before"] += int(nt[mine].sum())
+            a["docs_after"] += int(after.sum())
+            a["bytes_after"] += int(nb[after].sum())
+            a["tokens_after"] += int(nt[after].sum())
     tb = sum(a["tokens_before"] for a in agg.values()) or 1
     ta = sum(a["tokens_after"] for a in agg.values()) or 1
     out = []
@@ -383,28 +488,36 @@ def _rank(doc_id: str) -> str:
 
 
 def reject_samples(
-    dedup_keys: pa.Table, contaminated_ids: set[str], per_reason: int = 5
+    dedup_keys, contaminated_ids, per_reason: int = 5
 ) -> dict[str, list[tuple[str, str, float]]]:
     """Per dedup reason up to `per_reason` (excluded doc_id, kept doc_id, est. Jaccard) pairs.
 
+    `dedup_keys`: a table or a Parquet file, read a batch at a time (only each reason's best
+    `per_reason` candidates are held); `contaminated_ids`: an `IdSet` (or any iterable of ids).
     Pairs where either side is contaminated are left out here (they are listed by id only).
     """
-    d = dedup_keys.select(["doc_id", "reason", "cluster_id", "jaccard_to_kept"]).to_pydict()
-    out: dict[str, list] = {}
-    for reason in ("exact_dup", "near_dup"):
-        cand = [
-            (doc, kept, float(j))
-            for doc, r, kept, j in zip(d["doc_id"], d["reason"], d["cluster_id"], d["jaccard_to_kept"])
-            if r == reason and doc not in contaminated_ids and kept not in contaminated_ids
-        ]
-        # Near-dups: show the least similar first (the ones a reviewer must judge), then random.
-        if reason == "near_dup":
-            cand.sort(key=lambda x: (x[2], _rank(x[0])))
-            half = per_reason // 2 + per_reason % 2
-            picked = cand[:half] + sorted(cand[half:], key=lambda x: _rank(x[0]))[: per_reason - half]
-        else:
-            picked = sorted(cand, key=lambda x: _rank(x[0]))[:per_reason]
-        out[reason] = picked
+    cont = contaminated_ids if isinstance(contaminated_ids, IdSet) else IdSet(contaminated_ids)
+    half = per_reason // 2 + per_reason % 2
+    # near-dups show the least similar first (the ones a reviewer must judge), then random; exact: random
+    low: list = []  # near_dup: the `half` smallest by (jaccard, rank)
+    by_rank: dict[str, list] = {r: [] for r in SAMPLE_REASONS}  # each reason's `per_reason` smallest ranks
+    for b in _key_batches(dedup_keys, ["doc_id", "reason", "cluster_id", "jaccard_to_kept"]):
+        doc, kept = b.column(0).cast(pa.string()), b.column(2).cast(pa.string())
+        ok = ~cont.contains(doc) & ~cont.contains(kept)
+        for reason in SAMPLE_REASONS:
+            sel = np.flatnonzero(pc.equal(b.column(1), reason).fill_null(False).to_numpy(zero_copy_only=False) & ok)
+            if not len(sel):
+                continue
+            idx = pa.array(sel, pa.int64())
+            cand = [(_rank(d), d, k, float(j)) for d, k, j in zip(
+                doc.take(idx).to_pylist(), kept.take(idx).to_pylist(), b.column(3).take(idx).to_pylist())]
+            by_rank[reason] = sorted(by_rank[reason] + cand)[:per_reason]
+            if reason == "near_dup":
+                low = sorted(low + cand, key=lambda x: (x[3], x[0]))[:half]
+    out = {"exact_dup": [(d, k, j) for _, d, k, j in by_rank["exact_dup"]]}
+    first = {x[1] for x in low}
+    rest = [x for x in by_rank["near_dup"] if x[1] not in first][: per_reason - half]
+    out["near_dup"] = [(d, k, j) for _, d, k, j in low + rest]
     return out
 
 
@@ -437,29 +550,29 @@ def dedup_params(spec) -> DedupParams:
                        fp_weight=d.lsh_fp_weight, fn_weight=d.lsh_fn_weight, threads=d.threads)
 
 
-def docs_meta(paths: Mapping[str, str]) -> pa.Table:
-    """doc_id, source, n_bytes, est_tokens of every raw document (nulls refused, naming the file)."""
+def docs_meta(paths: Mapping[str, str]) -> Iterable[pa.RecordBatch]:
+    """doc_id, source, n_bytes, est_tokens of every raw document, a batch at a time (nulls refused,
+    naming file, row and field)."""
     cols = ["doc_id", "source", "n_bytes", "est_tokens"]
-    schema = pa.schema([("doc_id", pa.string()), ("source", pa.string()),
-                        ("n_bytes", pa.int64()), ("est_tokens", pa.int64())])
-    parts = []
     for name in sorted(paths):
-        t = pq.read_table(paths[name], columns=cols)
-        for c in ("n_bytes", "est_tokens"):
-            if t.column(c).null_count:
-                raise DedupInputError(f"{paths[name]}: field {c!r} has nulls (source {name})")
-        parts.append(t.cast(schema))
-    return pa.concat_tables(parts)
+        row = 0
+        for b in pq.ParquetFile(paths[name]).iter_batches(batch_size=READ_BATCH_ROWS, columns=cols):
+            for c in ("n_bytes", "est_tokens"):
+                if b.column(c).null_count:
+                    bad = row + int(np.flatnonzero(b.column(c).is_null().to_numpy(zero_copy_only=False))[0])
+                    raise DedupInputError(f"{paths[name]}: row {bad}: field {c!r} is null (source {name})")
+            row += b.num_rows
+            yield b
 
 
-def read_contaminated(storage) -> Optional[pa.Table]:
-    """contamination_report's contaminated_docs.parquet, or None when it was never written."""
+def read_contaminated_ids(storage) -> Optional[IdSet]:
+    """The doc ids of contamination_report's contaminated_docs.parquet, or None when it was never written."""
     if not storage.exists(layout.CONTAMINATED_DOCS):
         return None
-    t = tables.read_parquet(storage, layout.CONTAMINATED_DOCS)
-    if "doc_id" not in t.column_names:
+    f = pq.ParquetFile(storage.source(layout.CONTAMINATED_DOCS))
+    if "doc_id" not in f.schema_arrow.names:
         raise DedupInputError(f"{storage.uri(layout.CONTAMINATED_DOCS)}: missing column 'doc_id'")
-    return t
+    return IdSet(f.read(columns=["doc_id"]).column(0).cast(pa.string()))
 
 
 @dataclass
@@ -476,12 +589,13 @@ class RejectSample:
 class Masks:
     """What exclusion_masks wrote and what its checks judge (ids and counts; dup snippets only)."""
 
-    table: pa.Table  # EXCLUSION_SCHEMA
+    excluded_docs: int  # rows written to exclusion_masks.parquet (EXCLUSION_SCHEMA)
     documents: int  # documents before the masks (rows of dedup_keys)
     composition: list[dict]  # per source before/after, see `composition`
     per_reason: dict[str, int]  # excluded documents per reason
     samples: list[RejectSample]
-    contaminated_ids: list[str]  # sorted; their text is never read
+    contaminated_ids: list[str]  # the first CONTAMINATED_SHOWN, sorted; their text is never read
+    contaminated_docs: int
     minimum_tokens: dict[str, int]  # per configured source
     mask_contaminated: bool
 
@@ -499,39 +613,45 @@ class Masks:
         return {a["source"]: a["lost_token_share"] for a in self.composition if a["lost_token_share"] > limit}
 
 
+CONTAMINATED_SHOWN = 50  # contaminated ids listed in the metadata (by id only)
+
+
 def build_exclusion_masks(storage, spec) -> Masks:
-    """Write the exclusion masks and the composition before/after them; pick reject samples."""
-    keys = tables.read_parquet(storage, layout.DEDUP_KEYS)
-    contaminated = read_contaminated(storage)
+    """Write the exclusion masks and the composition before/after them; pick reject samples.
+
+    Streams dedup_keys (sorted by doc_id) a batch at a time and each raw file a batch at a time;
+    held per document: the excluded ids and the contaminated ids (`IdSet`, ~30 B per id), nothing
+    per kept document.
+    """
+    contaminated = read_contaminated_ids(storage)
     mask = spec.audit.mask_contaminated
     if mask and contaminated is None:
         raise FileNotFoundError(
             f"{storage.uri(layout.CONTAMINATED_DOCS)}: not found; audit.mask_contaminated is on, so "
             "contamination_report must be materialised first"
         )
-    contaminated_ids = set(contaminated.column("doc_id").to_pylist()) if contaminated is not None else set()
     from mix_assets.lib import docfilters  # the filters' decisions: one more reason to exclude
 
-    rejected = docfilters.rejected_ids(storage, docfilters.filtered_sources(spec))
-    table = exclusion_table(keys, contaminated if mask else None, rejected)
-    tables.write_parquet(storage, layout.EXCLUSION_MASKS, table)
+    keys, seen = storage.source(layout.DEDUP_KEYS), Exclusions()
+    batches = exclusion_batches(keys, contaminated if mask else None, seen, storage.uri(layout.DEDUP_KEYS),
+                                docfilters.rejections(storage, docfilters.filtered_sources(spec)))
+    tables.write_parquet_groups(storage, layout.EXCLUSION_MASKS, EXCLUSION_SCHEMA,
+                                sig.regroup(batches, tables.ROW_GROUP_ROWS, EXCLUSION_SCHEMA))
     names = [s.name for s in spec.sources]
     paths = tables.raw_paths(storage, names)
-    comp = composition(docs_meta(paths), set(table.column("doc_id").to_pylist()), names)
+    comp = composition(docs_meta(paths), seen.excluded, names)
     storage.write_text(layout.COMPOSITION, json.dumps(comp, indent=1, sort_keys=True))
-    reasons = table.column("reasons").to_pylist()
-    per_reason = {r: sum(1 for rs in reasons if r in rs) for r in ("exact_dup", "near_dup", "contaminated")}
-    if docfilters.filtered_sources(spec):
-        per_reason["filtered"] = len(rejected)
-    return Masks(table, keys.num_rows, comp, per_reason,
-                 _samples(keys, contaminated_ids, paths, spec.dedup.samples_per_reason),
-                 sorted(contaminated_ids), {s: spec.minimum_tokens(s) for s in names}, mask)
+    contaminated = contaminated if contaminated is not None else IdSet()
+    return Masks(len(seen.excluded), seen.documents, comp, seen.per_reason,
+                 _samples(keys, contaminated, paths, spec.dedup.samples_per_reason),
+                 contaminated.ids(CONTAMINATED_SHOWN), len(contaminated), {s: spec.minimum_tokens(s) for s in names},
+                 mask)
 
 
-def _samples(keys: pa.Table, contaminated_ids: set[str], paths, per_reason: int) -> list[RejectSample]:
-    picked = reject_samples(keys, contaminated_ids, per_reason)
+def _samples(keys, contaminated: IdSet, paths, per_reason: int) -> list[RejectSample]:
+    picked = reject_samples(keys, contaminated, per_reason)
     wanted = {x for pairs in picked.values() for p in pairs for x in p[:2]}
-    assert not wanted & contaminated_ids  # contaminated text is never read into metadata
+    assert not contaminated.contains(pa.array(sorted(wanted), pa.string())).any()  # contaminated text is never read
     snip = snippets(paths, wanted)
     return [RejectSample(reason, ex, kept, j, snip.get(ex, ""), snip.get(kept, ""))
             for reason, pairs in picked.items() for ex, kept, j in pairs]

@@ -186,6 +186,19 @@ def rejected_ids(storage, sources) -> dict[str, str]:
     return out
 
 
+def rejections(storage, sources):
+    """dedup.Rejections of every document the filters rejected (ids and rules only), None when no source
+    has decisions (no filters: the masks are the ones from before filters existed)."""
+    from mix_assets.lib.dedup import Rejections
+
+    dec = read_decisions(storage, sources, ["doc_id", "keep", "reason"])
+    if not dec:
+        return None
+    t = pa.concat_tables(dec.values())
+    t = t.filter(pc.invert(t.column("keep")))
+    return Rejections.of(t.column("doc_id").combine_chunks(), t.column("reason").combine_chunks())
+
+
 def rejected_array(storage, sources) -> Optional[pa.Array]:
     """The doc ids the filters rejected (dedup_keys' `rejected`), None when no source has decisions."""
     dec = read_decisions(storage, sources, ["doc_id", "keep"])

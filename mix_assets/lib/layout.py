@@ -74,6 +74,9 @@ MIX_DEDUP_KEYS = "mix/review/dedup_keys.parquet"
 MIX_EXCLUSION_MASKS = "mix/review/exclusion_masks.parquet"
 MIX_CONTAMINATION_REPORT = "mix/review/contamination_report.json"
 MIX_CONFIG = "mix/review/mix_config.json"
+# when a source scrubs PII (filters.pii): the rules, their version and sha256, counts per source
+# (lib/pii.py, lib/modifiers.build_scrub_manifest); listed in the manifest's `review` as scrub_manifest
+MIX_SCRUB_MANIFEST = "mix/scrub_manifest.json"
 
 # shards_audit_clean (check on manifest): the 13-gram audit of the decoded shards, counts only
 SHARDS_AUDIT = "audit/shards_audit.json"

@@ -24,7 +24,9 @@ the files present:
   `verify_hashes`), for a local directory no unlisted file sits in the mix directory (a published
   revision's README.md must be exactly `dataset_card(manifest)`), and the manifest agrees with the review
   config it lists (name, seed, packing, tokenizer kind, sources, budgets, epochs); with `verify_hashes`,
-  also with the dedup keys and exclusion masks (val documents, unique documents per source).
+  also with the dedup keys and exclusion masks (val documents, unique documents per source); the PII
+  scrub manifest (review.scrub_manifest) is listed exactly when the config scrubs a source, and its
+  rules' sha256 and per-source counts are recomputed / checked (`scrub_problems`).
 
 Every problem names the file (or manifest field) and the number that is wrong. `source` is a local mix
 directory, a callable `open_file(relpath) -> binary file object` (raising FileNotFoundError when absent,
@@ -539,6 +541,7 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
             c.problems.extend(found)
             if cfg is not None:
                 c.problems.extend(config_problems(m, cfg, config_path))
+                c.problems.extend(scrub_problems(m, src, cfg, skip=bad_files | unsafe))
                 if review_counts or (review_counts is None and verify_hashes):
                     bad = bad_files | unsafe
                     c.problems.extend(review_count_problems(m, src, cfg, skip=bad))
@@ -670,6 +673,67 @@ def config_problems(m: Mapping[str, Any], cfg: Mapping[str, Any], path: str = "r
 
 
 _MISSING = object()
+SCRUB_KEY = "scrub_manifest"  # review key of the PII scrub manifest (lib/manifest_builder.SCRUB_MANIFEST)
+
+
+def pii_sources(cfg: Mapping[str, Any]) -> list[str]:
+    """Sources a mix config (as dumped) sends through PII redaction: `filters.pii` merged with the
+    source's `filters.pii` override, enabled and with rules (the rule of lib/modifiers.Modifiers)."""
+    base = cfg.get("filters").get("pii") if isinstance(cfg.get("filters"), Mapping) else None
+    out = []
+    for s in cfg.get("sources") or []:
+        if not isinstance(s, Mapping):
+            continue
+        over = s.get("filters").get("pii", _MISSING) if isinstance(s.get("filters"), Mapping) else _MISSING
+        pii = base if over is _MISSING else ({**base, **over} if isinstance(base, Mapping)
+                                             and isinstance(over, Mapping) else over)
+        if isinstance(pii, Mapping) and pii.get("enabled", True) and pii.get("rules", True):
+            out.append(s.get("name"))
+    return out
+
+
+def scrub_problems(m: Mapping[str, Any], src: Any, cfg: Mapping[str, Any], skip: set = frozenset()) -> list[str]:
+    """The PII scrub manifest against the config: listed exactly when a source scrubs; its rule set's
+    sha256 recomputed from the patterns it lists; one entry per scrubbing source with coherent counts."""
+    review = m.get("review") if isinstance(m.get("review"), Mapping) else {}
+    path, want = review.get(SCRUB_KEY), sorted(map(str, pii_sources(cfg)))
+    if not want or path is None:
+        return [f"review.{SCRUB_KEY}: {'missing' if want else 'listed'}, but the config scrubs PII in "
+                f"{want or 'no source'}"] if bool(want) != (path is not None) else []
+    if not isinstance(path, str) or path in skip:
+        return []  # reported by the file checks
+    try:
+        with as_source(src).open(safe_path(path)) as f:
+            sm = json.loads(f.read())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        return [f"{path}: not valid JSON ({e})"]
+    from mix_assets.lib.pii import PiiRule, rules_sha256  # numpy / pyarrow: only when a mix scrubs
+
+    out = []
+    try:
+        rules = [PiiRule(r["name"], r["placeholder"], r["pattern"], r.get("misses", "")) for r in sm["rules"]]
+        for r, d in zip(rules, sm["rules"]):
+            if r.pattern_sha256 != d["pattern_sha256"]:
+                out.append(f"{path}: rules[{r.name}].pattern_sha256 is not the sha256 of its pattern")
+        if rules_sha256(rules) != sm["rules_sha256"]:
+            out.append(f"{path}: rules_sha256 {sm['rules_sha256']} is not the sha256 over its rules "
+                       f"({rules_sha256(rules)})")
+        got = sm["sources"]
+        if sorted(got) != want:
+            out.append(f"{path}: sources {sorted(got)}, but the config scrubs PII in {want}")
+        names = {r.name for r in rules}
+        for name, v in got.items():
+            red = v["redactions"]
+            if set(v["rules"]) - names or set(red) != set(v["rules"]):
+                out.append(f"{path}: sources.{name}: rules {v['rules']} / redactions {sorted(red)} do not match "
+                           f"the listed rules {sorted(names)}")
+            if not (0 <= v["scrubbed_docs"] <= v["docs"]) or not all(_int(x) and x >= 0 for x in red.values()) \
+                    or v["scrubbed_docs"] > sum(red.values()):
+                out.append(f"{path}: sources.{name}: counts are incoherent ({v['docs']} docs, "
+                           f"{v['scrubbed_docs']} scrubbed, redactions {red})")
+    except (KeyError, TypeError, AttributeError) as e:
+        out.append(f"{path}: not a scrub manifest (lib/pii.scrub_manifest): {type(e).__name__} {e}")
+    return out
 
 
 def review_count_problems(m: Mapping[str, Any], src: Any, cfg: Mapping[str, Any], skip: set = frozenset()) -> list[str]:

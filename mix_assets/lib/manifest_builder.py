@@ -23,6 +23,8 @@ REVIEW_FILES = {
     "contamination_report": "review/contamination_report.json",
     "config": "review/mix_config.json",
 }
+# listed after them only when a source scrubs PII (a mix without it keeps its bytes and fingerprint)
+SCRUB_MANIFEST = ("scrub_manifest", "scrub_manifest.json")
 _OPERATIONAL = ("storage", "publish", "schedule")
 _ADVISORY = {"audit": "fuzzy"}  # settings of reports that change no published byte (audit.fuzzy excludes nothing)
 
@@ -52,9 +54,12 @@ def build_manifest(
     packing: dict,
     shard_stats: dict,
     file_sha256: Callable[[str], tuple[int, str]],
+    scrubbed: bool = False,
 ) -> dict:
     """The manifest dict. `file_sha256(rel_path) -> (bytes, sha256)` hashes tokenizer and review
-    files (relative to the mix dir); shard sizes and hashes come from the shard stats."""
+    files (relative to the mix dir); shard sizes and hashes come from the shard stats. `scrubbed`:
+    the mix dir holds the PII scrub manifest, listed as a review file."""
+    review = {**REVIEW_FILES, **(dict([SCRUB_MANIFEST]) if scrubbed else {})}
     splits, files = {}, []
     for split in ("train", "val"):
         st = shard_stats["splits"][split]
@@ -81,7 +86,7 @@ def build_manifest(
         if h != tokenizer["files"][rel]:
             raise ValueError(f"{rel}: sha256 {h} differs from the tokenizer identity ({tokenizer['files'][rel]})")
         files.append({"path": rel, "bytes": n, "sha256": h})
-    for rel in REVIEW_FILES.values():
+    for rel in review.values():
         n, h = file_sha256(rel)
         files.append({"path": rel, "bytes": n, "sha256": h})
 
@@ -122,7 +127,7 @@ def build_manifest(
             "shards": len(tr["shards"]) + len(va["shards"]),
             "dropped_tail_tokens": tr["dropped_tail_tokens"] + va["dropped_tail_tokens"],
         },
-        "review": dict(REVIEW_FILES),
+        "review": review,
         "files": files,
         "fingerprint": fingerprint(files),
     }
@@ -135,8 +140,9 @@ def dumps(manifest: dict) -> str:
     return json.dumps(manifest, indent=1, ensure_ascii=False) + "\n"
 
 
-def write_manifest(storage, *, name: str, seed: int, spec_dump: dict) -> dict:
-    """Copy the review files into the mix dir, then build and write manifest.json (last).
+def write_manifest(storage, *, name: str, seed: int, spec_dump: dict, scrub: dict | None = None) -> dict:
+    """Copy the review files into the mix dir (and write `scrub`, the PII scrub manifest, when given),
+    then build and write manifest.json (last).
 
     Reads the shard stats and tokenizer identity written by the upstream assets through `storage`.
     """
@@ -157,6 +163,10 @@ def write_manifest(storage, *, name: str, seed: int, spec_dump: dict) -> dict:
             shutil.copyfile(local, tmp)
     config_text = review_config_json(spec_dump)
     storage.write_text(layout.MIX_CONFIG, config_text)
+    if scrub is not None:
+        storage.write_text(layout.MIX_SCRUB_MANIFEST, json.dumps(scrub, indent=1, ensure_ascii=False) + "\n")
+    elif storage.exists(layout.MIX_SCRUB_MANIFEST):  # from an earlier build that scrubbed: not this mix's
+        storage.delete(layout.MIX_SCRUB_MANIFEST)
 
     def file_sha256(rel: str) -> tuple[int, str]:
         key = f"{layout.MIX_DIR}/{rel}"
@@ -174,6 +184,7 @@ def write_manifest(storage, *, name: str, seed: int, spec_dump: dict) -> dict:
         packing=shard_stats["packing"],
         shard_stats=shard_stats,
         file_sha256=file_sha256,
+        scrubbed=scrub is not None,
     )
     storage.write_text(layout.MANIFEST, dumps(manifest))
     return manifest

@@ -123,27 +123,55 @@ def rules_manifest(rules: Sequence[PiiRule] = RULES) -> list[dict]:
              "pattern_sha256": r.pattern_sha256, "misses": r.misses} for r in rules]
 
 
+def source_counts(counts: pa.Table, rules: Sequence[PiiRule] = RULES) -> dict:
+    """One source's block of the scrub manifest from `scrub`'s table: documents, documents changed and
+    redactions per rule. Blocks of batches of one source add up with `add_source_counts`."""
+    names = [r.name for r in rules]
+    missing = [n for n in names if n not in counts.column_names]
+    if missing:
+        raise ValueError(f"scrub_manifest: counts has no column for rule(s) {missing}")
+    rows = (np.column_stack([counts.column(n).to_numpy() for n in names]) if counts.num_rows
+            else np.zeros((0, len(names)), np.int64))
+    return {"docs": int(len(rows)), "scrubbed_docs": int((rows.sum(axis=1) > 0).sum()),
+            "redactions": {n: int(v) for n, v in zip(names, rows.sum(axis=0))}}
+
+
+def add_source_counts(a: dict, b: dict) -> dict:
+    """Two blocks of `source_counts` (of disjoint documents) as one."""
+    return {"docs": a["docs"] + b["docs"], "scrubbed_docs": a["scrubbed_docs"] + b["scrubbed_docs"],
+            "redactions": {n: a["redactions"].get(n, 0) + b["redactions"].get(n, 0)
+                           for n in dict.fromkeys([*a["redactions"], *b["redactions"]])}}
+
+
+def rules_sha256(rules: Sequence[PiiRule] = RULES) -> str:
+    """sha256 over the rule set: each pattern's sha256 and placeholder, in order."""
+    return hashlib.sha256("\n".join(r.pattern_sha256 + r.placeholder for r in rules).encode()).hexdigest()
+
+
+def manifest_from_sources(by_source: dict, rules: Sequence[PiiRule] = RULES, **extra) -> dict:
+    """The scrub manifest from per-source blocks (`source_counts`), sources in name order."""
+    return {"rules_version": SCRUB_RULES_VERSION, "rules_sha256": rules_sha256(rules),
+            "rules": rules_manifest(rules), "sources": {s: by_source[s] for s in sorted(by_source)}, **extra}
+
+
+def rules_named(names: Sequence[str]) -> tuple[PiiRule, ...]:
+    """The rules called `names`, in `RULES` order (the order they run in)."""
+    unknown = set(names) - {r.name for r in RULES}
+    if unknown:
+        raise ValueError(f"unknown PII rule(s) {sorted(unknown)}; known: {[r.name for r in RULES]}")
+    return tuple(r for r in RULES if r.name in names)
+
+
 def scrub_manifest(counts: pa.Table, sources: Sequence[str] | pa.Array,
                    rules: Sequence[PiiRule] = RULES, **extra) -> dict:
     """What the scrub did, to publish with the revision (JSON-ready, key order fixed): the rules' version,
     patterns and their sha256, and per source the documents seen, documents changed and redactions per
     rule. `counts` is `scrub`'s table (chunks concatenated); `sources` names each row's source; `extra`
     (e.g. a revision or input fingerprint) is recorded as given."""
-    names = [r.name for r in rules]
-    missing = [n for n in names if n not in counts.column_names]
-    if missing:
-        raise ValueError(f"scrub_manifest: counts has no column for rule(s) {missing}")
+    source_counts(counts.slice(0, 0), rules)  # a missing rule column fails before anything else
     src = np.asarray(sources.to_pylist() if isinstance(sources, (pa.Array, pa.ChunkedArray)) else sources,
                      dtype=object)
     if len(src) != counts.num_rows:
         raise ValueError(f"scrub_manifest: {len(src)} sources for {counts.num_rows} rows of counts")
-    per_rule = np.column_stack([counts.column(n).to_numpy() for n in names])
-    by_source = {}
-    for s in sorted(set(src.tolist())):
-        rows = per_rule[src == s]
-        by_source[s] = {"docs": int(len(rows)), "scrubbed_docs": int((rows.sum(axis=1) > 0).sum()),
-                        "redactions": {n: int(v) for n, v in zip(names, rows.sum(axis=0))}}
-    return {"rules_version": SCRUB_RULES_VERSION,
-            "rules_sha256": hashlib.sha256("\n".join(r.pattern_sha256 + r.placeholder
-                                                     for r in rules).encode()).hexdigest(),
-            "rules": rules_manifest(rules), "sources": by_source, **extra}
+    by_source = {s: source_counts(counts.filter(pa.array(src == s)), rules) for s in sorted(set(src.tolist()))}
+    return manifest_from_sources(by_source, rules, **extra)

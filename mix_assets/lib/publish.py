@@ -145,6 +145,10 @@ def dataset_card(manifest: dict) -> str:
         )
     lines += ["", "## Review files", ""]
     lines += [f"- `{k}`: `{v}`" for k, v in manifest.get("review", {}).items()]
+    if "scrub_manifest" in manifest.get("review", {}):
+        lines += ["", "PII (emails, IP addresses, phone numbers, as configured) was replaced by placeholders "
+                  f"such as `<EMAIL>` before tokenisation; `{manifest['review']['scrub_manifest']}` lists the "
+                  "rules, their version and sha256, and the redactions per source and rule."]
     lines += [
         "",
         "## Reading it",

@@ -24,10 +24,12 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from mix_assets.config import HubDataset, LocalJsonl, LocalParquet, MixSpec, SourceSpec, TextFolder
 from mix_assets.lib import layout, tables
 from mix_assets.lib.filters import CONTROL_ALLOWED, CONTROL_SHARE_MAX
+from mix_assets.lib.modifiers import ModifierCounts, Modifiers, modify_table
 
 DOC_SCHEMA = pa.schema([
     ("doc_id", pa.string()),
@@ -50,7 +52,12 @@ SCAN_FACTOR = 4.0
 # size; Parquet compresses per page, so smaller groups cost little; docs/scale.md "Bounded memory").
 ROW_GROUP_ROWS = 1024 * 1024
 ROW_GROUP_BYTES = 8 * 1024 * 1024
-DROP_REASONS = ("empty", "undecodable", "binary", "control_chars", "too_long", "sampled_out")
+# Drop reasons: the row rules use lib/filters.py's `sanity:` names (one open set of reasons with the
+# filter cascade); `sanity:undecodable` is the raw stage's own (bytes that are no text never reach a filter).
+EMPTY, UNDECODABLE, BINARY = "sanity:empty", "sanity:undecodable", "sanity:binary"
+CONTROL_CHARS, TOO_LONG, SAMPLED_OUT = "sanity:control_chars", "sanity:too_long", "sampled_out"
+DROP_REASONS = (EMPTY, UNDECODABLE, BINARY, CONTROL_CHARS, TOO_LONG, SAMPLED_OUT)
+UNREADABLE = (UNDECODABLE, BINARY, CONTROL_CHARS)
 # "Looks like text": a document with a NUL is binary (a binary file, or text in a 16-bit encoding read
 # as 8-bit); one where more than this share of characters are controls (C0 other than tab, newline
 # and carriage return, DEL, C1) or U+FFFD replacements is binary read through a fallback encoding or
@@ -61,12 +68,12 @@ _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufffd]")
 def not_text(text: str) -> Optional[tuple[str, str]]:
     """(drop reason, what was found) for a document that does not look like text, else None."""
     if "\x00" in text:
-        return "binary", f"{text.count(chr(0))} NUL characters"
+        return BINARY, f"{text.count(chr(0))} NUL characters"
     if _CONTROL.search(text) is None:
         return None
     n = sum(1 for _ in _CONTROL.finditer(text))
     if n > max(CONTROL_ALLOWED, CONTROL_SHARE_MAX * len(text)):
-        return "control_chars", f"{n} of {len(text)} characters are control or replacement characters"
+        return CONTROL_CHARS, f"{n} of {len(text)} characters are control or replacement characters"
     return None
 
 
@@ -349,11 +356,12 @@ class SourceSample:
     est_tokens: int = 0  # their estimated tokens
     text_bytes: int = 0  # their UTF-8 bytes
     n_chars: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per kept document
+    modifiers: dict = field(default_factory=dict)  # lib/modifiers.py: configuration and counts, when any
 
     def drop(self, origin: str, reason: str, what: str) -> None:
         """Count a row dropped as unreadable and note where and why (the first 20)."""
         self.dropped[reason] += 1
-        if reason == "undecodable" and len(self.undecodable_origins) < 20:
+        if reason == UNDECODABLE and len(self.undecodable_origins) < 20:
             self.undecodable_origins.append(origin)
         if len(self.drop_notes) < 20:
             self.drop_notes.append(f"{origin}: {reason}: {what}")
@@ -369,24 +377,24 @@ def _candidates(spec: MixSpec, src: SourceSpec, bytes_per_token: float, limit_to
         if progress and out.rows_read % 1000 == 0:
             progress(out.rows_read, out.bytes_read)
         if row.text is None:
-            out.drop(row.origin, "undecodable", row.note or "the bytes do not decode")
+            out.drop(row.origin, UNDECODABLE, row.note or "the bytes do not decode")
             continue
         text = row.text.strip()
         try:
             nb = len(text.encode("utf-8"))
         except UnicodeEncodeError as e:  # e.g. a fallback codec that decodes "\ud800" escapes
-            out.drop(row.origin, "undecodable", f"holds a lone surrogate (U+{ord(text[e.start]):04X}), not valid Unicode")
+            out.drop(row.origin, UNDECODABLE, f"holds a lone surrogate (U+{ord(text[e.start]):04X}), not valid Unicode")
             continue
         out.bytes_read += nb
         if len(text) < src.min_doc_chars:
-            out.dropped["empty"] += 1
+            out.dropped[EMPTY] += 1
             continue
         junk = not_text(text)
         if junk:
             out.drop(row.origin, *junk)
             continue
         if len(text) > src.max_doc_chars:
-            out.dropped["too_long"] += 1
+            out.dropped[TOO_LONG] += 1
             continue
         est = max(1, int(round(nb / bytes_per_token)))
         yield row, text, nb, est
@@ -430,7 +438,7 @@ def plan_sample(spec: MixSpec, src: SourceSpec, bytes_per_token: float, budget_t
         raise SourceError(f"source {src.name}: two rows map to the same doc_id; check for repeated files")
     keep = np.zeros(len(key), bool)
     keep[order[:n_keep]] = True
-    out.dropped["sampled_out"] = len(key) - n_keep
+    out.dropped[SAMPLED_OUT] = len(key) - n_keep
     out.docs, out.est_tokens, out.text_bytes = n_keep, int(est_a[keep].sum()), int(nb_a[keep].sum())
     return out, SamplePlan(keep, key.copy())
 
@@ -547,7 +555,7 @@ class RawSource:
     @property
     def unreadable(self) -> dict[str, int]:
         d = self.sample.dropped
-        return {k: d[k] for k in ("undecodable", "binary", "control_chars") if d[k]}
+        return {k: d[k] for k in UNREADABLE if d[k]}
 
     def stats(self) -> dict:
         """raw/<source>/stats.json."""
@@ -560,6 +568,7 @@ class RawSource:
             "minimum_tokens": self.minimum_tokens, "exhausted": got.exhausted,
             "undecodable_origins": got.undecodable_origins, "drop_notes": got.drop_notes,
             "fallback_decoded": len(got.fallback_decoded),
+            **({"modifiers": got.modifiers} if got.modifiers else {}),
         }
 
 
@@ -575,14 +584,24 @@ def read_raw_source(storage, spec: MixSpec, name: str,
     if progress:
         progress(got.rows_read, got.bytes_read)
     n_chars: list[np.ndarray] = []
+    mods = Modifiers.for_source(spec, name)
+    counts = ModifierCounts(mods) if mods else None
+    written = [0, 0]  # bytes, estimated tokens
 
     def groups() -> Iterator[pa.Table]:  # pass 2: the chosen documents, one row group at a time
         for t in iter_sample(spec, src, bpt, plan):
+            if mods:
+                t = modify_table(t, mods, bpt, counts)
+                written[0] += pc.sum(t.column("n_bytes")).as_py() or 0
+                written[1] += pc.sum(t.column("est_tokens")).as_py() or 0
             n_chars.append(np.asarray(t.column("n_chars"), np.int64))
             yield t
 
     tables.write_parquet_groups(storage, layout.RAW_DOCS.format(source=name), DOC_SCHEMA, groups())
     got.n_chars = np.concatenate(n_chars) if n_chars else np.zeros(0, np.int64)
+    if counts:  # the sample was chosen on the text as read; its totals are those of the text written
+        got.modifiers = counts.stats()
+        got.text_bytes, got.est_tokens = written
     raw = RawSource(name, got, bpt, how, spec.raw_budget(name), spec.minimum_tokens(name))
     storage.write_text(layout.RAW_STATS.format(source=name), json.dumps(raw.stats(), indent=1, sort_keys=True))
     return raw

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +21,7 @@ import xxhash
 from mix_assets.lib import engine, lsh
 from mix_assets.lib import minhash as mh
 from mix_assets.lib import signatures as sig
+from mix_assets.lib.idset import UNSORTED, IdSet, unsorted_row
 
 SPLIT_SCHEMA = pa.schema(
     [
@@ -37,12 +39,6 @@ class SplitError(ValueError):
     """Inputs that cannot be split; the message names the file, the row and the field."""
 
 
-def _require(table: pa.Table, columns: list[str], path: str) -> None:
-    missing = [c for c in columns if c not in table.column_names]
-    if missing:
-        raise SplitError(f"{path}: missing column(s) {missing}; has {table.column_names}")
-
-
 def _first_null(table: pa.Table, column: str) -> int | None:
     col = table.column(column)
     if col.null_count == 0:
@@ -50,49 +46,105 @@ def _first_null(table: pa.Table, column: str) -> int | None:
     return int(np.flatnonzero(pc.is_null(col).to_numpy(zero_copy_only=False))[0])
 
 
-def kept_documents(raw_paths: dict[str, str], dedup_keys_path: str, exclusion_masks_path: str) -> pa.Table:
-    """doc_id, source, cluster_id, exact_key, n_bytes of every kept document (text is not read)."""
-    parts = []
+KEY_BATCH_ROWS = 65536  # dedup_keys rows per batch of the split's passes
+RAW_BATCH_ROWS = 65536
+KEPT_COLUMNS = ["doc_id", "source", "n_bytes", "cluster_id", "exact_key"]
+
+
+@dataclass
+class RawIndex:
+    """One source's raw documents, for the join with dedup_keys: ids (`IdSet`, sorted), and per sorted
+    position its n_bytes, raw row and whether it is excluded. ~(id bytes + 18) B per document."""
+
+    ids: IdSet
+    n_bytes: np.ndarray
+    row: np.ndarray
+    excluded: np.ndarray
+
+
+def raw_index(path: str, source: str, excluded: IdSet, everything: list[str]) -> RawIndex:
+    """Read doc_id, source, n_bytes of one raw file a batch at a time (text is not read); nulls, a wrong
+    source and a repeated doc_id are errors naming file, row and field."""
+    ids, nbs, row = [], [], 0
+    with engine.open_parquet(path) as f:
+        missing = [c for c in ("doc_id", "source", "n_bytes") if c not in f.schema_arrow.names]
+        if missing:
+            raise SplitError(f"{path}: missing column(s) {missing}; has {f.schema_arrow.names}")
+        for b in f.iter_batches(batch_size=RAW_BATCH_ROWS, columns=["doc_id", "source", "n_bytes"]):
+            t = pa.Table.from_batches([b])
+            bad = _first_null(t, "doc_id")
+            if bad is not None:
+                raise SplitError(f"{path}: row {row + bad}: field doc_id is null")
+            wrong = pc.not_equal(t.column("source"), source).fill_null(True)
+            if pc.any(wrong).as_py():
+                bad = int(np.flatnonzero(wrong.to_numpy(zero_copy_only=False))[0])
+                raise SplitError(f"{path}: row {row + bad}: field source is {t.column('source')[bad].as_py()!r}, "
+                                 f"expected {source!r}")
+            ids.append(t.column("doc_id").cast(pa.string()).combine_chunks())
+            nbs.append(np.asarray(t.column("n_bytes").cast(pa.int64()).fill_null(0), np.int64))
+            row += t.num_rows
+    doc = pa.chunked_array(ids, pa.string()).combine_chunks()
+    del ids
+    index = IdSet(doc)
+    pos = index.index(doc)
+    if len(index) < len(doc):
+        dup = doc[int(np.flatnonzero(np.bincount(pos)[pos] > 1)[0])].as_py()  # first in row order
+        raise SplitError(f"raw documents: doc_id {dup!r} appears more than once across {sorted(everything)}")
+    out = RawIndex(index, np.zeros(len(pos), np.int64), np.zeros(len(pos), np.int64), np.zeros(len(pos), bool))
+    out.n_bytes[pos], out.row[pos] = np.concatenate(nbs) if nbs else np.zeros(0, np.int64), np.arange(len(pos))
+    out.excluded[pos] = excluded.contains(doc)
+    return out
+
+
+def kept_batches(raw_paths: dict[str, str], dedup_keys_path: str, exclusion_masks_path: str):
+    """The kept documents (KEPT_COLUMNS), sorted by source then doc_id, as a stream of tables: per source
+    (sorted) its raw index (`raw_index`), then one pass over dedup_keys (sorted by doc_id) a batch at a
+    time, keeping its rows of that source that are raw documents and not excluded. Held: the excluded
+    ids and one source's raw index; never the dedup_keys table."""
+    excluded = IdSet(pq.read_table(exclusion_masks_path, columns=["doc_id"]).column(0).cast(pa.string()))
     for source, path in sorted(raw_paths.items()):
-        t = pq.read_table(path, columns=["doc_id", "source", "n_bytes"])
-        _require(t, ["doc_id", "source", "n_bytes"], path)
-        row = _first_null(t, "doc_id")
-        if row is not None:
-            raise SplitError(f"{path}: row {row}: field doc_id is null")
-        wrong = pc.not_equal(t.column("source"), source)
-        if pc.any(wrong).as_py():
-            row = int(np.flatnonzero(wrong.to_numpy(zero_copy_only=False))[0])
-            raise SplitError(
-                f"{path}: row {row}: field source is {t.column('source')[row].as_py()!r}, expected {source!r}"
-            )
-        parts.append(t.select(["doc_id", "source", "n_bytes"]).cast(
-            pa.schema([("doc_id", pa.string()), ("source", pa.string()), ("n_bytes", pa.int64())])
-        ))
-    docs = pa.concat_tables(parts) if parts else pa.table({"doc_id": [], "source": [], "n_bytes": []})
-    ids = docs.column("doc_id")
-    if pc.count_distinct(ids).as_py() != len(ids):
-        counts = pc.value_counts(ids)
-        dup = next(v["values"].as_py() for v in counts if v["counts"].as_py() > 1)
-        raise SplitError(f"raw documents: doc_id {dup!r} appears more than once across {sorted(raw_paths)}")
+        raw = raw_index(path, source, excluded, list(raw_paths))
+        matched = np.zeros(len(raw.ids), bool)
+        last, row = None, 0
+        for b in pq.ParquetFile(dedup_keys_path).iter_batches(
+                batch_size=KEY_BATCH_ROWS, columns=["doc_id", "source", "cluster_id", "exact_key"]):
+            doc = b.column(0).cast(pa.string())
+            _keys_in_order(b, doc, last, row, dedup_keys_path)
+            last, row = (doc[-1].as_py() if len(doc) else last), row + len(doc)
+            pos = raw.ids.index(doc)
+            pos[~pc.equal(b.column(1), source).fill_null(False).to_numpy(zero_copy_only=False)] = -1
+            pos[pos >= 0] = np.where(raw.excluded[pos[pos >= 0]], -1, pos[pos >= 0])
+            take = np.flatnonzero(pos >= 0)
+            if not len(take):
+                continue
+            matched[pos[take]] = True
+            idx = pa.array(take, pa.int64())
+            yield pa.table({"doc_id": doc.take(idx), "source": pa.array([source] * len(take), pa.string()),
+                            "n_bytes": pa.array(raw.n_bytes[pos[take]], pa.int64()),
+                            "cluster_id": b.column(2).cast(pa.string()).take(idx),
+                            "exact_key": b.column(3).cast(pa.string()).take(idx)})
+        lost = np.flatnonzero(~matched & ~raw.excluded)
+        if len(lost):
+            first = int(raw.row[lost].min())
+            doc = pq.ParquetFile(path).read(columns=["doc_id"]).column(0)[first].as_py()  # error path only
+            raise SplitError(f"{dedup_keys_path}: no row for kept document {doc!r} (source {source!r}); "
+                             "dedup_keys must cover every raw document")
 
-    masks = pq.read_table(exclusion_masks_path, columns=["doc_id"])
-    docs = docs.filter(pc.invert(pc.is_in(docs.column("doc_id"), value_set=masks.column("doc_id"))))
 
-    keys = pq.read_table(dedup_keys_path, columns=["doc_id", "cluster_id", "exact_key"])
-    for col in ("doc_id", "cluster_id"):
-        row = _first_null(keys, col)
-        if row is not None:
-            raise SplitError(f"{dedup_keys_path}: row {row}: field {col} is null")
-    joined = docs.join(keys, "doc_id", join_type="left outer")
-    row = _first_null(joined, "cluster_id")
-    if row is not None:
-        raise SplitError(
-            f"{dedup_keys_path}: no row for kept document {joined.column('doc_id')[row].as_py()!r} "
-            f"(source {joined.column('source')[row].as_py()!r}); dedup_keys must cover every raw document"
-        )
-    if joined.num_rows != docs.num_rows:
-        raise SplitError(f"{dedup_keys_path}: doc_id repeated; every document needs exactly one row")
-    return joined.sort_by([("source", "ascending"), ("doc_id", "ascending")])
+def _keys_in_order(b: pa.RecordBatch, doc: pa.Array, last, row: int, path: str) -> None:
+    bad = unsorted_row(doc, last, row)
+    if bad is not None:
+        raise SplitError(f"{path}: row {bad}: field doc_id is {UNSORTED}")
+    null = _first_null(pa.Table.from_batches([b]), "cluster_id")
+    if null is not None:
+        raise SplitError(f"{path}: row {row + null}: field cluster_id is null")
+
+
+def kept_documents(raw_paths: dict[str, str], dedup_keys_path: str, exclusion_masks_path: str) -> pa.Table:
+    """doc_id, source, n_bytes, cluster_id, exact_key of every kept document (text is not read), as one
+    table (`kept_batches` is the stream)."""
+    schema = pa.schema([(c, pa.int64() if c == "n_bytes" else pa.string()) for c in KEPT_COLUMNS])
+    return pa.concat_tables([schema.empty_table(), *kept_batches(raw_paths, dedup_keys_path, exclusion_masks_path)])
 
 
 def unit_hash(seed: int, key: str) -> float:
@@ -101,7 +153,7 @@ def unit_hash(seed: int, key: str) -> float:
 
 
 def assign_split(kept: pa.Table, seed: int, val_fraction: float) -> pa.Table:
-    """Add `split` ("train" | "val"): val when hash(seed, cluster_id) < val_fraction."""
+    """Add `split` ("train" | "val"): val when hash(seed, cluster_id) < val_fraction (any batch of rows)."""
     clusters = kept.column("cluster_id").to_pylist()
     u = np.fromiter((unit_hash(seed, c) for c in clusters), dtype=np.float64, count=len(clusters))
     split = np.where(u < val_fraction, "val", "train")
@@ -167,7 +219,13 @@ class ValShare:
         return self.val_docs > 0 and abs(self.share - self.target) <= self.tolerance * self.target
 
 
-def measure_val_share(split: pa.Table, target: float, tolerance: float) -> ValShare:
+def measure_val_share(split, target: float, tolerance: float) -> ValShare:
+    """The realised val share of a split table, or of a split file read a row group at a time."""
+    if not isinstance(split, pa.Table):
+        summary = SplitSummary()
+        for b in pq.ParquetFile(split).iter_batches(columns=["source", "split", "n_bytes"]):
+            summary.add(pa.Table.from_batches([b]))
+        return summary.share(target, tolerance)
     is_val = pc.equal(split.column("split"), "val")
     nb = split.column("n_bytes")
     return ValShare(
@@ -189,16 +247,49 @@ def per_source_counts(split: pa.Table) -> dict[str, dict[str, int]]:
     return dict(sorted(out.items()))
 
 
-def build_validation_split(storage, sources: list[str], seed: int, val_fraction: float) -> pa.Table:
-    """Read raw/<source>, dedup_keys and exclusion_masks through `storage`; write the split file."""
-    from mix_assets.lib import layout
+@dataclass
+class SplitSummary:
+    """What build_validation_split wrote, counted while it streamed (no per-document values)."""
+
+    docs: int = 0
+    val_docs: int = 0
+    bytes: int = 0
+    val_bytes: int = 0
+    per_source: Optional[dict] = None  # {source: {train_docs, val_docs}}, sorted
+
+    def add(self, part: pa.Table) -> None:
+        is_val = pc.equal(part.column("split"), "val").to_numpy(zero_copy_only=False)
+        nb = np.asarray(part.column("n_bytes").fill_null(0), np.int64)
+        self.docs, self.val_docs = self.docs + part.num_rows, self.val_docs + int(is_val.sum())
+        self.bytes, self.val_bytes = self.bytes + int(nb.sum()), self.val_bytes + int(nb[is_val].sum())
+        per = self.per_source if self.per_source is not None else {}
+        for s, c in per_source_counts(part).items():
+            d = per.setdefault(s, {"train_docs": 0, "val_docs": 0})
+            d["train_docs"], d["val_docs"] = d["train_docs"] + c["train_docs"], d["val_docs"] + c["val_docs"]
+        self.per_source = dict(sorted(per.items()))
+
+    def share(self, target: float, tolerance: float) -> "ValShare":
+        return ValShare(self.docs, self.val_docs, self.bytes, self.val_bytes, target, tolerance)
+
+
+def build_validation_split(storage, sources: list[str], seed: int, val_fraction: float) -> SplitSummary:
+    """Read raw/<source>, dedup_keys and exclusion_masks through `storage`; write the split file a row
+    group at a time (pq.write_table's options and row groups: the same bytes as writing it whole)."""
+    from mix_assets.lib import layout, tables
 
     raw = {s: storage.source(layout.RAW_DOCS.format(source=s)) for s in sources}
-    kept = kept_documents(raw, storage.source(layout.DEDUP_KEYS), storage.source(layout.EXCLUSION_MASKS))
-    split = assign_split(kept, seed, val_fraction)
-    with storage.writing(layout.VALIDATION_SPLIT) as tmp:
-        pq.write_table(split, tmp)
-    return split
+    summary = SplitSummary(per_source={})
+
+    def parts():
+        for kept in kept_batches(raw, storage.source(layout.DEDUP_KEYS), storage.source(layout.EXCLUSION_MASKS)):
+            part = assign_split(kept, seed, val_fraction)
+            summary.add(part)
+            yield part
+
+    with storage.writing(layout.VALIDATION_SPLIT) as tmp, pq.ParquetWriter(tmp, SPLIT_SCHEMA) as w:
+        for group in sig.regroup(parts(), tables.ROW_GROUP_ROWS, SPLIT_SCHEMA):
+            w.write_table(group)
+    return summary
 
 
 # -- independent near-duplicate scan across the split ---------------------------------------------

@@ -12,6 +12,7 @@ from mix_assets.lib import engine, layout
 
 # Fixed writer options and no timestamps: the same table gives the same bytes on every build.
 WRITER_OPTIONS = dict(compression="zstd", use_dictionary=True, write_statistics=True)
+ROW_GROUP_ROWS = 1024 * 1024  # pq.write_table's default row group: tables cut to it write the same bytes
 
 
 def write_parquet(storage, key: str, table: pa.Table) -> None:

@@ -191,3 +191,97 @@ def test_check_clusters_equals_the_per_document_reference(seed):
     want = _check_clusters_reference(table)
     assert lib.check_clusters(table) == want
     assert bool(want) == bool(seed)
+
+
+# -- the streaming exclusion pass against the per-document code it replaced --------------------------------
+def _exclusion_table_reference(dedup_keys: pa.Table, contaminated) -> pa.Table:
+    d = dedup_keys.select(["doc_id", "source", "reason", "cluster_id"]).to_pydict()
+    rows: dict = {}
+    for doc, src, reason, cluster in zip(d["doc_id"], d["source"], d["reason"], d["cluster_id"]):
+        if reason is not None:
+            rows[doc] = {"doc_id": doc, "source": src, "reasons": {reason}, "kept_doc_id": cluster}
+    if contaminated is not None:
+        known = dict(zip(d["doc_id"], d["source"]))
+        for doc in contaminated.column("doc_id").to_pylist():
+            row = rows.setdefault(doc, {"doc_id": doc, "source": known[doc], "reasons": set(), "kept_doc_id": None})
+            row["reasons"].add("contaminated")
+    out = [dict(r, reasons=sorted(r["reasons"])) for _, r in sorted(rows.items())]
+    return pa.Table.from_pylist(out, schema=lib.EXCLUSION_SCHEMA)
+
+
+def _reject_samples_reference(dedup_keys: pa.Table, contaminated_ids: set, per_reason: int) -> dict:
+    d = dedup_keys.select(["doc_id", "reason", "cluster_id", "jaccard_to_kept"]).to_pydict()
+    out = {}
+    for reason in ("exact_dup", "near_dup"):
+        cand = [(doc, kept, float(j)) for doc, r, kept, j in zip(d["doc_id"], d["reason"], d["cluster_id"],
+                                                                 d["jaccard_to_kept"])
+                if r == reason and doc not in contaminated_ids and kept not in contaminated_ids]
+        if reason == "near_dup":
+            cand.sort(key=lambda x: (x[2], lib._rank(x[0])))
+            half = per_reason // 2 + per_reason % 2
+            picked = cand[:half] + sorted(cand[half:], key=lambda x: lib._rank(x[0]))[: per_reason - half]
+        else:
+            picked = sorted(cand, key=lambda x: lib._rank(x[0]))[:per_reason]
+        out[reason] = picked
+    return out
+
+
+def _composition_reference(docs: pa.Table, excluded_ids: set, sources) -> list:
+    agg = {}
+    for s in list(sources) + docs.column("source").to_pylist():
+        agg.setdefault(s, dict(source=s, docs_before=0, docs_after=0, bytes_before=0, bytes_after=0,
+                               tokens_before=0, tokens_after=0))
+    for doc, s, nb, nt in zip(*(docs.column(c).to_pylist() for c in ("doc_id", "source", "n_bytes", "est_tokens"))):
+        a = agg[s]
+        a["docs_before"], a["bytes_before"], a["tokens_before"] = a["docs_before"] + 1, a["bytes_before"] + nb, \
+            a["tokens_before"] + nt
+        if doc not in excluded_ids:
+            a["docs_after"], a["bytes_after"], a["tokens_after"] = a["docs_after"] + 1, a["bytes_after"] + nb, \
+                a["tokens_after"] + nt
+    tb = sum(a["tokens_before"] for a in agg.values()) or 1
+    ta = sum(a["tokens_after"] for a in agg.values()) or 1
+    for a in agg.values():
+        a.update(share_before=a["tokens_before"] / tb, share_after=a["tokens_after"] / ta,
+                 lost_token_share=1 - a["tokens_after"] / a["tokens_before"] if a["tokens_before"] else 0.0)
+    return [agg[s] for s in sorted(agg)]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_streaming_exclusions_equal_the_per_document_reference(seed, tmp_path, monkeypatch):
+    rng = random.Random(seed)
+    n = 3000
+    ids = sorted(f"{rng.choice('abc')}-{rng.getrandbits(40):010x}" for _ in range(n))
+    reasons = [rng.choice([None, None, None, "exact_dup", "near_dup"]) for _ in range(n)]
+    keys = pa.table({"doc_id": ids, "source": [i[0] for i in ids], "reason": reasons,
+                     "cluster_id": [rng.choice(ids) for _ in range(n)],
+                     "jaccard_to_kept": pa.array([round(rng.uniform(0.8, 1.0), 2) for _ in range(n)], pa.float32())})
+    cont_ids = rng.sample(ids, 150) + ids[:3]  # repeated ids, as the contamination report may list a doc per task
+    cont = pa.table({"doc_id": cont_ids})
+    monkeypatch.setattr(lib, "KEY_BATCH_ROWS", 257)  # many batches, a reason often absent from one
+    pq.write_table(keys, tmp_path / "keys.parquet")
+    want = _exclusion_table_reference(keys, cont)
+    for c in (cont, None):
+        seen = lib.Exclusions()
+        got = pa.concat_tables(lib.exclusion_batches(str(tmp_path / "keys.parquet"),
+                                                     lib.IdSet(c.column("doc_id")) if c else None, seen))
+        ref = want if c else _exclusion_table_reference(keys, None)
+        assert got.equals(ref)
+        assert seen.documents == n and len(seen.excluded) == ref.num_rows
+        assert seen.per_reason == {r: sum(r in rs for rs in ref.column("reasons").to_pylist())
+                                   for r in ("exact_dup", "near_dup", "contaminated")}
+    assert lib.exclusion_table(keys, cont).equals(want)
+    for per in (0, 1, 4, 5):
+        assert lib.reject_samples(keys, set(cont_ids), per) == _reject_samples_reference(keys, set(cont_ids), per)
+        assert lib.reject_samples(str(tmp_path / "keys.parquet"), lib.IdSet(cont_ids), per) == \
+            _reject_samples_reference(keys, set(cont_ids), per)
+    docs = pa.table({"doc_id": ids, "source": [i[0] for i in ids], "n_bytes": [rng.randrange(1, 10**6) for _ in ids],
+                     "est_tokens": [rng.randrange(0, 10**5) for _ in ids]})
+    excluded = set(want.column("doc_id").to_pylist())
+    assert lib.composition(docs.to_batches(100), lib.IdSet(excluded), ["a", "b", "c", "d"]) == \
+        _composition_reference(docs, excluded, ["a", "b", "c", "d"])
+
+
+def test_exclusion_pass_refuses_unsorted_or_repeated_keys_naming_the_row(tmp_path):
+    keys = pa.table({"doc_id": ["a", "c", "b"], "source": ["s"] * 3, "reason": [None] * 3, "cluster_id": ["a", "c", "b"]})
+    with pytest.raises(lib.DedupInputError, match=r"k\.parquet: row 2: field 'doc_id' is null or not above the row before"):
+        list(lib.exclusion_batches(keys, None, lib.Exclusions(), "k.parquet"))

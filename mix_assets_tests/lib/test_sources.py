@@ -69,7 +69,7 @@ def test_undecodable_rows_are_counted_not_fatal(tmp_path):
     p.write_bytes(b'{"text": "good one"}\n{"text": "bad \xff\xfe bytes"}\n{"text": "good two"}\n')
     spec = _spec(tmp_path, source("u", {"kind": "jsonl", "paths": ["u.jsonl"]}))
     got = lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
-    assert got.dropped["undecodable"] == 1 and got.undecodable_origins == ["u.jsonl:2"]
+    assert got.dropped["sanity:undecodable"] == 1 and got.undecodable_origins == ["u.jsonl:2"]
     assert got.table.column("text").to_pylist() == ["good one", "good two"]
 
 
@@ -81,7 +81,7 @@ def test_text_folder_paragraphs_grouping_and_fallback_encoding(tmp_path):
     spec = _spec(tmp_path, source("books", {"kind": "text", "paths": ["books"], "unit": "paragraphs"}))
     got = lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
     assert got.table.column("text").to_pylist() == ["First para.\nstill first.", "Second para.", "Third.", "Plain."]
-    assert got.dropped["undecodable"] == 1 and got.undecodable_origins == ["b.txt#0"]
+    assert got.dropped["sanity:undecodable"] == 1 and got.undecodable_origins == ["b.txt#0"]
     spec2 = _spec(tmp_path, source("books", {"kind": "text", "paths": ["books"], "unit": "paragraphs",
                                              "group_chars": 20, "fallback_encoding": "cp1252"}))
     got2 = lib.sample_source(spec2, spec2.sources[0], 4.0, 10_000)
@@ -123,7 +123,7 @@ def test_too_long_and_empty_rows_are_dropped_and_counted(tmp_path):
     _jsonl(tmp_path / "a.jsonl", [{"text": "  "}, {"text": "x" * 50}, {"text": "fine text"}])
     spec = _spec(tmp_path, source("a", {"kind": "jsonl", "paths": ["a.jsonl"]}, max_doc_chars=20))
     got = lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
-    assert got.dropped["empty"] == 1 and got.dropped["too_long"] == 1
+    assert got.dropped["sanity:empty"] == 1 and got.dropped["sanity:too_long"] == 1
     assert got.table.column("text").to_pylist() == ["fine text"]
 
 
@@ -173,8 +173,8 @@ def test_lone_surrogate_is_dropped_and_counted_with_file_line_and_field(tmp_path
     spec = _spec(tmp_path, source("s", {"kind": "jsonl", "paths": ["s.jsonl"]}))
     got = lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
     assert got.table.column("text").to_pylist() == ["good one", "good two"]
-    assert got.dropped["undecodable"] == 1 and got.undecodable_origins == ["s.jsonl:2"]
-    assert got.drop_notes == ["s.jsonl:2: undecodable: field 'text' holds a lone surrogate (U+D800), not valid Unicode"]
+    assert got.dropped["sanity:undecodable"] == 1 and got.undecodable_origins == ["s.jsonl:2"]
+    assert got.drop_notes == ["s.jsonl:2: sanity:undecodable: field 'text' holds a lone surrogate (U+D800), not valid Unicode"]
     # in a template field too, and the row's other fields do not matter
     q = tmp_path / "q.jsonl"
     q.write_text('{"question": "fine?", "answer": "\\udfff", "meta": "\\ud800"}\n{"question": "a", "answer": "b"}\n')
@@ -182,7 +182,7 @@ def test_lone_surrogate_is_dropped_and_counted_with_file_line_and_field(tmp_path
                             "template": "{question} {answer}"})
     got = lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
     assert got.table.column("text").to_pylist() == ["a b"]
-    assert got.drop_notes == ["q.jsonl:1: undecodable: field 'answer' holds a lone surrogate (U+DFFF), not valid Unicode"]
+    assert got.drop_notes == ["q.jsonl:1: sanity:undecodable: field 'answer' holds a lone surrogate (U+DFFF), not valid Unicode"]
 
 
 def test_huge_json_integer_is_a_named_error_only_where_it_is_read(tmp_path):
@@ -219,24 +219,24 @@ def test_binary_and_control_character_documents_are_dropped_under_their_own_reas
                                         "fallback_encoding": "latin-1"}))
     got = lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
     assert got.table.column("origin").to_pylist() == ["good.txt#0"]
-    assert got.dropped["binary"] == 1 and got.dropped["control_chars"] == 1
+    assert got.dropped["sanity:binary"] == 1 and got.dropped["sanity:control_chars"] == 1
     assert got.drop_notes == [
-        "noise.dat#0: control_chars: 976 of 4080 characters are control or replacement characters",
-        "nul.dat#0: binary: 4096 NUL characters",
+        "noise.dat#0: sanity:control_chars: 976 of 4080 characters are control or replacement characters",
+        "nul.dat#0: sanity:binary: 4096 NUL characters",
     ]
     # a JSON string may spell a NUL too; U+FFFD replacements count like control characters
     _jsonl(tmp_path / "j.jsonl", [{"text": "a\u0000b and more words"}, {"text": "\ufffd" * 10 + " mostly lost"},
                                   {"text": "one lost character \ufffd in a sentence"}])
     spec = _spec(tmp_path, source("j", {"kind": "jsonl", "paths": ["j.jsonl"]}))
     got = lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
-    assert got.dropped["binary"] == 1 and got.dropped["control_chars"] == 1 and got.table.num_rows == 1
+    assert got.dropped["sanity:binary"] == 1 and got.dropped["sanity:control_chars"] == 1 and got.table.num_rows == 1
 
 
 def test_real_sources_have_no_binary_or_control_drops(tmp_path, real_data):
     spec = load_spec(real_mix_config(tmp_path, real_data))
     for src in spec.sources:
         got = lib.sample_source(spec, src, 4.0, 10**9)
-        assert got.rows_read > 0 and got.dropped["binary"] == 0 and got.dropped["control_chars"] == 0, src.name
+        assert got.rows_read > 0 and got.dropped["sanity:binary"] == 0 and got.dropped["sanity:control_chars"] == 0, src.name
 
 
 def test_template_field_missing_from_the_first_row_fails_before_the_rest_is_read(tmp_path):
@@ -256,7 +256,7 @@ def test_text_a_fallback_codec_decodes_to_lone_surrogates_is_undecodable(tmp_pat
     got = lib.sample_source(spec, spec.sources[0], 4.0, 10_000)
     assert got.table.column("text").to_pylist() == ["fine words"]
     assert got.undecodable_origins == ["a.txt#1"]
-    assert got.drop_notes == ["a.txt#1: undecodable: holds a lone surrogate (U+D800), not valid Unicode"]
+    assert got.drop_notes == ["a.txt#1: sanity:undecodable: holds a lone surrogate (U+D800), not valid Unicode"]
 
 
 def _in_memory_sample(spec, src, bpt, budget):

@@ -193,3 +193,47 @@ def test_near_dup_scan_equals_brute_force_on_planted_copies(tmp_path):
             n_val, n_train, hits, max_j)
         # LSH candidates (32 x 4), each verified exactly: far fewer than the pairs sharing a shingle
         assert (got.bands, got.rows) == (32, 4) and hits <= got.pairs_compared < n_pairs / 5
+
+
+def _kept_documents_reference(raw: dict, keys_path: str, masks_path: str) -> pa.Table:
+    """kept_documents as it was written with whole-corpus tables and an Arrow join (the reference)."""
+    import pyarrow.compute as pc
+
+    parts = [pq.read_table(p, columns=["doc_id", "source", "n_bytes"]).cast(pa.schema(
+        [("doc_id", pa.string()), ("source", pa.string()), ("n_bytes", pa.int64())])) for _, p in sorted(raw.items())]
+    docs = pa.concat_tables(parts)
+    masks = pq.read_table(masks_path, columns=["doc_id"])
+    docs = docs.filter(pc.invert(pc.is_in(docs.column("doc_id"), value_set=masks.column("doc_id"))))
+    keys = pq.read_table(keys_path, columns=["doc_id", "cluster_id", "exact_key"])
+    return docs.join(keys, "doc_id", join_type="left outer").sort_by([("source", "ascending"), ("doc_id", "ascending")])
+
+
+@pytest.mark.parametrize("batch", [7, 65536])
+def test_streamed_split_file_is_the_bytes_of_the_whole_table_reference(tmp_path, monkeypatch, batch):
+    from mix_assets.lib import split as split_lib
+
+    st = write_upstream(tmp_path, {"a": 300, "b": 200, "c": 40}, near_dups=6, masked=4)
+    monkeypatch.setattr(split_lib, "KEY_BATCH_ROWS", batch)
+    monkeypatch.setattr(split_lib, "RAW_BATCH_ROWS", batch)
+    summary = split_lib.build_validation_split(st, ["c", "a", "b"], 5, 0.2)
+    ref = assign_split(_kept_documents_reference(raw_paths(st, ["a", "b", "c"]), st.local_path(layout.DEDUP_KEYS),
+                                                 st.local_path(layout.EXCLUSION_MASKS)), 5, 0.2)
+    pq.write_table(ref, tmp_path / "ref.parquet")
+    assert (tmp_path / "ref.parquet").read_bytes() == open(st.local_path(layout.VALIDATION_SPLIT), "rb").read()
+    assert summary.share(0.2, 0.5) == measure_val_share(ref, 0.2, 0.5)
+    assert measure_val_share(st.local_path(layout.VALIDATION_SPLIT), 0.2, 0.5) == measure_val_share(ref, 0.2, 0.5)
+    assert summary.per_source == split_lib.per_source_counts(ref)
+
+
+def test_repeated_raw_doc_id_and_unsorted_keys_name_the_id_and_row(tmp_path):
+    st = write_upstream(tmp_path, {"a": 20})
+    path = st.local_path(layout.RAW_DOCS.format(source="a"))
+    t = pq.read_table(path)
+    pq.write_table(pa.concat_tables([t, t.slice(3, 1)]), path)
+    with pytest.raises(SplitError, match=r"raw documents: doc_id 'a-000003' appears more than once"):
+        kept_documents(raw_paths(st, ["a"]), st.local_path(layout.DEDUP_KEYS), st.local_path(layout.EXCLUSION_MASKS))
+    pq.write_table(t, path)
+    keys = pq.read_table(st.local_path(layout.DEDUP_KEYS))
+    pq.write_table(pa.concat_tables([keys.slice(0, 5), keys.slice(4)]), st.local_path(layout.DEDUP_KEYS))
+    with pytest.raises(SplitError, match=r"dedup_keys.parquet: row 5: field doc_id is null or not above the row"):
+        kept_documents(raw_paths(st, ["a"]), st.local_path(layout.DEDUP_KEYS), st.local_path(layout.EXCLUSION_MASKS))
