@@ -343,8 +343,9 @@ def sample_rows(picked, texts: Mapping[str, str], scrub: np.ndarray, k: int) -> 
 
 
 def filtered_sources(spec) -> list[str]:
-    """The sources that run filters (the mix's `filters:` or their own override), in config order."""
-    return [s.name for s in spec.sources if spec.filters_for(s.name) is not None]
+    """The sources that run a document filter (the mix's `filters:` or their own override, with at least one
+    filter or language ID active; PII alone is a modifier of raw/<source>), in config order."""
+    return [s.name for s in spec.sources if (f := spec.filters_for(s.name)) is not None and f.active()]
 
 
 def guard_for(spec) -> Guard:
