@@ -278,7 +278,7 @@ def dedup_keys(storage, key: str, t: pa.Table, st: dict, elapsed: float) -> dict
 
 KILL_COLUMNS = ["source", "filter", "docs", "failed_docs", "kill_share", "killed_bytes_share", "first_failure_docs",
                 "max_kill_share"]
-FILTER_COMPOSITION_COLUMNS = ["source", "language", "length_chars", "docs_before", "docs_after", "bytes_before",
+FILTER_COMPOSITION_COLUMNS = ["source", "language", "length_bucket", "docs_before", "docs_after", "bytes_before",
                               "bytes_after", "kept_share"]
 
 

@@ -280,7 +280,7 @@ def summarise(decisions: Mapping[str, pa.Table], guard: Guard) -> Summary:
                 a[2] += 1
                 a[3] += size
         rows.append((src, keep, t.column("language").to_pylist(), bucket))
-    composition = [{"source": s, "language": lang, "length_chars": labels[b], "docs_before": a[0], "docs_after": a[2],
+    composition = [{"source": s, "language": lang, "length_bucket": labels[b], "docs_before": a[0], "docs_after": a[2],
                     "bytes_before": a[1], "bytes_after": a[3], "kept_share": a[2] / max(a[0], 1)}
                    for (s, lang, b), a in sorted(comp.items())]
     domains = _domains(rows, labels)
@@ -296,7 +296,7 @@ def _domains(rows, labels: list[str]) -> list[dict]:
     acc: dict = {}
     for src, keep, langs, bucket in rows:
         for kind, values in (("source", [src] * len(keep)), ("language", langs),
-                             ("length_chars", [labels[b] for b in bucket.tolist()])):
+                             ("length_bucket", [labels[b] for b in bucket.tolist()])):
             for v, k in zip(values, keep.tolist()):
                 a = acc.setdefault((kind, v), [0, 0])
                 a[0] += 1
