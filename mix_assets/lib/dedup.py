@@ -376,9 +376,9 @@ def exclusion_batches(keys, contaminated: Optional[IdSet], seen: Exclusions, whe
         for r in counts:
             counts[r] += int(flags[r][rows].sum()) if r in flags else 0
         take = pa.array(rows, pa.int64())
+        kept = pc.if_else(reason.is_valid(), b.column(3).cast(pa.string()), pa.scalar(None, pa.string()))
         out = pa.table({"doc_id": doc.take(take), "source": b.column(1).cast(pa.string()).take(take),
-                        "reasons": reasons, "kept_doc_id": pc.if_else(reason.is_valid(), b.column(3).cast(pa.string()),
-                                                                       pa.scalar(None, pa.string())).take(take)}, schema=EXCLUSION_SCHEMA)
+                        "reasons": reasons, "kept_doc_id": kept.take(take)}, schema=EXCLUSION_SCHEMA)
         excluded.append(out.column("doc_id"))
         yield out
     if not found.all():

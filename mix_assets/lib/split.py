@@ -357,8 +357,9 @@ class NearDupScan:
 
 
 def _sides(split, raw_paths: dict[str, str]) -> dict[str, np.ndarray]:
-    """{source: int8 per raw row: 1 val, 0 train, -1 not in the split (or a null split)}: per source, its split rows' ids
-    (an `IdSet`; a doc id listed twice takes its first row's side) against the raw ids, a batch at a time."""
+    """{source: int8 per raw row: 1 val, 0 train, -1 not in the split (or a null split)}: per source, its
+    split rows' ids (an `IdSet`; an id listed twice takes its first row's side) against the raw ids, a
+    batch at a time."""
     names = sorted({x for b in _split_batches(split, ["source"]) for x in pc.unique(b.column(0)).to_pylist()} - {None})
     out = {}
     for s in names:
