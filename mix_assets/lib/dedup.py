@@ -319,7 +319,7 @@ def _codes(col) -> tuple[np.ndarray, pa.Array]:
 
 
 # -- exclusion masks ---------------------------------------------------------------------------
-KEY_BATCH_ROWS = 65536  # dedup_keys rows per batch of the exclusion pass (it never holds the whole table)
+KEY_BATCH_ROWS = 8192  # dedup_keys rows per batch of the exclusion pass (it never holds the whole table)
 SAMPLE_REASONS = ("exact_dup", "near_dup")
 PER_REASON = ("exact_dup", "near_dup", "contaminated")  # excluded_docs/<reason> in the metadata
 
@@ -341,7 +341,7 @@ def _key_batches(keys, columns: list[str]):
     """dedup_keys as record batches (a table, or a Parquet file read one batch at a time)."""
     if isinstance(keys, pa.Table):
         return keys.select(columns).to_batches(KEY_BATCH_ROWS)
-    return pq.ParquetFile(keys).iter_batches(batch_size=KEY_BATCH_ROWS, columns=columns)
+    return tables.iter_batches(keys, columns, KEY_BATCH_ROWS)
 
 
 @dataclass
@@ -480,8 +480,7 @@ def snippets(paths: Mapping[str, str], wanted: set[str], chars: int = 240) -> di
         return out
     want = pa.array(sorted(wanted), pa.string())
     for name in sorted(paths):
-        f = pq.ParquetFile(paths[name])
-        for batch in f.iter_batches(batch_size=READ_BATCH_ROWS, columns=["doc_id", "text"]):
+        for batch in tables.iter_batches(paths[name], ["doc_id", "text"], READ_BATCH_ROWS):
             mask = pc.is_in(batch.column("doc_id").cast(pa.string()), value_set=want)
             if not pc.any(mask).as_py():
                 continue
@@ -508,7 +507,7 @@ def docs_meta(paths: Mapping[str, str]) -> Iterable[pa.RecordBatch]:
     cols = ["doc_id", "source", "n_bytes", "est_tokens"]
     for name in sorted(paths):
         row = 0
-        for b in pq.ParquetFile(paths[name]).iter_batches(batch_size=READ_BATCH_ROWS, columns=cols):
+        for b in tables.iter_batches(paths[name], cols, READ_BATCH_ROWS):
             for c in ("n_bytes", "est_tokens"):
                 if b.column(c).null_count:
                     bad = row + int(np.flatnonzero(b.column(c).is_null().to_numpy(zero_copy_only=False))[0])

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
 
-from mix_assets.lib import engine, lsh
+from mix_assets.lib import engine, lsh, tables
 from mix_assets.lib import minhash as mh
 from mix_assets.lib import signatures as sig
 from mix_assets.lib.idset import UNSORTED, IdSet, unsorted_row
@@ -46,8 +46,8 @@ def _first_null(table: pa.Table, column: str) -> int | None:
     return int(np.flatnonzero(pc.is_null(col).to_numpy(zero_copy_only=False))[0])
 
 
-KEY_BATCH_ROWS = 65536  # dedup_keys rows per batch of the split's passes
-RAW_BATCH_ROWS = 65536
+KEY_BATCH_ROWS = 8192  # dedup_keys rows per batch of the split's passes
+RAW_BATCH_ROWS = 8192
 KEPT_COLUMNS = ["doc_id", "source", "n_bytes", "cluster_id", "exact_key"]
 
 
@@ -70,7 +70,7 @@ def raw_index(path: str, source: str, excluded: IdSet, everything: list[str]) ->
         missing = [c for c in ("doc_id", "source", "n_bytes") if c not in f.schema_arrow.names]
         if missing:
             raise SplitError(f"{path}: missing column(s) {missing}; has {f.schema_arrow.names}")
-        for b in f.iter_batches(batch_size=RAW_BATCH_ROWS, columns=["doc_id", "source", "n_bytes"]):
+        for b in tables.iter_batches(f, ["doc_id", "source", "n_bytes"], RAW_BATCH_ROWS):
             t = pa.Table.from_batches([b])
             bad = _first_null(t, "doc_id")
             if bad is not None:
@@ -106,8 +106,7 @@ def kept_batches(raw_paths: dict[str, str], dedup_keys_path: str, exclusion_mask
         raw = raw_index(path, source, excluded, list(raw_paths))
         matched = np.zeros(len(raw.ids), bool)
         last, row = None, 0
-        for b in pq.ParquetFile(dedup_keys_path).iter_batches(
-                batch_size=KEY_BATCH_ROWS, columns=["doc_id", "source", "cluster_id", "exact_key"]):
+        for b in tables.iter_batches(dedup_keys_path, ["doc_id", "source", "cluster_id", "exact_key"], KEY_BATCH_ROWS):
             doc = b.column(0).cast(pa.string())
             _keys_in_order(b, doc, last, row, dedup_keys_path)
             last, row = (doc[-1].as_py() if len(doc) else last), row + len(doc)
@@ -184,7 +183,7 @@ def _split_batches(split, columns: list[str]):
     """Columns of a split table, or of a split file read a batch at a time."""
     if isinstance(split, pa.Table):
         return split.select(columns).to_batches(KEY_BATCH_ROWS)
-    return pq.ParquetFile(split).iter_batches(batch_size=KEY_BATCH_ROWS, columns=columns)
+    return tables.iter_batches(split, columns, KEY_BATCH_ROWS)
 
 
 def _sides_of(b) -> tuple[np.ndarray, np.ndarray]:
@@ -251,7 +250,7 @@ def measure_val_share(split, target: float, tolerance: float) -> ValShare:
     """The realised val share of a split table, or of a split file read a row group at a time."""
     if not isinstance(split, pa.Table):
         summary = SplitSummary()
-        for b in pq.ParquetFile(split).iter_batches(columns=["source", "split", "n_bytes"]):
+        for b in tables.iter_batches(split, ["source", "split", "n_bytes"], KEY_BATCH_ROWS):
             summary.add(pa.Table.from_batches([b]))
         return summary.share(target, tolerance)
     is_val = pc.equal(split.column("split"), "val")
@@ -303,7 +302,7 @@ class SplitSummary:
 def build_validation_split(storage, sources: list[str], seed: int, val_fraction: float) -> SplitSummary:
     """Read raw/<source>, dedup_keys and exclusion_masks through `storage`; write the split file a row
     group at a time (pq.write_table's options and row groups: the same bytes as writing it whole)."""
-    from mix_assets.lib import layout, tables
+    from mix_assets.lib import layout
 
     raw = {s: storage.source(layout.RAW_DOCS.format(source=s)) for s in sources}
     summary = SplitSummary(per_source={})
@@ -377,7 +376,7 @@ def _sides(split, raw_paths: dict[str, str]) -> dict[str, np.ndarray]:
         del doc, ids
         parts = []
         with engine.open_parquet(raw_paths[s]) as f:
-            for b in f.iter_batches(batch_size=RAW_BATCH_ROWS, columns=["doc_id"]):
+            for b in tables.iter_batches(f, ["doc_id"], RAW_BATCH_ROWS):
                 pos = index.index(b.column(0).cast(pa.string()))
                 parts.append(np.where(pos >= 0, side_at[np.maximum(pos, 0)], -1).astype(np.int8))
         out[s] = np.concatenate(parts) if parts else np.zeros(0, np.int8)
