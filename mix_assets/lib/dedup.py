@@ -9,7 +9,8 @@ candidate pairs only, whose shingle sets (8 B per distinct shingle of those docu
 every candidate by exact Jaccard; clusters and the keep rule.
 
 exclusion_masks streams: `exclusion_batches` reads dedup_keys (sorted by doc_id) a batch at a time
-and unions each document's reasons (dedup's, contaminated; `union_reasons` is the one place) into
+and unions each document's reasons (dedup's, and each `marked` set's such as contaminated;
+`union_reasons` is the one place) into
 one row per excluded document; `composition` compares every source before and after, a raw batch
 at a time; `reject_samples` keeps only each reason's best candidates. Held per document: the ids
 of excluded and contaminated documents (`IdSet`, the id's bytes + 1 each), nothing per kept
@@ -353,10 +354,15 @@ class Exclusions:
     per_reason: Optional[dict] = None
 
 
-def exclusion_batches(keys, contaminated: Optional[IdSet], seen: Exclusions, where: str = "dedup_keys"):
+MARKED_FROM = {"contaminated": "contaminated_docs"}  # where a marked reason's ids come from (errors)
+
+
+def exclusion_batches(keys, marked: Mapping[str, IdSet], seen: Exclusions, where: str = "dedup_keys"):
     """The rows of `exclusion_table`, one table per batch of dedup_keys (a table or a Parquet file sorted
-    by doc_id). Fills `seen`; a contaminated id missing from dedup_keys is an error at the end."""
-    found = np.zeros(len(contaminated) if contaminated is not None else 0, bool)
+    by doc_id). A document is excluded for its dedup reason and for every reason of `marked`
+    ({reason: ids}, e.g. {"contaminated": ...}) whose ids hold it. Fills `seen`; a marked id missing
+    from dedup_keys is an error at the end."""
+    found = {r: np.zeros(len(ids), bool) for r, ids in marked.items()}
     last, row, excluded, counts = None, 0, [], dict.fromkeys(PER_REASON, 0)
     for b in _key_batches(keys, ["doc_id", "source", "reason", "cluster_id"]):
         doc = b.column(0).cast(pa.string())
@@ -368,10 +374,10 @@ def exclusion_batches(keys, contaminated: Optional[IdSet], seen: Exclusions, whe
         enc = pc.dictionary_encode(reason)
         code = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False)
         flags = {r: code == k for k, r in enumerate(enc.dictionary.to_pylist())}
-        if contaminated is not None:
-            pos = contaminated.index(doc)
-            found[pos[pos >= 0]] = True
-            flags["contaminated"] = flags.get("contaminated", np.zeros(len(doc), bool)) | (pos >= 0)
+        for r, ids in sorted(marked.items()):
+            pos = ids.index(doc)
+            found[r][pos[pos >= 0]] = True
+            flags[r] = flags.get(r, np.zeros(len(doc), bool)) | (pos >= 0)
         rows, reasons = union_reasons(flags)
         for r in counts:
             counts[r] += int(flags[r][rows].sum()) if r in flags else 0
@@ -381,9 +387,10 @@ def exclusion_batches(keys, contaminated: Optional[IdSet], seen: Exclusions, whe
                         "reasons": reasons, "kept_doc_id": kept.take(take)}, schema=EXCLUSION_SCHEMA)
         excluded.append(out.column("doc_id"))
         yield out
-    if not found.all():
-        missing = contaminated.ids()[int(np.flatnonzero(~found)[0])]
-        raise DedupInputError(f"contaminated_docs: doc_id {missing!r} is not in the dedup keys")
+    for r in sorted(found):
+        if not found[r].all():
+            missing = marked[r].ids()[int(np.flatnonzero(~found[r])[0])]
+            raise DedupInputError(f"{MARKED_FROM.get(r, r)}: doc_id {missing!r} is not in the dedup keys")
     seen.documents, seen.per_reason = row, counts
     seen.excluded = IdSet(pa.chunked_array(excluded, pa.string()))
 
@@ -396,8 +403,8 @@ def exclusion_table(dedup_keys: pa.Table, contaminated: Optional[pa.Table]) -> p
     carry the same text and stay excluded as duplicates). `exclusion_batches` is the streaming form.
     """
     keys = dedup_keys.sort_by("doc_id")
-    ids = IdSet(contaminated.column("doc_id")) if contaminated is not None else None
-    return pa.concat_tables(list(exclusion_batches(keys, ids, Exclusions())) or [EXCLUSION_SCHEMA.empty_table()])
+    marked = {"contaminated": IdSet(contaminated.column("doc_id"))} if contaminated is not None else {}
+    return pa.concat_tables(list(exclusion_batches(keys, marked, Exclusions())) or [EXCLUSION_SCHEMA.empty_table()])
 
 
 def composition(docs, excluded: IdSet, sources: Iterable[str]) -> list[dict]:
@@ -582,7 +589,8 @@ def build_exclusion_masks(storage, spec) -> Masks:
             "contamination_report must be materialised first"
         )
     keys, seen = storage.source(layout.DEDUP_KEYS), Exclusions()
-    batches = exclusion_batches(keys, contaminated if mask else None, seen, storage.uri(layout.DEDUP_KEYS))
+    marked = {"contaminated": contaminated} if mask else {}  # more reasons: one more {reason: IdSet} entry
+    batches = exclusion_batches(keys, marked, seen, storage.uri(layout.DEDUP_KEYS))
     tables.write_parquet_groups(storage, layout.EXCLUSION_MASKS, EXCLUSION_SCHEMA,
                                 sig.regroup(batches, tables.ROW_GROUP_ROWS, EXCLUSION_SCHEMA))
     names = [s.name for s in spec.sources]
