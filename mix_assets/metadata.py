@@ -29,6 +29,8 @@ import pyarrow.parquet as pq
 
 from mix_assets.lib import charts, lsh
 from mix_assets.lib import contamination as ct
+from mix_assets.lib.dedup import EXCLUSION_SCHEMA
+from mix_assets.lib.split import SPLIT_SCHEMA
 
 SHARE_PLACES = 4
 SECONDS_PLACES = 2
@@ -111,11 +113,11 @@ def parquet_output(storage, key: str, t: pa.Table) -> dict:
             "dagster/column_schema": column_schema(t.schema)}
 
 
-def parquet_file_output(storage, key: str) -> dict:
-    """`parquet_output` from the written file's footer (for outputs written a row group at a time)."""
-    f = pq.ParquetFile(storage.source(key))
-    return {"path": dg.MetadataValue.path(storage.uri(key)), "dagster/row_count": f.metadata.num_rows,
-            "dagster/column_schema": column_schema(f.schema_arrow)}
+def parquet_file_output(storage, key: str, schema: pa.Schema) -> dict:
+    """`parquet_output` of a file written a row group at a time with `schema`: rows from its footer."""
+    rows = pq.ParquetFile(storage.source(key)).metadata.num_rows
+    return {"path": dg.MetadataValue.path(storage.uri(key)), "dagster/row_count": rows,
+            "dagster/column_schema": column_schema(schema)}
 
 
 def problems(found: Sequence[str], shown: int = 20) -> dict:
@@ -357,7 +359,7 @@ def exclusion_masks(storage, key: str, m) -> dict:
     n = max(m.documents, 1)
     comp = m.composition
     return {
-        **parquet_file_output(storage, key),
+        **parquet_file_output(storage, key, EXCLUSION_SCHEMA),
         "docs": m.documents,
         "excluded_docs": m.excluded_docs,
         **by_name("excluded_docs", m.per_reason),
@@ -489,7 +491,7 @@ def validation_split(storage, key: str, split, v) -> dict:
     per source."""
     per = split.per_source
     return {
-        **parquet_file_output(storage, key),
+        **parquet_file_output(storage, key, SPLIT_SCHEMA),
         "docs": v.docs,
         "val_docs": v.val_docs,
         "val_share": share(v.share),

@@ -1,7 +1,6 @@
 """validation_split: kept documents -> train/val by near-dup cluster, reserved before sharding."""
 
 import dagster as dg
-import pyarrow.parquet as pq
 
 from mix_assets import metadata as md
 from mix_assets.assets.common import code_version, gate, raw_key, raw_name, recorded, verified_inputs, with_lineage
@@ -52,7 +51,7 @@ def build_split_assets(spec: MixSpec) -> list:
         names = [x.name for x in s.sources]
         inputs = verified_inputs(st, VAL_DISJOINT_FROM_TRAIN,
                                  ["validation_split", "dedup_keys", *(raw_name(x) for x in names)])
-        split = pq.read_table(st.source(layout.VALIDATION_SPLIT))
+        split = st.source(layout.VALIDATION_SPLIT)  # read a batch at a time
         d = measure_disjointness(split)
         raw, p = tables.raw_files(st, names), dedup_lib.dedup_params(s)
         # dedup_keys' signature files when its lineage lists them (so verified_inputs hashed them)

@@ -9,7 +9,8 @@ candidate pairs only, whose shingle sets (8 B per distinct shingle of those docu
 every candidate by exact Jaccard; clusters and the keep rule.
 
 exclusion_masks streams: `exclusion_batches` reads dedup_keys (sorted by doc_id) a batch at a time
-and unions each document's reasons (dedup's, contaminated; `union_reasons` is the one place) into
+and unions each document's reasons (dedup's, contaminated, the filters' rules from `Rejections`;
+`union_reasons` is the one place) into
 one row per excluded document; `composition` compares every source before and after, a raw batch
 at a time; `reject_samples` keeps only each reason's best candidates. Held per document: the ids
 of excluded and contaminated documents (`IdSet`, the id's bytes + 1 each), nothing per kept
@@ -323,7 +324,7 @@ def _codes(col) -> tuple[np.ndarray, pa.Array]:
 
 
 # -- exclusion masks ---------------------------------------------------------------------------
-KEY_BATCH_ROWS = 65536  # dedup_keys rows per batch of the exclusion pass (it never holds the whole table)
+KEY_BATCH_ROWS = 8192  # dedup_keys rows per batch of the exclusion pass (it never holds the whole table)
 SAMPLE_REASONS = ("exact_dup", "near_dup")
 PER_REASON = ("exact_dup", "near_dup", "contaminated")  # excluded_docs/<reason> in the metadata
 
@@ -345,7 +346,7 @@ def _key_batches(keys, columns: list[str]):
     """dedup_keys as record batches (a table, or a Parquet file read one batch at a time)."""
     if isinstance(keys, pa.Table):
         return keys.select(columns).to_batches(KEY_BATCH_ROWS)
-    return pq.ParquetFile(keys).iter_batches(batch_size=KEY_BATCH_ROWS, columns=columns)
+    return tables.iter_batches(keys, columns, KEY_BATCH_ROWS)
 
 
 @dataclass
@@ -417,9 +418,9 @@ def exclusion_batches(keys, contaminated: Optional[IdSet], seen: Exclusions, whe
         for r in PER_REASON:
             counts[r] += int(flags[r][rows].sum()) if r in flags else 0
         take = pa.array(rows, pa.int64())
+        kept = pc.if_else(reason.is_valid(), b.column(3).cast(pa.string()), pa.scalar(None, pa.string()))
         out = pa.table({"doc_id": doc.take(take), "source": b.column(1).cast(pa.string()).take(take),
-                        "reasons": reasons, "kept_doc_id": pc.if_else(reason.is_valid(), b.column(3).cast(pa.string()),
-                                                                       pa.scalar(None, pa.string())).take(take)}, schema=EXCLUSION_SCHEMA)
+                        "reasons": reasons, "kept_doc_id": kept.take(take)}, schema=EXCLUSION_SCHEMA)
         excluded.append(out.column("doc_id"))
         yield out
     if not found.all():
@@ -528,8 +529,7 @@ def snippets(paths: Mapping[str, str], wanted: set[str], chars: int = 240) -> di
         return out
     want = pa.array(sorted(wanted), pa.string())
     for name in sorted(paths):
-        f = pq.ParquetFile(paths[name])
-        for batch in f.iter_batches(batch_size=READ_BATCH_ROWS, columns=["doc_id", "text"]):
+        for batch in tables.iter_batches(paths[name], ["doc_id", "text"], READ_BATCH_ROWS):
             mask = pc.is_in(batch.column("doc_id").cast(pa.string()), value_set=want)
             if not pc.any(mask).as_py():
                 continue
@@ -556,7 +556,7 @@ def docs_meta(paths: Mapping[str, str]) -> Iterable[pa.RecordBatch]:
     cols = ["doc_id", "source", "n_bytes", "est_tokens"]
     for name in sorted(paths):
         row = 0
-        for b in pq.ParquetFile(paths[name]).iter_batches(batch_size=READ_BATCH_ROWS, columns=cols):
+        for b in tables.iter_batches(paths[name], cols, READ_BATCH_ROWS):
             for c in ("n_bytes", "est_tokens"):
                 if b.column(c).null_count:
                     bad = row + int(np.flatnonzero(b.column(c).is_null().to_numpy(zero_copy_only=False))[0])

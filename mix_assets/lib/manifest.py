@@ -740,11 +740,14 @@ def review_count_problems(m: Mapping[str, Any], src: Any, cfg: Mapping[str, Any]
     """Document counts against the review files: kept documents = dedup_keys rows minus the doc_ids of
     exclusion_masks; a kept document is val when hash(seed, cluster_id) < split.val_fraction (the rule
     of lib/split.assign_split). splits.val.documents must equal the kept val documents, and each
-    source's unique_documents cannot exceed its kept train documents."""
+    source's unique_documents cannot exceed its kept train documents. dedup_keys is read a batch at a
+    time; held: the excluded ids (`IdSet`), nothing per kept document."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    from mix_assets.lib.idset import IdSet
     from mix_assets.lib.split import unit_hash
 
     review = m.get("review") if isinstance(m.get("review"), Mapping) else {}
@@ -758,30 +761,48 @@ def review_count_problems(m: Mapping[str, Any], src: Any, cfg: Mapping[str, Any]
     if not isinstance(val_fraction, (int, float)) or not _int(seed):
         return [f"{review.get('config')}: split.val_fraction and seed are needed to recount val documents"]
 
-    def table(path: str, columns: list[str]) -> pa.Table | str:
-        try:
-            with src.open(path) as f:
-                t = pq.read_table(pa.BufferReader(f.read()) if not _seekable(f) else f, columns=columns)
-        except (pa.ArrowInvalid, KeyError, ValueError) as e:
-            return f"{path}: cannot read columns {columns} ({type(e).__name__}: {e})"
-        for col in columns:
-            if t.column(col).null_count:
-                return f"{path}: field {col} is null in some rows"
-        return t
+    def parquet(f: Any) -> "pq.ParquetFile":
+        return pq.ParquetFile(pa.BufferReader(f.read()) if not _seekable(f) else f)
 
-    keys = table(keys_path, ["doc_id", "source", "cluster_id"])
-    masks = table(masks_path, ["doc_id"])
-    errors = [t for t in (keys, masks) if isinstance(t, str)]
+    def read_error(path: str, columns: list[str], e: Exception) -> str:
+        return f"{path}: cannot read columns {columns} ({type(e).__name__}: {e})"
+
+    def excluded_ids() -> IdSet | str:
+        try:
+            with src.open(masks_path) as f:
+                ids = parquet(f).read(columns=["doc_id"]).column("doc_id")
+        except (pa.ArrowInvalid, KeyError, ValueError) as e:
+            return read_error(masks_path, ["doc_id"], e)
+        return f"{masks_path}: field doc_id is null in some rows" if ids.null_count else IdSet(ids)
+
+    def kept_counts(excluded: IdSet) -> tuple[dict, dict] | str:
+        """{source: kept val documents}, {source: kept train documents}: dedup_keys a batch at a time."""
+        columns, val, train = ["doc_id", "source", "cluster_id"], {}, {}
+        try:
+            with src.open(keys_path) as f:
+                for b in parquet(f).iter_batches(columns=columns):
+                    for col in columns:
+                        if b.column(col).null_count:
+                            return f"{keys_path}: field {col} is null in some rows"
+                    kept = b.filter(pa.array(~excluded.contains(b.column("doc_id").cast(pa.string()))))
+                    clusters = pc.unique(kept.column("cluster_id"))
+                    hashed = np.array([unit_hash(seed, c) < val_fraction for c in clusters.to_pylist()], bool)
+                    is_val = hashed[pc.index_in(kept.column("cluster_id"), value_set=clusters).to_numpy()]
+                    src_codes = pc.dictionary_encode(kept.column("source").cast(pa.string()))
+                    for k, name in enumerate(src_codes.dictionary.to_pylist()):
+                        mine = src_codes.indices.to_numpy() == k
+                        val[name] = val.get(name, 0) + int((mine & is_val).sum())
+                        train[name] = train.get(name, 0) + int((mine & ~is_val).sum())
+        except (pa.ArrowInvalid, KeyError, ValueError) as e:
+            return read_error(keys_path, columns, e)
+        return {k: v for k, v in val.items() if v}, {k: v for k, v in train.items() if v}
+
+    masks = excluded_ids()
+    counts = kept_counts(masks if isinstance(masks, IdSet) else IdSet())
+    errors = [t for t in (counts, masks) if isinstance(t, str)]
     if errors:
         return errors
-    kept = keys.filter(pc.invert(pc.is_in(keys.column("doc_id"), value_set=masks.column("doc_id"))))
-    clusters = kept.column("cluster_id").to_pylist()
-    hashed = {c: unit_hash(seed, c) < val_fraction for c in set(clusters)}
-    val: dict[str, int] = {}
-    train: dict[str, int] = {}
-    for source, cl in zip(kept.column("source").to_pylist(), clusters):
-        side = val if hashed[cl] else train
-        side[source] = side.get(source, 0) + 1
+    val, train = counts
     out = []
     per_source = m.get("sources") if isinstance(m.get("sources"), Mapping) else {}
     splits = m.get("splits") if isinstance(m.get("splits"), Mapping) else {}

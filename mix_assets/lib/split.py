@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
 
-from mix_assets.lib import engine, lsh
+from mix_assets.lib import engine, lsh, tables
 from mix_assets.lib import minhash as mh
 from mix_assets.lib import signatures as sig
 from mix_assets.lib.idset import UNSORTED, IdSet, unsorted_row
@@ -46,8 +46,8 @@ def _first_null(table: pa.Table, column: str) -> int | None:
     return int(np.flatnonzero(pc.is_null(col).to_numpy(zero_copy_only=False))[0])
 
 
-KEY_BATCH_ROWS = 65536  # dedup_keys rows per batch of the split's passes
-RAW_BATCH_ROWS = 65536
+KEY_BATCH_ROWS = 8192  # dedup_keys rows per batch of the split's passes
+RAW_BATCH_ROWS = 8192
 KEPT_COLUMNS = ["doc_id", "source", "n_bytes", "cluster_id", "exact_key"]
 
 
@@ -70,7 +70,7 @@ def raw_index(path: str, source: str, excluded: IdSet, everything: list[str]) ->
         missing = [c for c in ("doc_id", "source", "n_bytes") if c not in f.schema_arrow.names]
         if missing:
             raise SplitError(f"{path}: missing column(s) {missing}; has {f.schema_arrow.names}")
-        for b in f.iter_batches(batch_size=RAW_BATCH_ROWS, columns=["doc_id", "source", "n_bytes"]):
+        for b in tables.iter_batches(f, ["doc_id", "source", "n_bytes"], RAW_BATCH_ROWS):
             t = pa.Table.from_batches([b])
             bad = _first_null(t, "doc_id")
             if bad is not None:
@@ -106,8 +106,7 @@ def kept_batches(raw_paths: dict[str, str], dedup_keys_path: str, exclusion_mask
         raw = raw_index(path, source, excluded, list(raw_paths))
         matched = np.zeros(len(raw.ids), bool)
         last, row = None, 0
-        for b in pq.ParquetFile(dedup_keys_path).iter_batches(
-                batch_size=KEY_BATCH_ROWS, columns=["doc_id", "source", "cluster_id", "exact_key"]):
+        for b in tables.iter_batches(dedup_keys_path, ["doc_id", "source", "cluster_id", "exact_key"], KEY_BATCH_ROWS):
             doc = b.column(0).cast(pa.string())
             _keys_in_order(b, doc, last, row, dedup_keys_path)
             last, row = (doc[-1].as_py() if len(doc) else last), row + len(doc)
@@ -180,21 +179,49 @@ class Disjointness:
         return not (self.shared_doc_ids or self.shared_clusters or self.shared_exact_keys)
 
 
-def measure_disjointness(split: pa.Table) -> Disjointness:
-    """Count doc ids, clusters and exact keys that appear on both sides of the split."""
-    is_val = pc.equal(split.column("split"), "val")
-    train, val = split.filter(pc.invert(is_val)), split.filter(is_val)
+def _split_batches(split, columns: list[str]):
+    """Columns of a split table, or of a split file read a batch at a time."""
+    if isinstance(split, pa.Table):
+        return split.select(columns).to_batches(KEY_BATCH_ROWS)
+    return tables.iter_batches(split, columns, KEY_BATCH_ROWS)
 
-    def shared(col: str) -> set:
-        return set(val.column(col).to_pylist()) & set(train.column(col).to_pylist()) - {None}
 
-    ids, clusters, keys = shared("doc_id"), shared("cluster_id"), shared("exact_key")
-    touching = sum(
-        1
-        for c, k in zip(val.column("cluster_id").to_pylist(), val.column("exact_key").to_pylist())
-        if c in clusters or k in keys
-    )
-    return Disjointness(len(ids), len(clusters), len(keys), touching, val.num_rows)
+def _sides_of(b) -> tuple[np.ndarray, np.ndarray]:
+    """(val, train) masks of a batch's rows (a null split is on neither side)."""
+    is_val = pc.equal(b.column("split"), "val")
+    return (is_val.fill_null(False).to_numpy(zero_copy_only=False),
+            pc.invert(is_val).fill_null(False).to_numpy(zero_copy_only=False))
+
+
+def measure_disjointness(split) -> Disjointness:
+    """Count doc ids, clusters and exact keys that appear on both sides of the split (a table or a split
+    file, read three times a batch at a time). Held: the val side's doc ids, clusters and exact keys
+    (`IdSet`s, their bytes + 1 each per val document), nothing per train document."""
+    cols = ["doc_id", "cluster_id", "exact_key"]
+    val: dict[str, list] = {c: [] for c in cols}
+    for b in _split_batches(split, cols + ["split"]):
+        v = pa.array(_sides_of(b)[0])
+        for c in cols:
+            val[c].append(b.column(c).cast(pa.string()).filter(v))
+    sets = {c: IdSet(pa.chunked_array(val.pop(c), pa.string())) for c in cols}
+    shared = {c: np.zeros(len(sets[c]), bool) for c in cols}
+    n_val = 0
+    for b in _split_batches(split, cols + ["split"]):
+        v, t = _sides_of(b)
+        n_val += int(v.sum())
+        train = pa.array(t)
+        for c in cols:
+            pos = sets[c].index(b.column(c).cast(pa.string()).filter(train))
+            shared[c][pos[pos >= 0]] = True
+    touching = 0
+    for b in _split_batches(split, ["cluster_id", "exact_key", "split"]):
+        v = pa.array(_sides_of(b)[0])
+        hit = np.zeros(int(pc.sum(v).as_py() or 0), bool)
+        for c in ("cluster_id", "exact_key"):
+            pos = sets[c].index(b.column(c).cast(pa.string()).filter(v))
+            hit |= (pos >= 0) & shared[c][np.maximum(pos, 0)] if len(shared[c]) else False
+        touching += int(hit.sum())
+    return Disjointness(*(int(shared[c].sum()) for c in cols), touching, n_val)
 
 
 @dataclass(frozen=True)
@@ -223,7 +250,7 @@ def measure_val_share(split, target: float, tolerance: float) -> ValShare:
     """The realised val share of a split table, or of a split file read a row group at a time."""
     if not isinstance(split, pa.Table):
         summary = SplitSummary()
-        for b in pq.ParquetFile(split).iter_batches(columns=["source", "split", "n_bytes"]):
+        for b in tables.iter_batches(split, ["source", "split", "n_bytes"], KEY_BATCH_ROWS):
             summary.add(pa.Table.from_batches([b]))
         return summary.share(target, tolerance)
     is_val = pc.equal(split.column("split"), "val")
@@ -275,7 +302,7 @@ class SplitSummary:
 def build_validation_split(storage, sources: list[str], seed: int, val_fraction: float) -> SplitSummary:
     """Read raw/<source>, dedup_keys and exclusion_masks through `storage`; write the split file a row
     group at a time (pq.write_table's options and row groups: the same bytes as writing it whole)."""
-    from mix_assets.lib import layout, tables
+    from mix_assets.lib import layout
 
     raw = {s: storage.source(layout.RAW_DOCS.format(source=s)) for s in sources}
     summary = SplitSummary(per_source={})
@@ -328,19 +355,31 @@ class NearDupScan:
         return miss_probability(self.threshold, self.bands, self.rows) if self.bands else 1.0
 
 
-def _sides(split: pa.Table, raw_paths: dict[str, str]) -> dict[str, np.ndarray]:
-    """{source: int8 per raw row: 1 val, 0 train, -1 not in the split}, one hash join per source."""
+def _sides(split, raw_paths: dict[str, str]) -> dict[str, np.ndarray]:
+    """{source: int8 per raw row: 1 val, 0 train, -1 not in the split (or a null split)}: per source, its
+    split rows' ids (an `IdSet`; an id listed twice takes its first row's side) against the raw ids, a
+    batch at a time."""
+    names = sorted({x for b in _split_batches(split, ["source"]) for x in pc.unique(b.column(0)).to_pylist()} - {None})
     out = {}
-    for s in sorted(set(split.column("source").to_pylist())):
-        part = split.filter(pc.equal(split.column("source"), s))
-        is_val = pc.equal(part.column("split"), "val").to_numpy(zero_copy_only=False).astype(np.int8)
+    for s in names:
+        ids, is_val = [], []
+        for b in _split_batches(split, ["doc_id", "source", "split"]):
+            mine = pc.equal(b.column("source"), s).fill_null(False)
+            ids.append(b.column("doc_id").cast(pa.string()).filter(mine))
+            v, t = _sides_of(b.filter(mine))
+            is_val.append(np.where(v, 1, np.where(t, 0, -1)).astype(np.int8))  # a null split: -1
+        doc = pa.chunked_array(ids, pa.string())
+        index, is_val = IdSet(doc), np.concatenate(is_val)
+        first_pos, first_row = np.unique(index.index(doc), return_index=True)
+        side_at = np.zeros(len(index), np.int8)
+        side_at[first_pos] = is_val[first_row]
+        del doc, ids
+        parts = []
         with engine.open_parquet(raw_paths[s]) as f:
-            ids = f.read(columns=["doc_id"]).column(0)
-        pos = pc.index_in(ids, value_set=part.column("doc_id")).to_numpy(zero_copy_only=False)
-        known = ~np.isnan(pos) if pos.dtype.kind == "f" else np.ones(len(pos), bool)
-        side = np.full(len(pos), -1, np.int8)
-        side[known] = is_val[pos[known].astype(np.int64)]
-        out[s] = side
+            for b in tables.iter_batches(f, ["doc_id"], RAW_BATCH_ROWS):
+                pos = index.index(b.column(0).cast(pa.string()))
+                parts.append(np.where(pos >= 0, side_at[np.maximum(pos, 0)], -1).astype(np.int8))
+        out[s] = np.concatenate(parts) if parts else np.zeros(0, np.int8)
     return out
 
 
@@ -372,7 +411,7 @@ def _band_pairs(keys: np.ndarray, val: np.ndarray, train: np.ndarray, n: int) ->
     return t * n + v
 
 
-def cross_split_near_dups(split: pa.Table, raw_paths: dict[str, str], threshold: float,
+def cross_split_near_dups(split, raw_paths: dict[str, str], threshold: float,
                           shingle_words: int = 5, batch_rows: int = 2048, signatures: Optional[dict] = None,
                           num_perm: int = 128, seed: int = 1, rows: int = CHECK_ROWS) -> NearDupScan:
     """Re-measure train/val near-duplicates from the text, independently of dedup's clusters.
@@ -380,7 +419,7 @@ def cross_split_near_dups(split: pa.Table, raw_paths: dict[str, str], threshold:
     Candidates: an LSH over MinHash signatures with its own banding (`check_bands`: 32 bands x 4 rows
     over all 128 permutations, not dedup's), every (train, val) pair sharing a band; a pair at
     Jaccard = threshold 0.8 is missed with probability (1 - 0.8^4)^32 = 4.8e-8 (`miss_probability`,
-    reported). Every candidate is verified by exact 5-word shingle Jaccard from the text of the
+    reported). `split`: a split table or file (read a batch at a time). Every candidate is verified by exact 5-word shingle Jaccard from the text of the
     candidate documents only (`raw_paths` values: paths or `engine.FileAt`s, an s3:// object read by
     range GETs of its row groups). `signatures` ({source: signature file}, lib/signatures.py) are
     dedup_keys' stored map outputs; a source without one is signed here. Linear in the corpus

@@ -130,6 +130,9 @@ def test_exclusion_masks_reasons_composition_and_scrubbing(demo):
     comp = meta["composition"].value
     assert {r.data["source"] for r in comp.records} == {s.name for s in spec.sources}
     assert meta["excluded_docs/contaminated"].value == 2
+    # the column schema the table had before the masks were streamed to disk (not the file's "element")
+    assert [(c.name, c.type) for c in meta["dagster/column_schema"].value.columns][2] == ("reasons", "list<item: string>")
+    assert meta["dagster/row_count"].value == len(rows) == meta["excluded_docs"].value
     # Contaminated documents appear by id only; their text never reaches metadata.
     rejects = meta["rejects"].value
     assert lone in rejects and kept_of_near in rejects

@@ -262,8 +262,8 @@ def test_streaming_exclusions_equal_the_per_document_reference(seed, tmp_path, m
     want = _exclusion_table_reference(keys, cont)
     for c in (cont, None):
         seen = lib.Exclusions()
-        got = pa.concat_tables(lib.exclusion_batches(str(tmp_path / "keys.parquet"),
-                                                     lib.IdSet(c.column("doc_id")) if c else None, seen))
+        cids = lib.IdSet(c.column("doc_id")) if c else None
+        got = pa.concat_tables(lib.exclusion_batches(str(tmp_path / "keys.parquet"), cids, seen))
         ref = want if c else _exclusion_table_reference(keys, None)
         assert got.equals(ref)
         assert seen.documents == n and len(seen.excluded) == ref.num_rows
@@ -285,3 +285,16 @@ def test_exclusion_pass_refuses_unsorted_or_repeated_keys_naming_the_row(tmp_pat
     keys = pa.table({"doc_id": ["a", "c", "b"], "source": ["s"] * 3, "reason": [None] * 3, "cluster_id": ["a", "c", "b"]})
     with pytest.raises(lib.DedupInputError, match=r"k\.parquet: row 2: field 'doc_id' is null or not above the row before"):
         list(lib.exclusion_batches(keys, None, lib.Exclusions(), "k.parquet"))
+
+
+def test_a_filter_reason_beside_contaminated_is_unioned_in_sorted_order():
+    keys = pa.table({"doc_id": ["a", "b", "c"], "source": ["s"] * 3, "reason": [None, "near_dup", None],
+                     "cluster_id": ["a", "a", "c"]})
+    rejected = lib.Rejections.of(["c", "b"], ["language:fr", "language:fr"])
+    seen = lib.Exclusions()
+    got = pa.concat_tables(lib.exclusion_batches(keys, lib.IdSet(["b"]), seen, rejected=rejected)).to_pylist()
+    assert got == [{"doc_id": "b", "source": "s", "reasons": ["contaminated", "language:fr", "near_dup"], "kept_doc_id": "a"},
+                   {"doc_id": "c", "source": "s", "reasons": ["language:fr"], "kept_doc_id": None}]
+    assert seen.per_reason["filtered"] == 2
+    with pytest.raises(lib.DedupInputError, match="filter decisions: doc_id 'zz' is not in the dedup keys"):
+        list(lib.exclusion_batches(keys, None, lib.Exclusions(), rejected=lib.Rejections.of(["zz"], ["language:fr"])))

@@ -237,3 +237,56 @@ def test_repeated_raw_doc_id_and_unsorted_keys_name_the_id_and_row(tmp_path):
     pq.write_table(pa.concat_tables([keys.slice(0, 5), keys.slice(4)]), st.local_path(layout.DEDUP_KEYS))
     with pytest.raises(SplitError, match=r"dedup_keys.parquet: row 5: field doc_id is null or not above the row"):
         kept_documents(raw_paths(st, ["a"]), st.local_path(layout.DEDUP_KEYS), st.local_path(layout.EXCLUSION_MASKS))
+
+
+def _disjointness_reference(split: pa.Table):
+    import pyarrow.compute as pc
+
+    from mix_assets.lib.split import Disjointness
+
+    is_val = pc.equal(split.column("split"), "val")
+    train, val = split.filter(pc.invert(is_val)), split.filter(is_val)
+
+    def shared(col):
+        return set(val.column(col).to_pylist()) & set(train.column(col).to_pylist()) - {None}
+
+    ids, clusters, keys = shared("doc_id"), shared("cluster_id"), shared("exact_key")
+    touching = sum(1 for c, k in zip(val.column("cluster_id").to_pylist(), val.column("exact_key").to_pylist())
+                   if c in clusters or k in keys)
+    return Disjointness(len(ids), len(clusters), len(keys), touching, val.num_rows)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_streamed_disjointness_and_sides_equal_the_per_document_reference(tmp_path, monkeypatch, seed):
+    import random
+
+    from mix_assets.lib import split as split_lib
+
+    rng = random.Random(seed)
+    n = 2000
+    split = pa.table({
+        "doc_id": [f"{'ab'[i % 2]}-{rng.randrange(1900):05d}" for i in range(n)],  # some ids twice
+        "source": ["ab"[i % 2] for i in range(n)],
+        "cluster_id": [rng.choice([None, f"c{rng.randrange(400)}"]) for _ in range(n)],
+        "exact_key": [rng.choice([None, f"k{rng.randrange(600)}"]) for _ in range(n)],
+        "n_bytes": [1] * n,
+        "split": [rng.choice(["train", "train", "val", None]) for _ in range(n)],
+    })
+    pq.write_table(split, tmp_path / "split.parquet")
+    monkeypatch.setattr(split_lib, "KEY_BATCH_ROWS", 97)
+    monkeypatch.setattr(split_lib, "RAW_BATCH_ROWS", 89)
+    want = _disjointness_reference(split)
+    assert want.shared_clusters and want.val_docs_with_train_dup  # the case is not trivial
+    assert measure_disjointness(split) == want == measure_disjointness(str(tmp_path / "split.parquet"))
+    raws = {}
+    for s in "ab":
+        raws[s] = str(tmp_path / f"{s}.parquet")
+        pq.write_table(pa.table({"doc_id": [f"{s}-{i:05d}" for i in rng.sample(range(2100), 2100)]}), raws[s])
+    got = split_lib._sides(str(tmp_path / "split.parquet"), raws)
+    for s in "ab":
+        part = split.filter(pa.compute.equal(split.column("source"), s)).to_pydict()
+        first = {}
+        for d, sp in zip(part["doc_id"], part["split"]):
+            first.setdefault(d, {"val": 1, "train": 0}.get(sp, -1))
+        ids = pq.read_table(raws[s]).column(0).to_pylist()
+        assert got[s].tolist() == [first.get(d, -1) for d in ids]
