@@ -301,7 +301,7 @@ class SplitSummary:
 
 def build_validation_split(storage, sources: list[str], seed: int, val_fraction: float) -> SplitSummary:
     """Read raw/<source>, dedup_keys and exclusion_masks through `storage`; write the split file a row
-    group at a time (pq.write_table's options and row groups: the same bytes as writing it whole)."""
+    group of tables.ROW_GROUP_ROWS rows at a time."""
     from mix_assets.lib import layout
 
     raw = {s: storage.source(layout.RAW_DOCS.format(source=s)) for s in sources}

@@ -12,12 +12,15 @@ from mix_assets.lib import engine, layout
 
 # Fixed writer options and no timestamps: the same table gives the same bytes on every build.
 WRITER_OPTIONS = dict(compression="zstd", use_dictionary=True, write_statistics=True)
-ROW_GROUP_ROWS = 1024 * 1024  # pq.write_table's default row group: tables cut to it write the same bytes
+# Row groups of 64 Ki rows (not pyarrow's 1 Mi default): a reader holds one group at a time, so the
+# per-document reduce steps (exclusion_masks, validation_split, their checks) stay flat in memory from
+# 65 k documents on rather than from 1 M (bench/reduce_memory.py; docs/scale.md).
+ROW_GROUP_ROWS = 64 * 1024
 
 
 def write_parquet(storage, key: str, table: pa.Table) -> None:
     with storage.writing(key) as tmp:
-        pq.write_table(table, tmp, **WRITER_OPTIONS)
+        pq.write_table(table, tmp, row_group_size=ROW_GROUP_ROWS, **WRITER_OPTIONS)
 
 
 def write_parquet_groups(storage, key: str, schema: pa.Schema, groups: Iterable[pa.Table]) -> None:
@@ -27,7 +30,7 @@ def write_parquet_groups(storage, key: str, schema: pa.Schema, groups: Iterable[
     with storage.writing(key) as tmp:
         with pq.ParquetWriter(tmp, schema, **WRITER_OPTIONS) as w:
             for t in groups:
-                w.write_table(t)
+                w.write_table(t, row_group_size=ROW_GROUP_ROWS)
 
 
 def iter_batches(source, columns: list[str], batch_rows: int):
