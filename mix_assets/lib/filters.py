@@ -430,6 +430,28 @@ def _top_ngram_chars(key: np.ndarray, doc: np.ndarray, chars: np.ndarray, n: int
     return out
 
 
+def _top_ngram_fails(key: np.ndarray, doc: np.ndarray, chars: np.ndarray, n: int, limit: np.ndarray) -> np.ndarray:
+    """`_top_ngram_chars(...) > limit` per document. One plain sort of (document, key's high bits) gives
+    each document's highest count; that count * the document's longest n-gram bounds the characters,
+    and only documents over `limit` on the bound (~5 % here) need the first-seen tie-break."""
+    ndoc = len(limit)
+    out = np.zeros(ndoc, dtype=bool)
+    if not len(key):
+        return out
+    shift = np.uint64(max(1, (ndoc - 1).bit_length()))
+    s = np.sort((doc.astype(np.uint64) << (np.uint64(64) - shift)) | (_fmix(key) >> shift))
+    starts = np.flatnonzero(np.concatenate([[True], s[1:] != s[:-1]]))
+    cmax = np.zeros(ndoc, np.int64)  # a collision in the truncated key only raises the bound
+    np.maximum.at(cmax, (s[starts] >> (np.uint64(64) - shift)).astype(np.int64), np.diff(np.append(starts, len(s))))
+    longest = np.zeros(ndoc, np.int64)
+    np.maximum.at(longest, doc, chars)
+    need = (longest + n - 1) * cmax > limit
+    if need.any():
+        sub = need[doc]
+        out[need] = (_top_ngram_chars(key[sub], doc[sub], chars[sub], n, ndoc) > limit)[need]
+    return out
+
+
 def _greedy_dup_chars(words: list, n: int) -> int:
     """datatrove find_all_duplicate: a repeat of an n-gram ("".join) adds its characters and skips n.
     (The reference for `_greedy_scan`, which runs the same loop on hashes of the joined n-grams.)"""
@@ -510,6 +532,48 @@ def _greedy_scan(toks: pl.Series, need: dict) -> dict:
     return out
 
 
+def _covered_chars(starts: np.ndarray, n: int, doc: np.ndarray, tlen: np.ndarray, ndoc: int) -> np.ndarray:
+    """Per document: characters of the tokens inside any of the n-grams starting at `starts`."""
+    edge = np.bincount(starts, minlength=len(tlen) + 1) - np.bincount(starts + n, minlength=len(tlen) + 1)
+    cov = np.cumsum(edge[:len(tlen)]) > 0
+    return np.bincount(doc[cov].astype(np.int64), weights=tlen[cov], minlength=ndoc)
+
+
+def _dup_ngram_fails(grams: _NGrams, toks: pl.Series, lens: np.ndarray, dup_n_grams) -> tuple[dict, int, float]:
+    """The duplicate n-gram rules: ({column: fails per document}, documents scanned, scan seconds).
+
+    The greedy scan counts an n-gram seen before and jumps past it, so what it counts are disjoint
+    n-grams that each repeat an earlier one: the characters of the tokens covered by the non-first
+    occurrences of n-grams bound it from above. A repeated n-gram starts with a repeated n0-gram (n0 the
+    smallest n), which gives a cheaper, looser bound for every n at once from one key array; only
+    documents over the threshold on both bounds need the exact scan (`_greedy_scan`)."""
+    ndoc, doc = len(lens), grams.doc
+    r0, key0, _ = grams.grow(min(k for k, _ in dup_n_grams))
+    rows = r0[_later_repeats(key0)]
+    need = {}
+    for k, thr in dup_n_grams:
+        i = rows[rows + k <= len(doc)]
+        i = i[doc[i + k - 1] == doc[i]]
+        need[k] = np.flatnonzero(_covered_chars(i, k, doc, grams.tlen, ndoc) > thr * lens)
+    some = np.unique(np.concatenate(list(need.values())))
+    if len(some):  # the exact bound (non-first occurrences of each n), on those documents' tokens only
+        mine = np.isin(doc, some.astype(np.uint64))
+        sub = _NGrams(doc[mine], grams.h[mine], grams.tlen[mine])
+        for k, thr in sorted(dup_n_grams):
+            r, key, _ = sub.grow(k)
+            ub = _covered_chars(r[_later_repeats(key)], k, sub.doc, sub.tlen, ndoc)
+            need[k] = need[k][ub[need[k]] > thr * lens[need[k]]]
+    cand = np.unique(np.concatenate(list(need.values())))
+    t0 = time.perf_counter()
+    dup = _greedy_scan(toks, need) if len(cand) else {k: {} for k in need}
+    cols = {}
+    for k, thr in dup_n_grams:
+        col = cols[f"gopher_repetition:duplicated_{k}_n_grams"] = np.zeros(ndoc, dtype=bool)
+        for d, chars in dup[k].items():
+            col[d] = chars / lens[d] > thr
+    return cols, len(cand), time.perf_counter() - t0
+
+
 def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFilter) -> tuple[pl.DataFrame, int, float]:
     t = pl.col("text")
     paras = t.str.strip_chars().str.replace_all(r"\n{2,}", _SEP).str.split(_SEP)
@@ -534,41 +598,12 @@ def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFi
     grams = _NGrams(doc, flat.hash().to_numpy(), flat.str.len_chars().to_numpy().astype(np.int64))
     for k, thr in cfg.top_n_grams:
         rows, key, chars = grams.grow(k)
-        top = _top_ngram_chars(key, doc[rows].astype(np.int64), chars, k, ndoc)
-        out = out.with_columns(pl.Series(f"gopher_repetition:top_{k}_gram", top > thr * np.maximum(lens, 1)))
+        fails = _top_ngram_fails(key, doc[rows].astype(np.int64), chars, k, thr * np.maximum(lens, 1))
+        out = out.with_columns(pl.Series(f"gopher_repetition:top_{k}_gram", fails))
     python_docs, python_s = 0, 0.0
     if cfg.dup_n_grams:
-        # The greedy scan only counts n-grams seen before, each position at most once, so the characters
-        # of the non-first occurrences of n-grams bound it from above; and a repeated n-gram starts with
-        # a repeated n0-gram (n0 the smallest n), which gives a cheaper, looser bound for every n at
-        # once. Only documents over a threshold on both need the exact scan, in Python.
-        r0, key0, _ = grams.grow(min(k for k, _ in cfg.dup_n_grams))
-        rows = r0[_later_repeats(key0)]
-        cs = np.concatenate([[0], np.cumsum(grams.tlen)])
-        need = {}
-        for k, thr in cfg.dup_n_grams:
-            i = rows[rows + k <= len(doc)]
-            i = i[doc[i + k - 1] == doc[i]]
-            ub = np.bincount(doc[i].astype(np.int64), weights=cs[i + k] - cs[i], minlength=ndoc)
-            need[k] = np.flatnonzero(ub > thr * lens)
-        some = np.unique(np.concatenate(list(need.values())))
-        if len(some):  # the exact bound (non-first occurrences of n-grams), on those documents' tokens only
-            mine = np.isin(doc, some.astype(np.uint64))
-            sub = _NGrams(doc[mine], grams.h[mine], grams.tlen[mine])
-            for k, thr in sorted(cfg.dup_n_grams):
-                r, key, chars = sub.grow(k)
-                rep = _later_repeats(key)
-                c = np.bincount(sub.doc[r[rep]].astype(np.int64), weights=chars[rep], minlength=ndoc)
-                need[k] = need[k][c[need[k]] > thr * lens[need[k]]]
-        cand = np.unique(np.concatenate(list(need.values())))
-        python_docs, t0 = len(cand), time.perf_counter()
-        dup = _greedy_scan(toks, need) if len(cand) else {k: {} for k in need}
-        for k, thr in cfg.dup_n_grams:
-            col = np.zeros(ndoc, dtype=bool)
-            for d, chars in dup[k].items():
-                col[d] = chars / lens[d] > thr
-            out = out.with_columns(pl.Series(f"gopher_repetition:duplicated_{k}_n_grams", col))
-        python_s = time.perf_counter() - t0
+        cols, python_docs, python_s = _dup_ngram_fails(grams, toks, lens, cfg.dup_n_grams)
+        out = out.with_columns(**cols)
     return out, python_docs, python_s
 
 
