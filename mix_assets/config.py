@@ -200,6 +200,20 @@ class FiltersSpec(_Strict):
     pii: Optional[PiiSpec] = None
     expect: dict[str, FilterExpectation] = {}  # filter name -> expectation; absent: FilterExpectation()
     guard: DomainGuardSpec = DomainGuardSpec()
+    samples_per_filter: int = Field(3, ge=0, le=20)  # rejected documents shown per source x filter (and kept ones)
+
+    @field_validator("expect")
+    @classmethod
+    def _known_filters(cls, v: dict) -> dict:
+        unknown = sorted(set(v) - {*_filters.FILTER_ORDER[1:], "language"})
+        if unknown:
+            raise ValueError(f"expectations for unknown filter(s) {unknown}; known: "
+                             f"{[*_filters.FILTER_ORDER[1:], 'language']}")
+        return v
+
+    def max_kill_rate(self, name: str) -> float:
+        """The share of a source's documents filter `name` is expected to remove at most."""
+        return (self.expect.get(name) or FilterExpectation()).max_kill_rate
 
     def active(self) -> list[str]:
         """Names of the document filters that run (the cascade order of lib/filters.py, then language)."""

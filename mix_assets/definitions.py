@@ -12,6 +12,7 @@ import dagster as dg
 
 from mix_assets.assets.audit import build_audit_assets
 from mix_assets.assets.dedup import build_dedup_assets
+from mix_assets.assets.filters import build_filter_assets
 from mix_assets.assets.manifest import build_manifest_assets
 from mix_assets.assets.publish import build_publish_assets
 from mix_assets.assets.reproducibility import build_reproducibility_checks
@@ -27,6 +28,7 @@ def build_assets(spec: MixSpec) -> list:
     """Assets and checks of every stage, in graph order."""
     return [
         *build_source_assets(spec),
+        *build_filter_assets(spec),
         *build_dedup_assets(spec),
         *build_audit_assets(spec),
         *build_split_assets(spec),

@@ -274,6 +274,63 @@ def dedup_keys(storage, key: str, t: pa.Table, st: dict, elapsed: float) -> dict
     }
 
 
+# -- document_filters ---------------------------------------------------------------------------------
+
+KILL_COLUMNS = ["source", "filter", "docs", "failed_docs", "kill_share", "killed_bytes_share", "first_failure_docs",
+                "max_kill_share"]
+FILTER_COMPOSITION_COLUMNS = ["source", "language", "length_bucket", "docs_before", "docs_after", "bytes_before",
+                              "bytes_after", "kept_share"]
+
+
+def _filter_samples_md(rows: list[dict], withheld: int) -> str:
+    """Per source: rejected documents by filter, then kept documents of the same source (scrubbed text)."""
+    parts = []
+    for src in sorted({r["source"] for r in rows}):
+        mine = [{**r, "text": r["text"].replace("|", "\\|")} for r in rows if r["source"] == src]
+        parts.append(f"**{src}**\n\n" + charts.markdown_table(mine, ["filter", "reason", "doc_id", "text"], 200))
+    note = (f"\n\n{withheld} sample(s) withheld: they still held eval text after the scrub." if withheld else "")
+    return ("\n\n".join(parts) or "no documents") + note + "\n\nContaminated documents are never shown; runs of " \
+        "audit.scrub_words eval-item words are masked."
+
+
+def document_filters(storage, s, samples: tuple[list[dict], int], reused: list[str]) -> dict:
+    """document_filters (`lib.docfilters.Summary`): kill rates per filter x source, the composition
+    before/after by source x language x length bucket, rejected samples beside kept ones."""
+    rows, withheld = samples
+    first = {}
+    for k in s.kills:
+        first[k["filter"]] = first.get(k["filter"], 0) + k["first_failure_docs"]
+    return {
+        "path": dg.MetadataValue.path(storage.uri("filters/decisions")),
+        "docs": s.documents,
+        "kept_docs": s.kept,
+        "rejected_docs": s.documents - s.kept,
+        "rejected_share": share((s.documents - s.kept) / max(s.documents, 1)),
+        **by_name("rejected_docs", first),
+        "reused_sources": ", ".join(reused) or "none",
+        "kill_rates": table(s.kills, columns=KILL_COLUMNS),
+        "composition": table(s.composition, columns=FILTER_COMPOSITION_COLUMNS),
+        "domains": table(s.domains, columns=["kind", "domain", "docs_before", "docs_after", "kept_share"]),
+        "rejects": dg.MetadataValue.md(_filter_samples_md(rows, withheld)),
+        "withheld_samples": withheld,
+    }
+
+
+def no_domain_vanished(s) -> dict:
+    return {"vanished_domains": len(s.vanished),
+            "domains": table(s.domains, columns=["kind", "domain", "docs_before", "docs_after", "kept_share"])}
+
+
+def kill_rates_expected(s) -> dict:
+    return {"over_expected": len(s.over_expected), "kill_rates": table(s.kills, columns=KILL_COLUMNS)}
+
+
+def brevity_kept(s) -> dict:
+    cols = ["source", "rule", "short_docs", "removed_docs", "removed_share", "warn_share"]
+    return {"brevity_killed": len(s.brevity_killed),
+            **({"brevity": table(s.brevity, columns=cols)} if s.brevity else {})}
+
+
 # -- exclusion_masks ----------------------------------------------------------------------------------
 
 COMPOSITION_COLUMNS = ["source", "docs_before", "docs_after", "bytes_before", "bytes_after", "tokens_before",

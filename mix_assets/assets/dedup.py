@@ -14,7 +14,9 @@ from mix_assets import metadata as md
 from mix_assets.assets.common import (
     code_version, gate, raw_key, raw_name, recorded, verified_inputs, with_lineage, write_parquet,
 )
+from mix_assets.assets.filters import filter_deps
 from mix_assets.config import MixSpec
+from mix_assets.lib import docfilters
 from mix_assets.lib import engine as engine_lib
 from mix_assets.lib import layout, lsh, minhash, signatures, tables
 from mix_assets.lib import dedup as lib
@@ -42,7 +44,7 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
     @dg.asset(
         key=DEDUP_KEYS,
         group_name=GROUP,
-        deps=[raw_key(s.name) for s in spec.sources],
+        deps=[raw_key(s.name) for s in spec.sources] + filter_deps(spec),
         kinds={"parquet", "numpy"},
         owners=spec.owners,
         # the engine section is not in it: every engine writes the same bytes
@@ -62,15 +64,18 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
 
         The per-document work (read, normalise, exact key, MinHash) runs as map tasks on `engine`
         (in process or Ray) and are stored per source (reused while a source is unchanged); the LSH
-        reduce runs here, band by band over the stored signatures."""
+        reduce runs here, band by band over the stored signatures. Documents the filters rejected
+        cluster as usual but never survive a cluster holding a document they kept."""
         spec_now, storage = mix.spec, mix.storage
         names = [s.name for s in spec_now.sources]
-        inputs = verified_inputs(storage, "dedup_keys", [raw_name(s) for s in names])
+        filtered = [k.to_user_string() for k in filter_deps(spec_now)]
+        inputs = verified_inputs(storage, "dedup_keys", [raw_name(s) for s in names] + filtered)
         started = time.monotonic()
         table, st = lib.dedup_keys_table(tables.raw_files(storage, names),
                                          {s.name: s.priority for s in spec_now.sources}, lib.dedup_params(spec_now),
                                          engine.engine, log=context.log, storage=storage,
-                                         raw_versions={s: inputs[raw_name(s)] for s in names})
+                                         raw_versions={s: inputs[raw_name(s)] for s in names},
+                                         rejected=docfilters.rejected_array(storage, docfilters.filtered_sources(spec_now)) if filtered else None)
         elapsed = time.monotonic() - started
         write_parquet(storage, layout.DEDUP_KEYS, table)
         lin = recorded(storage, "dedup_keys", [layout.DEDUP_KEYS, *map(lib.signatures_key, sorted(names))], inputs)
@@ -90,7 +95,7 @@ def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
     @dg.asset(
         key=EXCLUSION_MASKS,
         group_name=GROUP,
-        deps=[DEDUP_KEYS, CONTAMINATION_REPORT],
+        deps=[DEDUP_KEYS, CONTAMINATION_REPORT, *filter_deps(spec)],
         kinds={"parquet"},
         owners=spec.owners,
         code_version=code_version(lib, spec.audit.mask_contaminated, spec.split.val_fraction,
@@ -107,10 +112,11 @@ def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
         ],
     )
     def exclusion_masks(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
-        """One row per excluded document with its reasons (exact_dup, near_dup, contaminated, ...)."""
+        """One row per excluded document with its reasons (exact_dup, near_dup, contaminated, a filter's rule)."""
         spec_now, storage = mix.spec, mix.storage
         # contamination_report is an input whenever it exists, and required when contaminated docs are masked
-        upstream = ["dedup_keys", *(raw_name(s.name) for s in spec_now.sources)]
+        upstream = ["dedup_keys", *(raw_name(s.name) for s in spec_now.sources),
+                    *(k.to_user_string() for k in filter_deps(spec_now))]
         if spec_now.audit.mask_contaminated or storage.exists(layout.CONTAMINATED_DOCS):
             upstream.append("contamination_report")
         inputs = verified_inputs(storage, "exclusion_masks", upstream)

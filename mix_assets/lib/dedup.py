@@ -145,6 +145,7 @@ def sign_chunks(sources: Mapping[str, str | engine.FileAt], params: DedupParams,
 def dedup_keys_table(
     sources: Mapping[str, str], priorities: Mapping[str, int], params: DedupParams,
     eng: engine.Engine = engine.Engine(), log=None, storage=None, raw_versions: Optional[Mapping[str, str]] = None,
+    rejected: Optional[pa.Array] = None,
 ) -> tuple[pa.Table, dict]:
     """Dedup keys for every document of every source ({source: documents parquet path or `engine.FileAt`}).
 
@@ -153,13 +154,14 @@ def dedup_keys_table(
     a source whose `raw_versions` entry and parameters match its stored file is not signed again.
     Reduce (`reduce_signatures`): LSH band by band from the stored files, exact verification and
     the keep rule in this process. Returns the table (DEDUP_SCHEMA, rows sorted by doc_id) and stage
-    statistics. With `log` (an object with `info`), the map logs progress lines.
+    statistics. With `log` (an object with `info`), the map logs progress lines. `rejected`: doc ids
+    the filters rejected (document_filters); they rank below every other member in the keep rule.
     """
     if storage is None:
         with tempfile.TemporaryDirectory(prefix="dedup-signatures-") as tmp:
-            return dedup_keys_table(sources, priorities, params, eng, log, Storage(tmp))
+            return dedup_keys_table(sources, priorities, params, eng, log, Storage(tmp), rejected=rejected)
     reused = sign_sources(storage, sources, raw_versions or {}, params, eng, log)
-    table, stats = reduce_signatures(storage, sources, priorities, params)
+    table, stats = reduce_signatures(storage, sources, priorities, params, rejected)
     return table, dict(stats, reused_sources=reused)
 
 
@@ -213,7 +215,7 @@ def stored_signatures(storage, sources: Mapping[str, str], raw_versions: Mapping
 
 
 def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[str, int],
-                      params: DedupParams) -> tuple[pa.Table, dict]:
+                      params: DedupParams, rejected: Optional[pa.Array] = None) -> tuple[pa.Table, dict]:
     """LSH banding over the stored signature files (one band's columns at a time), then clusters.
 
     Held per document: doc_id and exact_key (Arrow), a few int64 arrays and the keep rule's sort
@@ -230,10 +232,12 @@ def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[s
     nsh, nch = (meta.column(c).to_numpy() for c in ("n_shingles", "n_chars"))
     del meta
     prio = np.asarray([priorities.get(n, 0) for n in names], dtype=np.int64)[src]
+    demoted = None if rejected is None else pc.is_in(doc_ids, value_set=rejected).to_numpy(zero_copy_only=False)
     with tempfile.TemporaryDirectory(prefix="dedup-shingles-") as spill:  # candidates' shingle sets, on disk
         sets = sig.shingle_reader(sources, first_row, params.shingle, spill, READ_BATCH_ROWS)
-        res = lsh.dedup(doc_ids, labels, stored, nsh, nch, prio, b, r, params.threshold, shingle_sets=sets)
-    del prio, nsh, nch, labels
+        res = lsh.dedup(doc_ids, labels, stored, nsh, nch, prio, b, r, params.threshold, shingle_sets=sets,
+                        demoted=demoted)
+    del prio, nsh, nch, labels, demoted
     canon = pa.array(np.asarray(pc.sort_indices(doc_ids), dtype=np.int64))  # = by doc_id (ids are unique)
     cols = {"doc_id": doc_ids.take(canon), "source": pa.array(names, pa.string()).take(pa.array(src).take(canon))}
     cols["exact_key"] = stored.read(["exact_key"]).column(0).take(canon).combine_chunks()
@@ -345,6 +349,34 @@ def _key_batches(keys, columns: list[str]):
 
 
 @dataclass
+class Rejections:
+    """The documents the filters rejected (document_filters) and each one's first failing rule: an `IdSet`
+    and a reason code per id in its order (held per rejected document only)."""
+
+    ids: IdSet
+    code: np.ndarray
+    reasons: list
+
+    @classmethod
+    def of(cls, doc_ids, reasons) -> "Rejections":
+        ids = pa.array(doc_ids, pa.string()) if not isinstance(doc_ids, (pa.Array, pa.ChunkedArray)) else doc_ids
+        enc = pc.dictionary_encode(pa.array(reasons, pa.string()) if isinstance(reasons, list) else reasons)
+        enc = enc.combine_chunks() if isinstance(enc, pa.ChunkedArray) else enc
+        got = IdSet(ids)
+        code = np.zeros(len(got), np.int64)
+        code[got.index(ids)] = enc.indices.to_numpy(zero_copy_only=False)
+        return cls(got, code, enc.dictionary.to_pylist())
+
+    def flags(self, doc: pa.Array, found: np.ndarray) -> dict[str, np.ndarray]:
+        """{rule: bool per id of `doc`} for the rejected ids among them; marks them in `found`."""
+        pos = self.ids.index(doc)
+        hit = pos >= 0
+        found[pos[hit]] = True
+        code = np.where(hit, self.code[np.maximum(pos, 0)], -1)
+        return {self.reasons[k]: code == k for k in np.unique(code[hit]).tolist()}
+
+
+@dataclass
 class Exclusions:
     """What the exclusion pass saw: documents in dedup_keys, excluded ids, excluded documents per reason."""
 
@@ -353,11 +385,15 @@ class Exclusions:
     per_reason: Optional[dict] = None
 
 
-def exclusion_batches(keys, contaminated: Optional[IdSet], seen: Exclusions, where: str = "dedup_keys"):
+def exclusion_batches(keys, contaminated: Optional[IdSet], seen: Exclusions, where: str = "dedup_keys",
+                      rejected: Optional[Rejections] = None):
     """The rows of `exclusion_table`, one table per batch of dedup_keys (a table or a Parquet file sorted
-    by doc_id). Fills `seen`; a contaminated id missing from dedup_keys is an error at the end."""
+    by doc_id). Fills `seen`; a contaminated or rejected id missing from dedup_keys is an error at the end.
+    `rejected`: every document the filters rejected gets a row whose reasons include its rule."""
     found = np.zeros(len(contaminated) if contaminated is not None else 0, bool)
-    last, row, excluded, counts = None, 0, [], dict.fromkeys(PER_REASON, 0)
+    found_r = np.zeros(len(rejected.ids) if rejected is not None else 0, bool)
+    last, row, excluded = None, 0, []
+    counts = dict.fromkeys(PER_REASON + (("filtered",) if rejected is not None else ()), 0)
     for b in _key_batches(keys, ["doc_id", "source", "reason", "cluster_id"]):
         doc = b.column(0).cast(pa.string())
         bad = unsorted_row(doc, last, row)
@@ -372,8 +408,13 @@ def exclusion_batches(keys, contaminated: Optional[IdSet], seen: Exclusions, whe
             pos = contaminated.index(doc)
             found[pos[pos >= 0]] = True
             flags["contaminated"] = flags.get("contaminated", np.zeros(len(doc), bool)) | (pos >= 0)
+        if rejected is not None:
+            ruled = rejected.flags(doc, found_r)
+            counts["filtered"] += int(sum(ruled.values(), np.zeros(len(doc), bool)).sum())
+            for r, f in ruled.items():
+                flags[r] = flags[r] | f if r in flags else f
         rows, reasons = union_reasons(flags)
-        for r in counts:
+        for r in PER_REASON:
             counts[r] += int(flags[r][rows].sum()) if r in flags else 0
         take = pa.array(rows, pa.int64())
         out = pa.table({"doc_id": doc.take(take), "source": b.column(1).cast(pa.string()).take(take),
@@ -384,20 +425,27 @@ def exclusion_batches(keys, contaminated: Optional[IdSet], seen: Exclusions, whe
     if not found.all():
         missing = contaminated.ids()[int(np.flatnonzero(~found)[0])]
         raise DedupInputError(f"contaminated_docs: doc_id {missing!r} is not in the dedup keys")
+    if not found_r.all():
+        missing = rejected.ids.ids()[int(np.flatnonzero(~found_r)[0])]
+        raise DedupInputError(f"filter decisions: doc_id {missing!r} is not in the dedup keys")
     seen.documents, seen.per_reason = row, counts
     seen.excluded = IdSet(pa.chunked_array(excluded, pa.string()))
 
 
-def exclusion_table(dedup_keys: pa.Table, contaminated: Optional[pa.Table]) -> pa.Table:
+def exclusion_table(dedup_keys: pa.Table, contaminated: Optional[pa.Table],
+                    rejected: Optional[Mapping[str, str]] = None) -> pa.Table:
     """One row per excluded document: doc_id, source, reasons (sorted list), kept_doc_id.
 
     `contaminated` (doc_id, source, ...) or None when contaminated documents are not masked. A
     contaminated survivor is excluded too; its cluster is then not re-elected (its duplicates
-    carry the same text and stay excluded as duplicates). `exclusion_batches` is the streaming form.
+    carry the same text and stay excluded as duplicates). `rejected`: {doc_id: first failing rule} of
+    the documents the filters rejected. `exclusion_batches` is the streaming form.
     """
     keys = dedup_keys.sort_by("doc_id")
     ids = IdSet(contaminated.column("doc_id")) if contaminated is not None else None
-    return pa.concat_tables(list(exclusion_batches(keys, ids, Exclusions())) or [EXCLUSION_SCHEMA.empty_table()])
+    rej = Rejections.of(list(rejected), list(rejected.values())) if rejected else None
+    return pa.concat_tables(list(exclusion_batches(keys, ids, Exclusions(), rejected=rej))
+                            or [EXCLUSION_SCHEMA.empty_table()])
 
 
 def composition(docs, excluded: IdSet, sources: Iterable[str]) -> list[dict]:
@@ -582,8 +630,11 @@ def build_exclusion_masks(storage, spec) -> Masks:
             f"{storage.uri(layout.CONTAMINATED_DOCS)}: not found; audit.mask_contaminated is on, so "
             "contamination_report must be materialised first"
         )
+    from mix_assets.lib import docfilters  # the filters' decisions: one more reason to exclude
+
     keys, seen = storage.source(layout.DEDUP_KEYS), Exclusions()
-    batches = exclusion_batches(keys, contaminated if mask else None, seen, storage.uri(layout.DEDUP_KEYS))
+    batches = exclusion_batches(keys, contaminated if mask else None, seen, storage.uri(layout.DEDUP_KEYS),
+                                docfilters.rejections(storage, docfilters.filtered_sources(spec)))
     tables.write_parquet_groups(storage, layout.EXCLUSION_MASKS, EXCLUSION_SCHEMA,
                                 sig.regroup(batches, tables.ROW_GROUP_ROWS, EXCLUSION_SCHEMA))
     names = [s.name for s in spec.sources]

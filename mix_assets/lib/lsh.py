@@ -16,7 +16,8 @@ Pipeline (`dedup`):
    (A~B, B~C puts A, B, C in one cluster). Without shingle sets (signature-only callers, e.g. the
    clustering bench) the estimated Jaccard (share of equal signature values) stands in.
 4. Clusters = connected components of exact + confirmed edges (scipy csgraph).
-5. Keep rule, a pure function of a cluster's members: the longest document (n_chars) survives;
+5. Keep rule, a pure function of a cluster's members: a document the filters rejected (`demoted`)
+   survives only when every member was rejected; then the longest document (n_chars) survives;
    ties go to the higher source priority, then to the smallest doc_id. Every other member is
    excluded with reason `exact_dup` when its exact key equals the survivor's, else `near_dup`.
 
@@ -266,15 +267,19 @@ def _set_store(sets):
 
 
 # -- keep rule -------------------------------------------------------------------------------
-def keep_rank(doc_ids: Sequence[str] | pa.Array, n_chars: np.ndarray, priority: np.ndarray) -> np.ndarray:
-    """Rank of every document under the keep rule (0 = best): longest, higher priority, smaller doc_id."""
-    return _keep_rank(_argsort_ids(doc_ids), n_chars, priority)
+def keep_rank(doc_ids: Sequence[str] | pa.Array, n_chars: np.ndarray, priority: np.ndarray,
+              demoted: Optional[np.ndarray] = None) -> np.ndarray:
+    """Rank of every document under the keep rule (0 = best): not demoted, longest, higher priority,
+    smaller doc_id."""
+    return _keep_rank(_argsort_ids(doc_ids), n_chars, priority, demoted)
 
 
-def _keep_rank(id_order: np.ndarray, n_chars: np.ndarray, priority: np.ndarray) -> np.ndarray:
+def _keep_rank(id_order: np.ndarray, n_chars: np.ndarray, priority: np.ndarray,
+               demoted: Optional[np.ndarray] = None) -> np.ndarray:
     id_rank = np.empty(len(id_order), dtype=np.int64)
     id_rank[id_order] = np.arange(len(id_order))
-    order = np.lexsort((id_rank, -np.asarray(priority, np.int64), -np.asarray(n_chars, np.int64)))
+    keys = (id_rank, -np.asarray(priority, np.int64), -np.asarray(n_chars, np.int64))
+    order = np.lexsort(keys if demoted is None else (*keys, np.asarray(demoted, bool)))
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
     return rank
@@ -349,6 +354,7 @@ def dedup(
     threshold: float,
     group_cap: int = 32,
     shingle_sets: Optional[Callable[[np.ndarray], object]] = None,
+    demoted: Optional[np.ndarray] = None,
 ) -> DedupResult:
     """Exact + near-duplicate clusters and survivors; the result ignores the input order.
 
@@ -359,13 +365,17 @@ def dedup(
     sets on disk, loaded a chunk of pairs at a time). With it
     every candidate pair is verified by exact Jaccard (and jaccard_to_kept is exact); without it
     the signature estimate decides, which needs the whole matrix (a numpy array); `signatures` read
-    column by column (`Signatures`, e.g. from Parquet) need `shingle_sets`.
+    column by column (`Signatures`, e.g. from Parquet) need `shingle_sets`. `demoted` (bool per
+    document, input order): documents the filters rejected; they cluster as usual but survive only
+    a cluster whose members were all rejected, so a rejected document never stands in for a good copy.
     """
     n = len(exact_keys)
     if shingle_sets is None and not isinstance(signatures, np.ndarray):
         raise ValueError("dedup: signatures read by columns need shingle_sets (exact verification)")
     if signatures.shape[0] != n or len(n_shingles) != n or len(n_chars) != n or len(priority) != n:
         raise ValueError("dedup: exact_keys, signatures, n_shingles, n_chars, priority differ in length")
+    if demoted is not None and len(demoted) != n:
+        raise ValueError(f"dedup: {len(demoted)} demoted flags for {n} documents")
     if b * r > signatures.shape[1]:
         raise ValueError(f"dedup: b*r = {b * r} exceeds the {signatures.shape[1]} signature values")
     ids = doc_ids if isinstance(doc_ids, pa.Array) else pa.array(list(doc_ids), pa.string())
@@ -411,7 +421,7 @@ def dedup(
     _, label = connected_components(graph, directed=False)
     del u, v, graph, ex_lo, ex_hi, nd_lo, nd_hi
 
-    rank_c = _keep_rank(canon, n_chars, priority)[canon]
+    rank_c = _keep_rank(canon, n_chars, priority, demoted)[canon]
     # Survivor per component: the member with the smallest keep rank.
     sizes = np.bincount(label) if n else np.zeros(0, np.int64)
     best = np.full(len(sizes), np.iinfo(np.int64).max, dtype=np.int64)

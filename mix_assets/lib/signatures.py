@@ -49,15 +49,17 @@ def schema(num_perm: int, meta: dict) -> pa.Schema:
     return pa.schema(fields, metadata={META_KEY: json.dumps(meta, sort_keys=True).encode()})
 
 
-def stored_meta(source) -> Optional[dict]:
-    """The recorded `describe` dict of a signature file (a path or file), None when it has none."""
+def stored_meta(source, key: bytes = META_KEY) -> Optional[dict]:
+    """The recorded `describe` dict of a signature file (a path or file), None when it has none.
+    `key`: the schema metadata key it is stored under (other per-source map outputs use their own)."""
     md = pq.read_schema(source).metadata or {}
-    return json.loads(md[META_KEY]) if META_KEY in md else None
+    return json.loads(md[key]) if key in md else None
 
 
-def matches(source, want: dict, rows: int) -> bool:
+def matches(source, want: dict, rows: int, key: bytes = META_KEY) -> bool:
     """The file was computed from `want` (raw version known, same parameters and code) and has `rows` rows."""
-    return want["raw"] is not None and stored_meta(source) == want and pq.ParquetFile(source).metadata.num_rows == rows
+    return (want["raw"] is not None and stored_meta(source, key) == want
+            and pq.ParquetFile(source).metadata.num_rows == rows)
 
 
 def table(doc_ids: pa.Array, exact_keys: list, n_shingles: np.ndarray, n_chars: np.ndarray,

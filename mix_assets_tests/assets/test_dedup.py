@@ -8,9 +8,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from mix_assets.assets import dedup as assets
+from mix_assets.assets.filters import build_filter_assets
 from mix_assets.assets.sources import build_source_assets
 from mix_assets.config import REPO_ROOT, load_spec
-from mix_assets.lib import layout
+from mix_assets.lib import docfilters, layout
 from mix_assets.lib.storage import Storage
 from mix_assets.resources import MixResource
 from mix_assets_tests.support.tokens_fixtures import stamp
@@ -21,7 +22,7 @@ def _demo(tmp_path_factory):
     spec = load_spec(REPO_ROOT / "configs" / "demo.yaml")
     mix = MixResource(config_path=spec.config_path, storage_root=str(root / "storage"))
     res = dg.materialize(
-        [*build_source_assets(spec), *assets.build_dedup_assets(spec)[:1]],
+        [*build_source_assets(spec), *build_filter_assets(spec), *assets.build_dedup_assets(spec)[:1]],
         resources={"mix": mix},
         instance=dg.DagsterInstance.ephemeral(),
     )
@@ -109,17 +110,22 @@ def _mask_run(spec, mix, storage: Path, contaminated: list[str] | None, **spec_u
 def test_exclusion_masks_reasons_composition_and_scrubbing(demo):
     spec, mix, storage, _ = demo
     keys = pq.read_table(storage / layout.DEDUP_KEYS).to_pydict()
-    near = [(d, c) for d, r, c in zip(keys["doc_id"], keys["reason"], keys["cluster_id"]) if r == "near_dup"]
-    # Contaminate one near-dup's kept member and one document with no duplicate.
+    rejected = docfilters.rejected_ids(Storage(str(storage)), [s.name for s in spec.sources])  # document_filters
+    near = [(d, c) for d, r, c in zip(keys["doc_id"], keys["reason"], keys["cluster_id"])
+            if r == "near_dup" and d not in rejected]
+    # Contaminate one near-dup's kept member and one document with no duplicate (neither one rejected).
     kept_of_near = near[0][1]
-    lone = next(d for d, s in zip(keys["doc_id"], keys["cluster_size"]) if s == 1)
+    lone = next(d for d, s in zip(keys["doc_id"], keys["cluster_size"]) if s == 1 and d not in rejected)
     res = _mask_run(spec, mix, storage, [kept_of_near, lone])
     assert res.success
     masks = pq.read_table(storage / layout.EXCLUSION_MASKS).to_pydict()
     rows = dict(zip(masks["doc_id"], masks["reasons"]))
     assert rows[lone] == ["contaminated"] and rows[kept_of_near] == ["contaminated"]
     assert rows[near[0][0]] == ["near_dup"]
-    assert sum(r is not None for r in keys["reason"]) + 2 == len(rows)
+    # every dedup exclusion, the two contaminated documents and every document the filters rejected
+    dup = {d for d, r in zip(keys["doc_id"], keys["reason"]) if r is not None}
+    assert set(rows) == dup | {lone, kept_of_near} | set(rejected) and rejected
+    assert all(reason in rows[d] for d, reason in rejected.items())
     meta = next(m.materialization.metadata for m in res.get_asset_materialization_events())
     comp = meta["composition"].value
     assert {r.data["source"] for r in comp.records} == {s.name for s in spec.sources}

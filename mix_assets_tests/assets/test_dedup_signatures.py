@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mix_assets.assets import dedup as assets
+from mix_assets.assets.filters import build_filter_assets
 from mix_assets.assets.sources import build_source_assets
 from mix_assets.config import REPO_ROOT, load_spec
 from mix_assets.lib import dedup as lib
@@ -25,8 +26,9 @@ def _sha(path) -> str:
 
 def _dedup_keys(spec, root):
     mix = MixResource(config_path=spec.config_path, storage_root=str(root))
-    res = dg.materialize(assets.build_dedup_assets(spec)[:1], resources={"mix": mix},
-                         instance=dg.DagsterInstance.ephemeral(), selection=["dedup_keys"])
+    # document_filters too: dedup_keys refuses decisions computed from an older raw version
+    res = dg.materialize([*build_filter_assets(spec), *assets.build_dedup_assets(spec)[:1]], resources={"mix": mix},
+                         instance=dg.DagsterInstance.ephemeral())
     assert res.success
     return res
 
@@ -35,8 +37,8 @@ def test_refreshing_one_source_re_signs_only_that_source(tmp_path, monkeypatch):
     spec = load_spec(REPO_ROOT / "configs" / "demo.yaml")
     root = tmp_path / "storage"
     mix = MixResource(config_path=spec.config_path, storage_root=str(root))
-    assert dg.materialize([*build_source_assets(spec), *assets.build_dedup_assets(spec)[:1]], resources={"mix": mix},
-                          instance=dg.DagsterInstance.ephemeral()).success
+    assert dg.materialize([*build_source_assets(spec), *build_filter_assets(spec), *assets.build_dedup_assets(spec)[:1]],
+                          resources={"mix": mix}, instance=dg.DagsterInstance.ephemeral()).success
     names = sorted(s.name for s in spec.sources)
     files = {n: root / layout.DEDUP_SIGNATURES.format(source=n) for n in names}
     before = {n: (files[n].stat().st_mtime_ns, _sha(files[n])) for n in names}

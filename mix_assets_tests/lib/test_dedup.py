@@ -101,6 +101,18 @@ def test_exclusions_union_reasons_and_samples_skip_contaminated():
         lib.exclusion_table(keys, pa.table({"doc_id": ["zz"]}))
 
 
+def test_every_document_the_filters_rejected_gets_a_row_with_its_rule():
+    keys = pa.table({"doc_id": ["a", "b", "c"], "source": ["s"] * 3, "reason": [None, "near_dup", None],
+                     "cluster_id": ["a", "a", "c"], "jaccard_to_kept": [1.0, 0.9, 1.0]})
+    t = lib.exclusion_table(keys, None, {"b": "language:fr", "c": "gopher_quality:min_doc_words"}).to_pylist()
+    assert t == [
+        {"doc_id": "b", "source": "s", "reasons": ["language:fr", "near_dup"], "kept_doc_id": "a"},
+        {"doc_id": "c", "source": "s", "reasons": ["gopher_quality:min_doc_words"], "kept_doc_id": None},
+    ]
+    with pytest.raises(lib.DedupInputError, match="filter decisions: doc_id 'zz' is not in the dedup keys"):
+        lib.exclusion_table(keys, None, {"zz": "language:fr"})
+
+
 def _check_clusters_reference(table: pa.Table) -> list[str]:
     """check_clusters as it was written with Python dicts per document (the reference for the vectorised one)."""
     problems = []

@@ -19,6 +19,7 @@ import pytest
 
 from mix_assets import metadata as md
 from mix_assets.assets import dedup as dedup_assets
+from mix_assets.assets.filters import build_filter_assets
 from mix_assets.assets.sources import build_source_assets
 from mix_assets.config import REPO_ROOT, load_spec
 from mix_assets.lib import audit
@@ -106,7 +107,8 @@ def test_dedup_keys_asset_on_ray_writes_the_demo_bytes(ray_instance, tmp_path):
     spec = load_spec(REPO_ROOT / "configs" / "demo.yaml")
     mix = MixResource(config_path=spec.config_path, storage_root=str(tmp_path / "storage"))
     inst = dg.DagsterInstance.ephemeral()
-    assert dg.materialize([*build_source_assets(spec), *dedup_assets.build_dedup_assets(spec)[:1]],
+    assert dg.materialize([*build_source_assets(spec), *build_filter_assets(spec),
+                           *dedup_assets.build_dedup_assets(spec)[:1]],
                           resources={"mix": mix}, instance=inst).success
     local = (tmp_path / "storage" / layout.DEDUP_KEYS).read_bytes()
     on_ray = spec.model_copy(update={"engine": spec.engine.model_copy(update={"kind": "ray", "chunk_rows": 300})})
@@ -175,3 +177,22 @@ def test_fuzzy_outputs_bytes_identical_in_process_and_on_ray(ray_instance, tmp_p
     assert report["docs_matched"] == 5 and report["fuzzy_only_docs"] == 1
     for e in (LOCAL2, eng.Engine(num_cpus=2, chunk_rows=37), eng.Engine(kind="ray", num_cpus=2, chunk_rows=53)):
         assert _fuzzy_bytes(storage, spec, e) == want, e
+
+
+# -- the filter cascade (lib/docfilters.decide_chunk) --------------------------------------------------
+@pytest.mark.ray
+def test_filter_decisions_bytes_identical_in_process_and_on_ray(ray_instance, tmp_path):
+    from mix_assets.lib import docfilters
+    from mix_assets_tests.lib.test_docfilters import PARAMS, _texts, write_source
+
+    texts = _texts()
+    sources = {"a": write_source(tmp_path, "a", texts[:230]), "b": write_source(tmp_path, "b", texts[230:])}
+
+    def decided(engine, out) -> dict:
+        storage = Storage(root=str(tmp_path / out))
+        assert docfilters.decide_sources(storage, sources, {"a": "v", "b": "v"}, {"a": PARAMS, "b": PARAMS}, engine) == []
+        return {n: storage.read_bytes(docfilters.decisions_key(n)) for n in sources}
+
+    want = decided(LOCAL1, "local1")
+    assert decided(RAY2, "ray2") == want
+    assert decided(eng.Engine(kind="ray", num_cpus=2, chunk_rows=41), "ray41") == want

@@ -1,0 +1,157 @@
+"""lib/docfilters.py: decisions per document, the same bytes on every engine and chunking, reuse per
+source, and the gates' findings (summarise)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mix_assets.lib import docfilters as lib
+from mix_assets.lib import engine as eng
+from mix_assets.lib import filters, gen_corpus as gc, lsh
+from mix_assets.lib.storage import Storage
+from mix_assets_tests.support.multilingual import SAMPLES
+from mix_assets_tests.support.shared_data import FIXTURE
+
+PARAMS = lib.FilterParams(filters.FilterConfig(sanity=filters.SanityFilter(enabled=False)), ("en",), 0.65, 2000, True)
+
+
+@lru_cache(maxsize=None)
+def _texts() -> list[str]:
+    model = gc.MarkovModel.from_files(sorted((FIXTURE / "sources").glob("*/*.txt")), order=1)
+    good = gc.generate(model, 300, seed=5).texts
+    planted = ["Too short to keep.", SAMPLES["fr"][2] + " " + SAMPLES["fr"][2], "\n".join(["same line again"] * 40)]
+    return [t for pair in zip(good, planted * 100) for t in pair][:400]
+
+
+def write_source(folder, name: str, texts: list[str], row_group_size: int = 70) -> str:
+    path = str(folder / f"{name}.parquet")
+    pq.write_table(pa.table({"doc_id": [f"{name}-{i:05d}" for i in range(len(texts))], "text": texts,
+                             "n_chars": [len(t) for t in texts], "n_bytes": [len(t.encode()) for t in texts]}),
+                   path, row_group_size=row_group_size)
+    return path
+
+
+def test_every_document_gets_its_first_failing_rule_and_a_language(tmp_path):
+    path = write_source(tmp_path, "web", _texts()[:6])
+    t = lib.decide_chunk(lib.FilterChunk("web", eng.row_ranges(path, 100)[0], PARAMS))
+    assert t.schema == lib.DECISIONS_SCHEMA and t.num_rows == 6
+    rows = t.to_pylist()
+    # the reason is the first failing rule in cascade order; every failing filter's first rule is kept
+    assert rows[1]["rules"][:2] == ["gopher_repetition:top_2_gram", "gopher_quality:min_doc_words"]
+    assert rows[3]["rules"][-1] == "language:fr" and rows[3]["reason"] == rows[3]["rules"][0]
+    assert rows[3]["language"] == "fr" and rows[3]["language_score"] > 0.65  # recorded on rejected documents too
+    assert rows[5]["reason"] == "gopher_repetition:dup_line_frac" and rows[5]["rules"][-1] == "language_score"
+    assert [r["keep"] for r in rows] == [True, False] * 3
+    assert all(r["keep"] == (r["reason"] is None) == (r["rules"] == []) for r in rows)
+    # language recorded but not a reason when only identification runs
+    off = lib.FilterParams(PARAMS.config, None, 0.65, 2000, False)
+    t2 = lib.decide_chunk(lib.FilterChunk("web", eng.row_ranges(path, 100)[0], off))
+    assert t2.column("language").to_pylist() == t.column("language").to_pylist()
+    assert not any(r.startswith("language") for rs in t2.column("rules").to_pylist() for r in rs)
+
+
+def test_null_text_names_file_row_and_field(tmp_path):
+    path = str(tmp_path / "bad.parquet")
+    pq.write_table(pa.table({"doc_id": ["a", "b"], "text": ["fine text", None], "n_chars": [9, 0], "n_bytes": [9, 0]}),
+                   path)
+    with pytest.raises(lib.FilterInputError, match=r"bad.parquet: row 1: field 'text' is null \(source web\)"):
+        lib.decide_chunk(lib.FilterChunk("web", eng.row_ranges(path, 10)[0], PARAMS))
+
+
+def _decide(tmp_path, sources, engine, params=None, versions=None, out="s") -> tuple[dict, list]:
+    storage = Storage(root=str(tmp_path / out))
+    params = params or {n: PARAMS for n in sources}
+    reused = lib.decide_sources(storage, sources, versions or {n: "v1" for n in sources}, params, engine)
+    return {n: storage.read_bytes(lib.decisions_key(n)) for n in sources}, reused
+
+
+def test_decisions_bytes_do_not_depend_on_workers_or_chunk_rows(tmp_path):
+    texts = _texts()
+    sources = {"a": write_source(tmp_path, "a", texts[:230]), "b": write_source(tmp_path, "b", texts[230:])}
+    want, _ = _decide(tmp_path, sources, eng.Engine(num_cpus=1), out="one")
+    for k, e in enumerate((eng.Engine(num_cpus=2), eng.Engine(num_cpus=2, chunk_rows=37))):
+        assert _decide(tmp_path, sources, e, out=f"e{k}")[0] == want, e
+
+
+def test_a_changed_override_re_runs_only_its_source(tmp_path):
+    texts = _texts()[:60]
+    sources = {"a": write_source(tmp_path, "a", texts), "b": write_source(tmp_path, "b", texts)}
+    first, reused = _decide(tmp_path, sources, eng.Engine(num_cpus=1))
+    assert reused == []
+    assert _decide(tmp_path, sources, eng.Engine(num_cpus=1))[1] == ["a", "b"]
+    looser = lib.FilterParams(filters.FilterConfig.only("gopher_repetition"), ("en",), 0.65, 2000, True)
+    again, reused = _decide(tmp_path, sources, eng.Engine(num_cpus=1), params={"a": PARAMS, "b": looser})
+    assert reused == ["a"] and again["a"] == first["a"] and again["b"] != first["b"]
+    # a new raw version of a re-runs a alone
+    assert _decide(tmp_path, sources, eng.Engine(num_cpus=1), params={"a": PARAMS, "b": looser},
+                   versions={"a": "v2", "b": "v1"})[1] == ["b"]
+
+
+def _decisions(keep, langs, n_chars, rules=None) -> pa.Table:
+    n = len(keep)
+    rules = rules or [[] if k else ["gopher_quality:min_doc_words"] for k in keep]
+    return pa.table({"doc_id": [f"d{i}" for i in range(n)], "keep": keep,
+                     "reason": [rs[0] if rs else None for rs in rules], "rules": rules, "language": langs,
+                     "language_score": [0.9] * n, "n_chars": n_chars, "n_bytes": n_chars}, schema=lib.DECISIONS_SCHEMA)
+
+
+def test_no_domain_vanished_finds_a_deleted_length_bucket_and_ignores_small_domains():
+    # 40 short documents (all rejected) in a pool of 200: 20 % of the documents, none kept
+    keep = [False] * 40 + [True] * 160
+    t = _decisions(keep, ["en"] * 200, [120] * 40 + [3000] * 160)
+    guard = lib.Guard(min_share=0.05, min_kept=0.2, active={"web": ["gopher_quality"]})
+    s = lib.summarise({"web": t}, guard)
+    assert [(d["kind"], d["domain"]) for d in s.vanished] == [("length_bucket", "< 200")]
+    # the same deletion in a bucket holding under min_share of the documents is not a vanished domain
+    s = lib.summarise({"web": t}, lib.Guard(min_share=0.25, min_kept=0.2, active={"web": ["gopher_quality"]}))
+    assert s.vanished == []
+    kills = {k["filter"]: k for k in s.kills}
+    assert kills["gopher_quality"]["failed_docs"] == 40 and kills["gopher_quality"]["kill_share"] == 0.2
+
+
+def test_kill_rate_expectation_and_brevity_findings():
+    keep = [False] * 30 + [True] * 70
+    rules = [["gopher_quality:min_doc_words", "language:fr"]] * 30 + [[]] * 70
+    t = _decisions(keep, ["en"] * 100, [100] * 40 + [2000] * 60, rules)
+    guard = lib.Guard(active={"web": ["gopher_quality", "language"]}, brevity_chars={"web": 200},
+                      brevity_warn={"web": 0.5}, max_kill_rate={("web", "gopher_quality"): 0.25})
+    s = lib.summarise({"web": t}, guard)
+    assert [(k["filter"], k["first_failure_docs"]) for k in s.over_expected] == [("gopher_quality", 30)]
+    lang = next(k for k in s.kills if k["filter"] == "language")
+    assert lang["failed_docs"] == 30 and lang["first_failure_docs"] == 0  # on its own vs first failure
+    assert [(b["rule"], b["short_docs"], b["removed_docs"]) for b in s.brevity_killed] == [
+        ("gopher_quality:min_doc_words", 40, 30)]
+    assert lib.summarise({"web": t}, lib.Guard(active=guard.active, brevity_warn={"web": 0.8})).brevity_killed == []
+
+
+def test_samples_skip_contaminated_documents_and_scrub_eval_text():
+    t = _decisions([False, False, True, True], ["en"] * 4, [10, 10, 10, 10])
+    picked = lib.pick_samples({"web": t}, 5, never={"d0"})
+    assert [p[1] for p in picked] == ["gopher_quality", "kept", "kept"]
+    assert [p[2] for p in picked][0] == "d1" and sorted(p[2] for p in picked) == ["d1", "d2", "d3"]
+    from mix_assets.lib import contamination as ct
+    item = "the quick brown fox jumps over the lazy dog near the old mill today"
+    scrub = ct.scrub_ngrams([item], 8)
+    rows, withheld = lib.sample_rows([("web", "kept", "d2", "")], {"d2": f"Intro words. {item}. Outro."}, scrub, 8)
+    assert "quick brown fox jumps over the lazy dog" not in rows[0]["text"] and withheld == 0
+
+
+def test_a_rejected_document_never_survives_a_cluster_with_a_kept_one():
+    # two near-identical texts; the rejected one is longer, so without demotion it would be kept
+    rng = np.random.default_rng(0)
+    words = [f"w{int(x)}" for x in rng.integers(0, 5000, 200)]
+    a, b = " ".join(words), " ".join(words + ["extra", "words"])
+    from mix_assets.lib import minhash as mh
+    signed = mh.sign_texts(pa.array([a, b]), 128, 5, mh.DEFAULT_SEED)
+    args = (["good", "bad"], signed.exact_keys, signed.signatures, signed.n_shingles, np.array([len(a), len(b)]),
+            np.zeros(2, np.int64), 16, 8, 0.8)
+    assert lsh.dedup(*args).keep.tolist() == [False, True]
+    res = lsh.dedup(*args, demoted=np.array([False, True]))
+    assert res.keep.tolist() == [True, False] and res.kept_index.tolist() == [0, 0]
+    # a cluster of rejected documents only still keeps one (clusters stay consistent)
+    assert lsh.dedup(*args, demoted=np.array([True, True])).keep.tolist() == [False, True]
