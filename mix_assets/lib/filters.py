@@ -14,11 +14,13 @@ The rules and their defaults are the published ones, as datatrove 0.10.1 impleme
 Words: datatrove splits English with spaCy's blank "en" tokenizer, where punctuation becomes tokens,
 and the Gopher "alphabetic words" and FineWeb "newlines per word" rules count those tokens. `TOKEN_RE`
 is one regular expression that reproduces that split on ordinary prose (bench/filters.py measures the
-decisions it gives against datatrove's). Everything is polars / numpy over the batch, except the
-duplicate 5- to 10-gram rule of Gopher repetition: a greedy left-to-right scan that skips past each
-repeat, which has no bulk form. A bulk upper bound (the characters of the n-grams that start where a
-5-gram repeats) clears most documents; the scan runs in Python only for those over a threshold on it
-(`FilterResult.python_docs`, timed in `seconds["gopher_repetition:python_scan"]`).
+decisions it gives against datatrove's). Everything is polars / numpy over the batch. Gopher
+repetition's n-grams are rolling 64-bit keys over one flat token array of the batch, grouped by plain
+`np.sort`s (no group-bys, no stable argsorts). Its duplicate 5- to 10-gram rule is a greedy
+left-to-right scan that skips past each repeat, which has no bulk form: bulk upper bounds (the
+characters of the tokens covered by repeated n-grams) clear most documents, and the scan runs per
+document, on hashed n-grams, only for the rest (`FilterResult.python_docs`, timed in
+`seconds["gopher_repetition:python_scan"]`).
 
 `apply_filters(texts, config)` runs sanity -> Gopher repetition -> Gopher quality -> C4 -> FineWeb
 (the order of datatrove's examples/fineweb.py@05194d39, which runs C4 with filter_no_terminal_punct
@@ -430,6 +432,15 @@ def _top_ngram_chars(key: np.ndarray, doc: np.ndarray, chars: np.ndarray, n: int
     return out
 
 
+def _per_doc_max(doc: np.ndarray, x: np.ndarray, ndoc: int) -> np.ndarray:
+    """Max of x per document, 0 where none (doc sorted)."""
+    out = np.zeros(ndoc, np.int64)
+    if len(doc):
+        at = np.flatnonzero(np.concatenate([[True], doc[1:] != doc[:-1]]))
+        out[doc[at]] = np.maximum.reduceat(x, at)
+    return out
+
+
 def _top_ngram_fails(key: np.ndarray, doc: np.ndarray, chars: np.ndarray, n: int, limit: np.ndarray) -> np.ndarray:
     """`_top_ngram_chars(...) > limit` per document. One plain sort of (document, key's high bits) gives
     each document's highest count; that count * the document's longest n-gram bounds the characters,
@@ -439,12 +450,11 @@ def _top_ngram_fails(key: np.ndarray, doc: np.ndarray, chars: np.ndarray, n: int
     if not len(key):
         return out
     shift = np.uint64(max(1, (ndoc - 1).bit_length()))
-    s = np.sort((doc.astype(np.uint64) << (np.uint64(64) - shift)) | (_fmix(key) >> shift))
+    s = np.sort((doc.astype(np.uint64) << (np.uint64(64) - shift)) | (key >> shift))
     starts = np.flatnonzero(np.concatenate([[True], s[1:] != s[:-1]]))
-    cmax = np.zeros(ndoc, np.int64)  # a collision in the truncated key only raises the bound
-    np.maximum.at(cmax, (s[starts] >> (np.uint64(64) - shift)).astype(np.int64), np.diff(np.append(starts, len(s))))
-    longest = np.zeros(ndoc, np.int64)
-    np.maximum.at(longest, doc, chars)
+    cmax = _per_doc_max((s[starts] >> (np.uint64(64) - shift)).astype(np.int64),
+                        np.diff(starts, append=len(s)), ndoc)  # a collision in the truncated key only raises it
+    longest = _per_doc_max(doc, chars, ndoc)
     need = (longest + n - 1) * cmax > limit
     if need.any():
         sub = need[doc]
@@ -532,11 +542,11 @@ def _greedy_scan(toks: pl.Series, need: dict) -> dict:
     return out
 
 
-def _covered_chars(starts: np.ndarray, n: int, doc: np.ndarray, tlen: np.ndarray, ndoc: int) -> np.ndarray:
-    """Per document: characters of the tokens inside any of the n-grams starting at `starts`."""
-    edge = np.bincount(starts, minlength=len(tlen) + 1) - np.bincount(starts + n, minlength=len(tlen) + 1)
-    cov = np.cumsum(edge[:len(tlen)]) > 0
-    return np.bincount(doc[cov].astype(np.int64), weights=tlen[cov], minlength=ndoc)
+def _covered_chars(starts: np.ndarray, n: int, doc: np.ndarray, cs: np.ndarray, ndoc: int) -> np.ndarray:
+    """Per document: characters of the tokens inside any of the n-grams starting at `starts` (sorted
+    rows, each n-gram inside one document; `cs` the cumulative token characters, from 0)."""
+    span = np.minimum(n, np.diff(starts, append=len(cs)))  # the next start takes over the overlap
+    return np.bincount(doc[starts].astype(np.int64), weights=cs[starts + span] - cs[starts], minlength=ndoc)
 
 
 def _dup_ngram_fails(grams: _NGrams, toks: pl.Series, lens: np.ndarray, dup_n_grams) -> tuple[dict, int, float]:
@@ -544,24 +554,33 @@ def _dup_ngram_fails(grams: _NGrams, toks: pl.Series, lens: np.ndarray, dup_n_gr
 
     The greedy scan counts an n-gram seen before and jumps past it, so what it counts are disjoint
     n-grams that each repeat an earlier one: the characters of the tokens covered by the non-first
-    occurrences of n-grams bound it from above. A repeated n-gram starts with a repeated n0-gram (n0 the
+    occurrences of n-grams bound it from above. Every n0-gram inside a repeated n-gram repeats (n0 the
     smallest n), which gives a cheaper, looser bound for every n at once from one key array; only
-    documents over the threshold on both bounds need the exact scan (`_greedy_scan`)."""
+    documents over the threshold on both bounds need the exact scan (`_greedy_scan`).
+    The bounds compare token n-grams, the scan (as datatrove) their "".join: n-grams whose joins are
+    equal with different tokens ("ab" "c" / "a" "bc") count only where the bounds did not already clear
+    the document."""
     ndoc, doc = len(lens), grams.doc
-    r0, key0, _ = grams.grow(min(k for k, _ in dup_n_grams))
-    rows = r0[_later_repeats(key0)]
+    n0 = min(k for k, _ in dup_n_grams)
+    r0, key0, _ = grams.grow(n0)
+    later = np.zeros(len(doc), dtype=bool)
+    later[r0[_later_repeats(key0)]] = True
+    pos = np.arange(len(doc))
+    run = np.minimum.accumulate(np.where(later, len(doc), pos)[::-1])[::-1] - pos  # repeated n0-grams from here on
+    cs = np.concatenate([[0], np.cumsum(grams.tlen)])
     need = {}
-    for k, thr in dup_n_grams:
-        i = rows[rows + k <= len(doc)]
-        i = i[doc[i + k - 1] == doc[i]]
-        need[k] = np.flatnonzero(_covered_chars(i, k, doc, grams.tlen, ndoc) > thr * lens)
+    for k, thr in dup_n_grams:  # every n0-gram inside a repeated k-gram repeats too
+        need[k] = np.flatnonzero(_covered_chars(np.flatnonzero(run > k - n0), k, doc, cs, ndoc) > thr * lens)
     some = np.unique(np.concatenate(list(need.values())))
     if len(some):  # the exact bound (non-first occurrences of each n), on those documents' tokens only
-        mine = np.isin(doc, some.astype(np.uint64))
+        mine = np.zeros(ndoc, dtype=bool)
+        mine[some] = True
+        mine = mine[doc]
         sub = _NGrams(doc[mine], grams.h[mine], grams.tlen[mine])
+        cs = np.concatenate([[0], np.cumsum(sub.tlen)])
         for k, thr in sorted(dup_n_grams):
             r, key, _ = sub.grow(k)
-            ub = _covered_chars(r[_later_repeats(key)], k, sub.doc, sub.tlen, ndoc)
+            ub = _covered_chars(r[_later_repeats(key)], k, sub.doc, cs, ndoc)
             need[k] = need[k][ub[need[k]] > thr * lens[need[k]]]
     cand = np.unique(np.concatenate(list(need.values())))
     t0 = time.perf_counter()
@@ -574,16 +593,28 @@ def _dup_ngram_fails(grams: _NGrams, toks: pl.Series, lens: np.ndarray, dup_n_gr
     return cols, len(cand), time.perf_counter() - t0
 
 
+def _repeated_elements(lists: pl.Series) -> dict:
+    """Per list (document): elements, repeated elements and their characters (every occurrence after
+    an element's first), by 64-bit string hashes over the exploded lists."""
+    n = lists.list.len().fill_null(0).to_numpy()
+    flat = lists.explode().drop_nulls()  # a split never yields null elements
+    doc = np.repeat(np.arange(len(n), dtype=np.uint64), n)
+    with np.errstate(over="ignore"):
+        rep = _later_repeats(flat.hash().to_numpy() ^ (doc * _MIX))
+    d = doc[rep].astype(np.int64)
+    return {"n": n, "rep": np.bincount(d, minlength=len(n)),
+            "chars": np.bincount(d, weights=flat.str.len_chars().to_numpy()[rep], minlength=len(n))}
+
+
 def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFilter) -> tuple[pl.DataFrame, int, float]:
     t = pl.col("text")
-    paras = t.str.strip_chars().str.replace_all(r"\n{2,}", _SEP).str.split(_SEP)
-    lines = t.str.replace_all(r"\n+", "\n").str.split("\n")
-    p_rep, p_chars = _dups(paras)
-    l_rep, l_chars = _dups(lines)
-    frame = pl.DataFrame({"text": text, "toks": toks}).with_row_index("doc")
-    st = frame.select(
-        "doc", n=t.str.len_chars(), p_frac=p_rep / paras.list.len(), p_chars=p_chars,
-        l_frac=l_rep / lines.list.len(), l_chars=l_chars)
+    parts = pl.DataFrame({"text": text}).select(
+        n=t.str.len_chars(),
+        paras=t.str.strip_chars().str.replace_all(r"\n{2,}", _SEP).str.split(_SEP),
+        lines=t.str.replace_all(r"\n+", "\n").str.split("\n"))
+    p, ln = _repeated_elements(parts["paras"]), _repeated_elements(parts["lines"])
+    st = pl.DataFrame({"n": parts["n"], "p_frac": p["rep"] / np.maximum(p["n"], 1), "p_chars": p["chars"],
+                       "l_frac": ln["rep"] / np.maximum(ln["n"], 1), "l_chars": ln["chars"]})
     c, n = pl.col, pl.col("n")
     out = st.select(
         (n == 0).alias("gopher_repetition:empty"),  # datatrove 0.10.1 returns "empty" first

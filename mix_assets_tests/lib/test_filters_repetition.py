@@ -1,13 +1,14 @@
-"""lib/filters.py Gopher repetition n-gram rules: the bulk path (sorts over a batch, bounds, the scan on
+"""lib/filters.py Gopher repetition rules: the bulk path (sorts over a batch, bounds, the scan on
 hashed n-grams) decides exactly as a per-document reference written the way datatrove 0.10.1 computes
-them (`find_top_duplicate` over " ".join n-grams, `find_all_duplicate` over "".join n-grams), on
-varied batches: small vocabularies (many repeats and ties), repeated phrases, documents shorter than n,
-empty ones, several thresholds. The bounds that clear documents before the scan use token n-grams, not
+them (`find_duplicates` over paragraphs and lines, `find_top_duplicate` over " ".join n-grams,
+`find_all_duplicate` over "".join n-grams), on varied batches: small vocabularies (many repeats and
+ties), repeated phrases, lines and paragraphs, documents shorter than n, empty ones, several thresholds. The bounds that clear documents before the scan use token n-grams, not
 joined strings, so n-grams whose joins collide ("ab" "c" / "a" "bc") are left to the scan's own test."""
 
 from __future__ import annotations
 
 import random
+import re
 from collections import Counter
 from dataclasses import replace
 
@@ -50,14 +51,31 @@ def varied_docs(seed: int, count: int = 120, collide: bool = False) -> list[str]
             for _ in range(rng.randint(1, 8)):
                 at = rng.randint(0, len(words))
                 words[at:at] = phrase
-        sep = rng.choice([" ", " ", "\n", ". "])
+        sep = rng.choice([" ", " ", "\n", ". ", "\n\n", " \n"])
         docs.append(sep.join(words))
     return docs
+
+
+def ref_dups(elements: list) -> tuple[int, int]:
+    """datatrove find_duplicates: (repeated elements, their characters)."""
+    seen, n, chars = set(), 0, 0
+    for e in elements:
+        if e in seen:
+            n, chars = n + 1, chars + len(e)
+        seen.add(e)
+    return n, chars
 
 
 def ref_fails(docs: list[str], cfg: GopherRepetitionFilter) -> dict:
     toks = _tokens(filters._as_series(docs)).to_list()
     out = {}
+    for what, split, frac, char_frac in (
+            ("para", lambda t: re.split(r"\n{2,}", t.strip()), cfg.dup_para_frac, cfg.dup_para_char_frac),
+            ("line", lambda t: re.split(r"\n+", t), cfg.dup_line_frac, cfg.dup_line_char_frac)):
+        parts = [split(t) for t in docs]
+        out[f"gopher_repetition:dup_{what}_frac"] = [bool(ref_dups(p)[0] / len(p) > frac) for p in parts]
+        out[f"gopher_repetition:dup_{what}_char_frac"] = [
+            bool(len(t) and ref_dups(p)[1] / len(t) > char_frac) for t, p in zip(docs, parts)]
     for n, thr in cfg.top_n_grams:
         out[f"gopher_repetition:top_{n}_gram"] = [
             bool(len(t) and ref_top_chars(w, n) / len(t) > thr) for t, w in zip(docs, toks)]
@@ -70,8 +88,12 @@ def ref_fails(docs: list[str], cfg: GopherRepetitionFilter) -> dict:
 @pytest.mark.parametrize("seed,scale", [(1, 1.0), (2, 0.5), (3, 0.25), (4, 2.0)])
 def test_bulk_repetition_rules_equal_the_per_document_reference(seed, scale):
     docs = varied_docs(seed)
-    cfg = GopherRepetitionFilter(top_n_grams=tuple((n, thr * scale) for n, thr in GopherRepetitionFilter().top_n_grams),
-                                 dup_n_grams=tuple((n, thr * scale) for n, thr in GopherRepetitionFilter().dup_n_grams))
+    d = GopherRepetitionFilter()
+    cfg = GopherRepetitionFilter(
+        dup_para_frac=d.dup_para_frac * scale, dup_para_char_frac=d.dup_para_char_frac * scale,
+        dup_line_frac=d.dup_line_frac * scale, dup_line_char_frac=d.dup_line_char_frac * scale,
+        top_n_grams=tuple((n, thr * scale) for n, thr in d.top_n_grams),
+        dup_n_grams=tuple((n, thr * scale) for n, thr in d.dup_n_grams))
     r = apply_filters(docs, replace(FilterConfig.only("gopher_repetition"), gopher_repetition=cfg))
     got, want = r.failed, ref_fails(docs, cfg)
     assert 0 < r.python_docs < len(docs)  # the bounds clear some documents, the scan decides others
