@@ -162,7 +162,9 @@ class LanguageSpec(_Strict):
     enabled: bool = True
     languages: Optional[list[str]] = ["en"]  # ISO 639-1 codes kept; None keeps any identified language
     min_score: float = Field(0.65, ge=0, le=1)  # FineWeb's threshold (arXiv 2406.17557 3.6)
-    max_chars: Optional[int] = Field(None, ge=1)  # identify on the first characters only (faster)
+    # identify on the first characters only (lib/langid.DEFAULT_MAX_CHARS: 99.99 % the whole text's decisions,
+    # 1.7x faster, bench/results/langid_pii.txt); null reads the whole text
+    max_chars: Optional[int] = Field(2000, ge=1)
 
 
 class PiiSpec(_Strict):

@@ -178,3 +178,10 @@ def test_loader_encodings_and_doc_length_bounds_checked_at_load(tmp_path):
     assert "unknown encoding 'nope'" in _error(tmp_path, data)
     assert "min_doc_chars (50) exceeds max_doc_chars (10)" in _error(tmp_path, _one_source(min_doc_chars=50,
                                                                                            max_doc_chars=10))
+
+
+def test_language_id_reads_the_measured_head_by_default():
+    from mix_assets.config import LanguageSpec
+    from mix_assets.lib import langid
+
+    assert LanguageSpec().max_chars == langid.DEFAULT_MAX_CHARS

@@ -80,7 +80,7 @@ def filter_params(fspec) -> FilterParams:
     lang = fspec.language
     on = lang is not None and lang.enabled
     return FilterParams(fspec.filter_config(), tuple(lang.languages) if on and lang.languages else None,
-                        lang.min_score if on else langid.DEFAULT_MIN_SCORE, lang.max_chars if lang else None, on)
+                        lang.min_score if on else langid.DEFAULT_MIN_SCORE, lang.max_chars if lang else langid.DEFAULT_MAX_CHARS, on)
 
 
 @functools.cache
