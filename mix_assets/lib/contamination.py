@@ -308,18 +308,23 @@ class Registry:
 
     def scan_batches(self, batches: Iterable, threads: int = 2) -> Iterator[np.ndarray]:
         """Counts per batch, in input order, scanning up to `threads` batches at a time."""
-        if threads <= 1:
-            for b in batches:
-                yield self.scan_texts(b)
-            return
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            window: deque = deque()
-            for b in batches:
-                window.append(pool.submit(self.scan_texts, b))
-                if len(window) > threads:
-                    yield window.popleft().result()
-            while window:
+        return ordered_map(self.scan_texts, batches, threads)
+
+
+def ordered_map(fn, items: Iterable, threads: int = 2) -> Iterator:
+    """fn(item) for every item, in input order, up to `threads` at a time (numpy and Arrow release the GIL)."""
+    if threads <= 1:
+        for b in items:
+            yield fn(b)
+        return
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        window: deque = deque()
+        for b in items:
+            window.append(pool.submit(fn, b))
+            if len(window) > threads:
                 yield window.popleft().result()
+        while window:
+            yield window.popleft().result()
 
 
 def _union(arrays: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

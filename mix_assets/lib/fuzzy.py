@@ -241,7 +241,13 @@ def best_jaccard(index: Index, sh: np.ndarray, soff: np.ndarray, pos: int, item:
 
 def scan_texts(index: Index, texts) -> Matches:
     """Verified matches (J >= threshold) of a batch of document texts."""
-    sh, soff, _ = _shingles(texts, index.params.shingle)
+    return scan_word_hashes(index, *tk.word_hashes(tk.words(texts)))
+
+
+def scan_word_hashes(index: Index, h: np.ndarray, off: np.ndarray) -> Matches:
+    """`scan_texts` from the batch's normalised word hashes (`textkeys.word_hashes`), as the 13-gram scan
+    has them: one normalisation of the text serves both scans."""
+    sh, soff = tk.ngram_hashes(h, off, index.params.shingle, short="whole")
     pos, item = candidates(index, sh, soff)
     if not pos.size:
         return Matches.empty()
