@@ -53,7 +53,7 @@ def task_references(spec: MixSpec, keep_items: bool = False) -> Iterator[TaskRef
     audit = spec.audit
     for task in audit.tasks:
         items = evals.load_task_items(task, spec.base_dir)
-        tn = ct.task_ngrams(items.items, audit.ngram, audit.short_item_min_words)
+        tn = ct.task_ngrams(items.items, audit.ngram, audit.short_item_min_words, scrub_k=audit.scrub_words)
         denominators = {
             "audit_splits": list(task.audit_splits),
             "scored_split": task.scored_split,
@@ -70,7 +70,7 @@ def task_references(spec: MixSpec, keep_items: bool = False) -> Iterator[TaskRef
         }
         details = {"dataset": dataset_id(task.dataset), "fields": list(task.fields),
                    "empty_fields": items.empty_fields, "empty_items": tn.empty_items}
-        yield TaskReference(task.name, tn, ct.scrub_ngrams(items.items, audit.scrub_words), denominators, details,
+        yield TaskReference(task.name, tn, tn.scrub, denominators, details,
                             items.items if keep_items else None)
 
 

@@ -129,18 +129,22 @@ class TaskNgrams:
     short_items: int  # items with short_item_min_words <= words < n: one whole-item n-gram each
     short_items_unmatched: int  # items with fewer words than short_item_min_words: not matchable
     empty_items: int  # items that normalise to no words
+    scrub: np.ndarray | None = None  # with scrub_k: `scrub_ngrams(items, scrub_k)`, from the same normalisation
 
 
 def task_ngrams(
-    items: Sequence[str], n: int = 13, short_item_min_words: int = 8, chunk: int = 4096
+    items: Sequence[str], n: int = 13, short_item_min_words: int = 8, chunk: int = 4096,
+    scrub_k: int | None = None,
 ) -> TaskNgrams:
-    """Hashed n-grams of reference items, with the whole-item rule for short items.
+    """Hashed n-grams of reference items, with the whole-item rule for short items (and, with
+    `scrub_k`, their scrub set: the items are normalised and their words hashed once for both).
 
     Items are processed `chunk` at a time, which bounds the Arrow buffers of the normalisation.
     """
-    parts = [_task_ngrams(items[i : i + chunk], n, short_item_min_words) for i in range(0, len(items), chunk)]
+    parts = [_task_ngrams(items[i : i + chunk], n, short_item_min_words, scrub_k)
+             for i in range(0, len(items), chunk)]
     if not parts:
-        parts = [_task_ngrams([], n, short_item_min_words)]
+        parts = [_task_ngrams([], n, short_item_min_words, scrub_k)]
     hashes = sorted_unique(np.concatenate([p.hashes for p in parts]))
     short = np.concatenate([p.short for p in parts])
     return TaskNgrams(
@@ -151,10 +155,11 @@ def task_ngrams(
         short_items=sum(p.short_items for p in parts),
         short_items_unmatched=sum(p.short_items_unmatched for p in parts),
         empty_items=sum(p.empty_items for p in parts),
+        scrub=None if scrub_k is None else sorted_unique(np.concatenate([p.scrub for p in parts])),
     )
 
 
-def _task_ngrams(items: Sequence[str], n: int, short_item_min_words: int) -> TaskNgrams:
+def _task_ngrams(items: Sequence[str], n: int, short_item_min_words: int, scrub_k: int | None = None) -> TaskNgrams:
     wl = tk.words(pa.array(list(items), pa.large_string()))
     h, off = tk.word_hashes(wl)
     lens = np.diff(off)
@@ -181,6 +186,7 @@ def _task_ngrams(items: Sequence[str], n: int, short_item_min_words: int) -> Tas
         short_items=int(matched.sum()),
         short_items_unmatched=int(unmatched.sum()),
         empty_items=int((lens == 0).sum()),
+        scrub=None if scrub_k is None else _runs(h, off, scrub_k),
     )
 
 
@@ -188,10 +194,11 @@ def scrub_ngrams(items: Sequence[str], k: int = 8) -> np.ndarray:
     """Sorted unique hashes of every k-word run of the items (for the scrub check)."""
     if not items:
         return np.zeros(0, np.uint64)
-    wl = tk.words(pa.array(list(items), pa.large_string()))
-    h, off = tk.word_hashes(wl)
-    g, _ = tk.ngram_hashes(h, off, k, short="drop")
-    return sorted_unique(g)
+    return sorted_unique(_runs(*tk.word_hashes(tk.words(pa.array(list(items), pa.large_string()))), k))
+
+
+def _runs(h: np.ndarray, off: np.ndarray, k: int) -> np.ndarray:
+    return tk.ngram_hashes(h, off, k, short="drop")[0].astype(np.uint64, copy=False)
 
 
 class _Bitmap:
@@ -229,6 +236,7 @@ class Registry:
     short_member: np.ndarray  # bool (len(short_first), len(tasks))
     short_min: int
     bitmap: _Bitmap = field(repr=False, default=None)
+    short_bitmap: _Bitmap = field(repr=False, default=None)  # over short_first: most windows start no short item
 
     @classmethod
     def build(
@@ -252,14 +260,14 @@ class Registry:
             short_member=smember,
             short_min=short_min,
         )
-        reg.bitmap = _Bitmap(keys)
+        reg.bitmap, reg.short_bitmap = _Bitmap(keys), _Bitmap(reg.short_first)
         return reg
 
     @property
     def nbytes(self) -> int:
         """Memory held by the registry for scanning."""
         arrays = (self.keys, self.member, self.short_first, self.short_len, self.short_whole, self.short_member)
-        return int(sum(a.nbytes for a in arrays) + self.bitmap.nbytes)
+        return int(sum(a.nbytes for a in arrays) + self.bitmap.nbytes + self.short_bitmap.nbytes)
 
     def scan_word_hashes(self, h: np.ndarray, off: np.ndarray) -> np.ndarray:
         """int64 (n_docs, n_tasks): overlapping n-gram windows per document and task."""
@@ -282,12 +290,13 @@ class Registry:
             # A short item matches where its first `short_min` words match and then its whole
             # window does; all short items sharing those first words are tried.
             v = pre.all_windows(self.short_min)
-            lo = np.searchsorted(self.short_first, v, side="left")
-            hi = np.searchsorted(self.short_first, v, side="right")
-            start = np.flatnonzero(hi > lo)
-            reps = (hi - lo)[start]
+            cand = self.short_bitmap.candidates(v)
+            lo = np.searchsorted(self.short_first, v[cand], side="left")
+            hi = np.searchsorted(self.short_first, v[cand], side="right")
+            some = np.flatnonzero(hi > lo)
+            start, reps, lo = cand[some], (hi - lo)[some], lo[some]
             pos = np.repeat(start, reps)
-            entry = np.repeat(lo[start] - np.cumsum(reps) + reps, reps) + np.arange(reps.sum())
+            entry = np.repeat(lo - np.cumsum(reps) + reps, reps) + np.arange(reps.sum())
             length = self.short_len[entry]
             fits = pre.inside(pos, length) if pos.size else np.zeros(0, bool)
             pos, entry, length = pos[fits], entry[fits], length[fits]
