@@ -340,7 +340,8 @@ def write_contamination_report(storage, spec: MixSpec, eng: engine.Engine = engi
 
     With the fuzzy advisory on, the same map pass matches eval_registry's fuzzy index too, and the
     advisory's report and matched doc ids are written here for no_fuzzy_eval_overlap to read."""
-    reg, meta = load_registry(storage)
+    meta = json.loads(storage.read_text(layout.EVAL_REGISTRY))
+    reg = registry_at(RegistryLocation.of(storage))  # built once: scan_sources' tasks reuse it
     floc = RegistryLocation.at(storage, fuzzy_index_keys()) if fuzzy_enabled(spec) else None
     scanned = scan_sources(storage, [s.name for s in spec.sources], eng, spec.audit.threads, log=log,
                            label="contamination_report", fuzzy_index=floc)
