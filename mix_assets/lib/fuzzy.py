@@ -199,15 +199,15 @@ def candidates(index: Index, sh: np.ndarray, soff: np.ndarray) -> tuple[np.ndarr
     hit = index.rep_keys[idx] == sh[cand]
     pos, r = cand[hit], idx[hit]
     n = index.post_off[r + 1] - index.post_off[r]
+    doc_end = np.repeat(soff[1:][np.searchsorted(soff, pos, side="right") - 1], n)  # per hit, then per posting
     pos = np.repeat(pos, n)
     at = np.repeat(index.post_off[r] - np.cumsum(n) + n, n) + np.arange(n.sum())
     item, weight = index.post_item[at].astype(np.int64), index.post_weight[at].astype(np.int64)
     span = np.int64(len(sh) + 1)
     key = item * span + pos
-    order = np.argsort(key, kind="stable")
-    key, pos, item, weight = key[order], pos[order], item[order], weight[order]
+    order = np.argsort(key)  # keys are distinct (a shingle's postings name an item once): any sort is stable
+    key, pos, item, weight, doc_end = key[order], pos[order], item[order], weight[order], doc_end[order]
     csum = np.concatenate([[0], np.cumsum(weight)])
-    doc_end = soff[1:][np.searchsorted(soff, pos, side="right") - 1]
     m = np.diff(index.item_off)[item]
     end = np.searchsorted(key, item * span + np.minimum(pos + m, doc_end))
     count = csum[end] - csum[np.arange(len(key))]
