@@ -38,7 +38,7 @@ class TaskReference:
     scrub: np.ndarray  # hashed scrub_words-word runs of its items
     denominators: dict  # rows, items, n-grams, min_rows ... (what a report prints beside its counts)
     details: dict  # dataset id, fields and the remaining counts the registry file records
-    items: list[str] | None = None  # the item texts, only when asked for (the fuzzy index is built from them)
+    words: tuple | None = None  # the items' word hashes and offsets, when asked for (the fuzzy index's input)
 
 
 def dataset_id(ds) -> str:
@@ -47,13 +47,13 @@ def dataset_id(ds) -> str:
     return f"local:{ds.path}"
 
 
-def task_references(spec: MixSpec, keep_items: bool = False) -> Iterator[TaskReference]:
-    """Each task's audit splits hashed (test splits refused by lib/evals); item text dropped after unless
-    `keep_items`."""
+def task_references(spec: MixSpec, keep_words: bool = False) -> Iterator[TaskReference]:
+    """Each task's audit splits hashed (test splits refused by lib/evals); item text dropped after."""
     audit = spec.audit
     for task in audit.tasks:
         items = evals.load_task_items(task, spec.base_dir)
-        tn = ct.task_ngrams(items.items, audit.ngram, audit.short_item_min_words, scrub_k=audit.scrub_words)
+        tn = ct.task_ngrams(items.items, audit.ngram, audit.short_item_min_words, scrub_k=audit.scrub_words,
+                            keep_words=keep_words)
         denominators = {
             "audit_splits": list(task.audit_splits),
             "scored_split": task.scored_split,
@@ -70,8 +70,7 @@ def task_references(spec: MixSpec, keep_items: bool = False) -> Iterator[TaskRef
         }
         details = {"dataset": dataset_id(task.dataset), "fields": list(task.fields),
                    "empty_fields": items.empty_fields, "empty_items": tn.empty_items}
-        yield TaskReference(task.name, tn, tn.scrub, denominators, details,
-                            items.items if keep_items else None)
+        yield TaskReference(task.name, tn, tn.scrub, denominators, details, tn.words)
 
 
 def merged_scrub(scrub: list[np.ndarray]) -> np.ndarray:
@@ -116,10 +115,10 @@ def write_registry(storage, spec: MixSpec, log=None) -> RegistryWritten:
     with the fuzzy advisory on, its item index too (built here, from the items read once, for every
     contamination_report map task to load)."""
     audit = spec.audit
-    tasks, scrub, items = {}, [], {}
-    for ref in task_references(spec, keep_items=fuzzy_enabled(spec)):
-        if ref.items is not None:
-            items[ref.name] = ref.items
+    tasks, scrub, words = {}, [], {}
+    for ref in task_references(spec, keep_words=fuzzy_enabled(spec)):
+        if ref.words is not None:
+            words[ref.name] = ref.words
         blob = npy_bytes(ref.ngrams.hashes)
         storage.write_bytes(layout.EVAL_NGRAMS.format(task=ref.name), blob)
         storage.write_bytes(layout.EVAL_SHORT_ITEMS.format(task=ref.name), npy_bytes(ref.ngrams.short))
@@ -147,7 +146,7 @@ def write_registry(storage, spec: MixSpec, log=None) -> RegistryWritten:
     for name in tasks:
         files += [layout.EVAL_NGRAMS.format(task=name), layout.EVAL_SHORT_ITEMS.format(task=name)]
     if fuzzy_enabled(spec):
-        files += write_fuzzy_index(storage, spec, items)
+        files += write_fuzzy_index(storage, spec, words)
     return RegistryWritten(tasks, files)
 
 
@@ -423,12 +422,10 @@ def fuzzy_index_keys() -> list[str]:
     return [layout.FUZZY_INDEX_META, *(layout.FUZZY_INDEX.format(name=n) for n in fuzzy.INDEX_ARRAYS)]
 
 
-def write_fuzzy_index(storage, spec: MixSpec, items: dict[str, list[str]] | None = None) -> list[str]:
-    """Index every task's items (`items`, or read with the registry's loader: test splits refused); the
-    storage keys written."""
-    if items is None:
-        items = {t.name: evals.load_task_items(t, spec.base_dir).items for t in spec.audit.tasks}
-    index = fuzzy.build_index(items, fuzzy_params(spec))
+def write_fuzzy_index(storage, spec: MixSpec, words: dict[str, tuple]) -> list[str]:
+    """Index every task's items from their word hashes (`task_references(spec, keep_words=True)`, the
+    registry's pass); the storage keys written."""
+    index = fuzzy.build_index_from_words(words, fuzzy_params(spec))
     for name, a in index.arrays().items():
         storage.write_bytes(layout.FUZZY_INDEX.format(name=name), npy_bytes(a))
     storage.write_text(layout.FUZZY_INDEX_META, fuzzy.dumps(index.meta()))

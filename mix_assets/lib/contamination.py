@@ -130,21 +130,23 @@ class TaskNgrams:
     short_items_unmatched: int  # items with fewer words than short_item_min_words: not matchable
     empty_items: int  # items that normalise to no words
     scrub: np.ndarray | None = None  # with scrub_k: `scrub_ngrams(items, scrub_k)`, from the same normalisation
+    words: tuple[np.ndarray, np.ndarray] | None = None  # with keep_words: the items' word hashes and offsets
 
 
 def task_ngrams(
     items: Sequence[str], n: int = 13, short_item_min_words: int = 8, chunk: int = 4096,
-    scrub_k: int | None = None,
+    scrub_k: int | None = None, keep_words: bool = False,
 ) -> TaskNgrams:
     """Hashed n-grams of reference items, with the whole-item rule for short items (and, with
-    `scrub_k`, their scrub set: the items are normalised and their words hashed once for both).
+    `scrub_k`, their scrub set: the items are normalised and their words hashed once for both; with
+    `keep_words`, those word hashes, `textkeys.word_hashes` of all the items).
 
     Items are processed `chunk` at a time, which bounds the Arrow buffers of the normalisation.
     """
-    parts = [_task_ngrams(items[i : i + chunk], n, short_item_min_words, scrub_k)
+    parts = [_task_ngrams(items[i : i + chunk], n, short_item_min_words, scrub_k, keep_words)
              for i in range(0, len(items), chunk)]
     if not parts:
-        parts = [_task_ngrams([], n, short_item_min_words, scrub_k)]
+        parts = [_task_ngrams([], n, short_item_min_words, scrub_k, keep_words)]
     hashes = sorted_unique(np.concatenate([p.hashes for p in parts]))
     short = np.concatenate([p.short for p in parts])
     return TaskNgrams(
@@ -156,10 +158,19 @@ def task_ngrams(
         short_items_unmatched=sum(p.short_items_unmatched for p in parts),
         empty_items=sum(p.empty_items for p in parts),
         scrub=None if scrub_k is None else sorted_unique(np.concatenate([p.scrub for p in parts])),
+        words=_joined([p.words for p in parts]) if keep_words else None,
     )
 
 
-def _task_ngrams(items: Sequence[str], n: int, short_item_min_words: int, scrub_k: int | None = None) -> TaskNgrams:
+def _joined(words: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Consecutive batches' (word hashes, offsets) as one."""
+    ends = np.cumsum([0] + [len(h) for h, _ in words])
+    off = np.concatenate([[0]] + [o[1:] + e for (_, o), e in zip(words, ends)]).astype(np.int64)
+    return np.concatenate([h for h, _ in words]).astype(np.uint64, copy=False), off
+
+
+def _task_ngrams(items: Sequence[str], n: int, short_item_min_words: int, scrub_k: int | None = None,
+                 keep_words: bool = False) -> TaskNgrams:
     wl = tk.words(pa.array(list(items), pa.large_string()))
     h, off = tk.word_hashes(wl)
     lens = np.diff(off)
@@ -187,6 +198,7 @@ def _task_ngrams(items: Sequence[str], n: int, short_item_min_words: int, scrub_
         short_items_unmatched=int(unmatched.sum()),
         empty_items=int((lens == 0).sum()),
         scrub=None if scrub_k is None else _runs(h, off, scrub_k),
+        words=(h, off) if keep_words else None,
     )
 
 

@@ -124,16 +124,24 @@ def _argmin_postings(sh: np.ndarray, off: np.ndarray, a: np.ndarray, b: np.ndarr
 
 def build_index(task_items: dict[str, list[str]], params: Params = Params()) -> Index:
     """The index of every task's items (item text is dropped once hashed)."""
+    return build_index_from_words({name: tk.word_hashes(tk.words(pa.array(list(items), pa.large_string())))
+                                   for name, items in task_items.items()}, params)
+
+
+def build_index_from_words(task_words: dict[str, tuple[np.ndarray, np.ndarray]], params: Params = Params()) -> Index:
+    """`build_index` from each task's items as normalised word hashes and offsets (`textkeys.word_hashes`),
+    e.g. those the eval registry computed from the same items."""
     k = params.shingle
-    tasks, parts, item_task, den = list(task_items), [], [], {}
-    for t, (name, items) in enumerate(task_items.items()):
-        sh, off, nwords = _shingles(pa.array(list(items), pa.large_string()), k)
+    tasks, parts, item_task, den = list(task_words), [], [], {}
+    for t, (name, (h, woff)) in enumerate(task_words.items()):
+        sh, off = tk.ngram_hashes(h, woff, k, short="whole")
+        nwords = np.diff(woff)
         long_enough = nwords >= max(params.min_words, 1)
         sel = np.flatnonzero(long_enough)
         lens = np.diff(off)[sel]
         parts.append((sh[np.repeat(long_enough, np.diff(off))], lens))
         item_task.append(np.full(sel.size, t, np.int32))
-        den[name] = {"items": len(items), "items_indexed": int(sel.size),
+        den[name] = {"items": len(nwords), "items_indexed": int(sel.size),
                      "items_too_short": int((nwords > 0).sum() - sel.size), "items_empty": int((nwords == 0).sum())}
     lens = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
     raw_off = np.zeros(len(lens) + 1, np.int64)

@@ -109,6 +109,10 @@ def test_scrub_set_from_the_registry_pass_equals_scrub_ngrams():
         tn = ct.task_ngrams(items, 13, 8, chunk=chunk, scrub_k=8)
         assert tn.scrub.dtype == np.uint64 and np.array_equal(tn.scrub, ct.scrub_ngrams(items, 8))
     assert ct.task_ngrams([], scrub_k=8).scrub.size == 0 and ct.task_ngrams(items).scrub is None
+    h, off = tk.word_hashes(tk.words(items))  # the fuzzy index's input, from the same pass
+    for chunk in (1, 2, 4096):
+        got = ct.task_ngrams(items, 13, 8, chunk=chunk, keep_words=True).words
+        assert np.array_equal(got[0], h) and np.array_equal(got[1], off) and got[1].dtype == np.int64
 
 
 def test_short_items_found_among_many_windows_past_the_prefilter():
