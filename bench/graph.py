@@ -29,11 +29,15 @@ bracketed wall seconds, not in its STEP_START -> STEP_SUCCESS seconds.
 
 Each measurement runs in a fresh subprocess, in this order:
   gen    = corpus generation and the base config (reported, not compared with anything)
-  graph  = per engine × workers: `rebuild_mix` of the real Definitions (`build_definitions(spec)`),
-           reconstructed from MIX_CONFIG by `dg.execute_job` on a temporary persistent instance, with
-           MIX_EXECUTOR=multiprocess (every step in its own process; `--max-concurrent` 1 by default,
-           so a step's seconds are its own and the workers are the only parallelism; `--executor
-           in_process` runs the demo's default executor instead, without per-step memory).
+  graph  = per engine × workers × executor: `rebuild_mix` of the real Definitions
+           (`build_definitions(spec)`), reconstructed from MIX_CONFIG by `dg.execute_job` on a
+           temporary persistent instance, once per `--executor` (default both, in this order):
+           MIX_EXECUTOR=in_process, the project's default (what `make run` and the UI's rebuild_mix
+           use: every step in the run's process), which gives the whole-graph figure, the per-step
+           seconds and the map-stage speed-up; and MIX_EXECUTOR=multiprocess (every step in its own
+           process; `--max-concurrent` 1 by default, so a step's seconds are its own and the workers
+           are the only parallelism), which gives the per-process peak RSS. Each figure against a
+           target says which run it comes from; with one executor every figure comes from it.
            Per-step seconds: STEP_START -> STEP_SUCCESS/STEP_FAILURE timestamps (check steps
            included), and beside them the step's wall time from the executor's launch line to
            its last log line (process start, resource init such as ray.init, teardown); whole
@@ -67,6 +71,7 @@ stops the run where Dagster stops it, and the table says so.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -85,6 +90,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 # the first event of a step's own execution (multiprocess: the executor's launch; in_process: resources, start)
 WALL_START = ("STEP_WORKER_STARTING", "STEP_WORKER_STARTED", "RESOURCE_INIT_STARTED", "STEP_START")
 LSH_STEP = "dedup_keys"  # the one step whose memory may grow with the corpus (stated per document)
+EXECUTORS = ("in_process", "multiprocess")  # in_process: time figures; multiprocess: per-process memory
 
 
 def _status(key: str, pid: int | str = "self") -> int:
@@ -192,6 +198,7 @@ class ProcSampler(threading.Thread):
         super().__init__(daemon=True)
         self.root, self.interval, self.halt = root, interval, threading.Event()
         self.procs: dict[tuple[int, int], dict] = {}
+        self.own_cpu: list[tuple[float, float]] = []  # (time.time(), this process's user + system CPU s)
 
     def run(self) -> None:
         while not self.halt.wait(self.interval):
@@ -203,6 +210,8 @@ class ProcSampler(threading.Thread):
         self.sample()
 
     def sample(self) -> None:
+        t = os.times()
+        self.own_cpu.append((time.time(), t.user + t.system))
         parent, start, cpu = {}, {}, {}
         for d in os.listdir("/proc"):
             if d.isdigit():
@@ -258,7 +267,8 @@ def per_step_rss(procs: dict, step_pids: dict[int, str]) -> tuple[dict, list]:
             loose.append({"cmd": p.get("cmd", "")[:80], "kind": proc_kind(p.get("cmd", "")), "peak_mb": mb})
             continue
         s = out.setdefault(step, {"step_mb": None, "ray_worker_mb": None, "ray_workers": 0, "ray_system_mb": None,
-                                  "child_mb": None})
+                                  "child_mb": None, "cpu_secs": 0.0})
+        s["cpu_secs"] += p.get("cpu", 0.0)
         kind = "step" if p["pid"] in step_pids else proc_kind(p.get("cmd", ""))
         key = {"step": "step_mb", "ray_worker": "ray_worker_mb", "ray_system": "ray_system_mb"}.get(kind, "child_mb")
         s[key] = max(s[key] or 0.0, mb)
@@ -276,6 +286,7 @@ def map_steps(spec) -> list[str]:
 
 def child_graph(cfg: Path, max_concurrent: int, executor: str) -> dict:
     import dagster as dg
+    import numpy as np
 
     from mix_assets.config import load_spec
 
@@ -323,6 +334,12 @@ def child_graph(cfg: Path, max_concurrent: int, executor: str) -> dict:
             s["end"], s["status"] = e.timestamp, kind.removeprefix("STEP_").lower()
     # in_process: every step has the run's pid; only the run process and its Ray processes are told apart
     rss, loose = per_step_rss(sampler.procs, step_pids if executor == "multiprocess" else {})
+    if executor != "multiprocess":  # the run process's CPU seconds between the step's start and end
+        ts, cs = zip(*sampler.own_cpu)
+        for k, v in steps.items():
+            if {"start", "end"} <= v.keys():
+                cpu = np.interp([v["start"], v["end"]], ts, cs)
+                rss.setdefault(k, {})["cpu_secs"] = float(cpu[1] - cpu[0])
     order = sorted(steps, key=lambda k: steps[k].get("start", float("inf")))
     step_rows = [{"step": k, "status": steps[k].get("status", "?"), "map": k in mapped,
                   "secs": steps[k]["end"] - steps[k]["start"] if {"start", "end"} <= steps[k].keys()
@@ -486,7 +503,12 @@ def _gate(c: dict) -> str:
 
 
 def label(run: dict) -> str:
-    return f"{run['engine']} ×{run['workers']}"
+    return f"{run['engine']} ×{run['workers']} {run.get('executor', 'multiprocess')}"
+
+
+def pick(runs: list[dict], executor: str) -> list[dict]:
+    """The runs of `executor` if there are any, else all (with one executor, every figure comes from it)."""
+    return [r for r in runs if r.get("executor", "multiprocess") == executor] or runs
 
 
 def _mb_s(mb: float, secs) -> float | None:
@@ -564,10 +586,13 @@ def section(mb: int, gen: dict, runs: list[dict], encs: dict) -> str:
                         "executor connects the engine once per run)" if run["graph"].get("run_resource_init_secs")
                         else "") + ".")
     L += ["", "Per step: seconds STEP_START → STEP_SUCCESS (in brackets: from the executor launching the step to "
-          "its last log line, so with process start and resource init/teardown such as ray.init) / peak RSS MB "
+          "its last log line, so with process start and resource init/teardown such as ray.init), CPU seconds (in "
+          "process: the run process's between the step's start and end, from 0.5 s samples, Ray workers' not counted; multiprocess: the "
+          "step's processes') / peak RSS MB "
           "of the step's process (+ the number of its Ray worker processes, "
           "the largest one's peak, and the largest of Ray's daemons: raylet, GCS, agents; any other child "
-          "process of the step; map stages marked *).", "",
+          "process of the step; map stages marked *). In-process runs have one process, so no per-step peak "
+          "RSS (—): memory comes from the multiprocess runs, times from the in-process ones.", "",
           "| step (Dagster step key) | " + " | ".join(label(r) for r in runs) + " |",
           "|---|" + "---|" * len(runs)]
     keys = [s["step"] for s in first["steps"]]
@@ -581,7 +606,7 @@ def section(mb: int, gen: dict, runs: list[dict], encs: dict) -> str:
                 cells.append("—")
                 continue
             is_map |= bool(s.get("map"))
-            cell = f"{f(s['secs'])} s ({f(s.get('wall_secs'))}) / {f(s.get('step_mb'), '.0f')}"
+            cell = f"{f(s['secs'])} s ({f(s.get('wall_secs'))}), {f(s.get('cpu_secs'))} CPU s / {f(s.get('step_mb'), '.0f')}"
             if s.get("ray_workers") or s.get("ray_system_mb"):
                 cell += (f" (+{s['ray_workers']} workers ≤ {f(s.get('ray_worker_mb'), '.0f')}, Ray daemons ≤ "
                          f"{f(s.get('ray_system_mb'), '.0f')})")
@@ -603,51 +628,57 @@ def section(mb: int, gen: dict, runs: list[dict], encs: dict) -> str:
 
 
 def targets(results: dict[int, dict]) -> list[str]:
-    """Each figure beside issue 13's reference, as a ratio (>= 1 meets a floor, <= 1 meets a cap)."""
+    """Each figure beside issue 13's reference, as a ratio (>= 1 meets a floor, <= 1 meets a cap): times
+    from the in-process executor's runs, memory from the multiprocess ones (each line names its run)."""
     L = []
     sizes = sorted(results)
     for mb in sizes:
         res = results[mb]
         corpus_mb = res["gen"]["bytes"] / 1e6
-        by = {(r["engine"], r["workers"]): r["graph"] for r in res["runs"]}
-        for (eng, n), g in by.items():
-            enc = res["encs"].get(n, {})
+        timed = {(r["engine"], r["workers"]): r for r in pick(res["runs"], "in_process")}
+        sized = {(r["engine"], r["workers"]): r for r in pick(res["runs"], "multiprocess")}
+        for (eng, n), run in timed.items():
+            g, enc = run["graph"], res["encs"].get(n, {})
             if n == 2 and g.get("run_secs") and enc.get("secs"):
                 ratio = (corpus_mb / g["run_secs"]) / (corpus_mb / enc["secs"])
-                L.append(f"{mb} MB, {eng} ×2: whole graph {corpus_mb / g['run_secs']:.2f} MB/s ÷ raw encode "
+                L.append(f"{mb} MB, {label(run)}: whole graph {corpus_mb / g['run_secs']:.2f} MB/s ÷ raw encode "
                          f"{corpus_mb / enc['secs']:.2f} MB/s = {ratio:.2f} vs target 0.70 → {ratio / 0.7:.2f}× "
                          f"the target ({'met' if ratio >= 0.7 else 'NOT met'})")
+        for run in sized.values():
+            g = run["graph"]
             top, step = _max_step(g, "step_mb")
             worker, daemon = ray_worker_peak(g), _max_step(g, "ray_system_mb")[0]
             helpers = max((p["peak_mb"] for p in g.get("unattributed", [])), default=None)
             peak = max(x for x in (top, worker, daemon, _max_step(g, "child_mb")[0], helpers, g.get("peak_rss_mb"))
                        if x is not None)
-            L.append(f"{mb} MB, {eng} ×{n}: largest per-process peak RSS {peak:.0f} MB (step `{step}` "
+            L.append(f"{mb} MB, {label(run)}: largest per-process peak RSS {peak:.0f} MB (step `{step}` "
                      f"{f(top, '.0f')}, Ray worker {f(worker, '.0f')}, Ray daemon {f(daemon, '.0f')}, processes of no "
                      f"step {f(helpers, '.0f')}, run process {g['peak_rss_mb']:.0f}) vs cap "
                      f"1500 MB → {peak / 1500:.2f} of the cap ({'met' if peak <= 1500 else 'NOT met'})")
-        for eng in sorted({e for e, _ in by}):
-            one, two = by.get((eng, 1)), by.get((eng, 2))
+        for eng in sorted({e for e, _ in timed}):
+            r1, r2 = timed.get((eng, 1)), timed.get((eng, 2))
+            one, two = (r1 or {}).get("graph"), (r2 or {}).get("graph")
             if one and two and map_secs(one) and map_secs(two):
                 sp = map_secs(one) / map_secs(two)
                 w1, w2 = map_wall_secs(one), map_wall_secs(two)
                 wall = f"; with process start and resources {w1:.1f} s ÷ {w2:.1f} s = {w1 / w2:.2f}×" if w1 and w2 else ""
-                L.append(f"{mb} MB, {eng}: map stages {map_secs(one):.1f} s with 1 worker ÷ {map_secs(two):.1f} s "
+                L.append(f"{mb} MB, {eng} ({r1.get('executor', 'multiprocess')} runs): map stages "
+                         f"{map_secs(one):.1f} s with 1 worker ÷ {map_secs(two):.1f} s "
                          f"with 2 = {sp:.2f}× vs target 1.6× → {sp / 1.6:.2f}× the target "
                          f"({'met' if sp >= 1.6 else 'NOT met'}){wall}")
-        data = {g["outputs"].get("data_sha256") for g in by.values()}
+        data = {r["graph"]["outputs"].get("data_sha256") for r in res["runs"]}
+        fps = {r["graph"]["outputs"].get("fingerprint") for r in res["runs"]}
         L.append(f"{mb} MB: the manifest's files but mix_config.json (shards, tokenizer, review files) "
                  + ("identical in every run" if len(data) == 1 and None not in data
                     else f"DIFFER between runs: {sorted(str(x)[:12] for x in data)}")
                  + "; full fingerprints (threads and engine are not in mix_config.json, so these must agree too): "
                  + ", ".join(f"{label(r)} `{str(r['graph']['outputs'].get('fingerprint'))[:12]}`" for r in res["runs"])
-                 + (" — identical" if len({r["graph"]["outputs"].get("fingerprint") for r in res["runs"]}) == 1
-                    else " — DIFFER"))
+                 + (" — identical" if len(fps) == 1 else " — DIFFER"))
     if len(sizes) >= 2:
         lo, hi = results[sizes[0]], results[sizes[-1]]
-        for r_hi in hi["runs"]:
-            r_lo = next((r for r in lo["runs"] if (r["engine"], r["workers"]) == (r_hi["engine"], r_hi["workers"])),
-                        None)
+        for r_hi in pick(hi["runs"], "multiprocess"):
+            r_lo = next((r for r in pick(lo["runs"], "multiprocess")
+                         if (r["engine"], r["workers"]) == (r_hi["engine"], r_hi["workers"])), None)
             if r_lo is None:
                 continue
             L += growth(sizes[0], sizes[-1], r_lo, r_hi)
@@ -710,9 +741,10 @@ def main() -> None:
                     help="worker counts: engine.num_cpus, the stages' threads and RAYON_NUM_THREADS")
     ap.add_argument("--engines", nargs="+", default=["local", "ray"], choices=["local", "ray"],
                     help="engine.kind values to measure")
-    ap.add_argument("--executor", choices=["multiprocess", "in_process"], default="multiprocess",
-                    help="multiprocess: each step in its own process (per-step peak RSS; pays a process "
-                         "start per step); in_process: the demo's default (one run process)")
+    ap.add_argument("--executor", nargs="+", choices=EXECUTORS, default=list(EXECUTORS),
+                    help="in_process: the project's default executor (one run process; the whole-graph "
+                         "figure and step seconds); multiprocess: each step in its own process (per-step "
+                         "peak RSS; pays a process start per step); default both")
     ap.add_argument("--max-concurrent", type=int, default=1,
                     help="steps the multiprocess executor runs at once (1: a step's seconds are its own)")
     ap.add_argument("--quick", action="store_true",
@@ -747,17 +779,15 @@ def main() -> None:
         print(f"[{mb} MB] corpus {gen['bytes'] / 1e6:.1f} MB, {gen['docs']:,} docs, {gen['pairs']:,} pairs "
               f"({gen['secs']:.1f} s)", flush=True)
         runs = []
-        for eng in a.engines:
-            for n in a.workers:
-                run_dir = folder / f"{eng}-{n}"
-                cfg = run_spec(folder / "mix.yaml", eng, n, run_dir)
-                graph = run_child("graph", [cfg, a.max_concurrent, a.executor], n, run_dir / "graph.log",
-                                  a.executor)
-                runs.append({"engine": eng, "workers": n, "cfg": str(cfg), "graph": graph})
-                top, step = _max_step(graph, "step_mb")
-                print(f"[{mb} MB] {eng} ×{n}: graph {'published' if graph['success'] else 'FAILED'} in "
-                      f"{f(graph.get('run_secs'))} s, map stages {f(map_secs(graph))} s, largest step process "
-                      f"{f(top, '.0f')} MB ({step})", flush=True)
+        for eng, n, ex in itertools.product(a.engines, a.workers, a.executor):
+            run_dir = folder / f"{eng}-{n}-{ex}"
+            cfg = run_spec(folder / "mix.yaml", eng, n, run_dir)
+            graph = run_child("graph", [cfg, a.max_concurrent, ex], n, run_dir / "graph.log", ex)
+            runs.append({"engine": eng, "workers": n, "executor": ex, "cfg": str(cfg), "graph": graph})
+            top, step = _max_step(graph, "step_mb")
+            print(f"[{mb} MB] {label(runs[-1])}: graph {'published' if graph['success'] else 'FAILED'} in "
+                  f"{f(graph.get('run_secs'))} s, map stages {f(map_secs(graph))} s, largest step process "
+                  f"{f(top, '.0f')} MB ({step})", flush=True)
         tok = next((r["cfg"] for r in runs if r["graph"]["outputs"].get("fingerprint")), runs[0]["cfg"])
         encs = {}
         for n in a.workers:
@@ -774,8 +804,8 @@ def main() -> None:
         __doc__.split("\n\n", 2)[2].split("\n\nGates")[0]) + "\n"
     run = [f"## Run of {t_start}", "", f"    {cmd}", "",
            f"Machine: {machine()}; code at {git_rev()}; engines {', '.join(a.engines)}; workers "
-           f"{', '.join(map(str, a.workers))}; {a.executor} executor"
-           + (f", max_concurrent {a.max_concurrent}." if a.executor == "multiprocess" else "."),
+           f"{', '.join(map(str, a.workers))}; executors {', '.join(a.executor)}"
+           + (f" (multiprocess max_concurrent {a.max_concurrent})." if "multiprocess" in a.executor else "."),
            f"Load average (1/5/15 min) at start: {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f}; at end: "
            f"{load1[0]:.2f} / {load1[1]:.2f} / {load1[2]:.2f} (2 cores, shared with other work).", "",
            "Against issue 13's targets (figure, reference, ratio):", "", *[f"- {x}" for x in tgt], ""]

@@ -6,7 +6,6 @@ metadata. The logic is in `lib/audit.py`, `lib/evals.py` and `lib/contamination.
 """
 
 
-import time
 
 import dagster as dg
 
@@ -16,6 +15,7 @@ from mix_assets.config import MixSpec
 from mix_assets.lib import audit as lib
 from mix_assets.lib import contamination as ct
 from mix_assets.lib import charts, demo_corpus, evals, layout
+from mix_assets.lib import fuzzy as fuzzy_lib
 from mix_assets.lib.published_audit import denominator_problems
 from mix_assets.lib import engine as engine_lib
 from mix_assets.resources import EngineResource, MixResource
@@ -25,6 +25,7 @@ DENOMINATORS_NONEMPTY = "denominators_nonempty"
 AUDIT_ARTIFACT_SCRUBBED = "audit_artifact_scrubbed"
 ZERO_EVAL_OVERLAP = "zero_eval_overlap"
 NO_FUZZY_EVAL_OVERLAP = "no_fuzzy_eval_overlap"
+FUZZY_SECONDS = "fuzzy_match_seconds"  # contamination_report's metadata: the advisory's share of its map pass
 EVAL_REGISTRY_KEY = dg.AssetKey("eval_registry")
 CONTAMINATION_REPORT_KEY = dg.AssetKey("contamination_report")
 EXCLUSION_MASKS_KEY = dg.AssetKey("exclusion_masks")
@@ -36,8 +37,10 @@ def source_rate_check_name(source: str) -> str:
 
 def build_audit_assets(spec: MixSpec) -> list:
     """eval_registry, contamination_report (+ their checks) and zero_eval_overlap on exclusion_masks."""
-    version = code_version(ct, evals, lib, engine_lib, spec.audit.model_dump_json(exclude={"fuzzy"}))
-    fuzzy = [_no_fuzzy_eval_overlap(spec)] if spec.audit.fuzzy.enabled and spec.audit.tasks else []
+    # eval_registry and contamination_report compute the fuzzy advisory's index and matches when it is on
+    fuzzy = [_no_fuzzy_eval_overlap(spec)] if lib.fuzzy_enabled(spec) else []
+    version = code_version(ct, evals, lib, engine_lib, *((fuzzy_lib, spec.audit.model_dump_json()) if fuzzy else
+                                                         (spec.audit.model_dump_json(exclude={"fuzzy"}),)))
     return [_eval_registry(spec, version), _contamination_report(spec, version), _zero_eval_overlap(spec), *fuzzy]
 
 
@@ -104,9 +107,11 @@ def _contamination_report(spec: MixSpec, version: str) -> dg.AssetsDefinition:
         inputs = verified_inputs(storage, "contamination_report",
                                  ["eval_registry", *(raw_name(x.name) for x in s.sources)])
         scan, report = lib.write_contamination_report(storage, s, engine.engine, log=context.log)
-        lin = recorded(storage, "contamination_report", [layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS],
-                       inputs)
+        lin = recorded(storage, "contamination_report", [layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS,
+                                                          *(scan.fuzzy.outputs if scan.fuzzy else [])], inputs)
         metadata = md.contamination_report(storage, layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS, scan, report)
+        if scan.fuzzy:  # no_fuzzy_eval_overlap reports it as its elapsed_seconds
+            metadata[FUZZY_SECONDS] = md.seconds(scan.fuzzy.seconds)
         context.log.info(f"scanned {report['docs_scanned']} docs: {report['contaminated_docs']} contaminated, "
                          f"overlap_total {scan.tally.overlap_total}")
         scrubbed = _scrub_result(context, storage, metadata, s.audit.scrub_words)
@@ -199,22 +204,24 @@ def _no_fuzzy_eval_overlap(spec: MixSpec):
         asset=CONTAMINATION_REPORT_KEY,
         name=NO_FUZZY_EVAL_OVERLAP,
         blocking=False,
-        additional_deps=[*(raw_key(s.name) for s in spec.sources)],
-        resource_defs={"engine": EngineResource.from_spec(spec)},  # every engine writes the same bytes
+        additional_deps=[EVAL_REGISTRY_KEY],
         description=f"Advisory (WARN, excludes nothing): no document the 13-gram audit let through holds a near "
                     f"copy of an eval item (Jaccard >= {f.threshold} with an equal-length window, "
                     f"{f.shingle}-word shingles).",
     )
-    def no_fuzzy_eval_overlap(context: dg.AssetCheckExecutionContext, mix: MixResource,
-                              engine: EngineResource) -> dg.AssetCheckResult:
-        """Near copies of eval items (one or two words changed) that the exact 13-gram audit misses."""
+    def no_fuzzy_eval_overlap(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
+        """Near copies of eval items (one or two words changed) that the exact 13-gram audit misses.
+
+        contamination_report's map pass matched them (against eval_registry's fuzzy index); read here."""
         st, s = mix.storage, mix.spec
-        inputs = verified_inputs(st, NO_FUZZY_EVAL_OVERLAP,
-                                 ["contamination_report", *(raw_name(x.name) for x in s.sources)])
-        t0 = time.perf_counter()
-        got = lib.write_fuzzy_report(st, s, engine.engine, log=context.log)
-        recorded(st, NO_FUZZY_EVAL_OVERLAP, got.files, inputs)
-        metadata = md.fuzzy_contamination(st, layout.FUZZY_REPORT, layout.FUZZY_DOCS, got, time.perf_counter() - t0)
+        verified_inputs(st, NO_FUZZY_EVAL_OVERLAP, ["contamination_report", "eval_registry"])
+        try:
+            got = lib.read_fuzzy_report(st, s)
+        except lib.AuditInputError as e:
+            raise dg.Failure(description=str(e), allow_retries=False) from None
+        ev = context.instance.get_latest_materialization_event(CONTAMINATION_REPORT_KEY)
+        secs = ev.asset_materialization.metadata.get(FUZZY_SECONDS) if ev and ev.asset_materialization else None
+        metadata = md.fuzzy_contamination(st, layout.FUZZY_REPORT, layout.FUZZY_DOCS, got, secs.value if secs else 0.0)
         leaks = _own_leaks(st, got.files, metadata, s.audit.scrub_words)
         n = got.report["fuzzy_only_docs"]
         return dg.AssetCheckResult(

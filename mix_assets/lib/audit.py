@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import threading
+import time
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
@@ -21,6 +22,7 @@ import pyarrow.parquet as pq
 from mix_assets.config import HubDataset, MixSpec
 from mix_assets.lib import contamination as ct
 from mix_assets.lib import engine, evals, fuzzy, layout, tables
+from mix_assets.lib import textkeys as tk
 from mix_assets.lib.progress import Progress
 from mix_assets.lib.storage import Storage
 
@@ -36,6 +38,7 @@ class TaskReference:
     scrub: np.ndarray  # hashed scrub_words-word runs of its items
     denominators: dict  # rows, items, n-grams, min_rows ... (what a report prints beside its counts)
     details: dict  # dataset id, fields and the remaining counts the registry file records
+    words: tuple | None = None  # the items' word hashes and offsets, when asked for (the fuzzy index's input)
 
 
 def dataset_id(ds) -> str:
@@ -44,12 +47,13 @@ def dataset_id(ds) -> str:
     return f"local:{ds.path}"
 
 
-def task_references(spec: MixSpec) -> Iterator[TaskReference]:
+def task_references(spec: MixSpec, keep_words: bool = False) -> Iterator[TaskReference]:
     """Each task's audit splits hashed (test splits refused by lib/evals); item text dropped after."""
     audit = spec.audit
     for task in audit.tasks:
         items = evals.load_task_items(task, spec.base_dir)
-        tn = ct.task_ngrams(items.items, audit.ngram, audit.short_item_min_words)
+        tn = ct.task_ngrams(items.items, audit.ngram, audit.short_item_min_words, scrub_k=audit.scrub_words,
+                            keep_words=keep_words)
         denominators = {
             "audit_splits": list(task.audit_splits),
             "scored_split": task.scored_split,
@@ -66,7 +70,7 @@ def task_references(spec: MixSpec) -> Iterator[TaskReference]:
         }
         details = {"dataset": dataset_id(task.dataset), "fields": list(task.fields),
                    "empty_fields": items.empty_fields, "empty_items": tn.empty_items}
-        yield TaskReference(task.name, tn, ct.scrub_ngrams(items.items, audit.scrub_words), denominators, details)
+        yield TaskReference(task.name, tn, tn.scrub, denominators, details, tn.words)
 
 
 def merged_scrub(scrub: list[np.ndarray]) -> np.ndarray:
@@ -101,11 +105,20 @@ class RegistryWritten:
         return [{"task": t, **{c: m.get(c, 0) for c in cols}} for t, m in self.tasks.items()]
 
 
+def fuzzy_enabled(spec: MixSpec) -> bool:
+    """The fuzzy advisory runs (and eval_registry writes its index) when enabled and there are tasks."""
+    return spec.audit.fuzzy.enabled and bool(spec.audit.tasks)
+
+
 def write_registry(storage, spec: MixSpec, log=None) -> RegistryWritten:
-    """Hash every task and write its n-grams, short items, the merged scrub set and eval_registry.json."""
+    """Hash every task and write its n-grams, short items, the merged scrub set and eval_registry.json;
+    with the fuzzy advisory on, its item index too (built here, from the items read once, for every
+    contamination_report map task to load)."""
     audit = spec.audit
-    tasks, scrub = {}, []
-    for ref in task_references(spec):
+    tasks, scrub, words = {}, [], {}
+    for ref in task_references(spec, keep_words=fuzzy_enabled(spec)):
+        if ref.words is not None:
+            words[ref.name] = ref.words
         blob = npy_bytes(ref.ngrams.hashes)
         storage.write_bytes(layout.EVAL_NGRAMS.format(task=ref.name), blob)
         storage.write_bytes(layout.EVAL_SHORT_ITEMS.format(task=ref.name), npy_bytes(ref.ngrams.short))
@@ -132,6 +145,8 @@ def write_registry(storage, spec: MixSpec, log=None) -> RegistryWritten:
     files = [layout.EVAL_REGISTRY, layout.EVAL_SCRUB_NGRAMS]
     for name in tasks:
         files += [layout.EVAL_NGRAMS.format(task=name), layout.EVAL_SHORT_ITEMS.format(task=name)]
+    if fuzzy_enabled(spec):
+        files += write_fuzzy_index(storage, spec, words)
     return RegistryWritten(tasks, files)
 
 
@@ -201,43 +216,82 @@ def registry_at(loc: RegistryLocation) -> ct.Registry:
 
 @dataclass
 class ScannedChunk:
-    """Per-document overlap counts of one row range (no text)."""
+    """Per-document overlap counts of one row range and, with a fuzzy index, its verified fuzzy matches
+    (no text)."""
 
     doc_ids: list
     counts: np.ndarray  # int64 (n_docs, n_tasks)
     text_bytes: int
+    fuzzy: fuzzy.Matches | None = None  # doc = row in the range
+    fuzzy_seconds: float = 0.0  # spent matching against the fuzzy index (past the shared normalisation)
 
 
-def scan_chunk(rows: engine.RowRange, registry: RegistryLocation, threads: int = 1) -> ScannedChunk:
-    """The map work of the scan: read the rows, count each document's n-grams in the registry (pure)."""
+def _scan_batch(reg: ct.Registry, index: fuzzy.Index | None, texts) -> tuple:
+    """(13-gram counts, fuzzy matches or None, seconds of the fuzzy match) of a batch, normalised once."""
+    h, off = tk.word_hashes(tk.words(texts))
+    counts = reg.scan_word_hashes(h, off)
+    if index is None:
+        return counts, None, 0.0
+    t0 = time.perf_counter()
+    return counts, fuzzy.scan_word_hashes(index, h, off), time.perf_counter() - t0
+
+
+def scan_chunk(rows: engine.RowRange, registry: RegistryLocation, threads: int = 1,
+               fuzzy_index: RegistryLocation | None = None) -> ScannedChunk:
+    """The map work of the scan: read the rows, normalise each batch once, count each document's n-grams
+    in the registry and, with `fuzzy_index`, match it against the fuzzy advisory's index (pure)."""
     reg = registry_at(registry)
+    index = _loaded(fuzzy_index, load_fuzzy_index) if fuzzy_index is not None else None
     t = engine.read_rows(rows, ["doc_id", "text"])
     text = t.column("text").combine_chunks() if t.num_rows else pa.array([], pa.string())
-    batches = [text.slice(i, SCAN_BATCH_ROWS) for i in range(0, len(text), SCAN_BATCH_ROWS)]
-    counts = list(reg.scan_batches(batches, threads=threads))
-    return ScannedChunk(t.column("doc_id").to_pylist(),
-                        np.concatenate(counts) if counts else np.zeros((0, len(reg.tasks)), np.int64),
-                        int(pc.sum(pc.binary_length(text)).as_py() or 0))
+    starts = range(0, len(text), SCAN_BATCH_ROWS)
+    got = list(ct.ordered_map(functools.partial(_scan_batch, reg, index),
+                              [text.slice(i, SCAN_BATCH_ROWS) for i in starts], threads))
+    counts = [g[0] for g in got]
+    out = ScannedChunk(t.column("doc_id").to_pylist(),
+                       np.concatenate(counts) if counts else np.zeros((0, len(reg.tasks)), np.int64),
+                       int(pc.sum(pc.binary_length(text)).as_py() or 0))
+    if index is not None:
+        parts = [fuzzy.Matches(m.doc + i, m.item, m.jaccard) for i, (_, m, _) in zip(starts, got)]
+        out.fuzzy = fuzzy.Matches(*(np.concatenate([getattr(p, f) for p in parts])
+                                    for f in ("doc", "item", "jaccard"))) if parts else fuzzy.Matches.empty()
+        out.fuzzy_seconds = sum(g[2] for g in got)
+    return out
+
+
+@dataclass
+class SourcesScanned:
+    tally: ct.Tally
+    fuzzy: fuzzy.Tally | None = None  # with a fuzzy index: its verified matches per source
+    fuzzy_seconds: float = 0.0  # summed over the map tasks
 
 
 def scan_sources(storage, sources: Iterable[str], eng: engine.Engine = engine.Engine(), threads: int = 2,
-                 log=None, label: str = "contamination scan") -> ct.Tally:
-    """Scan every source's documents against the registry.
+                 log=None, label: str = "contamination scan",
+                 fuzzy_index: RegistryLocation | None = None) -> SourcesScanned:
+    """Scan every source's documents against the registry (and the fuzzy index at `fuzzy_index`).
 
     Map: `scan_chunk` over `eng.chunk_rows` row ranges on `eng` (in process or Ray tasks); gathered in
     chunk order into one Tally, so the counts and hits do not depend on the engine or the chunk size."""
     loc = RegistryLocation.of(storage)
     reg = registry_at(loc)  # loaded here once: the in-process engine's tasks reuse it
+    index = _loaded(fuzzy_index, load_fuzzy_index) if fuzzy_index is not None else None
     inner = 1 if eng.kind == "ray" or eng.num_cpus > 1 else threads
-    tally = ct.Tally(tasks=reg.tasks)
+    out = SourcesScanned(ct.Tally(tasks=reg.tasks), fuzzy.Tally(index.tasks) if index is not None else None)
     sources = list(sources)
     for s in sources:
-        tally.add(s, [], np.zeros((0, len(reg.tasks)), np.int64))  # a source with no docs still reports
-    fn = functools.partial(scan_chunk, registry=loc, threads=inner)
+        out.tally.add(s, [], np.zeros((0, len(reg.tasks)), np.int64))  # a source with no docs still reports
+        if index is not None:
+            out.fuzzy.add(s, [], fuzzy.Matches.empty(), index.item_task)
+    fn = functools.partial(scan_chunk, registry=loc, threads=inner, fuzzy_index=fuzzy_index)
+    near = (lambda: f"; {len(out.fuzzy.hits):,} near an eval item") if index is not None else (lambda: "")
     for s, got in _map_sources(storage, sources, eng, fn, log, label,
-                               lambda: f"{sum(tally.contaminated.values()):,} contaminated"):
-        tally.add(s, got.doc_ids, got.counts)
-    return tally
+                               lambda: f"{sum(out.tally.contaminated.values()):,} contaminated{near()}"):
+        out.tally.add(s, got.doc_ids, got.counts)
+        if index is not None:
+            out.fuzzy.add(s, got.doc_ids, got.fuzzy, index.item_task)
+            out.fuzzy_seconds += got.fuzzy_seconds
+    return out
 
 
 def _map_sources(storage, sources: list[str], eng: engine.Engine, fn, log, label: str, summary) -> Iterator:
@@ -267,6 +321,7 @@ class Scan:
     registry_bytes: int
     masked_docs: int = 0  # documents left out of the scan (the exclusion masks)
     contaminated: pa.Table | None = None  # the contaminated doc ids written (contamination_report only)
+    fuzzy: "FuzzyWritten | None" = None  # the fuzzy advisory's outputs (contamination_report, fuzzy on)
 
     def rows(self) -> list[dict]:
         return [{**r, "registry_ngrams": self.registry_ngrams[r["task"]]} for r in self.tally.rows()]
@@ -280,10 +335,16 @@ REPORT_DENOMINATORS = ("rows", "empty_rows", "strings", "items", "ngrams", "shor
 
 def write_contamination_report(storage, spec: MixSpec, eng: engine.Engine = engine.Engine(),
                                log=None) -> tuple[Scan, dict]:
-    """Scan every source on `eng`, write the report JSON and the contaminated doc ids; (scan, report)."""
-    reg, meta = load_registry(storage)
-    tally = scan_sources(storage, [s.name for s in spec.sources], eng, spec.audit.threads, log=log,
-                         label="contamination_report")
+    """Scan every source on `eng`, write the report JSON and the contaminated doc ids; (scan, report).
+
+    With the fuzzy advisory on, the same map pass matches eval_registry's fuzzy index too, and the
+    advisory's report and matched doc ids are written here for no_fuzzy_eval_overlap to read."""
+    meta = json.loads(storage.read_text(layout.EVAL_REGISTRY))
+    reg = registry_at(RegistryLocation.of(storage))  # built once: scan_sources' tasks reuse it
+    floc = RegistryLocation.at(storage, fuzzy_index_keys()) if fuzzy_enabled(spec) else None
+    scanned = scan_sources(storage, [s.name for s in spec.sources], eng, spec.audit.threads, log=log,
+                           label="contamination_report", fuzzy_index=floc)
+    tally = scanned.tally
     denominators = {t: {k: m[k] for k in REPORT_DENOMINATORS if k in m} for t, m in meta["tasks"].items()}
     report = tally.report(spec.audit.ngram, denominators)
     storage.write_text(layout.CONTAMINATION_REPORT, json.dumps(report, indent=1, sort_keys=True))
@@ -298,7 +359,9 @@ def write_contamination_report(storage, spec: MixSpec, eng: engine.Engine = engi
     with storage.writing(layout.CONTAMINATED_DOCS) as tmp:
         pq.write_table(table, tmp)
     ngrams = {t: d["ngrams"] for t, d in denominators.items()}
-    return Scan(tally, ngrams, reg.nbytes, contaminated=table), report
+    fz = None if floc is None else _write_fuzzy(storage, scanned, set(table.column("doc_id").to_pylist()),
+                                                  _loaded(floc, load_fuzzy_index))
+    return Scan(tally, ngrams, reg.nbytes, contaminated=table, fuzzy=fz), report
 
 
 class AuditInputError(ValueError):
@@ -355,16 +418,18 @@ def fuzzy_params(spec: MixSpec) -> fuzzy.Params:
                         min_words=spec.audit.short_item_min_words)
 
 
-def write_fuzzy_index(storage, spec: MixSpec) -> list[str]:
-    """Index every task's items (the registry's loader: test splits refused); the storage keys written."""
-    items = {t.name: evals.load_task_items(t, spec.base_dir).items for t in spec.audit.tasks}
-    index = fuzzy.build_index(items, fuzzy_params(spec))
-    keys = []
+def fuzzy_index_keys() -> list[str]:
+    return [layout.FUZZY_INDEX_META, *(layout.FUZZY_INDEX.format(name=n) for n in fuzzy.INDEX_ARRAYS)]
+
+
+def write_fuzzy_index(storage, spec: MixSpec, words: dict[str, tuple]) -> list[str]:
+    """Index every task's items from their word hashes (`task_references(spec, keep_words=True)`, the
+    registry's pass); the storage keys written."""
+    index = fuzzy.build_index_from_words(words, fuzzy_params(spec))
     for name, a in index.arrays().items():
-        keys.append(layout.FUZZY_INDEX.format(name=name))
-        storage.write_bytes(keys[-1], npy_bytes(a))
+        storage.write_bytes(layout.FUZZY_INDEX.format(name=name), npy_bytes(a))
     storage.write_text(layout.FUZZY_INDEX_META, fuzzy.dumps(index.meta()))
-    return [layout.FUZZY_INDEX_META, *keys]
+    return fuzzy_index_keys()
 
 
 def load_fuzzy_index(storage) -> fuzzy.Index:
@@ -374,53 +439,38 @@ def load_fuzzy_index(storage) -> fuzzy.Index:
 
 
 @dataclass
-class FuzzyChunk:
-    """Verified fuzzy matches of one row range (no text)."""
-
-    doc_ids: list
-    matches: fuzzy.Matches
-    text_bytes: int
-
-
-def fuzzy_chunk(rows: engine.RowRange, index: RegistryLocation) -> FuzzyChunk:
-    """The map work of the fuzzy scan: read the rows, match each batch against the index (pure)."""
-    idx = _loaded(index, load_fuzzy_index)
-    t = engine.read_rows(rows, ["doc_id", "text"])
-    text = t.column("text").combine_chunks() if t.num_rows else pa.array([], pa.string())
-    parts = []
-    for i in range(0, len(text), SCAN_BATCH_ROWS):
-        m = fuzzy.scan_texts(idx, text.slice(i, SCAN_BATCH_ROWS))
-        parts.append(fuzzy.Matches(m.doc + i, m.item, m.jaccard))
-    m = fuzzy.Matches(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("doc", "item", "jaccard"))) \
-        if parts else fuzzy.Matches.empty()
-    return FuzzyChunk(t.column("doc_id").to_pylist(), m, int(pc.sum(pc.binary_length(text)).as_py() or 0))
-
-
-@dataclass
 class FuzzyWritten:
     report: dict
     docs: pa.Table
     files: list[str]  # the index files, the report, the matched doc ids
+    seconds: float = 0.0  # the fuzzy match's share of contamination_report's map pass
+
+    @property
+    def outputs(self) -> list[str]:
+        """What contamination_report writes for the advisory (the index is eval_registry's)."""
+        return [layout.FUZZY_REPORT, layout.FUZZY_DOCS]
 
 
-def write_fuzzy_report(storage, spec: MixSpec, eng: engine.Engine = engine.Engine(), log=None) -> FuzzyWritten:
-    """Index the items, scan every source on `eng`, write the report JSON and the matched doc ids.
-
-    `exact_hit` / `fuzzy_only_docs` compare with contamination_report's contaminated doc ids."""
-    files = write_fuzzy_index(storage, spec)
-    loc = RegistryLocation.at(storage, files)
-    index = _loaded(loc, load_fuzzy_index)
-    exact = set(tables.read_parquet(storage, layout.CONTAMINATED_DOCS).column("doc_id").to_pylist())
-    tally = fuzzy.Tally(index.tasks)
-    sources = [s.name for s in spec.sources]
-    for s in sources:
-        tally.add(s, [], fuzzy.Matches.empty(), index.item_task)
-    fn = functools.partial(fuzzy_chunk, index=loc)
-    for s, got in _map_sources(storage, sources, eng, fn, log, "fuzzy contamination",
-                               lambda: f"{len(tally.hits):,} near an eval item"):
-        tally.add(s, got.doc_ids, got.matches, index.item_task)
-    report, docs = tally.report(exact, index.denominators, index.params), tally.table(exact)
+def _write_fuzzy(storage, scanned: SourcesScanned, exact: set[str], index: fuzzy.Index) -> FuzzyWritten:
+    """The advisory's report JSON and matched doc ids; `exact_hit` / `fuzzy_only_docs` against `exact`
+    (contamination_report's contaminated doc ids)."""
+    report, docs = scanned.fuzzy.report(exact, index.denominators, index.params), scanned.fuzzy.table(exact)
     storage.write_text(layout.FUZZY_REPORT, fuzzy.dumps(report))
     with storage.writing(layout.FUZZY_DOCS) as tmp:
         pq.write_table(docs, tmp)
-    return FuzzyWritten(report, docs, [*files, layout.FUZZY_REPORT, layout.FUZZY_DOCS])
+    return FuzzyWritten(report, docs, [*fuzzy_index_keys(), layout.FUZZY_REPORT, layout.FUZZY_DOCS],
+                        scanned.fuzzy_seconds)
+
+
+def read_fuzzy_report(storage, spec: MixSpec) -> FuzzyWritten:
+    """The advisory's outputs contamination_report wrote; AuditInputError when they are absent or were
+    computed with other fuzzy settings than `spec`'s (the message names the file and field)."""
+    if not storage.exists(layout.FUZZY_REPORT):
+        raise AuditInputError(f"{storage.uri(layout.FUZZY_REPORT)}: missing; re-materialise eval_registry and "
+                              "contamination_report with audit.fuzzy enabled")
+    report = json.loads(storage.read_text(layout.FUZZY_REPORT))
+    if report.get("params") != fuzzy_params(spec).__dict__:
+        raise AuditInputError(f"{storage.uri(layout.FUZZY_REPORT)}: params {report.get('params')} differ from the "
+                              f"config's audit.fuzzy; re-materialise eval_registry and contamination_report")
+    docs = tables.read_parquet(storage, layout.FUZZY_DOCS)
+    return FuzzyWritten(report, docs, [*fuzzy_index_keys(), layout.FUZZY_REPORT, layout.FUZZY_DOCS])

@@ -129,18 +129,24 @@ class TaskNgrams:
     short_items: int  # items with short_item_min_words <= words < n: one whole-item n-gram each
     short_items_unmatched: int  # items with fewer words than short_item_min_words: not matchable
     empty_items: int  # items that normalise to no words
+    scrub: np.ndarray | None = None  # with scrub_k: `scrub_ngrams(items, scrub_k)`, from the same normalisation
+    words: tuple[np.ndarray, np.ndarray] | None = None  # with keep_words: the items' word hashes and offsets
 
 
 def task_ngrams(
-    items: Sequence[str], n: int = 13, short_item_min_words: int = 8, chunk: int = 4096
+    items: Sequence[str], n: int = 13, short_item_min_words: int = 8, chunk: int = 4096,
+    scrub_k: int | None = None, keep_words: bool = False,
 ) -> TaskNgrams:
-    """Hashed n-grams of reference items, with the whole-item rule for short items.
+    """Hashed n-grams of reference items, with the whole-item rule for short items (and, with
+    `scrub_k`, their scrub set: the items are normalised and their words hashed once for both; with
+    `keep_words`, those word hashes, `textkeys.word_hashes` of all the items).
 
     Items are processed `chunk` at a time, which bounds the Arrow buffers of the normalisation.
     """
-    parts = [_task_ngrams(items[i : i + chunk], n, short_item_min_words) for i in range(0, len(items), chunk)]
+    parts = [_task_ngrams(items[i : i + chunk], n, short_item_min_words, scrub_k, keep_words)
+             for i in range(0, len(items), chunk)]
     if not parts:
-        parts = [_task_ngrams([], n, short_item_min_words)]
+        parts = [_task_ngrams([], n, short_item_min_words, scrub_k, keep_words)]
     hashes = sorted_unique(np.concatenate([p.hashes for p in parts]))
     short = np.concatenate([p.short for p in parts])
     return TaskNgrams(
@@ -151,10 +157,20 @@ def task_ngrams(
         short_items=sum(p.short_items for p in parts),
         short_items_unmatched=sum(p.short_items_unmatched for p in parts),
         empty_items=sum(p.empty_items for p in parts),
+        scrub=None if scrub_k is None else sorted_unique(np.concatenate([p.scrub for p in parts])),
+        words=_joined([p.words for p in parts]) if keep_words else None,
     )
 
 
-def _task_ngrams(items: Sequence[str], n: int, short_item_min_words: int) -> TaskNgrams:
+def _joined(words: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Consecutive batches' (word hashes, offsets) as one."""
+    ends = np.cumsum([0] + [len(h) for h, _ in words])
+    off = np.concatenate([[0]] + [o[1:] + e for (_, o), e in zip(words, ends)]).astype(np.int64)
+    return np.concatenate([h for h, _ in words]).astype(np.uint64, copy=False), off
+
+
+def _task_ngrams(items: Sequence[str], n: int, short_item_min_words: int, scrub_k: int | None = None,
+                 keep_words: bool = False) -> TaskNgrams:
     wl = tk.words(pa.array(list(items), pa.large_string()))
     h, off = tk.word_hashes(wl)
     lens = np.diff(off)
@@ -181,6 +197,8 @@ def _task_ngrams(items: Sequence[str], n: int, short_item_min_words: int) -> Tas
         short_items=int(matched.sum()),
         short_items_unmatched=int(unmatched.sum()),
         empty_items=int((lens == 0).sum()),
+        scrub=None if scrub_k is None else _runs(h, off, scrub_k),
+        words=(h, off) if keep_words else None,
     )
 
 
@@ -188,10 +206,11 @@ def scrub_ngrams(items: Sequence[str], k: int = 8) -> np.ndarray:
     """Sorted unique hashes of every k-word run of the items (for the scrub check)."""
     if not items:
         return np.zeros(0, np.uint64)
-    wl = tk.words(pa.array(list(items), pa.large_string()))
-    h, off = tk.word_hashes(wl)
-    g, _ = tk.ngram_hashes(h, off, k, short="drop")
-    return sorted_unique(g)
+    return sorted_unique(_runs(*tk.word_hashes(tk.words(pa.array(list(items), pa.large_string()))), k))
+
+
+def _runs(h: np.ndarray, off: np.ndarray, k: int) -> np.ndarray:
+    return tk.ngram_hashes(h, off, k, short="drop")[0].astype(np.uint64, copy=False)
 
 
 class _Bitmap:
@@ -229,6 +248,7 @@ class Registry:
     short_member: np.ndarray  # bool (len(short_first), len(tasks))
     short_min: int
     bitmap: _Bitmap = field(repr=False, default=None)
+    short_bitmap: _Bitmap = field(repr=False, default=None)  # over short_first: most windows start no short item
 
     @classmethod
     def build(
@@ -252,14 +272,14 @@ class Registry:
             short_member=smember,
             short_min=short_min,
         )
-        reg.bitmap = _Bitmap(keys)
+        reg.bitmap, reg.short_bitmap = _Bitmap(keys), _Bitmap(reg.short_first)
         return reg
 
     @property
     def nbytes(self) -> int:
         """Memory held by the registry for scanning."""
         arrays = (self.keys, self.member, self.short_first, self.short_len, self.short_whole, self.short_member)
-        return int(sum(a.nbytes for a in arrays) + self.bitmap.nbytes)
+        return int(sum(a.nbytes for a in arrays) + self.bitmap.nbytes + self.short_bitmap.nbytes)
 
     def scan_word_hashes(self, h: np.ndarray, off: np.ndarray) -> np.ndarray:
         """int64 (n_docs, n_tasks): overlapping n-gram windows per document and task."""
@@ -282,12 +302,13 @@ class Registry:
             # A short item matches where its first `short_min` words match and then its whole
             # window does; all short items sharing those first words are tried.
             v = pre.all_windows(self.short_min)
-            lo = np.searchsorted(self.short_first, v, side="left")
-            hi = np.searchsorted(self.short_first, v, side="right")
-            start = np.flatnonzero(hi > lo)
-            reps = (hi - lo)[start]
+            cand = self.short_bitmap.candidates(v)
+            lo = np.searchsorted(self.short_first, v[cand], side="left")
+            hi = np.searchsorted(self.short_first, v[cand], side="right")
+            some = np.flatnonzero(hi > lo)
+            start, reps, lo = cand[some], (hi - lo)[some], lo[some]
             pos = np.repeat(start, reps)
-            entry = np.repeat(lo[start] - np.cumsum(reps) + reps, reps) + np.arange(reps.sum())
+            entry = np.repeat(lo - np.cumsum(reps) + reps, reps) + np.arange(reps.sum())
             length = self.short_len[entry]
             fits = pre.inside(pos, length) if pos.size else np.zeros(0, bool)
             pos, entry, length = pos[fits], entry[fits], length[fits]
@@ -308,18 +329,23 @@ class Registry:
 
     def scan_batches(self, batches: Iterable, threads: int = 2) -> Iterator[np.ndarray]:
         """Counts per batch, in input order, scanning up to `threads` batches at a time."""
-        if threads <= 1:
-            for b in batches:
-                yield self.scan_texts(b)
-            return
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            window: deque = deque()
-            for b in batches:
-                window.append(pool.submit(self.scan_texts, b))
-                if len(window) > threads:
-                    yield window.popleft().result()
-            while window:
+        return ordered_map(self.scan_texts, batches, threads)
+
+
+def ordered_map(fn, items: Iterable, threads: int = 2) -> Iterator:
+    """fn(item) for every item, in input order, up to `threads` at a time (numpy and Arrow release the GIL)."""
+    if threads <= 1:
+        for b in items:
+            yield fn(b)
+        return
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        window: deque = deque()
+        for b in items:
+            window.append(pool.submit(fn, b))
+            if len(window) > threads:
                 yield window.popleft().result()
+        while window:
+            yield window.popleft().result()
 
 
 def _union(arrays: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -124,16 +124,24 @@ def _argmin_postings(sh: np.ndarray, off: np.ndarray, a: np.ndarray, b: np.ndarr
 
 def build_index(task_items: dict[str, list[str]], params: Params = Params()) -> Index:
     """The index of every task's items (item text is dropped once hashed)."""
+    return build_index_from_words({name: tk.word_hashes(tk.words(pa.array(list(items), pa.large_string())))
+                                   for name, items in task_items.items()}, params)
+
+
+def build_index_from_words(task_words: dict[str, tuple[np.ndarray, np.ndarray]], params: Params = Params()) -> Index:
+    """`build_index` from each task's items as normalised word hashes and offsets (`textkeys.word_hashes`),
+    e.g. those the eval registry computed from the same items."""
     k = params.shingle
-    tasks, parts, item_task, den = list(task_items), [], [], {}
-    for t, (name, items) in enumerate(task_items.items()):
-        sh, off, nwords = _shingles(pa.array(list(items), pa.large_string()), k)
+    tasks, parts, item_task, den = list(task_words), [], [], {}
+    for t, (name, (h, woff)) in enumerate(task_words.items()):
+        sh, off = tk.ngram_hashes(h, woff, k, short="whole")
+        nwords = np.diff(woff)
         long_enough = nwords >= max(params.min_words, 1)
         sel = np.flatnonzero(long_enough)
         lens = np.diff(off)[sel]
         parts.append((sh[np.repeat(long_enough, np.diff(off))], lens))
         item_task.append(np.full(sel.size, t, np.int32))
-        den[name] = {"items": len(items), "items_indexed": int(sel.size),
+        den[name] = {"items": len(nwords), "items_indexed": int(sel.size),
                      "items_too_short": int((nwords > 0).sum() - sel.size), "items_empty": int((nwords == 0).sum())}
     lens = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
     raw_off = np.zeros(len(lens) + 1, np.int64)
@@ -199,15 +207,15 @@ def candidates(index: Index, sh: np.ndarray, soff: np.ndarray) -> tuple[np.ndarr
     hit = index.rep_keys[idx] == sh[cand]
     pos, r = cand[hit], idx[hit]
     n = index.post_off[r + 1] - index.post_off[r]
+    doc_end = np.repeat(soff[1:][np.searchsorted(soff, pos, side="right") - 1], n)  # per hit, then per posting
     pos = np.repeat(pos, n)
     at = np.repeat(index.post_off[r] - np.cumsum(n) + n, n) + np.arange(n.sum())
     item, weight = index.post_item[at].astype(np.int64), index.post_weight[at].astype(np.int64)
     span = np.int64(len(sh) + 1)
     key = item * span + pos
-    order = np.argsort(key, kind="stable")
-    key, pos, item, weight = key[order], pos[order], item[order], weight[order]
+    order = np.argsort(key)  # keys are distinct (a shingle's postings name an item once): any sort is stable
+    key, pos, item, weight, doc_end = key[order], pos[order], item[order], weight[order], doc_end[order]
     csum = np.concatenate([[0], np.cumsum(weight)])
-    doc_end = soff[1:][np.searchsorted(soff, pos, side="right") - 1]
     m = np.diff(index.item_off)[item]
     end = np.searchsorted(key, item * span + np.minimum(pos + m, doc_end))
     count = csum[end] - csum[np.arange(len(key))]
@@ -241,7 +249,13 @@ def best_jaccard(index: Index, sh: np.ndarray, soff: np.ndarray, pos: int, item:
 
 def scan_texts(index: Index, texts) -> Matches:
     """Verified matches (J >= threshold) of a batch of document texts."""
-    sh, soff, _ = _shingles(texts, index.params.shingle)
+    return scan_word_hashes(index, *tk.word_hashes(tk.words(texts)))
+
+
+def scan_word_hashes(index: Index, h: np.ndarray, off: np.ndarray) -> Matches:
+    """`scan_texts` from the batch's normalised word hashes (`textkeys.word_hashes`), as the 13-gram scan
+    has them: one normalisation of the text serves both scans."""
+    sh, soff = tk.ngram_hashes(h, off, index.params.shingle, short="whole")
     pos, item = candidates(index, sh, soff)
     if not pos.size:
         return Matches.empty()

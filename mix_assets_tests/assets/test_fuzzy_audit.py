@@ -4,9 +4,11 @@ import json
 
 import dagster as dg
 import pyarrow.parquet as pq
+import pytest
 
 from mix_assets.assets import audit as A
-from mix_assets.lib import layout
+from mix_assets.lib import audit as audit_lib
+from mix_assets.lib import layout, lineage
 from mix_assets.lib.manifest_builder import review_config_json
 from mix_assets_tests.assets.test_audit import checks, run
 from mix_assets_tests.support.audit_fixtures import NEAR_COPY, Res, make_corpus, make_spec
@@ -43,10 +45,26 @@ def test_a_one_word_edit_the_13gram_audit_misses_warns_and_blocks_nothing(tmp_pa
 
 
 def test_without_near_copies_the_advisory_passes(tmp_path):
-    ev = checks(run(make_spec(tmp_path), make_corpus()))
-    fz = ev[A.NO_FUZZY_EVAL_OVERLAP]
+    spec = make_spec(tmp_path)
+    result = run(spec, make_corpus())
+    fz = checks(result)[A.NO_FUZZY_EVAL_OVERLAP]
     assert fz.passed and "all flagged by the 13-gram audit" in fz.description
     assert fz.metadata["matched_docs"].value == 4 and fz.metadata["indexed_items"].value == 7
+    # one pass: eval_registry builds the item index once, contamination_report's map pass matches it
+    storage = Res(spec).storage
+    assert layout.FUZZY_INDEX_META in lineage.read_record(storage, "eval_registry")["outputs"]
+    assert layout.FUZZY_DOCS in lineage.read_record(storage, "contamination_report")["outputs"]
+    report = next(e.materialization for e in result.get_asset_materialization_events()
+                  if e.asset_key == A.CONTAMINATION_REPORT_KEY)  # the fuzzy match's share of that pass:
+    assert fz.metadata["elapsed_seconds"].value == report.metadata[A.FUZZY_SECONDS].value
+
+
+def test_the_check_refuses_a_fuzzy_report_from_other_settings(tmp_path):
+    spec = make_spec(tmp_path)
+    run(spec, make_corpus())
+    other = make_spec(tmp_path, fuzzy={"threshold": 0.7})
+    with pytest.raises(audit_lib.AuditInputError, match="fuzzy_contamination.json: params .* differ"):
+        audit_lib.read_fuzzy_report(Res(other).storage, other)
 
 
 def test_disabled_there_is_no_check_and_the_review_config_never_holds_it(tmp_path):

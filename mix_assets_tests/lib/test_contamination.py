@@ -100,3 +100,24 @@ def test_bitmap_prefilter_has_no_false_negatives(n_keys):
     keys = np.unique(np.random.default_rng(n_keys).integers(0, 2**64 - 1, n_keys, dtype=np.uint64))
     bm = ct._Bitmap(keys)
     assert bm.candidates(keys).size == keys.size
+
+
+def test_scrub_set_from_the_registry_pass_equals_scrub_ngrams():
+    items = ["One two three four five six seven eight nine.", "a b c", "", "Ten eleven twelve thirteen fourteen "
+             "fifteen sixteen seventeen eighteen nineteen twenty", "one TWO three four five six seven eight"]
+    for chunk in (1, 2, 4096):
+        tn = ct.task_ngrams(items, 13, 8, chunk=chunk, scrub_k=8)
+        assert tn.scrub.dtype == np.uint64 and np.array_equal(tn.scrub, ct.scrub_ngrams(items, 8))
+    assert ct.task_ngrams([], scrub_k=8).scrub.size == 0 and ct.task_ngrams(items).scrub is None
+    h, off = tk.word_hashes(tk.words(items))  # the fuzzy index's input, from the same pass
+    for chunk in (1, 2, 4096):
+        got = ct.task_ngrams(items, 13, 8, chunk=chunk, keep_words=True).words
+        assert np.array_equal(got[0], h) and np.array_equal(got[1], off) and got[1].dtype == np.int64
+
+
+def test_short_items_found_among_many_windows_past_the_prefilter():
+    # the short-item prefilter (a bitmap over first-word hashes) drops windows, never a match
+    items = [f"w{i} alpha beta gamma delta epsilon zeta eta theta" for i in range(300)]
+    reg = ct.Registry.build({"t": ct.task_ngrams(items)}, n=13, short_min=8)
+    docs = [" ".join(f"x{j}" for j in range(200)) + " " + items[i] + " tail" for i in range(0, 300, 7)]
+    assert (reg.scan_texts(docs)[:, 0] == 1).all()

@@ -155,12 +155,13 @@ def test_contamination_outputs_bytes_identical_in_process_and_on_ray(ray_instanc
         assert _contamination_bytes(storage, spec, e) == want, e
 
 
-# -- the fuzzy advisory (lib/audit.fuzzy_chunk) --------------------------------------------------------
+# -- the fuzzy advisory (in lib/audit.scan_chunk's pass) ---------------------------------------------
 def _fuzzy_bytes(storage, spec, engine) -> tuple[bytes, ...]:
     log = _Lines()
-    got = audit.write_fuzzy_report(storage, spec, engine, log=log)
-    assert log.lines[-1].startswith("fuzzy contamination: ") and "near an eval item" in log.lines[-1]
-    return tuple(storage.read_bytes(k) for k in got.files)
+    scan, _ = audit.write_contamination_report(storage, spec, engine, log=log)
+    assert log.lines[-1].startswith("contamination_report: ") and "near an eval item" in log.lines[-1]
+    return tuple(storage.read_bytes(k) for k in [layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS,
+                                                 *scan.fuzzy.files])
 
 
 @pytest.mark.ray
@@ -170,8 +171,7 @@ def test_fuzzy_outputs_bytes_identical_in_process_and_on_ray(ray_instance, tmp_p
     corpus = audit_fx.make_corpus(n_web=300, n_books=500, near_copy=True)
     for s in spec.sources:
         audit_fx.write_docs(storage, s.name, corpus.docs[s.name])
-    audit.write_registry(storage, spec)
-    audit.write_contamination_report(storage, spec, LOCAL1)
+    audit.write_registry(storage, spec)  # with the fuzzy index
     want = _fuzzy_bytes(storage, spec, LOCAL1)
     report = json.loads(want[-2])
     assert report["docs_matched"] == 5 and report["fuzzy_only_docs"] == 1
