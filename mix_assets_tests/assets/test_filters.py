@@ -72,6 +72,10 @@ def test_demo_cascade_is_green_and_an_edited_override_re_runs_only_its_source(tm
     dec = docfilters.read_decisions(storage, [s.name for s in spec.sources])
     assert set(dec) == {s.name for s in spec.sources}
     assert all(t.column("language").null_count == 0 for t in dec.values())  # a language on every document
+    # the row-group-at-a-time report is the per-document reference's, byte for byte
+    from mix_assets_tests.support import docfilters_reference as ref
+    assert storage.read_text(layout.FILTER_REPORT) == docfilters.report_json(
+        ref.summarise(dec, docfilters.guard_for(spec)))
     keys = storage.read_bytes(layout.DEDUP_KEYS)
     # every rejected document has its dedup_keys row and never survives a cluster holding a kept one
     import pyarrow.parquet as pq
