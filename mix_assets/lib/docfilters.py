@@ -214,8 +214,9 @@ def rejected_array(storage, sources) -> Optional[pa.Array]:
 
 # -- what the UI shows and the gates judge ------------------------------------------------------------
 def length_bucket_labels(edges: list[int]) -> list[str]:
+    """Labels in characters, "< 200 chars", "200 - 1000 chars", ">= 5000 chars" (report, UI tables, gates)."""
     e = sorted(edges)
-    return [f"< {e[0]}"] + [f"{a} - {b}" for a, b in zip(e, e[1:])] + [f">= {e[-1]}"] if e else ["all"]
+    return [f"< {e[0]} chars"] + [f"{a} - {b} chars" for a, b in zip(e, e[1:])] + [f">= {e[-1]} chars"] if e else ["all"]
 
 
 def length_buckets(n_chars: np.ndarray, edges: list[int]) -> np.ndarray:

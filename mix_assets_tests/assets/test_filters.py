@@ -108,7 +108,7 @@ def test_a_mis_set_threshold_that_deletes_a_domain_stops_the_run(tmp_path, plant
     res = _run(_demo(tmp_path, mis_set))
     gate = _checks(res)[filter_assets.NO_DOMAIN_VANISHED]
     assert not res.success and not gate.passed
-    want = "source stories" if planted == "source" else "length_bucket 200 - 1000"
+    want = "source stories" if planted == "source" else "length_bucket 200 - 1000 chars"
     assert want in gate.description and "Held back (not run): dedup_keys" in gate.description
     assert "document_filters" in _materialized(res) and "dedup_keys" not in _materialized(res)
 

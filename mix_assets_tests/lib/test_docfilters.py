@@ -106,7 +106,7 @@ def test_no_domain_vanished_finds_a_deleted_length_bucket_and_ignores_small_doma
     t = _decisions(keep, ["en"] * 200, [120] * 40 + [3000] * 160)
     guard = lib.Guard(min_share=0.05, min_kept=0.2, active={"web": ["gopher_quality"]})
     s = lib.summarise({"web": t}, guard)
-    assert [(d["kind"], d["domain"]) for d in s.vanished] == [("length_bucket", "< 200")]
+    assert [(d["kind"], d["domain"]) for d in s.vanished] == [("length_bucket", "< 200 chars")]
     # the same deletion in a bucket holding under min_share of the documents is not a vanished domain
     s = lib.summarise({"web": t}, lib.Guard(min_share=0.25, min_kept=0.2, active={"web": ["gopher_quality"]}))
     assert s.vanished == []
