@@ -43,9 +43,8 @@ def _status(key: str) -> float:
     return 0.0
 
 
-def child_gen(mb: int, folder: Path) -> None:
-    import yaml
-
+def generate(mb: int):
+    """The bench corpus of about `mb` MB (lib/gen_corpus.Corpus), seeded by `mb` (also bench/filters_stage.py's)."""
     sys.path.insert(0, str(REPO))
     from mix_assets.lib import gen_corpus as gc
     from mix_assets_tests.support.shared_data import FIXTURE, find_shared_data
@@ -53,7 +52,15 @@ def child_gen(mb: int, folder: Path) -> None:
     data = find_shared_data() or FIXTURE
     books = sorted(p for n in ("gutenberg", "sherlock_holmes", "botchan", "nltk_state_union")
                    for p in (data / "sources" / n).glob("*.txt"))
-    corpus = gc.generate_bytes(gc.MarkovModel.from_files(books, order=2), int(mb * 1e6), seed=mb)
+    return gc.generate_bytes(gc.MarkovModel.from_files(books, order=2), int(mb * 1e6), seed=mb)
+
+
+def child_gen(mb: int, folder: Path) -> None:
+    import yaml
+
+    from mix_assets.lib import gen_corpus as gc
+
+    corpus = generate(mb)
     path = gc.write_jsonl_sources(corpus, folder / "corpus", ["prose"], seed=mb)["prose"]
     total = sum(len(t.strip().encode()) for t in corpus.texts)
     cfg = {"name": f"raw_bench_{mb}mb", "target_tokens": 10**6, "seed": 1234,

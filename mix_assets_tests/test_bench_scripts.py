@@ -19,7 +19,7 @@ SCRIPTS = sorted(BENCH.glob("*.py"))
 
 
 def test_there_are_bench_scripts():
-    assert {"dedup.py", "audit.py", "tokens.py"} <= {p.name for p in SCRIPTS}
+    assert {"dedup.py", "audit.py", "tokens.py", "filters_stage.py"} <= {p.name for p in SCRIPTS}
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])

@@ -67,10 +67,9 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
         params = {s: lib.filter_params(spec_now.filters_for(s)) for s in srcs}
         reused = lib.decide_sources(storage, tables.raw_files(storage, srcs), {s: inputs[raw_name(s)] for s in srcs},
                                     params, engine.engine, log=context.log)
-        decisions = lib.read_decisions(storage, srcs)
-        summary = lib.summarise(decisions, lib.guard_for(spec_now))
+        summary = lib.summarise_stored(storage, srcs, lib.guard_for(spec_now))  # a row group at a time
         storage.write_text(layout.FILTER_REPORT, lib.report_json(summary))
-        samples = _samples(storage, spec_now, decisions)
+        samples = _samples(storage, spec_now, srcs)
         lin = recorded(storage, "document_filters", [*map(lib.decisions_key, srcs), layout.FILTER_REPORT], inputs)
         checks = [gate(context, DOCUMENT_FILTERS, c) for c in _checks(summary)]
         return with_lineage(md.document_filters(storage, summary, samples, reused), lin, check_results=checks)
@@ -78,15 +77,15 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
     return document_filters
 
 
-def _samples(storage, spec: MixSpec, decisions) -> tuple[list[dict], int]:
+def _samples(storage, spec: MixSpec, sources: list[str]) -> tuple[list[dict], int]:
     """Rejected documents beside kept ones, scrubbed like every audit artifact; contaminated ones never."""
     from mix_assets.lib.audit import scrub_hashes
 
     contaminated = dedup_lib.read_contaminated_ids(storage)
     never = set(contaminated.ids()) if contaminated is not None else set()
     k = spec.filters.samples_per_filter if spec.filters is not None else 3
-    picked = lib.pick_samples(decisions, k, never)
-    texts = dedup_lib.snippets(tables.raw_paths(storage, sorted(decisions)), {p[2] for p in picked})
+    picked = lib.pick_stored(storage, sources, k, never)
+    texts = dedup_lib.snippets(tables.raw_paths(storage, sorted(sources)), {p[2] for p in picked})
     return lib.sample_rows(picked, texts, scrub_hashes(spec), spec.audit.scrub_words)
 
 

@@ -21,8 +21,10 @@ def build_source_assets(spec: MixSpec) -> list:
 def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
     key = raw_key(src.name)
     target = spec.raw_budget(src.name)
-    mods = modifiers.Modifiers.for_source(spec, src.name)  # PII / C4 lines: part of what raw writes
-    mod_parts = (modifiers, pii, filters, mods.identity()) if mods else ()
+    # What raw writes depends on its modifiers (PII, C4 lines in mode modify), not on the rest of the
+    # source's `filters:` (thresholds document_filters judges by): only the former marks raw stale.
+    mods = modifiers.Modifiers.for_source(spec, src.name)
+    mod_parts = (modifiers, pii, *((filters,) if mods.c4 else ()), mods.identity()) if mods else ()
 
     @dg.asset(
         key=key,
@@ -30,8 +32,8 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
         description=src.rationale,
         kinds={"parquet", src.loader.kind},
         owners=spec.owners,
-        code_version=code_version(lib, src.model_dump_json(), spec.seed, target, spec.tokenizer.model_dump_json(),
-                                  *mod_parts),
+        code_version=code_version(lib, src.model_dump_json(exclude={"filters"}), spec.seed, target,
+                                  spec.tokenizer.model_dump_json(), *mod_parts),
         metadata={"license": src.license, "loader": src.loader.kind, "share": src.share, "epochs": src.epochs},
         check_specs=[
             dg.AssetCheckSpec(HAS_DOCUMENTS, asset=key, blocking=True,

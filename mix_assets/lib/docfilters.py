@@ -12,8 +12,10 @@ unchanged (the file's schema metadata records them, as dedup's signature files d
 `reason` is the first failing rule in cascade order (lib/filters.py's open vocabulary,
 `gopher_quality:min_doc_words`, then `language:fr` / `language_score`); `rules` holds the first
 failing rule of EVERY filter that fails, so a filter's kill rate on its own is read from it.
-`summarise` turns the decisions into the UI's tables (kill rates per filter x source, the
-composition before/after by source x language x length bucket) and the gates' findings.
+`summarise_stored` turns the decisions into the UI's tables (kill rates per filter x source, the
+composition before/after by source x language x length bucket) and the gates' findings, and
+`pick_stored` picks the samples: both read a decisions file a row group at a time with vectorised
+group-bys and keep only small aggregates (memory: one row group, whatever the number of documents).
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ import importlib.metadata
 import inspect
 import itertools
 import json
+import operator
 from dataclasses import asdict, dataclass, field
-from typing import Mapping, Optional
+from typing import Iterable, Iterator, Mapping, Optional
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from mix_assets.lib import engine, filters, langid, layout, tables
 from mix_assets.lib import signatures as sig
@@ -210,8 +214,9 @@ def rejected_array(storage, sources) -> Optional[pa.Array]:
 
 # -- what the UI shows and the gates judge ------------------------------------------------------------
 def length_bucket_labels(edges: list[int]) -> list[str]:
+    """Labels in characters, "< 200 chars", "200 - 1000 chars", ">= 5000 chars" (report, UI tables, gates)."""
     e = sorted(edges)
-    return [f"< {e[0]}"] + [f"{a} - {b}" for a, b in zip(e, e[1:])] + [f">= {e[-1]}"] if e else ["all"]
+    return [f"< {e[0]} chars"] + [f"{a} - {b} chars" for a, b in zip(e, e[1:])] + [f">= {e[-1]} chars"] if e else ["all"]
 
 
 def length_buckets(n_chars: np.ndarray, edges: list[int]) -> np.ndarray:
@@ -247,83 +252,168 @@ class Summary:
     kept: int
 
 
-def summarise(decisions: Mapping[str, pa.Table], guard: Guard) -> Summary:
-    """The tables and findings of `decisions` ({source: DECISIONS_SCHEMA table})."""
-    labels = length_bucket_labels(guard.length_buckets)
-    kills, comp, brevity, rows = [], {}, [], []
-    for src, t in sorted(decisions.items()):
-        keep = t.column("keep").to_numpy(zero_copy_only=False)
-        nch, nb = (t.column(c).to_numpy() for c in ("n_chars", "n_bytes"))
-        rules = t.column("rules").to_pylist()
-        reason = t.column("reason").to_pylist()
-        n, total_bytes = len(keep), int(nb.sum())
-        for f in guard.active.get(src, []):
-            own = np.array([any(filter_of(r) == f for r in rs) for rs in rules], bool)
-            first = np.array([r is not None and filter_of(r) == f for r in reason], bool)
-            kills.append({"source": src, "filter": f, "docs": n, "failed_docs": int(own.sum()),
-                          "kill_share": own.sum() / max(n, 1), "killed_bytes_share": nb[own].sum() / max(total_bytes, 1),
-                          "first_failure_docs": int(first.sum()),
-                          "max_kill_share": guard.max_kill_rate.get((src, f), 0.5)})
-        short = nch < guard.brevity_chars.get(src, 200)
+SUMMARY_COLUMNS = ["keep", "reason", "rules", "language", "n_chars", "n_bytes"]
+SAMPLE_COLUMNS = ["doc_id", "reason"]
+
+
+def stored_groups(storage, sources, columns: list[str]) -> Iterator[tuple[str, pa.Table]]:
+    """(source, one row group of its decisions) for the sources that have a decisions file, a row group
+    at a time (memory: one row group)."""
+    for s in sorted(sources):
+        if storage.exists(decisions_key(s)):
+            f = pq.ParquetFile(storage.source(decisions_key(s)))
+            if not f.num_row_groups:
+                yield s, f.schema_arrow.empty_table().select(columns)
+            for i in range(f.num_row_groups):
+                yield s, f.read_row_group(i, columns=columns)
+
+
+def _filter_codes(values: pa.Array) -> tuple[np.ndarray, list]:
+    """(per value: an index into the names, -1 when null; the names): the filter of each rule, computed
+    once per distinct rule (a handful) instead of once per document."""
+    enc = pc.dictionary_encode(values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values)
+    names = sorted({filter_of(r) for r in enc.dictionary.to_pylist()})
+    of_rule = np.array([names.index(filter_of(r)) for r in enc.dictionary.to_pylist()] + [-1], np.int64)
+    return of_rule[enc.indices.fill_null(len(of_rule) - 1).to_numpy()], names
+
+
+class SummaryBuilder:
+    """`Summary` from decisions fed a row group at a time (vectorised per group); holds only the small
+    aggregate tables, so memory is one row group whatever the number of documents."""
+
+    def __init__(self, guard: Guard):
+        self.guard = guard
+        self.kills: dict = {}  # (source, filter) -> [failed docs, failed bytes, first-failure docs]
+        self.totals: dict = {}  # source -> [docs, bytes, short docs]
+        self.brevity: dict = {}  # (source, rule) -> removed short docs
+        self.comp: dict = {}  # (source, language, bucket) -> [docs, bytes, kept docs, kept bytes]
+
+    def add(self, src: str, t: pa.Table) -> None:
+        g, n = self.guard, t.num_rows
+        keep = t.column("keep").to_numpy().astype(bool)
+        nch, nb = (t.column(c).to_numpy().astype(np.int64) for c in ("n_chars", "n_bytes"))
+        rules = t.column("rules").combine_chunks()
+        flat, parent = pc.list_flatten(rules), pc.list_parent_indices(rules).to_numpy()
+        rule_filter, names = _filter_codes(flat)
+        first_filter, first_names = _filter_codes(t.column("reason"))
+        short = nch < g.brevity_chars.get(src, 200)
+        tot = self.totals.setdefault(src, [0, 0, 0])
+        tot[0], tot[1], tot[2] = tot[0] + n, tot[1] + int(nb.sum()), tot[2] + int(short.sum())
+        for f in g.active.get(src, []):
+            own = np.zeros(n, bool)
+            own[parent[rule_filter == names.index(f)] if f in names else []] = True
+            first = first_filter == first_names.index(f) if f in first_names else np.zeros(n, bool)
+            a = self.kills.setdefault((src, f), [0, 0, 0])
+            a[0], a[1], a[2] = a[0] + int(own.sum()), a[1] + int(nb[own].sum()), a[2] + int(first.sum())
         for rule in LENGTH_RULES:
-            hit = np.array([rule in rs for rs in rules], bool) & short & ~keep
-            if hit.any():
-                brevity.append({"source": src, "rule": rule, "short_docs": int(short.sum()), "removed_docs": int(hit.sum()),
-                                "removed_share": hit.sum() / max(int(short.sum()), 1),
-                                "warn_share": guard.brevity_warn.get(src, 0.5)})
-        bucket = length_buckets(nch, guard.length_buckets)
-        for lang, b, k, size in zip(t.column("language").to_pylist(), bucket.tolist(), keep.tolist(), nb.tolist()):
-            a = comp.setdefault((src, lang, b), [0, 0, 0, 0])
-            a[0] += 1
-            a[1] += size
-            if k:
-                a[2] += 1
-                a[3] += size
-        rows.append((src, keep, t.column("language").to_pylist(), bucket))
-    composition = [{"source": s, "language": lang, "length_bucket": labels[b], "docs_before": a[0], "docs_after": a[2],
-                    "bytes_before": a[1], "bytes_after": a[3], "kept_share": a[2] / max(a[0], 1)}
-                   for (s, lang, b), a in sorted(comp.items())]
-    domains = _domains(rows, labels)
-    total = sum(d["docs_before"] for d in domains if d["kind"] == "source")
-    vanished = [d for d in domains if d["docs_before"] >= guard.min_share * total and d["kept_share"] < guard.min_kept]
-    return Summary(kills, composition, domains, vanished, [k for k in kills if k["kill_share"] > k["max_kill_share"]],
-                   brevity, [b for b in brevity if b["removed_share"] > b["warn_share"]], total,
-                   sum(d["docs_after"] for d in domains if d["kind"] == "source"))
+            hit = np.zeros(n, bool)
+            hit[parent[pc.equal(flat, rule).fill_null(False).to_numpy(zero_copy_only=False)]] = True
+            removed = int((hit & short & ~keep).sum())
+            self.brevity[(src, rule)] = self.brevity.get((src, rule), 0) + removed
+        bucket = length_buckets(nch, g.length_buckets)
+        grouped = pa.table({"language": t.column("language"), "bucket": bucket, "n_bytes": nb,
+                            "kept": keep.astype(np.int64), "kept_bytes": np.where(keep, nb, 0)}).group_by(
+            ["language", "bucket"]).aggregate([("n_bytes", "count"), ("n_bytes", "sum"), ("kept", "sum"),
+                                               ("kept_bytes", "sum")])
+        for r in grouped.to_pylist():
+            a = self.comp.setdefault((src, r["language"], r["bucket"]), [0, 0, 0, 0])
+            for i, c in enumerate(("n_bytes_count", "n_bytes_sum", "kept_sum", "kept_bytes_sum")):
+                a[i] += r[c]
+
+    def summary(self) -> Summary:
+        g, labels = self.guard, length_bucket_labels(self.guard.length_buckets)
+        kills = [{"source": src, "filter": f, "docs": self.totals[src][0], "failed_docs": a[0],
+                  "kill_share": a[0] / max(self.totals[src][0], 1), "killed_bytes_share": a[1] / max(self.totals[src][1], 1),
+                  "first_failure_docs": a[2], "max_kill_share": g.max_kill_rate.get((src, f), 0.5)}
+                 for src in sorted(self.totals) for f in g.active.get(src, []) for a in [self.kills[(src, f)]]]
+        brevity = [{"source": src, "rule": rule, "short_docs": self.totals[src][2], "removed_docs": removed,
+                    "removed_share": removed / max(self.totals[src][2], 1), "warn_share": g.brevity_warn.get(src, 0.5)}
+                   for src in sorted(self.totals) for rule in LENGTH_RULES
+                   for removed in [self.brevity.get((src, rule), 0)] if removed]
+        composition = [{"source": s, "language": lang, "length_bucket": labels[b], "docs_before": a[0],
+                        "docs_after": a[2], "bytes_before": a[1], "bytes_after": a[3], "kept_share": a[2] / max(a[0], 1)}
+                       for (s, lang, b), a in sorted(self.comp.items())]
+        domains = _domains(self.comp, labels)
+        total = sum(d["docs_before"] for d in domains if d["kind"] == "source")
+        vanished = [d for d in domains if d["docs_before"] >= g.min_share * total and d["kept_share"] < g.min_kept]
+        return Summary(kills, composition, domains, vanished, [k for k in kills if k["kill_share"] > k["max_kill_share"]],
+                       brevity, [b for b in brevity if b["removed_share"] > b["warn_share"]], total,
+                       sum(d["docs_after"] for d in domains if d["kind"] == "source"))
 
 
-def _domains(rows, labels: list[str]) -> list[dict]:
-    """Before / kept documents per source, per language and per length bucket over the whole pool."""
+def _domains(comp: Mapping, labels: list[str]) -> list[dict]:
+    """Before / kept documents per source, per language and per length bucket over the whole pool (sums of
+    the composition cells)."""
     acc: dict = {}
-    for src, keep, langs, bucket in rows:
-        for kind, values in (("source", [src] * len(keep)), ("language", langs),
-                             ("length_bucket", [labels[b] for b in bucket.tolist()])):
-            for v, k in zip(values, keep.tolist()):
-                a = acc.setdefault((kind, v), [0, 0])
-                a[0] += 1
-                a[1] += k
+    for (src, lang, b), a in comp.items():
+        for key in (("source", src), ("language", lang), ("length_bucket", labels[b])):
+            d = acc.setdefault(key, [0, 0])
+            d[0], d[1] = d[0] + a[0], d[1] + a[2]
     return [{"kind": kind, "domain": v, "docs_before": a[0], "docs_after": a[1], "kept_share": a[1] / max(a[0], 1)}
             for (kind, v), a in sorted(acc.items())]
 
 
+def summarise(decisions: Mapping[str, pa.Table], guard: Guard) -> Summary:
+    """The tables and findings of `decisions` ({source: DECISIONS_SCHEMA table})."""
+    return summarise_groups(sorted(decisions.items()), guard)
+
+
+def summarise_stored(storage, sources, guard: Guard) -> Summary:
+    """`summarise` over the stored decisions files, a row group at a time."""
+    return summarise_groups(stored_groups(storage, sources, SUMMARY_COLUMNS), guard)
+
+
+def summarise_groups(groups: Iterable[tuple[str, pa.Table]], guard: Guard) -> Summary:
+    b = SummaryBuilder(guard)
+    for src, t in groups:
+        b.add(src, t)
+    return b.summary()
+
+
 # -- samples: rejected documents beside kept ones of the same source ------------------------------------
-def _rank(doc_id: str) -> str:
-    # a stable pseudo-random order: the samples do not depend on chunking, workers or input order
-    return hashlib.sha256(doc_id.encode()).hexdigest()
+def _ranks(ids: pa.Array) -> np.ndarray:
+    """sha256 digests of the doc ids ('S32'): a stable pseudo-random order, so the samples depend on neither
+    chunking, workers nor input order (hashlib's C loop via map: no Python bytecode per id)."""
+    digests = map(operator.methodcaller("digest"), map(hashlib.sha256, ids.cast(pa.binary()).to_pylist()))
+    return np.fromiter(digests, dtype="S32", count=len(ids))
 
 
 def pick_samples(decisions: Mapping[str, pa.Table], per_filter: int, never: set[str]) -> list[tuple[str, str, str, str]]:
     """(source, filter or "kept", doc_id, reason) rows: per source and filter up to `per_filter` documents
-    whose first failing rule is that filter's, then up to `per_filter` kept documents of the source; ids in `never`
-    (contaminated documents) are left out."""
+    whose first failing rule is that filter's (lowest sha256 of the doc id first), then up to `per_filter`
+    kept documents of the source; ids in `never` (contaminated documents) are left out."""
+    return pick_groups(sorted(decisions.items()), per_filter, never)
+
+
+def pick_stored(storage, sources, per_filter: int, never: set[str]) -> list[tuple[str, str, str, str]]:
+    """`pick_samples` over the stored decisions files, a row group at a time."""
+    return pick_groups(stored_groups(storage, sources, SAMPLE_COLUMNS), per_filter, never)
+
+
+def pick_groups(groups: Iterable[tuple[str, pa.Table]], per_filter: int, never: set[str]) -> list[tuple]:
+    best: dict = {}  # (source, filter) -> (ranks, row order, ids, reasons) of the best `per_filter` so far
+    never_ids, seen = pa.array(sorted(never), pa.string()), {}
+    for src, t in groups:
+        base = seen.get(src, 0)
+        seen[src] = base + t.num_rows
+        ok = pc.invert(pc.is_in(t.column("doc_id").cast(pa.string()), value_set=never_ids)).combine_chunks()
+        ids, reason = t.column("doc_id").cast(pa.string()).filter(ok), t.column("reason").filter(ok)
+        code, names = _filter_codes(reason)
+        rank, order = _ranks(ids.combine_chunks()), base + np.flatnonzero(ok.to_numpy(zero_copy_only=False))
+        for i, f in [(-1, "kept"), *enumerate(names)]:
+            sel = np.flatnonzero(code == i)
+            if len(sel):
+                sel = sel[np.lexsort((order[sel], rank[sel]))[:per_filter]]  # this group's best, then merged
+                prev = best.get((src, f), (np.array([], "S32"), np.array([], np.int64), [], []))
+                r, o = np.concatenate([prev[0], rank[sel]]), np.concatenate([prev[1], order[sel]])
+                d, why = prev[2] + ids.take(sel).to_pylist(), prev[3] + reason.take(sel).to_pylist()
+                top = np.lexsort((o, r))[:per_filter]
+                best[(src, f)] = (r[top], o[top], [d[j] for j in top], [why[j] for j in top])
     out = []
-    for src, t in sorted(decisions.items()):
-        ids, reason = t.column("doc_id").to_pylist(), t.column("reason").to_pylist()
-        by: dict[str, list] = {}
-        for d, r in zip(ids, reason):
-            if d not in never:
-                by.setdefault("kept" if r is None else filter_of(r), []).append((d, r))
-        for f in sorted(by, key=lambda f: (f == "kept", CASCADE.index(f) if f in CASCADE else len(CASCADE), f)):
-            out += [(src, f, d, r or "") for d, r in sorted(by[f], key=lambda x: _rank(x[0]))[:per_filter]]
+    for src in sorted({s for s, _ in best}):
+        mine = [f for s, f in best if s == src]
+        for f in sorted(mine, key=lambda f: (f == "kept", CASCADE.index(f) if f in CASCADE else len(CASCADE), f)):
+            out += [(src, f, d, r or "") for d, r in zip(*best[(src, f)][2:])]
     return out
 
 

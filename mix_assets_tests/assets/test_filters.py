@@ -72,6 +72,10 @@ def test_demo_cascade_is_green_and_an_edited_override_re_runs_only_its_source(tm
     dec = docfilters.read_decisions(storage, [s.name for s in spec.sources])
     assert set(dec) == {s.name for s in spec.sources}
     assert all(t.column("language").null_count == 0 for t in dec.values())  # a language on every document
+    # the row-group-at-a-time report is the per-document reference's, byte for byte
+    from mix_assets_tests.support import docfilters_reference as ref
+    assert storage.read_text(layout.FILTER_REPORT) == docfilters.report_json(
+        ref.summarise(dec, docfilters.guard_for(spec)))
     keys = storage.read_bytes(layout.DEDUP_KEYS)
     # every rejected document has its dedup_keys row and never survives a cluster holding a kept one
     import pyarrow.parquet as pq
@@ -104,7 +108,7 @@ def test_a_mis_set_threshold_that_deletes_a_domain_stops_the_run(tmp_path, plant
     res = _run(_demo(tmp_path, mis_set))
     gate = _checks(res)[filter_assets.NO_DOMAIN_VANISHED]
     assert not res.success and not gate.passed
-    want = "source stories" if planted == "source" else "length_bucket 200 - 1000"
+    want = "source stories" if planted == "source" else "length_bucket 200 - 1000 chars"
     assert want in gate.description and "Held back (not run): dedup_keys" in gate.description
     assert "document_filters" in _materialized(res) and "dedup_keys" not in _materialized(res)
 

@@ -69,3 +69,30 @@ def test_pii_is_redacted_in_raw_documents_and_counted_per_rule(tmp_path):
     p_meta, p_docs, p_stats, p_version = got["plain"]
     assert "modifiers" not in p_stats and "pii_scrubbed_docs" not in p_meta and p_version != version
     assert p_docs.column("text").to_pylist()[:5] == [t for t, _ in PLANTED]
+
+
+def test_raw_code_version_follows_the_modifiers_not_the_document_filters(tmp_path):
+    # raw/<source>'s bytes depend on its modifiers (PII, C4 in mode modify), not on the thresholds that
+    # document_filters judges them by: only the former may mark raw/<source> stale
+    (tmp_path / "p.jsonl").write_text(json.dumps({"text": "some text"}) + "\n")
+
+    def version(override: dict | None, mix_filters: dict | None = None) -> str:
+        src = source("p", {"kind": "jsonl", "paths": ["p.jsonl"]})
+        cfg = minimal_config(sources=[{**src, "filters": override} if override is not None else src])
+        if mix_filters is not None:
+            cfg["filters"] = mix_filters
+        spec = load_spec(write_config(tmp_path, cfg, "v.yaml"))
+        return build_source_assets(spec)[0].code_versions_by_key[dg.AssetKey(["raw", "p"])]
+
+    mix = {"gopher_quality": {}, "c4": {"mode": "modify"}, "pii": {}}
+    base = version({"gopher_quality": {"min_doc_words": 50}}, mix)
+    assert version({"gopher_quality": {"min_doc_words": 80}}, mix) == base
+    assert version({"gopher_quality": {"min_doc_words": 50}, "fineweb": {}, "expect": {"c4": {"max_kill_rate": 0.9}},
+                    "guard": {"brevity_warn": 1.0}}, mix) == base
+    assert version({"gopher_quality": {"min_doc_words": 50}, "pii": {"rules": ["email"]}}, mix) != base
+    assert version({"gopher_quality": {"min_doc_words": 50}, "c4": {"min_num_sentences": 3}}, mix) != base
+    # C4 deciding only (mode filter) writes the text unchanged: its thresholds are document_filters' alone
+    decide = {**mix, "c4": {"mode": "filter"}}
+    assert version({"c4": {"min_num_sentences": 3}}, decide) == version({"c4": {"min_num_sentences": 4}}, decide)
+    # without modifiers an override that only judges documents leaves raw as a source without filters
+    assert version({"gopher_quality": {"min_doc_words": 80}}) == version({"fineweb": {}}) == version(None)

@@ -106,7 +106,7 @@ def test_no_domain_vanished_finds_a_deleted_length_bucket_and_ignores_small_doma
     t = _decisions(keep, ["en"] * 200, [120] * 40 + [3000] * 160)
     guard = lib.Guard(min_share=0.05, min_kept=0.2, active={"web": ["gopher_quality"]})
     s = lib.summarise({"web": t}, guard)
-    assert [(d["kind"], d["domain"]) for d in s.vanished] == [("length_bucket", "< 200")]
+    assert [(d["kind"], d["domain"]) for d in s.vanished] == [("length_bucket", "< 200 chars")]
     # the same deletion in a bucket holding under min_share of the documents is not a vanished domain
     s = lib.summarise({"web": t}, lib.Guard(min_share=0.25, min_kept=0.2, active={"web": ["gopher_quality"]}))
     assert s.vanished == []
@@ -155,3 +155,47 @@ def test_a_rejected_document_never_survives_a_cluster_with_a_kept_one():
     assert res.keep.tolist() == [True, False] and res.kept_index.tolist() == [0, 0]
     # a cluster of rejected documents only still keeps one (clusters stay consistent)
     assert lsh.dedup(*args, demoted=np.array([True, True])).keep.tolist() == [False, True]
+
+
+def _generated_decisions(tmp_path) -> tuple[Storage, dict]:
+    """Real decisions of two generated sources (lib/gen_corpus.py prose, planted short, French and repetitive
+    documents), stored as decide_sources writes them: {source: its table}."""
+    model = gc.MarkovModel.from_files(sorted((FIXTURE / "sources").glob("*/*.txt")), order=2)
+    texts = gc.generate(model, 900, seed=11).texts
+    planted = ["Too short.", SAMPLES["fr"][2], "\n".join(["same line again"] * 30), SAMPLES["de"][1], "{ }\n" * 12]
+    mixed = [t for i, t in enumerate(texts) for t in ([t, planted[i % 5]] if i % 3 == 0 else [t])]
+    sources = {"a": write_source(tmp_path, "a", mixed[:700]), "b": write_source(tmp_path, "b", mixed[700:])}
+    storage = Storage(root=str(tmp_path / "gen"))
+    lib.decide_sources(storage, sources, {n: "v1" for n in sources}, {n: PARAMS for n in sources}, eng.Engine(num_cpus=2))
+    return storage, lib.read_decisions(storage, sources)
+
+
+GUARD = lib.Guard(min_share=0.05, min_kept=0.9, length_buckets=[300, 1500, 4000], brevity_chars={"a": 400, "b": 150},
+                  brevity_warn={"a": 0.1}, max_kill_rate={("a", "gopher_repetition"): 0.01},
+                  active={"a": [*filters.FILTER_ORDER[1:], "language"], "b": ["gopher_quality", "c4", "language"]})
+
+
+def test_summary_and_samples_match_the_per_document_reference_a_row_group_at_a_time(tmp_path):
+    from mix_assets_tests.support import docfilters_reference as ref
+
+    storage, dec = _generated_decisions(tmp_path)
+    assert all(t.num_rows > 100 for t in dec.values()) and sum(not k for t in dec.values()
+                                                                 for k in t.column("keep").to_pylist()) > 100
+    # the same decisions in row groups of 37 rows: the aggregates and the top-k merge across groups
+    small = Storage(root=str(tmp_path / "small"))
+    for n, t in dec.items():
+        (tmp_path / "small" / "filters" / "decisions").mkdir(parents=True, exist_ok=True)
+        pq.write_table(t, str(tmp_path / "small" / lib.decisions_key(n)), row_group_size=37)
+    want = ref.summarise(dec, GUARD)
+    assert want.vanished and want.over_expected and want.brevity_killed  # every finding has rows to compare
+    for st in (storage, small):
+        got = lib.summarise_stored(st, list(dec), GUARD)
+        assert lib.report_json(got) == lib.report_json(want)
+        assert got == want  # findings too (vanished, over_expected, brevity_killed, documents, kept)
+    assert lib.summarise(dec, GUARD) == want
+    never = set(dec["a"].column("doc_id").to_pylist()[::4])
+    for k in (1, 3, 7):
+        want_picks = ref.pick_samples(dec, k, never)
+        assert {p[1] for p in want_picks} >= {"kept", "gopher_quality", "gopher_repetition", "c4"}
+        assert lib.pick_stored(small, list(dec), k, never) == want_picks
+        assert lib.pick_stored(storage, list(dec), k, never) == lib.pick_samples(dec, k, never) == want_picks
