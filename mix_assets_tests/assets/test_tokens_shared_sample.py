@@ -46,6 +46,7 @@ def _stand_in_dedup_and_masks(st: Storage, sources: list[str]) -> None:
         if c != d:
             masks.append(dict(doc_id=d, source=s, reasons=["exact_dup"], kept_doc_id=c))
     raws = [f"raw/{s}" for s in sources]
+    keys.sort(key=lambda r: r["doc_id"])  # dedup_keys' contract: sorted by doc_id (the reduce steps stream it)
     with st.writing(layout.DEDUP_KEYS) as tmp:
         pq.write_table(pa.Table.from_pylist(keys), tmp)
     stamp(st, "dedup_keys", [layout.DEDUP_KEYS], raws)
