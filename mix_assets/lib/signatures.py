@@ -27,6 +27,7 @@ FORMAT = "mix_assets.signatures/1"
 META_KEY = b"mix_assets.signatures"
 VERIFY_VALUES = 1 << 21  # shingle values loaded per verification step (16 MiB)
 GROUP_ROWS = 16384  # rows per row group (~10 MB of a group in memory while writing)
+TEXT_ROWS = 256  # most texts per batch of the verification's text reads (~0.6 MB at 2.4 KB a text)
 SCALARS = ["doc_id", "exact_key", "n_shingles", "n_chars", "n_words"]
 # The code that decides a signature's bits: a change there invalidates every stored file.
 _CODE = hashlib.sha256((inspect.getsource(minhash) + inspect.getsource(textkeys)).encode()).hexdigest()[:16]
@@ -77,9 +78,11 @@ def regroup(tables: Iterable[pa.Table], rows: int, sch: pa.Schema) -> Iterator[p
         n += t.num_rows
         while n >= rows:
             whole = pa.concat_tables(buf)
-            yield whole.slice(0, rows).combine_chunks()
+            group, buf = [whole.slice(0, rows).combine_chunks()], [whole.slice(rows)]
+            n = whole.num_rows - rows
+            whole = t = None  # the consumed chunks go now, and the group once the consumer drops it
+            yield group.pop()
             any_out = True
-            buf, n = [whole.slice(rows)], whole.num_rows - rows
     if n or not any_out:
         yield pa.concat_tables(buf).combine_chunks() if buf else sch.empty_table()
 
@@ -95,7 +98,7 @@ class Stored:
 
     def read(self, columns: list[str]) -> pa.Table:
         """The given columns of every source, concatenated (one chunk per row group)."""
-        parts = [pq.read_table(s, columns=columns) for s in self.sources]
+        parts = [pq.ParquetFile(s).read(columns=columns, use_threads=False) for s in self.sources]
         return pa.concat_tables(parts) if parts else pa.table({c: [] for c in columns})
 
     def columns(self, start: int, stop: int) -> np.ndarray:
@@ -155,8 +158,9 @@ def shingle_reader(sources: Mapping[str, str], first_row: Mapping[str, int], shi
 
     Input index = first_row[source] + row in that source's parquet (sources in sorted order, as the
     signature files are concatenated), so ascending indices come back in ascending order. Text is
-    read one row group at a time (row groups without a wanted row are skipped), in slices of
-    `batch_rows` rows, so memory is one row group, not one file's text column.
+    read from the row groups holding a wanted row only, on this thread, in batches of at most
+    `batch_rows` and TEXT_ROWS rows (not a row group's whole text column at once), so memory is one
+    batch plus its compressed column chunk.
     """
 
     def read(need: np.ndarray) -> SpilledSets:
@@ -173,13 +177,16 @@ def shingle_reader(sources: Mapping[str, str], first_row: Mapping[str, int], shi
                     ends = np.cumsum([f.metadata.row_group(g).num_rows for g in range(f.num_row_groups)])
                     for g in np.unique(np.searchsorted(ends, want, side="right")).tolist():
                         row0 = int(ends[g - 1]) if g else 0
-                        texts = f.read_row_group(g, columns=["text"]).column(0)
                         rows = want[(want >= row0) & (want < ends[g])] - row0
-                        for s in range(0, len(rows), batch_rows):
-                            gv, off = minhash.shingle_sets(texts.take(pa.array(rows[s: s + batch_rows])), shingle)
-                            gv.astype(np.uint64).tofile(out)
-                            sizes.append(np.diff(off))
-                        del texts
+                        step = min(batch_rows, TEXT_ROWS)
+                        for texts in f.iter_batches(step, [g], ["text"], use_threads=False):
+                            mine = rows[(rows >= 0) & (rows < texts.num_rows)]
+                            rows -= texts.num_rows
+                            if len(mine):
+                                gv, off = minhash.shingle_sets(texts.column(0).take(pa.array(mine)), shingle)
+                                gv.astype(np.uint64).tofile(out)
+                                sizes.append(np.diff(off))
+                        pa.default_memory_pool().release_unused()
         return SpilledSets(path, np.r_[0, np.cumsum(np.concatenate(sizes))].astype(np.int64))
 
     return read

@@ -316,6 +316,7 @@ def build_validation_split(storage, sources: list[str], seed: int, val_fraction:
     with storage.writing(layout.VALIDATION_SPLIT) as tmp, pq.ParquetWriter(tmp, SPLIT_SCHEMA) as w:
         for group in sig.regroup(parts(), tables.ROW_GROUP_ROWS, SPLIT_SCHEMA):
             w.write_table(group)
+            del group  # not held while the next group is built
     return summary
 
 

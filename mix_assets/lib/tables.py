@@ -36,10 +36,13 @@ def write_parquet_groups(storage, key: str, schema: pa.Schema, groups: Iterable[
 def iter_batches(source, columns: list[str], batch_rows: int):
     """Record batches of a Parquet file (a path, an open file or a `pq.ParquetFile`) one row group after
     another: memory bounded by a row group's columns (pyarrow's iter_batches over the whole file reads
-    ahead into later row groups; measured in bench/reduce_memory.py)."""
+    ahead into later row groups; measured in bench/reduce_memory.py). Decoded on this thread, and the
+    pool's freed pages returned after each group: Arrow's reader threads and mimalloc's per-thread
+    caches otherwise keep a few times a group's bytes resident (issue 13)."""
     f = source if isinstance(source, pq.ParquetFile) else pq.ParquetFile(source)
     for i in range(f.metadata.num_row_groups):
-        yield from f.iter_batches(batch_size=batch_rows, row_groups=[i], columns=columns)
+        yield from f.iter_batches(batch_size=batch_rows, row_groups=[i], columns=columns, use_threads=False)
+        pa.default_memory_pool().release_unused()
 
 
 def read_parquet(storage, key: str, columns: list[str] | None = None) -> pa.Table:

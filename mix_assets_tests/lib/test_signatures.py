@@ -2,6 +2,7 @@
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mix_assets.lib import lsh, minhash
@@ -24,3 +25,18 @@ def test_spilled_sets_equal_in_memory_sets_whatever_the_chunk(tmp_path):
     want = lsh.set_jaccard(values, offsets, a, b)
     for chunk in (1, 50, 1 << 21):
         assert np.array_equal(sets.jaccard(a, b, chunk=chunk), want)
+
+
+def test_regroup_holds_only_the_unwritten_rows_between_groups():
+    sch = pa.schema([("x", pa.int64())])
+    # Arrow-allocated inputs (pc.add copies), so the pool counts what regroup keeps alive
+    parts = (pa.table({"x": pc.add(pa.array(np.arange(k * 1000, (k + 1) * 1000)), 0)}) for k in range(10))
+    groups = sig.regroup(parts, 2500, sch)
+    base = pa.total_allocated_bytes()
+    seen = []
+    for g in groups:
+        seen.append(g.column(0).to_numpy().copy())
+        del g
+        # between groups: at most the input table being cut (1000 rows), not the consumed chunks or the group
+        assert pa.total_allocated_bytes() - base <= 1000 * 8
+    assert [len(s) for s in seen] == [2500] * 4 and np.array_equal(np.concatenate(seen), np.arange(10000))
