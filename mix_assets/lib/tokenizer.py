@@ -8,6 +8,7 @@ count. Identity = kind, repo, revision, vocab size, special tokens, sha256 of ev
 
 from __future__ import annotations
 
+import bisect
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from mix_assets.lib import tables
 from mix_assets.lib.split import unit_hash
 from mix_assets.lib.transport import sha256_file
 
@@ -136,25 +138,29 @@ def training_sample(
     Per source, train documents are taken in the order of hash(seed, "tok", doc_id) until the
     source's byte quota is reached; texts are yielded source by source in that order.
     """
-    split = pq.read_table(split_path, columns=["doc_id", "source", "n_bytes", "split"])
-    split = split.filter(pc.equal(split.column("split"), "train"))
+    chosen: dict[str, list] = {s: [] for s in raw_paths}  # per source: sorted (hash, doc_id, n_bytes)
+    totals = dict.fromkeys(raw_paths, 0)
+    quotas = {s: shares[s] * sample_bytes for s in raw_paths}
+    # One pass over the split holding only each source's shortest prefix (in hash order) whose bytes
+    # reach its quota: memory bounded by the sample, not by the corpus (issue 13 §3).
+    for b in tables.iter_batches(split_path, ["doc_id", "source", "n_bytes", "split"], 8192):
+        b = b.filter(pc.equal(b.column(3), "train"))
+        for d, s, n in zip(*(b.column(i).to_pylist() for i in range(3))):
+            if s not in chosen or quotas[s] <= 0:
+                continue
+            c, key = chosen[s], (unit_hash(seed, f"tok:{d}"), d)
+            if totals[s] >= quotas[s] and key >= c[-1][:2]:
+                continue
+            bisect.insort(c, (*key, n))
+            totals[s] += n
+            while totals[s] - c[-1][2] >= quotas[s]:
+                totals[s] -= c.pop()[2]
     for source in sorted(raw_paths):
-        rows = split.filter(pc.equal(split.column("source"), source))
-        ids = rows.column("doc_id").to_pylist()
-        nb = rows.column("n_bytes").to_pylist()
-        order = sorted(range(len(ids)), key=lambda i: (unit_hash(seed, f"tok:{ids[i]}"), ids[i]))
-        quota, total, chosen = shares[source] * sample_bytes, 0, []
-        for i in order:
-            if total >= quota:
-                break
-            chosen.append(ids[i])
-            total += nb[i]
-        if not chosen:
+        if not chosen[source]:
             continue
-        rank = {d: k for k, d in enumerate(chosen)}
-        texts: list[Optional[str]] = [None] * len(chosen)
-        pf = pq.ParquetFile(raw_paths[source])
-        for batch in pf.iter_batches(columns=["doc_id", "text"], batch_size=4096):
+        rank = {d: k for k, (_, d, _) in enumerate(chosen[source])}
+        texts: list[Optional[str]] = [None] * len(rank)
+        for batch in tables.iter_batches(raw_paths[source], ["doc_id", "text"], 4096):
             for d, t in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
                 k = rank.get(d)
                 if k is not None:

@@ -1,8 +1,10 @@
 import hashlib
 import json
+import random
 import subprocess
 import sys
 
+import pyarrow as pa
 import pytest
 from tokenizers import Tokenizer
 
@@ -110,3 +112,49 @@ def test_training_sample_is_train_only(tmp_path):
                                  10_000_000, spec.seed))
     n_train = split.docs - split.val_docs
     assert len(texts) <= n_train < split.docs
+
+
+def _training_sample_reference(split_path, raw_paths, shares, sample_bytes, seed):
+    """The per-document code training_sample replaced (whole split in memory, a full sort per source)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from mix_assets.lib.split import unit_hash
+
+    split = pq.read_table(split_path, columns=["doc_id", "source", "n_bytes", "split"])
+    split = split.filter(pc.equal(split.column("split"), "train"))
+    for source in sorted(raw_paths):
+        rows = split.filter(pc.equal(split.column("source"), source))
+        ids, nb = rows.column("doc_id").to_pylist(), rows.column("n_bytes").to_pylist()
+        order = sorted(range(len(ids)), key=lambda i: (unit_hash(seed, f"tok:{ids[i]}"), ids[i]))
+        quota, total, chosen = shares[source] * sample_bytes, 0, []
+        for i in order:
+            if total >= quota:
+                break
+            chosen.append(ids[i])
+            total += nb[i]
+        t = pq.read_table(raw_paths[source], columns=["doc_id", "text"])
+        text = dict(zip(t.column("doc_id").to_pylist(), t.column("text").to_pylist()))
+        yield from (text[d] for d in chosen if text[d])
+
+
+@pytest.mark.parametrize("sample_bytes", [0, 1, 700, 5_000, 10_000_000])
+def test_training_sample_streams_the_same_sample_as_the_full_sort(tmp_path, sample_bytes):
+    import pyarrow.parquet as pq
+
+    from mix_assets.lib.tokenizer import training_sample
+
+    rng = random.Random(sample_bytes)
+    raw, rows = {}, []
+    for s in ("a", "b"):
+        ids = [f"{s}-{i:04d}" for i in range(300)]
+        texts = ["" if rng.random() < 0.05 else "w " * rng.randrange(0, 60) for _ in ids]
+        pq.write_table(pa.table({"doc_id": ids, "text": texts}), tmp_path / f"{s}.parquet")
+        raw[s] = str(tmp_path / f"{s}.parquet")
+        rows += [(d, s, len(t.encode()), "val" if rng.random() < 0.1 else "train") for d, t in zip(ids, texts)]
+    rows.sort()
+    split = pa.table(dict(zip(["doc_id", "source", "n_bytes", "split"], map(list, zip(*rows)))))
+    pq.write_table(split, tmp_path / "split.parquet", row_group_size=97)  # many row groups and batches
+    shares = {"a": 0.7, "b": 0.3}
+    got = list(training_sample(str(tmp_path / "split.parquet"), raw, shares, sample_bytes, 11))
+    assert got == list(_training_sample_reference(str(tmp_path / "split.parquet"), raw, shares, sample_bytes, 11))
