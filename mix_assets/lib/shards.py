@@ -195,6 +195,13 @@ def _selection_order(seed: int, ids: pa.Array) -> np.ndarray:
     return order
 
 
+# Over-encoding margin of a round. Round 1 estimates bytes/token from the source's val documents
+# (hundreds of them at any real size, so the estimate is within ~1 %); every document encoded past
+# the budget is tokenised for nothing, which at +10 % cost a tenth of token_shards. A short round
+# is followed by a small one sized from the train documents' own ratio.
+ROUND_MARGIN = 1.02
+
+
 def _round_estimate(sd: _SourceDocs, done: int, val: tuple[int, int], mix_val: tuple[int, int],
                     guess: float) -> float:
     """Bytes per token for a source's next round: its own train documents' once some are encoded, else
@@ -229,10 +236,10 @@ def _encode_sources(budgets, per_source: dict[str, _SourceDocs], raw_paths, enc:
             need = budgets[s].unique_budget - int(sd.length[sd.n_val : sd.n_val + done[s]].sum())
             if need <= 0 or done[s] == n_sel:
                 continue
-            # estimated docs to reach the budget (+10 % so one round usually suffices); the final
-            # cut uses true counts only, never this estimate
+            # estimated docs to reach the budget, with a margin (ROUND_MARGIN); the final cut uses
+            # true counts only, never this estimate
             est = np.cumsum(sd.sel_bytes[done[s]:] / bpt)
-            k = int(np.searchsorted(est, need * 1.10 + 64, side="left")) + 1
+            k = int(np.searchsorted(est, need * ROUND_MARGIN + 64, side="left")) + 1
             upto = min(n_sel, done[s] + max(k, 16))
             reads.append((s, upto, np.arange(sd.n_val + done[s], sd.n_val + upto, dtype=np.int64)))
         if reads:
