@@ -8,7 +8,7 @@ from mix_assets.config import MixSpec, SourceSpec
 from mix_assets.lib import demo_corpus, filters, layout, modifiers, pii
 from mix_assets.lib import sources as lib
 from mix_assets.lib.progress import Progress
-from mix_assets.resources import MixResource
+from mix_assets.resources import EngineResource, MixResource
 
 HAS_DOCUMENTS = "has_documents"
 BUDGET_MET = "budget_met"
@@ -34,6 +34,8 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
         owners=spec.owners,
         code_version=code_version(lib, src.model_dump_json(exclude={"filters"}), spec.seed, target,
                                   spec.tokenizer.model_dump_json(), *mod_parts),
+        # a JSONL source is read as map tasks on the engine; every engine writes the same bytes
+        resource_defs={"engine": EngineResource.from_spec(spec)},
         metadata={"license": src.license, "loader": src.loader.kind, "share": src.share, "epochs": src.epochs},
         check_specs=[
             dg.AssetCheckSpec(HAS_DOCUMENTS, asset=key, blocking=True,
@@ -42,7 +44,7 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
                               description="Estimated tokens cover the source's budget (ERROR) and headroom (WARN)."),
         ],
     )
-    def _asset(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
+    def _asset(context: dg.AssetExecutionContext, mix: MixResource, engine: EngineResource) -> dg.MaterializeResult:
         """The source read, filtered and sampled to its raw token budget, as Parquet documents."""
         spec_now, storage = mix.spec, mix.storage
         demo_corpus.ensure_for_spec(spec_now)
@@ -53,7 +55,7 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
             prog.update(docs=rows - seen[0], bytes=nbytes - seen[1])
             seen[:] = [rows, nbytes]
 
-        raw = lib.read_raw_source(storage, spec_now, src.name, progress)
+        raw = lib.read_raw_source(storage, spec_now, src.name, progress, engine.engine)
         prog.done(f"kept {raw.docs:,} documents ({raw.sample.rows_read - raw.docs:,} dropped or sampled out)")
         docs_key = layout.RAW_DOCS.format(source=src.name)
         lin = recorded(storage, raw_name(src.name), [docs_key, layout.RAW_STATS.format(source=src.name)], {})
