@@ -442,8 +442,6 @@ def _candidates(spec: MixSpec, src: SourceSpec, bytes_per_token: float, limit_to
 JSONL_CHUNK_BYTES = 4 << 20
 _REASONS = (None, EMPTY, UNDECODABLE, BINARY, CONTROL_CHARS, TOO_LONG)  # row codes; 0 = a candidate
 _CODE = {r: k for k, r in enumerate(_REASONS)}
-_PY_SPACE = "".join(c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace())  # what str.strip() strips
-_SPACE_SET = pa.array(list(_PY_SPACE))
 _CONTROL_RE2 = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x{7f}-\x{9f}\x{fffd}]"  # _CONTROL, in RE2 syntax
 _MAX_DEPTH = 64  # rows nested deeper go to json.loads (which refuses past the recursion limit)
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
@@ -520,19 +518,36 @@ def _scan_python(src: SourceSpec, chunk: JsonlChunk, data: bytes, bytes_per_toke
                  np.array(ests, np.int64), texts, notes, error)
 
 
-def _scan_arrow(src: SourceSpec, chunk: JsonlChunk, data: bytes, bytes_per_token: float) -> Optional[_Scan]:
-    """The chunk parsed and classified in C++, or None when it is not plainly well formed."""
+def _object_lines(data: bytes, first_line: int) -> Optional[np.ndarray]:
+    """Line numbers of the non-blank lines (as bytes.strip() sees them) when each is one object at most
+    _MAX_DEPTH deep, from "{" to "}"; else None (a BOM, a top-level null, which pyarrow reads badly)."""
+    a = np.frombuffer(data, np.uint8)
+    cut = np.flatnonzero(a == ord("\n"))
+    starts, ends = np.r_[0, cut + 1], np.r_[cut, len(a)]  # each line without its newline
+    full = ends > starts
+    plain = np.zeros(len(starts), bool)
+    plain[full] = (a[starts[full]] == ord("{")) & (a[ends[full] - 1] == ord("}"))
+    blank = ~full
+    for k in np.flatnonzero(full & ~plain).tolist():  # spaces or CRs around, a blank line, or no object
+        s = data[starts[k]: ends[k]].strip()
+        if s and (s[:1] != b"{" or s[-1:] != b"}"):
+            return None
+        blank[k] = not s
+    opens = np.flatnonzero((a == ord("{")) | (a == ord("[")))
+    deep = np.searchsorted(opens, ends) - np.searchsorted(opens, starts) > _MAX_DEPTH
+    if any(_nesting(data[starts[k]: ends[k]]) > _MAX_DEPTH for k in np.flatnonzero(deep).tolist()):
+        return None  # pyarrow's parser recurses: a few thousand levels overflow the stack
+    return first_line + np.flatnonzero(~blank)
+
+
+def _parse_arrow(src: SourceSpec, chunk: JsonlChunk, data: bytes) -> Optional[tuple[np.ndarray, pa.Array]]:
+    """(line number, text field as read) of every row, parsed in C++; None when the chunk is not plainly
+    well formed, or pyarrow's reading of it may differ from json.loads'."""
     if not src.text_field:
         return None
-    lines = []
-    for k, raw in enumerate(data.split(b"\n")):
-        s = raw.strip()
-        if s:
-            if s[:1] != b"{" or s[-1:] != b"}":  # not one object (a BOM; pyarrow reads a top-level null badly)
-                return None
-            if s.count(b"{") + s.count(b"[") > _MAX_DEPTH and _nesting(s) > _MAX_DEPTH:
-                return None  # pyarrow's parser recurses: a few thousand levels overflow the stack
-            lines.append(chunk.first_line + k)
+    lines = _object_lines(data, chunk.first_line)
+    if lines is None:
+        return None
     try:
         # pyarrow's JSON reader does not check UTF-8: a row that does not decode is json.loads' to count
         pa.LargeStringArray.from_buffers(1, pa.py_buffer(np.array([0, len(data)], np.int64)),
@@ -545,30 +560,63 @@ def _scan_arrow(src: SourceSpec, chunk: JsonlChunk, data: bytes, bytes_per_token
     col = t.column(src.text_field)
     if col.type != pa.string() or col.null_count:
         return None
-    text = _strip(col.combine_chunks())
+    return lines, col.combine_chunks()
+
+
+def _scan_arrow(src: SourceSpec, chunk: JsonlChunk, data: bytes, bytes_per_token: float) -> Optional[_Scan]:
+    """The chunk parsed and classified in C++ (`_classify`, over arrays), or None (`_parse_arrow`)."""
+    parsed = _parse_arrow(src, chunk, data)
+    if parsed is None:
+        return None
+    lines, text = parsed[0], _strip(parsed[1])
     nb = np.asarray(pc.binary_length(text), np.int64)
     chars = np.asarray(pc.utf8_length(text), np.int64)
-    # a NUL in a JSON string is the escape \u0000 (a raw one is malformed)
-    nul = (np.asarray(pc.count_substring(text, "\x00"), np.int64) if b"\\u0000" in data
-           else np.zeros(len(nb), np.int64))
     ctrl = np.asarray(pc.count_substring_regex(text, _CONTROL_RE2), np.int64)
+    nul = np.zeros(len(lines), np.int64)  # NUL is a control character: counted only where there are any
+    some = np.flatnonzero(ctrl)
+    if len(some):
+        nul[some] = np.asarray(pc.count_substring(text.take(pa.array(some)), "\x00"), np.int64)
     too_many = ctrl > np.maximum(CONTROL_ALLOWED, CONTROL_SHARE_MAX * chars)
     codes = np.select([chars < src.min_doc_chars, nul > 0, too_many, chars > src.max_doc_chars],
                       [_CODE[EMPTY], _CODE[BINARY], _CODE[CONTROL_CHARS], _CODE[TOO_LONG]], 0).astype(np.int8)
-    est = np.where(codes == 0, np.maximum(1, np.rint(nb / bytes_per_token)), 0).astype(np.int64)
+    est = np.where(codes == 0, _estimate(nb, bytes_per_token), 0)
     notes = [(int(i), BINARY, f"{nul[i]} NUL characters") if codes[i] == _CODE[BINARY] else
              (int(i), CONTROL_CHARS, f"{ctrl[i]} of {chars[i]} characters are control or replacement characters")
              for i in np.flatnonzero((codes == _CODE[BINARY]) | (codes == _CODE[CONTROL_CHARS]))]
-    return _Scan(np.array(lines, np.int64), codes, nb, est, text, notes)
+    return _Scan(lines, codes, nb, est, text, notes)
+
+
+def _estimate(nb: np.ndarray, bytes_per_token: float) -> np.ndarray:
+    """max(1, round(nb / bytes_per_token)) per row, as `_classify` computes it (both round half to even)."""
+    return np.maximum(1, np.rint(nb / bytes_per_token)).astype(np.int64)
 
 
 def _strip(text: pa.Array) -> pa.Array:
-    """str.strip() of every string (pyarrow's trim with a character set is slow: only where needed)."""
-    ends = pc.or_(pc.is_in(pc.utf8_slice_codeunits(text, 0, 1), _SPACE_SET),
-                  pc.is_in(pc.utf8_slice_codeunits(text, -1, sys.maxsize), _SPACE_SET))
+    """str.strip() of every string."""
+    space, arrow_same = _whitespace()
+    if arrow_same:
+        return pc.utf8_trim_whitespace(text)
+    # pyarrow's trim with a character set is slow: only where an end is white space
+    ends = pc.or_(pc.is_in(pc.utf8_slice_codeunits(text, 0, 1), pa.array(list(space))),
+                  pc.is_in(pc.utf8_slice_codeunits(text, -1, sys.maxsize), pa.array(list(space))))
     if not pc.any(ends).as_py():
         return text
-    return pc.replace_with_mask(text, ends, pc.utf8_trim(text.filter(ends), characters=_PY_SPACE))
+    return pc.replace_with_mask(text, ends, pc.utf8_trim(text.filter(ends), characters=space))
+
+
+@functools.lru_cache(maxsize=1)
+def _whitespace() -> tuple[str, bool]:
+    """(what str.strip() strips, whether pyarrow's utf8_trim_whitespace strips exactly that), checked once
+    per process over the code points up to U+3000 (the last white space) and a few format characters
+    once counted as space (lib/test_sources.py checks every code point)."""
+    cps = np.r_[0:0x3001, 0xFEFF]
+    chars = cps.astype("<u4").tobytes().decode("utf-32-le")
+    space = "".join(filter(str.isspace, chars))
+    widths = 1 + (cps >= 0x80) + (cps >= 0x800)
+    arr = pa.StringArray.from_buffers(len(cps), pa.py_buffer(np.r_[0, np.cumsum(widths)].astype(np.int32)),
+                                      pa.py_buffer(chars.encode("utf-8")))
+    gone = np.asarray(pc.utf8_length(pc.utf8_trim_whitespace(arr))) == 0
+    return space, cps[gone].astype("<u4").tobytes().decode("utf-32-le") == space
 
 
 def _nesting(line: bytes) -> int:
@@ -604,7 +652,7 @@ def _plan_chunk(src: SourceSpec, seed: int, bytes_per_token: float, chunk: Jsonl
 def _plan_jsonl(spec: MixSpec, src: SourceSpec, bytes_per_token: float, limit_tokens: float, out: SourceSample,
                 eng: Engine, progress: Optional[Callable[[int, int], None]] = None) -> tuple[list, list, list, list]:
     """Pass 1 over chunks: (sample keys, n_bytes, est_tokens) of the candidates, and per chunk read
-    (chunk, rows read, candidates), counting into `out` exactly as `_candidates` does."""
+    (chunk, rows read, the candidates' rows in it), counting into `out` exactly as `_candidates` does."""
     keys, nbs, ests, chunks, seen = [], [], [], [], 0
     fn = functools.partial(_plan_chunk, src, spec.seed, bytes_per_token)
     for p in map_chunks(fn, jsonl_chunks(spec, src), eng):
@@ -624,7 +672,7 @@ def _plan_jsonl(spec: MixSpec, src: SourceSpec, bytes_per_token: float, limit_to
         keys.append(p.keys[: len(cand)])
         nbs.append(p.nb[cand])
         ests.append(p.est[cand])
-        chunks.append((p.chunk, n, len(cand)))
+        chunks.append((p.chunk, n, cand.astype(np.int32)))
         seen += int(p.est[cand].sum())
         if progress:
             progress(out.rows_read, out.bytes_read)
@@ -636,37 +684,42 @@ def _plan_jsonl(spec: MixSpec, src: SourceSpec, bytes_per_token: float, limit_to
 
 @dataclass(frozen=True)
 class _DocsJob:
-    """Pass 2 of one chunk: its first `rows` rows, the first numbered `first_row`; keep per candidate."""
+    """Pass 2 of one chunk: the rows kept (by position among the chunk's rows), the first numbered
+    `first_row`, and their sample keys from pass 1."""
 
     chunk: JsonlChunk
     first_row: int
-    rows: int
-    keep: np.ndarray
-    keys: np.ndarray  # the kept candidates' sample keys from pass 1
+    kept: np.ndarray  # int32 row positions, ascending
+    keys: np.ndarray  # uint64
 
 
 def _docs_chunk(src: SourceSpec, seed: int, bytes_per_token: float, job: _DocsJob) -> pa.Table:
-    """The kept documents of one chunk, as `iter_sample` writes them."""
-    s = _scan(src, job.chunk, bytes_per_token)
-    cand = np.flatnonzero(s.codes[: job.rows] == 0)
-    if len(s.codes) < job.rows or len(cand) != len(job.keep):
-        raise SourceError(f"source {src.name}: the source changed while it was read ({job.chunk.path})")
-    sel = cand[job.keep]
-    origins = [f"{job.chunk.rel}:{n}" for n in s.lines[sel].tolist()]
+    """The kept documents of one chunk, as `iter_sample` writes them (pass 1 chose them, so only they
+    are stripped and measured again)."""
+    data, kept = job.chunk.read(), job.kept
+    parsed = _parse_arrow(src, job.chunk, data)
+    if parsed is not None:
+        lines, text = parsed
+        if len(lines) <= kept[-1]:
+            raise SourceError(f"source {src.name}: the source changed while it was read ({job.chunk.path})")
+        text = _strip(text.take(pa.array(kept)))
+        nb = np.asarray(pc.binary_length(text), np.int64)
+        est = _estimate(nb, bytes_per_token)
+    else:
+        s = _scan_python(src, job.chunk, data, bytes_per_token)
+        lines = s.lines
+        if len(lines) <= kept[-1] or s.codes[kept].any():
+            raise SourceError(f"source {src.name}: the source changed while it was read ({job.chunk.path})")
+        text, nb, est = pa.array([s.texts[i] for i in kept], pa.large_string()), s.nb[kept], s.est[kept]
+    origins = [f"{job.chunk.rel}:{n}" for n in lines[kept].tolist()]
     ids = [doc_id(src.name, o) for o in origins]
     for did, key, o in zip(ids, job.keys.tolist(), origins):
         if _sample_key(seed, did) != key:
             raise SourceError(f"source {src.name}: the source changed while it was read ({o})")
-    if isinstance(s.texts, list):
-        text = pa.array([s.texts[i] for i in sel], pa.large_string())
-    else:
-        text = s.texts.take(pa.array(sel, pa.int64())).cast(pa.large_string())
-    nb = s.nb[sel]
-    chars = np.asarray(pc.utf8_length(text), np.int64)
-    return pa.Table.from_arrays([pa.array(ids, pa.string()), pa.array([src.name] * len(sel), pa.string()), text,
-                                 pa.array(job.first_row + sel, pa.int64()), pa.array(origins, pa.string()),
-                                 pa.array(nb, pa.int64()), pa.array(chars, pa.int64()),
-                                 pa.array(s.est[sel], pa.int64())], schema=DOC_SCHEMA)
+    return pa.Table.from_arrays([pa.array(ids, pa.string()), pa.array([src.name] * len(ids), pa.string()),
+                                 text.cast(pa.large_string()), pa.array(job.first_row + kept.astype(np.int64)),
+                                 pa.array(origins, pa.string()), pa.array(nb), pc.utf8_length(text).cast(pa.int64()),
+                                 pa.array(est)], schema=DOC_SCHEMA)
 
 
 def _sample_jsonl(spec: MixSpec, src: SourceSpec, bytes_per_token: float, plan: "SamplePlan",
@@ -674,11 +727,11 @@ def _sample_jsonl(spec: MixSpec, src: SourceSpec, bytes_per_token: float, plan: 
     """Pass 2 over chunks: the kept documents of each chunk holding any, in source order."""
     def jobs() -> Iterator[_DocsJob]:
         row, at = 0, 0
-        for chunk, rows, n_cand in plan.chunks:
-            keep = plan.keep[at: at + n_cand]
+        for chunk, rows, cand in plan.chunks:
+            keep = plan.keep[at: at + len(cand)]
             if keep.any():
-                yield _DocsJob(chunk, row, rows, keep, plan.keys[at: at + n_cand][keep])
-            row, at = row + rows, at + n_cand
+                yield _DocsJob(chunk, row, cand[keep], plan.keys[at: at + len(cand)][keep])
+            row, at = row + rows, at + len(cand)
 
     return map_chunks(functools.partial(_docs_chunk, src, spec.seed, bytes_per_token), jobs(), eng)
 
@@ -708,7 +761,7 @@ class SamplePlan:
 
     keep: np.ndarray  # bool per candidate ordinal
     keys: np.ndarray  # uint64 sample key per candidate ordinal (checked again in pass 2)
-    chunks: Optional[list] = None  # JSONL: (chunk, rows read, candidates) per chunk read in pass 1
+    chunks: Optional[list] = None  # JSONL: (chunk, rows read, candidate rows: int32) per chunk read in pass 1
 
 
 def plan_sample(spec: MixSpec, src: SourceSpec, bytes_per_token: float, budget_tokens: int,

@@ -460,3 +460,16 @@ def test_an_error_past_where_reading_stops_is_never_reached(tmp_path, monkeypatc
         assert not got.exhausted and got.rows_read < 300
         with pytest.raises(lib.SourceError, match=rf"source s: {p}:301: malformed JSON"):
             lib.sample_source(spec, spec.sources[0], 4.0, 10**6)
+
+
+def test_pyarrow_trims_exactly_what_str_strip_strips():
+    import sys
+
+    import numpy as np
+    import pyarrow.compute as pc
+
+    cps = [c for c in range(sys.maxunicode + 1) if not 0xD800 <= c < 0xE000]
+    trimmed = pc.utf8_trim_whitespace(pa.array([chr(c) for c in cps]))
+    gone = np.asarray(pc.utf8_length(trimmed)) == 0
+    assert "".join(chr(c) for c, g in zip(cps, gone) if g) == "".join(chr(c) for c in cps if chr(c).isspace())
+    assert lib._whitespace()[1]  # the per-process check agrees
