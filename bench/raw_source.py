@@ -28,7 +28,10 @@ warm-up, into scratch storage; each read's documents.parquet, stats.json and ass
 source read per second (wall) and CPU seconds per variant, with the ratio to the old code:
 
     PYTHONPATH=$PWD MIX_SHARED_DATA=/work/shared/data .venv/bin/python bench/raw_source.py \
-        --compare /tmp/lead/graphbench/100mb/local-2-in_process/mix.yaml --repeats 3
+        --compare /tmp/lead/graphbench/100mb/local-2-in_process/mix.yaml --repeats 3 --rss
+
+With `--rss` it then reads the first source once more per code in a fresh process (the old code from
+`git archive`) and prints its peak RSS (VmHWM) and the RSS after the imports.
 """
 
 from __future__ import annotations
@@ -102,16 +105,21 @@ def modifier_config(folder: Path, mods: str) -> Path:
     return out
 
 
-def child_read(folder: Path, config: Path) -> dict:
+def child_read(folder: Path, config: Path, name: str = "prose", workers: int = 0, root: str = "") -> dict:
     from mix_assets.config import load_spec
     from mix_assets.lib import sources as lib
     from mix_assets.lib.storage import Storage
 
     spec = load_spec(config)
-    storage = Storage(root=spec.resolve(spec.storage.root))
+    storage = Storage(root=root or spec.resolve(spec.storage.root))
+    kw = {}
+    if workers:  # the chunked reading's engine (older code has none)
+        from mix_assets.lib.engine import Engine
+
+        kw["eng"] = Engine(num_cpus=workers)
     base = _status("VmRSS")
     t0 = time.perf_counter()
-    raw = lib.read_raw_source(storage, spec, "prose")
+    raw = lib.read_raw_source(storage, spec, name, **kw)
     secs = time.perf_counter() - t0
     mods = {k: {f: v for f, v in m.items() if f not in ("config", "rules_sha256")}
             for k, m in getattr(raw.sample, "modifiers", {}).items()}  # an older --code has none
@@ -135,7 +143,7 @@ def _old_sources(rev: str):
     return mod
 
 
-def compare(config: Path, old_rev: str, workers: list[int], repeats: int) -> None:
+def compare(config: Path, old_rev: str, workers: list[int], repeats: int, rss: bool) -> None:
     import hashlib
     import shutil
     import statistics
@@ -186,6 +194,16 @@ def compare(config: Path, old_rev: str, workers: list[int], repeats: int) -> Non
             print(json.dumps({"repeat": rep, "code": v, "sources": len(names), "mb_read": round(nbytes / 1e6, 1),
                               "secs": round(wall, 2), "cpu_secs": round(cpu, 2),
                               "mb_per_s": round(nbytes / 1e6 / wall, 1)}), flush=True)
+    if rss:  # peak RSS of one source's read, each in a fresh process
+        old_tree = scratch / "old-code"
+        old_tree.mkdir()
+        tar = subprocess.run(["git", "-C", str(REPO), "archive", old_rev], check=True, stdout=subprocess.PIPE).stdout
+        subprocess.run(["tar", "-x", "-C", str(old_tree)], input=tar, check=True)
+        for v, (code, w) in {"old": (old_tree, 0), **{f"new-{w}": (REPO, w) for w in workers}}.items():
+            got = json.loads(run(["--child", "read", str(scratch), str(config), names[0], str(w),
+                                  str(scratch / f"rss-{v}")], code))
+            print(json.dumps({"rss": names[0], "code": v, "mb_read": got["bytes_read_mb"], "secs": got["secs"],
+                              "base_mb": got["base_mb"], "peak_mb": got["peak_mb"]}), flush=True)
     shutil.rmtree(scratch, ignore_errors=True)
     base = statistics.median(r[2] / r[0] for r in runs["old"])
     print(f"\n{'code':8} {'MB/s (median)':>14} {'CPU s (median)':>15} {'x old':>6}   (identical bytes in every run)")
@@ -214,17 +232,20 @@ def main() -> None:
     ap.add_argument("--old-rev", default="main", help="--compare: the revision of the old lib/sources.py")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="--compare: local threads of the new code")
     ap.add_argument("--repeats", type=int, default=3, help="--compare: interleaved timed repeats")
+    ap.add_argument("--rss", action="store_true",
+                    help="--compare: also the peak RSS of reading the first source, each code in a fresh process")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.compare:
-        compare(a.compare, a.old_rev, a.workers, a.repeats)
+        compare(a.compare, a.old_rev, a.workers, a.repeats, a.rss)
         return
     if a.child:
         kind, folder, *config = a.child
         if kind == "gen":
             child_gen(int(Path(folder).name.removesuffix("mb")), Path(folder))
         else:
-            print(json.dumps(child_read(Path(folder), Path(config[0]))))
+            name, workers, root = (config[1:] + ["prose", "0", ""])[:3] if len(config) > 1 else ("prose", "0", "")
+            print(json.dumps(child_read(Path(folder), Path(config[0]), name, int(workers), root)))
         return
     for mb in a.sizes:
         folder = OUT / f"{mb}mb"

@@ -533,7 +533,7 @@ def _object_lines(data: bytes, first_line: int) -> Optional[np.ndarray]:
         if s and (s[:1] != b"{" or s[-1:] != b"}"):
             return None
         blank[k] = not s
-    opens = np.flatnonzero((a == ord("{")) | (a == ord("[")))
+    opens = np.flatnonzero((a | 0x20) == ord("{"))  # "{" or "[" (0x7B, 0x5B: they differ in bit 5 only)
     deep = np.searchsorted(opens, ends) - np.searchsorted(opens, starts) > _MAX_DEPTH
     if any(_nesting(data[starts[k]: ends[k]]) > _MAX_DEPTH for k in np.flatnonzero(deep).tolist()):
         return None  # pyarrow's parser recurses: a few thousand levels overflow the stack

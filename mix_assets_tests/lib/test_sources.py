@@ -10,6 +10,7 @@ from mix_assets.config import load_spec
 from mix_assets.lib import sources as lib
 
 from ..conftest import minimal_config, source, write_config
+from mix_assets_tests.support.jsonl_fixtures import messy_jsonl
 from mix_assets_tests.support.shared_data import real_mix_config
 
 
@@ -399,34 +400,12 @@ def test_brackets_in_strings_do_not_count_as_nesting(tmp_path):
     assert lib._scan_arrow(spec.sources[0], _chunk_of(p), p.read_bytes(), 4.0) is not None
 
 
-def _messy_corpus(path, n=400):
-    rng = random.Random(7)
-    lines = []
-    for i in range(n):
-        kind = rng.random()
-        if kind < 0.04:
-            lines.append(b'{"text": "bad \xff bytes %d"}' % i)
-        elif kind < 0.08:
-            lines.append(json.dumps({"text": f"binary {i}\u0000"}).encode())
-        elif kind < 0.12:
-            lines.append(json.dumps({"text": "\x01\x02\x03" * 5 + str(i)}).encode())
-        elif kind < 0.14:
-            lines.append(b"")
-        elif kind < 0.16:
-            lines.append(json.dumps({"text": "\\ud800"}).encode().replace(b"\\\\", b"\\"))  # a lone surrogate
-        else:
-            words = " ".join(rng.choice(["alpha", "beta", "gamma", "delta", "epsilon"]) for _ in range(rng.randint(1, 60)))
-            lines.append(json.dumps({"text": f" {words} {i}\n"}).encode())
-    path.write_bytes(b"\n".join(lines) + b"\n")
-    return path
-
-
 @pytest.mark.parametrize("chunk_bytes", [300, 1 << 20])
 def test_chunked_reading_writes_the_same_bytes_on_any_engine_and_chunking(tmp_path, monkeypatch, chunk_bytes):
     from mix_assets.lib.engine import Engine
     from mix_assets.lib.storage import Storage
 
-    _messy_corpus(tmp_path / "m.jsonl")
+    messy_jsonl(tmp_path / "m.jsonl")
     spec = _spec(tmp_path, source("m", {"kind": "jsonl", "paths": ["m.jsonl"]}), target_tokens=1000)
 
     def read(tag, eng=None):
