@@ -193,7 +193,8 @@ def compare(config: Path, old_rev: str, workers: list[int], repeats: int, rss: b
             runs[v].append((wall, cpu, nbytes))
             print(json.dumps({"repeat": rep, "code": v, "sources": len(names), "mb_read": round(nbytes / 1e6, 1),
                               "secs": round(wall, 2), "cpu_secs": round(cpu, 2),
-                              "mb_per_s": round(nbytes / 1e6 / wall, 1)}), flush=True)
+                              "mb_per_s": round(nbytes / 1e6 / wall, 1),
+                              "load_avg_1min": round(os.getloadavg()[0], 1)}), flush=True)
     if rss:  # peak RSS of one source's read, each in a fresh process
         old_tree = scratch / "old-code"
         old_tree.mkdir()

@@ -393,7 +393,8 @@ def _classify(row: Row, src: SourceSpec, bytes_per_token: float) -> tuple:
     try:
         nb = len(text.encode("utf-8"))
     except UnicodeEncodeError as e:  # e.g. a fallback codec that decodes "\ud800" escapes
-        return UNDECODABLE, f"holds a lone surrogate (U+{ord(text[e.start]):04X}), not valid Unicode", None, 0, 0
+        what = f"holds a lone surrogate (U+{ord(text[e.start]):04X}), not valid Unicode"
+        return UNDECODABLE, what, None, 0, 0
     if len(text) < src.min_doc_chars:
         return EMPTY, "", None, nb, 0
     junk = not_text(text)
@@ -435,9 +436,10 @@ def _candidates(spec: MixSpec, src: SourceSpec, bytes_per_token: float, limit_to
 # chunk as a table. Results are taken in chunk order, so rows, counts, notes and errors come out as
 # the one-row-at-a-time reading gives them. A chunk is parsed by pyarrow's JSON reader (C++, the GIL
 # released) and classified with pyarrow compute when it is plainly well formed; any doubt (a parse
-# error, a row count or type that differs, a BOM, a null or non-string text field, deep nesting, a
-# template) and the chunk is read by `_jsonl_rows` instead, so every error and drop note is that
-# reading's own.
+# error, bytes that are no UTF-8, a row count or type that differs, a line that is not one object, a
+# BOM, a null or non-string text field, nesting past _MAX_DEPTH, a template) and the chunk is read by
+# `_jsonl_rows` instead, so every error and drop note is that reading's own. Pass 2 reads only the
+# rows pass 1 chose (their positions in the chunk, 4 bytes per candidate), checking their keys.
 
 JSONL_CHUNK_BYTES = 4 << 20
 _REASONS = (None, EMPTY, UNDECODABLE, BINARY, CONTROL_CHARS, TOO_LONG)  # row codes; 0 = a candidate
@@ -552,7 +554,8 @@ def _parse_arrow(src: SourceSpec, chunk: JsonlChunk, data: bytes) -> Optional[tu
         # pyarrow's JSON reader does not check UTF-8: a row that does not decode is json.loads' to count
         pa.LargeStringArray.from_buffers(1, pa.py_buffer(np.array([0, len(data)], np.int64)),
                                          pa.py_buffer(data)).validate(full=True)
-        t = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(use_threads=False, block_size=len(data) + 1))
+        opts = pj.ReadOptions(use_threads=False, block_size=len(data) + 1)  # one block: the whole chunk
+        t = pj.read_json(io.BytesIO(data), read_options=opts)
     except Exception:  # noqa: BLE001 - any parse problem: the exact reading names it
         return None
     if t.num_rows != len(lines) or src.text_field not in t.column_names:
@@ -581,7 +584,8 @@ def _scan_arrow(src: SourceSpec, chunk: JsonlChunk, data: bytes, bytes_per_token
                       [_CODE[EMPTY], _CODE[BINARY], _CODE[CONTROL_CHARS], _CODE[TOO_LONG]], 0).astype(np.int8)
     est = np.where(codes == 0, _estimate(nb, bytes_per_token), 0)
     notes = [(int(i), BINARY, f"{nul[i]} NUL characters") if codes[i] == _CODE[BINARY] else
-             (int(i), CONTROL_CHARS, f"{ctrl[i]} of {chars[i]} characters are control or replacement characters")
+             (int(i), CONTROL_CHARS,
+              f"{ctrl[i]} of {chars[i]} characters are control or replacement characters")
              for i in np.flatnonzero((codes == _CODE[BINARY]) | (codes == _CODE[CONTROL_CHARS]))]
     return _Scan(lines, codes, nb, est, text, notes)
 
@@ -642,15 +646,17 @@ class _ChunkPlan:
 def _plan_chunk(src: SourceSpec, seed: int, bytes_per_token: float, chunk: JsonlChunk) -> _ChunkPlan:
     s = _scan(src, chunk, bytes_per_token)
     cand = s.lines[s.codes == 0]
-    keys = np.array([_sample_key(seed, doc_id(src.name, f"{chunk.rel}:{n}")) for n in cand.tolist()], np.uint64)
+    keys = np.array([_sample_key(seed, doc_id(src.name, f"{chunk.rel}:{n}")) for n in cand.tolist()],
+                    np.uint64)
     undecodable = [n for n in s.notes if n[1] == UNDECODABLE][:20]
     notes = sorted(set(s.notes[:20]) | set(undecodable))
     return _ChunkPlan(chunk, s.codes, s.nb, s.est, keys,
                       [(r, f"{chunk.rel}:{s.lines[r]}", reason, what) for r, reason, what in notes], s.error)
 
 
-def _plan_jsonl(spec: MixSpec, src: SourceSpec, bytes_per_token: float, limit_tokens: float, out: SourceSample,
-                eng: Engine, progress: Optional[Callable[[int, int], None]] = None) -> tuple[list, list, list, list]:
+def _plan_jsonl(spec: MixSpec, src: SourceSpec, bytes_per_token: float, limit_tokens: float,
+                out: SourceSample, eng: Engine,
+                progress: Optional[Callable[[int, int], None]] = None) -> tuple[list, list, list, list]:
     """Pass 1 over chunks: (sample keys, n_bytes, est_tokens) of the candidates, and per chunk read
     (chunk, rows read, the candidates' rows in it), counting into `out` exactly as `_candidates` does."""
     keys, nbs, ests, chunks, seen = [], [], [], [], 0
@@ -716,10 +722,10 @@ def _docs_chunk(src: SourceSpec, seed: int, bytes_per_token: float, job: _DocsJo
     for did, key, o in zip(ids, job.keys.tolist(), origins):
         if _sample_key(seed, did) != key:
             raise SourceError(f"source {src.name}: the source changed while it was read ({o})")
-    return pa.Table.from_arrays([pa.array(ids, pa.string()), pa.array([src.name] * len(ids), pa.string()),
-                                 text.cast(pa.large_string()), pa.array(job.first_row + kept.astype(np.int64)),
-                                 pa.array(origins, pa.string()), pa.array(nb), pc.utf8_length(text).cast(pa.int64()),
-                                 pa.array(est)], schema=DOC_SCHEMA)
+    columns = [pa.array(ids, pa.string()), pa.array([src.name] * len(ids), pa.string()),
+               text.cast(pa.large_string()), pa.array(job.first_row + kept.astype(np.int64)),
+               pa.array(origins, pa.string()), pa.array(nb), pc.utf8_length(text).cast(pa.int64()), pa.array(est)]
+    return pa.Table.from_arrays(columns, schema=DOC_SCHEMA)
 
 
 def _sample_jsonl(spec: MixSpec, src: SourceSpec, bytes_per_token: float, plan: "SamplePlan",
@@ -775,7 +781,8 @@ def plan_sample(spec: MixSpec, src: SourceSpec, bytes_per_token: float, budget_t
     limit = SCAN_FACTOR * budget_tokens
     chunks = None
     if isinstance(src.loader, LocalJsonl):
-        keys, nbs, ests, chunks = _plan_jsonl(spec, src, bytes_per_token, limit, out, eng or _SERIAL, progress)
+        keys, nbs, ests, chunks = _plan_jsonl(spec, src, bytes_per_token, limit, out, eng or _SERIAL,
+                                              progress)
         key, nb_a, est_a = (np.concatenate(a) if a else np.zeros(0, t)
                             for a, t in ((keys, np.uint64), (nbs, np.int64), (ests, np.int64)))
     else:
@@ -810,7 +817,8 @@ def iter_sample(spec: MixSpec, src: SourceSpec, bytes_per_token: float, plan: Sa
     group_rows, group_bytes = group_rows or ROW_GROUP_ROWS, group_bytes or ROW_GROUP_BYTES
     if plan.chunks is not None:
         empty = True
-        for t in _row_groups(_sample_jsonl(spec, src, bytes_per_token, plan, eng or _SERIAL), group_rows, group_bytes):
+        docs = _sample_jsonl(spec, src, bytes_per_token, plan, eng or _SERIAL)
+        for t in _row_groups(docs, group_rows, group_bytes):
             empty = False
             yield t
         if empty:

@@ -452,3 +452,20 @@ def test_pyarrow_trims_exactly_what_str_strip_strips():
     gone = np.asarray(pc.utf8_length(trimmed)) == 0
     assert "".join(chr(c) for c, g in zip(cps, gone) if g) == "".join(chr(c) for c in cps if chr(c).isspace())
     assert lib._whitespace()[1]  # the per-process check agrees
+
+
+def test_arrow_scan_agrees_with_the_exact_reading_on_random_text(tmp_path):
+    pool = (list("abc xyz.,;'\"\\/{}[]") * 20 + list(_SPACES) + [chr(c) for c in range(0x20)]
+            + ["\x7f", "\x85", "\x9f", "\ufffd", "é", "東", "😀", "\u2028", "\ufeff", "\u200b", "\u180e"])
+    rng = random.Random(11)
+    rows = [{"text": "".join(rng.choice(pool) for _ in range(rng.randint(0, 40))), "k": rng.random()}
+            for _ in range(400)]
+    p = tmp_path / "r.jsonl"
+    p.write_text("".join(json.dumps(r, ensure_ascii=rng.random() < 0.5) + "\n" for r in rows), "utf-8")
+    spec = _spec(tmp_path, source("r", {"kind": "jsonl", "paths": ["r.jsonl"]}, min_doc_chars=2,
+                                  max_doc_chars=30))
+    src, data = spec.sources[0], p.read_bytes()
+    fast = lib._scan_arrow(src, _chunk_of(p), data, 2.5)
+    assert fast is not None
+    _same_scan(fast, lib._scan_python(src, _chunk_of(p), data, 2.5))
+    assert {lib._REASONS[c] for c in fast.codes} == set(lib._REASONS) - {lib.UNDECODABLE}
