@@ -752,6 +752,7 @@ def _row_groups(tables: Iterable[pa.Table], group_rows: int, group_bytes: int) -
                 parts.append(t.slice(start, i - start))
                 yield pa.concat_tables(parts).combine_chunks()
                 parts, rows, size, start = [], 0, 0, i
+                pa.default_memory_pool().release_unused()  # mimalloc's thread caches (tables.iter_batches)
             rows, size = rows + 1, size + nb
         parts.append(t.slice(start))
     if rows:
