@@ -469,3 +469,15 @@ def test_arrow_scan_agrees_with_the_exact_reading_on_random_text(tmp_path):
     assert fast is not None
     _same_scan(fast, lib._scan_python(src, _chunk_of(p), data, 2.5))
     assert {lib._REASONS[c] for c in fast.codes} == set(lib._REASONS) - {lib.UNDECODABLE}
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 7, 16, 1000])
+def test_jsonl_chunks_are_whole_lines_covering_the_file(tmp_path, chunk_bytes):
+    p = tmp_path / "c.jsonl"
+    p.write_bytes(b'{"text": "a"}\n\n{"text": "a much longer line than the chunk"}\r\n  \n{"text": "no newline"}')
+    spec = _spec(tmp_path, source("c", {"kind": "jsonl", "paths": ["c.jsonl"]}))
+    chunks = list(lib.jsonl_chunks(spec, spec.sources[0], chunk_bytes))
+    data = p.read_bytes()
+    assert [c.start for c in chunks] == [0] + [c.stop for c in chunks[:-1]] and chunks[-1].stop == len(data)
+    assert all(data[c.stop - 1:c.stop] == b"\n" for c in chunks[:-1])
+    assert [c.first_line for c in chunks] == [data[:c.start].count(b"\n") + 1 for c in chunks]
