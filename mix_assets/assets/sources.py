@@ -7,8 +7,9 @@ from mix_assets.assets.common import code_version, gate, raw_key, raw_name, reco
 from mix_assets.config import MixSpec, SourceSpec
 from mix_assets.lib import demo_corpus, filters, layout, modifiers, pii
 from mix_assets.lib import sources as lib
+from mix_assets.lib.engine import Engine
 from mix_assets.lib.progress import Progress
-from mix_assets.resources import EngineResource, MixResource
+from mix_assets.resources import MixResource
 
 HAS_DOCUMENTS = "has_documents"
 BUDGET_MET = "budget_met"
@@ -34,8 +35,6 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
         owners=spec.owners,
         code_version=code_version(lib, src.model_dump_json(exclude={"filters"}), spec.seed, target,
                                   spec.tokenizer.model_dump_json(), *mod_parts),
-        # a JSONL source is read as map tasks on the engine; every engine writes the same bytes
-        resource_defs={"engine": EngineResource.from_spec(spec)},
         metadata={"license": src.license, "loader": src.loader.kind, "share": src.share, "epochs": src.epochs},
         check_specs=[
             dg.AssetCheckSpec(HAS_DOCUMENTS, asset=key, blocking=True,
@@ -44,7 +43,7 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
                               description="Estimated tokens cover the source's budget (ERROR) and headroom (WARN)."),
         ],
     )
-    def _asset(context: dg.AssetExecutionContext, mix: MixResource, engine: EngineResource) -> dg.MaterializeResult:
+    def _asset(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
         """The source read, filtered and sampled to its raw token budget, as Parquet documents."""
         spec_now, storage = mix.spec, mix.storage
         demo_corpus.ensure_for_spec(spec_now)
@@ -55,7 +54,10 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
             prog.update(docs=rows - seen[0], bytes=nbytes - seen[1])
             seen[:] = [rows, nbytes]
 
-        raw = lib.read_raw_source(storage, spec_now, src.name, progress, engine.engine)
+        # JSONL in chunks on engine.num_cpus local threads, whatever engine.kind: the files are paths on
+        # this machine, and a few seconds of reading would not pay for starting or joining Ray per source
+        threads = Engine(num_cpus=spec_now.engine.num_cpus)
+        raw = lib.read_raw_source(storage, spec_now, src.name, progress, threads)
         prog.done(f"kept {raw.docs:,} documents ({raw.sample.rows_read - raw.docs:,} dropped or sampled out)")
         docs_key = layout.RAW_DOCS.format(source=src.name)
         lin = recorded(storage, raw_name(src.name), [docs_key, layout.RAW_STATS.format(source=src.name)], {})
