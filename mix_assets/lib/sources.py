@@ -4,7 +4,9 @@ Hub datasets and local Parquet go through `datasets` (streaming, so a source far
 budget is never downloaded whole). Local JSONL and text folders are read here line by line: the
 `datasets` JSON builder reports a malformed line without its file and line number and cannot count
 undecodable bytes without failing, and both are required of this stage (a bad row names file, row
-and field; undecodable bytes are counted, never fatal).
+and field; undecodable bytes are counted, never fatal). A JSONL source is read in chunks of whole
+lines as map tasks (`lib/engine.map_chunks`), each parsed by pyarrow's JSON reader where that reads
+as `json.loads` does, else line by line as above (see "JSONL in chunks" below).
 """
 
 from __future__ import annotations
