@@ -19,6 +19,19 @@ the throughput (MB of source read per second) of each beside the others:
 
     PYTHONPATH=$PWD MIX_SHARED_DATA=/work/shared/data .venv/bin/python bench/raw_source.py --sizes 50 \
         --modifiers none pii c4 pii,c4
+
+`--compare CONFIG` reads every source of a mix config in ONE process with the old code (lib/sources.py
+at `--old-rev`, default main, loaded from git as a module beside the current one) and with this
+checkout's on 1 and 2 local threads (`--workers`), interleaved `--repeats` times after an untimed
+warm-up, into scratch storage; each read's documents.parquet, stats.json and asset metadata
+(metadata.raw_source, the length chart included) must equal the old code's, and it prints MB of
+source read per second (wall) and CPU seconds per variant, with the ratio to the old code:
+
+    PYTHONPATH=$PWD MIX_SHARED_DATA=/work/shared/data .venv/bin/python bench/raw_source.py \
+        --compare /tmp/lead/graphbench/100mb/local-2-in_process/mix.yaml --repeats 3 --rss
+
+With `--rss` it then reads the first source once more per code in a fresh process (the old code from
+`git archive`) and prints its peak RSS (VmHWM) and the RSS after the imports.
 """
 
 from __future__ import annotations
@@ -92,16 +105,21 @@ def modifier_config(folder: Path, mods: str) -> Path:
     return out
 
 
-def child_read(folder: Path, config: Path) -> dict:
+def child_read(folder: Path, config: Path, name: str = "prose", workers: int = 0, root: str = "") -> dict:
     from mix_assets.config import load_spec
     from mix_assets.lib import sources as lib
     from mix_assets.lib.storage import Storage
 
     spec = load_spec(config)
-    storage = Storage(root=spec.resolve(spec.storage.root))
+    storage = Storage(root=root or spec.resolve(spec.storage.root))
+    kw = {}
+    if workers:  # the chunked reading's engine (older code has none)
+        from mix_assets.lib.engine import Engine
+
+        kw["eng"] = Engine(num_cpus=workers)
     base = _status("VmRSS")
     t0 = time.perf_counter()
-    raw = lib.read_raw_source(storage, spec, "prose")
+    raw = lib.read_raw_source(storage, spec, name, **kw)
     secs = time.perf_counter() - t0
     mods = {k: {f: v for f, v in m.items() if f not in ("config", "rules_sha256")}
             for k, m in getattr(raw.sample, "modifiers", {}).items()}  # an older --code has none
@@ -110,6 +128,92 @@ def child_read(folder: Path, config: Path) -> dict:
             "bytes_read_mb": round(raw.sample.bytes_read / 1e6, 1),
             "kept_mb": round(raw.text_bytes / 1e6, 1),
             "mb_per_s": round(raw.sample.bytes_read / 1e6 / secs, 2), **({"modifiers": mods} if mods else {})}
+
+
+def _old_sources(rev: str):
+    """lib/sources.py as of `rev`, imported as its own module (the rest of mix_assets is this checkout's)."""
+    import types
+
+    text = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:mix_assets/lib/sources.py"], check=True,
+                          stdout=subprocess.PIPE, text=True).stdout
+    mod = types.ModuleType("mix_assets.lib._sources_old")
+    mod.__file__ = f"{rev}:mix_assets/lib/sources.py"
+    sys.modules[mod.__name__] = mod  # dataclasses look their module up
+    exec(compile(text, mod.__file__, "exec"), mod.__dict__)
+    return mod
+
+
+def compare(config: Path, old_rev: str, workers: list[int], repeats: int, rss: bool) -> None:
+    import hashlib
+    import shutil
+    import statistics
+    import tempfile
+
+    sys.path.insert(0, str(REPO))
+    from mix_assets import metadata as md
+    from mix_assets.config import load_spec
+    from mix_assets.lib import layout
+    from mix_assets.lib import sources as new
+    from mix_assets.lib.engine import Engine
+    from mix_assets.lib.storage import Storage
+
+    spec, old = load_spec(config), _old_sources(old_rev)
+    names = [s.name for s in spec.sources]
+    variants = {"old": None, **{f"new-{w}": Engine(num_cpus=w) for w in workers}}
+    scratch = Path(tempfile.mkdtemp(prefix="raw_source_bench-"))
+
+    def read(variant: str, name: str) -> tuple[float, float, int, str]:
+        root = scratch / variant
+        shutil.rmtree(root, ignore_errors=True)
+        st = Storage(root=str(root))
+        w0, c0 = time.perf_counter(), time.process_time()
+        if variant == "old":
+            raw = old.read_raw_source(st, spec, name)
+        else:
+            raw = new.read_raw_source(st, spec, name, eng=variants[variant])
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        keys = (layout.RAW_DOCS.format(source=name), layout.RAW_STATS.format(source=name))
+        meta = {k: repr(v) for k, v in md.raw_source(st, keys[0], raw).items() if k != "path"}
+        digest = hashlib.sha256(b"".join(Path(st.local_path(k)).read_bytes() for k in keys)
+                                + json.dumps(meta, sort_keys=True).encode()).hexdigest()
+        return wall, cpu, raw.sample.bytes_read, digest
+
+    for v in variants:  # warm-up: imports, first-call costs
+        read(v, names[0])
+    runs: dict[str, list[tuple[float, float, int]]] = {v: [] for v in variants}
+    for rep in range(repeats):
+        for v in variants:
+            wall = cpu = nbytes = 0
+            for name in names:
+                w, c, b, digest = read(v, name)
+                want = digests.setdefault(name, digest) if v == "old" else digests[name]
+                if digest != want:
+                    raise SystemExit(f"{v}: raw/{name} differs from the old code's (documents, stats or metadata)")
+                wall, cpu, nbytes = wall + w, cpu + c, nbytes + b
+            runs[v].append((wall, cpu, nbytes))
+            print(json.dumps({"repeat": rep, "code": v, "sources": len(names), "mb_read": round(nbytes / 1e6, 1),
+                              "secs": round(wall, 2), "cpu_secs": round(cpu, 2),
+                              "mb_per_s": round(nbytes / 1e6 / wall, 1),
+                              "load_avg_1min": round(os.getloadavg()[0], 1)}), flush=True)
+    if rss:  # peak RSS of one source's read, each in a fresh process
+        old_tree = scratch / "old-code"
+        old_tree.mkdir()
+        tar = subprocess.run(["git", "-C", str(REPO), "archive", old_rev], check=True, stdout=subprocess.PIPE).stdout
+        subprocess.run(["tar", "-x", "-C", str(old_tree)], input=tar, check=True)
+        for v, (code, w) in {"old": (old_tree, 0), **{f"new-{w}": (REPO, w) for w in workers}}.items():
+            got = json.loads(run(["--child", "read", str(scratch), str(config), names[0], str(w),
+                                  str(scratch / f"rss-{v}")], code))
+            print(json.dumps({"rss": names[0], "code": v, "mb_read": got["bytes_read_mb"], "secs": got["secs"],
+                              "base_mb": got["base_mb"], "peak_mb": got["peak_mb"]}), flush=True)
+    shutil.rmtree(scratch, ignore_errors=True)
+    base = statistics.median(r[2] / r[0] for r in runs["old"])
+    print(f"\n{'code':8} {'MB/s (median)':>14} {'CPU s (median)':>15} {'x old':>6}   (identical bytes in every run)")
+    for v, rs in runs.items():
+        mbps = statistics.median(r[2] / r[0] for r in rs) / 1e6
+        print(f"{v:8} {mbps:14.1f} {statistics.median(r[1] for r in rs):15.2f} {mbps * 1e6 / base:6.2f}")
+
+
+digests: dict[str, str] = {}
 
 
 def run(args: list[str], code: Path) -> str:
@@ -124,14 +228,25 @@ def main() -> None:
     ap.add_argument("--code", type=Path, default=REPO, help="checkout whose mix_assets reads the source")
     ap.add_argument("--modifiers", nargs="+", default=["none"],
                     help="text modifier settings to compare: none, pii, c4, pii,c4")
+    ap.add_argument("--compare", type=Path, metavar="CONFIG",
+                    help="old vs new code in one process on every source of this mix config")
+    ap.add_argument("--old-rev", default="main", help="--compare: the revision of the old lib/sources.py")
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="--compare: local threads of the new code")
+    ap.add_argument("--repeats", type=int, default=3, help="--compare: interleaved timed repeats")
+    ap.add_argument("--rss", action="store_true",
+                    help="--compare: also the peak RSS of reading the first source, each code in a fresh process")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.compare:
+        compare(a.compare, a.old_rev, a.workers, a.repeats, a.rss)
+        return
     if a.child:
         kind, folder, *config = a.child
         if kind == "gen":
             child_gen(int(Path(folder).name.removesuffix("mb")), Path(folder))
         else:
-            print(json.dumps(child_read(Path(folder), Path(config[0]))))
+            name, workers, root = (config[1:] + ["prose", "0", ""])[:3] if len(config) > 1 else ("prose", "0", "")
+            print(json.dumps(child_read(Path(folder), Path(config[0]), name, int(workers), root)))
         return
     for mb in a.sizes:
         folder = OUT / f"{mb}mb"

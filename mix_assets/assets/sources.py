@@ -7,6 +7,7 @@ from mix_assets.assets.common import code_version, gate, raw_key, raw_name, reco
 from mix_assets.config import MixSpec, SourceSpec
 from mix_assets.lib import demo_corpus, filters, layout, modifiers, pii
 from mix_assets.lib import sources as lib
+from mix_assets.lib.engine import Engine
 from mix_assets.lib.progress import Progress
 from mix_assets.resources import MixResource
 
@@ -53,7 +54,10 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
             prog.update(docs=rows - seen[0], bytes=nbytes - seen[1])
             seen[:] = [rows, nbytes]
 
-        raw = lib.read_raw_source(storage, spec_now, src.name, progress)
+        # JSONL in chunks on engine.num_cpus local threads, whatever engine.kind: the files are paths on
+        # this machine, and a few seconds of reading would not pay for starting or joining Ray per source
+        threads = Engine(num_cpus=spec_now.engine.num_cpus)
+        raw = lib.read_raw_source(storage, spec_now, src.name, progress, threads)
         prog.done(f"kept {raw.docs:,} documents ({raw.sample.rows_read - raw.docs:,} dropped or sampled out)")
         docs_key = layout.RAW_DOCS.format(source=src.name)
         lin = recorded(storage, raw_name(src.name), [docs_key, layout.RAW_STATS.format(source=src.name)], {})

@@ -4,15 +4,19 @@ Hub datasets and local Parquet go through `datasets` (streaming, so a source far
 budget is never downloaded whole). Local JSONL and text folders are read here line by line: the
 `datasets` JSON builder reports a malformed line without its file and line number and cannot count
 undecodable bytes without failing, and both are required of this stage (a bad row names file, row
-and field; undecodable bytes are counted, never fatal).
+and field; undecodable bytes are counted, never fatal). A JSONL source is read in chunks of whole
+lines as map tasks (`lib/engine.map_chunks`), each parsed by pyarrow's JSON reader where that reads
+as `json.loads` does, else line by line as above (see "JSONL in chunks" below).
 """
 
 from __future__ import annotations
 
 import array
 import fnmatch
+import functools
 import glob
 import hashlib
+import io
 import itertools
 import json
 import os
@@ -20,14 +24,16 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pj
 
 from mix_assets.config import HubDataset, LocalJsonl, LocalParquet, MixSpec, SourceSpec, TextFolder
 from mix_assets.lib import layout, tables
+from mix_assets.lib.engine import Engine, map_chunks
 from mix_assets.lib.filters import CONTROL_ALLOWED, CONTROL_SHARE_MAX
 from mix_assets.lib.modifiers import ModifierCounts, Modifiers, modify_table
 
@@ -205,33 +211,43 @@ def _read_jsonl(spec: MixSpec, src: SourceSpec, loader: LocalJsonl) -> Iterator[
     files, base = _expand(spec, src, loader.paths, folder_ok=False)
     i = 0
     for f in files:
-        rel = str(f.relative_to(base))
         with open(f, "rb") as fh:
-            for lineno, raw in enumerate(fh, 1):
-                if not raw.strip():
-                    continue
-                where = f"{f}:{lineno}"
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    yield Row(i, f"{rel}:{lineno}", None, f"{rel}:{lineno}")
-                    i += 1
-                    continue
-                try:
-                    obj = json.loads(line, parse_int=_parse_int)
-                except json.JSONDecodeError as e:
-                    raise SourceError(
-                        f"source {src.name}: {where}: malformed JSON ({e.msg} at column {e.colno})"
-                    ) from None
-                except RecursionError:
-                    raise SourceError(f"source {src.name}: {where}: malformed JSON (nested too deeply)") from None
-                if not isinstance(obj, dict):
-                    raise SourceError(f"source {src.name}: {where}: expected a JSON object, got {type(obj).__name__}")
-                origin = f"{rel}:{lineno}"
-                text = _render(src, obj, where)
-                bad = _not_unicode(src, obj)
-                yield Row(i, origin, None if bad else text, origin, note=bad)
+            for _lineno, row in _jsonl_rows(src, str(f), str(f.relative_to(base)), fh, 1, i):
+                yield row
                 i += 1
+
+
+def _jsonl_rows(src: SourceSpec, path: str, rel: str, lines, first_line: int,
+                first_index: int) -> Iterator[tuple[int, Row]]:
+    """(line number, row) of every non-blank line of `lines` (binary lines, newline kept), the first
+    numbered `first_line` and indexed `first_index`: the exact reading every JSONL row goes through,
+    or is checked against (`_scan_arrow`)."""
+    i = first_index
+    for lineno, raw in enumerate(lines, first_line):
+        if not raw.strip():
+            continue
+        where = f"{path}:{lineno}"
+        origin = f"{rel}:{lineno}"
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            yield lineno, Row(i, origin, None, origin)
+            i += 1
+            continue
+        try:
+            obj = json.loads(line, parse_int=_parse_int)
+        except json.JSONDecodeError as e:
+            raise SourceError(
+                f"source {src.name}: {where}: malformed JSON ({e.msg} at column {e.colno})"
+            ) from None
+        except RecursionError:
+            raise SourceError(f"source {src.name}: {where}: malformed JSON (nested too deeply)") from None
+        if not isinstance(obj, dict):
+            raise SourceError(f"source {src.name}: {where}: expected a JSON object, got {type(obj).__name__}")
+        text = _render(src, obj, where)
+        bad = _not_unicode(src, obj)
+        yield lineno, Row(i, origin, None if bad else text, origin, note=bad)
+        i += 1
 
 
 def _units(data: bytes, unit: str) -> list[bytes]:
@@ -361,10 +377,34 @@ class SourceSample:
     def drop(self, origin: str, reason: str, what: str) -> None:
         """Count a row dropped as unreadable and note where and why (the first 20)."""
         self.dropped[reason] += 1
+        self.note(origin, reason, what)
+
+    def note(self, origin: str, reason: str, what: str) -> None:
+        """Note where and why a row was dropped as unreadable (the first 20; not counted here)."""
         if reason == UNDECODABLE and len(self.undecodable_origins) < 20:
             self.undecodable_origins.append(origin)
         if len(self.drop_notes) < 20:
             self.drop_notes.append(f"{origin}: {reason}: {what}")
+
+
+def _classify(row: Row, src: SourceSpec, bytes_per_token: float) -> tuple:
+    """(drop reason or None, what was found, stripped text, UTF-8 bytes read, estimated tokens) of one row."""
+    if row.text is None:
+        return UNDECODABLE, row.note or "the bytes do not decode", None, 0, 0
+    text = row.text.strip()
+    try:
+        nb = len(text.encode("utf-8"))
+    except UnicodeEncodeError as e:  # e.g. a fallback codec that decodes "\ud800" escapes
+        what = f"holds a lone surrogate (U+{ord(text[e.start]):04X}), not valid Unicode"
+        return UNDECODABLE, what, None, 0, 0
+    if len(text) < src.min_doc_chars:
+        return EMPTY, "", None, nb, 0
+    junk = not_text(text)
+    if junk:
+        return (*junk, None, nb, 0)
+    if len(text) > src.max_doc_chars:
+        return TOO_LONG, "", None, nb, 0
+    return None, "", text, nb, max(1, int(round(nb / bytes_per_token)))
 
 
 def _candidates(spec: MixSpec, src: SourceSpec, bytes_per_token: float, limit_tokens: float,
@@ -376,32 +416,356 @@ def _candidates(spec: MixSpec, src: SourceSpec, bytes_per_token: float, limit_to
         out.rows_read += 1
         if progress and out.rows_read % 1000 == 0:
             progress(out.rows_read, out.bytes_read)
-        if row.text is None:
-            out.drop(row.origin, UNDECODABLE, row.note or "the bytes do not decode")
-            continue
-        text = row.text.strip()
-        try:
-            nb = len(text.encode("utf-8"))
-        except UnicodeEncodeError as e:  # e.g. a fallback codec that decodes "\ud800" escapes
-            out.drop(row.origin, UNDECODABLE, f"holds a lone surrogate (U+{ord(text[e.start]):04X}), not valid Unicode")
-            continue
+        reason, what, text, nb, est = _classify(row, src, bytes_per_token)
         out.bytes_read += nb
-        if len(text) < src.min_doc_chars:
-            out.dropped[EMPTY] += 1
+        if reason in UNREADABLE:
+            out.drop(row.origin, reason, what)
+        elif reason:
+            out.dropped[reason] += 1
+        if reason:
             continue
-        junk = not_text(text)
-        if junk:
-            out.drop(row.origin, *junk)
-            continue
-        if len(text) > src.max_doc_chars:
-            out.dropped[TOO_LONG] += 1
-            continue
-        est = max(1, int(round(nb / bytes_per_token)))
         yield row, text, nb, est
         seen_tokens += est
         if seen_tokens >= limit_tokens:
             out.exhausted = False
             return
+
+
+# -- JSONL in chunks, on the engine ----------------------------------------------------------------
+# A JSONL source is read as map tasks over byte ranges of its files (whole lines, `JSONL_CHUNK_BYTES`
+# each, cut the same way whatever the engine or worker count): pass 1 classifies every row of a
+# chunk and returns its counts and candidates' sample keys, pass 2 returns the kept documents of a
+# chunk as a table. Results are taken in chunk order, so rows, counts, notes and errors come out as
+# the one-row-at-a-time reading gives them. A chunk is parsed by pyarrow's JSON reader (C++, the GIL
+# released) and classified with pyarrow compute when it is plainly well formed; any doubt (a parse
+# error, bytes that are no UTF-8, a row count or type that differs, a line that is not one object, a
+# BOM, a null or non-string text field, nesting past _MAX_DEPTH, a template) and the chunk is read by
+# `_jsonl_rows` instead, so every error and drop note is that reading's own. Pass 2 reads only the
+# rows pass 1 chose (their positions in the chunk, 4 bytes per candidate), checking their keys.
+
+JSONL_CHUNK_BYTES = 4 << 20
+_REASONS = (None, EMPTY, UNDECODABLE, BINARY, CONTROL_CHARS, TOO_LONG)  # row codes; 0 = a candidate
+_CODE = {r: k for k, r in enumerate(_REASONS)}
+_CONTROL_RE2 = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x{7f}-\x{9f}\x{fffd}]"  # _CONTROL, in RE2 syntax
+_MAX_DEPTH = 64  # rows nested deeper go to json.loads (which refuses past the recursion limit)
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+
+
+@dataclass(frozen=True)
+class JsonlChunk:
+    """Whole lines of one JSONL file: bytes [start, stop), the first numbered `first_line`."""
+
+    path: str  # the file as named in messages
+    rel: str  # the file as named in origins
+    start: int
+    stop: int
+    first_line: int
+
+    def read(self) -> bytes:
+        with open(self.path, "rb") as fh:
+            fh.seek(self.start)
+            return fh.read(self.stop - self.start)
+
+
+def jsonl_chunks(spec: MixSpec, src: SourceSpec, chunk_bytes: Optional[int] = None) -> Iterator[JsonlChunk]:
+    """The source's files cut into chunks of whole lines, lazily (reading stops with the caller)."""
+    chunk_bytes = chunk_bytes or JSONL_CHUNK_BYTES
+    files, base = _expand(spec, src, src.loader.paths, folder_ok=False)
+    for f in files:
+        rel, pos, line = str(f.relative_to(base)), 0, 1
+        with open(f, "rb") as fh:
+            while data := fh.read(chunk_bytes):
+                end = data.rfind(b"\n") + 1 if len(data) == chunk_bytes else len(data)  # whole lines
+                if end == 0:  # a line longer than a chunk: all of it
+                    data += fh.readline()
+                    end = len(data)
+                yield JsonlChunk(str(f), rel, pos, pos + end, line)
+                # counted in numpy, which lets go of the GIL (the map's threads are parsing meanwhile)
+                pos, line = pos + end, line + int(np.count_nonzero(np.frombuffer(data, np.uint8, end) == 10))
+                fh.seek(pos)
+
+
+@dataclass
+class _Scan:
+    """Every row of one chunk classified (`_classify`), in row order."""
+
+    lines: np.ndarray  # line number per row
+    codes: np.ndarray  # int8 per row: index in _REASONS
+    nb: np.ndarray  # int64 per row: UTF-8 bytes of the stripped text (0 when undecodable)
+    est: np.ndarray  # int64 per row: estimated tokens (0 unless a candidate)
+    texts: object  # stripped text per row: a pyarrow string array, or a list (None unless a candidate)
+    notes: list  # (row, reason, what) for every unreadable row
+    error: Optional[SourceError] = None  # raised reading the row after the last one
+
+
+def _scan(src: SourceSpec, chunk: JsonlChunk, bytes_per_token: float) -> _Scan:
+    data = chunk.read()
+    return _scan_arrow(src, chunk, data, bytes_per_token) or _scan_python(src, chunk, data, bytes_per_token)
+
+
+def _scan_python(src: SourceSpec, chunk: JsonlChunk, data: bytes, bytes_per_token: float) -> _Scan:
+    lines, codes, nbs, ests, texts, notes, error = [], [], [], [], [], [], None
+    rows = _jsonl_rows(src, chunk.path, chunk.rel, io.BytesIO(data), chunk.first_line, 0)
+    while True:
+        try:
+            lineno, row = next(rows)
+        except StopIteration:
+            break
+        except SourceError as e:
+            error = e
+            break
+        reason, what, text, nb, est = _classify(row, src, bytes_per_token)
+        if reason in UNREADABLE:
+            notes.append((len(lines), reason, what))
+        lines.append(lineno)
+        codes.append(_CODE[reason])
+        nbs.append(nb)
+        ests.append(est)
+        texts.append(text)
+    return _Scan(np.array(lines, np.int64), np.array(codes, np.int8), np.array(nbs, np.int64),
+                 np.array(ests, np.int64), texts, notes, error)
+
+
+def _object_lines(data: bytes, first_line: int) -> Optional[np.ndarray]:
+    """Line numbers of the non-blank lines (as bytes.strip() sees them) when each is one object at most
+    _MAX_DEPTH deep, from "{" to "}"; else None (a BOM, a top-level null, which pyarrow reads badly)."""
+    a = np.frombuffer(data, np.uint8)
+    cut = np.flatnonzero(a == ord("\n"))
+    starts, ends = np.r_[0, cut + 1], np.r_[cut, len(a)]  # each line without its newline
+    full = ends > starts
+    plain = np.zeros(len(starts), bool)
+    plain[full] = (a[starts[full]] == ord("{")) & (a[ends[full] - 1] == ord("}"))
+    blank = ~full
+    for k in np.flatnonzero(full & ~plain).tolist():  # spaces or CRs around, a blank line, or no object
+        s = data[starts[k]: ends[k]].strip()
+        if s and (s[:1] != b"{" or s[-1:] != b"}"):
+            return None
+        blank[k] = not s
+    opens = np.flatnonzero((a | 0x20) == ord("{"))  # "{" or "[" (0x7B, 0x5B: they differ in bit 5 only)
+    deep = np.searchsorted(opens, ends) - np.searchsorted(opens, starts) > _MAX_DEPTH
+    if any(_nesting(data[starts[k]: ends[k]]) > _MAX_DEPTH for k in np.flatnonzero(deep).tolist()):
+        return None  # pyarrow's parser recurses: a few thousand levels overflow the stack
+    return first_line + np.flatnonzero(~blank)
+
+
+def _parse_arrow(src: SourceSpec, chunk: JsonlChunk, data: bytes) -> Optional[tuple[np.ndarray, pa.Array]]:
+    """(line number, text field as read) of every row, parsed in C++; None when the chunk is not plainly
+    well formed, or pyarrow's reading of it may differ from json.loads'."""
+    if not src.text_field:
+        return None
+    lines = _object_lines(data, chunk.first_line)
+    if lines is None:
+        return None
+    try:
+        # pyarrow's JSON reader does not check UTF-8: a row that does not decode is json.loads' to count
+        pa.LargeStringArray.from_buffers(1, pa.py_buffer(np.array([0, len(data)], np.int64)),
+                                         pa.py_buffer(data)).validate(full=True)
+        opts = pj.ReadOptions(use_threads=False, block_size=len(data) + 1)  # one block: the whole chunk
+        t = pj.read_json(io.BytesIO(data), read_options=opts)
+    except Exception:  # noqa: BLE001 - any parse problem: the exact reading names it
+        return None
+    if t.num_rows != len(lines) or src.text_field not in t.column_names:
+        return None
+    col = t.column(src.text_field)
+    if col.type != pa.string() or col.null_count:
+        return None
+    return lines, col.combine_chunks()
+
+
+def _scan_arrow(src: SourceSpec, chunk: JsonlChunk, data: bytes, bytes_per_token: float) -> Optional[_Scan]:
+    """The chunk parsed and classified in C++ (`_classify`, over arrays), or None (`_parse_arrow`)."""
+    parsed = _parse_arrow(src, chunk, data)
+    if parsed is None:
+        return None
+    lines, text = parsed[0], _strip(parsed[1])
+    nb = np.asarray(pc.binary_length(text), np.int64)
+    chars = np.asarray(pc.utf8_length(text), np.int64)
+    ctrl = np.asarray(pc.count_substring_regex(text, _CONTROL_RE2), np.int64)
+    nul = np.zeros(len(lines), np.int64)  # NUL is a control character: counted only where there are any
+    some = np.flatnonzero(ctrl)
+    if len(some):
+        nul[some] = np.asarray(pc.count_substring(text.take(pa.array(some)), "\x00"), np.int64)
+    too_many = ctrl > np.maximum(CONTROL_ALLOWED, CONTROL_SHARE_MAX * chars)
+    codes = np.select([chars < src.min_doc_chars, nul > 0, too_many, chars > src.max_doc_chars],
+                      [_CODE[EMPTY], _CODE[BINARY], _CODE[CONTROL_CHARS], _CODE[TOO_LONG]], 0).astype(np.int8)
+    est = np.where(codes == 0, _estimate(nb, bytes_per_token), 0)
+    notes = [(int(i), BINARY, f"{nul[i]} NUL characters") if codes[i] == _CODE[BINARY] else
+             (int(i), CONTROL_CHARS,
+              f"{ctrl[i]} of {chars[i]} characters are control or replacement characters")
+             for i in np.flatnonzero((codes == _CODE[BINARY]) | (codes == _CODE[CONTROL_CHARS]))]
+    return _Scan(lines, codes, nb, est, text, notes)
+
+
+def _estimate(nb: np.ndarray, bytes_per_token: float) -> np.ndarray:
+    """max(1, round(nb / bytes_per_token)) per row, as `_classify` computes it (both round half to even)."""
+    return np.maximum(1, np.rint(nb / bytes_per_token)).astype(np.int64)
+
+
+def _strip(text: pa.Array) -> pa.Array:
+    """str.strip() of every string."""
+    space, arrow_same = _whitespace()
+    if arrow_same:
+        return pc.utf8_trim_whitespace(text)
+    # pyarrow's trim with a character set is slow: only where an end is white space
+    ends = pc.or_(pc.is_in(pc.utf8_slice_codeunits(text, 0, 1), pa.array(list(space))),
+                  pc.is_in(pc.utf8_slice_codeunits(text, -1, sys.maxsize), pa.array(list(space))))
+    if not pc.any(ends).as_py():
+        return text
+    return pc.replace_with_mask(text, ends, pc.utf8_trim(text.filter(ends), characters=space))
+
+
+@functools.lru_cache(maxsize=1)
+def _whitespace() -> tuple[str, bool]:
+    """(what str.strip() strips, whether pyarrow's utf8_trim_whitespace strips exactly that), checked once
+    per process over the code points up to U+3000 (the last white space) and a few format characters
+    once counted as space (lib/test_sources.py checks every code point)."""
+    cps = np.r_[0:0x3001, 0xFEFF]
+    chars = cps.astype("<u4").tobytes().decode("utf-32-le")
+    space = "".join(filter(str.isspace, chars))
+    widths = 1 + (cps >= 0x80) + (cps >= 0x800)
+    arr = pa.StringArray.from_buffers(len(cps), pa.py_buffer(np.r_[0, np.cumsum(widths)].astype(np.int32)),
+                                      pa.py_buffer(chars.encode("utf-8")))
+    gone = np.asarray(pc.utf8_length(pc.utf8_trim_whitespace(arr))) == 0
+    return space, cps[gone].astype("<u4").tobytes().decode("utf-32-le") == space
+
+
+def _nesting(line: bytes) -> int:
+    """The deepest nesting of objects and arrays in a JSON line (at least what a parser reaches)."""
+    a = np.frombuffer(_JSON_STRING.sub(b"", line), np.uint8)
+    opens = (a == ord("{")) | (a == ord("["))
+    return int(np.max(np.cumsum(opens.astype(np.int64) - ((a == ord("}")) | (a == ord("]")))), initial=0))
+
+
+@dataclass
+class _ChunkPlan:
+    """Pass 1 of one chunk: what `plan_sample` keeps of its rows."""
+
+    chunk: JsonlChunk
+    codes: np.ndarray  # per row read
+    nb: np.ndarray
+    est: np.ndarray
+    keys: np.ndarray  # uint64 sample key per candidate
+    notes: list  # (row, origin, reason, what): the first 20 unreadable rows and the first 20 undecodable
+    error: Optional[SourceError]
+
+
+def _plan_chunk(src: SourceSpec, seed: int, bytes_per_token: float, chunk: JsonlChunk) -> _ChunkPlan:
+    s = _scan(src, chunk, bytes_per_token)
+    cand = s.lines[s.codes == 0]
+    keys = np.array([_sample_key(seed, doc_id(src.name, f"{chunk.rel}:{n}")) for n in cand.tolist()],
+                    np.uint64)
+    undecodable = [n for n in s.notes if n[1] == UNDECODABLE][:20]
+    notes = sorted(set(s.notes[:20]) | set(undecodable))
+    return _ChunkPlan(chunk, s.codes, s.nb, s.est, keys,
+                      [(r, f"{chunk.rel}:{s.lines[r]}", reason, what) for r, reason, what in notes], s.error)
+
+
+def _plan_jsonl(spec: MixSpec, src: SourceSpec, bytes_per_token: float, limit_tokens: float,
+                out: SourceSample, eng: Engine,
+                progress: Optional[Callable[[int, int], None]] = None) -> tuple[list, list, list, list]:
+    """Pass 1 over chunks: (sample keys, n_bytes, est_tokens) of the candidates, and per chunk read
+    (chunk, rows read, the candidates' rows in it), counting into `out` exactly as `_candidates` does."""
+    keys, nbs, ests, chunks, seen = [], [], [], [], 0
+    fn = functools.partial(_plan_chunk, src, spec.seed, bytes_per_token)
+    for p in map_chunks(fn, jsonl_chunks(spec, src), eng):
+        n, cand = len(p.codes), np.flatnonzero(p.codes == 0)
+        reach = np.flatnonzero(seen + np.cumsum(p.est[cand]) >= limit_tokens)
+        if len(reach):  # the limit is reached inside this chunk: its rows end at that candidate
+            n, cand = int(cand[reach[0]]) + 1, cand[: reach[0] + 1]
+        elif p.error is not None:
+            raise p.error
+        out.rows_read += n
+        out.bytes_read += int(p.nb[:n].sum())
+        for code, count in enumerate(np.bincount(p.codes[:n], minlength=len(_REASONS))[1:], 1):
+            out.dropped[_REASONS[code]] += int(count)
+        for r, origin, reason, what in p.notes:
+            if r < n:
+                out.note(origin, reason, what)
+        keys.append(p.keys[: len(cand)])
+        nbs.append(p.nb[cand])
+        ests.append(p.est[cand])
+        chunks.append((p.chunk, n, cand.astype(np.int32)))
+        seen += int(p.est[cand].sum())
+        if progress:
+            progress(out.rows_read, out.bytes_read)
+        if len(reach):
+            out.exhausted = False
+            break
+    return keys, nbs, ests, chunks
+
+
+@dataclass(frozen=True)
+class _DocsJob:
+    """Pass 2 of one chunk: the rows kept (by position among the chunk's rows), the first numbered
+    `first_row`, and their sample keys from pass 1."""
+
+    chunk: JsonlChunk
+    first_row: int
+    kept: np.ndarray  # int32 row positions, ascending
+    keys: np.ndarray  # uint64
+
+
+def _docs_chunk(src: SourceSpec, seed: int, bytes_per_token: float, job: _DocsJob) -> pa.Table:
+    """The kept documents of one chunk, as `iter_sample` writes them (pass 1 chose them, so only they
+    are stripped and measured again)."""
+    data, kept = job.chunk.read(), job.kept
+    parsed = _parse_arrow(src, job.chunk, data)
+    if parsed is not None:
+        lines, text = parsed
+        if len(lines) <= kept[-1]:
+            raise SourceError(f"source {src.name}: the source changed while it was read ({job.chunk.path})")
+        text = _strip(text.take(pa.array(kept)))
+        nb = np.asarray(pc.binary_length(text), np.int64)
+        est = _estimate(nb, bytes_per_token)
+    else:
+        s = _scan_python(src, job.chunk, data, bytes_per_token)
+        lines = s.lines
+        if len(lines) <= kept[-1] or s.codes[kept].any():
+            raise SourceError(f"source {src.name}: the source changed while it was read ({job.chunk.path})")
+        text, nb, est = pa.array([s.texts[i] for i in kept], pa.large_string()), s.nb[kept], s.est[kept]
+    origins = [f"{job.chunk.rel}:{n}" for n in lines[kept].tolist()]
+    ids = [doc_id(src.name, o) for o in origins]
+    for did, key, o in zip(ids, job.keys.tolist(), origins):
+        if _sample_key(seed, did) != key:
+            raise SourceError(f"source {src.name}: the source changed while it was read ({o})")
+    columns = [pa.array(ids, pa.string()), pa.array([src.name] * len(ids), pa.string()),
+               text.cast(pa.large_string()), pa.array(job.first_row + kept.astype(np.int64)),
+               pa.array(origins, pa.string()), pa.array(nb), pc.utf8_length(text).cast(pa.int64()), pa.array(est)]
+    return pa.Table.from_arrays(columns, schema=DOC_SCHEMA)
+
+
+def _sample_jsonl(spec: MixSpec, src: SourceSpec, bytes_per_token: float, plan: "SamplePlan",
+                  eng: Engine) -> Iterator[pa.Table]:
+    """Pass 2 over chunks: the kept documents of each chunk holding any, in source order."""
+    def jobs() -> Iterator[_DocsJob]:
+        row, at = 0, 0
+        for chunk, rows, cand in plan.chunks:
+            keep = plan.keep[at: at + len(cand)]
+            if keep.any():
+                yield _DocsJob(chunk, row, cand[keep], plan.keys[at: at + len(cand)][keep])
+            row, at = row + rows, at + len(cand)
+
+    return map_chunks(functools.partial(_docs_chunk, src, spec.seed, bytes_per_token), jobs(), eng)
+
+
+def _row_groups(tables: Iterable[pa.Table], group_rows: int, group_bytes: int) -> Iterator[pa.Table]:
+    """The documents of `tables` cut into row groups as `iter_sample` cuts them (each one contiguous)."""
+    parts, rows, size = [], 0, 0
+    for t in tables:
+        start = 0
+        for i, nb in enumerate(t.column("n_bytes").to_pylist()):
+            if rows and (rows >= group_rows or size + nb > group_bytes):
+                parts.append(t.slice(start, i - start))
+                yield pa.concat_tables(parts).combine_chunks()
+                parts, rows, size, start = [], 0, 0, i
+                pa.default_memory_pool().release_unused()  # mimalloc's thread caches (tables.iter_batches)
+            rows, size = rows + 1, size + nb
+        parts.append(t.slice(start))
+    if rows:
+        yield pa.concat_tables(parts).combine_chunks()
+
+
+_SERIAL = Engine(num_cpus=1)
 
 
 @dataclass
@@ -410,25 +774,34 @@ class SamplePlan:
 
     keep: np.ndarray  # bool per candidate ordinal
     keys: np.ndarray  # uint64 sample key per candidate ordinal (checked again in pass 2)
+    chunks: Optional[list] = None  # JSONL: (chunk, rows read, candidate rows: int32) per chunk read in pass 1
 
 
 def plan_sample(spec: MixSpec, src: SourceSpec, bytes_per_token: float, budget_tokens: int,
-                progress: Optional[Callable[[int, int], None]] = None) -> tuple[SourceSample, SamplePlan]:
+                progress: Optional[Callable[[int, int], None]] = None,
+                eng: Optional[Engine] = None) -> tuple[SourceSample, SamplePlan]:
     """Pass 1: read the source keeping 24 bytes per candidate (sample key, n_bytes, est_tokens), and
     choose the sample: the prefix of the candidates ordered by a hash of (seed, doc_id) that first
-    reaches `budget_tokens`. Counts, drops and the kept documents' sums go into the SourceSample."""
+    reaches `budget_tokens`. Counts, drops and the kept documents' sums go into the SourceSample.
+    A JSONL source is read in chunks on `eng` (default: one at a time, in this thread)."""
     out = SourceSample()
-    keys, nbs, ests = array.array("Q"), array.array("q"), array.array("q")
     limit = SCAN_FACTOR * budget_tokens
-    for row, _text, nb, est in _candidates(spec, src, bytes_per_token, limit, out, progress):
-        keys.append(_sample_key(spec.seed, doc_id(src.name, row.id_key)))
-        nbs.append(nb)
-        ests.append(est)
+    chunks = None
+    if isinstance(src.loader, LocalJsonl):
+        keys, nbs, ests, chunks = _plan_jsonl(spec, src, bytes_per_token, limit, out, eng or _SERIAL,
+                                              progress)
+        key, nb_a, est_a = (np.concatenate(a) if a else np.zeros(0, t)
+                            for a, t in ((keys, np.uint64), (nbs, np.int64), (ests, np.int64)))
+    else:
+        k, n, e = array.array("Q"), array.array("q"), array.array("q")
+        for row, _text, nb, est in _candidates(spec, src, bytes_per_token, limit, out, progress):
+            k.append(_sample_key(spec.seed, doc_id(src.name, row.id_key)))
+            n.append(nb)
+            e.append(est)
+        key, nb_a, est_a = (np.frombuffer(a, t) if a else np.zeros(0, t)
+                            for a, t in ((k, np.uint64), (n, np.int64), (e, np.int64)))
     if out.rows_read == 0:
         raise SourceError(f"source {src.name}: the source is empty (no rows were read)")
-    key = np.frombuffer(keys, np.uint64) if keys else np.zeros(0, np.uint64)
-    est_a = np.frombuffer(ests, np.int64) if ests else np.zeros(0, np.int64)
-    nb_a = np.frombuffer(nbs, np.int64) if nbs else np.zeros(0, np.int64)
     # Equal keys mean the same doc_id (a 64-bit hash of it); ties then fall to source order.
     order = np.argsort(key, kind="stable")
     before = np.cumsum(est_a[order]) - est_a[order]  # tokens kept before each candidate, in key order
@@ -440,14 +813,24 @@ def plan_sample(spec: MixSpec, src: SourceSpec, bytes_per_token: float, budget_t
     keep[order[:n_keep]] = True
     out.dropped[SAMPLED_OUT] = len(key) - n_keep
     out.docs, out.est_tokens, out.text_bytes = n_keep, int(est_a[keep].sum()), int(nb_a[keep].sum())
-    return out, SamplePlan(keep, key.copy())
+    return out, SamplePlan(keep, key.copy(), chunks)
 
 
 def iter_sample(spec: MixSpec, src: SourceSpec, bytes_per_token: float, plan: SamplePlan,
-                group_rows: Optional[int] = None, group_bytes: Optional[int] = None) -> Iterator[pa.Table]:
+                group_rows: Optional[int] = None, group_bytes: Optional[int] = None,
+                eng: Optional[Engine] = None) -> Iterator[pa.Table]:
     """Pass 2: read the source again and yield the kept documents in source order, as tables of at most
     `group_rows` rows and (past the first document) `group_bytes` of text: one Parquet row group each."""
     group_rows, group_bytes = group_rows or ROW_GROUP_ROWS, group_bytes or ROW_GROUP_BYTES
+    if plan.chunks is not None:
+        empty = True
+        docs = _sample_jsonl(spec, src, bytes_per_token, plan, eng or _SERIAL)
+        for t in _row_groups(docs, group_rows, group_bytes):
+            empty = False
+            yield t
+        if empty:
+            yield DOC_SCHEMA.empty_table()
+        return
     scratch = SourceSample()
     last = int(np.flatnonzero(plan.keep)[-1]) if plan.keep.any() else -1
     cols: dict[str, list] = {c: [] for c in DOC_SCHEMA.names}
@@ -572,15 +955,16 @@ class RawSource:
         }
 
 
-def read_raw_source(storage, spec: MixSpec, name: str,
-                    progress: Optional[Callable[[int, int], None]] = None) -> RawSource:
-    """Sample source `name` to its raw budget; write its documents parquet and stats.json."""
+def read_raw_source(storage, spec: MixSpec, name: str, progress: Optional[Callable[[int, int], None]] = None,
+                    eng: Optional[Engine] = None) -> RawSource:
+    """Sample source `name` to its raw budget; write its documents parquet and stats.json (a JSONL
+    source read in chunks on `eng`, default one at a time in this thread: the same bytes on any)."""
     src = spec.source(name)
     # A tokenizer trained later cannot measure anything yet: read a sample head only for one that exists.
     head = ([] if spec.tokenizer.kind == "train" else
             [r.text for r in itertools.islice(iter_rows(spec, src), HEAD_ROWS) if r.text])
     bpt, how = bytes_per_token(spec, head)
-    got, plan = plan_sample(spec, src, bpt, spec.raw_budget(name), progress)  # pass 1: choose
+    got, plan = plan_sample(spec, src, bpt, spec.raw_budget(name), progress, eng)  # pass 1: choose
     if progress:
         progress(got.rows_read, got.bytes_read)
     n_chars: list[np.ndarray] = []
@@ -589,7 +973,7 @@ def read_raw_source(storage, spec: MixSpec, name: str,
     written = [0, 0]  # bytes, estimated tokens
 
     def groups() -> Iterator[pa.Table]:  # pass 2: the chosen documents, one row group at a time
-        for t in iter_sample(spec, src, bpt, plan):
+        for t in iter_sample(spec, src, bpt, plan, eng=eng):
             if mods:
                 t = modify_table(t, mods, bpt, counts)
                 written[0] += pc.sum(t.column("n_bytes")).as_py() or 0

@@ -196,3 +196,24 @@ def test_filter_decisions_bytes_identical_in_process_and_on_ray(ray_instance, tm
     want = decided(LOCAL1, "local1")
     assert decided(RAY2, "ray2") == want
     assert decided(eng.Engine(kind="ray", num_cpus=2, chunk_rows=41), "ray41") == want
+
+
+@pytest.mark.ray
+def test_raw_source_bytes_identical_in_process_and_on_ray(ray_instance, tmp_path, monkeypatch):
+    from mix_assets.lib import sources
+
+    from mix_assets_tests.conftest import minimal_config, source, write_config
+    from mix_assets_tests.support.jsonl_fixtures import messy_jsonl
+
+    messy_jsonl(tmp_path / "m.jsonl", n=600)
+    spec = load_spec(write_config(tmp_path, minimal_config(
+        sources=[source("m", {"kind": "jsonl", "paths": ["m.jsonl"]})], target_tokens=1000)))
+    monkeypatch.setattr(sources, "JSONL_CHUNK_BYTES", 2000)  # chunks are cut here; tasks read their ranges
+
+    def read(engine, tag):
+        st = Storage(root=str(tmp_path / tag))
+        sources.read_raw_source(st, spec, "m", eng=engine)
+        return [(tmp_path / tag / k).read_bytes() for k in (layout.RAW_DOCS.format(source="m"),
+                                                             layout.RAW_STATS.format(source="m"))]
+
+    assert read(RAY2, "ray2") == read(LOCAL1, "local1") == read(LOCAL2, "local2")

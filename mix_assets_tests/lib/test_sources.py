@@ -1,5 +1,6 @@
 import json
 import random
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -9,6 +10,7 @@ from mix_assets.config import load_spec
 from mix_assets.lib import sources as lib
 
 from ..conftest import minimal_config, source, write_config
+from mix_assets_tests.support.jsonl_fixtures import messy_jsonl
 from mix_assets_tests.support.shared_data import real_mix_config
 
 
@@ -329,3 +331,153 @@ def test_streamed_raw_source_equals_the_in_memory_selection(tmp_path, monkeypatc
     assert f.num_row_groups > 2 and max(sizes) == 7 and min(sizes[:-1]) < 7
     assert f.read().equals(want) and raw.sample.n_chars.tolist() == want.column("n_chars").to_pylist()
     assert raw.stats() == lib.RawSource("a", got, bpt, raw.token_estimate, budget, raw.minimum_tokens).stats()
+
+
+# -- JSONL in chunks: pyarrow's reader where it agrees with json.loads, the exact reading elsewhere --
+
+_SPACES = "".join(c for c in map(chr, range(0x3001)) if c.isspace())
+_TRICKY_TEXTS = [
+    "plain words here", "", "   ", f"{_SPACES}both ends{_SPACES}", "\x1c\x1dseparators\x1e\x1f", "\x85next line\xa0",
+    "\u3000ideographic\u2029", "café naïve 東京 😀 emoji", "tab\there\fand a form feed", "a\x00b with a NUL",
+    "\ufffd" * 12 + " mostly lost", "C1 \x80\x9f and DEL \x7f", "quote \" backslash \\ slash / escapes \b\n\r",
+    "brackets [[[{{{ in text }}}]]]", "x" * 700, "\u2028line\u2029separators",
+]
+
+
+def _tricky_rows():
+    rows = [{"text": t} for t in _TRICKY_TEXTS]
+    rows += [{"id": i, "meta": {"tags": ["a", "b"], "score": 0.5, "none": None}, "text": t}
+             for i, t in enumerate(_TRICKY_TEXTS)]
+    return rows
+
+
+def _chunk_of(path):
+    return lib.JsonlChunk(str(path), path.name, 0, path.stat().st_size, 1)
+
+
+def _same_scan(a, b):
+    assert a.lines.tolist() == b.lines.tolist() and a.codes.tolist() == b.codes.tolist()
+    assert a.nb.tolist() == b.nb.tolist() and a.est.tolist() == b.est.tolist() and a.notes == b.notes
+    texts = a.texts.to_pylist() if hasattr(a.texts, "to_pylist") else a.texts
+    assert [t for t, c in zip(texts, a.codes) if c == 0] == [t for t in b.texts if t is not None]
+    assert a.error is None and b.error is None
+
+
+@pytest.mark.parametrize("ensure_ascii", [True, False])
+def test_arrow_scan_agrees_with_the_exact_reading(tmp_path, ensure_ascii):
+    p = tmp_path / "t.jsonl"
+    body = "".join(json.dumps(r, ensure_ascii=ensure_ascii) + "\n" for r in _tricky_rows())
+    p.write_bytes(("\n  \r\n" + body.replace("\n", "\r\n", 3) + "\t\n").encode() + b'{"text": "NaN elsewhere", "n": NaN}')
+    spec = _spec(tmp_path, source("t", {"kind": "jsonl", "paths": ["t.jsonl"]}, min_doc_chars=3, max_doc_chars=600))
+    src, data = spec.sources[0], p.read_bytes()
+    fast = lib._scan_arrow(src, _chunk_of(p), data, 3.7)
+    assert fast is not None  # the plain chunk took the fast path
+    _same_scan(fast, lib._scan_python(src, _chunk_of(p), data, 3.7))
+    assert set(fast.codes.tolist()) == set(range(len(lib._REASONS))) - {lib._CODE[lib.UNDECODABLE]}
+
+
+@pytest.mark.parametrize("line", [
+    b'{"text": "a", "text": "b"}',  # duplicate key: json.loads keeps the last
+    b'{"te\\u0078t": "a", "text": "b"}',  # the same, spelt with an escape
+    b'{"text": "lone \\ud800 surrogate"}', b'{"text": "ok", "other": "\\udc00"}',
+    b'null', b'[1]', b'"text"', b'{"text": "a"} {"text": "b"}', b'{"text": "a"} null {"text": "b"}',
+    b'\xef\xbb\xbf{"text": "after a BOM"}', b'{"text": "bad \xff byte"}', b'{"text": "ok", "other": "\xed\xa0\x80"}',
+    b'{"text": null}', b'{"body": "no text"}', b'{"text": 12}', b'{"text": ["a"]}', b'{"text": "a", "n": 1e999}',
+    b'{"text": "x", "deep": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # pyarrow's parser would overflow the stack
+    b'{"text": "x", "deep": ' + b'{"a": ' * 65 + b"1" + b"}" * 65 + b"}",
+    b'{"text": "raw\tcontrol"}', b'\x0c{"text": "form feed before"}', b'{"text": "a",}',
+])
+def test_arrow_scan_leaves_doubtful_chunks_to_the_exact_reading(tmp_path, line):
+    p = tmp_path / "d.jsonl"
+    p.write_bytes(b'{"text": "a fine row first"}\n' + line + b"\n")
+    spec = _spec(tmp_path, source("d", {"kind": "jsonl", "paths": ["d.jsonl"]}))
+    assert lib._scan_arrow(spec.sources[0], _chunk_of(p), p.read_bytes(), 4.0) is None
+
+
+def test_brackets_in_strings_do_not_count_as_nesting(tmp_path):
+    p = _jsonl(tmp_path / "b.jsonl", [{"text": "[" * 500 + "{" * 500, "meta": [[["x"]]]}])
+    spec = _spec(tmp_path, source("b", {"kind": "jsonl", "paths": ["b.jsonl"]}))
+    assert lib._scan_arrow(spec.sources[0], _chunk_of(p), p.read_bytes(), 4.0) is not None
+
+
+@pytest.mark.parametrize("chunk_bytes", [300, 1 << 20])
+def test_chunked_reading_writes_the_same_bytes_on_any_engine_and_chunking(tmp_path, monkeypatch, chunk_bytes):
+    from mix_assets.lib.engine import Engine
+    from mix_assets.lib.storage import Storage
+
+    messy_jsonl(tmp_path / "m.jsonl")
+    spec = _spec(tmp_path, source("m", {"kind": "jsonl", "paths": ["m.jsonl"]}), target_tokens=1000)
+
+    def read(tag, eng=None):
+        st = Storage(root=str(tmp_path / tag))
+        raw = lib.read_raw_source(st, spec, "m", eng=eng)
+        files = [Path(st.local_path(k)).read_bytes() for k in ("raw/m/documents.parquet", "raw/m/stats.json")]
+        return (*files, raw.sample.n_chars.tolist())
+
+    monkeypatch.setattr(lib, "JSONL_CHUNK_BYTES", 1 << 20)
+    with monkeypatch.context() as m:  # the reference: every row through json.loads, one chunk
+        m.setattr(lib, "_scan_arrow", lambda *a: None)
+        want = read("exact")
+    stats = json.loads(want[1])
+    assert stats["drop_notes"] and stats["dropped"]["sanity:undecodable"] and not stats["exhausted"]
+    monkeypatch.setattr(lib, "JSONL_CHUNK_BYTES", chunk_bytes)
+    fast, scan_arrow = [], lib._scan_arrow
+    monkeypatch.setattr(lib, "_scan_arrow", lambda *a: fast.append(scan_arrow(*a) is not None) or scan_arrow(*a))
+    assert read("one") == want
+    assert (any(fast), all(fast)) == ((True, False) if chunk_bytes < 1000 else (False, False))  # both readings
+    assert read("two", Engine(num_cpus=2)) == want
+    assert read("four", Engine(num_cpus=4)) == want
+
+
+def test_an_error_past_where_reading_stops_is_never_reached(tmp_path, monkeypatch):
+    p = tmp_path / "s.jsonl"
+    p.write_text("".join(json.dumps({"text": f"document number {i} " * 20}) + "\n" for i in range(300)) + "{broken\n")
+    spec = _spec(tmp_path, source("s", {"kind": "jsonl", "paths": ["s.jsonl"]}))
+    for chunk_bytes in (500, 1 << 20):
+        monkeypatch.setattr(lib, "JSONL_CHUNK_BYTES", chunk_bytes)
+        got = lib.sample_source(spec, spec.sources[0], 4.0, 1000)  # reading stops at 4 x 1000 tokens
+        assert not got.exhausted and got.rows_read < 300
+        with pytest.raises(lib.SourceError, match=rf"source s: {p}:301: malformed JSON"):
+            lib.sample_source(spec, spec.sources[0], 4.0, 10**6)
+
+
+def test_pyarrow_trims_exactly_what_str_strip_strips():
+    import sys
+
+    import numpy as np
+    import pyarrow.compute as pc
+
+    cps = [c for c in range(sys.maxunicode + 1) if not 0xD800 <= c < 0xE000]
+    trimmed = pc.utf8_trim_whitespace(pa.array([chr(c) for c in cps]))
+    gone = np.asarray(pc.utf8_length(trimmed)) == 0
+    assert "".join(chr(c) for c, g in zip(cps, gone) if g) == "".join(chr(c) for c in cps if chr(c).isspace())
+    assert lib._whitespace()[1]  # the per-process check agrees
+
+
+def test_arrow_scan_agrees_with_the_exact_reading_on_random_text(tmp_path):
+    pool = (list("abc xyz.,;'\"\\/{}[]") * 20 + list(_SPACES) + [chr(c) for c in range(0x20)]
+            + ["\x7f", "\x85", "\x9f", "\ufffd", "é", "東", "😀", "\u2028", "\ufeff", "\u200b", "\u180e"])
+    rng = random.Random(11)
+    rows = [{"text": "".join(rng.choice(pool) for _ in range(rng.randint(0, 40))), "k": rng.random()}
+            for _ in range(400)]
+    p = tmp_path / "r.jsonl"
+    p.write_text("".join(json.dumps(r, ensure_ascii=rng.random() < 0.5) + "\n" for r in rows), "utf-8")
+    spec = _spec(tmp_path, source("r", {"kind": "jsonl", "paths": ["r.jsonl"]}, min_doc_chars=2,
+                                  max_doc_chars=30))
+    src, data = spec.sources[0], p.read_bytes()
+    fast = lib._scan_arrow(src, _chunk_of(p), data, 2.5)
+    assert fast is not None
+    _same_scan(fast, lib._scan_python(src, _chunk_of(p), data, 2.5))
+    assert {lib._REASONS[c] for c in fast.codes} == set(lib._REASONS) - {lib.UNDECODABLE}
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 7, 16, 1000])
+def test_jsonl_chunks_are_whole_lines_covering_the_file(tmp_path, chunk_bytes):
+    p = tmp_path / "c.jsonl"
+    p.write_bytes(b'{"text": "a"}\n\n{"text": "a much longer line than the chunk"}\r\n  \n{"text": "no newline"}')
+    spec = _spec(tmp_path, source("c", {"kind": "jsonl", "paths": ["c.jsonl"]}))
+    chunks = list(lib.jsonl_chunks(spec, spec.sources[0], chunk_bytes))
+    data = p.read_bytes()
+    assert [c.start for c in chunks] == [0] + [c.stop for c in chunks[:-1]] and chunks[-1].stop == len(data)
+    assert all(data[c.stop - 1:c.stop] == b"\n" for c in chunks[:-1])
+    assert [c.first_line for c in chunks] == [data[:c.start].count(b"\n") + 1 for c in chunks]
