@@ -52,10 +52,10 @@ class ByteDecoder:
     def __init__(self, tokenizer, data: np.ndarray, offsets: np.ndarray):
         self.tok = tokenizer
         self.size = len(offsets) - 1
-        self.data = data
-        self.starts = np.append(offsets[:-1], 0).astype(np.int64)
         # one more entry, empty, for every id outside the vocabulary
-        self.lens = np.append(np.diff(offsets), 0).astype(np.int64)
+        offsets = np.append(offsets, offsets[-1]).astype(np.int64)
+        self.table = pa.Array.from_buffers(pa.large_binary(), self.size + 1,
+                                           [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
     @classmethod
     def of(cls, tokenizer) -> Optional["ByteDecoder"]:
@@ -79,11 +79,11 @@ class ByteDecoder:
     def texts(self, ids: np.ndarray, bounds: np.ndarray) -> pa.LargeStringArray:
         """Row i: the decoding of ids[bounds[i]:bounds[i + 1]] (`bounds` int64, non-decreasing)."""
         ids = np.minimum(np.asarray(ids, np.int64), self.size)
-        lens = self.lens[ids]
-        cum = np.zeros(len(ids) + 1, np.int64)
-        np.cumsum(lens, out=cum[1:])
-        data = self.data[np.repeat(self.starts[ids] - cum[:-1], lens) + np.arange(cum[-1], dtype=np.int64)]
-        offsets = cum[bounds]
+        got = self.table.take(pa.array(ids))  # Arrow concatenates the tokens' bytes (no GIL held)
+        _, off_buf, data_buf = got.buffers()
+        tok_off = np.frombuffer(off_buf, np.int64, got.offset + len(ids) + 1)[got.offset:]
+        data = np.frombuffer(data_buf, np.uint8, int(tok_off[-1])) if tok_off[-1] else np.zeros(0, np.uint8)
+        offsets = tok_off[bounds]
         bad = _invalid_rows(data, offsets)
         if len(bad):
             data, offsets = self._redecode(data, offsets, ids, bounds, bad)
