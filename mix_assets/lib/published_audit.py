@@ -30,6 +30,14 @@ whatever the sample boundaries, provided the tokenizer's decoding is local (true
 Metaspace and WordPiece decoders); boundaries where the document tail held fewer than n + 1 words
 within `max_carry_tokens` tokens are counted as `short_carries` (a window there may be missed).
 
+Decoding. A byte-level BPE tokenizer (decoder `ByteLevel` alone, every token checked at load:
+`lib/bytelevel.ByteDecoder.of`) decodes a chunk's (carry + piece) rows as one Arrow `take` over a
+per-token byte table, straight into the Arrow strings `textkeys.words` reads; rows that are not valid
+UTF-8 on their own (a character cut at a seam) and every other tokenizer go through
+`Tokenizer.decode_batch`. Same strings either way (the old scanner is pinned in
+mix_assets_tests/support/published_audit_ref.py); no Python list of ids or str per row, and no
+tokenizers call holding the GIL while the other map thread waits.
+
 Output: counts only. The report carries task, split and file names and integers; it is checked
 before it is returned for any `audit.scrub_words` consecutive words of a reference item.
 """
