@@ -9,6 +9,9 @@ count 13-gram overlaps. This script measures, each in a fresh subprocess (RAYON_
 before import; peak RSS = VmHWM of that process), tools interleaved per repetition, medians reported:
 
   audit   = the full `audit_published` call, exactly as the check calls it (temporary cache dir)
+  old     = the same call with the scanner as it was before the byte-table decoding
+            (mix_assets_tests/support/published_audit_ref.py, patched in): the before figure, in
+            the same run; its report must be byte-identical to `audit`'s (checked, else the run stops)
   decode  = the physical-limit reference: the same samples read through the same readers in the
             same chunks (`chunk_tokens // sample_len` samples) and `Tokenizer.decode_batch`ed whole,
             nothing else (same tokenizer file, same thread count)
@@ -36,6 +39,11 @@ manifest only copies and hashes it; the published audit never reads it).
 
 "corpus MB" in the table is the UTF-8 size of the text the shards decode to (what the audit reads,
 separator tokens included as text); s/100 MB is audit seconds per 100 of those MB.
+
+`--config <mix.yaml>` (repeatable) audits instead the mix/ dir an existing build left under that
+config's storage root (e.g. a copy of bench/graph.py's run), with that config's tasks: old vs new only.
+
+    PYTHONPATH=$PWD /work/main/.venv/bin/python bench/shards_audit.py --config /tmp/copy/mix.yaml --reps 3
 """
 
 from __future__ import annotations
@@ -135,27 +143,42 @@ def build(root: Path) -> dict:
 # -- measurements (children) -----------------------------------------------------------------------
 
 
-def audit(root: Path) -> dict:
-    from mix_assets.lib import layout
-    from mix_assets.lib.published_audit import audit_published
-    from mix_assets.lib.storage import Storage
+def _spec_root(root: str):
+    """(spec, storage root): a generated corpus's root, or `config:<mix.yaml>` (its storage root)."""
+    if root.startswith("config:"):
+        from mix_assets.config import load_spec
 
-    spec = load_audit_spec(root)
-    st = Storage(str(root))
+        spec = load_spec(root[len("config:"):])
+        return spec, Path(spec.storage.root)
+    return load_audit_spec(Path(root)), Path(root)
+
+
+def audit(root: str, old: bool = False) -> dict:
+    import contextlib
+
+    from mix_assets.lib import layout
+    from mix_assets.lib.published_audit import audit_published, dumps
+    from mix_assets.lib.storage import Storage
+    from mix_assets_tests.support import published_audit_ref
+
+    spec, path = _spec_root(root)
+    st = Storage(str(path))
     c0 = bt.cpu_s()
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="shards-audit-", dir=str(root)) as cache:  # as the check does
-        report = audit_published(st.uri(layout.MIX_DIR), spec, cache)
+    with published_audit_ref.patched() if old else contextlib.nullcontext():
+        with tempfile.TemporaryDirectory(prefix="shards-audit-", dir=str(path)) as cache:  # as the check does
+            report = audit_published(st.uri(layout.MIX_DIR), spec, cache)
     dt = time.perf_counter() - t0
     sp = report["splits"]
     return {"secs": dt, "cpu": bt.cpu_s() - c0, "tokens": sum(v["tokens_scanned"] for v in sp.values()),
             "words": sum(v["words_scanned"] for v in sp.values()), "pieces": sum(v["pieces"] for v in sp.values()),
             "overlap_total": report["overlap_total"], "samples_with_overlap": report["samples_with_overlap"],
             "denominator_problems": len(report["denominator_problems"]), "passed": report["passed"],
-            "short_carries": sum(v["short_carries"] for v in sp.values())}
+            "short_carries": sum(v["short_carries"] for v in sp.values()),
+            "report_sha256": hashlib.sha256(dumps(report).encode()).hexdigest()}
 
 
-def decode(root: Path, chunk_tokens: int = 1 << 20) -> dict:
+def decode(root: str, chunk_tokens: int = 1 << 20) -> dict:
     """The same samples, readers and chunks as audit_published; decode_batch of whole samples only."""
     from tokenizers import Tokenizer
 
@@ -164,12 +187,12 @@ def decode(root: Path, chunk_tokens: int = 1 << 20) -> dict:
     from mix_assets.lib.storage import Storage
     from mix_assets.reader import open_mix
 
-    st = Storage(str(root))
+    st = Storage(str(_spec_root(root)[1]))
     nbytes = ntok = 0
     read_s = dec_s = 0.0
     c0 = bt.cpu_s()
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="shards-decode-", dir=str(root)) as cache:
+    with tempfile.TemporaryDirectory(prefix="shards-decode-", dir=str(_spec_root(root)[1])) as cache:
         readers = {s: open_mix(st.uri(layout.MIX_DIR), cache, split=s, shuffle=False, epochs=1) for s in SPLITS}
         tok = Tokenizer.from_file(readers["train"].file_path(TOKENIZER_FILE))
         for r in readers.values():
@@ -190,10 +213,10 @@ def decode(root: Path, chunk_tokens: int = 1 << 20) -> dict:
             "cpu": bt.cpu_s() - c0, "tokens": ntok, "text_bytes": nbytes}
 
 
-def reference(root: Path) -> dict:
+def reference(root: str) -> dict:
     from mix_assets.lib.published_audit import load_reference
 
-    spec = load_audit_spec(root)
+    spec = _spec_root(root)[0]
     c0 = bt.cpu_s()
     t0 = time.perf_counter()
     ref = load_reference(spec)
@@ -204,12 +227,13 @@ def reference(root: Path) -> dict:
 
 
 def child(tool: str, root: str) -> None:
-    out = {"build": build, "audit": audit, "decode": decode, "ref": reference}[tool](Path(root))
+    out = {"build": lambda r: build(Path(r)), "audit": audit, "old": lambda r: audit(r, old=True), "decode": decode,
+           "ref": reference}[tool](root)
     out["peak_rss_mb"] = bt.vmhwm_mb()
     print(json.dumps(out))
 
 
-def run(tool: str, root: Path, threads: int) -> dict:
+def run(tool: str, root, threads: int) -> dict:
     env = {**os.environ, "RAYON_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
     r = subprocess.run([sys.executable, __file__, "--child", tool, str(root)], env=env, capture_output=True, text=True)
     if r.returncode:
@@ -225,11 +249,15 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[100, 400])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--config", action="append", default=[],
+                    help="audit the mix/ dir under this mix.yaml's storage root (old vs new only; repeatable)")
     ap.add_argument("--child", nargs=2)
     a = ap.parse_args()
     if a.child:
         return child(*a.child)
-    tools = ["audit", "decode", "ref"]
+    if a.config:
+        return main_configs(a)
+    tools = ["audit", "old", "decode", "ref"]
     corpora = {mb: bt.build_corpus(mb) for mb in a.sizes}
     tok = bt.tokenizer_file(corpora[a.sizes[0]])
     roots = {mb: prepare(mb, c, tok, a.threads) for mb, c in corpora.items()}
@@ -241,10 +269,7 @@ def main() -> None:
         res = {t: [] for t in tools}
         for k in range(a.reps):
             for tool in (tools if k % 2 == 0 else tools[::-1]):
-                r = run(tool, root, a.threads)
-                res[tool].append(r)
-                print(f"  {mb} MB rep {k} {tool}: {r['secs']:.2f} s (cpu {r['cpu']:.1f} s, "
-                      f"peak {r['peak_rss_mb']:.0f} MB)", flush=True)
+                res[tool].append(run_logged(tool, root, a.threads, f"{mb} MB rep {k}"))
         m = json.loads((root / "mix" / "manifest.json").read_text())
         raw_bytes = sum(os.path.getsize(p) for p in (root / "raw").glob("*/documents.parquet"))
         shard_bytes = sum(s["bytes"] for sp in m["splits"].values() for s in sp["shards"])
@@ -265,6 +290,7 @@ def main() -> None:
         print(f"  decode split: read {statistics.median(r['read_s'] for r in d):.2f} s + decode_batch "
               f"{statistics.median(r['decode_batch_s'] for r in d):.2f} s (medians)")
         print(f"  ref: {res['ref'][0]['rows']:,} eval rows, {res['ref'][0]['ngrams']:,} reference n-grams")
+        print(old_vs_new(f"{mb} MB corpus", text_mb, res))
     print(f"\nload average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())} (2 cores, shared)")
     print("\n| corpus MB (UTF-8 text) | shard MB | tokens | audit s | s / 100 MB | decode-only s | audit / decode "
           "| ref build s | audit CPU s | CPU s / 100 MB | decode CPU s | audit / decode (CPU) "
@@ -285,6 +311,42 @@ def main() -> None:
               f"audit minus ref build x{ex1 / ex0:.2f}, decode-only x{d1['decode'] / d0['decode']:.2f}; "
               f"CPU: audit x{d1['audit_cpu'] / d0['audit_cpu']:.2f}, audit minus ref build x{cx1 / cx0:.2f}, "
               f"decode-only x{d1['decode_cpu'] / d0['decode_cpu']:.2f}")
+
+def run_logged(tool: str, root, threads: int, label: str) -> dict:
+    r = run(tool, root, threads)
+    print(f"  {label} {tool}: {r['secs']:.2f} s (cpu {r['cpu']:.1f} s, peak {r['peak_rss_mb']:.0f} MB)", flush=True)
+    return r
+
+
+def old_vs_new(label: str, text_mb: float, res: dict) -> str:
+    """The before/after line: medians of the interleaved runs; the reports must be the same bytes."""
+    shas = {r["report_sha256"] for t in ("audit", "old") for r in res[t]}
+    if len(shas) != 1:
+        raise SystemExit(f"{label}: the old and new scanners wrote different reports ({sorted(shas)})")
+    old, new = (statistics.median(r["secs"] for r in res[t]) for t in ("old", "audit"))
+    oc, nc = (statistics.median(r["cpu"] for r in res[t]) for t in ("old", "audit"))
+    return (f"  OLD vs NEW ({label}, {text_mb:.1f} MB of text, reports identical, sha256 {shas.pop()[:12]}): "
+            f"old {old:.2f} s = {text_mb / old:.2f} MB/s, new {new:.2f} s = {text_mb / new:.2f} MB/s, "
+            f"new/old speed x{old / new:.2f} (wall); CPU old {oc:.1f} s, new {nc:.1f} s, x{oc / nc:.2f}")
+
+
+def main_configs(a) -> None:
+    """Old vs new scanner on existing builds (`--config`), interleaved, medians."""
+    print(f"load average at the start: {' '.join(f'{x:.1f}' for x in os.getloadavg())} (2 cores, shared); "
+          f"threads={a.threads}, reps={a.reps} (median)", flush=True)
+    lines = []
+    for cfg in a.config:
+        root, tools = f"config:{Path(cfg).resolve()}", ["audit", "old"]
+        res = {t: [] for t in tools}
+        for k in range(a.reps):
+            for tool in (tools if k % 2 == 0 else tools[::-1]):
+                res[tool].append(run_logged(tool, root, a.threads, f"{Path(cfg).parent.name} rep {k}"))
+        text_mb = run_logged("decode", root, a.threads, f"{Path(cfg).parent.name}")["text_bytes"] / 1e6
+        lines.append(old_vs_new(cfg, text_mb, res))
+        print(lines[-1], flush=True)
+    print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())} (2 cores, shared)")
+    print("\n".join(lines))
+
 
 if __name__ == "__main__":
     main()

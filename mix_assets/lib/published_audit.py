@@ -30,6 +30,14 @@ whatever the sample boundaries, provided the tokenizer's decoding is local (true
 Metaspace and WordPiece decoders); boundaries where the document tail held fewer than n + 1 words
 within `max_carry_tokens` tokens are counted as `short_carries` (a window there may be missed).
 
+Decoding. A byte-level BPE tokenizer (decoder `ByteLevel` alone, every token checked at load:
+`lib/bytelevel.ByteDecoder.of`) decodes a chunk's (carry + piece) rows as one Arrow `take` over a
+per-token byte table, straight into the Arrow strings `textkeys.words` reads; rows that are not valid
+UTF-8 on their own (a character cut at a seam) and every other tokenizer go through
+`Tokenizer.decode_batch`. Same strings either way (the old scanner is pinned in
+mix_assets_tests/support/published_audit_ref.py); no Python list of ids or str per row, and no
+tokenizers call holding the GIL while the other map thread waits.
+
 Output: counts only. The report carries task, split and file names and integers; it is checked
 before it is returned for any `audit.scrub_words` consecutive words of a reference item.
 """
@@ -50,6 +58,7 @@ from mix_assets.config import MixSpec
 from mix_assets.lib import contamination as ct
 from mix_assets.lib import audit as audit_lib
 from mix_assets.lib import engine
+from mix_assets.lib.bytelevel import ByteDecoder
 from mix_assets.lib import textkeys as tk
 from mix_assets.lib.progress import Progress
 
@@ -204,8 +213,9 @@ class SplitScanner:
     """Feeds a split's samples in storage order; decodes and scans them chunk by chunk."""
 
     def __init__(self, split: str, tokenizer, registry: ct.Registry, separator_id: Optional[int],
-                 total_samples: int, max_carry_tokens: int = 1 << 16):
+                 total_samples: int, max_carry_tokens: int = 1 << 16, decoder: Optional[ByteDecoder] = None):
         self.tok = tokenizer
+        self.dec = decoder  # the tokenizer's byte table (`ByteDecoder.of`), None: decode with the tokenizer
         self.reg = registry
         self.sep = separator_id
         self.total = total_samples
@@ -279,8 +289,17 @@ class SplitScanner:
 
     # -- decoding and scanning -------------------------------------------------------------------
 
-    def _decode(self, seqs: list[np.ndarray]) -> list[str]:
-        return self.tok.decode_batch([s.tolist() for s in seqs], skip_special_tokens=False)
+    def _decode(self, parts: list[np.ndarray], per_row: int = 1) -> pa.LargeStringArray:
+        """Row i: the decoding of parts[i * per_row:(i + 1) * per_row] concatenated (the tokenizer's own
+        `decode_batch`, or the same strings from its byte table, without Python lists or strings)."""
+        lens = np.fromiter(map(len, parts), np.int64, len(parts))
+        bounds = np.zeros(len(parts) // per_row + 1, np.int64)
+        np.cumsum(lens.reshape(-1, per_row).sum(axis=1), out=bounds[1:])
+        ids = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        if self.dec is not None:
+            return self.dec.texts(ids, bounds)
+        seqs = [ids[a:b].tolist() for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+        return pa.array(self.tok.decode_batch(seqs, skip_special_tokens=False), pa.large_string())
 
     def _carries(self, pieces: list[_Piece]) -> tuple[list[np.ndarray], np.ndarray]:
         """Per piece: carry tokens and the carry's word count (0 for a piece starting a document)."""
@@ -292,7 +311,7 @@ class SplitScanner:
             idx = list(k)
             for i in idx:
                 carries[i] = pieces[i].tail.suffix(k[i])
-            wl = tk.words(pa.array(self._decode([carries[i] for i in idx]), pa.large_string()))
+            wl = tk.words(self._decode([carries[i] for i in idx]))
             # an empty carry has no word list (null): 0 words
             counts = pc.list_value_length(wl).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
             nxt = {}
@@ -313,12 +332,10 @@ class SplitScanner:
             return
         t = self.tally
         carries, cwords = self._carries(pieces)
-        texts = self._decode([np.concatenate([c, p.new]) if len(c) else p.new for c, p in zip(carries, pieces)])
-        arr = pa.array(texts, pa.large_string())
+        arr = self._decode([a for c, p in zip(carries, pieces) for a in (c, p.new)], per_row=2)
         t.text_bytes += int(pc.sum(pc.binary_length(arr)).as_py() or 0)
         h, off = tk.word_hashes(tk.words(arr))
         del arr
-        del texts
         m = len(pieces)
         starts = off[:-1]
         nwords = np.diff(off)
@@ -354,17 +371,23 @@ def _load_tokenizer(path: str):
 
 
 _TOKENIZER_LOCK = threading.Lock()
-_TOKENIZERS: dict[str, Any] = {}  # sha256 of tokenizer.json -> Tokenizer: one per process (a Ray worker's too)
+# sha256 of tokenizer.json -> (Tokenizer, its ByteDecoder or None): one per process (a Ray worker's too)
+_TOKENIZERS: dict[str, tuple[Any, Optional[ByteDecoder]]] = {}
 
 
-def _reader_tokenizer(reader):
-    """The revision's tokenizer, fetched and loaded once per process."""
+def _reader_decoding(reader) -> tuple[Any, Optional[ByteDecoder]]:
+    """The revision's tokenizer and byte table, fetched, loaded and checked once per process."""
     sha = reader.manifest["tokenizer"]["files"].get(TOKENIZER_FILE)
     with _TOKENIZER_LOCK:
         if sha not in _TOKENIZERS:
             _TOKENIZERS.clear()
-            _TOKENIZERS[sha] = _load_tokenizer(reader.file_path(TOKENIZER_FILE))
+            tok = _load_tokenizer(reader.file_path(TOKENIZER_FILE))
+            _TOKENIZERS[sha] = (tok, ByteDecoder.of(tok))
         return _TOKENIZERS[sha]
+
+
+def _reader_tokenizer(reader):
+    return _reader_decoding(reader)[0]
 
 
 @dataclass(frozen=True)
@@ -398,7 +421,8 @@ def audit_range(rng: SampleRange, *, location: Any, cache_dir: Optional[str], op
     with open_mix(location, cache_dir, split=rng.split, shuffle=False, epochs=1, **open_kwargs) as r:
         if r.has_doc_index:
             check_doc_index(r, rng, separator_id)
-        scanner = SplitScanner(rng.split, _reader_tokenizer(r), registry, separator_id, len(r), max_carry_tokens)
+        tok, dec = _reader_decoding(r)
+        scanner = SplitScanner(rng.split, tok, registry, separator_id, len(r), max_carry_tokens, decoder=dec)
         scanner.resume_at(rng.start, r.sample)
         step = max(1, chunk_tokens // r.sample_len)
         for first in range(rng.start, rng.stop, step):
