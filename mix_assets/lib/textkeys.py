@@ -12,6 +12,7 @@ recomputed by anyone.
 from __future__ import annotations
 
 import hashlib
+import threading
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -72,10 +73,153 @@ def _stripped(texts: Sequence[str] | pa.Array) -> pa.Array:
 
 def words(texts: Sequence[str] | pa.Array) -> pa.ListArray:
     """Per text, its list of normalised words (an empty text has no words)."""
-    # Splitting and re-joining collapses whitespace far faster than a whitespace regex would.
-    a = _stripped(texts)
-    a = pc.utf8_trim_whitespace(a)
-    return pc.utf8_split_whitespace(pc.if_else(pc.equal(a, ""), pa.scalar(None, a.type), a))
+    a = _as_array(texts)
+    ascii_rows = pc.string_is_ascii(a)
+    if ascii_rows.false_count:  # NFKC and lower-casing by Arrow where they can change anything
+        other = pc.invert(ascii_rows)
+        a = pc.replace_with_mask(a, other, pc.utf8_lower(pc.utf8_normalize(a.filter(other), form="NFKC")))
+    return _split(a, not ascii_rows.false_count)
+
+
+# What `_PUNCT` and Arrow's whitespace split make of each non-ASCII code point after NFKC and
+# lower-casing: 0 not yet asked, 1 word character, 2 deleted, 3 whitespace. Filled lazily by asking
+# those two functions themselves, so the byte splitter below follows them exactly.
+_KEEP, _DROP, _SPACE = 1, 2, 3
+_CP_CLASS = np.zeros(0x110000, np.uint8)
+_CP_LOCK = threading.Lock()
+
+
+def _code_point_classes(cps: np.ndarray) -> np.ndarray:
+    todo = np.unique(cps[_CP_CLASS[cps] == 0])
+    if todo.size:
+        with _CP_LOCK:
+            chars = pa.array([chr(c) for c in todo.tolist()], pa.large_string())
+            deleted = pc.equal(pc.replace_substring_regex(chars, pattern=_PUNCT, replacement=""), "")
+            between = pa.array([f"a{c}b" for c in chars.to_pylist()], pa.large_string())
+            space = pc.greater(pc.list_value_length(pc.utf8_split_whitespace(between)), 1)
+            cls = np.where(deleted.to_numpy(zero_copy_only=False), _DROP,
+                           np.where(space.to_numpy(zero_copy_only=False), _SPACE, _KEEP))
+            _CP_CLASS[todo] = cls
+    return _CP_CLASS[cps]
+
+
+_U8 = np.uint8
+_WALK = 8  # steps back over deleted bytes before the general run lookup
+
+
+def _split(a: pa.Array, ascii_only: bool) -> pa.ListArray:
+    """`words` of texts already NFKC-normalised and lower-cased where not ASCII, from their bytes.
+
+    On ASCII, NFKC is the identity and lower-casing is A-Z -> a-z; `_PUNCT` keeps [a-z0-9] and
+    RE2's \\s = [\\t\\n\\f\\r ] and deletes the rest (\\v and \\x1c-\\x1f included, unlike Python's
+    str.split); other code points are classed by `_code_point_classes`. Words are the whitespace-
+    separated tokens with their deleted characters removed, tokens left empty dropped. A text
+    without words is a null list, as in the Arrow pipeline this replaces.
+    """
+    n = len(a)
+    if n == 0:
+        return pa.array([], pa.list_(pa.large_string()))
+    low = pc.ascii_lower(a)
+    bufs = low.buffers()
+    o = np.frombuffer(bufs[1], np.int64, n + 1, low.offset * 8)
+    o0, nb = int(o[0]), int(o[-1] - o[0])
+    o = o - o0
+    b = np.frombuffer(bufs[2], np.uint8, nb, o0) if nb else np.zeros(0, np.uint8)
+    t, m = np.empty(nb, np.uint8), np.empty(nb, bool)
+    keep = np.less(np.subtract(b, _U8(97), out=t), _U8(26))  # a-z
+    keep |= np.less(np.subtract(b, _U8(48), out=t), _U8(10), out=m)  # 0-9
+    drop = np.less(np.subtract(b, _U8(9), out=t), _U8(5))  # 9-13 ...
+    drop &= np.not_equal(t, _U8(2), out=m)  # ... but 11 (vertical tab), not whitespace to RE2
+    drop |= np.equal(b, _U8(32), out=m)
+    drop |= keep
+    np.logical_not(drop, out=drop)  # deleted: neither kept nor whitespace
+    if not ascii_only:
+        _class_non_ascii(b, keep, drop)
+    doc = np.zeros(nb + 1, bool)
+    doc[o] = True  # words never cross documents
+    # A word starts at its token's first kept byte: a kept byte after whitespace or a document
+    # start, or after deleted bytes that follow one ("'tis" -> "tis", but not the t of "don't").
+    first = np.empty(nb, bool)
+    first[:1] = True
+    np.logical_not(keep[:-1], out=first[1:])
+    first |= doc[:-1]
+    first &= keep
+    p = np.flatnonzero(np.logical_and(drop[:-1], keep[1:], out=m[1:])) + 1
+    p = p[~doc[p]]
+    first[p[_inside_token(p, keep, drop, doc)]] = False
+    if ascii_only:  # one filter moves each kept byte with its word-start flag (in bit 7)
+        both = np.left_shift(first.view(np.uint8), _U8(7), out=t)
+        both |= b
+        kept = np.compress(keep, both)
+        soff = np.flatnonzero(np.greater_equal(kept, _U8(0x80)))
+        kept &= _U8(0x7F)
+    else:  # (in the high byte)
+        both = first.astype(np.uint16)
+        both <<= 8
+        both |= b
+        kept = np.compress(keep, both)
+        soff = np.flatnonzero(np.greater(kept, np.uint16(0xFF)))
+        kept = kept.astype(np.uint8)
+    soff = np.append(soff, len(kept))
+    loff = np.searchsorted(soff[:-1], _bits_before(o, keep)).astype(np.int32)
+    has = loff[1:] > loff[:-1]
+    nulls = n - int(np.count_nonzero(has))
+    valid = pa.py_buffer(np.packbits(has, bitorder="little")) if nulls else None
+    strings = pa.LargeStringArray.from_buffers(len(soff) - 1, pa.py_buffer(soff), pa.py_buffer(kept))
+    return pa.Array.from_buffers(pa.list_(pa.large_string()), n, [valid, pa.py_buffer(loff)], null_count=nulls,
+                                 children=[strings])
+
+
+def _class_non_ascii(b: np.ndarray, keep: np.ndarray, drop: np.ndarray) -> None:
+    """Mark the bytes of each (valid UTF-8) non-ASCII character as kept, deleted or whitespace."""
+    lead = np.flatnonzero(b >= _U8(0xC0))
+    if not lead.size:
+        return
+    last = len(b) - 1
+    b0 = b[lead].astype(np.int32)
+    nxt = [b[np.minimum(lead + k, last)].astype(np.int32) & 0x3F for k in (1, 2, 3)]
+    size = np.where(b0 < 0xE0, 2, np.where(b0 < 0xF0, 3, 4))
+    cp = np.where(size == 2, (b0 & 0x1F) << 6 | nxt[0],
+                  np.where(size == 3, (b0 & 0x0F) << 12 | nxt[0] << 6 | nxt[1],
+                           (b0 & 0x07) << 18 | nxt[0] << 12 | nxt[1] << 6 | nxt[2]))
+    cls = _code_point_classes(cp)
+    high = b >= _U8(0x80)
+    keep |= high
+    drop &= ~high
+    odd = cls != _KEEP
+    for k in range(4):
+        sel = odd & (size > k)
+        at = lead[sel] + k
+        keep[at] = False
+        drop[at] = cls[sel] == _DROP
+
+
+def _inside_token(p: np.ndarray, keep: np.ndarray, drop: np.ndarray, doc: np.ndarray) -> np.ndarray:
+    """For kept bytes `p` that follow deleted bytes (not at a document start): whether a kept byte
+    precedes those deleted bytes in the same token."""
+    out = np.zeros(len(p), bool)
+    cur, idx = p - 1, np.arange(len(p))
+    for _ in range(_WALK):  # runs of deleted bytes are short: step back over them
+        back = ~doc[cur] & drop[cur - 1]  # (cur >= 1: doc[0] is set)
+        out[idx[~back]] = ~doc[cur[~back]] & keep[cur[~back] - 1]
+        cur, idx = cur[back] - 1, idx[back]
+        if not len(idx):
+            return out
+    run_start = np.flatnonzero(drop & (doc[:-1] | ~np.concatenate(([False], drop[:-1]))))
+    rs = run_start[np.searchsorted(run_start, cur, side="right") - 1]
+    out[idx] = ~doc[rs] & keep[rs - 1]
+    return out
+
+
+def _bits_before(pos: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """For each position, how many set entries of `mask` precede it (pos <= len(mask))."""
+    packed = np.zeros(-(-(len(mask) + 1) // 64) * 8, np.uint8)
+    packed[: -(-len(mask) // 8)] = np.packbits(mask, bitorder="little")
+    words64 = packed.view(np.uint64)
+    ones = np.zeros(len(words64) + 1, np.int64)
+    np.cumsum(np.bitwise_count(words64), out=ones[1:])
+    q, r = pos >> 6, (pos & 63).astype(np.uint64)
+    return ones[q] + np.bitwise_count(words64[q] & ((np.uint64(1) << r) - np.uint64(1))).astype(np.int64)
 
 
 def join_words(word_lists: pa.ListArray) -> pa.Array:

@@ -1,0 +1,197 @@
+"""Benchmark: the shared text kernels (lib/textkeys.py, lib/minhash.py, contamination's prefilter),
+the code as first written (mix_assets_tests/support/kernels_reference.py) beside the current code,
+interleaved in the same run on the same rows; and the per-batch work of dedup_keys' signing
+(`minhash.sign_texts`, what `dedup.sign_chunk` runs on its rows) and of contamination_report's scan
+(`audit._scan_batch` over SCAN_BATCH_ROWS batches, what `audit.scan_chunk` runs, with the stored
+registry and fuzzy index when --storage has them), once with the reference kernels patched in, once
+with the current ones. Every pair is also checked for equal outputs.
+
+Rates are text MB per CPU-second of this process (time.process_time, one thread), best of --reps:
+on a shared machine, CPU time is steadier than wall time. Corpus: the first --mb MB of the
+graph bench's generated prose (--corpus, jsonl with a "text" field), else a generated corpus.
+
+  PYTHONPATH=. .venv/bin/python bench/kernels.py --mb 20 --reps 5 --out bench/results/kernels.md
+  PYTHONPATH=. .venv/bin/python bench/kernels.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+CORPUS = Path("/tmp/lead/graphbench/100mb/corpus/part_a.jsonl")
+STORAGE = Path("/tmp/lead/graphbench/100mb/local-2-in_process/storage")
+
+
+def load_texts(path: Path, mb: float) -> list[str]:
+    out, n = [], 0
+    if path.exists():
+        with open(path) as f:
+            for line in f:
+                t = json.loads(line)["text"]
+                out.append(t)
+                n += len(t.encode())
+                if n >= mb * 1e6:
+                    return out
+        return out
+    from mix_assets.lib import gen_corpus
+    from mix_assets_tests.support.shared_data import find_shared_data
+
+    books = sorted((find_shared_data() / "sources" / "sherlock_holmes").glob("*.txt"))
+    return list(gen_corpus.generate_bytes(gen_corpus.MarkovModel.from_files(books), int(mb * 1e6)).texts)
+
+
+def best(fn, reps: int) -> tuple[float, object]:
+    times, out = [], None
+    for _ in range(reps):
+        t0 = time.process_time()
+        out = fn()
+        times.append(time.process_time() - t0)
+    return min(times), out
+
+
+@contextlib.contextmanager
+def reference_kernels():
+    """The reference kernels patched into the modules the map stages call through."""
+    from mix_assets.lib import contamination as ct
+    from mix_assets.lib import minhash as mh
+    from mix_assets.lib import textkeys as tk
+    from mix_assets_tests.support import kernels_reference as ref
+
+    saved = [(tk, n, getattr(tk, n)) for n in ("words", "word_hashes", "ngram_hashes", "normalise")]
+    saved += [(mh, n, getattr(mh, n)) for n in ("signatures_from_hashes", "shingle_sets")]
+    saved += [(ct._Bitmap, "candidates", ct._Bitmap.candidates)]
+    for mod, n, _ in saved:
+        setattr(mod, n, getattr(ref, n) if mod is not ct._Bitmap else ref._Bitmap.candidates)
+    try:
+        yield
+    finally:
+        for mod, n, v in saved:
+            setattr(mod, n, v)
+
+
+def same(a, b) -> bool:
+    import numpy as np
+    import pyarrow as pa
+
+    if isinstance(a, (pa.Array, pa.ChunkedArray)):
+        return a.equals(b)
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and np.array_equal(a, b)
+    if hasattr(a, "__dataclass_fields__"):
+        return all(same(getattr(a, f), getattr(b, f)) for f in a.__dataclass_fields__)
+    return a == b
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", type=Path, default=CORPUS)
+    ap.add_argument("--storage", type=Path, default=STORAGE, help="a finished graph run's storage (registry, fuzzy index)")
+    ap.add_argument("--mb", type=float, default=20.0)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="2 MB, 2 repetitions")
+    ap.add_argument("--out", type=Path, help="write the table here (markdown)")
+    args = ap.parse_args()
+    if args.quick:
+        args.mb, args.reps = 2.0, 2
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from mix_assets.lib import audit, minhash as mh, textkeys as tk
+    from mix_assets.lib import contamination as ct
+    from mix_assets_tests.support import kernels_reference as ref
+
+    texts = pa.array(load_texts(args.corpus, args.mb), pa.large_string())
+    mb = pc.sum(pc.binary_length(texts)).as_py() / 1e6
+    ascii_docs = pc.sum(pc.string_is_ascii(texts).cast("int64")).as_py() / max(len(texts), 1)
+    wl = tk.words(texts)
+    h, off = tk.word_hashes(wl)
+    g5, g5off = tk.ngram_hashes(h, off, 5)
+    a, b = mh.permutations(128)
+    h32 = mh.shingle_hash32(g5)
+    reg = None
+    index = None
+    if (args.storage / "audit").exists():
+        from mix_assets.lib.storage import Storage
+
+        try:
+            st = Storage(root=str(args.storage))
+            reg = audit.load_registry(st)[0]
+            try:
+                index = audit.load_fuzzy_index(st)
+            except Exception:  # noqa: BLE001 - a storage without the fuzzy advisory
+                index = None
+        except Exception as e:  # noqa: BLE001
+            print(f"(no registry at {args.storage}: {e})")
+    if reg is not None:
+        w13 = tk.ngram_hashes(h, off, 13, short="drop")[0]
+        bm_new, bm_ref = ct._Bitmap(reg.keys), ref._Bitmap(reg.keys)
+
+    kernels = [
+        ("textkeys.words", lambda m: m.words(texts)),
+        ("textkeys.word_hashes", lambda m: m.word_hashes(wl)),
+        ("textkeys.ngram_hashes(13)", lambda m: m.ngram_hashes(h, off, 13)),
+        ("textkeys.ngram_hashes(5)", lambda m: m.ngram_hashes(h, off, 5)),
+        ("textkeys.normalise", lambda m: m.normalise(texts)),
+        ("minhash.signatures_from_hashes", lambda m: (m if m is ref else mh).signatures_from_hashes(h32, g5off, a, b)),
+        ("minhash.shingle_sets", lambda m: (m if m is ref else mh).shingle_sets(texts)),
+    ]
+    if reg is not None:
+        kernels.append(("contamination._Bitmap.candidates", lambda m: (bm_ref if m is ref else bm_new).candidates(w13)))
+
+    def sign():
+        return mh.sign_texts(texts, threads=1)
+
+    def scan():
+        return [audit._scan_batch(reg, index, texts.slice(i, audit.SCAN_BATCH_ROWS))[:2]
+                for i in range(0, len(texts), audit.SCAN_BATCH_ROWS)]
+
+    stages = [("dedup signing (minhash.sign_texts, 1 thread)", sign)]
+    if reg is not None:
+        stages.append(("contamination scan (audit._scan_batch" + (" + fuzzy" if index is not None else "") + ")", scan))
+
+    rows = []
+    print(f"{len(texts)} docs, {mb:.1f} MB, {ascii_docs:.0%} ASCII-only docs, best of {args.reps} (CPU seconds)")
+    print(f"{'kernel':58s} {'old MB/s':>9s} {'new MB/s':>9s} {'ratio':>6s} same")
+    for name, fn in kernels + stages:
+        told = tnew = float("inf")
+        for _ in range(args.reps):  # interleaved: old, new, old, new ...
+            if (name, fn) in kernels:
+                t, out_old = best(lambda: fn(ref), 1)
+                told = min(told, t)
+                t, out_new = best(lambda: fn(tk), 1)
+            else:
+                with reference_kernels():
+                    t, out_old = best(fn, 1)
+                told = min(told, t)
+                t, out_new = best(fn, 1)
+            tnew = min(tnew, t)
+        ok = same(out_old, out_new)
+        rows.append((name, mb / told, mb / tnew, told / tnew, ok))
+        print(f"{name:58s} {mb / told:9.1f} {mb / tnew:9.1f} {told / tnew:6.2f} {ok}")
+    if args.out:
+        lines = [f"# Text kernels: reference (as first written) vs current, same run",
+                 "", f"`{' '.join(sys.argv)}`", "",
+                 f"{len(texts)} documents, {mb:.1f} MB of {args.corpus if args.corpus.exists() else 'generated prose'}, "
+                 f"{ascii_docs:.0%} ASCII-only documents; text MB per CPU-second (one thread), best of {args.reps}, "
+                 "old and new interleaved.", "",
+                 "| kernel | old MB/s | new MB/s | new ÷ old | identical output |", "|---|---|---|---|---|"]
+        lines += [f"| {n} | {o:.1f} | {w:.1f} | {r:.2f} | {'yes' if ok else 'NO'} |" for n, o, w, r, ok in rows]
+        args.out.write_text("\n".join(lines) + "\n")
+    if not all(r[-1] for r in rows):
+        sys.exit("outputs differ")
+
+
+if __name__ == "__main__":
+    main()

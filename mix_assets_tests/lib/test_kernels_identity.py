@@ -1,0 +1,149 @@
+"""The faster text kernels return exactly what the code as first written returned
+(mix_assets_tests/support/kernels_reference.py): same words, hashes, n-grams, signatures, shingle
+sets and prefilter candidates, on ASCII, on every Unicode code point, and on seeded random texts."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from mix_assets.lib import contamination as ct
+from mix_assets.lib import minhash as mh
+from mix_assets.lib import textkeys as tk
+from mix_assets_tests.support import kernels_reference as ref
+
+# Characters chosen to stress each step: NFKC changes (fullwidth, ligatures, NBSP, superscripts,
+# Kelvin), lower-casing that grows (İ -> i + combining dot), combining marks, categories the
+# punctuation rule deletes (\v, \x1c-\x1f, NEL, zero-width, BOM, emoji, symbols), Unicode
+# whitespace (U+1680, U+2028, U+3000) and plain ASCII.
+SPECIAL = (
+    "\t\n\v\f\r \x00\x1c\x1d\x1e\x1f\x7f\x85\xa0\xad"
+    "\u0301\u0308\u0327\u200b\u200c\u200d\u2060\ufeff\u180e"
+    "\u1680\u2000\u2007\u2028\u2029\u202f\u205f\u3000"
+    "ＡＢＣａｂｃ１２３！？ﬁﬂ²³½ⅫK℃İıßẞΣσςéÉñçøæ"
+    "数学问题日本語한국어עבריתالعربية"
+    "😀👍🏽🇫🇷♥★→—–…«»“”‘’•·§¶©®™°€£¥"
+)
+ASCII = "".join(chr(c) for c in range(128))
+
+
+def same_words(texts) -> None:
+    got, want = tk.words(texts), ref.words(texts)
+    got.validate(full=True)
+    assert got.type == want.type
+    assert got.equals(want)
+    assert got.null_count == want.null_count
+
+
+def random_texts(seed: int, n: int, alphabet: str, max_len: int = 60) -> list[str]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        k = rng.choice([0, 1, 2, 5, 20, max_len])
+        out.append("".join(rng.choice(alphabet) for _ in range(rng.randint(0, k))))
+    return out
+
+
+def test_every_ascii_character_and_pair():
+    singles = [c for c in ASCII] + [f"a{c}b" for c in ASCII] + [f"{c}Q" for c in ASCII] + [f"Q{c}" for c in ASCII]
+    pairs = [f"x{c}{d}Y" for c in ASCII for d in ASCII]
+    same_words(singles)
+    same_words(pairs)
+    same_words(["".join(ASCII) * 3, ASCII[::-1]])
+
+
+def test_every_code_point():
+    # each code point alone, between ASCII letters and after a non-ASCII letter (surrogates
+    # cannot be UTF-8)
+    cps = [c for c in range(0x80, 0x110000) if not 0xD800 <= c <= 0xDFFF]
+    for start in range(0, len(cps), 1 << 18):
+        chunk = [chr(c) for c in cps[start : start + (1 << 18)]]
+        same_words(chunk)
+        same_words([f"a{c}b" for c in chunk])
+        same_words([f"é{c}x y" for c in chunk])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_texts(seed):
+    ascii_words = "The quick brown fox don't well-known 42 x-ray (a) [b] {c}... !!! ?? -- e.g. U.S.A.".split()
+    alphabet = ASCII + SPECIAL + "abcdefghij " * 8
+    texts = random_texts(seed, 400, alphabet) + [
+        " ".join(random.Random(seed).choice(ascii_words) for _ in range(k)) for k in range(0, 200, 7)
+    ] + ["", " ", "\n\t ", "\v", "\x1c\x1d", "\u3000", "\u200b", "😀", "İ", "ﬁ"]
+    random.Random(seed).shuffle(texts)
+    same_words(texts)
+    same_words(pa.array(texts, pa.string()))  # a narrow string type
+    same_words(pa.chunked_array([texts[:100], texts[100:]], pa.large_string()))
+    same_words(pa.array(texts, pa.large_string()).slice(37, 211))  # an offset into the buffers
+    assert tk.normalise(texts).equals(ref.normalise(texts))
+
+
+def test_all_ascii_rows_take_the_byte_path_alone():
+    rng = random.Random(5)
+    texts = random_texts(5, 500, ASCII + "abcdefgh  " * 10, 200)
+    same_words(texts)
+    same_words([t for t in texts if t.strip()][:50])
+
+
+def test_long_runs_of_deleted_characters_and_document_edges():
+    run = "-" * 3 + "." * (tk._WALK + 5)
+    texts = [f"x{run}y", f"{run}y", f"x{run}", "ab.", "..cd", f"a {run}b", "é" + run + "x", run,
+             "x.", ".y", "q", "don't", "'tis", "(((((((((((((a)))))))", "a" + "\u200b" * 20 + "b",
+             "\u200b" * 20 + "c", "d" + "😀" * 12, "😀" * 12 + "e"]
+    same_words(texts)
+    same_words(texts[::-1])
+    same_words([t for t in texts for _ in range(3)])
+
+
+def test_empty_inputs():
+    for texts in ([], [""], ["", ""], [" "], pa.array([], pa.large_string())):
+        same_words(texts)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_hashes_ngrams_signatures_and_sets(seed):
+    texts = random_texts(seed, 300, ASCII + SPECIAL + "abcdefghij " * 20, 400)
+    wl = tk.words(texts)
+    h, off = tk.word_hashes(wl)
+    rh, roff = ref.word_hashes(wl)
+    assert h.dtype == rh.dtype and np.array_equal(h, rh) and np.array_equal(off, roff)
+    assert np.array_equal(tk.word_hashes(wl.slice(11, 100))[0], ref.word_hashes(wl.slice(11, 100))[0])
+    for n in (1, 2, 3, 5, 8, 13, 40):
+        for short in ("whole", "drop"):
+            g, goff = tk.ngram_hashes(h, off, n, short)
+            rg, rgoff = ref.ngram_hashes(h, off, n, short)
+            assert g.dtype == rg.dtype and np.array_equal(g, rg) and np.array_equal(goff, rgoff), (n, short)
+    g, goff = tk.ngram_hashes(h, off, 5)
+    a, b = mh.permutations(128, seed + 1)
+    for chunk in (7, 64, mh.CHUNK):
+        got = mh.signatures_from_hashes(mh.shingle_hash32(g), goff, a, b, chunk)
+        want = ref.signatures_from_hashes(mh.shingle_hash32(g), goff, a, b, chunk)
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    for n in (3, 5):
+        s, soff = mh.shingle_sets(texts, n)
+        rs, rsoff = ref.shingle_sets(texts, n)
+        assert np.array_equal(s, rs) and np.array_equal(soff, rsoff)
+
+
+def test_empty_hash_inputs():
+    wl = tk.words(["", "  "])
+    assert all(np.array_equal(x, y) for x, y in zip(tk.word_hashes(wl), ref.word_hashes(wl)))
+    h, off = tk.word_hashes(wl)
+    for short in ("whole", "drop"):
+        assert all(np.array_equal(x, y) for x, y in zip(tk.ngram_hashes(h, off, 5, short), ref.ngram_hashes(h, off, 5, short)))
+    a, b = mh.permutations(16)
+    empty = np.zeros(0, np.uint32)
+    assert np.array_equal(mh.signatures_from_hashes(empty, np.zeros(3, np.int64), a, b),
+                          ref.signatures_from_hashes(empty, np.zeros(3, np.int64), a, b))
+
+
+def test_bitmap_candidates():
+    rng = np.random.default_rng(0)
+    keys = np.unique(rng.integers(0, 2**64 - 1, 5000, dtype=np.uint64))
+    v = np.concatenate([rng.integers(0, 2**64 - 1, 20000, dtype=np.uint64), keys[::3]])
+    for k in (keys, keys[:1], np.zeros(0, np.uint64)):
+        assert np.array_equal(ct._Bitmap(k).candidates(v), ref._Bitmap(k).candidates(v))
+    assert np.array_equal(ct._Bitmap(keys).candidates(v[:0]), ref._Bitmap(keys).candidates(v[:0]))
