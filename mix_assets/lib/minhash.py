@@ -187,14 +187,28 @@ def shingle_sets(texts: Sequence[str] | pa.Array, n: int = 5) -> tuple[np.ndarra
     h, off = textkeys.word_hashes(textkeys.words(texts))
     g, goff = textkeys.ngram_hashes(h, off, n, short="whole")
     doc = np.repeat(np.arange(len(texts), dtype=np.int64), np.diff(goff))
-    order = np.lexsort((g, doc))
-    g, doc = g[order], doc[order]
+    g, doc = _by_doc_then_hash(g, doc)
     keep = np.ones(len(g), bool)
     keep[1:] = (g[1:] != g[:-1]) | (doc[1:] != doc[:-1])
     g, doc = g[keep], doc[keep]
     offsets = np.zeros(len(texts) + 1, np.int64)
     np.cumsum(np.bincount(doc, minlength=len(texts)), out=offsets[1:])
     return g, offsets
+
+
+def _by_doc_then_hash(g: np.ndarray, doc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(g, doc) ordered by document, then hash: one argsort of (doc, top bits of g) packed into a
+    uint64, exact whenever equal packed keys hold equal or ascending hashes (else a lexsort)."""
+    if len(g) < 2:
+        return g, doc
+    bits = max(1, int(doc[-1]).bit_length())  # doc is ascending (and < 2**63)
+    key = (doc.astype(np.uint64) << np.uint64(64 - bits)) | (g >> np.uint64(bits))
+    order = np.argsort(key)
+    key, gs = key[order], g[order]
+    if not np.any((key[1:] == key[:-1]) & (gs[1:] < gs[:-1])):
+        return gs, doc[order]
+    order = np.lexsort((g, doc))
+    return g[order], doc[order]
 
 
 def jaccard_estimate(sig_a: np.ndarray, sig_b: np.ndarray) -> np.ndarray:

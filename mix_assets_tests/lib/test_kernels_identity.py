@@ -147,3 +147,15 @@ def test_bitmap_candidates():
     for k in (keys, keys[:1], np.zeros(0, np.uint64)):
         assert np.array_equal(ct._Bitmap(k).candidates(v), ref._Bitmap(k).candidates(v))
     assert np.array_equal(ct._Bitmap(keys).candidates(v[:0]), ref._Bitmap(keys).candidates(v[:0]))
+
+
+def test_shingle_order_with_equal_packed_keys():
+    # hashes equal in their top bits but not below them (the packed key ties): the lexsort fallback
+    rng = np.random.default_rng(1)
+    doc = np.repeat(np.arange(5, dtype=np.int64), [3, 0, 4, 1, 6])
+    for g in (rng.integers(0, 2**63, len(doc), dtype=np.uint64),
+              np.array([7, 3, 7, 5, 4, 5, 1, 9, 2, 6, 2, 0, 8, 8], np.uint64),
+              np.uint64(1 << 40) + np.arange(len(doc), dtype=np.uint64)[::-1]):
+        order = np.lexsort((g, doc))
+        got = mh._by_doc_then_hash(g, doc)
+        assert np.array_equal(got[0], g[order]) and np.array_equal(got[1], doc[order])
