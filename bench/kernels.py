@@ -61,13 +61,14 @@ def best(fn, reps: int) -> tuple[float, object]:
 def reference_kernels():
     """The reference kernels patched into the modules the map stages call through."""
     from mix_assets.lib import contamination as ct
+    from mix_assets.lib import fuzzy
     from mix_assets.lib import minhash as mh
     from mix_assets.lib import textkeys as tk
     from mix_assets_tests.support import kernels_reference as ref
 
     saved = [(tk, n, getattr(tk, n)) for n in ("words", "word_hashes", "ngram_hashes", "normalise")]
     saved += [(mh, n, getattr(mh, n)) for n in ("signatures_from_hashes", "shingle_sets")]
-    saved += [(ct._Bitmap, "candidates", ct._Bitmap.candidates)]
+    saved += [(fuzzy, "candidates", fuzzy.candidates), (ct._Bitmap, "candidates", ct._Bitmap.candidates)]
     for mod, n, _ in saved:
         setattr(mod, n, getattr(ref, n) if mod is not ct._Bitmap else ref._Bitmap.candidates)
     try:
@@ -155,6 +156,11 @@ def main() -> None:
     if reg is not None:
         kernels.append(("contamination._Bitmap.candidates",
                         each(lambda m, v: (bm_ref if m is ref else bm_new).candidates(v), w13s)))
+    if index is not None:
+        from mix_assets.lib import fuzzy
+
+        fz = [tk.ngram_hashes(h, off, index.params.shingle) for h, off in hs]
+        kernels.append(("fuzzy.candidates", each(lambda m, g, off: (m if m is ref else fuzzy).candidates(index, g, off), fz)))
 
     def sign():
         return mh.sign_texts(texts, threads=1)

@@ -159,3 +159,41 @@ def test_shingle_order_with_equal_packed_keys():
         order = np.lexsort((g, doc))
         got = mh._by_doc_then_hash(g, doc)
         assert np.array_equal(got[0], g[order]) and np.array_equal(got[1], doc[order])
+
+
+def test_fuzzy_candidates():
+    from mix_assets.lib import fuzzy
+    from mix_assets_tests.support import fuzzy_plants as fp
+
+    items = {task: its[:150] for task, its in fp.eval_items().items()}
+    index = fuzzy.build_index(items, fuzzy.Params())
+    docs, _, _ = fp.plant(items, fp.prose(0.3, seed=3), per_task=40, edits=1, seed=11)
+    # items cut across a document boundary (a window must stop at its document's end), and repeated
+    halves = [w for its in items.values() for it in its[:30] for w in _halves(it)]
+    texts = docs + halves + [d for d in docs[:40] for _ in range(2)] + random_texts(2, 50, ASCII + SPECIAL)
+    for start in range(0, len(texts), 97):
+        h, off = tk.word_hashes(tk.words(texts[start : start + 97]))
+        sh, soff = tk.ngram_hashes(h, off, index.params.shingle, short="whole")
+        got, want = fuzzy.candidates(index, sh, soff), ref.candidates(index, sh, soff)
+        assert all(g.dtype == w.dtype and np.array_equal(g, w) for g, w in zip(got, want))
+        assert len(got[0]) or start  # the planted items are found
+    empty = np.zeros(0, np.uint64), np.zeros(1, np.int64)
+    assert all(np.array_equal(g, w) for g, w in zip(fuzzy.candidates(index, *empty), ref.candidates(index, *empty)))
+
+
+def _halves(item: str) -> list[str]:
+    words = item.split()
+    return ["lorem ipsum " + " ".join(words[: len(words) // 2]), " ".join(words[len(words) // 2 :]) + " dolor"]
+
+
+def test_fuzzy_sort_with_values():
+    from mix_assets.lib import fuzzy
+
+    rng = np.random.default_rng(3)
+    for kmax, vmax in ((1000, 33), (2**40, 2**20), (2**62, 5), (2**30, 2**40)):  # packed, and too wide to pack
+        key = np.unique(rng.integers(0, kmax, 3000))
+        rng.shuffle(key)
+        val = rng.integers(0, vmax, len(key))
+        order = np.argsort(key)
+        got = fuzzy._sorted_with(key, val)
+        assert np.array_equal(got[0], key[order]) and np.array_equal(got[1], val[order])

@@ -1,6 +1,6 @@
 """The shared text kernels as first written (lib/textkeys.py, lib/minhash.py, contamination's bitmap
-prefilter), kept verbatim: the oracle the faster versions must match bit for bit
-(mix_assets_tests/lib/test_kernels_identity.py) and the "old" column of bench/kernels.py."""
+prefilter, the fuzzy advisory's candidate step), kept verbatim: the oracle the faster versions must
+match bit for bit (mix_assets_tests/lib/test_kernels_identity.py) and the "old" column of bench/kernels.py."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from mix_assets.lib.fuzzy import CANDIDATE_SHARE, Index
 from mix_assets.lib.minhash import EMPTY, fmix32
 from mix_assets.lib.textkeys import _P, _PUNCT, _as_array, join_words, splitmix64
 
@@ -175,3 +176,36 @@ class _Bitmap:
     @property
     def nbytes(self) -> int:
         return int(self.bits.nbytes)
+
+
+def candidates(index: Index, sh: np.ndarray, soff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(shingle position, item) of each (document, item) whose best window holds >= CANDIDATE_SHARE of
+    the item's permutations' argmin shingles."""
+    if not sh.size or not index.rep_keys.size:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    cand = index.bitmap.candidates(sh)
+    idx = np.minimum(np.searchsorted(index.rep_keys, sh[cand]), index.rep_keys.size - 1)
+    hit = index.rep_keys[idx] == sh[cand]
+    pos, r = cand[hit], idx[hit]
+    n = index.post_off[r + 1] - index.post_off[r]
+    doc_end = np.repeat(soff[1:][np.searchsorted(soff, pos, side="right") - 1], n)  # per hit, then per posting
+    pos = np.repeat(pos, n)
+    at = np.repeat(index.post_off[r] - np.cumsum(n) + n, n) + np.arange(n.sum())
+    item, weight = index.post_item[at].astype(np.int64), index.post_weight[at].astype(np.int64)
+    span = np.int64(len(sh) + 1)
+    key = item * span + pos
+    order = np.argsort(key)  # keys are distinct (a shingle's postings name an item once): any sort is stable
+    key, pos, item, weight, doc_end = key[order], pos[order], item[order], weight[order], doc_end[order]
+    csum = np.concatenate([[0], np.cumsum(weight)])
+    m = np.diff(index.item_off)[item]
+    end = np.searchsorted(key, item * span + np.minimum(pos + m, doc_end))
+    count = csum[end] - csum[np.arange(len(key))]
+    ok = count >= np.ceil(CANDIDATE_SHARE * index.params.num_perm)
+    pos, item, count = pos[ok], item[ok], count[ok]
+    # one candidate per (document, item): its best window start
+    doc = np.searchsorted(soff, pos, side="right") - 1
+    order = np.lexsort((-count, doc, item))
+    pos, item, doc = pos[order], item[order], doc[order]
+    first = np.ones(len(pos), bool)
+    first[1:] = (item[1:] != item[:-1]) | (doc[1:] != doc[:-1])
+    return pos[first], item[first]
