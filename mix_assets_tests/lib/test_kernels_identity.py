@@ -197,3 +197,13 @@ def test_fuzzy_sort_with_values():
         order = np.argsort(key)
         got = fuzzy._sorted_with(key, val)
         assert np.array_equal(got[0], key[order]) and np.array_equal(got[1], val[order])
+
+
+def test_word_hash_of_every_length():
+    # XXH64's short-input path by length (lanes of 8, 4 and 1 bytes), the long path from 32 bytes up
+    rng = random.Random(9)
+    alphabet = "abcxyz0189" + "éßΣ数😀"
+    words = [""] + ["".join(rng.choice(alphabet) for _ in range(k)) for k in range(1, 70) for _ in range(12)]
+    got = tk._xxh64(pa.array(words, pa.large_string()))
+    assert got.dtype == np.uint64 and got.tolist() == [tk.word_hash(w) for w in words]
+    assert tk._xxh64(pa.array(words, pa.large_string()).slice(100, 300)).tolist() == [tk.word_hash(w) for w in words[100:400]]
