@@ -14,9 +14,9 @@ documents only ever match documents with the same few words. A document with no 
 shingle and an all-`EMPTY` signature; the LSH stage never bands such documents (they would all
 collide), so they can only be exact duplicates.
 
-Memory is bounded by the chunk, not the document: the (num_perm x chunk) uint32 work matrix is
-fixed (4 MiB at 128 x 8192), a long document is reduced over several chunks, and documents are
-fed in batches of bounded text size. Batches run on a thread pool: Arrow's string kernels and
+Memory is bounded by the block, not the document: the uint32 work vector is fixed (512 KiB at
+BLOCK shingles), a long document is reduced over several blocks, and documents are fed in batches
+of bounded text size. Batches run on a thread pool: Arrow's string kernels and
 numpy's ufunc loops release the GIL, so two threads use both cores.
 """
 
@@ -35,7 +35,8 @@ from mix_assets.lib import textkeys
 
 EMPTY = np.uint32(0xFFFFFFFF)  # signature value of a document without shingles (datasketch's too)
 DEFAULT_SEED = 1  # datasketch's default seed
-CHUNK = 8192  # shingles per work matrix: 128 x 8192 x 4 B = 4 MiB, about an L2/L3 slice
+CHUNK = 8192  # the smallest block of shingles signed at a time (see BLOCK)
+BLOCK = 1 << 17  # shingles per block: the 512 KiB work vector stays in L2 through all permutations
 BATCH_BYTES = 1 << 20  # text per batch handed to a worker thread
 
 
@@ -69,9 +70,10 @@ def signatures_from_hashes(
 ) -> np.ndarray:
     """Signatures (n_docs x num_perm, uint32) of documents given as flat 32-bit shingle hashes.
 
-    `offsets` (n_docs + 1) delimits each document's shingles. The flat array is cut into fixed
-    chunks regardless of document boundaries; per chunk one (num_perm x chunk) affine map and one
-    `minimum.reduceat` over the document segments, folded into the documents' running minima.
+    `offsets` (n_docs + 1) delimits each document's shingles. The flat array is cut into blocks of
+    max(chunk, BLOCK) shingles regardless of document boundaries; per block and permutation one
+    affine map and one `minimum.reduceat` over the document segments, on a 1-D vector that stays in
+    cache, folded into the documents' running minima.
     """
     offsets = np.asarray(offsets, dtype=np.int64)
     n_docs = len(offsets) - 1
@@ -81,18 +83,21 @@ def signatures_from_hashes(
     if total == 0:
         return out
     x = fmix32(h32[:total])
-    a_col, b_col = a.astype(np.uint32)[:, None], b.astype(np.uint32)[:, None]
-    work = np.empty((num_perm, min(chunk, total)), dtype=np.uint32)
+    a, b = a.astype(np.uint32), b.astype(np.uint32)
+    block = max(chunk, BLOCK)
+    work = np.empty(min(block, total), dtype=np.uint32)
     inner = offsets[1:-1]
-    for s in range(0, total, chunk):
-        e = min(s + chunk, total)
-        m = work[:, : e - s]
-        np.multiply(a_col, x[None, s:e], out=m)
-        np.add(m, b_col, out=m)
-        # Segment starts inside this chunk: the chunk start plus every document start within it.
+    for s in range(0, total, block):
+        e = min(s + block, total)
+        # Segment starts inside this block: the block start plus every document start within it.
         starts = np.unique(np.concatenate(([s], inner[(inner > s) & (inner < e)])))
         docs = np.searchsorted(offsets, starts, side="right") - 1
-        red = np.minimum.reduceat(m, starts - s, axis=1)  # (num_perm, n_segments)
+        red = np.empty((num_perm, len(starts)), np.uint32)
+        m = work[: e - s]
+        for k in range(num_perm):
+            np.multiply(x[s:e], a[k], out=m)
+            m += b[k]
+            np.minimum.reduceat(m, starts - s, out=red[k])
         out[docs] = np.minimum(out[docs], red.T)
     return out
 

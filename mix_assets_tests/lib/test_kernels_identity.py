@@ -118,10 +118,13 @@ def test_hashes_ngrams_signatures_and_sets(seed):
             assert g.dtype == rg.dtype and np.array_equal(g, rg) and np.array_equal(goff, rgoff), (n, short)
     g, goff = tk.ngram_hashes(h, off, 5)
     a, b = mh.permutations(128, seed + 1)
-    for chunk in (7, 64, mh.CHUNK):
-        got = mh.signatures_from_hashes(mh.shingle_hash32(g), goff, a, b, chunk)
-        want = ref.signatures_from_hashes(mh.shingle_hash32(g), goff, a, b, chunk)
-        assert got.dtype == want.dtype and np.array_equal(got, want)
+    want = ref.signatures_from_hashes(mh.shingle_hash32(g), goff, a, b)
+    for block in (5, 64, 1000, mh.BLOCK):  # documents across block boundaries
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(mh, "BLOCK", block)
+            for chunk in (1, 7, mh.CHUNK):
+                got = mh.signatures_from_hashes(mh.shingle_hash32(g), goff, a, b, chunk)
+                assert got.dtype == want.dtype and np.array_equal(got, want), (block, chunk)
     for n in (3, 5):
         s, soff = mh.shingle_sets(texts, n)
         rs, rsoff = ref.shingle_sets(texts, n)
