@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import unicodedata
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -77,8 +78,71 @@ def words(texts: Sequence[str] | pa.Array) -> pa.ListArray:
     ascii_rows = pc.string_is_ascii(a)
     if ascii_rows.false_count:  # NFKC and lower-casing by Arrow where they can change anything
         other = pc.invert(ascii_rows)
-        a = pc.replace_with_mask(a, other, pc.utf8_lower(pc.utf8_normalize(a.filter(other), form="NFKC")))
+        u = a.filter(other)
+        nfkc = pa.array(_may_change_under_nfkc(u))
+        if nfkc.true_count:
+            u = pc.replace_with_mask(u, nfkc, pc.utf8_normalize(u.filter(nfkc), form="NFKC"))
+        a = pc.replace_with_mask(a, other, pc.utf8_lower(u))
     return _split(a, not ascii_rows.false_count)
+
+
+# Second characters of the canonical two-character decompositions in this Python's Unicode data
+# (test_kernels_identity recomputes them): after a suitable first character they compose.
+_COMPOSES_SECOND = frozenset((
+    768, 769, 770, 771, 772, 774, 775, 776, 777, 778, 779, 780, 783, 785, 787, 788, 795, 803, 804, 805,
+    806, 807, 808, 813, 814, 816, 817, 824, 834, 837, 1460, 1463, 1464, 1465, 1468, 1471, 1473, 1474,
+    1619, 1620, 1621, 2364, 2492, 2494, 2519, 2620, 2876, 2878, 2902, 2903, 3006, 3031, 3158, 3266,
+    3285, 3286, 3390, 3415, 3530, 3535, 3551, 3954, 3956, 3968, 4021, 4023, 4142, 6965, 12441, 12442,
+    69818, 69927, 70462, 70487, 70832, 70842, 70845, 71087, 71984, 119141, 119150, 119151, 119152,
+    119153, 119154,
+))
+# Per code point: 0 not yet asked, 1 "NFKC quick check Yes": assigned, unchanged by NFKC alone,
+# combining class 0, never composing with what precedes it (not a second character above, not a
+# Hangul vowel or final consonant). A text of ASCII and such code points is NFKC-normalised (UAX #15
+# quick check), under every later Unicode version too (the normalisation stability policy). 2 not.
+_NFKC_YES = np.zeros(0x110000, np.uint8)
+
+
+def _nfkc_yes(cps: np.ndarray) -> np.ndarray:
+    todo = np.unique(cps[_NFKC_YES[cps] == 0])
+    for c in todo.tolist():
+        ch = chr(c)
+        yes = (unicodedata.category(ch) not in ("Cn", "Cs") and unicodedata.combining(ch) == 0
+               and unicodedata.normalize("NFKC", ch) == ch and c not in _COMPOSES_SECOND
+               and not 0x1161 <= c <= 0x1175 and not 0x11A8 <= c <= 0x11C2)
+        _NFKC_YES[c] = 1 if yes else 2
+    return _NFKC_YES[cps] == 1
+
+
+def _may_change_under_nfkc(a: pa.Array) -> np.ndarray:
+    """Per text, whether NFKC might change it: whether it holds a code point without `_nfkc_yes`."""
+    o, b = _offsets_bytes(a)
+    lead, _, cp = _code_points(b)
+    no = ~_nfkc_yes(cp)
+    out = np.zeros(len(a), bool)
+    out[np.searchsorted(o, lead[no], side="right") - 1] = True
+    return out
+
+
+def _offsets_bytes(a: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 offsets from 0, uint8 bytes) of a large_string array."""
+    bufs = a.buffers()
+    o = np.frombuffer(bufs[1], np.int64, len(a) + 1, a.offset * 8)
+    o0, nb = int(o[0]), int(o[-1] - o[0])
+    return o - o0, (np.frombuffer(bufs[2], np.uint8, nb, o0) if nb else np.zeros(0, np.uint8))
+
+
+def _code_points(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(position, byte length, code point) of each non-ASCII character of valid UTF-8 bytes."""
+    lead = np.flatnonzero(b >= _U8(0xC0))
+    last = len(b) - 1
+    b0 = b[lead].astype(np.int32)
+    nxt = [b[np.minimum(lead + k, last)].astype(np.int32) & 0x3F for k in (1, 2, 3)] if lead.size else [b0] * 3
+    size = np.where(b0 < 0xE0, 2, np.where(b0 < 0xF0, 3, 4))
+    cp = np.where(size == 2, (b0 & 0x1F) << 6 | nxt[0],
+                  np.where(size == 3, (b0 & 0x0F) << 12 | nxt[0] << 6 | nxt[1],
+                           (b0 & 0x07) << 18 | nxt[0] << 12 | nxt[1] << 6 | nxt[2]))
+    return lead, size, cp
 
 
 # What `_PUNCT` and Arrow's whitespace split make of each non-ASCII code point after NFKC and
@@ -119,12 +183,8 @@ def _split(a: pa.Array, ascii_only: bool) -> pa.ListArray:
     n = len(a)
     if n == 0:
         return pa.array([], pa.list_(pa.large_string()))
-    low = pc.ascii_lower(a)
-    bufs = low.buffers()
-    o = np.frombuffer(bufs[1], np.int64, n + 1, low.offset * 8)
-    o0, nb = int(o[0]), int(o[-1] - o[0])
-    o = o - o0
-    b = np.frombuffer(bufs[2], np.uint8, nb, o0) if nb else np.zeros(0, np.uint8)
+    o, b = _offsets_bytes(pc.ascii_lower(a))
+    nb = len(b)
     t, m = np.empty(nb, np.uint8), np.empty(nb, bool)
     keep = np.less(np.subtract(b, _U8(97), out=t), _U8(26))  # a-z
     keep |= np.less(np.subtract(b, _U8(48), out=t), _U8(10), out=m)  # 0-9
@@ -172,16 +232,9 @@ def _split(a: pa.Array, ascii_only: bool) -> pa.ListArray:
 
 def _class_non_ascii(b: np.ndarray, keep: np.ndarray, drop: np.ndarray) -> None:
     """Mark the bytes of each (valid UTF-8) non-ASCII character as kept, deleted or whitespace."""
-    lead = np.flatnonzero(b >= _U8(0xC0))
+    lead, size, cp = _code_points(b)
     if not lead.size:
         return
-    last = len(b) - 1
-    b0 = b[lead].astype(np.int32)
-    nxt = [b[np.minimum(lead + k, last)].astype(np.int32) & 0x3F for k in (1, 2, 3)]
-    size = np.where(b0 < 0xE0, 2, np.where(b0 < 0xF0, 3, 4))
-    cp = np.where(size == 2, (b0 & 0x1F) << 6 | nxt[0],
-                  np.where(size == 3, (b0 & 0x0F) << 12 | nxt[0] << 6 | nxt[1],
-                           (b0 & 0x07) << 18 | nxt[0] << 12 | nxt[1] << 6 | nxt[2]))
     cls = _code_point_classes(cp)
     high = b >= _U8(0x80)
     keep |= high

@@ -5,9 +5,11 @@ sets and prefilter candidates, on ASCII, on every Unicode code point, and on see
 from __future__ import annotations
 
 import random
+import unicodedata
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from mix_assets.lib import contamination as ct
@@ -24,7 +26,7 @@ SPECIAL = (
     "\u0301\u0308\u0327\u200b\u200c\u200d\u2060\ufeff\u180e"
     "\u1680\u2000\u2007\u2028\u2029\u202f\u205f\u3000"
     "ＡＢＣａｂｃ１２３！？ﬁﬂ²³½ⅫK℃İıßẞΣσςéÉñçøæ"
-    "数学问题日本語한국어עבריתالعربية"
+    "数学问题日本語한국어עבריתالعربية\u1100\u1161\u11a8각\u0915\u093c\u0958"
     "😀👍🏽🇫🇷♥★→—–…«»“”‘’•·§¶©®™°€£¥"
 )
 ASCII = "".join(chr(c) for c in range(128))
@@ -53,6 +55,39 @@ def test_every_ascii_character_and_pair():
     same_words(singles)
     same_words(pairs)
     same_words(["".join(ASCII) * 3, ASCII[::-1]])
+
+
+def test_nfkc_yes_code_points_leave_text_unchanged():
+    # the composing set is this Python's Unicode data; every "yes" code point, in a text of ASCII and
+    # other "yes" code points (composable starters included), is left alone by Arrow's NFKC
+    second = set()
+    for c in range(0x110000):
+        d = unicodedata.decomposition(chr(c))
+        if d and not d.startswith("<") and len(d.split()) == 2:
+            second.add(int(d.split()[1], 16))
+    assert second == tk._COMPOSES_SECOND
+    cps = np.array([c for c in range(0x80, 0x110000) if not 0xD800 <= c <= 0xDFFF])
+    yes = cps[tk._nfkc_yes(cps)]
+    assert 0xE9 in yes and 0xFFFD in yes and 0xA0 not in yes and 0x301 not in yes and 0x1161 not in yes
+    texts = pa.array([f"a{chr(c)}b{chr(c)}{chr(c)} e{chr(c)} é{chr(c)} \u1100{chr(c)} 각{chr(c)}" for c in yes.tolist()],
+                     pa.large_string())
+    assert tk._may_change_under_nfkc(texts).sum() == 0
+    assert pc.utf8_normalize(texts, form="NFKC").equals(texts)
+    no = cps[~tk._nfkc_yes(cps)]
+    assert tk._may_change_under_nfkc(pa.array([f"a{chr(c)}" for c in no.tolist()], pa.large_string())).all()
+
+
+def test_every_canonical_pair_composes_as_before():
+    # each canonical two-character decomposition written out (NFKC composes most of them back),
+    # Hangul syllables as jamo, and each second character after plain letters
+    pairs = []
+    for c in range(0x110000):
+        d = unicodedata.decomposition(chr(c))
+        if d and not d.startswith("<") and len(d.split()) == 2:
+            pairs.append("".join(chr(int(x, 16)) for x in d.split()))
+    pairs += ["\u1100\u1161", "\u1100\u1161\u11a8", "\uac00\u11a8", "\u1112\u1175\u11c2"]
+    same_words(pairs)
+    same_words([f"x{p}y {p[1:]}z" for p in pairs])
 
 
 def test_every_code_point():
