@@ -66,7 +66,7 @@ def reference_kernels():
     from mix_assets.lib import textkeys as tk
     from mix_assets_tests.support import kernels_reference as ref
 
-    saved = [(tk, n, getattr(tk, n)) for n in ("words", "word_hashes", "ngram_hashes", "normalise")]
+    saved = [(tk, n, getattr(tk, n)) for n in ("words", "word_hashes", "ngram_hashes", "normalise", "exact_keys")]
     saved += [(mh, n, getattr(mh, n)) for n in ("signatures_from_hashes", "shingle_sets")]
     saved += [(fuzzy, "candidates", fuzzy.candidates), (ct._Bitmap, "candidates", ct._Bitmap.candidates)]
     for mod, n, _ in saved:
@@ -121,6 +121,7 @@ def main() -> None:
     wls = [tk.words(x) for x in batches]
     hs = [tk.word_hashes(w) for w in wls]
     g5s = [tk.ngram_hashes(h, off, 5) for h, off in hs]
+    norms = [tk.join_words(w) for w in wls]
     a, b = mh.permutations(128)
     reg = None
     index = None
@@ -149,6 +150,7 @@ def main() -> None:
         ("textkeys.ngram_hashes(13)", each(lambda m, h, off: m.ngram_hashes(h, off, 13), hs)),
         ("textkeys.ngram_hashes(5)", each(lambda m, h, off: m.ngram_hashes(h, off, 5), hs)),
         ("textkeys.normalise", each(lambda m, x: m.normalise(x), batches)),
+        ("textkeys.exact_keys", each(lambda m, x: m.exact_keys(x), norms)),
         ("minhash.signatures_from_hashes", each(lambda m, g, off: (m if m is ref else mh).signatures_from_hashes(
             mh.shingle_hash32(g), off, a, b), g5s)),
         ("minhash.shingle_sets", each(lambda m, x: (m if m is ref else mh).shingle_sets(x), batches)),

@@ -22,7 +22,6 @@ numpy's ufunc loops release the GIL, so two threads use both cores.
 
 from __future__ import annotations
 
-import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -126,8 +125,7 @@ def _sign(texts, a: np.ndarray, b: np.ndarray, shingle: int) -> Batch:
     sh, soff = textkeys.ngram_hashes(wh, woff, shingle, short="whole")
     sig = signatures_from_hashes(shingle_hash32(sh), soff, a, b)
     norm = textkeys.join_words(wl)
-    keys = [hashlib.sha256(s.encode("utf-8")).hexdigest() for s in norm.to_pylist()]
-    return Batch(sig, np.diff(woff), np.diff(soff), keys)
+    return Batch(sig, np.diff(woff), np.diff(soff), textkeys.exact_keys(norm))
 
 
 def _batches(texts: pa.Array, batch_bytes: int) -> Iterator[tuple[int, int]]:

@@ -287,7 +287,13 @@ def normalise(texts: Sequence[str] | pa.Array) -> pa.Array:
 
 def exact_keys(normalised: pa.Array) -> list[str]:
     """sha256 hex of each normalised text (the exact-duplicate key)."""
-    return [hashlib.sha256(s.encode("utf-8")).hexdigest() for s in normalised.to_pylist()]
+    if isinstance(normalised, pa.ChunkedArray):
+        normalised = normalised.combine_chunks()
+    if normalised.null_count or not (pa.types.is_string(normalised.type) or pa.types.is_large_string(normalised.type)):
+        return [hashlib.sha256(s.encode("utf-8")).hexdigest() for s in normalised.to_pylist()]
+    o, b = _offsets_bytes(normalised.cast(pa.large_string()))
+    text = memoryview(b)  # hashed slice by slice: no Python string per text
+    return [hashlib.sha256(text[s:e]).hexdigest() for s, e in zip(o[:-1].tolist(), o[1:].tolist())]
 
 
 def splitmix64(x: np.ndarray, copy: bool = True) -> np.ndarray:

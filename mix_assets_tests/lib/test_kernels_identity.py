@@ -245,3 +245,13 @@ def test_word_hash_of_every_length():
     got = tk._xxh64(pa.array(words, pa.large_string()))
     assert got.dtype == np.uint64 and got.tolist() == [tk.word_hash(w) for w in words]
     assert tk._xxh64(pa.array(words, pa.large_string()).slice(100, 300)).tolist() == [tk.word_hash(w) for w in words[100:400]]
+
+
+def test_exact_keys():
+    texts = random_texts(4, 200, ASCII + SPECIAL, 300) + [""]
+    norm = tk.normalise(texts)
+    assert tk.exact_keys(norm) == ref.exact_keys(norm)
+    assert tk.exact_keys(norm.slice(3, 50)) == ref.exact_keys(norm.slice(3, 50))
+    assert tk.exact_keys(norm.cast(pa.string())) == ref.exact_keys(norm.cast(pa.string()))
+    assert tk.exact_keys(pa.chunked_array([norm[:9], norm[9:]])) == ref.exact_keys(norm)
+    assert mh.sign_texts(texts, threads=1).exact_keys == ref.exact_keys(norm)

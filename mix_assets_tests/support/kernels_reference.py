@@ -4,6 +4,7 @@ match bit for bit (mix_assets_tests/lib/test_kernels_identity.py) and the "old" 
 
 from __future__ import annotations
 
+import hashlib
 from typing import Sequence
 
 import numpy as np
@@ -35,6 +36,11 @@ def words(texts: Sequence[str] | pa.Array) -> pa.ListArray:
 def normalise(texts: Sequence[str] | pa.Array) -> pa.Array:
     """Normalised texts (single spaces between words, no leading/trailing space)."""
     return join_words(words(texts))
+
+
+def exact_keys(normalised: pa.Array) -> list[str]:
+    """sha256 hex of each normalised text (the exact-duplicate key)."""
+    return [hashlib.sha256(s.encode("utf-8")).hexdigest() for s in normalised.to_pylist()]
 
 
 def word_hashes(word_lists: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
