@@ -6,8 +6,8 @@ whitespace-separated pieces. The rule is defined by Arrow's kernels (utf8_normal
 only on non-ASCII texts and NFKC only where it can change them, then one vectorised pass over the
 bytes that classes ASCII bytes by fixed rules and other code points by asking those Arrow kernels
 once per code point (mix_assets_tests/lib/test_kernels_identity.py holds it to the Arrow pipeline
-on every code point). Word hashing is vectorised over a batch's distinct words (Python loops only over those of 32 bytes
-or more); never over each word or n-gram.
+on every code point). Word hashing is vectorised over a batch's distinct words (Python loops only
+over those of 32 bytes or more), never over each word or n-gram.
 
 Hashes are stable across library versions (xxh64 of the UTF-8 word; n-grams combine word hashes
 with a fixed polynomial mod 2**64 and a splitmix64 finaliser), so keys published with a mix can be
