@@ -96,7 +96,8 @@ def same(a, b) -> bool:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", type=Path, default=CORPUS)
-    ap.add_argument("--storage", type=Path, default=STORAGE, help="a finished graph run's storage (registry, fuzzy index)")
+    ap.add_argument("--storage", type=Path, default=STORAGE,
+                    help="a finished graph run's storage (eval registry, fuzzy index)")
     ap.add_argument("--mb", type=float, default=20.0)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="2 MB, 2 repetitions")
@@ -162,7 +163,8 @@ def main() -> None:
         from mix_assets.lib import fuzzy
 
         fz = [tk.ngram_hashes(h, off, index.params.shingle) for h, off in hs]
-        kernels.append(("fuzzy.candidates", each(lambda m, g, off: (m if m is ref else fuzzy).candidates(index, g, off), fz)))
+        kernels.append(("fuzzy.candidates",
+                        each(lambda m, g, off: (m if m is ref else fuzzy).candidates(index, g, off), fz)))
 
     def sign():
         return mh.sign_texts(texts, threads=1)
@@ -198,7 +200,8 @@ def main() -> None:
     if args.out:
         lines = [f"# Text kernels: reference (as first written) vs current, same run",
                  "", f"`{' '.join(sys.argv)}`", "",
-                 f"{len(texts)} documents, {mb:.1f} MB of {args.corpus if args.corpus.exists() else 'generated prose'}, "
+                 f"{len(texts)} documents, {mb:.1f} MB of "
+                 f"{args.corpus if args.corpus.exists() else 'generated prose'}, "
                  f"{ascii_docs:.0%} ASCII-only documents, in {len(batches)} batches of about 1 MB as `sign_texts` cuts "
                  f"them; text MB per CPU-second (one thread), best of {args.reps}, old and new interleaved.", "",
                  "| kernel | old MB/s | new MB/s | new ÷ old | identical output |", "|---|---|---|---|---|"]

@@ -142,7 +142,8 @@ def _code_points(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     lead = np.flatnonzero(b >= _U8(0xC0))
     last = len(b) - 1
     b0 = b[lead].astype(np.int32)
-    nxt = [b[np.minimum(lead + k, last)].astype(np.int32) & 0x3F for k in (1, 2, 3)] if lead.size else [b0] * 3
+    at = [np.minimum(lead + k, last) for k in (1, 2, 3)] if lead.size else [lead] * 3
+    nxt = [b[i].astype(np.int32) & 0x3F for i in at]
     size = np.where(b0 < 0xE0, 2, np.where(b0 < 0xF0, 3, 4))
     cp = np.where(size == 2, (b0 & 0x1F) << 6 | nxt[0],
                   np.where(size == 3, (b0 & 0x0F) << 12 | nxt[0] << 6 | nxt[1],
@@ -231,8 +232,8 @@ def _split(a: pa.Array, ascii_only: bool) -> pa.ListArray:
     nulls = n - int(np.count_nonzero(has))
     valid = pa.py_buffer(np.packbits(has, bitorder="little")) if nulls else None
     strings = pa.LargeStringArray.from_buffers(len(soff) - 1, pa.py_buffer(soff), pa.py_buffer(kept))
-    return pa.Array.from_buffers(pa.list_(pa.large_string()), n, [valid, pa.py_buffer(loff)], null_count=nulls,
-                                 children=[strings])
+    return pa.Array.from_buffers(pa.list_(pa.large_string()), n, [valid, pa.py_buffer(loff)],
+                                 null_count=nulls, children=[strings])
 
 
 def _class_non_ascii(b: np.ndarray, keep: np.ndarray, drop: np.ndarray) -> None:
@@ -294,7 +295,8 @@ def exact_keys(normalised: pa.Array) -> list[str]:
     """sha256 hex of each normalised text (the exact-duplicate key)."""
     if isinstance(normalised, pa.ChunkedArray):
         normalised = normalised.combine_chunks()
-    if normalised.null_count or not (pa.types.is_string(normalised.type) or pa.types.is_large_string(normalised.type)):
+    typ = normalised.type
+    if normalised.null_count or not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
         return [hashlib.sha256(s.encode("utf-8")).hexdigest() for s in normalised.to_pylist()]
     o, b = _offsets_bytes(normalised.cast(pa.large_string()))
     text = memoryview(b)  # hashed slice by slice: no Python string per text
