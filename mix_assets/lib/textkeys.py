@@ -121,6 +121,10 @@ def _nfkc_yes(cps: np.ndarray) -> np.ndarray:
 
 def _may_change_under_nfkc(a: pa.Array) -> np.ndarray:
     """Per text, whether NFKC might change it: whether it holds a code point without `_nfkc_yes`."""
+    try:
+        a.validate(full=True)
+    except pa.ArrowInvalid:  # not UTF-8: utf8_normalize reports it, as the Arrow pipeline did
+        return np.ones(len(a), bool)
     o, b = _offsets_bytes(a)
     lead, _, cp = _code_points(b)
     no = ~_nfkc_yes(cp)

@@ -256,3 +256,14 @@ def test_exact_keys():
     assert tk.exact_keys(norm.cast(pa.string())) == ref.exact_keys(norm.cast(pa.string()))
     assert tk.exact_keys(pa.chunked_array([norm[:9], norm[9:]])) == ref.exact_keys(norm)
     assert mh.sign_texts(texts, threads=1).exact_keys == ref.exact_keys(norm)
+
+
+@pytest.mark.parametrize("raw", [b"\xff\xfe abc", b"ab\x80cd", b"\xc3", b"x\xf8\x88\x80\x80\x80", b"\xed\xa0\x80"])
+def test_invalid_utf8_fails_as_before(raw):
+    data = pa.py_buffer(raw)
+    bad = pa.Array.from_buffers(pa.large_string(), 2, [None, pa.py_buffer(np.array([0, 1, len(raw)], np.int64)), data])
+    with pytest.raises(pa.ArrowInvalid) as want:
+        ref.words(bad)
+    with pytest.raises(pa.ArrowInvalid) as got:
+        tk.words(bad)
+    assert str(got.value) == str(want.value)
