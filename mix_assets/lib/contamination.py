@@ -225,9 +225,12 @@ class _Bitmap:
         np.bitwise_or.at(self.bits, b >> np.uint64(3), (1 << (b & np.uint64(7))).astype(np.uint8))
 
     def candidates(self, v: np.ndarray) -> np.ndarray:
-        b = v >> self.shift
-        got = self.bits[b >> np.uint64(3)] >> (b & np.uint64(7)).astype(np.uint8)
-        return np.flatnonzero(got & 1)
+        got = np.take(self.bits, v >> (self.shift + np.uint64(3)))  # the byte holding each value's bit
+        bit = (v >> self.shift).astype(np.uint8)  # (its low 3 bits say which)
+        bit &= np.uint8(7)
+        np.right_shift(got, bit, out=got)
+        got &= np.uint8(1)
+        return np.flatnonzero(got)
 
     @property
     def nbytes(self) -> int:

@@ -203,18 +203,24 @@ def candidates(index: Index, sh: np.ndarray, soff: np.ndarray) -> tuple[np.ndarr
     if not sh.size or not index.rep_keys.size:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     cand = index.bitmap.candidates(sh)
-    idx = np.minimum(np.searchsorted(index.rep_keys, sh[cand]), index.rep_keys.size - 1)
-    hit = index.rep_keys[idx] == sh[cand]
+    v = sh[cand]
+    by = np.argsort(v)  # looked up in ascending order: searchsorted then walks the keys once
+    idx = np.empty(len(v), np.int64)
+    idx[by] = np.searchsorted(index.rep_keys, v[by])
+    np.minimum(idx, index.rep_keys.size - 1, out=idx)
+    hit = index.rep_keys[idx] == v
     pos, r = cand[hit], idx[hit]
     n = index.post_off[r + 1] - index.post_off[r]
-    doc_end = np.repeat(soff[1:][np.searchsorted(soff, pos, side="right") - 1], n)  # per hit, then per posting
     pos = np.repeat(pos, n)
     at = np.repeat(index.post_off[r] - np.cumsum(n) + n, n) + np.arange(n.sum())
     item, weight = index.post_item[at].astype(np.int64), index.post_weight[at].astype(np.int64)
     span = np.int64(len(sh) + 1)
     key = item * span + pos
-    order = np.argsort(key)  # keys are distinct (a shingle's postings name an item once): any sort is stable
-    key, pos, item, weight, doc_end = key[order], pos[order], item[order], weight[order], doc_end[order]
+    # keys are distinct (a shingle's postings name an item once): any sort is stable
+    key, weight = _sorted_with(key, weight)
+    item = key // span
+    pos = key - item * span
+    doc_end = np.repeat(soff[1:], np.diff(soff))[pos]  # the end of each position's document
     csum = np.concatenate([[0], np.cumsum(weight)])
     m = np.diff(index.item_off)[item]
     end = np.searchsorted(key, item * span + np.minimum(pos + m, doc_end))
@@ -228,6 +234,20 @@ def candidates(index: Index, sh: np.ndarray, soff: np.ndarray) -> tuple[np.ndarr
     first = np.ones(len(pos), bool)
     first[1:] = (item[1:] != item[:-1]) | (doc[1:] != doc[:-1])
     return pos[first], item[first]
+
+
+def _sorted_with(key: np.ndarray, val: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct non-negative int64 `key` ascending, `val` (non-negative) permuted alike: one value sort
+    of both packed into an int64 when they fit, else an argsort."""
+    if not key.size:
+        return key, val
+    vbits = int(val.max()).bit_length()
+    if int(val.min()) >= 0 and int(key.max()).bit_length() + vbits <= 62:
+        packed = key << vbits | val
+        packed.sort()
+        return packed >> vbits, packed & ((1 << vbits) - 1)
+    order = np.argsort(key)
+    return key[order], val[order]
 
 
 def best_jaccard(index: Index, sh: np.ndarray, soff: np.ndarray, pos: int, item: int) -> float:

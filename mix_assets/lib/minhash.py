@@ -14,15 +14,14 @@ documents only ever match documents with the same few words. A document with no 
 shingle and an all-`EMPTY` signature; the LSH stage never bands such documents (they would all
 collide), so they can only be exact duplicates.
 
-Memory is bounded by the chunk, not the document: the (num_perm x chunk) uint32 work matrix is
-fixed (4 MiB at 128 x 8192), a long document is reduced over several chunks, and documents are
-fed in batches of bounded text size. Batches run on a thread pool: Arrow's string kernels and
+Memory is bounded by the block, not the document: the uint32 work vector is fixed (512 KiB at
+BLOCK shingles), a long document is reduced over several blocks, and documents are fed in batches
+of bounded text size. Batches run on a thread pool: Arrow's string kernels and
 numpy's ufunc loops release the GIL, so two threads use both cores.
 """
 
 from __future__ import annotations
 
-import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -35,7 +34,8 @@ from mix_assets.lib import textkeys
 
 EMPTY = np.uint32(0xFFFFFFFF)  # signature value of a document without shingles (datasketch's too)
 DEFAULT_SEED = 1  # datasketch's default seed
-CHUNK = 8192  # shingles per work matrix: 128 x 8192 x 4 B = 4 MiB, about an L2/L3 slice
+CHUNK = 8192  # the smallest block of shingles signed at a time (see BLOCK)
+BLOCK = 1 << 17  # shingles per block: the 512 KiB work vector stays in L2 through all permutations
 BATCH_BYTES = 1 << 20  # text per batch handed to a worker thread
 
 
@@ -69,9 +69,10 @@ def signatures_from_hashes(
 ) -> np.ndarray:
     """Signatures (n_docs x num_perm, uint32) of documents given as flat 32-bit shingle hashes.
 
-    `offsets` (n_docs + 1) delimits each document's shingles. The flat array is cut into fixed
-    chunks regardless of document boundaries; per chunk one (num_perm x chunk) affine map and one
-    `minimum.reduceat` over the document segments, folded into the documents' running minima.
+    `offsets` (n_docs + 1) delimits each document's shingles. The flat array is cut into blocks of
+    max(chunk, BLOCK) shingles regardless of document boundaries; per block and permutation one
+    affine map and one `minimum.reduceat` over the document segments, on a 1-D vector that stays in
+    cache, folded into the documents' running minima.
     """
     offsets = np.asarray(offsets, dtype=np.int64)
     n_docs = len(offsets) - 1
@@ -81,18 +82,21 @@ def signatures_from_hashes(
     if total == 0:
         return out
     x = fmix32(h32[:total])
-    a_col, b_col = a.astype(np.uint32)[:, None], b.astype(np.uint32)[:, None]
-    work = np.empty((num_perm, min(chunk, total)), dtype=np.uint32)
+    a, b = a.astype(np.uint32), b.astype(np.uint32)
+    block = max(chunk, BLOCK)
+    work = np.empty(min(block, total), dtype=np.uint32)
     inner = offsets[1:-1]
-    for s in range(0, total, chunk):
-        e = min(s + chunk, total)
-        m = work[:, : e - s]
-        np.multiply(a_col, x[None, s:e], out=m)
-        np.add(m, b_col, out=m)
-        # Segment starts inside this chunk: the chunk start plus every document start within it.
+    for s in range(0, total, block):
+        e = min(s + block, total)
+        # Segment starts inside this block: the block start plus every document start within it.
         starts = np.unique(np.concatenate(([s], inner[(inner > s) & (inner < e)])))
         docs = np.searchsorted(offsets, starts, side="right") - 1
-        red = np.minimum.reduceat(m, starts - s, axis=1)  # (num_perm, n_segments)
+        red = np.empty((num_perm, len(starts)), np.uint32)
+        m = work[: e - s]
+        for k in range(num_perm):
+            np.multiply(x[s:e], a[k], out=m)
+            m += b[k]
+            np.minimum.reduceat(m, starts - s, out=red[k])
         out[docs] = np.minimum(out[docs], red.T)
     return out
 
@@ -121,8 +125,7 @@ def _sign(texts, a: np.ndarray, b: np.ndarray, shingle: int) -> Batch:
     sh, soff = textkeys.ngram_hashes(wh, woff, shingle, short="whole")
     sig = signatures_from_hashes(shingle_hash32(sh), soff, a, b)
     norm = textkeys.join_words(wl)
-    keys = [hashlib.sha256(s.encode("utf-8")).hexdigest() for s in norm.to_pylist()]
-    return Batch(sig, np.diff(woff), np.diff(soff), keys)
+    return Batch(sig, np.diff(woff), np.diff(soff), textkeys.exact_keys(norm))
 
 
 def _batches(texts: pa.Array, batch_bytes: int) -> Iterator[tuple[int, int]]:
@@ -187,14 +190,28 @@ def shingle_sets(texts: Sequence[str] | pa.Array, n: int = 5) -> tuple[np.ndarra
     h, off = textkeys.word_hashes(textkeys.words(texts))
     g, goff = textkeys.ngram_hashes(h, off, n, short="whole")
     doc = np.repeat(np.arange(len(texts), dtype=np.int64), np.diff(goff))
-    order = np.lexsort((g, doc))
-    g, doc = g[order], doc[order]
+    g, doc = _by_doc_then_hash(g, doc)
     keep = np.ones(len(g), bool)
     keep[1:] = (g[1:] != g[:-1]) | (doc[1:] != doc[:-1])
     g, doc = g[keep], doc[keep]
     offsets = np.zeros(len(texts) + 1, np.int64)
     np.cumsum(np.bincount(doc, minlength=len(texts)), out=offsets[1:])
     return g, offsets
+
+
+def _by_doc_then_hash(g: np.ndarray, doc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(g, doc) ordered by document, then hash: one argsort of (doc, top bits of g) packed into a
+    uint64, exact whenever equal packed keys hold equal or ascending hashes (else a lexsort)."""
+    if len(g) < 2:
+        return g, doc
+    bits = max(1, int(doc[-1]).bit_length())  # doc is ascending (and < 2**63)
+    key = (doc.astype(np.uint64) << np.uint64(64 - bits)) | (g >> np.uint64(bits))
+    order = np.argsort(key)
+    key, gs = key[order], g[order]
+    if not np.any((key[1:] == key[:-1]) & (gs[1:] < gs[:-1])):
+        return gs, doc[order]
+    order = np.lexsort((g, doc))
+    return g[order], doc[order]
 
 
 def jaccard_estimate(sig_a: np.ndarray, sig_b: np.ndarray) -> np.ndarray:

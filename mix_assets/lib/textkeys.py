@@ -1,8 +1,13 @@
 """Normalisation for matching, done once and natively for dedup and audit alike.
 
 normalise = NFKC, lowercase, delete punctuation and symbols, collapse whitespace; words are the
-whitespace-separated pieces. Everything runs in Arrow's C++ string kernels; Python touches only the
-distinct words of a batch (to hash them), never each word or n-gram.
+whitespace-separated pieces. The rule is defined by Arrow's kernels (utf8_normalize, utf8_lower, the
+`_PUNCT` regex, utf8_split_whitespace); `words` computes the same thing faster: Arrow's lower-casing
+only on non-ASCII texts and NFKC only where it can change them, then one vectorised pass over the
+bytes that classes ASCII bytes by fixed rules and other code points by asking those Arrow kernels
+once per code point (mix_assets_tests/lib/test_kernels_identity.py holds it to the Arrow pipeline
+on every code point). Word hashing is vectorised over a batch's distinct words (Python loops only
+over those of 32 bytes or more), never over each word or n-gram.
 
 Hashes are stable across library versions (xxh64 of the UTF-8 word; n-grams combine word hashes
 with a fixed polynomial mod 2**64 and a splitmix64 finaliser), so keys published with a mix can be
@@ -12,6 +17,8 @@ recomputed by anyone.
 from __future__ import annotations
 
 import hashlib
+import threading
+import unicodedata
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -72,10 +79,210 @@ def _stripped(texts: Sequence[str] | pa.Array) -> pa.Array:
 
 def words(texts: Sequence[str] | pa.Array) -> pa.ListArray:
     """Per text, its list of normalised words (an empty text has no words)."""
-    # Splitting and re-joining collapses whitespace far faster than a whitespace regex would.
-    a = _stripped(texts)
-    a = pc.utf8_trim_whitespace(a)
-    return pc.utf8_split_whitespace(pc.if_else(pc.equal(a, ""), pa.scalar(None, a.type), a))
+    a = _as_array(texts)
+    ascii_rows = pc.string_is_ascii(a)
+    if ascii_rows.false_count:  # NFKC and lower-casing by Arrow where they can change anything
+        other = pc.invert(ascii_rows)
+        u = a.filter(other)
+        nfkc = pa.array(_may_change_under_nfkc(u))
+        if nfkc.true_count:
+            u = pc.replace_with_mask(u, nfkc, pc.utf8_normalize(u.filter(nfkc), form="NFKC"))
+        a = pc.replace_with_mask(a, other, pc.utf8_lower(u))
+    return _split(a, not ascii_rows.false_count)
+
+
+# Second characters of the canonical two-character decompositions in this Python's Unicode data
+# (test_kernels_identity recomputes them): after a suitable first character they compose.
+_COMPOSES_SECOND = frozenset((
+    768, 769, 770, 771, 772, 774, 775, 776, 777, 778, 779, 780, 783, 785, 787, 788, 795, 803, 804, 805,
+    806, 807, 808, 813, 814, 816, 817, 824, 834, 837, 1460, 1463, 1464, 1465, 1468, 1471, 1473, 1474,
+    1619, 1620, 1621, 2364, 2492, 2494, 2519, 2620, 2876, 2878, 2902, 2903, 3006, 3031, 3158, 3266,
+    3285, 3286, 3390, 3415, 3530, 3535, 3551, 3954, 3956, 3968, 4021, 4023, 4142, 6965, 12441, 12442,
+    69818, 69927, 70462, 70487, 70832, 70842, 70845, 71087, 71984, 119141, 119150, 119151, 119152,
+    119153, 119154,
+))
+# Per code point: 0 not yet asked, 1 "NFKC quick check Yes": assigned, unchanged by NFKC alone,
+# combining class 0, never composing with what precedes it (not a second character above, not a
+# Hangul vowel or final consonant). A text of ASCII and such code points is NFKC-normalised (UAX #15
+# quick check), under every later Unicode version too (the normalisation stability policy). 2 not.
+_NFKC_YES = np.zeros(0x110000, np.uint8)
+
+
+def _nfkc_yes(cps: np.ndarray) -> np.ndarray:
+    todo = np.unique(cps[_NFKC_YES[cps] == 0])
+    for c in todo.tolist():
+        ch = chr(c)
+        yes = (unicodedata.category(ch) not in ("Cn", "Cs") and unicodedata.combining(ch) == 0
+               and unicodedata.normalize("NFKC", ch) == ch and c not in _COMPOSES_SECOND
+               and not 0x1161 <= c <= 0x1175 and not 0x11A8 <= c <= 0x11C2)
+        _NFKC_YES[c] = 1 if yes else 2
+    return _NFKC_YES[cps] == 1
+
+
+def _may_change_under_nfkc(a: pa.Array) -> np.ndarray:
+    """Per text, whether NFKC might change it: whether it holds a code point without `_nfkc_yes`."""
+    try:
+        a.validate(full=True)
+    except pa.ArrowInvalid:  # not UTF-8: utf8_normalize reports it, as the Arrow pipeline did
+        return np.ones(len(a), bool)
+    o, b = _offsets_bytes(a)
+    lead, _, cp = _code_points(b)
+    no = ~_nfkc_yes(cp)
+    out = np.zeros(len(a), bool)
+    out[np.searchsorted(o, lead[no], side="right") - 1] = True
+    return out
+
+
+def _offsets_bytes(a: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 offsets from 0, uint8 bytes) of a large_string array."""
+    bufs = a.buffers()
+    o = np.frombuffer(bufs[1], np.int64, len(a) + 1, a.offset * 8)
+    o0, nb = int(o[0]), int(o[-1] - o[0])
+    return o - o0, (np.frombuffer(bufs[2], np.uint8, nb, o0) if nb else np.zeros(0, np.uint8))
+
+
+def _code_points(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(position, byte length, code point) of each non-ASCII character of valid UTF-8 bytes."""
+    lead = np.flatnonzero(b >= _U8(0xC0))
+    last = len(b) - 1
+    b0 = b[lead].astype(np.int32)
+    at = [np.minimum(lead + k, last) for k in (1, 2, 3)] if lead.size else [lead] * 3
+    nxt = [b[i].astype(np.int32) & 0x3F for i in at]
+    size = np.where(b0 < 0xE0, 2, np.where(b0 < 0xF0, 3, 4))
+    cp = np.where(size == 2, (b0 & 0x1F) << 6 | nxt[0],
+                  np.where(size == 3, (b0 & 0x0F) << 12 | nxt[0] << 6 | nxt[1],
+                           (b0 & 0x07) << 18 | nxt[0] << 12 | nxt[1] << 6 | nxt[2]))
+    return lead, size, cp
+
+
+# What `_PUNCT` and Arrow's whitespace split make of each non-ASCII code point after NFKC and
+# lower-casing: 0 not yet asked, 1 word character, 2 deleted, 3 whitespace. Filled lazily by asking
+# those two functions themselves, so the byte splitter below follows them exactly.
+_KEEP, _DROP, _SPACE = 1, 2, 3
+_CP_CLASS = np.zeros(0x110000, np.uint8)
+_CP_LOCK = threading.Lock()
+
+
+def _code_point_classes(cps: np.ndarray) -> np.ndarray:
+    todo = np.unique(cps[_CP_CLASS[cps] == 0])
+    if todo.size:
+        with _CP_LOCK:
+            chars = pa.array([chr(c) for c in todo.tolist()], pa.large_string())
+            deleted = pc.equal(pc.replace_substring_regex(chars, pattern=_PUNCT, replacement=""), "")
+            between = pa.array([f"a{c}b" for c in chars.to_pylist()], pa.large_string())
+            space = pc.greater(pc.list_value_length(pc.utf8_split_whitespace(between)), 1)
+            cls = np.where(deleted.to_numpy(zero_copy_only=False), _DROP,
+                           np.where(space.to_numpy(zero_copy_only=False), _SPACE, _KEEP))
+            _CP_CLASS[todo] = cls
+    return _CP_CLASS[cps]
+
+
+_U8 = np.uint8
+_WALK = 8  # steps back over deleted bytes before the general run lookup
+
+
+def _split(a: pa.Array, ascii_only: bool) -> pa.ListArray:
+    """`words` of texts already NFKC-normalised and lower-cased where not ASCII, from their bytes.
+
+    On ASCII, NFKC is the identity and lower-casing is A-Z -> a-z; `_PUNCT` keeps [a-z0-9] and
+    RE2's \\s = [\\t\\n\\f\\r ] and deletes the rest (\\v and \\x1c-\\x1f included, unlike Python's
+    str.split); other code points are classed by `_code_point_classes`. Words are the whitespace-
+    separated tokens with their deleted characters removed, tokens left empty dropped. A text
+    without words is a null list, as in the Arrow pipeline this replaces.
+    """
+    n = len(a)
+    if n == 0:
+        return pa.array([], pa.list_(pa.large_string()))
+    o, b = _offsets_bytes(pc.ascii_lower(a))
+    nb = len(b)
+    t, m = np.empty(nb, np.uint8), np.empty(nb, bool)
+    keep = np.less(np.subtract(b, _U8(97), out=t), _U8(26))  # a-z
+    keep |= np.less(np.subtract(b, _U8(48), out=t), _U8(10), out=m)  # 0-9
+    drop = np.less(np.subtract(b, _U8(9), out=t), _U8(5))  # 9-13 ...
+    drop &= np.not_equal(t, _U8(2), out=m)  # ... but 11 (vertical tab), not whitespace to RE2
+    drop |= np.equal(b, _U8(32), out=m)
+    drop |= keep
+    np.logical_not(drop, out=drop)  # deleted: neither kept nor whitespace
+    if not ascii_only:
+        _class_non_ascii(b, keep, drop)
+    doc = np.zeros(nb + 1, bool)
+    doc[o] = True  # words never cross documents
+    # A word starts at its token's first kept byte: a kept byte after whitespace or a document
+    # start, or after deleted bytes that follow one ("'tis" -> "tis", but not the t of "don't").
+    first = np.empty(nb, bool)
+    first[:1] = True
+    np.logical_not(keep[:-1], out=first[1:])
+    first |= doc[:-1]
+    first &= keep
+    p = np.flatnonzero(np.logical_and(drop[:-1], keep[1:], out=m[1:])) + 1
+    p = p[~doc[p]]
+    first[p[_inside_token(p, keep, drop, doc)]] = False
+    if ascii_only:  # one filter moves each kept byte with its word-start flag (in bit 7)
+        both = np.left_shift(first.view(np.uint8), _U8(7), out=t)
+        both |= b
+        kept = np.compress(keep, both)
+        soff = np.flatnonzero(np.greater_equal(kept, _U8(0x80)))
+        kept &= _U8(0x7F)
+    else:  # (in the high byte)
+        both = first.astype(np.uint16)
+        both <<= 8
+        both |= b
+        kept = np.compress(keep, both)
+        soff = np.flatnonzero(np.greater(kept, np.uint16(0xFF)))
+        kept = kept.astype(np.uint8)
+    soff = np.append(soff, len(kept))
+    loff = np.searchsorted(soff[:-1], _bits_before(o, keep)).astype(np.int32)
+    has = loff[1:] > loff[:-1]
+    nulls = n - int(np.count_nonzero(has))
+    valid = pa.py_buffer(np.packbits(has, bitorder="little")) if nulls else None
+    strings = pa.LargeStringArray.from_buffers(len(soff) - 1, pa.py_buffer(soff), pa.py_buffer(kept))
+    return pa.Array.from_buffers(pa.list_(pa.large_string()), n, [valid, pa.py_buffer(loff)],
+                                 null_count=nulls, children=[strings])
+
+
+def _class_non_ascii(b: np.ndarray, keep: np.ndarray, drop: np.ndarray) -> None:
+    """Mark the bytes of each (valid UTF-8) non-ASCII character as kept, deleted or whitespace."""
+    lead, size, cp = _code_points(b)
+    if not lead.size:
+        return
+    cls = _code_point_classes(cp)
+    high = b >= _U8(0x80)
+    keep |= high
+    drop &= ~high
+    odd = cls != _KEEP
+    for k in range(4):
+        sel = odd & (size > k)
+        at = lead[sel] + k
+        keep[at] = False
+        drop[at] = cls[sel] == _DROP
+
+
+def _inside_token(p: np.ndarray, keep: np.ndarray, drop: np.ndarray, doc: np.ndarray) -> np.ndarray:
+    """For kept bytes `p` that follow deleted bytes (not at a document start): whether a kept byte
+    precedes those deleted bytes in the same token."""
+    out = np.zeros(len(p), bool)
+    cur, idx = p - 1, np.arange(len(p))
+    for _ in range(_WALK):  # runs of deleted bytes are short: step back over them
+        back = ~doc[cur] & drop[cur - 1]  # (cur >= 1: doc[0] is set)
+        out[idx[~back]] = ~doc[cur[~back]] & keep[cur[~back] - 1]
+        cur, idx = cur[back] - 1, idx[back]
+        if not len(idx):
+            return out
+    run_start = np.flatnonzero(drop & (doc[:-1] | ~np.concatenate(([False], drop[:-1]))))
+    rs = run_start[np.searchsorted(run_start, cur, side="right") - 1]
+    out[idx] = ~doc[rs] & keep[rs - 1]
+    return out
+
+
+def _bits_before(pos: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """For each position, how many set entries of `mask` precede it (pos <= len(mask))."""
+    packed = np.zeros(-(-(len(mask) + 1) // 64) * 8, np.uint8)
+    packed[: -(-len(mask) // 8)] = np.packbits(mask, bitorder="little")
+    words64 = packed.view(np.uint64)
+    ones = np.zeros(len(words64) + 1, np.int64)
+    np.cumsum(np.bitwise_count(words64), out=ones[1:])
+    q, r = pos >> 6, (pos & 63).astype(np.uint64)
+    return ones[q] + np.bitwise_count(words64[q] & ((np.uint64(1) << r) - np.uint64(1))).astype(np.int64)
 
 
 def join_words(word_lists: pa.ListArray) -> pa.Array:
@@ -90,7 +297,14 @@ def normalise(texts: Sequence[str] | pa.Array) -> pa.Array:
 
 def exact_keys(normalised: pa.Array) -> list[str]:
     """sha256 hex of each normalised text (the exact-duplicate key)."""
-    return [hashlib.sha256(s.encode("utf-8")).hexdigest() for s in normalised.to_pylist()]
+    if isinstance(normalised, pa.ChunkedArray):
+        normalised = normalised.combine_chunks()
+    typ = normalised.type
+    if normalised.null_count or not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
+        return [hashlib.sha256(s.encode("utf-8")).hexdigest() for s in normalised.to_pylist()]
+    o, b = _offsets_bytes(normalised.cast(pa.large_string()))
+    text = memoryview(b)  # hashed slice by slice: no Python string per text
+    return [hashlib.sha256(text[s:e]).hexdigest() for s, e in zip(o[:-1].tolist(), o[1:].tolist())]
 
 
 def splitmix64(x: np.ndarray, copy: bool = True) -> np.ndarray:
@@ -121,10 +335,61 @@ def word_hashes(word_lists: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
     if len(flat) == 0:
         return np.zeros(0, dtype=np.uint64), offsets
     enc = pc.dictionary_encode(flat)
-    uniq = enc.dictionary.to_pylist()
-    table = np.fromiter((xxhash.xxh64_intdigest(w.encode("utf-8")) for w in uniq), np.uint64, len(uniq))
+    table = _xxh64(enc.dictionary)
     idx = np.asarray(enc.indices, dtype=np.int64)
     return table[idx], offsets
+
+
+_X1, _X2, _X3 = np.uint64(0x9E3779B185EBCA87), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
+_X4, _X5 = np.uint64(0x85EBCA77C2B2AE63), np.uint64(0x27D4EB2F165667C5)
+
+
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+def _xxh64(strings: pa.Array) -> np.ndarray:
+    """xxh64 (seed 0) of each string's UTF-8 bytes, as `word_hash`: XXH64's short-input path (under
+    32 bytes: 8-byte lanes, one 4-byte lane, single bytes, the avalanche) vectorised over all the
+    strings; longer strings through the xxhash package."""
+    n = len(strings)
+    o = np.frombuffer(strings.buffers()[1], np.int64, n + 1, strings.offset * 8)
+    nb = int(o[-1] - o[0])
+    pad = np.zeros(nb + 8, np.uint8)
+    if nb:
+        pad[:nb] = np.frombuffer(strings.buffers()[2], np.uint8, nb, int(o[0]))
+    lanes8 = np.ndarray((nb + 1,), "<u8", pad, 0, (1,))  # little-endian words at every byte offset
+    lanes4 = np.ndarray((nb + 5,), "<u4", pad, 0, (1,))
+    pos, size = o[:-1] - o[0], np.diff(o)
+    left = size.copy()
+    with np.errstate(over="ignore"):
+        h = size.astype(np.uint64) + _X5
+        i = np.flatnonzero((left >= 8) & (size < 32))
+        while i.size:
+            k = lanes8[pos[i]] * _X2
+            k = _rotl(k, 31) * _X1
+            h[i] = _rotl(h[i] ^ k, 27) * _X1 + _X4
+            pos[i] += 8
+            left[i] -= 8
+            i = i[left[i] >= 8]
+        i = np.flatnonzero((left >= 4) & (size < 32))
+        h[i] = _rotl(h[i] ^ (lanes4[pos[i]].astype(np.uint64) * _X1), 23) * _X2 + _X3
+        pos[i] += 4
+        left[i] -= 4
+        i = np.flatnonzero((left >= 1) & (size < 32))
+        while i.size:
+            h[i] = _rotl(h[i] ^ (pad[pos[i]].astype(np.uint64) * _X5), 11) * _X1
+            pos[i] += 1
+            left[i] -= 1
+            i = i[left[i] >= 1]
+        h ^= h >> np.uint64(33)
+        h *= _X2
+        h ^= h >> np.uint64(29)
+        h *= _X3
+        h ^= h >> np.uint64(32)
+    for j in np.flatnonzero(size >= 32).tolist():
+        h[j] = xxhash.xxh64_intdigest(pad[o[j] - o[0] : o[j + 1] - o[0]].tobytes())
+    return h
 
 
 def ngram_hashes(
@@ -151,32 +416,60 @@ def ngram_hashes(
 
     with np.errstate(over="ignore"):
         if total >= n and full_counts.sum():
-            m = total - n + 1
-            acc = hashes[:m].copy()
-            for j in range(1, n):
-                acc = acc * _P + hashes[j : j + m]
-            acc = splitmix64(acc ^ np.uint64(n))
-            doc_of = np.repeat(np.arange(len(lens)), lens)[:m]
-            valid = np.arange(m) + n <= offsets[1:][doc_of]
+            acc = window_polynomials(hashes, n)
+            acc ^= np.uint64(n)
+            splitmix64(acc, copy=False)
+            # A window starting at one of a document's last n-1 words runs past its end.
+            valid = np.ones(len(acc), bool)
+            for k in range(1, n):
+                start = offsets[1:] - k
+                valid[start[(start >= offsets[:-1]) & (start < len(acc))]] = False
             full_vals = acc[valid]
-            # Full n-grams go to the front of each document's slot, in position order.
-            dest = np.repeat(out_offsets[:-1], full_counts) + (
-                np.arange(full_vals.size) - np.repeat(np.cumsum(full_counts) - full_counts, full_counts)
-            )
-            out[dest] = full_vals
+            if short == "whole" and short_docs.any():
+                # Full n-grams fill each document's slots in position order; a short document has one slot.
+                slot = np.ones(len(out), bool)
+                slot[out_offsets[:-1][short_docs]] = False
+                out[slot] = full_vals
+            else:
+                out = full_vals
         if short == "whole" and short_docs.any():
             # One n-gram over all words: sum of h[j] * P**(L-1-j), the same polynomial as above.
             sd = np.flatnonzero(short_docs)
             pos_doc = np.repeat(sd, lens[sd])
-            pos = np.concatenate([np.arange(offsets[d], offsets[d + 1]) for d in sd])
+            starts = np.concatenate([[0], np.cumsum(lens[sd])[:-1]])
+            pos = np.repeat(offsets[sd] - starts, lens[sd]) + np.arange(len(pos_doc))
             powers = np.ones(n, dtype=np.uint64)
             for k in range(1, n):
                 powers[k] = powers[k - 1] * _P
             terms = hashes[pos] * powers[offsets[1:][pos_doc] - 1 - pos]
-            starts = np.concatenate([[0], np.cumsum(lens[sd])[:-1]])
             acc1 = np.add.reduceat(terms, starts)
             out[out_offsets[sd]] = splitmix64(acc1 ^ lens[sd].astype(np.uint64))
     return out, out_offsets
+
+
+def window_polynomials(hashes: np.ndarray, n: int) -> np.ndarray:
+    """sum_j hashes[i + j] * P**(n-1-j) mod 2**64 for every start i <= len - n, by doubling:
+    windows of 1, 2, 4, 8... words (W_2a[i] = W_a[i] * P**a + W_a[i + a]), then joined along the
+    bits of n, so about 2 log2(n) vector passes instead of 2 n."""
+    pw = {1: hashes}
+    size = 1
+    with np.errstate(over="ignore"):
+        while 2 * size <= n:
+            w = pw[size]
+            nxt = np.multiply(w[:-size], _P ** np.uint64(size))
+            nxt += w[size:]
+            size *= 2
+            pw[size] = nxt
+        acc, have = pw[size], size
+        if have == n:
+            return acc.copy() if acc is hashes else acc
+        for part in sorted(pw, reverse=True):
+            if have + part <= n:
+                m = len(hashes) - have - part + 1
+                acc = np.multiply(acc[:m], _P ** np.uint64(part))
+                acc += pw[part][have : have + m]
+                have += part
+    return acc
 
 
 def ngram_hash_reference(ws: Sequence[str], n: int) -> list[int]:

@@ -1,0 +1,217 @@
+"""The shared text kernels as first written (lib/textkeys.py, lib/minhash.py, contamination's bitmap
+prefilter, the fuzzy advisory's candidate step), kept verbatim: the oracle the faster versions must
+match bit for bit (mix_assets_tests/lib/test_kernels_identity.py) and the "old" column of bench/kernels.py."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import xxhash
+
+from mix_assets.lib.fuzzy import CANDIDATE_SHARE, Index
+from mix_assets.lib.minhash import EMPTY, fmix32
+from mix_assets.lib.textkeys import _P, _PUNCT, _as_array, join_words, splitmix64
+
+CHUNK = 8192
+
+
+def _stripped(texts: Sequence[str] | pa.Array) -> pa.Array:
+    a = pc.utf8_normalize(_as_array(texts), form="NFKC")
+    a = pc.utf8_lower(a)
+    return pc.replace_substring_regex(a, pattern=_PUNCT, replacement="")
+
+
+def words(texts: Sequence[str] | pa.Array) -> pa.ListArray:
+    """Per text, its list of normalised words (an empty text has no words)."""
+    # Splitting and re-joining collapses whitespace far faster than a whitespace regex would.
+    a = _stripped(texts)
+    a = pc.utf8_trim_whitespace(a)
+    return pc.utf8_split_whitespace(pc.if_else(pc.equal(a, ""), pa.scalar(None, a.type), a))
+
+
+def normalise(texts: Sequence[str] | pa.Array) -> pa.Array:
+    """Normalised texts (single spaces between words, no leading/trailing space)."""
+    return join_words(words(texts))
+
+
+def exact_keys(normalised: pa.Array) -> list[str]:
+    """sha256 hex of each normalised text (the exact-duplicate key)."""
+    return [hashlib.sha256(s.encode("utf-8")).hexdigest() for s in normalised.to_pylist()]
+
+
+def word_hashes(word_lists: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
+    """(flat uint64 word hashes, int64 offsets of length n_docs + 1)."""
+    if isinstance(word_lists, pa.ChunkedArray):
+        word_lists = word_lists.combine_chunks()
+    offsets = np.asarray(word_lists.offsets, dtype=np.int64)
+    offsets = offsets - offsets[0]
+    flat = word_lists.flatten()
+    if len(flat) == 0:
+        return np.zeros(0, dtype=np.uint64), offsets
+    enc = pc.dictionary_encode(flat)
+    uniq = enc.dictionary.to_pylist()
+    table = np.fromiter((xxhash.xxh64_intdigest(w.encode("utf-8")) for w in uniq), np.uint64, len(uniq))
+    idx = np.asarray(enc.indices, dtype=np.int64)
+    return table[idx], offsets
+
+
+def ngram_hashes(
+    hashes: np.ndarray, offsets: np.ndarray, n: int, short: str = "whole"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Hashes of every word n-gram inside each document.
+
+    A document with fewer than `n` words (but at least one) yields one n-gram over all its words
+    when `short == "whole"` (the documented rule for short items and short documents), none when
+    `short == "drop"`. Empty documents yield none. Returns (flat uint64, offsets of n_docs + 1).
+    """
+    if short not in ("whole", "drop"):
+        raise ValueError(f"short must be 'whole' or 'drop', got {short!r}")
+    lens = np.diff(offsets)
+    total = len(hashes)
+    full_counts = np.maximum(lens - n + 1, 0)
+    out_counts = full_counts.copy()
+    short_docs = (lens > 0) & (lens < n)
+    if short == "whole":
+        out_counts[short_docs] = 1
+    out_offsets = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(out_counts, out=out_offsets[1:])
+    out = np.empty(int(out_offsets[-1]), dtype=np.uint64)
+
+    with np.errstate(over="ignore"):
+        if total >= n and full_counts.sum():
+            m = total - n + 1
+            acc = hashes[:m].copy()
+            for j in range(1, n):
+                acc = acc * _P + hashes[j : j + m]
+            acc = splitmix64(acc ^ np.uint64(n))
+            doc_of = np.repeat(np.arange(len(lens)), lens)[:m]
+            valid = np.arange(m) + n <= offsets[1:][doc_of]
+            full_vals = acc[valid]
+            # Full n-grams go to the front of each document's slot, in position order.
+            dest = np.repeat(out_offsets[:-1], full_counts) + (
+                np.arange(full_vals.size) - np.repeat(np.cumsum(full_counts) - full_counts, full_counts)
+            )
+            out[dest] = full_vals
+        if short == "whole" and short_docs.any():
+            # One n-gram over all words: sum of h[j] * P**(L-1-j), the same polynomial as above.
+            sd = np.flatnonzero(short_docs)
+            pos_doc = np.repeat(sd, lens[sd])
+            pos = np.concatenate([np.arange(offsets[d], offsets[d + 1]) for d in sd])
+            powers = np.ones(n, dtype=np.uint64)
+            for k in range(1, n):
+                powers[k] = powers[k - 1] * _P
+            terms = hashes[pos] * powers[offsets[1:][pos_doc] - 1 - pos]
+            starts = np.concatenate([[0], np.cumsum(lens[sd])[:-1]])
+            acc1 = np.add.reduceat(terms, starts)
+            out[out_offsets[sd]] = splitmix64(acc1 ^ lens[sd].astype(np.uint64))
+    return out, out_offsets
+
+
+def signatures_from_hashes(
+    h32: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray, chunk: int = CHUNK
+) -> np.ndarray:
+    """Signatures (n_docs x num_perm, uint32) of documents given as flat 32-bit shingle hashes.
+
+    `offsets` (n_docs + 1) delimits each document's shingles. The flat array is cut into fixed
+    chunks regardless of document boundaries; per chunk one (num_perm x chunk) affine map and one
+    `minimum.reduceat` over the document segments, folded into the documents' running minima.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n_docs = len(offsets) - 1
+    num_perm = len(a)
+    out = np.full((n_docs, num_perm), EMPTY, dtype=np.uint32)
+    total = int(offsets[-1]) if n_docs else 0
+    if total == 0:
+        return out
+    x = fmix32(h32[:total])
+    a_col, b_col = a.astype(np.uint32)[:, None], b.astype(np.uint32)[:, None]
+    work = np.empty((num_perm, min(chunk, total)), dtype=np.uint32)
+    inner = offsets[1:-1]
+    for s in range(0, total, chunk):
+        e = min(s + chunk, total)
+        m = work[:, : e - s]
+        np.multiply(a_col, x[None, s:e], out=m)
+        np.add(m, b_col, out=m)
+        # Segment starts inside this chunk: the chunk start plus every document start within it.
+        starts = np.unique(np.concatenate(([s], inner[(inner > s) & (inner < e)])))
+        docs = np.searchsorted(offsets, starts, side="right") - 1
+        red = np.minimum.reduceat(m, starts - s, axis=1)  # (num_perm, n_segments)
+        out[docs] = np.minimum(out[docs], red.T)
+    return out
+
+
+def shingle_sets(texts: Sequence[str] | pa.Array, n: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """Per text its set of n-word shingles as distinct 64-bit hashes (sorted) and offsets (len(texts) + 1).
+
+    The full 64-bit `ngram_hashes` values (signatures use their low 32 bits), short documents
+    one shingle, no words none: the sets exact verification and the split gate compare.
+    """
+    h, off = word_hashes(words(texts))
+    g, goff = ngram_hashes(h, off, n, short="whole")
+    doc = np.repeat(np.arange(len(texts), dtype=np.int64), np.diff(goff))
+    order = np.lexsort((g, doc))
+    g, doc = g[order], doc[order]
+    keep = np.ones(len(g), bool)
+    keep[1:] = (g[1:] != g[:-1]) | (doc[1:] != doc[:-1])
+    g, doc = g[keep], doc[keep]
+    offsets = np.zeros(len(texts) + 1, np.int64)
+    np.cumsum(np.bincount(doc, minlength=len(texts)), out=offsets[1:])
+    return g, offsets
+
+
+class _Bitmap:
+    """A one-hash Bloom prefilter over sorted keys (about 32 bits per key, ~3 % false hits), so
+    that `searchsorted` runs only on the few windows that may be in the registry."""
+
+    def __init__(self, keys: np.ndarray):
+        k = max(16, int(np.ceil(np.log2(max(keys.size, 1)))) + 5)
+        self.shift = np.uint64(64 - k)
+        self.bits = np.zeros(1 << (k - 3), np.uint8)
+        b = keys >> self.shift
+        np.bitwise_or.at(self.bits, b >> np.uint64(3), (1 << (b & np.uint64(7))).astype(np.uint8))
+
+    def candidates(self, v: np.ndarray) -> np.ndarray:
+        b = v >> self.shift
+        got = self.bits[b >> np.uint64(3)] >> (b & np.uint64(7)).astype(np.uint8)
+        return np.flatnonzero(got & 1)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.bits.nbytes)
+
+
+def candidates(index: Index, sh: np.ndarray, soff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(shingle position, item) of each (document, item) whose best window holds >= CANDIDATE_SHARE of
+    the item's permutations' argmin shingles."""
+    if not sh.size or not index.rep_keys.size:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    cand = index.bitmap.candidates(sh)
+    idx = np.minimum(np.searchsorted(index.rep_keys, sh[cand]), index.rep_keys.size - 1)
+    hit = index.rep_keys[idx] == sh[cand]
+    pos, r = cand[hit], idx[hit]
+    n = index.post_off[r + 1] - index.post_off[r]
+    doc_end = np.repeat(soff[1:][np.searchsorted(soff, pos, side="right") - 1], n)  # per hit, then per posting
+    pos = np.repeat(pos, n)
+    at = np.repeat(index.post_off[r] - np.cumsum(n) + n, n) + np.arange(n.sum())
+    item, weight = index.post_item[at].astype(np.int64), index.post_weight[at].astype(np.int64)
+    span = np.int64(len(sh) + 1)
+    key = item * span + pos
+    order = np.argsort(key)  # keys are distinct (a shingle's postings name an item once): any sort is stable
+    key, pos, item, weight, doc_end = key[order], pos[order], item[order], weight[order], doc_end[order]
+    csum = np.concatenate([[0], np.cumsum(weight)])
+    m = np.diff(index.item_off)[item]
+    end = np.searchsorted(key, item * span + np.minimum(pos + m, doc_end))
+    count = csum[end] - csum[np.arange(len(key))]
+    ok = count >= np.ceil(CANDIDATE_SHARE * index.params.num_perm)
+    pos, item, count = pos[ok], item[ok], count[ok]
+    # one candidate per (document, item): its best window start
+    doc = np.searchsorted(soff, pos, side="right") - 1
+    order = np.lexsort((-count, doc, item))
+    pos, item, doc = pos[order], item[order], doc[order]
+    first = np.ones(len(pos), bool)
+    first[1:] = (item[1:] != item[:-1]) | (doc[1:] != doc[:-1])
+    return pos[first], item[first]
