@@ -162,7 +162,7 @@ def dedup_keys_table(
         with tempfile.TemporaryDirectory(prefix="dedup-signatures-") as tmp:
             return dedup_keys_table(sources, priorities, params, eng, log, Storage(tmp), rejected=rejected)
     reused = sign_sources(storage, sources, raw_versions or {}, params, eng, log)
-    table, stats = reduce_signatures(storage, sources, priorities, params, rejected)
+    table, stats = reduce_signatures(storage, sources, priorities, params, rejected, eng)
     return table, dict(stats, reused_sources=reused)
 
 
@@ -216,8 +216,11 @@ def stored_signatures(storage, sources: Mapping[str, str], raw_versions: Mapping
 
 
 def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[str, int],
-                      params: DedupParams, rejected: Optional[pa.Array] = None) -> tuple[pa.Table, dict]:
+                      params: DedupParams, rejected: Optional[pa.Array] = None,
+                      eng: Optional[engine.Engine] = None) -> tuple[pa.Table, dict]:
     """LSH banding over the stored signature files (one band's columns at a time), then clusters.
+    The candidates' text pass (read + shingle sets, one task per raw row group) runs on `eng`
+    (default: this thread); the bytes do not depend on it.
 
     Held per document: doc_id and exact_key (Arrow), a few int64 arrays and the keep rule's sort
     keys; never the signature matrix (docs/scale.md gives the measured bytes per document).
@@ -235,7 +238,7 @@ def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[s
     prio = np.asarray([priorities.get(n, 0) for n in names], dtype=np.int64)[src]
     demoted = None if rejected is None else pc.is_in(doc_ids, value_set=rejected).to_numpy(zero_copy_only=False)
     with tempfile.TemporaryDirectory(prefix="dedup-shingles-") as spill:  # candidates' shingle sets, on disk
-        sets = sig.shingle_reader(sources, first_row, params.shingle, spill, READ_BATCH_ROWS)
+        sets = sig.shingle_reader(sources, first_row, params.shingle, spill, READ_BATCH_ROWS, eng)
         res = lsh.dedup(doc_ids, labels, stored, nsh, nch, prio, b, r, params.threshold, shingle_sets=sets,
                         demoted=demoted)
     del prio, nsh, nch, labels, demoted

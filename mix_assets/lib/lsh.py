@@ -222,8 +222,7 @@ def set_jaccard(values: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.nd
     """Exact Jaccard |A & B| / |A | B| (float64) of the sets a[i], b[i].
 
     Set k is values[offsets[k]:offsets[k + 1]], its distinct elements (any order). Pairs are taken a
-    chunk of ~`chunk` gathered elements at a time: both sets tagged with the pair, sorted, and equal
-    neighbours counted. 0.0 when both sets are empty.
+    chunk of ~`chunk` gathered elements at a time. 0.0 when both sets are empty.
     """
     offsets = np.asarray(offsets, np.int64)
     a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
@@ -236,16 +235,48 @@ def set_jaccard(values: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.nd
         e = max(int(np.searchsorted(work, base + chunk, side="right")), s + 1)
         ca, cb = a[s:e], b[s:e]
         la, lb = sizes[ca], sizes[cb]
-        vals = np.concatenate([values[ranges(offsets[ca], la)], values[ranges(offsets[cb], lb)]])
-        pid = np.concatenate([np.repeat(np.arange(e - s), la), np.repeat(np.arange(e - s), lb)])
-        o = np.lexsort((vals, pid))
-        vals, pid = vals[o], pid[o]
-        same = (vals[1:] == vals[:-1]) & (pid[1:] == pid[:-1])
-        inter = np.bincount(pid[1:][same], minlength=e - s)
+        va, vb = values[ranges(offsets[ca], la)], values[ranges(offsets[cb], lb)]
+        inter = _sorted_intersections(va, la, vb, lb)
+        if inter is None:
+            inter = _sort_intersections(va, la, vb, lb)
         union = la + lb - inter
         out[s:e] = np.where(union > 0, inter / np.maximum(union, 1), 0.0)
         s = e
     return out
+
+
+def _sort_intersections(va, la, vb, lb) -> np.ndarray:
+    """|A_i & B_i| for sets in any order: both tagged with the pair, sorted, equal neighbours counted."""
+    vals = np.concatenate([va, vb])
+    pid = np.concatenate([np.repeat(np.arange(len(la)), la), np.repeat(np.arange(len(lb)), lb)])
+    o = np.lexsort((vals, pid))
+    vals, pid = vals[o], pid[o]
+    same = (vals[1:] == vals[:-1]) & (pid[1:] == pid[:-1])
+    return np.bincount(pid[1:][same], minlength=len(la))
+
+
+def _sorted_intersections(va, la, vb, lb) -> Optional[np.ndarray]:
+    """|A_i & B_i| without a sort when every B_i is ascending uint64 (shingle_sets' order), else None.
+
+    Each value becomes (pair << (64 - bits)) | (value >> bits), monotone in (pair, value): the B keys
+    are ascending as they stand, and one searchsorted finds each A value's place, where an exact compare
+    of the full values decides. None when the B keys are not strictly ascending (a set out of order, or
+    two values of a set sharing a key).
+    """
+    if vb.dtype != np.uint64 or va.dtype != np.uint64:
+        return None
+    n = len(la)
+    bits = np.uint64(max(int(n - 1).bit_length(), 1))
+    pa_, pb = np.repeat(np.arange(n, dtype=np.uint64), la), np.repeat(np.arange(n, dtype=np.uint64), lb)
+    top = np.uint64(64) - bits
+    kb = (pb << top) | (vb >> bits)
+    if not (kb[1:] > kb[:-1]).all():  # (pair, value) ascending implies this; a tie is a 2^-(64 - bits) event
+        return None
+    if not len(kb):
+        return np.zeros(n, np.int64)
+    at = np.minimum(np.searchsorted(kb, (pa_ << top) | (va >> bits)), len(kb) - 1)
+    hit = (vb[at] == va) & (pb[at] == pa_)
+    return np.bincount(pa_[hit].astype(np.int64), minlength=n)
 
 
 class InMemorySets:
@@ -264,6 +295,23 @@ class InMemorySets:
 def _set_store(sets):
     """A (values, offsets) pair as InMemorySets; anything with `jaccard` and `len` (signatures.SpilledSets) as is."""
     return InMemorySets(*sets) if isinstance(sets, tuple) else sets
+
+
+def _reused_jaccard(sets, a: np.ndarray, b: np.ndarray, known: tuple) -> np.ndarray:
+    """sets.jaccard(a, b), taken from known = (ka, kb, sets.jaccard(ka, kb)) for the pairs (either way
+    round) compared already: the same numbers, each pair's sets compared once."""
+    ka, kb, kj = known
+    m = max(len(sets), 1)
+    keys = np.minimum(ka, kb) * m + np.maximum(ka, kb)
+    order = np.argsort(keys)
+    keys = keys[order]
+    q = np.minimum(a, b) * m + np.maximum(a, b)
+    at = np.minimum(np.searchsorted(keys, q), max(len(keys) - 1, 0))
+    hit = keys[at] == q if len(keys) else np.zeros(len(q), bool)
+    out = np.empty(len(a), np.float64)
+    out[hit] = kj[order[at[hit]]]
+    out[~hit] = sets.jaccard(a[~hit], b[~hit])
+    return out
 
 
 # -- keep rule -------------------------------------------------------------------------------
@@ -409,7 +457,8 @@ def dedup(
         sets = _set_store(shingle_sets(need))
         if len(sets) != len(need):
             raise ValueError(f"dedup: shingle_sets gave {len(sets)} sets for {len(need)} documents")
-        est = sets.jaccard(np.searchsorted(need, rows[lo]), np.searchsorted(need, rows[hi]))
+        ca, cb = np.searchsorted(need, rows[lo]), np.searchsorted(need, rows[hi])
+        est = sets.jaccard(ca, cb)
     else:
         est = estimated_jaccard(signatures, rows[lo], rows[hi])
     ok = est >= threshold
@@ -446,7 +495,8 @@ def dedup(
         # Both sides through their exact representatives (same text), which are candidate documents.
         rep_in = np.empty(n, dtype=np.int64)
         rep_in[canon] = canon[rep_of]
-        jac[drop] = sets.jaccard(np.searchsorted(need, rep_in[drop]), np.searchsorted(need, rep_in[kept_index[drop]]))
+        x, y = np.searchsorted(need, rep_in[drop]), np.searchsorted(need, rep_in[kept_index[drop]])
+        jac[drop] = _reused_jaccard(sets, x, y, (ca, cb, est))
     else:
         jac[drop] = estimated_jaccard(signatures, drop, kept_index[drop])
 
