@@ -219,15 +219,15 @@ def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[s
                       params: DedupParams, rejected: Optional[pa.Array] = None,
                       eng: Optional[engine.Engine] = None) -> tuple[pa.Table, dict]:
     """LSH banding over the stored signature files (one band's columns at a time), then clusters.
-    The candidates' text pass (read + shingle sets, one task per raw row group) runs on `eng`
-    (default: this thread); the bytes do not depend on it.
+    The bands, the candidates' text pass (read + shingle sets, one task per raw row group) and the
+    verification's chunks run as tasks on `eng` (default: this thread); the bytes do not depend on it.
 
     Held per document: doc_id and exact_key (Arrow), a few int64 arrays and the keep rule's sort
     keys; never the signature matrix (docs/scale.md gives the measured bytes per document).
     """
     b, r = params.bands_rows
     names = sorted(sources)
-    stored = sig.Stored([storage.source(signatures_key(n)) for n in names], params.num_perm)
+    stored = sig.Stored([tables.file_at(storage, signatures_key(n)) for n in names], params.num_perm)
     meta = stored.read(sig.SCALARS)
     src = np.repeat(np.arange(len(names), dtype=np.int16), stored.rows)
     first_row = dict(zip(names, np.r_[0, np.cumsum(stored.rows)[:-1]].tolist()))
@@ -240,7 +240,7 @@ def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[s
     with tempfile.TemporaryDirectory(prefix="dedup-shingles-") as spill:  # candidates' shingle sets, on disk
         sets = sig.shingle_reader(sources, first_row, params.shingle, spill, READ_BATCH_ROWS, eng)
         res = lsh.dedup(doc_ids, labels, stored, nsh, nch, prio, b, r, params.threshold, shingle_sets=sets,
-                        demoted=demoted)
+                        demoted=demoted, eng=eng)
     del prio, nsh, nch, labels, demoted
     canon = pa.array(np.asarray(pc.sort_indices(doc_ids), dtype=np.int64))  # = by doc_id (ids are unique)
     cols = {"doc_id": doc_ids.take(canon), "source": pa.array(names, pa.string()).take(pa.array(src).take(canon))}

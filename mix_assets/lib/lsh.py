@@ -36,6 +36,7 @@ permutations that is b=27, r=4. A false positive costs one exact set comparison.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Protocol, Sequence
 
@@ -45,6 +46,8 @@ import pyarrow.compute as pc
 from scipy.integrate import quad
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
+
+from mix_assets.lib import engine
 
 _K = np.uint64(0x9E3779B97F4A7C15)  # golden-ratio multiplier for band keys
 CONFIRM_CHUNK = 8192  # candidate pairs compared per step (bounds the gather to ~8 MiB)
@@ -181,23 +184,30 @@ class InMemory:
         return self.sig[:, start:stop]
 
 
+def band_pairs(sig: Signatures, rows: np.ndarray | None, r: int, group_cap: int, band: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate (lo, hi) positions into `rows` of one band: its r columns read, keyed and grouped (pure)."""
+    keys = band_keys(sig.columns(band * r, (band + 1) * r), 1, r)[0]
+    return _group_pairs(keys if rows is None else keys[rows], group_cap)
+
+
 def candidate_pairs(
-    sig: np.ndarray | Signatures, rows: np.ndarray | None, b: int, r: int, group_cap: int = 32
+    sig: np.ndarray | Signatures, rows: np.ndarray | None, b: int, r: int, group_cap: int = 32,
+    eng: Optional[engine.Engine] = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Unique candidate pairs (positions into `rows`, lo < hi) over all bands.
 
-    Band by band: only one band's `r` columns and its keys are held at a time (~32 B per document),
-    and each band's pairs are merged into the sorted unique set so far.
+    One `band_pairs` task per band on `eng` (default: this thread), each holding one band's `r`
+    columns and keys (~32 B per document); the bands' pairs are merged, in band order, into the
+    sorted unique set.
     """
     sig = InMemory(sig) if isinstance(sig, np.ndarray) else sig
     n = sig.shape[0] if rows is None else len(rows)
     c = np.zeros(0, dtype=np.int64)
     if n < 2:
         return c, c
-    for band in range(b):
-        keys = band_keys(sig.columns(band * r, (band + 1) * r), 1, r)[0]
-        lo, hi = _group_pairs(keys if rows is None else keys[rows], group_cap)
-        del keys
+    bands = functools.partial(band_pairs, sig, rows, r, group_cap)
+    for lo, hi in engine.map_chunks(bands, range(b), eng or engine.Engine(num_cpus=1)):
         c = np.union1d(c, lo * n + hi)
     return c // n, c % n
 
@@ -403,6 +413,7 @@ def dedup(
     group_cap: int = 32,
     shingle_sets: Optional[Callable[[np.ndarray], object]] = None,
     demoted: Optional[np.ndarray] = None,
+    eng: Optional[engine.Engine] = None,
 ) -> DedupResult:
     """Exact + near-duplicate clusters and survivors; the result ignores the input order.
 
@@ -416,6 +427,8 @@ def dedup(
     column by column (`Signatures`, e.g. from Parquet) need `shingle_sets`. `demoted` (bool per
     document, input order): documents the filters rejected; they cluster as usual but survive only
     a cluster whose members were all rejected, so a rejected document never stands in for a good copy.
+    `eng`: where the bands run as tasks (`candidate_pairs`; default this thread); the result does not
+    depend on it.
     """
     n = len(exact_keys)
     if shingle_sets is None and not isinstance(signatures, np.ndarray):
@@ -451,7 +464,7 @@ def dedup(
     no_shingle = int(np.count_nonzero(sh_c == 0))
     del is_rep, sh_c
     rows = canon[active]  # input indices, canonical order
-    lo, hi = candidate_pairs(signatures, rows, b, r, group_cap)
+    lo, hi = candidate_pairs(signatures, rows, b, r, group_cap, eng)
     if shingle_sets is not None:
         need = np.unique(rows[np.concatenate([lo, hi])])  # input indices of candidate documents
         sets = _set_store(shingle_sets(need))

@@ -92,14 +92,20 @@ class Stored:
     """`lsh.Signatures` over the signature files of several sources, concatenated in the given order."""
 
     def __init__(self, sources: list, num_perm: int):
-        self.sources = sources
-        self.rows = [pq.ParquetFile(s).metadata.num_rows for s in sources]
+        self.sources = sources  # paths or `engine.FileAt`s (each read opens its own: band tasks share them)
+        self.rows = []
+        for s in sources:
+            with engine.open_parquet(s) as f:
+                self.rows.append(f.metadata.num_rows)
         self.shape = (sum(self.rows), num_perm)
         self.names = perm_columns(num_perm)
 
     def read(self, columns: list[str]) -> pa.Table:
         """The given columns of every source, concatenated (one chunk per row group)."""
-        parts = [pq.ParquetFile(s).read(columns=columns, use_threads=False) for s in self.sources]
+        parts = []
+        for s in self.sources:
+            with engine.open_parquet(s) as f:
+                parts.append(f.read(columns=columns, use_threads=False))
         return pa.concat_tables(parts) if parts else pa.table({c: [] for c in columns})
 
     def columns(self, start: int, stop: int) -> np.ndarray:
