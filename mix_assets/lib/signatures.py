@@ -109,10 +109,17 @@ class Stored:
         return pa.concat_tables(parts) if parts else pa.table({c: [] for c in columns})
 
     def columns(self, start: int, stop: int) -> np.ndarray:
-        t = self.read(self.names[start:stop])
-        out = np.empty((t.num_rows, stop - start), np.uint32)
-        for j, col in enumerate(t.columns):
-            out[:, j] = col.to_numpy()
+        """Read a row group at a time: Arrow holds one group's columns, never a column of every document
+        (band tasks run on worker threads, whose allocator pools would keep those pages)."""
+        out = np.empty((self.shape[0], stop - start), np.uint32)
+        at = 0
+        for s in self.sources:
+            with engine.open_parquet(s) as f:
+                for g in range(f.num_row_groups):
+                    t = f.read_row_group(g, columns=self.names[start:stop], use_threads=False)
+                    for j, col in enumerate(t.columns):
+                        out[at: at + t.num_rows, j] = col.to_numpy()
+                    at += t.num_rows
         return out
 
 
