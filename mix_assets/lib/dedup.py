@@ -4,9 +4,11 @@
 row-range chunks (doc_id, text, n_chars read; the text dropped after signing), written per source
 to `dedup/signatures/<source>.parquet` (lib/signatures.py) and reused while the source's raw data
 and the parameters are unchanged. Reduce (`reduce_signatures`): LSH band by band over those files
-(one band's columns in memory at a time), then a pass reading the text of the documents in
-candidate pairs only, whose shingle sets (8 B per distinct shingle of those documents) verify
-every candidate by exact Jaccard; clusters and the keep rule.
+(one band's columns in memory per band task), then a pass reading the text of the documents in
+candidate pairs only (one task per raw row group), whose shingle sets (8 B per distinct shingle of
+those documents, spilled to disk) verify every candidate by exact Jaccard (chunks of pairs as
+tasks); clusters and the keep rule in this process. The tasks run on the same engine as the map,
+results taken in task order, so the bytes do not depend on the worker count.
 
 exclusion_masks streams: `exclusion_batches` reads dedup_keys (sorted by doc_id) a batch at a time
 and unions each document's reasons (dedup's, contaminated, the filters' rules from `Rejections`;
@@ -153,8 +155,8 @@ def dedup_keys_table(
     Map (`sign_sources`): `sign_chunk` over bounded row ranges on `eng` (in process or Ray tasks),
     written per source to `storage` (layout.DEDUP_SIGNATURES; a temporary folder without one);
     a source whose `raw_versions` entry and parameters match its stored file is not signed again.
-    Reduce (`reduce_signatures`): LSH band by band from the stored files, exact verification and
-    the keep rule in this process. Returns the table (DEDUP_SCHEMA, rows sorted by doc_id) and stage
+    Reduce (`reduce_signatures`): LSH band by band from the stored files and exact verification
+    (both as tasks on `eng` too), then clusters and the keep rule in this process. Returns the table (DEDUP_SCHEMA, rows sorted by doc_id) and stage
     statistics. With `log` (an object with `info`), the map logs progress lines. `rejected`: doc ids
     the filters rejected (document_filters); they rank below every other member in the keep rule.
     """

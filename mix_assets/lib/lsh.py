@@ -128,10 +128,8 @@ def band_keys(sig: np.ndarray, b: int, r: int, chunk: int = 8192) -> np.ndarray:
     return out
 
 
-def _group_pairs(keys: np.ndarray, group_cap: int) -> tuple[np.ndarray, np.ndarray]:
-    """Candidate (lo, hi) index pairs among equal keys; see the module docstring."""
-    order = np.argsort(keys)
-    sk = keys[order]
+def _group_pairs(order: np.ndarray, sk: np.ndarray, group_cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate (lo, hi) index pairs among equal keys (sk = keys[order], ascending); see the module docstring."""
     dup = np.zeros(len(sk), dtype=bool)  # position shares its key with a neighbour
     if len(sk) > 1:
         eq = sk[1:] == sk[:-1]
@@ -188,7 +186,11 @@ def band_pairs(sig: Signatures, rows: np.ndarray | None, r: int, group_cap: int,
                ) -> tuple[np.ndarray, np.ndarray]:
     """Candidate (lo, hi) positions into `rows` of one band: its r columns read, keyed and grouped (pure)."""
     keys = band_keys(sig.columns(band * r, (band + 1) * r), 1, r)[0]
-    return _group_pairs(keys if rows is None else keys[rows], group_cap)
+    if rows is not None:
+        keys = keys[rows]
+    order = np.argsort(keys)
+    keys = keys[order]  # the only reference: the unsorted keys go (two bands may run at once)
+    return _group_pairs(order, keys, group_cap)
 
 
 def candidate_pairs(
