@@ -21,8 +21,9 @@ Pipeline (`dedup`):
    ties go to the higher source priority, then to the smallest doc_id. Every other member is
    excluded with reason `exact_dup` when its exact key equals the survivor's, else `near_dup`.
 
-Index memory is a few arrays of N 8-byte values for one band at a time (`candidate_pairs` reads a
-band's r columns through `Signatures`, e.g. from the stored Parquet files, never the whole matrix),
+Index memory is a few arrays of N 8-byte values per band in flight (`candidate_pairs` runs one task
+per band on the engine, one band at a time in this thread by default, two at once on two workers;
+each reads its r columns through `Signatures`, e.g. from the stored Parquet files, never the whole matrix),
 plus the unique candidate pairs so far. Verification holds the shingle sets of the documents in
 candidate pairs only (8 B per distinct shingle of those documents).
 

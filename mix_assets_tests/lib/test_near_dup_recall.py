@@ -165,3 +165,18 @@ def test_exact_verification_ignores_row_order_batches_and_threads(tmp_path):
         lib.READ_BATCH_ROWS = batch
     assert one.equals(two)
     assert pa.compute.sum(pa.compute.equal(one.column("reason"), "near_dup")).as_py() == len(c.pairs)
+
+
+def test_jaccard_to_kept_reuses_the_verified_pairs_and_computes_only_the_rest():
+    rng = np.random.default_rng(3)
+    sets = [np.unique(rng.integers(0, 40, 25)).astype(np.uint64) for _ in range(6)]
+    store = lsh.InMemorySets(np.concatenate(sets), np.r_[0, np.cumsum([len(s) for s in sets])])
+    asked = []
+    jaccard = store.jaccard
+    store.jaccard = lambda a, b: asked.append((a.tolist(), b.tolist())) or jaccard(a, b)
+    ka, kb = np.array([0, 1, 2]), np.array([1, 2, 3])
+    known = (ka, kb, jaccard(ka, kb))
+    a, b = np.array([1, 2, 0, 4]), np.array([0, 1, 2, 5])  # (1, 0), (2, 1) either way round; (0, 2), (4, 5) new
+    got = lsh._reused_jaccard(store, a, b, known)
+    np.testing.assert_array_equal(got, jaccard(a, b))
+    assert asked == [([0, 4], [2, 5])]
