@@ -107,8 +107,10 @@ def measure(storage_root: Path, paths: dict, priorities: dict, workers: int) -> 
 
 
 def old_code(rev: str, folder: Path) -> Path:
-    """mix_assets at `rev`, extracted from this repository with `git archive`."""
-    out = folder / f"code-{rev.replace('/', '_')}"
+    """mix_assets at `rev`, extracted from this repository with `git archive` (cached per commit)."""
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", rev], check=True, capture_output=True,
+                            text=True).stdout.strip()
+    out = folder / f"code-{commit[:12]}"
     if not (out / "mix_assets").exists():
         out.mkdir(parents=True, exist_ok=True)
         archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "mix_assets"], check=True,
