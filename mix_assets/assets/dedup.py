@@ -64,7 +64,8 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
 
         The per-document work (read, normalise, exact key, MinHash) runs as map tasks on `engine`
         (in process or Ray) and are stored per source (reused while a source is unchanged); the LSH
-        reduce runs here, band by band over the stored signatures. Documents the filters rejected
+        reduce's bands, text pass and verification run as tasks on `engine` too, the clusters here.
+        Documents the filters rejected
         cluster as usual but never survive a cluster holding a document they kept."""
         spec_now, storage = mix.spec, mix.storage
         names = [s.name for s in spec_now.sources]

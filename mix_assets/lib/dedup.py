@@ -4,9 +4,11 @@
 row-range chunks (doc_id, text, n_chars read; the text dropped after signing), written per source
 to `dedup/signatures/<source>.parquet` (lib/signatures.py) and reused while the source's raw data
 and the parameters are unchanged. Reduce (`reduce_signatures`): LSH band by band over those files
-(one band's columns in memory at a time), then a pass reading the text of the documents in
-candidate pairs only, whose shingle sets (8 B per distinct shingle of those documents) verify
-every candidate by exact Jaccard; clusters and the keep rule.
+(one band's columns in memory per band task), then a pass reading the text of the documents in
+candidate pairs only (one task per raw row group), whose shingle sets (8 B per distinct shingle of
+those documents, spilled to disk) verify every candidate by exact Jaccard (chunks of pairs as
+tasks); clusters and the keep rule in this process. The tasks run on the same engine as the map,
+results taken in task order, so the bytes do not depend on the worker count.
 
 exclusion_masks streams: `exclusion_batches` reads dedup_keys (sorted by doc_id) a batch at a time
 and unions each document's reasons (dedup's, contaminated, the filters' rules from `Rejections`;
@@ -153,8 +155,8 @@ def dedup_keys_table(
     Map (`sign_sources`): `sign_chunk` over bounded row ranges on `eng` (in process or Ray tasks),
     written per source to `storage` (layout.DEDUP_SIGNATURES; a temporary folder without one);
     a source whose `raw_versions` entry and parameters match its stored file is not signed again.
-    Reduce (`reduce_signatures`): LSH band by band from the stored files, exact verification and
-    the keep rule in this process. Returns the table (DEDUP_SCHEMA, rows sorted by doc_id) and stage
+    Reduce (`reduce_signatures`): LSH band by band from the stored files and exact verification
+    (both as tasks on `eng` too), then clusters and the keep rule in this process. Returns the table (DEDUP_SCHEMA, rows sorted by doc_id) and stage
     statistics. With `log` (an object with `info`), the map logs progress lines. `rejected`: doc ids
     the filters rejected (document_filters); they rank below every other member in the keep rule.
     """
@@ -162,7 +164,7 @@ def dedup_keys_table(
         with tempfile.TemporaryDirectory(prefix="dedup-signatures-") as tmp:
             return dedup_keys_table(sources, priorities, params, eng, log, Storage(tmp), rejected=rejected)
     reused = sign_sources(storage, sources, raw_versions or {}, params, eng, log)
-    table, stats = reduce_signatures(storage, sources, priorities, params, rejected)
+    table, stats = reduce_signatures(storage, sources, priorities, params, rejected, eng)
     return table, dict(stats, reused_sources=reused)
 
 
@@ -216,15 +218,18 @@ def stored_signatures(storage, sources: Mapping[str, str], raw_versions: Mapping
 
 
 def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[str, int],
-                      params: DedupParams, rejected: Optional[pa.Array] = None) -> tuple[pa.Table, dict]:
+                      params: DedupParams, rejected: Optional[pa.Array] = None,
+                      eng: Optional[engine.Engine] = None) -> tuple[pa.Table, dict]:
     """LSH banding over the stored signature files (one band's columns at a time), then clusters.
+    The bands, the candidates' text pass (read + shingle sets, one task per raw row group) and the
+    verification's chunks run as tasks on `eng` (default: this thread); the bytes do not depend on it.
 
     Held per document: doc_id and exact_key (Arrow), a few int64 arrays and the keep rule's sort
     keys; never the signature matrix (docs/scale.md gives the measured bytes per document).
     """
     b, r = params.bands_rows
     names = sorted(sources)
-    stored = sig.Stored([storage.source(signatures_key(n)) for n in names], params.num_perm)
+    stored = sig.Stored([tables.file_at(storage, signatures_key(n)) for n in names], params.num_perm)
     meta = stored.read(sig.SCALARS)
     src = np.repeat(np.arange(len(names), dtype=np.int16), stored.rows)
     first_row = dict(zip(names, np.r_[0, np.cumsum(stored.rows)[:-1]].tolist()))
@@ -235,9 +240,9 @@ def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[s
     prio = np.asarray([priorities.get(n, 0) for n in names], dtype=np.int64)[src]
     demoted = None if rejected is None else pc.is_in(doc_ids, value_set=rejected).to_numpy(zero_copy_only=False)
     with tempfile.TemporaryDirectory(prefix="dedup-shingles-") as spill:  # candidates' shingle sets, on disk
-        sets = sig.shingle_reader(sources, first_row, params.shingle, spill, READ_BATCH_ROWS)
+        sets = sig.shingle_reader(sources, first_row, params.shingle, spill, READ_BATCH_ROWS, eng)
         res = lsh.dedup(doc_ids, labels, stored, nsh, nch, prio, b, r, params.threshold, shingle_sets=sets,
-                        demoted=demoted)
+                        demoted=demoted, eng=eng)
     del prio, nsh, nch, labels, demoted
     canon = pa.array(np.asarray(pc.sort_indices(doc_ids), dtype=np.int64))  # = by doc_id (ids are unique)
     cols = {"doc_id": doc_ids.take(canon), "source": pa.array(names, pa.string()).take(pa.array(src).take(canon))}

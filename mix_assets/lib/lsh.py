@@ -21,8 +21,9 @@ Pipeline (`dedup`):
    ties go to the higher source priority, then to the smallest doc_id. Every other member is
    excluded with reason `exact_dup` when its exact key equals the survivor's, else `near_dup`.
 
-Index memory is a few arrays of N 8-byte values for one band at a time (`candidate_pairs` reads a
-band's r columns through `Signatures`, e.g. from the stored Parquet files, never the whole matrix),
+Index memory is a few arrays of N 8-byte values per band in flight (`candidate_pairs` runs one task
+per band on the engine, one band at a time in this thread by default, two at once on two workers;
+each reads its r columns through `Signatures`, e.g. from the stored Parquet files, never the whole matrix),
 plus the unique candidate pairs so far. Verification holds the shingle sets of the documents in
 candidate pairs only (8 B per distinct shingle of those documents).
 
@@ -36,6 +37,7 @@ permutations that is b=27, r=4. A false positive costs one exact set comparison.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Protocol, Sequence
 
@@ -45,6 +47,8 @@ import pyarrow.compute as pc
 from scipy.integrate import quad
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
+
+from mix_assets.lib import engine
 
 _K = np.uint64(0x9E3779B97F4A7C15)  # golden-ratio multiplier for band keys
 CONFIRM_CHUNK = 8192  # candidate pairs compared per step (bounds the gather to ~8 MiB)
@@ -125,10 +129,8 @@ def band_keys(sig: np.ndarray, b: int, r: int, chunk: int = 8192) -> np.ndarray:
     return out
 
 
-def _group_pairs(keys: np.ndarray, group_cap: int) -> tuple[np.ndarray, np.ndarray]:
-    """Candidate (lo, hi) index pairs among equal keys; see the module docstring."""
-    order = np.argsort(keys)
-    sk = keys[order]
+def _group_pairs(order: np.ndarray, sk: np.ndarray, group_cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate (lo, hi) index pairs among equal keys (sk = keys[order], ascending); see the module docstring."""
     dup = np.zeros(len(sk), dtype=bool)  # position shares its key with a neighbour
     if len(sk) > 1:
         eq = sk[1:] == sk[:-1]
@@ -181,23 +183,34 @@ class InMemory:
         return self.sig[:, start:stop]
 
 
+def band_pairs(sig: Signatures, rows: np.ndarray | None, r: int, group_cap: int, band: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate (lo, hi) positions into `rows` of one band: its r columns read, keyed and grouped (pure)."""
+    keys = band_keys(sig.columns(band * r, (band + 1) * r), 1, r)[0]
+    if rows is not None:
+        keys = keys[rows]
+    order = np.argsort(keys)
+    keys = keys[order]  # the only reference: the unsorted keys go (two bands may run at once)
+    return _group_pairs(order, keys, group_cap)
+
+
 def candidate_pairs(
-    sig: np.ndarray | Signatures, rows: np.ndarray | None, b: int, r: int, group_cap: int = 32
+    sig: np.ndarray | Signatures, rows: np.ndarray | None, b: int, r: int, group_cap: int = 32,
+    eng: Optional[engine.Engine] = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Unique candidate pairs (positions into `rows`, lo < hi) over all bands.
 
-    Band by band: only one band's `r` columns and its keys are held at a time (~32 B per document),
-    and each band's pairs are merged into the sorted unique set so far.
+    One `band_pairs` task per band on `eng` (default: this thread), each holding one band's `r`
+    columns and keys (~32 B per document); the bands' pairs are merged, in band order, into the
+    sorted unique set.
     """
     sig = InMemory(sig) if isinstance(sig, np.ndarray) else sig
     n = sig.shape[0] if rows is None else len(rows)
     c = np.zeros(0, dtype=np.int64)
     if n < 2:
         return c, c
-    for band in range(b):
-        keys = band_keys(sig.columns(band * r, (band + 1) * r), 1, r)[0]
-        lo, hi = _group_pairs(keys if rows is None else keys[rows], group_cap)
-        del keys
+    bands = functools.partial(band_pairs, sig, rows, r, group_cap)
+    for lo, hi in engine.map_chunks(bands, range(b), eng or engine.Engine(num_cpus=1)):
         c = np.union1d(c, lo * n + hi)
     return c // n, c % n
 
@@ -222,8 +235,7 @@ def set_jaccard(values: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.nd
     """Exact Jaccard |A & B| / |A | B| (float64) of the sets a[i], b[i].
 
     Set k is values[offsets[k]:offsets[k + 1]], its distinct elements (any order). Pairs are taken a
-    chunk of ~`chunk` gathered elements at a time: both sets tagged with the pair, sorted, and equal
-    neighbours counted. 0.0 when both sets are empty.
+    chunk of ~`chunk` gathered elements at a time. 0.0 when both sets are empty.
     """
     offsets = np.asarray(offsets, np.int64)
     a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
@@ -236,16 +248,48 @@ def set_jaccard(values: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.nd
         e = max(int(np.searchsorted(work, base + chunk, side="right")), s + 1)
         ca, cb = a[s:e], b[s:e]
         la, lb = sizes[ca], sizes[cb]
-        vals = np.concatenate([values[ranges(offsets[ca], la)], values[ranges(offsets[cb], lb)]])
-        pid = np.concatenate([np.repeat(np.arange(e - s), la), np.repeat(np.arange(e - s), lb)])
-        o = np.lexsort((vals, pid))
-        vals, pid = vals[o], pid[o]
-        same = (vals[1:] == vals[:-1]) & (pid[1:] == pid[:-1])
-        inter = np.bincount(pid[1:][same], minlength=e - s)
+        va, vb = values[ranges(offsets[ca], la)], values[ranges(offsets[cb], lb)]
+        inter = _sorted_intersections(va, la, vb, lb)
+        if inter is None:
+            inter = _sort_intersections(va, la, vb, lb)
         union = la + lb - inter
         out[s:e] = np.where(union > 0, inter / np.maximum(union, 1), 0.0)
         s = e
     return out
+
+
+def _sort_intersections(va, la, vb, lb) -> np.ndarray:
+    """|A_i & B_i| for sets in any order: both tagged with the pair, sorted, equal neighbours counted."""
+    vals = np.concatenate([va, vb])
+    pid = np.concatenate([np.repeat(np.arange(len(la)), la), np.repeat(np.arange(len(lb)), lb)])
+    o = np.lexsort((vals, pid))
+    vals, pid = vals[o], pid[o]
+    same = (vals[1:] == vals[:-1]) & (pid[1:] == pid[:-1])
+    return np.bincount(pid[1:][same], minlength=len(la))
+
+
+def _sorted_intersections(va, la, vb, lb) -> Optional[np.ndarray]:
+    """|A_i & B_i| without a sort when every B_i is ascending uint64 (shingle_sets' order), else None.
+
+    Each value becomes (pair << (64 - bits)) | (value >> bits), monotone in (pair, value): the B keys
+    are ascending as they stand, and one searchsorted finds each A value's place, where an exact compare
+    of the full values decides. None when the B keys are not strictly ascending (a set out of order, or
+    two values of a set sharing a key).
+    """
+    if vb.dtype != np.uint64 or va.dtype != np.uint64:
+        return None
+    n = len(la)
+    bits = np.uint64(max(int(n - 1).bit_length(), 1))
+    pa_, pb = np.repeat(np.arange(n, dtype=np.uint64), la), np.repeat(np.arange(n, dtype=np.uint64), lb)
+    top = np.uint64(64) - bits
+    kb = (pb << top) | (vb >> bits)
+    if not (kb[1:] > kb[:-1]).all():  # (pair, value) ascending implies this; a tie is a 2^-(64 - bits) event
+        return None
+    if not len(kb):
+        return np.zeros(n, np.int64)
+    at = np.minimum(np.searchsorted(kb, (pa_ << top) | (va >> bits)), len(kb) - 1)
+    hit = (vb[at] == va) & (pb[at] == pa_)
+    return np.bincount(pa_[hit].astype(np.int64), minlength=n)
 
 
 class InMemorySets:
@@ -264,6 +308,23 @@ class InMemorySets:
 def _set_store(sets):
     """A (values, offsets) pair as InMemorySets; anything with `jaccard` and `len` (signatures.SpilledSets) as is."""
     return InMemorySets(*sets) if isinstance(sets, tuple) else sets
+
+
+def _reused_jaccard(sets, a: np.ndarray, b: np.ndarray, known: tuple) -> np.ndarray:
+    """sets.jaccard(a, b), taken from known = (ka, kb, sets.jaccard(ka, kb)) for the pairs (either way
+    round) compared already: the same numbers, each pair's sets compared once."""
+    ka, kb, kj = known
+    m = max(len(sets), 1)
+    keys = np.minimum(ka, kb) * m + np.maximum(ka, kb)
+    order = np.argsort(keys)
+    keys = keys[order]
+    q = np.minimum(a, b) * m + np.maximum(a, b)
+    at = np.minimum(np.searchsorted(keys, q), max(len(keys) - 1, 0))
+    hit = keys[at] == q if len(keys) else np.zeros(len(q), bool)
+    out = np.empty(len(a), np.float64)
+    out[hit] = kj[order[at[hit]]]
+    out[~hit] = sets.jaccard(a[~hit], b[~hit])
+    return out
 
 
 # -- keep rule -------------------------------------------------------------------------------
@@ -355,6 +416,7 @@ def dedup(
     group_cap: int = 32,
     shingle_sets: Optional[Callable[[np.ndarray], object]] = None,
     demoted: Optional[np.ndarray] = None,
+    eng: Optional[engine.Engine] = None,
 ) -> DedupResult:
     """Exact + near-duplicate clusters and survivors; the result ignores the input order.
 
@@ -368,6 +430,8 @@ def dedup(
     column by column (`Signatures`, e.g. from Parquet) need `shingle_sets`. `demoted` (bool per
     document, input order): documents the filters rejected; they cluster as usual but survive only
     a cluster whose members were all rejected, so a rejected document never stands in for a good copy.
+    `eng`: where the bands run as tasks (`candidate_pairs`; default this thread); the result does not
+    depend on it.
     """
     n = len(exact_keys)
     if shingle_sets is None and not isinstance(signatures, np.ndarray):
@@ -403,13 +467,14 @@ def dedup(
     no_shingle = int(np.count_nonzero(sh_c == 0))
     del is_rep, sh_c
     rows = canon[active]  # input indices, canonical order
-    lo, hi = candidate_pairs(signatures, rows, b, r, group_cap)
+    lo, hi = candidate_pairs(signatures, rows, b, r, group_cap, eng)
     if shingle_sets is not None:
         need = np.unique(rows[np.concatenate([lo, hi])])  # input indices of candidate documents
         sets = _set_store(shingle_sets(need))
         if len(sets) != len(need):
             raise ValueError(f"dedup: shingle_sets gave {len(sets)} sets for {len(need)} documents")
-        est = sets.jaccard(np.searchsorted(need, rows[lo]), np.searchsorted(need, rows[hi]))
+        ca, cb = np.searchsorted(need, rows[lo]), np.searchsorted(need, rows[hi])
+        est = sets.jaccard(ca, cb)
     else:
         est = estimated_jaccard(signatures, rows[lo], rows[hi])
     ok = est >= threshold
@@ -446,7 +511,8 @@ def dedup(
         # Both sides through their exact representatives (same text), which are candidate documents.
         rep_in = np.empty(n, dtype=np.int64)
         rep_in[canon] = canon[rep_of]
-        jac[drop] = sets.jaccard(np.searchsorted(need, rep_in[drop]), np.searchsorted(need, rep_in[kept_index[drop]]))
+        x, y = np.searchsorted(need, rep_in[drop]), np.searchsorted(need, rep_in[kept_index[drop]])
+        jac[drop] = _reused_jaccard(sets, x, y, (ca, cb, est))
     else:
         jac[drop] = estimated_jaccard(signatures, drop, kept_index[drop])
 

@@ -15,7 +15,8 @@ import hashlib
 import inspect
 import json
 import os
-from typing import Iterable, Iterator, Mapping, Optional
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Mapping, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -91,21 +92,34 @@ class Stored:
     """`lsh.Signatures` over the signature files of several sources, concatenated in the given order."""
 
     def __init__(self, sources: list, num_perm: int):
-        self.sources = sources
-        self.rows = [pq.ParquetFile(s).metadata.num_rows for s in sources]
+        self.sources = sources  # paths or `engine.FileAt`s (each read opens its own: band tasks share them)
+        self.rows = []
+        for s in sources:
+            with engine.open_parquet(s) as f:
+                self.rows.append(f.metadata.num_rows)
         self.shape = (sum(self.rows), num_perm)
         self.names = perm_columns(num_perm)
 
     def read(self, columns: list[str]) -> pa.Table:
         """The given columns of every source, concatenated (one chunk per row group)."""
-        parts = [pq.ParquetFile(s).read(columns=columns, use_threads=False) for s in self.sources]
+        parts = []
+        for s in self.sources:
+            with engine.open_parquet(s) as f:
+                parts.append(f.read(columns=columns, use_threads=False))
         return pa.concat_tables(parts) if parts else pa.table({c: [] for c in columns})
 
     def columns(self, start: int, stop: int) -> np.ndarray:
-        t = self.read(self.names[start:stop])
-        out = np.empty((t.num_rows, stop - start), np.uint32)
-        for j, col in enumerate(t.columns):
-            out[:, j] = col.to_numpy()
+        """Read a row group at a time: Arrow holds one group's columns, never a column of every document
+        (band tasks run on worker threads, whose allocator pools would keep those pages)."""
+        out = np.empty((self.shape[0], stop - start), np.uint32)
+        at = 0
+        for s in self.sources:
+            with engine.open_parquet(s) as f:
+                for g in range(f.num_row_groups):
+                    t = f.read_row_group(g, columns=self.names[start:stop], use_threads=False)
+                    for j, col in enumerate(t.columns):
+                        out[at: at + t.num_rows, j] = col.to_numpy()
+                    at += t.num_rows
         return out
 
 
@@ -113,11 +127,12 @@ class SpilledSets:
     """Shingle sets of many documents in a file (uint64 values, set after set), offsets in memory (8 B each).
 
     `jaccard` loads only the sets of a bounded chunk of pairs at a time, so verification's memory
-    does not grow with the number of candidate documents (the file does).
+    does not grow with the number of candidate documents (the file does). With a parallel `eng`
+    the chunks are compared as tasks on it, each 1/window of the chunk (the same bound in flight).
     """
 
-    def __init__(self, path: str, offsets: np.ndarray):
-        self.path, self.offsets = path, offsets
+    def __init__(self, path: str, offsets: np.ndarray, eng: Optional[engine.Engine] = None):
+        self.path, self.offsets, self.eng = path, offsets, eng or engine.Engine(num_cpus=1)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -135,58 +150,96 @@ class SpilledSets:
 
     def jaccard(self, a: np.ndarray, b: np.ndarray, chunk: int = VERIFY_VALUES) -> np.ndarray:
         """Exact Jaccard of the sets a[i], b[i] (positions into the stored documents), as lsh.set_jaccard."""
-        from mix_assets.lib.lsh import set_jaccard
-
         a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
-        out = np.zeros(len(a), np.float64)
+        if self.eng.kind == "ray" or self.eng.num_cpus > 1:
+            chunk = max(chunk // self.eng.window, 1)
         work = np.cumsum(np.diff(self.offsets)[a] + np.diff(self.offsets)[b])
-        s = 0
-        while s < len(a):
-            e = max(int(np.searchsorted(work, (work[s - 1] if s else 0) + chunk, side="right")), s + 1)
-            docs = np.unique(np.concatenate([a[s:e], b[s:e]]))
-            vals, offs = self._load(docs)
-            out[s:e] = set_jaccard(vals, offs, np.searchsorted(docs, a[s:e]), np.searchsorted(docs, b[s:e]))
-            s = e
-        return out
+
+        def parts():
+            s = 0
+            while s < len(a):
+                e = max(int(np.searchsorted(work, (work[s - 1] if s else 0) + chunk, side="right")), s + 1)
+                docs = np.unique(np.concatenate([a[s:e], b[s:e]]))
+                yield (*self._load(docs), np.searchsorted(docs, a[s:e]), np.searchsorted(docs, b[s:e]))
+                s = e
+
+        return np.concatenate([np.zeros(0, np.float64), *engine.map_chunks(_jaccard_task, parts(), self.eng)])
+
+
+def _jaccard_task(part: tuple) -> np.ndarray:
+    from mix_assets.lib.lsh import set_jaccard
+
+    return set_jaccard(*part)
+
+
+@dataclass(frozen=True)
+class ShingleTask:
+    """A map task of the verification's text pass: the wanted rows of one row group of one raw file."""
+
+    path: Any  # a path or an `engine.FileAt` (any worker opens its own)
+    group: int
+    rows: tuple  # ascending rows within the group
+    shingle: int
+    batch_rows: int
+
+
+def shingle_task(task: ShingleTask) -> tuple[np.ndarray, np.ndarray]:
+    """(uint64 shingle values set after set, set sizes) of the task's rows, in row order (pure).
+
+    The group's text is read in batches of `batch_rows` rows, so memory is one batch plus its
+    compressed column chunk and the sets."""
+    rows, vals, sizes = np.asarray(task.rows, np.int64), [np.zeros(0, np.uint64)], [np.zeros(0, np.int64)]
+    with engine.open_parquet(task.path) as f:
+        for texts in f.iter_batches(task.batch_rows, [task.group], ["text"], use_threads=False):
+            mine = rows[(rows >= 0) & (rows < texts.num_rows)]
+            rows -= texts.num_rows
+            if len(mine):
+                gv, off = minhash.shingle_sets(texts.column(0).take(pa.array(mine)), task.shingle)
+                vals.append(gv.astype(np.uint64))
+                sizes.append(np.diff(off))
+    pa.default_memory_pool().release_unused()
+    return np.concatenate(vals), np.concatenate(sizes)
+
+
+def shingle_tasks(sources: Mapping[str, str], first_row: Mapping[str, int], shingle: int, need: np.ndarray,
+                  batch_rows: int) -> Iterator[ShingleTask]:
+    """One `ShingleTask` per row group holding a wanted input index, in input-index order."""
+    bounds = sorted((first_row[name], name) for name in first_row)
+    for k, (start, name) in enumerate(bounds):
+        stop = bounds[k + 1][0] if k + 1 < len(bounds) else np.iinfo(np.int64).max
+        want = need[(need >= start) & (need < stop)] - start
+        if not len(want):
+            continue
+        with engine.open_parquet(sources[name]) as f:
+            ends = np.cumsum([f.metadata.row_group(g).num_rows for g in range(f.num_row_groups)])
+        for g in np.unique(np.searchsorted(ends, want, side="right")).tolist():
+            row0 = int(ends[g - 1]) if g else 0
+            rows = want[(want >= row0) & (want < ends[g])] - row0
+            yield ShingleTask(sources[name], g, tuple(rows.tolist()), shingle, batch_rows)
 
 
 def shingle_reader(sources: Mapping[str, str], first_row: Mapping[str, int], shingle: int, spill: str,
-                   batch_rows: int = 8192):
+                   batch_rows: int = 8192, eng: Optional[engine.Engine] = None):
     """`shingle_sets` for lsh.dedup (and the split check): a pass reading the text of the wanted documents
     only, their sets written to a file in the folder `spill` (a `SpilledSets`). `sources` values are
     paths or `engine.FileAt`s (an s3:// object is read by range GETs of the row groups needed).
 
     Input index = first_row[source] + row in that source's parquet (sources in sorted order, as the
     signature files are concatenated), so ascending indices come back in ascending order. Text is
-    read from the row groups holding a wanted row only, on this thread, in batches of at most
-    `batch_rows` and TEXT_ROWS rows (not a row group's whole text column at once), so memory is one
-    batch plus its compressed column chunk.
+    read from the row groups holding a wanted row only, one `shingle_task` per row group on `eng`
+    (in order, whatever the worker count; default: this thread), in batches of at most `batch_rows`
+    and TEXT_ROWS rows (not a row group's whole text column at once).
     """
+    eng = eng or engine.Engine(num_cpus=1)
 
     def read(need: np.ndarray) -> SpilledSets:
         sizes = [np.zeros(0, np.int64)]
         path = os.path.join(spill, f"shingles-{len(os.listdir(spill))}.u64")
-        bounds = sorted((first_row[name], name) for name in first_row)
+        tasks = shingle_tasks(sources, first_row, shingle, np.asarray(need, np.int64), min(batch_rows, TEXT_ROWS))
         with open(path, "wb") as out:
-            for k, (start, name) in enumerate(bounds):
-                stop = bounds[k + 1][0] if k + 1 < len(bounds) else np.iinfo(np.int64).max
-                want = need[(need >= start) & (need < stop)] - start
-                if not len(want):
-                    continue
-                with engine.open_parquet(sources[name]) as f:
-                    ends = np.cumsum([f.metadata.row_group(g).num_rows for g in range(f.num_row_groups)])
-                    for g in np.unique(np.searchsorted(ends, want, side="right")).tolist():
-                        row0 = int(ends[g - 1]) if g else 0
-                        rows = want[(want >= row0) & (want < ends[g])] - row0
-                        step = min(batch_rows, TEXT_ROWS)
-                        for texts in f.iter_batches(step, [g], ["text"], use_threads=False):
-                            mine = rows[(rows >= 0) & (rows < texts.num_rows)]
-                            rows -= texts.num_rows
-                            if len(mine):
-                                gv, off = minhash.shingle_sets(texts.column(0).take(pa.array(mine)), shingle)
-                                gv.astype(np.uint64).tofile(out)
-                                sizes.append(np.diff(off))
-                        pa.default_memory_pool().release_unused()
-        return SpilledSets(path, np.r_[0, np.cumsum(np.concatenate(sizes))].astype(np.int64))
+            for gv, size in engine.map_chunks(shingle_task, tasks, eng):
+                gv.tofile(out)
+                sizes.append(size)
+        return SpilledSets(path, np.r_[0, np.cumsum(np.concatenate(sizes))].astype(np.int64), eng)
 
     return read

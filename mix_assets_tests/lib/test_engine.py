@@ -96,6 +96,7 @@ def test_dedup_keys_bytes_identical_in_process_and_on_ray(ray_instance, tmp_path
     want = _dedup_bytes(paths, LOCAL1, tmp_path / "local1")
     assert _dedup_bytes(paths, LOCAL2, tmp_path / "local2") == want
     assert _dedup_bytes(paths, eng.Engine(num_cpus=2, chunk_rows=97), tmp_path / "local97") == want
+    assert _dedup_bytes(paths, eng.Engine(num_cpus=4), tmp_path / "local4") == want  # the reduce's tasks too
     assert _dedup_bytes(paths, RAY2, tmp_path / "ray2") == want
     # Both CPUs are used: tasks ran in two worker processes, results still in chunk order.
     out = list(eng.map_chunks(_slow_square, range(12), RAY2))

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from datasketch.lsh import _optimal_param
 
-from mix_assets.lib import lsh
+from mix_assets.lib import engine, lsh
 from mix_assets.lib import minhash as mh
 from mix_assets_tests.support.shared_data import paragraphs
 
@@ -100,7 +100,7 @@ def _corpus(seed=3, n=150):
     return ids, docs
 
 
-def test_result_is_independent_of_input_order_and_threads():
+def test_result_is_independent_of_input_order_and_threads():  # signing threads and band tasks' workers
     ids, docs = _corpus()
     rng = random.Random(9)
     results = []
@@ -111,7 +111,7 @@ def test_result_is_independent_of_input_order_and_threads():
         batch = mh.sign_texts(sdoc, threads=1 + trial % 2, batch_bytes=2000 + 50_000 * trial)
         res = lsh.dedup(
             sid, batch.exact_keys, batch.signatures, batch.n_shingles, np.array([len(d) for d in sdoc]),
-            np.zeros(len(sid), np.int64), 16, 8, 0.8,
+            np.zeros(len(sid), np.int64), 16, 8, 0.8, eng=engine.Engine(num_cpus=(1, 2, 4)[trial]),
         )
         results.append(
             sorted((sid[i], sid[res.kept_index[i]], res.reason[i], int(res.cluster_size[i])) for i in range(len(sid)))
@@ -125,3 +125,14 @@ def test_result_is_independent_of_input_order_and_threads():
     for doc, kept in kept_of.items():
         if doc.startswith("src-"):
             assert kept == doc or kept in (f"nd-{doc[4:]}", f"ex-{doc[4:]}"), doc
+
+
+def test_candidate_pairs_same_with_any_number_of_band_workers():
+    _, docs = _corpus()
+    sig = mh.sign_texts(docs, threads=1).signatures
+    rows = np.arange(0, len(docs), 2)[::-1].copy()  # a subset, not in index order
+    want = lsh.candidate_pairs(sig, rows, 16, 8)
+    assert len(want[0]) > 0
+    for workers in (1, 2, 4):
+        got = lsh.candidate_pairs(sig, rows, 16, 8, eng=engine.Engine(num_cpus=workers))
+        assert all(np.array_equal(g, w) for g, w in zip(got, want))

@@ -56,6 +56,26 @@ def test_set_jaccard_matches_python_sets():
     want = [len(set(sets[i]) & set(sets[k])) / max(len(set(sets[i]) | set(sets[k])), 1) for i, k in zip(a, b)]
     for chunk in (1, 17, 1 << 20):
         np.testing.assert_array_equal(lsh.set_jaccard(values, offsets, a, b, chunk=chunk), want)
+    # the same numbers when the sets are not ascending (no searchsorted shortcut) ...
+    shuffled = np.concatenate([rng.permutation(s) for s in sets])
+    np.testing.assert_array_equal(lsh.set_jaccard(shuffled, offsets, a, b), want)
+
+
+def test_set_jaccard_shortcut_falls_back_when_truncated_keys_tie():
+    # ... and when two values of a set differ only in the low bits the searchsorted keys drop
+    sets = [np.array([5, 6, 1 << 40], np.uint64), np.array([6, 7, 1 << 40], np.uint64), np.array([6], np.uint64)]
+    values, offsets = np.concatenate(sets), np.r_[0, np.cumsum([len(s) for s in sets])]
+    a, b = np.array([0, 2, 1, 0]), np.array([1, 1, 2, 0])
+    va, vb = (values[lsh.ranges(offsets[x], np.diff(offsets)[x])] for x in (a, b))
+    la, lb = np.diff(offsets)[a], np.diff(offsets)[b]
+    assert lsh._sorted_intersections(va, la, vb, lb) is None  # 5 >> 2 == 6 >> 2 == 7 >> 2
+    np.testing.assert_array_equal(lsh.set_jaccard(values, offsets, a, b), [2 / 4, 1 / 3, 1 / 3, 1.0])
+    # with distinct keys the shortcut answers, and agrees with the sort
+    wide = values << np.uint64(8)
+    va, vb = va << np.uint64(8), vb << np.uint64(8)
+    np.testing.assert_array_equal(lsh._sorted_intersections(va, la, vb, lb), [2, 1, 1, 3])
+    np.testing.assert_array_equal(lsh._sort_intersections(va, la, vb, lb), [2, 1, 1, 3])
+    np.testing.assert_array_equal(lsh.set_jaccard(wide, offsets, a, b), [2 / 4, 1 / 3, 1 / 3, 1.0])
 
 
 def test_recall_params_miss_at_most_1e6_at_the_threshold():
@@ -145,3 +165,18 @@ def test_exact_verification_ignores_row_order_batches_and_threads(tmp_path):
         lib.READ_BATCH_ROWS = batch
     assert one.equals(two)
     assert pa.compute.sum(pa.compute.equal(one.column("reason"), "near_dup")).as_py() == len(c.pairs)
+
+
+def test_jaccard_to_kept_reuses_the_verified_pairs_and_computes_only_the_rest():
+    rng = np.random.default_rng(3)
+    sets = [np.unique(rng.integers(0, 40, 25)).astype(np.uint64) for _ in range(6)]
+    store = lsh.InMemorySets(np.concatenate(sets), np.r_[0, np.cumsum([len(s) for s in sets])])
+    asked = []
+    jaccard = store.jaccard
+    store.jaccard = lambda a, b: asked.append((a.tolist(), b.tolist())) or jaccard(a, b)
+    ka, kb = np.array([0, 1, 2]), np.array([1, 2, 3])
+    known = (ka, kb, jaccard(ka, kb))
+    a, b = np.array([1, 2, 0, 4]), np.array([0, 1, 2, 5])  # (1, 0), (2, 1) either way round; (0, 2), (4, 5) new
+    got = lsh._reused_jaccard(store, a, b, known)
+    np.testing.assert_array_equal(got, jaccard(a, b))
+    assert asked == [([0, 4], [2, 5])]

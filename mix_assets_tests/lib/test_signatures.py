@@ -5,7 +5,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mix_assets.lib import lsh, minhash
+from mix_assets.lib import engine, lsh, minhash
 from mix_assets.lib import signatures as sig
 
 
@@ -25,6 +25,15 @@ def test_spilled_sets_equal_in_memory_sets_whatever_the_chunk(tmp_path):
     want = lsh.set_jaccard(values, offsets, a, b)
     for chunk in (1, 50, 1 << 21):
         assert np.array_equal(sets.jaccard(a, b, chunk=chunk), want)
+    # one task per row group on the engine: the same spill file with 1, 2 or 4 threads (chunk order kept)
+    spill = (tmp_path / "spill" / "shingles-0.u64").read_bytes()
+    for k, workers in enumerate((1, 2, 4)):
+        (tmp_path / f"spill{k}").mkdir()
+        got = sig.shingle_reader(paths, {"a": 0, "b": 150}, 5, str(tmp_path / f"spill{k}"), batch_rows=33,
+                                 eng=engine.Engine(num_cpus=workers))(need)
+        assert np.array_equal(got.offsets, offsets) and open(got.path, "rb").read() == spill
+        for chunk in (1, 50, 1 << 21):  # and the chunks of pairs compared as tasks give the same numbers
+            assert np.array_equal(got.jaccard(a, b, chunk=chunk), want)
 
 
 def test_regroup_holds_only_the_unwritten_rows_between_groups():
