@@ -63,8 +63,8 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
         """Per document: exact key, MinHash/LSH near-duplicate cluster, keep flag and reason.
 
         The per-document work (read, normalise, exact key, MinHash) runs as map tasks on `engine`
-        (in process or Ray) and are stored per source (reused while a source is unchanged); the LSH
-        reduce runs here, band by band over the stored signatures. Documents the filters rejected
+        (in process or Ray) and are stored per source (reused while a source is unchanged, and written by
+        contamination_report's pass when it ran first); the LSH reduce runs here, band by band over them. Documents the filters rejected
         cluster as usual but never survive a cluster holding a document they kept."""
         spec_now, storage = mix.spec, mix.storage
         names = [s.name for s in spec_now.sources]
@@ -84,7 +84,7 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
         check = dg.AssetCheckResult(check_name=CLUSTERS_CONSISTENT, passed=not problems,
                                     metadata={"clusters": st["clusters"], **md.problems(problems)},
                                     description=f"{len(problems)} inconsistent cluster(s)" if problems else None)
-        return with_lineage(md.dedup_keys(storage, layout.DEDUP_KEYS, table, st, elapsed), lin,
+        return with_lineage(md.dedup_keys(storage, layout.DEDUP_KEYS, table, st, elapsed, names), lin,
                             check_results=[gate(context, DEDUP_KEYS, check)])
 
     return dedup_keys
