@@ -33,6 +33,17 @@ def _dedup_keys(spec, root):
     return res
 
 
+def _edit(root, source: str) -> None:
+    """Refresh one source: one text edited, its lineage record with it."""
+    raw = root / layout.RAW_DOCS.format(source=source)
+    t = pq.read_table(raw)
+    texts = t.column("text").to_pylist()
+    texts[0] = texts[0] + " and one more sentence for the refresh"
+    pq.write_table(t.set_column(t.column_names.index("text"), "text", pa.array(texts)), raw)
+    stamp(Storage(str(root)), f"raw/{source}", [layout.RAW_DOCS.format(source=source),
+                                                layout.RAW_STATS.format(source=source)])
+
+
 def test_refreshing_one_source_re_signs_only_that_source(tmp_path, monkeypatch):
     spec = load_spec(REPO_ROOT / "configs" / "demo.yaml")
     root = tmp_path / "storage"
@@ -50,13 +61,7 @@ def test_refreshing_one_source_re_signs_only_that_source(tmp_path, monkeypatch):
 
     # refresh one source: its raw data changes (one text edited), and its lineage record with it
     changed = names[1]
-    raw = root / layout.RAW_DOCS.format(source=changed)
-    t = pq.read_table(raw)
-    texts = t.column("text").to_pylist()
-    texts[0] = texts[0] + " and one more sentence for the refresh"
-    pq.write_table(t.set_column(t.column_names.index("text"), "text", pa.array(texts)), raw)
-    stamp(Storage(str(root)), f"raw/{changed}", [layout.RAW_DOCS.format(source=changed),
-                                                 layout.RAW_STATS.format(source=changed)])
+    _edit(root, changed)
     signed_sources = []
     real = lib.sign_chunk
 
@@ -120,17 +125,6 @@ def _run(spec, root, assets_list) -> dict:
     assert res.success
     events = [e.event_specific_data.materialization for e in res.get_asset_materialization_events()]
     return {m.asset_key.to_user_string(): {k: getattr(v, "value", v) for k, v in m.metadata.items()} for m in events}
-
-
-def _edit(root, source: str) -> None:
-    """Refresh one source: one text edited, its lineage record with it."""
-    raw = root / layout.RAW_DOCS.format(source=source)
-    t = pq.read_table(raw)
-    texts = t.column("text").to_pylist()
-    texts[0] = texts[0] + " and one more sentence for the refresh"
-    pq.write_table(t.set_column(t.column_names.index("text"), "text", pa.array(texts)), raw)
-    stamp(Storage(str(root)), f"raw/{source}", [layout.RAW_DOCS.format(source=source),
-                                                layout.RAW_STATS.format(source=source)])
 
 
 def test_contamination_report_signs_for_dedup_keys_in_any_order(tmp_path, monkeypatch):
