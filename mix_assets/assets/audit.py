@@ -106,9 +106,9 @@ def _contamination_report(spec: MixSpec, version: str) -> dg.AssetsDefinition:
         s, storage = mix.spec, mix.storage
         inputs = verified_inputs(storage, "contamination_report",
                                  ["eval_registry", *(raw_name(x.name) for x in s.sources)])
-        # the same pass writes dedup_keys' signature files it can (a cache keyed by content, not an output here)
-        scan, report = lib.write_contamination_report(storage, s, engine.engine, log=context.log,
-                                                      raw_versions={x.name: inputs[raw_name(x.name)] for x in s.sources})
+        # the pass also writes dedup_keys' signature files it can (a cache keyed by content, not an output)
+        versions = {x.name: inputs[raw_name(x.name)] for x in s.sources}
+        scan, report = lib.write_contamination_report(storage, s, engine.engine, context.log, versions)
         lin = recorded(storage, "contamination_report", [layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS,
                                                           *(scan.fuzzy.outputs if scan.fuzzy else [])], inputs)
         metadata = md.contamination_report(storage, layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS, scan, report)

@@ -63,9 +63,10 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
         """Per document: exact key, MinHash/LSH near-duplicate cluster, keep flag and reason.
 
         The per-document work (read, normalise, exact key, MinHash) runs as map tasks on `engine`
-        (in process or Ray) and are stored per source (reused while a source is unchanged, and written by
-        contamination_report's pass when it ran first); the LSH reduce runs here, band by band over them. Documents the filters rejected
-        cluster as usual but never survive a cluster holding a document they kept."""
+        (in process or Ray) and are stored per source (reused while a source is unchanged; written by
+        contamination_report's pass when it ran first); the LSH reduce runs here, band by band over
+        them. Documents the filters rejected cluster as usual but never survive a cluster holding a
+        document they kept."""
         spec_now, storage = mix.spec, mix.storage
         names = [s.name for s in spec_now.sources]
         filtered = [k.to_user_string() for k in filter_deps(spec_now)]

@@ -406,7 +406,8 @@ def write_contamination_report(storage, spec: MixSpec, eng: engine.Engine = engi
     reg = registry_at(RegistryLocation.of(storage))  # built once: scan_sources' tasks reuse it
     floc = RegistryLocation.at(storage, fuzzy_index_keys()) if fuzzy_enabled(spec) else None
     names, params = [s.name for s in spec.sources], dedup.dedup_params(spec)
-    plan = dedup.signing_plan(storage, tables.raw_files(storage, names), raw_versions, params) if raw_versions else {}
+    files = tables.raw_files(storage, names)
+    plan = dedup.signing_plan(storage, files, raw_versions, params) if raw_versions else {}
     scanned = scan_sources(storage, names, eng, spec.audit.threads, log=log, label="contamination_report",
                            fuzzy_index=floc, sign=(params, plan))
     tally = scanned.tally
@@ -426,7 +427,8 @@ def write_contamination_report(storage, spec: MixSpec, eng: engine.Engine = engi
     ngrams = {t: d["ngrams"] for t, d in denominators.items()}
     fz = None if floc is None else _write_fuzzy(storage, scanned, set(table.column("doc_id").to_pylist()),
                                                   _loaded(floc, load_fuzzy_index))
-    return Scan(tally, ngrams, reg.nbytes, contaminated=table, fuzzy=fz, signed_sources=scanned.signed_sources), report
+    signed = scanned.signed_sources
+    return Scan(tally, ngrams, reg.nbytes, contaminated=table, fuzzy=fz, signed_sources=signed), report
 
 
 class AuditInputError(ValueError):

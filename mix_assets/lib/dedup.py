@@ -65,7 +65,6 @@ EXCLUSION_SCHEMA = pa.schema(
 
 
 READ_BATCH_ROWS = 8192  # raw rows per text batch when candidate documents' texts are read
-SIGN_BATCH_ROWS = 1024  # texts per batch handed to a signing thread (the contamination scan's batch too)
 
 
 class DedupInputError(ValueError):
@@ -127,9 +126,9 @@ def sign_chunk(chunk: SignChunk) -> SignedChunk:
         raise DedupInputError(f"{bad} (source {chunk.source})")
     text = t.column("text").combine_chunks()
     a, b = mh.permutations(chunk.num_perm, chunk.seed)
-    parts = ordered_map(functools.partial(sign_texts, a=a, b=b, shingle=chunk.shingle),
-                        [text.slice(i, SIGN_BATCH_ROWS) for i in range(0, len(text), SIGN_BATCH_ROWS)], chunk.threads)
-    return signed_chunk(t, list(parts), chunk.num_perm)
+    batches = [text.slice(s, e - s) for s, e in mh._batches(text, mh.BATCH_BYTES)]  # ~1 MB of text each
+    sign = functools.partial(sign_texts, a=a, b=b, shingle=chunk.shingle)
+    return signed_chunk(t, list(ordered_map(sign, batches, chunk.threads)), chunk.num_perm)
 
 
 def null_field(t: pa.Table, rows: engine.RowRange) -> Optional[str]:
@@ -149,12 +148,15 @@ def sign_texts(texts: pa.Array, a: np.ndarray, b: np.ndarray, shingle: int) -> m
 
 
 def signed_chunk(t: pa.Table, parts: list[mh.Batch], num_perm: int) -> SignedChunk:
-    """A chunk's signatures from its rows `t` (doc_id, text, n_chars) and its batches' `sign_words` results."""
+    """A chunk's signatures from its rows `t` (doc_id, text, n_chars) and its batches' `sign_words`
+    results, in row order."""
     if not parts:
-        parts = [mh.Batch(np.zeros((0, num_perm), np.uint32), np.zeros(0, np.int64), np.zeros(0, np.int64), [])]
-    return SignedChunk(t.column("doc_id").combine_chunks().cast(pa.string()), [k for p in parts for k in p.exact_keys],
-                       np.concatenate([p.signatures for p in parts]), np.concatenate([p.n_words for p in parts]),
-                       np.concatenate([p.n_shingles for p in parts]),
+        none = np.zeros(0, np.int64)
+        parts = [mh.Batch(np.zeros((0, num_perm), np.uint32), none, none, [])]
+    cat = {f: np.concatenate([getattr(p, f) for p in parts]) for f in ("signatures", "n_words", "n_shingles")}
+    keys = [k for p in parts for k in p.exact_keys]
+    return SignedChunk(t.column("doc_id").combine_chunks().cast(pa.string()), keys,
+                       cat["signatures"], cat["n_words"], cat["n_shingles"],
                        np.asarray(t.column("n_chars").fill_null(0), dtype=np.int64),
                        int(pc.sum(pc.binary_length(t.column("text"))).as_py() or 0))
 
@@ -207,10 +209,12 @@ def sign_sources(storage, sources: Mapping[str, str], raw_versions: Mapping[str,
     reused = sorted(stored_signatures(storage, sources, raw_versions, params))
     todo = [n for n in names if n not in reused]
     if log and reused:
-        log.info(f"dedup_keys signatures: reusing the stored signatures of {', '.join(reused)} (raw data unchanged)")
+        log.info(f"dedup_keys signatures: reusing the stored signatures of {', '.join(reused)} (raw data and "
+                 "parameters unchanged; signed by an earlier dedup_keys or contamination_report's pass)")
     chunks = sign_chunks({n: sources[n] for n in todo}, params, eng)
     results = engine.map_chunks(sign_chunk, chunks, eng)
-    prog = Progress(log, "dedup_keys signatures", total_docs=sum(c.rows.stop - c.rows.start for c in chunks)) if log else None
+    n_docs = sum(c.rows.stop - c.rows.start for c in chunks)
+    prog = Progress(log, "dedup_keys signatures", total_docs=n_docs) if log else None
     for name in todo:
         def signed(k: int = sum(c.source == name for c in chunks)):
             for got in itertools.islice(results, k):
@@ -218,7 +222,8 @@ def sign_sources(storage, sources: Mapping[str, str], raw_versions: Mapping[str,
                     prog.update(docs=len(got.exact_keys), bytes=got.text_bytes)
                 yield got
 
-        write_signatures(storage, name, signature_meta(raw_versions.get(name), params), params.num_perm, signed())
+        meta = signature_meta(raw_versions.get(name), params)
+        write_signatures(storage, name, meta, params.num_perm, signed())
     if prog:
         prog.done()
     return reused
@@ -235,7 +240,8 @@ def write_signatures(storage, name: str, meta: dict, num_perm: int, signed: Iter
     schema = sig.schema(num_perm, meta)
     parts = (sig.table(s.doc_ids, s.exact_keys, s.n_shingles, s.n_chars, s.n_words, s.signatures, schema)
              for s in signed)
-    tables.write_parquet_groups(storage, signatures_key(name), schema, sig.regroup(parts, sig.GROUP_ROWS, schema))
+    groups = sig.regroup(parts, sig.GROUP_ROWS, schema)
+    tables.write_parquet_groups(storage, signatures_key(name), schema, groups)
 
 
 def signing_plan(storage, sources: Mapping[str, str], raw_versions: Mapping[str, str],
@@ -249,7 +255,9 @@ def signing_plan(storage, sources: Mapping[str, str], raw_versions: Mapping[str,
     out = {}
     for n in sorted(sources):
         key, raw = signatures_key(n), raw_versions.get(n)
-        if n in stored or raw is None or (storage.exists(key) and (sig.stored_meta(storage.source(key)) or {}).get("raw") == raw):
+        if n in stored or raw is None:
+            continue
+        if storage.exists(key) and (sig.stored_meta(storage.source(key)) or {}).get("raw") == raw:
             continue
         with engine.open_parquet(sources[n]) as f:
             if "n_chars" in f.schema_arrow.names:

@@ -44,7 +44,8 @@ def sign_words(word_lists: pa.ListArray, word_hashes: np.ndarray, offsets: np.nd
     `minhash.permutations`. The same values `minhash.sign_batch` gives for the texts."""
     sh, soff = textkeys.ngram_hashes(word_hashes, offsets, shingle, short="whole")
     sigs = minhash.signatures_from_hashes(minhash.shingle_hash32(sh), soff, a, b)
-    return minhash.Batch(sigs, np.diff(offsets), np.diff(soff), textkeys.exact_keys(textkeys.join_words(word_lists)))
+    keys = textkeys.exact_keys(textkeys.join_words(word_lists))
+    return minhash.Batch(sigs, np.diff(offsets), np.diff(soff), keys)
 
 
 # The code that decides a signature's bits: a change there invalidates every stored file.
