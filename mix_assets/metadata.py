@@ -239,9 +239,12 @@ def _s_curve(b: int, r: int, threshold: float) -> dict:
     }
 
 
-def dedup_keys(storage, key: str, t: pa.Table, st: dict, elapsed: float) -> dict:
-    """dedup_keys: LSH parameters, kill counts and shares, pair and cluster statistics."""
+def dedup_keys(storage, key: str, t: pa.Table, st: dict, elapsed: float, sources: list[str]) -> dict:
+    """dedup_keys: LSH parameters, kill counts and shares, pair and cluster statistics; which sources'
+    signatures were stored already (by an earlier dedup_keys, or contamination_report's pass) and which
+    it signed."""
     n = max(st["documents"], 1)
+    reused = st.get("reused_sources", [])
     per_source = [{"source": s, "docs": v["documents"], "exact_dup_docs": v["exact_dup"],
                    "near_dup_docs": v["near_dup"],
                    "excluded_share": (v["exact_dup"] + v["near_dup"]) / max(v["documents"], 1)}
@@ -271,6 +274,8 @@ def dedup_keys(storage, key: str, t: pa.Table, st: dict, elapsed: float) -> dict
         "largest_cluster_docs": st["largest_cluster"],
         "cluster_sizes": table(_cluster_sizes(t)),
         "kills_per_source": table(per_source),
+        "signatures_reused_sources": ", ".join(reused) or "none",
+        "signatures_signed_sources": ", ".join(s for s in sorted(sources) if s not in reused) or "none",
         "elapsed_seconds": seconds(elapsed),
         "docs_per_second": round(st["documents"] / max(elapsed, 1e-9), 1),
     }

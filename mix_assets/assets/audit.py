@@ -106,12 +106,15 @@ def _contamination_report(spec: MixSpec, version: str) -> dg.AssetsDefinition:
         s, storage = mix.spec, mix.storage
         inputs = verified_inputs(storage, "contamination_report",
                                  ["eval_registry", *(raw_name(x.name) for x in s.sources)])
-        scan, report = lib.write_contamination_report(storage, s, engine.engine, log=context.log)
+        # the pass also writes dedup_keys' signature files it can (a cache keyed by content, not an output)
+        versions = {x.name: inputs[raw_name(x.name)] for x in s.sources}
+        scan, report = lib.write_contamination_report(storage, s, engine.engine, context.log, versions)
         lin = recorded(storage, "contamination_report", [layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS,
                                                           *(scan.fuzzy.outputs if scan.fuzzy else [])], inputs)
         metadata = md.contamination_report(storage, layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS, scan, report)
         if scan.fuzzy:  # no_fuzzy_eval_overlap reports it as its elapsed_seconds
             metadata[FUZZY_SECONDS] = md.seconds(scan.fuzzy.seconds)
+        metadata["dedup_signatures_written_sources"] = ", ".join(scan.signed_sources) or "none"
         context.log.info(f"scanned {report['docs_scanned']} docs: {report['contaminated_docs']} contaminated, "
                          f"overlap_total {scan.tally.overlap_total}")
         scrubbed = _scrub_result(context, storage, metadata, s.audit.scrub_words)

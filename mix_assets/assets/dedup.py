@@ -63,9 +63,9 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
         """Per document: exact key, MinHash/LSH near-duplicate cluster, keep flag and reason.
 
         The per-document work (read, normalise, exact key, MinHash) runs as map tasks on `engine`
-        (in process or Ray) and are stored per source (reused while a source is unchanged); the LSH
-        reduce's bands, text pass and verification run as tasks on `engine` too, the clusters here.
-        Documents the filters rejected
+        (in process or Ray) and are stored per source (reused while a source is unchanged; written by
+        contamination_report's pass when it ran first); the LSH reduce's bands, text pass and
+        verification run as tasks on `engine` too, the clusters here. Documents the filters rejected
         cluster as usual but never survive a cluster holding a document they kept."""
         spec_now, storage = mix.spec, mix.storage
         names = [s.name for s in spec_now.sources]
@@ -85,7 +85,7 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
         check = dg.AssetCheckResult(check_name=CLUSTERS_CONSISTENT, passed=not problems,
                                     metadata={"clusters": st["clusters"], **md.problems(problems)},
                                     description=f"{len(problems)} inconsistent cluster(s)" if problems else None)
-        return with_lineage(md.dedup_keys(storage, layout.DEDUP_KEYS, table, st, elapsed), lin,
+        return with_lineage(md.dedup_keys(storage, layout.DEDUP_KEYS, table, st, elapsed, names), lin,
                             check_results=[gate(context, DEDUP_KEYS, check)])
 
     return dedup_keys

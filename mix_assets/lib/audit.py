@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import io
 import json
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -21,7 +22,9 @@ import pyarrow.parquet as pq
 
 from mix_assets.config import HubDataset, MixSpec
 from mix_assets.lib import contamination as ct
-from mix_assets.lib import engine, evals, fuzzy, layout, tables
+from mix_assets.lib import dedup, engine, evals, fuzzy, layout, tables
+from mix_assets.lib import minhash as mh
+from mix_assets.lib import signatures as sig
 from mix_assets.lib import textkeys as tk
 from mix_assets.lib.progress import Progress
 from mix_assets.lib.storage import Storage
@@ -217,46 +220,70 @@ def registry_at(loc: RegistryLocation) -> ct.Registry:
 @dataclass
 class ScannedChunk:
     """Per-document overlap counts of one row range and, with a fuzzy index, its verified fuzzy matches
-    (no text)."""
+    (no text); when asked, the range's dedup signatures from the same normalised words."""
 
     doc_ids: list
     counts: np.ndarray  # int64 (n_docs, n_tasks)
     text_bytes: int
     fuzzy: fuzzy.Matches | None = None  # doc = row in the range
     fuzzy_seconds: float = 0.0  # spent matching against the fuzzy index (past the shared normalisation)
+    signed: dedup.SignedChunk | None = None  # with `sign` (None too when a doc_id or text is null)
 
 
-def _scan_batch(reg: ct.Registry, index: fuzzy.Index | None, texts) -> tuple:
-    """(13-gram counts, fuzzy matches or None, seconds of the fuzzy match) of a batch, normalised once."""
-    h, off = tk.word_hashes(tk.words(texts))
+@dataclass(frozen=True)
+class Signing:
+    """dedup_keys' signature parameters, for a scan that signs its rows too (`dedup.signing_plan`)."""
+
+    num_perm: int
+    shingle: int
+    seed: int
+
+
+def _scan_batch(reg: ct.Registry, index: fuzzy.Index | None, perms: tuple | None, texts) -> tuple:
+    """(13-gram counts, fuzzy matches or None, seconds of the fuzzy match, dedup signatures or None) of a
+    batch, normalised once; `perms`: (a, b, shingle) to sign it too."""
+    wl = tk.words(texts)
+    h, off = tk.word_hashes(wl)
     counts = reg.scan_word_hashes(h, off)
+    signed = None if perms is None else sig.sign_words(wl, h, off, *perms)
     if index is None:
-        return counts, None, 0.0
+        return counts, None, 0.0, signed
     t0 = time.perf_counter()
-    return counts, fuzzy.scan_word_hashes(index, h, off), time.perf_counter() - t0
+    return counts, fuzzy.scan_word_hashes(index, h, off), time.perf_counter() - t0, signed
 
 
 def scan_chunk(rows: engine.RowRange, registry: RegistryLocation, threads: int = 1,
-               fuzzy_index: RegistryLocation | None = None) -> ScannedChunk:
+               fuzzy_index: RegistryLocation | None = None, sign: Signing | None = None) -> ScannedChunk:
     """The map work of the scan: read the rows, normalise each batch once, count each document's n-grams
-    in the registry and, with `fuzzy_index`, match it against the fuzzy advisory's index (pure)."""
+    in the registry and, with `fuzzy_index`, match it against the fuzzy advisory's index; with `sign`,
+    sign the same words for dedup_keys (`signatures.sign_words`) (pure)."""
     reg = registry_at(registry)
     index = _loaded(fuzzy_index, load_fuzzy_index) if fuzzy_index is not None else None
-    t = engine.read_rows(rows, ["doc_id", "text"])
+    t = engine.read_rows(rows, ["doc_id", "text", "n_chars"] if sign else ["doc_id", "text"])
+    if sign and dedup.null_field(t, rows):
+        sign = None  # dedup_keys signs this source itself and names the bad row
+    perms = (*mh.permutations(sign.num_perm, sign.seed), sign.shingle) if sign else None
     text = t.column("text").combine_chunks() if t.num_rows else pa.array([], pa.string())
     starts = range(0, len(text), SCAN_BATCH_ROWS)
-    got = list(ct.ordered_map(functools.partial(_scan_batch, reg, index),
+    got = list(ct.ordered_map(functools.partial(_scan_batch, reg, index, perms),
                               [text.slice(i, SCAN_BATCH_ROWS) for i in starts], threads))
     counts = [g[0] for g in got]
     out = ScannedChunk(t.column("doc_id").to_pylist(),
                        np.concatenate(counts) if counts else np.zeros((0, len(reg.tasks)), np.int64),
                        int(pc.sum(pc.binary_length(text)).as_py() or 0))
+    if sign:
+        out.signed = dedup.signed_chunk(t, [g[3] for g in got], sign.num_perm)
     if index is not None:
-        parts = [fuzzy.Matches(m.doc + i, m.item, m.jaccard) for i, (_, m, _) in zip(starts, got)]
+        parts = [fuzzy.Matches(m.doc + i, m.item, m.jaccard) for i, (_, m, _, _) in zip(starts, got)]
         out.fuzzy = fuzzy.Matches(*(np.concatenate([getattr(p, f) for p in parts])
                                     for f in ("doc", "item", "jaccard"))) if parts else fuzzy.Matches.empty()
         out.fuzzy_seconds = sum(g[2] for g in got)
     return out
+
+
+def _scan_task(task: tuple, **kwargs) -> ScannedChunk:
+    """`scan_chunk` of a (row range, `Signing` or None) map task."""
+    return scan_chunk(task[0], sign=task[1], **kwargs)
 
 
 @dataclass
@@ -264,15 +291,22 @@ class SourcesScanned:
     tally: ct.Tally
     fuzzy: fuzzy.Tally | None = None  # with a fuzzy index: its verified matches per source
     fuzzy_seconds: float = 0.0  # summed over the map tasks
+    signed_sources: list = field(default_factory=list)  # whose dedup signatures this pass wrote
+
+
+class _Unsigned(Exception):
+    """A chunk of a source being signed came back without signatures (a null doc_id or text)."""
 
 
 def scan_sources(storage, sources: Iterable[str], eng: engine.Engine = engine.Engine(), threads: int = 2,
-                 log=None, label: str = "contamination scan",
-                 fuzzy_index: RegistryLocation | None = None) -> SourcesScanned:
+                 log=None, label: str = "contamination scan", fuzzy_index: RegistryLocation | None = None,
+                 sign: tuple[dedup.DedupParams, dict[str, dict]] | None = None) -> SourcesScanned:
     """Scan every source's documents against the registry (and the fuzzy index at `fuzzy_index`).
 
     Map: `scan_chunk` over `eng.chunk_rows` row ranges on `eng` (in process or Ray tasks); gathered in
-    chunk order into one Tally, so the counts and hits do not depend on the engine or the chunk size."""
+    chunk order into one Tally, so the counts and hits do not depend on the engine or the chunk size.
+    `sign`: (dedup params, `dedup.signing_plan`): the planned sources' chunks are signed from the same
+    words and each such source's signature file written as dedup_keys writes it, streamed."""
     loc = RegistryLocation.of(storage)
     reg = registry_at(loc)  # loaded here once: the in-process engine's tasks reuse it
     index = _loaded(fuzzy_index, load_fuzzy_index) if fuzzy_index is not None else None
@@ -283,25 +317,51 @@ def scan_sources(storage, sources: Iterable[str], eng: engine.Engine = engine.En
         out.tally.add(s, [], np.zeros((0, len(reg.tasks)), np.int64))  # a source with no docs still reports
         if index is not None:
             out.fuzzy.add(s, [], fuzzy.Matches.empty(), index.item_task)
-    fn = functools.partial(scan_chunk, registry=loc, threads=inner, fuzzy_index=fuzzy_index)
+    params, plan = sign or (None, {})
+    signing = {s: Signing(params.num_perm, params.shingle, params.seed) for s in plan}
+    fn = functools.partial(_scan_task, registry=loc, threads=inner, fuzzy_index=fuzzy_index)
     near = (lambda: f"; {len(out.fuzzy.hits):,} near an eval item") if index is not None else (lambda: "")
-    for s, got in _map_sources(storage, sources, eng, fn, log, label,
-                               lambda: f"{sum(out.tally.contaminated.values()):,} contaminated{near()}"):
+
+    def add(s: str, got: ScannedChunk) -> None:
         out.tally.add(s, got.doc_ids, got.counts)
         if index is not None:
             out.fuzzy.add(s, got.doc_ids, got.fuzzy, index.item_task)
             out.fuzzy_seconds += got.fuzzy_seconds
+
+    results = _map_sources(storage, sources, eng, fn, log, label,
+                           lambda: f"{sum(out.tally.contaminated.values()):,} contaminated{near()}", signing)
+    for s, group in itertools.groupby(results, key=lambda r: r[0]):
+        if s in plan:
+            try:
+                dedup.write_signatures(storage, s, plan[s], params.num_perm, _signed(group, add))
+                out.signed_sources.append(s)
+            except _Unsigned:
+                pass  # left to dedup_keys; the rest of the source is still scanned below
+        for _, got in group:
+            add(s, got)
     return out
 
 
-def _map_sources(storage, sources: list[str], eng: engine.Engine, fn, log, label: str, summary) -> Iterator:
+def _signed(group, add) -> Iterator:
+    """The signatures of a source's chunk results, each result tallied (`add`) as it passes."""
+    for s, got in group:
+        add(s, got)
+        if got.signed is None:
+            raise _Unsigned(s)
+        yield got.signed
+
+
+def _map_sources(storage, sources: list[str], eng: engine.Engine, fn, log, label: str, summary,
+                 signing: dict) -> Iterator:
     """(source, fn(chunk)) for every `eng.chunk_rows` row range of every source's raw documents, in order,
-    on `eng`; progress lines count the results' doc_ids and text_bytes, the last line adds `summary()`."""
+    on `eng`, a chunk being (row range, `signing.get(source)`); progress lines count the results' doc_ids
+    and text_bytes, the last line adds `summary()`."""
     chunks = [(s, rng) for s in sources
               for rng in tables.row_ranges(storage, layout.RAW_DOCS.format(source=s), eng.chunk_rows)]
     total = sum(r.stop - r.start for _, r in chunks)
     prog = Progress(log, label, total_docs=total) if log else None
-    for (s, _), got in zip(chunks, engine.map_chunks(fn, [r for _, r in chunks], eng)):
+    tasks = [(r, signing.get(s)) for s, r in chunks]
+    for (s, _), got in zip(chunks, engine.map_chunks(fn, tasks, eng)):
         if prog:
             prog.update(docs=len(got.doc_ids), bytes=got.text_bytes)
         yield s, got
@@ -322,6 +382,7 @@ class Scan:
     masked_docs: int = 0  # documents left out of the scan (the exclusion masks)
     contaminated: pa.Table | None = None  # the contaminated doc ids written (contamination_report only)
     fuzzy: "FuzzyWritten | None" = None  # the fuzzy advisory's outputs (contamination_report, fuzzy on)
+    signed_sources: list = field(default_factory=list)  # whose dedup signatures the pass wrote (a cache)
 
     def rows(self) -> list[dict]:
         return [{**r, "registry_ngrams": self.registry_ngrams[r["task"]]} for r in self.tally.rows()]
@@ -334,16 +395,21 @@ REPORT_DENOMINATORS = ("rows", "empty_rows", "strings", "items", "ngrams", "shor
 
 
 def write_contamination_report(storage, spec: MixSpec, eng: engine.Engine = engine.Engine(),
-                               log=None) -> tuple[Scan, dict]:
+                               log=None, raw_versions: dict[str, str] | None = None) -> tuple[Scan, dict]:
     """Scan every source on `eng`, write the report JSON and the contaminated doc ids; (scan, report).
 
     With the fuzzy advisory on, the same map pass matches eval_registry's fuzzy index too, and the
-    advisory's report and matched doc ids are written here for no_fuzzy_eval_overlap to read."""
+    advisory's report and matched doc ids are written here for no_fuzzy_eval_overlap to read. With
+    `raw_versions` ({source: raw data version}), the pass also signs the sources `dedup.signing_plan`
+    names and writes their dedup signature files (a cache dedup_keys reuses; not an output here)."""
     meta = json.loads(storage.read_text(layout.EVAL_REGISTRY))
     reg = registry_at(RegistryLocation.of(storage))  # built once: scan_sources' tasks reuse it
     floc = RegistryLocation.at(storage, fuzzy_index_keys()) if fuzzy_enabled(spec) else None
-    scanned = scan_sources(storage, [s.name for s in spec.sources], eng, spec.audit.threads, log=log,
-                           label="contamination_report", fuzzy_index=floc)
+    names, params = [s.name for s in spec.sources], dedup.dedup_params(spec)
+    files = tables.raw_files(storage, names)
+    plan = dedup.signing_plan(storage, files, raw_versions, params) if raw_versions else {}
+    scanned = scan_sources(storage, names, eng, spec.audit.threads, log=log, label="contamination_report",
+                           fuzzy_index=floc, sign=(params, plan))
     tally = scanned.tally
     denominators = {t: {k: m[k] for k in REPORT_DENOMINATORS if k in m} for t, m in meta["tasks"].items()}
     report = tally.report(spec.audit.ngram, denominators)
@@ -361,7 +427,8 @@ def write_contamination_report(storage, spec: MixSpec, eng: engine.Engine = engi
     ngrams = {t: d["ngrams"] for t, d in denominators.items()}
     fz = None if floc is None else _write_fuzzy(storage, scanned, set(table.column("doc_id").to_pylist()),
                                                   _loaded(floc, load_fuzzy_index))
-    return Scan(tally, ngrams, reg.nbytes, contaminated=table, fuzzy=fz), report
+    signed = scanned.signed_sources
+    return Scan(tally, ngrams, reg.nbytes, contaminated=table, fuzzy=fz, signed_sources=signed), report
 
 
 class AuditInputError(ValueError):

@@ -21,6 +21,7 @@ document. Text of a document flagged contaminated is never read into a sample.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -34,6 +35,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mix_assets.lib import engine, layout, lsh, tables
+from mix_assets.lib import textkeys as tk
+from mix_assets.lib.contamination import ordered_map
 from mix_assets.lib.idset import UNSORTED, IdSet, unsorted_row
 from mix_assets.lib import signatures as sig
 from mix_assets.lib import minhash as mh
@@ -120,14 +123,42 @@ class SignedChunk:
 def sign_chunk(chunk: SignChunk) -> SignedChunk:
     """The per-document map work: read the rows, normalise, exact key, MinHash signature (pure)."""
     t = engine.read_rows(chunk.rows, ["doc_id", "text", "n_chars"])
+    bad = null_field(t, chunk.rows)
+    if bad:
+        raise DedupInputError(f"{bad} (source {chunk.source})")
+    text = t.column("text").combine_chunks()
+    a, b = mh.permutations(chunk.num_perm, chunk.seed)
+    batches = [text.slice(s, e - s) for s, e in mh._batches(text, mh.BATCH_BYTES)]  # ~1 MB of text each
+    sign = functools.partial(sign_texts, a=a, b=b, shingle=chunk.shingle)
+    return signed_chunk(t, list(ordered_map(sign, batches, chunk.threads)), chunk.num_perm)
+
+
+def null_field(t: pa.Table, rows: engine.RowRange) -> Optional[str]:
+    """"<file>: row <n>: field 'x' is null" for the first null doc_id or text of rows `rows` (read as `t`)."""
     for field in ("doc_id", "text"):
         col = t.column(field)
         if col.null_count:
-            bad = chunk.rows.start + int(np.flatnonzero(np.asarray(col.is_null()))[0])
-            raise DedupInputError(f"{chunk.rows.path}: row {bad}: field {field!r} is null (source {chunk.source})")
-    signed = mh.sign_texts(t.column("text"), chunk.num_perm, chunk.shingle, chunk.seed, threads=chunk.threads)
-    return SignedChunk(t.column("doc_id").combine_chunks().cast(pa.string()), signed.exact_keys,
-                       signed.signatures, signed.n_words, signed.n_shingles,
+            bad = rows.start + int(np.flatnonzero(np.asarray(col.is_null()))[0])
+            return f"{rows.path}: row {bad}: field {field!r} is null"
+    return None
+
+
+def sign_texts(texts: pa.Array, a: np.ndarray, b: np.ndarray, shingle: int) -> mh.Batch:
+    """Normalise a batch of texts and sign it (`signatures.sign_words`)."""
+    wl = tk.words(texts)
+    return sig.sign_words(wl, *tk.word_hashes(wl), a, b, shingle)
+
+
+def signed_chunk(t: pa.Table, parts: list[mh.Batch], num_perm: int) -> SignedChunk:
+    """A chunk's signatures from its rows `t` (doc_id, text, n_chars) and its batches' `sign_words`
+    results, in row order."""
+    if not parts:
+        none = np.zeros(0, np.int64)
+        parts = [mh.Batch(np.zeros((0, num_perm), np.uint32), none, none, [])]
+    cat = {f: np.concatenate([getattr(p, f) for p in parts]) for f in ("signatures", "n_words", "n_shingles")}
+    keys = [k for p in parts for k in p.exact_keys]
+    return SignedChunk(t.column("doc_id").combine_chunks().cast(pa.string()), keys,
+                       cat["signatures"], cat["n_words"], cat["n_shingles"],
                        np.asarray(t.column("n_chars").fill_null(0), dtype=np.int64),
                        int(pc.sum(pc.binary_length(t.column("text"))).as_py() or 0))
 
@@ -174,32 +205,66 @@ def signatures_key(source: str) -> str:
 
 def sign_sources(storage, sources: Mapping[str, str], raw_versions: Mapping[str, str], params: DedupParams,
                  eng: engine.Engine, log=None) -> list[str]:
-    """Write each source's signature file unless the stored one matches; returns the reused sources."""
+    """Write each source's signature file unless the stored one matches; returns the reused sources
+    (signed by an earlier dedup_keys or by contamination_report's pass, `signing_plan`)."""
     names = sorted(sources)
-    want = {n: sig.describe(raw_versions.get(n), params.num_perm, params.shingle, params.seed) for n in names}
     reused = sorted(stored_signatures(storage, sources, raw_versions, params))
     todo = [n for n in names if n not in reused]
     if log and reused:
-        log.info(f"dedup_keys signatures: reusing the stored signatures of {', '.join(reused)} (raw data unchanged)")
+        log.info(f"dedup_keys signatures: reusing the stored signatures of {', '.join(reused)} (raw data and "
+                 "parameters unchanged; signed by an earlier dedup_keys or contamination_report's pass)")
     chunks = sign_chunks({n: sources[n] for n in todo}, params, eng)
-    results = zip(chunks, engine.map_chunks(sign_chunk, chunks, eng))
+    results = engine.map_chunks(sign_chunk, chunks, eng)
     n_docs = sum(c.rows.stop - c.rows.start for c in chunks)
     prog = Progress(log, "dedup_keys signatures", total_docs=n_docs) if log else None
     for name in todo:
-        schema = sig.schema(params.num_perm, want[name])
-
-        def parts(k: int = sum(c.source == name for c in chunks)):
-            for _, signed in itertools.islice(results, k):
+        def signed(k: int = sum(c.source == name for c in chunks)):
+            for got in itertools.islice(results, k):
                 if prog:
-                    prog.update(docs=len(signed.exact_keys), bytes=signed.text_bytes)
-                yield sig.table(signed.doc_ids, signed.exact_keys, signed.n_shingles, signed.n_chars,
-                                signed.n_words, signed.signatures, schema)
+                    prog.update(docs=len(got.exact_keys), bytes=got.text_bytes)
+                yield got
 
-        tables.write_parquet_groups(storage, signatures_key(name), schema,
-                                    sig.regroup(parts(), sig.GROUP_ROWS, schema))
+        meta = signature_meta(raw_versions.get(name), params)
+        write_signatures(storage, name, meta, params.num_perm, signed())
     if prog:
         prog.done()
     return reused
+
+
+def signature_meta(raw_version: Optional[str], params: DedupParams) -> dict:
+    """What a source's signature file records it was computed from (`signatures.describe`)."""
+    return sig.describe(raw_version, params.num_perm, params.shingle, params.seed)
+
+
+def write_signatures(storage, name: str, meta: dict, num_perm: int, signed: Iterable[SignedChunk]) -> None:
+    """A source's signature file from its chunks' results in row order, GROUP_ROWS rows per row group,
+    holding one group at a time (dedup_keys' map and contamination_report's pass write the same bytes)."""
+    schema = sig.schema(num_perm, meta)
+    parts = (sig.table(s.doc_ids, s.exact_keys, s.n_shingles, s.n_chars, s.n_words, s.signatures, schema)
+             for s in signed)
+    groups = sig.regroup(parts, sig.GROUP_ROWS, schema)
+    tables.write_parquet_groups(storage, signatures_key(name), schema, groups)
+
+
+def signing_plan(storage, sources: Mapping[str, str], raw_versions: Mapping[str, str],
+                 params: DedupParams) -> dict[str, dict]:
+    """{source: `signature_meta`} of the sources another pass over the same text (contamination_report's)
+    signs for dedup_keys: the stored file does not match, and is absent or computed from another raw
+    version. A file computed from the current raw version with other parameters or code stays: a
+    dedup_keys whose lineage still holds may have been computed from it, and only dedup_keys replaces
+    it. A source without a raw version or an n_chars column is left to dedup_keys (and its errors)."""
+    stored = stored_signatures(storage, sources, raw_versions, params)
+    out = {}
+    for n in sorted(sources):
+        key, raw = signatures_key(n), raw_versions.get(n)
+        if n in stored or raw is None:
+            continue
+        if storage.exists(key) and (sig.stored_meta(storage.source(key)) or {}).get("raw") == raw:
+            continue
+        with engine.open_parquet(sources[n]) as f:
+            if "n_chars" in f.schema_arrow.names:
+                out[n] = signature_meta(raw, params)
+    return out
 
 
 def stored_signatures(storage, sources: Mapping[str, str], raw_versions: Mapping[str, str],
@@ -209,7 +274,7 @@ def stored_signatures(storage, sources: Mapping[str, str], raw_versions: Mapping
     out = {}
     for n in sorted(sources):
         key = signatures_key(n)
-        want = sig.describe(raw_versions.get(n), params.num_perm, params.shingle, params.seed)
+        want = signature_meta(raw_versions.get(n), params)
         with engine.open_parquet(sources[n]) as f:
             rows = f.metadata.num_rows
         if storage.exists(key) and sig.matches(storage.source(key), want, rows):

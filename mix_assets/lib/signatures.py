@@ -7,6 +7,12 @@ GROUP_ROWS rows whatever the map's chunk size, so the bytes do not depend on the
 key-value metadata (META_KEY) records what it was computed from: raw/<source>'s data version,
 num_perm, shingle, seed and a hash of the signing code; `matches` compares it, so a source whose
 raw data and dedup parameters are unchanged keeps its signatures.
+
+`sign_words` is the one per-document signing function, on words already normalised: dedup_keys' map
+(`dedup.sign_chunk`) calls it, and so does contamination_report's map pass (`audit.scan_chunk`), which
+normalises each text once for its 13-gram scan and, when a source's stored file is missing or was
+computed from an older raw version, writes that file for dedup_keys (`dedup.write_signatures`; the
+same bytes dedup_keys writes, docs/scale.md).
 """
 
 from __future__ import annotations
@@ -30,8 +36,22 @@ VERIFY_VALUES = 1 << 21  # shingle values loaded per verification step (16 MiB)
 GROUP_ROWS = 16384  # rows per row group (~10 MB of a group in memory while writing)
 TEXT_ROWS = 256  # most texts per batch of the verification's text reads (~0.6 MB at 2.4 KB a text)
 SCALARS = ["doc_id", "exact_key", "n_shingles", "n_chars", "n_words"]
+
+
+def sign_words(word_lists: pa.ListArray, word_hashes: np.ndarray, offsets: np.ndarray, a: np.ndarray,
+               b: np.ndarray, shingle: int) -> minhash.Batch:
+    """Signature, word and shingle counts and exact key of each document, from its normalised words
+    (`textkeys.words`) and their hashes and offsets (`textkeys.word_hashes`); `a`, `b`:
+    `minhash.permutations`. The same values `minhash.sign_batch` gives for the texts."""
+    sh, soff = textkeys.ngram_hashes(word_hashes, offsets, shingle, short="whole")
+    sigs = minhash.signatures_from_hashes(minhash.shingle_hash32(sh), soff, a, b)
+    keys = textkeys.exact_keys(textkeys.join_words(word_lists))
+    return minhash.Batch(sigs, np.diff(offsets), np.diff(soff), keys)
+
+
 # The code that decides a signature's bits: a change there invalidates every stored file.
-_CODE = hashlib.sha256((inspect.getsource(minhash) + inspect.getsource(textkeys)).encode()).hexdigest()[:16]
+_CODE = hashlib.sha256((inspect.getsource(minhash) + inspect.getsource(textkeys)
+                        + inspect.getsource(sign_words)).encode()).hexdigest()[:16]
 
 
 def perm_columns(num_perm: int) -> list[str]:

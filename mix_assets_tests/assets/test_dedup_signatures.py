@@ -33,6 +33,17 @@ def _dedup_keys(spec, root):
     return res
 
 
+def _edit(root, source: str) -> None:
+    """Refresh one source: one text edited, its lineage record with it."""
+    raw = root / layout.RAW_DOCS.format(source=source)
+    t = pq.read_table(raw)
+    texts = t.column("text").to_pylist()
+    texts[0] = texts[0] + " and one more sentence for the refresh"
+    pq.write_table(t.set_column(t.column_names.index("text"), "text", pa.array(texts)), raw)
+    stamp(Storage(str(root)), f"raw/{source}", [layout.RAW_DOCS.format(source=source),
+                                                layout.RAW_STATS.format(source=source)])
+
+
 def test_refreshing_one_source_re_signs_only_that_source(tmp_path, monkeypatch):
     spec = load_spec(REPO_ROOT / "configs" / "demo.yaml")
     root = tmp_path / "storage"
@@ -50,13 +61,7 @@ def test_refreshing_one_source_re_signs_only_that_source(tmp_path, monkeypatch):
 
     # refresh one source: its raw data changes (one text edited), and its lineage record with it
     changed = names[1]
-    raw = root / layout.RAW_DOCS.format(source=changed)
-    t = pq.read_table(raw)
-    texts = t.column("text").to_pylist()
-    texts[0] = texts[0] + " and one more sentence for the refresh"
-    pq.write_table(t.set_column(t.column_names.index("text"), "text", pa.array(texts)), raw)
-    stamp(Storage(str(root)), f"raw/{changed}", [layout.RAW_DOCS.format(source=changed),
-                                                 layout.RAW_STATS.format(source=changed)])
+    _edit(root, changed)
     signed_sources = []
     real = lib.sign_chunk
 
@@ -110,3 +115,81 @@ def test_signature_files_do_not_depend_on_the_chunk_size(tmp_path, monkeypatch):
         assert [f.metadata.row_group(g).num_rows for g in range(f.num_row_groups)] == [256, 256, 256, 232]
         shas.add(_sha(tmp_path / f"st{k}" / lib.signatures_key("a")))
     assert len(shas) == 1
+
+
+# -- contamination_report's pass signs for dedup_keys (one normalisation per text) ---------------------
+def _run(spec, root, assets_list) -> dict:
+    """Materialise `assets_list` on `root`; {asset: its materialisation metadata (plain values)}."""
+    mix = MixResource(config_path=spec.config_path, storage_root=str(root))
+    res = dg.materialize(assets_list, resources={"mix": mix}, instance=dg.DagsterInstance.ephemeral())
+    assert res.success
+    events = [e.event_specific_data.materialization for e in res.get_asset_materialization_events()]
+    return {m.asset_key.to_user_string(): {k: getattr(v, "value", v) for k, v in m.metadata.items()} for m in events}
+
+
+def test_contamination_report_signs_for_dedup_keys_in_any_order(tmp_path, monkeypatch):
+    from mix_assets.assets.audit import build_audit_assets
+
+    spec = load_spec(REPO_ROOT / "configs" / "demo.yaml")
+    names = sorted(s.name for s in spec.sources)
+    upstream = [*build_source_assets(spec), *build_filter_assets(spec)]
+    report, dedup = build_audit_assets(spec)[:2], assets.build_dedup_assets(spec)[:1]
+    signed_sources = []
+    real = lib.sign_chunk
+    monkeypatch.setattr(lib, "sign_chunk", lambda chunk: signed_sources.append(chunk.source) or real(chunk))
+
+    def files(root) -> dict:
+        keys = [layout.DEDUP_KEYS, layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS,
+                *(layout.DEDUP_SIGNATURES.format(source=n) for n in names)]
+        return {k: _sha(root / k) for k in keys}
+
+    # fused: contamination_report first writes every signature file, dedup_keys signs nothing
+    fused = tmp_path / "fused"
+    got = _run(spec, fused, [*upstream, *report])
+    assert got["contamination_report"]["dedup_signatures_written_sources"] == ", ".join(s.name for s in spec.sources)
+    got = _run(spec, fused, [*build_filter_assets(spec), *dedup])["dedup_keys"]
+    assert signed_sources == [] and got["signatures_reused_sources"] == ", ".join(names)
+    assert got["signatures_signed_sources"] == "none"
+
+    # alone: dedup_keys first signs everything; contamination_report after it writes nothing
+    alone = tmp_path / "alone"
+    _run(spec, alone, [*upstream, *dedup])
+    assert sorted(set(signed_sources)) == names
+    before = {n: (alone / lib.signatures_key(n)).stat().st_mtime_ns for n in names}
+    got = _run(spec, alone, [*build_audit_assets(spec)[:2]])
+    assert got["contamination_report"]["dedup_signatures_written_sources"] == "none"
+    assert {n: (alone / lib.signatures_key(n)).stat().st_mtime_ns for n in names} == before
+    assert files(alone) == files(fused)  # dedup_keys, the report and the signature files: the same bytes
+
+    # one source edited: the fused pass re-signs only it, dedup_keys alone re-signs only it, same bytes
+    changed = names[1]
+    for root in (fused, alone):
+        _edit(root, changed)
+    got = _run(spec, fused, report)
+    assert got["contamination_report"]["dedup_signatures_written_sources"] == changed
+    signed_sources.clear()
+    got = _run(spec, fused, [*build_filter_assets(spec), *dedup])["dedup_keys"]
+    assert signed_sources == [] and got["signatures_reused_sources"] == ", ".join(names)
+    _run(spec, alone, [*build_filter_assets(spec), *dedup])
+    assert set(signed_sources) == {changed}
+    assert _run(spec, alone, report)["contamination_report"]["dedup_signatures_written_sources"] == "none"
+    assert files(alone) == files(fused)
+
+
+def test_the_contamination_pass_never_replaces_a_file_computed_from_the_current_raw_data(tmp_path):
+    from mix_assets.lib import engine
+
+    texts = [f"doc {i} " + " ".join(f"w{(i * j) % 97}" for j in range(30)) for i in range(300)]
+    raw = str(tmp_path / "a.parquet")
+    pq.write_table(pa.table({"doc_id": [f"a{i:05d}" for i in range(300)], "text": texts,
+                             "n_chars": [len(x) for x in texts]}), raw)
+    no_chars = str(tmp_path / "b.parquet")
+    pq.write_table(pa.table({"doc_id": ["b0"], "text": ["x y"]}), no_chars)
+    st, params = Storage(str(tmp_path / "st")), lib.DedupParams()
+    assert list(lib.signing_plan(st, {"a": raw, "b": no_chars}, {"a": "v1", "b": "v1"}, params)) == ["a"]
+    assert lib.signing_plan(st, {"a": raw}, {"a": None}, params) == {}  # no raw version: left to dedup_keys
+    lib.sign_sources(st, {"a": raw}, {"a": "v1"}, params, engine.Engine())
+    assert lib.signing_plan(st, {"a": raw}, {"a": "v1"}, params) == {}  # stored and matching
+    # computed from v1 with other parameters: dedup_keys' lineage may still rest on it, only dedup_keys replaces it
+    assert lib.signing_plan(st, {"a": raw}, {"a": "v1"}, lib.DedupParams(num_perm=64)) == {}
+    assert lib.signing_plan(st, {"a": raw}, {"a": "v2"}, params) == {"a": lib.signature_meta("v2", params)}

@@ -218,3 +218,59 @@ def test_raw_source_bytes_identical_in_process_and_on_ray(ray_instance, tmp_path
                                                              layout.RAW_STATS.format(source="m"))]
 
     assert read(RAY2, "ray2") == read(LOCAL1, "local1") == read(LOCAL2, "local2")
+
+
+# -- contamination_report's pass signs for dedup_keys (lib/audit.scan_chunk with `sign`) ---------------
+def _write_raw(storage, source: str, docs: list[tuple[str, str]], null_text_at: int | None = None) -> None:
+    texts = [None if i == null_text_at else t for i, (_, t) in enumerate(docs)]
+    t = pa.table({"doc_id": [d for d, _ in docs], "text": pa.array(texts, pa.string()),
+                  "n_chars": [len(t or "") for t in texts]})
+    with storage.writing(layout.RAW_DOCS.format(source=source)) as tmp:
+        pq.write_table(t, tmp, row_group_size=128)
+
+
+def _fused_storage(tmp_path, null_text_at=None):
+    spec = audit_fx.make_spec(tmp_path)
+    storage = Storage(root=str(tmp_path / "storage"))
+    corpus = audit_fx.make_corpus(n_web=300, n_books=500)  # planted eval copies in both sources
+    for k, s in enumerate(spec.sources):
+        _write_raw(storage, s.name, corpus.docs[s.name], null_text_at if k == 0 else None)
+    audit.write_registry(storage, spec)
+    return spec, storage, [s.name for s in spec.sources]
+
+
+def _report_and_signatures(storage, spec, names, engine, versions) -> tuple[list, dict, dict]:
+    for n in names:
+        if storage.exists(lib.signatures_key(n)):
+            storage.delete(lib.signatures_key(n))
+    scan, _ = audit.write_contamination_report(storage, spec, engine, log=_Lines(), raw_versions=versions)
+    report = {k: storage.read_bytes(k) for k in (layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS)}
+    return scan.signed_sources, report, {n: storage.read_bytes(lib.signatures_key(n)) for n in names
+                                         if storage.exists(lib.signatures_key(n))}
+
+
+@pytest.mark.ray
+def test_the_contamination_pass_writes_dedup_keys_signature_bytes_in_process_and_on_ray(ray_instance, tmp_path):
+    spec, storage, names = _fused_storage(tmp_path)
+    versions, params = {n: f"version-of-{n}" for n in names}, lib.dedup_params(spec)
+    files = tables.raw_files(storage, names)
+    ref = Storage(root=str(tmp_path / "ref"))  # dedup_keys' own signing
+    assert lib.sign_sources(ref, files, versions, params, LOCAL1) == []
+    want_sigs = {n: ref.read_bytes(lib.signatures_key(n)) for n in names}
+    audit.write_contamination_report(storage, spec, LOCAL1)  # without signing: the report's reference bytes
+    want_report = {k: storage.read_bytes(k) for k in (layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS)}
+    assert json.loads(want_report[layout.CONTAMINATION_REPORT])["contaminated_docs"] == 4
+    for e in (LOCAL1, LOCAL2, eng.Engine(num_cpus=2, chunk_rows=37), RAY2):
+        assert _report_and_signatures(storage, spec, names, e, versions) == (names, want_report, want_sigs), e
+        assert lib.sign_sources(storage, files, versions, params, e) == sorted(names)  # dedup_keys signs nothing
+
+
+def test_a_null_text_leaves_the_source_to_dedup_keys_and_the_report_unchanged(tmp_path):
+    spec, storage, names = _fused_storage(tmp_path, null_text_at=200)
+    versions = {n: f"version-of-{n}" for n in names}
+    audit.write_contamination_report(storage, spec, LOCAL2)
+    want = {k: storage.read_bytes(k) for k in (layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS)}
+    signed, report, sigs = _report_and_signatures(storage, spec, names, eng.Engine(num_cpus=2, chunk_rows=64), versions)
+    assert signed == names[1:] and report == want and list(sigs) == names[1:]
+    with pytest.raises(lib.DedupInputError, match=r"row 200: field 'text' is null"):
+        lib.sign_sources(storage, tables.raw_files(storage, names), versions, lib.dedup_params(spec), LOCAL1)
