@@ -232,6 +232,19 @@ class _Bitmap:
         got &= np.uint8(1)
         return np.flatnonzero(got)
 
+    def lookup(self, keys: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions in `v` of the values in `keys`, their indices in `keys`); `keys`: the non-empty
+        sorted keys the bitmap was built from. Looked up in ascending order: searchsorted then walks
+        the keys once instead of missing the cache at random."""
+        cand = self.candidates(v)
+        w = v[cand]
+        by = np.argsort(w)
+        idx = np.empty(len(w), np.int64)
+        idx[by] = np.searchsorted(keys, w[by])
+        np.minimum(idx, keys.size - 1, out=idx)
+        hit = keys[idx] == w
+        return cand[hit], idx[hit]
+
     @property
     def nbytes(self) -> int:
         return int(self.bits.nbytes)
@@ -294,10 +307,7 @@ class Registry:
         docs, members = [], []
         if self.keys.size:
             v = pre.all_windows(self.n)
-            cand = self.bitmap.candidates(v)
-            idx = np.minimum(np.searchsorted(self.keys, v[cand]), self.keys.size - 1)
-            hit = self.keys[idx] == v[cand]
-            start, idx = cand[hit], idx[hit]
+            start, idx = self.bitmap.lookup(self.keys, v)
             ok = pre.inside(start, self.n)
             docs.append(pre.doc_of[start[ok]])
             members.append(self.member[idx[ok]])

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-from numpy.lib.stride_tricks import sliding_window_view
 
 from mix_assets.lib import contamination as ct
 from mix_assets.lib import minhash
@@ -202,33 +201,34 @@ def candidates(index: Index, sh: np.ndarray, soff: np.ndarray) -> tuple[np.ndarr
     the item's permutations' argmin shingles."""
     if not sh.size or not index.rep_keys.size:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    cand = index.bitmap.candidates(sh)
-    v = sh[cand]
-    by = np.argsort(v)  # looked up in ascending order: searchsorted then walks the keys once
-    idx = np.empty(len(v), np.int64)
-    idx[by] = np.searchsorted(index.rep_keys, v[by])
-    np.minimum(idx, index.rep_keys.size - 1, out=idx)
-    hit = index.rep_keys[idx] == v
-    pos, r = cand[hit], idx[hit]
+    pos, r = index.bitmap.lookup(index.rep_keys, sh)
     n = index.post_off[r + 1] - index.post_off[r]
     pos = np.repeat(pos, n)
     at = np.repeat(index.post_off[r] - np.cumsum(n) + n, n) + np.arange(n.sum())
     item, weight = index.post_item[at].astype(np.int64), index.post_weight[at].astype(np.int64)
     span = np.int64(len(sh) + 1)
     key = item * span + pos
+    if not key.size:
+        return key, key
     # keys are distinct (a shingle's postings name an item once): any sort is stable
     key, weight = _sorted_with(key, weight)
     item = key // span
     pos = key - item * span
-    doc_end = np.repeat(soff[1:], np.diff(soff))[pos]  # the end of each position's document
+    doc = np.repeat(np.arange(len(soff) - 1), np.diff(soff))[pos]  # each position's document
+    need = np.ceil(CANDIDATE_SHARE * index.params.num_perm)
+    # a window lies in one (item, document) run of keys: drop the runs too light for any candidate
+    new = np.ones(len(key), bool)
+    new[1:] = (item[1:] != item[:-1]) | (doc[1:] != doc[:-1])
+    starts = np.flatnonzero(new)
+    heavy = np.repeat(np.add.reduceat(weight, starts) >= need, np.diff(np.append(starts, len(key))))
+    key, weight, item, pos, doc = key[heavy], weight[heavy], item[heavy], pos[heavy], doc[heavy]
     csum = np.concatenate([[0], np.cumsum(weight)])
     m = np.diff(index.item_off)[item]
-    end = np.searchsorted(key, item * span + np.minimum(pos + m, doc_end))
+    end = np.searchsorted(key, item * span + np.minimum(pos + m, soff[doc + 1]))
     count = csum[end] - csum[np.arange(len(key))]
-    ok = count >= np.ceil(CANDIDATE_SHARE * index.params.num_perm)
-    pos, item, count = pos[ok], item[ok], count[ok]
+    ok = count >= need
+    pos, item, count, doc = pos[ok], item[ok], count[ok], doc[ok]
     # one candidate per (document, item): its best window start
-    doc = np.searchsorted(soff, pos, side="right") - 1
     order = np.lexsort((-count, doc, item))
     pos, item, doc = pos[order], item[order], doc[order]
     first = np.ones(len(pos), bool)
@@ -250,21 +250,50 @@ def _sorted_with(key: np.ndarray, val: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return key[order], val[order]
 
 
-def best_jaccard(index: Index, sh: np.ndarray, soff: np.ndarray, pos: int, item: int) -> float:
-    """Exact Jaccard of the item's shingles with its best equal-length window of the document near `pos`."""
-    s = index.item_sh[index.item_off[item]:index.item_off[item + 1]]
-    m = len(s)
-    d = int(np.searchsorted(soff, pos, side="right") - 1)
-    lo, hi = max(int(soff[d]), pos - m), min(int(soff[d + 1]), pos + 2 * m)
-    region = sh[lo:hi]
-    w = min(m, len(region))
-    win = np.sort(sliding_window_view(region, w), axis=1)
-    distinct = np.ones(win.shape, bool)
-    distinct[:, 1:] = win[:, 1:] != win[:, :-1]
-    found = s[np.minimum(np.searchsorted(s, win), m - 1)] == win
-    inter = (distinct & found).sum(axis=1)
-    union = m + distinct.sum(axis=1) - inter
-    return float((inter / union).max())
+def best_jaccards(index: Index, sh: np.ndarray, soff: np.ndarray, pos: np.ndarray, item: np.ndarray) -> np.ndarray:
+    """Exact Jaccard of each candidate's item shingles with its best equal-length window of the document
+    near `pos` (from m before to 2m after, m the item's shingles), all candidates at once: each window's
+    distinct shingles and those in the item come from range counts over the region, no window is sorted."""
+    if not pos.size:
+        return np.zeros(0)
+    m = np.diff(index.item_off)[item]
+    d = np.searchsorted(soff, pos, side="right") - 1
+    lo, hi = np.maximum(soff[d], pos - m), np.minimum(soff[d + 1], pos + 2 * m)
+    rlen = hi - lo
+    w = np.minimum(m, rlen)
+    nwin = rlen - w + 1
+    c = np.repeat(np.arange(pos.size), rlen)  # the candidate of each region element
+    rstart = np.cumsum(rlen) - rlen
+    t = np.arange(rlen.sum()) - rstart[c]  # its position in its region
+    val = sh[lo[c] + t]
+    # the item's shingles tagged 0 and the region's 1, grouped by (candidate, value): a region element
+    # is in the item when its group starts with an item shingle; its previous occurrence precedes it
+    ic = np.repeat(np.arange(pos.size), m)
+    ival = index.item_sh[np.repeat(index.item_off[item] - np.cumsum(m) + m, m) + np.arange(m.sum())]
+    allc, allv = np.concatenate([ic, c]), np.concatenate([ival, val])
+    kind = np.concatenate([np.zeros(ic.size, np.int8), np.ones(c.size, np.int8)])
+    at = np.concatenate([np.full(ic.size, -1), t])
+    order = np.lexsort((at, kind, allv, allc))
+    allc, allv, kind, at = allc[order], allv[order], kind[order], at[order]
+    first = np.ones(order.size, bool)
+    first[1:] = (allc[1:] != allc[:-1]) | (allv[1:] != allv[:-1])
+    group_first = np.maximum.accumulate(np.where(first, np.arange(order.size), 0))
+    in_item = kind[group_first] == 0
+    prev = np.where(first, -1, np.roll(at, 1))  # the item's tag -1 reads as "none before"
+    reg = kind == 1
+    cc, tt, prev, in_item = allc[reg], at[reg], prev[reg], in_item[reg]
+    # element tt counts as distinct for the windows j in [max(prev + 1, tt - w + 1), min(tt, nwin - 1)]
+    j0 = np.maximum(prev + 1, tt - w[cc] + 1)
+    j1 = np.minimum(tt, nwin[cc] - 1)
+    live = j0 <= j1
+    wstart = np.cumsum(nwin) - nwin
+    a, b = (wstart[cc] + j0)[live], (wstart[cc] + j1 + 1)[live]
+    total = int(nwin.sum())
+    distinct = np.cumsum(np.bincount(a, minlength=total + 1) - np.bincount(b, minlength=total + 1))[:total]
+    ia, ib = a[in_item[live]], b[in_item[live]]
+    inter = np.cumsum(np.bincount(ia, minlength=total + 1) - np.bincount(ib, minlength=total + 1))[:total]
+    union = np.repeat(m, nwin) + distinct - inter
+    return np.maximum.reduceat(inter / union, wstart)
 
 
 def scan_texts(index: Index, texts) -> Matches:
@@ -279,7 +308,7 @@ def scan_word_hashes(index: Index, h: np.ndarray, off: np.ndarray) -> Matches:
     pos, item = candidates(index, sh, soff)
     if not pos.size:
         return Matches.empty()
-    jac = np.array([best_jaccard(index, sh, soff, int(p), int(i)) for p, i in zip(pos, item)])
+    jac = best_jaccards(index, sh, soff, pos, item)
     ok = jac >= index.params.threshold
     return Matches(np.searchsorted(soff, pos[ok], side="right") - 1, item[ok], jac[ok])
 

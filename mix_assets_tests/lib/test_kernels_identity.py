@@ -219,6 +219,51 @@ def test_fuzzy_candidates():
     assert all(np.array_equal(g, w) for g, w in zip(fuzzy.candidates(index, *empty), ref.candidates(index, *empty)))
 
 
+def test_fuzzy_best_jaccards():
+    from mix_assets.lib import fuzzy
+    from mix_assets_tests.support import fuzzy_plants as fp
+
+    items = {task: its[:150] for task, its in fp.eval_items().items()}
+    index = fuzzy.build_index(items, fuzzy.Params())
+    docs, _, _ = fp.plant(items, fp.prose(0.3, seed=3), per_task=40, edits=2, seed=12)
+    halves = [w for its in items.values() for it in its[:30] for w in _halves(it)]
+    texts = docs + halves + ["", "one"] + [d for d in docs[:40] for _ in range(2)] + random_texts(2, 50, ASCII)
+    seen = 0
+    for start in range(0, len(texts), 97):
+        h, off = tk.word_hashes(tk.words(texts[start : start + 97]))
+        sh, soff = tk.ngram_hashes(h, off, index.params.shingle, short="whole")
+        pos, item = fuzzy.candidates(index, sh, soff)
+        # also every posting position of the planted items: windows cut at both ends of a document
+        extra = np.flatnonzero(np.isin(sh, index.rep_keys))[:400]
+        pos = np.concatenate([pos, extra, np.maximum(extra - 5, 0)])
+        item = np.concatenate([item, np.arange(len(extra) * 2) % index.items])
+        got = fuzzy.best_jaccards(index, sh, soff, pos, item)
+        want = np.array([ref.best_jaccard(index, sh, soff, int(p), int(i)) for p, i in zip(pos, item)])
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+        seen += int((want >= index.params.threshold).sum())
+    assert seen > 50  # the planted items are found
+    assert fuzzy.best_jaccards(index, *(np.zeros(0, np.uint64), np.zeros(1, np.int64)), *[np.zeros(0, np.int64)] * 2).size == 0
+
+
+def test_registry_scan():
+    from mix_assets_tests.support import fuzzy_plants as fp
+
+    items = fp.eval_items()
+    reg = ct.Registry.build({t: ct.task_ngrams(its[:200]) for t, its in items.items()}, n=13, short_min=8)
+    docs, _, _ = fp.plant({t: its[:200] for t, its in items.items()}, fp.prose(0.3, seed=4), per_task=40, edits=0, seed=5)
+    halves = [w for its in items.values() for it in its[:30] for w in _halves(it)]
+    texts = docs + halves + ["", "a b"] + random_texts(3, 50, ASCII + SPECIAL)
+    hit = 0
+    for start in range(0, len(texts), 89):
+        h, off = tk.word_hashes(tk.words(texts[start : start + 89]))
+        got, want = reg.scan_word_hashes(h, off), ref.registry_scan(reg, h, off)
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+        hit += int(want.sum())
+    assert hit
+    h, off = tk.word_hashes(tk.words([""]))
+    assert np.array_equal(reg.scan_word_hashes(h, off), ref.registry_scan(reg, h, off))
+
+
 def _halves(item: str) -> list[str]:
     words = item.split()
     return ["lorem ipsum " + " ".join(words[: len(words) // 2]), " ".join(words[len(words) // 2 :]) + " dolor"]

@@ -1,5 +1,5 @@
 """The shared text kernels as first written (lib/textkeys.py, lib/minhash.py, contamination's bitmap
-prefilter, the fuzzy advisory's candidate step), kept verbatim: the oracle the faster versions must
+prefilter, the fuzzy advisory's candidate step and exact Jaccard, the registry's n-gram count), kept verbatim: the oracle the faster versions must
 match bit for bit (mix_assets_tests/lib/test_kernels_identity.py) and the "old" column of bench/kernels.py."""
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
+from numpy.lib.stride_tricks import sliding_window_view
 
+from mix_assets.lib.contamination import Registry, _Prefix
 from mix_assets.lib.fuzzy import CANDIDATE_SHARE, Index
 from mix_assets.lib.minhash import EMPTY, fmix32
 from mix_assets.lib.textkeys import _P, _PUNCT, _as_array, join_words, splitmix64
@@ -215,3 +217,60 @@ def candidates(index: Index, sh: np.ndarray, soff: np.ndarray) -> tuple[np.ndarr
     first = np.ones(len(pos), bool)
     first[1:] = (item[1:] != item[:-1]) | (doc[1:] != doc[:-1])
     return pos[first], item[first]
+
+
+def best_jaccard(index: Index, sh: np.ndarray, soff: np.ndarray, pos: int, item: int) -> float:
+    """Exact Jaccard of the item's shingles with its best equal-length window of the document near `pos`."""
+    s = index.item_sh[index.item_off[item]:index.item_off[item + 1]]
+    m = len(s)
+    d = int(np.searchsorted(soff, pos, side="right") - 1)
+    lo, hi = max(int(soff[d]), pos - m), min(int(soff[d + 1]), pos + 2 * m)
+    region = sh[lo:hi]
+    w = min(m, len(region))
+    win = np.sort(sliding_window_view(region, w), axis=1)
+    distinct = np.ones(win.shape, bool)
+    distinct[:, 1:] = win[:, 1:] != win[:, :-1]
+    found = s[np.minimum(np.searchsorted(s, win), m - 1)] == win
+    inter = (distinct & found).sum(axis=1)
+    union = m + distinct.sum(axis=1) - inter
+    return float((inter / union).max())
+
+
+def registry_scan(self: Registry, h: np.ndarray, off: np.ndarray) -> np.ndarray:
+    """`Registry.scan_word_hashes`: int64 (n_docs, n_tasks) overlapping n-gram windows per document and task."""
+    n_docs = len(off) - 1
+    counts = np.zeros((n_docs, len(self.tasks)), np.int64)
+    if len(h) == 0 or self.keys.size + self.short_first.size == 0:
+        return counts
+    pre = _Prefix(h, off)
+    docs, members = [], []
+    if self.keys.size:
+        v = pre.all_windows(self.n)
+        cand = self.bitmap.candidates(v)
+        idx = np.minimum(np.searchsorted(self.keys, v[cand]), self.keys.size - 1)
+        hit = self.keys[idx] == v[cand]
+        start, idx = cand[hit], idx[hit]
+        ok = pre.inside(start, self.n)
+        docs.append(pre.doc_of[start[ok]])
+        members.append(self.member[idx[ok]])
+    if self.short_first.size:
+        v = pre.all_windows(self.short_min)
+        cand = self.short_bitmap.candidates(v)
+        lo = np.searchsorted(self.short_first, v[cand], side="left")
+        hi = np.searchsorted(self.short_first, v[cand], side="right")
+        some = np.flatnonzero(hi > lo)
+        start, reps, lo = cand[some], (hi - lo)[some], lo[some]
+        pos = np.repeat(start, reps)
+        entry = np.repeat(lo - np.cumsum(reps) + reps, reps) + np.arange(reps.sum())
+        length = self.short_len[entry]
+        fits = pre.inside(pos, length) if pos.size else np.zeros(0, bool)
+        pos, entry, length = pos[fits], entry[fits], length[fits]
+        same = pre.at(pos, length) == self.short_whole[entry]
+        docs.append(pre.doc_of[pos[same]])
+        members.append(self.short_member[entry[same]])
+    d = np.concatenate(docs)
+    if d.size:
+        m = np.concatenate(members)
+        for t in range(len(self.tasks)):
+            counts[:, t] = np.bincount(d[m[:, t]], minlength=n_docs)
+    return counts
