@@ -18,6 +18,7 @@ Nothing here returns or logs text: results are integer arrays.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections import deque
@@ -65,13 +66,20 @@ class _Prefix:
 
     def __init__(self, hashes: np.ndarray, offsets: np.ndarray):
         self.total = total = len(hashes)
-        lens = np.diff(offsets)
         self.pw, ipw = _powers(total + 1)
         self.c = np.zeros(total + 1, np.uint64)
         with np.errstate(over="ignore"):
             np.cumsum(hashes * ipw[:total], out=self.c[1:])
-        self.doc_of = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
-        self.doc_end = offsets[1:][self.doc_of] if total else np.zeros(0, np.int64)
+        self.offsets = offsets
+
+    @functools.cached_property
+    def doc_of(self) -> np.ndarray:
+        """The document of every word position."""
+        return np.repeat(np.arange(len(self.offsets) - 1, dtype=np.int64), np.diff(self.offsets))
+
+    def docs(self, start: np.ndarray) -> np.ndarray:
+        """The document of each of a few word positions (no per-word array)."""
+        return np.searchsorted(self.offsets, start, side="right") - 1
 
     def all_windows(self, L: int) -> np.ndarray:
         """Hashes of the windows starting at every position 0..total-L (boundaries NOT checked)."""
@@ -94,7 +102,7 @@ class _Prefix:
 
     def inside(self, start: np.ndarray, length: np.ndarray | int) -> np.ndarray:
         """Which windows lie inside one document."""
-        return start + length <= self.doc_end[start]
+        return start + length <= self.offsets[self.docs(start) + 1]
 
 
 def window_hashes(
@@ -309,7 +317,7 @@ class Registry:
             v = pre.all_windows(self.n)
             start, idx = self.bitmap.lookup(self.keys, v)
             ok = pre.inside(start, self.n)
-            docs.append(pre.doc_of[start[ok]])
+            docs.append(pre.docs(start[ok]))
             members.append(self.member[idx[ok]])
         if self.short_first.size:
             # A short item matches where its first `short_min` words match and then its whole
@@ -326,7 +334,7 @@ class Registry:
             fits = pre.inside(pos, length) if pos.size else np.zeros(0, bool)
             pos, entry, length = pos[fits], entry[fits], length[fits]
             same = pre.at(pos, length) == self.short_whole[entry]
-            docs.append(pre.doc_of[pos[same]])
+            docs.append(pre.docs(pos[same]))
             members.append(self.short_member[entry[same]])
         d = np.concatenate(docs)
         if d.size:
