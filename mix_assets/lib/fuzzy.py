@@ -203,8 +203,9 @@ def candidates(index: Index, sh: np.ndarray, soff: np.ndarray) -> tuple[np.ndarr
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     pos, r = index.bitmap.lookup(index.rep_keys, sh)
     n = index.post_off[r + 1] - index.post_off[r]
-    pos = np.repeat(pos, n)
-    at = np.repeat(index.post_off[r] - np.cumsum(n) + n, n) + np.arange(n.sum())
+    owner = _owners(n)
+    pos = pos[owner]
+    at = (index.post_off[r] - np.cumsum(n) + n)[owner] + np.arange(owner.size)
     item, weight = index.post_item[at].astype(np.int64), index.post_weight[at].astype(np.int64)
     span = np.int64(len(sh) + 1)
     key = item * span + pos
@@ -214,13 +215,14 @@ def candidates(index: Index, sh: np.ndarray, soff: np.ndarray) -> tuple[np.ndarr
     key, weight = _sorted_with(key, weight)
     item = key // span
     pos = key - item * span
-    doc = np.repeat(np.arange(len(soff) - 1), np.diff(soff))[pos]  # each position's document
+    doc = _owners(np.diff(soff))[pos]  # each position's document
     need = np.ceil(CANDIDATE_SHARE * index.params.num_perm)
     # a window lies in one (item, document) run of keys: drop the runs too light for any candidate
     new = np.ones(len(key), bool)
     new[1:] = (item[1:] != item[:-1]) | (doc[1:] != doc[:-1])
     starts = np.flatnonzero(new)
-    heavy = np.repeat(np.add.reduceat(weight, starts) >= need, np.diff(np.append(starts, len(key))))
+    csum = np.concatenate([[0], np.cumsum(weight)])
+    heavy = (np.diff(csum[np.append(starts, len(key))]) >= need)[np.cumsum(new) - 1]
     key, weight, item, pos, doc = key[heavy], weight[heavy], item[heavy], pos[heavy], doc[heavy]
     csum = np.concatenate([[0], np.cumsum(weight)])
     m = np.diff(index.item_off)[item]
@@ -234,6 +236,17 @@ def candidates(index: Index, sh: np.ndarray, soff: np.ndarray) -> tuple[np.ndarr
     first = np.ones(len(pos), bool)
     first[1:] = (item[1:] != item[:-1]) | (doc[1:] != doc[:-1])
     return pos[first], item[first]
+
+
+def _owners(n: np.ndarray) -> np.ndarray:
+    """`np.repeat(np.arange(len(n)), n)` for counts n >= 0, from a cumulative sum: np.repeat holds the
+    GIL, which the scan's other thread then waits for."""
+    nz = np.flatnonzero(n)
+    step = np.zeros(int(n.sum()), np.int64)
+    if nz.size:
+        step[(np.cumsum(n) - n)[nz[1:]]] = np.diff(nz)
+        step[0] = nz[0]
+    return np.cumsum(step)
 
 
 def _sorted_with(key: np.ndarray, val: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -262,14 +275,14 @@ def best_jaccards(index: Index, sh: np.ndarray, soff: np.ndarray, pos: np.ndarra
     rlen = hi - lo
     w = np.minimum(m, rlen)
     nwin = rlen - w + 1
-    c = np.repeat(np.arange(pos.size), rlen)  # the candidate of each region element
+    c = _owners(rlen)  # the candidate of each region element
     rstart = np.cumsum(rlen) - rlen
     t = np.arange(rlen.sum()) - rstart[c]  # its position in its region
     val = sh[lo[c] + t]
     # the item's shingles tagged 0 and the region's 1, grouped by (candidate, value): a region element
     # is in the item when its group starts with an item shingle; its previous occurrence precedes it
-    ic = np.repeat(np.arange(pos.size), m)
-    ival = index.item_sh[np.repeat(index.item_off[item] - np.cumsum(m) + m, m) + np.arange(m.sum())]
+    ic = _owners(m)
+    ival = index.item_sh[(index.item_off[item] - np.cumsum(m) + m)[ic] + np.arange(ic.size)]
     allc, allv = np.concatenate([ic, c]), np.concatenate([ival, val])
     kind = np.concatenate([np.zeros(ic.size, np.int8), np.ones(c.size, np.int8)])
     at = np.concatenate([np.full(ic.size, -1), t])
@@ -292,7 +305,7 @@ def best_jaccards(index: Index, sh: np.ndarray, soff: np.ndarray, pos: np.ndarra
     distinct = np.cumsum(np.bincount(a, minlength=total + 1) - np.bincount(b, minlength=total + 1))[:total]
     ia, ib = a[in_item[live]], b[in_item[live]]
     inter = np.cumsum(np.bincount(ia, minlength=total + 1) - np.bincount(ib, minlength=total + 1))[:total]
-    union = np.repeat(m, nwin) + distinct - inter
+    union = m[_owners(nwin)] + distinct - inter
     return np.maximum.reduceat(inter / union, wstart)
 
 
