@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import itertools
 import os
 import tempfile
 import threading
@@ -366,19 +365,25 @@ def encode_chunk(chunk: EncodeChunk, params: EncodeParams) -> EncodedChunk:
         i = int(np.flatnonzero(texts.is_null().to_numpy(zero_copy_only=False))[0])
         raise ValueError(f"{chunk.rows.path}: document {t.column('doc_id')[i].as_py()!r}: field text is null")
     dtype = np.dtype(params.dtype).newbyteorder("<")
+    sep = params.separator_id
     flats, lens = [], []
     for batch in _text_batches(texts.to_pylist(), params.batch_docs, params.batch_chars):
-        seqs = [e.ids for e in tok.encode_batch_fast(batch, add_special_tokens=False)]
-        n = np.fromiter((len(s) for s in seqs), np.int64, len(seqs))
-        lens.append(n)
-        flats.append(np.fromiter(itertools.chain.from_iterable(seqs), dtype, int(n.sum())))
-    n = np.concatenate(lens) if lens else np.zeros(0, np.int64)
+        # one flat list per batch, separators appended in place: each document's id list is freed
+        # at once (no list of lists for the cyclic GC to walk, no np.insert copy)
+        ids: list[int] = []
+        for e in tok.encode_batch_fast(batch, add_special_tokens=False):
+            doc = e.ids
+            ids += doc
+            lens.append(len(doc))
+            if sep is not None:
+                ids.append(sep)
+        flats.append(np.array(ids, dtype))
+    n = np.array(lens, np.int64)
     flat = np.concatenate(flats) if flats else np.zeros(0, dtype)
-    encoded = len(flat)
-    if params.separator_id is not None:
-        flat = np.insert(flat, np.cumsum(n), params.separator_id)
-        n = n + 1
-    return EncodedChunk(flat, n, int(pc.sum(pc.binary_length(texts)).as_py() or 0), encoded)
+    if sep is not None:
+        n += 1
+    return EncodedChunk(flat, n, int(pc.sum(pc.binary_length(texts)).as_py() or 0),
+                        len(flat) - (len(n) if sep is not None else 0))
 
 
 # -- the reduce side of the map: spill the results in chunk order ------------------------------------
