@@ -19,8 +19,12 @@ Packing: seq_len 512, 1 Mi-token shards (demo's 64 Ki would mean hundreds of fil
 
 Workers: `--workers 1 2` × `--engines local ray` (default: all four). A run with n workers sets the
 mix spec's `engine:` section to {kind, num_cpus: n} and every other parallelism knob to n as well
-(dedup.threads, audit.threads, packing.threads, RAYON_NUM_THREADS), so "1 worker" computes on one
-core and "2 workers" on two. Each run has its own storage; the files its manifest lists must be the
+(dedup.threads, audit.threads, packing.threads, RAYON_NUM_THREADS), and the run's process tree (its
+Ray daemons and workers included, which inherit it) is pinned to n cores with sched_setaffinity when n
+is below the machine's count (`--no-pin` turns this off), so "1 worker" computes on one core and
+"2 workers" on two: unpinned, Ray ×1 also computes in the run's own process (the driver consumes
+and writes while its one Ray worker maps), which a local ×1 run cannot. The encode reference with n
+threads is pinned the same way. Each run has its own storage; the files its manifest lists must be the
 same bytes in every run (issue 13 §5), and the report says whether they are (all but
 review/mix_config.json, which records the threads knobs and so differs; see `outputs`). kind ray
 starts a local Ray instance with n CPUs for each map step's process (dagster-ray; under the
@@ -460,19 +464,28 @@ def child(kind: str, args: list[str]) -> None:
     print("BENCH-RESULT " + json.dumps(out, default=str))
 
 
-def run_child(kind: str, args: list, threads: int, log: Path, executor: str = "in_process") -> dict:
+def pinned_cores(threads: int, pin: bool) -> set[int] | None:
+    """The first `threads` cores this process may run on, or None when pinning would change nothing."""
+    allowed = sorted(os.sched_getaffinity(0))
+    return set(allowed[:threads]) if pin and threads < len(allowed) else None
+
+
+def run_child(kind: str, args: list, threads: int, log: Path, executor: str = "in_process",
+              cores: set[int] | None = None) -> dict:
     env = {**os.environ, "RAYON_NUM_THREADS": str(threads), "MIX_EXECUTOR": executor,
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
     t0 = time.perf_counter()
     with open(log, "w") as fh:
         r = subprocess.run([sys.executable, __file__, "--child", kind, *map(str, args)], env=env,
-                           stdout=subprocess.PIPE, stderr=fh, text=True)
+                           stdout=subprocess.PIPE, stderr=fh, text=True,
+                           preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None)
     wall = time.perf_counter() - t0
     lines = [x for x in r.stdout.splitlines() if x.startswith("BENCH-RESULT ")]
     if r.returncode or not lines:
         raise SystemExit(f"{kind} child failed (exit {r.returncode}); log: {log}\n{r.stdout[-2000:]}")
     out = json.loads(lines[-1].removeprefix("BENCH-RESULT "))
     out["wall_secs"] = wall
+    out["cores"] = sorted(cores) if cores else None
     return out
 
 
@@ -495,6 +508,10 @@ def run_spec(base: Path, engine: str, workers: int, folder: Path) -> Path:
 # -- report -----------------------------------------------------------------------------------
 def f(x, fmt=".1f") -> str:
     return "—" if x is None else format(x, fmt)
+
+
+def _cores(child: dict) -> str:
+    return f"; pinned to core(s) {', '.join(map(str, child['cores']))}" if child.get("cores") else ""
 
 
 def _gate(c: dict) -> str:
@@ -569,7 +586,7 @@ def section(mb: int, gen: dict, runs: list[dict], encs: dict) -> str:
         else:
             L.append(f"Raw encode, {n} thread(s): {enc['secs']:.1f} s, {enc['cpu_secs']:.0f} CPU s, "
                      f"{enc['tokens']:,} tokens ({enc['bytes'] / enc['tokens']:.2f} B/token), peak RSS "
-                     f"{enc['peak_rss_mb']:.0f} MB.")
+                     f"{enc['peak_rss_mb']:.0f} MB{_cores(enc)}.")
     first = runs[0]["graph"]
     L.append(f"Corpus generation {gen['secs']:.1f} s in its own process (peak RSS {gen['peak_rss_mb']:.0f} MB, "
              f"not part of the graph); target_tokens {gen['target_tokens']:,}.")
@@ -581,7 +598,7 @@ def section(mb: int, gen: dict, runs: list[dict], encs: dict) -> str:
             L.append(f"{label(run)}: planted pairs with both documents sampled {r['clustered']:,}/"
                      f"{r['pairs_both_sampled']:,} in one dedup cluster; run process peak RSS "
                      f"{run['graph']['peak_rss_mb']:.0f} MB; "
-                     f"{run['graph']['setup_secs']:.1f} s before the run started"
+                     f"{run['graph']['setup_secs']:.1f} s before the run started{_cores(run['graph'])}"
                      + (f"; run-level resource init {run['graph']['run_resource_init_secs']:.1f} s (the in-process "
                         "executor connects the engine once per run)" if run["graph"].get("run_resource_init_secs")
                         else "") + ".")
@@ -747,6 +764,8 @@ def main() -> None:
                          "peak RSS; pays a process start per step); default both")
     ap.add_argument("--max-concurrent", type=int, default=1,
                     help="steps the multiprocess executor runs at once (1: a step's seconds are its own)")
+    ap.add_argument("--no-pin", dest="pin", action="store_false",
+                    help="do not pin an n-worker run (and the n-thread encode) to n cores")
     ap.add_argument("--quick", action="store_true",
                     help="a 1 MB corpus, writes bench/out/graph/quick.md (checks that the script works)")
     ap.add_argument("--seed", type=int, default=13, help="corpus seed")
@@ -782,7 +801,8 @@ def main() -> None:
         for eng, n, ex in itertools.product(a.engines, a.workers, a.executor):
             run_dir = folder / f"{eng}-{n}-{ex}"
             cfg = run_spec(folder / "mix.yaml", eng, n, run_dir)
-            graph = run_child("graph", [cfg, a.max_concurrent, ex], n, run_dir / "graph.log", ex)
+            graph = run_child("graph", [cfg, a.max_concurrent, ex], n, run_dir / "graph.log", ex,
+                              pinned_cores(n, a.pin))
             runs.append({"engine": eng, "workers": n, "executor": ex, "cfg": str(cfg), "graph": graph})
             top, step = _max_step(graph, "step_mb")
             print(f"[{mb} MB] {label(runs[-1])}: graph {'published' if graph['success'] else 'FAILED'} in "
@@ -791,7 +811,7 @@ def main() -> None:
         tok = next((r["cfg"] for r in runs if r["graph"]["outputs"].get("fingerprint")), runs[0]["cfg"])
         encs = {}
         for n in a.workers:
-            encs[n] = run_child("encode", [tok], n, folder / f"encode-{n}.log")
+            encs[n] = run_child("encode", [tok], n, folder / f"encode-{n}.log", cores=pinned_cores(n, a.pin))
             print(f"[{mb} MB] raw encode, {n} thread(s): {f(encs[n].get('secs'))} s", flush=True)
         results[mb] = {"gen": gen, "runs": runs, "encs": encs}
         (folder / "result.json").write_text(json.dumps(results[mb], indent=1))
