@@ -401,13 +401,20 @@ def _band_pairs(keys: np.ndarray, val: np.ndarray, train: np.ndarray, n: int) ->
     """Codes train * n + val of every (train, val) pair of rows with equal band keys."""
     order = np.argsort(keys[val], kind="stable")
     vk = keys[val][order]
+    # Val is ~2 % of the rows: a bitmap of the val keys' low bits passes a train key only when it may be
+    # a val key (equal keys have equal low bits), so the binary searches run on the few that pass.
+    bits = min(24, max(16, int(len(vk)).bit_length() + 6))  # <= 1/64 of train keys pass, <= 16 MB
+    seen = np.zeros(1 << bits, np.bool_)
+    mask = np.uint64((1 << bits) - 1)
+    seen[(vk & mask).astype(np.intp)] = True
     tk = keys[train]
-    lo = np.searchsorted(vk, tk, "left")
-    cnt = np.searchsorted(vk, tk, "right") - lo
+    maybe = np.flatnonzero(seen[(tk & mask).astype(np.intp)])
+    lo = np.searchsorted(vk, tk[maybe], "left")
+    cnt = np.searchsorted(vk, tk[maybe], "right") - lo
     m = cnt > 0
     if not m.any():
         return np.zeros(0, np.int64)
-    t = np.repeat(train[m], cnt[m])
+    t = np.repeat(train[maybe[m]], cnt[m])
     v = val[order[lsh.ranges(lo[m], cnt[m])]]
     return t * n + v
 

@@ -290,3 +290,23 @@ def test_streamed_disjointness_and_sides_equal_the_per_document_reference(tmp_pa
             first.setdefault(d, {"val": 1, "train": 0}.get(sp, -1))
         ids = pq.read_table(raws[s]).column(0).to_pylist()
         assert got[s].tolist() == [first.get(d, -1) for d in ids]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_band_pairs_equal_every_pair_with_equal_keys(seed):
+    import numpy as np
+
+    from mix_assets.lib.split import _band_pairs
+
+    rng = np.random.default_rng(seed)
+    n = 5000
+    # few distinct keys (many collisions), keys equal in their low bits but not equal, and full-range keys
+    with np.errstate(over="ignore"):
+        few = rng.integers(1, 40, n // 2, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    keys = np.concatenate([few, rng.integers(0, 2**63, n - n // 2, dtype=np.uint64)])
+    keys[-10:] = keys[:10] + (np.uint64(1) << np.uint64(30))
+    side = rng.random(n) < 0.05
+    val, train = np.flatnonzero(side), np.flatnonzero(~side)
+    want = sorted(t * n + v for t in train.tolist() for v in val.tolist() if keys[t] == keys[v])
+    got = _band_pairs(keys, val, train, n)
+    assert sorted(got.tolist()) == want and len(want) > 100
