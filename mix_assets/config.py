@@ -203,6 +203,17 @@ class FiltersSpec(_Strict):
     expect: dict[str, FilterExpectation] = {}  # filter name -> expectation; absent: FilterExpectation()
     guard: DomainGuardSpec = DomainGuardSpec()
     samples_per_filter: int = Field(3, ge=0, le=20)  # rejected documents shown per source x filter (and kept ones)
+    # Share of a source's tokens the document filters are expected to keep. raw/<source> samples
+    # budget x headroom / keep_share: headroom is the guide's 1.1-1.25x for dedup, masks and the split;
+    # a cascade's drops are their own factor and may be far larger than the 25 % headroom may be.
+    keep_share: float = Field(1.0, gt=0, le=1)
+
+    @model_serializer(mode="wrap")
+    def _omit_default_keep_share(self, handler: SerializerFunctionWrapHandler) -> dict:
+        out = handler(self)
+        if out.get("keep_share") == 1.0:
+            out.pop("keep_share")  # configs written before keep_share keep their published bytes and fingerprint
+        return out
 
     @field_validator("expect")
     @classmethod
@@ -620,9 +631,20 @@ class MixSpec(_Strict):
         s = self.source(name)
         return int(round(self.target_tokens * s.share * s.epochs))
 
+    def keep_share(self, name: str) -> float:
+        """The share of a source's tokens its document filters are expected to keep (1.0 without filters)."""
+        f = self.filters_for(name)
+        return f.keep_share if f is not None and f.active() else 1.0
+
     def raw_budget(self, name: str) -> int:
-        """Tokens sampled from a source: its unique budget x headroom (plus the validation share)."""
-        return int(round(self.unique_budget(name) * self.headroom / (1.0 - self.split.val_fraction)))
+        """Tokens sampled from a source: its unique budget x headroom (plus the validation share), over the
+        share its filters are expected to keep."""
+        return int(round(self.unique_budget(name) * self.headroom / (1.0 - self.split.val_fraction)
+                         / self.keep_share(name)))
+
+    def raw_minimum_tokens(self, name: str) -> int:
+        """Tokens a source's raw sample needs so that what its filters keep still covers `minimum_tokens`."""
+        return math.ceil(self.minimum_tokens(name) / self.keep_share(name))
 
     def canonical_json(self) -> str:
         """The resolved spec as canonical JSON (published beside the mix; hashed for code_version)."""

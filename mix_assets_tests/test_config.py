@@ -185,3 +185,25 @@ def test_language_id_reads_the_measured_head_by_default():
     from mix_assets.lib import langid
 
     assert LanguageSpec().max_chars == langid.DEFAULT_MAX_CHARS
+
+
+def test_keep_share_scales_the_raw_sample_and_its_minimum_per_source(tmp_path):
+    """A cascade that drops half of a source cannot be covered by headroom (<= 1.25): raw samples
+    budget x headroom / keep_share, and the override of one source leaves the other's sample alone."""
+    jl = {"kind": "jsonl", "paths": ["x.jsonl"]}
+    cfg = minimal_config(target_tokens=100_000, headroom=1.25, sources=[
+        source("a", jl, 0.5), source("b", jl, 0.5, filters={"keep_share": 0.5})])
+    plain = load_spec(write_config(tmp_path, {**cfg, "sources": [source("a", jl, 0.5), source("b", jl, 0.5)]}))
+    assert plain.keep_share("a") == plain.keep_share("b") == 1.0  # no filters run: nothing to keep
+    assert "keep_share" not in plain.canonical_json()
+    spec = load_spec(write_config(tmp_path, {**cfg, "filters": {"gopher_quality": {}, "keep_share": 0.8}}))
+    assert (spec.keep_share("a"), spec.keep_share("b")) == (0.8, 0.5)
+    base = 50_000 * 1.25 / 0.98
+    assert spec.raw_budget("a") == round(base / 0.8) and spec.raw_budget("b") == round(base / 0.5)
+    assert spec.raw_minimum_tokens("b") == -(-spec.minimum_tokens("b") * 2 // 1)
+    # the default stays out of the published config, so configs written before it keep their bytes
+    spec1 = load_spec(write_config(tmp_path, {**cfg, "sources": [source("a", jl, 0.5), source("b", jl, 0.5)],
+                                              "filters": {"gopher_quality": {}}}))
+    assert "keep_share" not in spec1.canonical_json() and spec1.raw_budget("a") == plain.raw_budget("a")
+    for bad in (0, 1.5):
+        assert "keep_share" in _error(tmp_path, {**cfg, "filters": {"gopher_quality": {}, "keep_share": bad}})

@@ -58,7 +58,8 @@ def fill_budget(
             f"tokens (N x share; {stream_budget:,} with epochs) but has {have:,} in "
             f"{n_docs_available if n_docs_available is not None else len(lengths):,} kept train documents "
             f"after dedup, exclusion masks and the validation split. The mix cannot be topped up after "
-            f"publication: raise the source's raw sample (headroom) or lower its share."
+            f"publication: raise the source's raw sample (headroom, or lower filters.keep_share to what "
+            f"its filters really keep) or lower its share."
         )
     n_unique = int(np.searchsorted(cum, unique_budget, side="left")) + 1 if unique_budget > 0 else 0
     # every epoch walks the unique set in selection order, skipping empty documents; the last

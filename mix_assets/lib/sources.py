@@ -916,7 +916,7 @@ class RawSource:
     bytes_per_token: float
     token_estimate: str  # how bytes_per_token was obtained
     budget_tokens: int  # budget x headroom: what the sample aims for
-    minimum_tokens: int  # what it must reach (unique budget before the validation split)
+    minimum_tokens: int  # what it must reach (unique budget before the validation split, over its filters keep_share)
 
     @property
     def docs(self) -> int:
@@ -986,6 +986,6 @@ def read_raw_source(storage, spec: MixSpec, name: str, progress: Optional[Callab
     if counts:  # the sample was chosen on the text as read; its totals are those of the text written
         got.modifiers = counts.stats()
         got.text_bytes, got.est_tokens = written
-    raw = RawSource(name, got, bpt, how, spec.raw_budget(name), spec.minimum_tokens(name))
+    raw = RawSource(name, got, bpt, how, spec.raw_budget(name), spec.raw_minimum_tokens(name))
     storage.write_text(layout.RAW_STATS.format(source=name), json.dumps(raw.stats(), indent=1, sort_keys=True))
     return raw
