@@ -16,6 +16,11 @@ in configs/shared-sample.yaml. Each source's share is its share of the bytes and
 set so each raw budget (budget x headroom) is 97 % of the source's estimated tokens: every source
 is read whole and ~97 % of it sampled (a budget of 100 % would leave `budget_met` no slack).
 Packing: seq_len 512, 1 Mi-token shards (demo's 64 Ki would mean hundreds of files per 100 MB).
+No filter cascade by default (issue 13's graph). `--filters` adds configs/demo.yaml's mix-level
+`filters:` section as it stands (Gopher quality and repetition, C4, FineWeb, language ID, guard: the
+`document_filters` stage, which keeps ~72 % of this corpus's documents, bench/results/filters_stage.md)
+with `keep_share: 0.65`, so every source is still read whole (raw samples budget x headroom /
+keep_share) and target_tokens is 0.65 of the figure above.
 
 Workers: `--workers 1 2` × `--engines local ray` (default: all four). A run with n workers sets the
 mix spec's `engine:` section to {kind, num_cpus: n} and every other parallelism knob to n as well
@@ -87,6 +92,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+FILTERS_KEEP_SHARE = 0.65  # --filters: below the ~0.72 of documents the demo's cascade keeps here
 OUT = REPO / "bench" / "out" / "graph"
 RESULTS = REPO / "bench" / "results" / "graph.md"
 SOURCES = ("part_a", "part_b", "part_c", "part_d")
@@ -133,7 +139,7 @@ def eval_tasks(evals: Path) -> list[dict]:
 
 
 # -- children ---------------------------------------------------------------------------------
-def child_gen(mb: int, folder: Path, seed: int, bpt: float) -> dict:
+def child_gen(mb: int, folder: Path, seed: int, bpt: float, filters: bool = False) -> dict:
     import yaml
 
     from mix_assets.lib import gen_corpus as gc
@@ -151,8 +157,8 @@ def child_gen(mb: int, folder: Path, seed: int, bpt: float) -> dict:
     total = sum(nbytes.values())
     shares = {s: round(nbytes[s] / total, 6) for s in SOURCES[:-1]}
     shares[SOURCES[-1]] = round(1.0 - sum(shares.values()), 6)
-    headroom, val = 1.25, 0.02
-    target = int(0.97 * total / bpt * (1 - val) / headroom)
+    headroom, val, keep = 1.25, 0.02, (FILTERS_KEEP_SHARE if filters else 1.0)
+    target = int(0.97 * total / bpt * (1 - val) / headroom * keep)
     cfg = {
         "name": f"graph_bench_{mb}mb",
         "description": "Markov prose, 10 % planted near-copies at Jaccard 0.80-0.85 (bench/graph.py).",
@@ -173,6 +179,9 @@ def child_gen(mb: int, folder: Path, seed: int, bpt: float) -> dict:
         "storage": {"root": str(folder / "storage"), "cache_dir": str(folder / "cache")},
         "publish": {"url": str(folder / "published")},
     }
+    if filters:
+        cfg["filters"] = {**yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())["filters"],
+                          "keep_share": keep}
     (folder / "mix.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     return {"secs": secs, "docs": len(corpus.texts), "pairs": int(len(corpus.pairs)),
             "j_min": float(corpus.jaccard.min()), "j_max": float(corpus.jaccard.max()),
@@ -456,7 +465,7 @@ def child_encode(cfg: Path) -> dict:
 
 def child(kind: str, args: list[str]) -> None:
     if kind == "gen":
-        out = child_gen(int(args[0]), Path(args[1]), int(args[2]), float(args[3]))
+        out = child_gen(int(args[0]), Path(args[1]), int(args[2]), float(args[3]), args[4] == "filters")
     elif kind == "graph":
         out = child_graph(Path(args[0]), int(args[1]), args[2])
     else:
@@ -764,6 +773,8 @@ def main() -> None:
                          "peak RSS; pays a process start per step); default both")
     ap.add_argument("--max-concurrent", type=int, default=1,
                     help="steps the multiprocess executor runs at once (1: a step's seconds are its own)")
+    ap.add_argument("--filters", action="store_true",
+                    help=f"add configs/demo.yaml's filters: section (document_filters), keep_share {FILTERS_KEEP_SHARE}")
     ap.add_argument("--no-pin", dest="pin", action="store_false",
                     help="do not pin an n-worker run (and the n-thread encode) to n cores")
     ap.add_argument("--quick", action="store_true",
@@ -794,7 +805,8 @@ def main() -> None:
         if folder.exists():
             subprocess.run(["rm", "-rf", str(folder)], check=True)
         folder.mkdir(parents=True)
-        gen = run_child("gen", [mb, folder, a.seed, a.bytes_per_token], 1, folder / "gen.log")
+        gen = run_child("gen", [mb, folder, a.seed, a.bytes_per_token, "filters" if a.filters else "none"], 1,
+                        folder / "gen.log")
         print(f"[{mb} MB] corpus {gen['bytes'] / 1e6:.1f} MB, {gen['docs']:,} docs, {gen['pairs']:,} pairs "
               f"({gen['secs']:.1f} s)", flush=True)
         runs = []
@@ -825,7 +837,9 @@ def main() -> None:
     run = [f"## Run of {t_start}", "", f"    {cmd}", "",
            f"Machine: {machine()}; code at {git_rev()}; engines {', '.join(a.engines)}; workers "
            f"{', '.join(map(str, a.workers))}; executors {', '.join(a.executor)}"
-           + (f" (multiprocess max_concurrent {a.max_concurrent})." if "multiprocess" in a.executor else "."),
+           + (f" (multiprocess max_concurrent {a.max_concurrent})" if "multiprocess" in a.executor else "")
+           + (f"; **with the demo's filter cascade** (`--filters`, keep_share {FILTERS_KEEP_SHARE})." if a.filters
+              else "; no filter cascade."),
            f"Load average (1/5/15 min) at start: {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f}; at end: "
            f"{load1[0]:.2f} / {load1[1]:.2f} / {load1[2]:.2f} (2 cores, shared with other work).", "",
            "Against issue 13's targets (figure, reference, ratio):", "", *[f"- {x}" for x in tgt], ""]
