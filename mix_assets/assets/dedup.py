@@ -138,8 +138,9 @@ def _mask_checks(m: lib.Masks, loss_limit: float) -> list[dg.AssetCheckResult]:
         ),
         dg.AssetCheckResult(
             check_name=SOURCE_BUDGETS_MET, passed=not short, metadata=md.source_budgets_met(m),
-            description=("below budget: " + ", ".join(f"{s} keeps {k:,} < {n:,}" for s, (k, n) in short.items()))
-            if short else "every source meets ceil(unique_budget / (1 - val_fraction))",
+            description=("below budget: " + ", ".join(f"{s} keeps {k:,} < {n:,}" for s, (k, n) in short.items())
+                         + ". Raise the raw sample (headroom; or filters.keep_share to what the filters keep) or "
+                         "lower the share") if short else "every source meets ceil(unique_budget / (1 - val_fraction))",
         ),
         dg.AssetCheckResult(
             check_name=SOURCE_LOSS_WITHIN_LIMIT, passed=not lossy, severity=dg.AssetCheckSeverity.WARN,
