@@ -496,11 +496,21 @@ class _Scan:
     texts: object  # stripped text per row: a pyarrow string array, or a list (None unless a candidate)
     notes: list  # (row, reason, what) for every unreadable row
     error: Optional[SourceError] = None  # raised reading the row after the last one
+    digest: bytes = b""  # of the chunk's bytes (`_chunk_digest`)
+
+
+def _chunk_digest(data: bytes) -> bytes:
+    # Pass 2 re-reads a chunk and proves it is the same bytes pass 1 chose from: doc ids name lines,
+    # so the sample keys alone miss a line edited in place. sha256 (SHA-NI: ~3x blake2b here) releases
+    # the GIL on large input.
+    return hashlib.sha256(data).digest()
 
 
 def _scan(src: SourceSpec, chunk: JsonlChunk, bytes_per_token: float) -> _Scan:
     data = chunk.read()
-    return _scan_arrow(src, chunk, data, bytes_per_token) or _scan_python(src, chunk, data, bytes_per_token)
+    s = _scan_arrow(src, chunk, data, bytes_per_token) or _scan_python(src, chunk, data, bytes_per_token)
+    s.digest = _chunk_digest(data)
+    return s
 
 
 def _scan_python(src: SourceSpec, chunk: JsonlChunk, data: bytes, bytes_per_token: float) -> _Scan:
@@ -647,6 +657,7 @@ class _ChunkPlan:
     keys: np.ndarray  # uint64 sample key per candidate
     notes: list  # (row, origin, reason, what): the first 20 unreadable rows and the first 20 undecodable
     error: Optional[SourceError]
+    digest: bytes
 
 
 def _plan_chunk(src: SourceSpec, seed: int, bytes_per_token: float, chunk: JsonlChunk) -> _ChunkPlan:
@@ -657,7 +668,8 @@ def _plan_chunk(src: SourceSpec, seed: int, bytes_per_token: float, chunk: Jsonl
     undecodable = [n for n in s.notes if n[1] == UNDECODABLE][:20]
     notes = sorted(set(s.notes[:20]) | set(undecodable))
     return _ChunkPlan(chunk, s.codes, s.nb, s.est, keys,
-                      [(r, f"{chunk.rel}:{s.lines[r]}", reason, what) for r, reason, what in notes], s.error)
+                      [(r, f"{chunk.rel}:{s.lines[r]}", reason, what) for r, reason, what in notes], s.error,
+                      s.digest)
 
 
 def _plan_jsonl(spec: MixSpec, src: SourceSpec, bytes_per_token: float, limit_tokens: float,
@@ -684,7 +696,7 @@ def _plan_jsonl(spec: MixSpec, src: SourceSpec, bytes_per_token: float, limit_to
         keys.append(p.keys[: len(cand)])
         nbs.append(p.nb[cand])
         ests.append(p.est[cand])
-        chunks.append((p.chunk, n, cand.astype(np.int32)))
+        chunks.append((p.chunk, n, cand.astype(np.int32), p.digest))
         seen += int(p.est[cand].sum())
         if progress:
             progress(out.rows_read, out.bytes_read)
@@ -703,12 +715,17 @@ class _DocsJob:
     first_row: int
     kept: np.ndarray  # int32 row positions, ascending
     keys: np.ndarray  # uint64
+    digest: bytes  # of the chunk's bytes in pass 1
 
 
 def _docs_chunk(src: SourceSpec, seed: int, bytes_per_token: float, job: _DocsJob) -> pa.Table:
     """The kept documents of one chunk, as `iter_sample` writes them (pass 1 chose them, so only they
     are stripped and measured again)."""
     data, kept = job.chunk.read(), job.kept
+    if _chunk_digest(data) != job.digest:
+        c = job.chunk
+        raise SourceError(f"source {src.name}: the source changed while it was read ({c.path}, bytes "
+                          f"{c.start:,}-{c.stop:,}, lines from {c.first_line:,})")
     parsed = _parse_arrow(src, job.chunk, data)
     if parsed is not None:
         lines, text = parsed
@@ -739,10 +756,10 @@ def _sample_jsonl(spec: MixSpec, src: SourceSpec, bytes_per_token: float, plan: 
     """Pass 2 over chunks: the kept documents of each chunk holding any, in source order."""
     def jobs() -> Iterator[_DocsJob]:
         row, at = 0, 0
-        for chunk, rows, cand in plan.chunks:
+        for chunk, rows, cand, digest in plan.chunks:
             keep = plan.keep[at: at + len(cand)]
             if keep.any():
-                yield _DocsJob(chunk, row, cand[keep], plan.keys[at: at + len(cand)][keep])
+                yield _DocsJob(chunk, row, cand[keep], plan.keys[at: at + len(cand)][keep], digest)
             row, at = row + rows, at + len(cand)
 
     return map_chunks(functools.partial(_docs_chunk, src, spec.seed, bytes_per_token), jobs(), eng)

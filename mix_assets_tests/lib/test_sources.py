@@ -481,3 +481,25 @@ def test_jsonl_chunks_are_whole_lines_covering_the_file(tmp_path, chunk_bytes):
     assert [c.start for c in chunks] == [0] + [c.stop for c in chunks[:-1]] and chunks[-1].stop == len(data)
     assert all(data[c.stop - 1:c.stop] == b"\n" for c in chunks[:-1])
     assert [c.first_line for c in chunks] == [data[:c.start].count(b"\n") + 1 for c in chunks]
+
+
+@pytest.mark.parametrize("arrow", [True, False])
+def test_a_line_edited_in_place_between_the_passes_is_refused_naming_the_file(tmp_path, monkeypatch, arrow):
+    """Doc ids name lines, so a same-length edit of a kept line between pass 1 (choose) and pass 2
+    (write) keeps every sample key: the chunk's digest from pass 1 is what catches it."""
+    from mix_assets.lib.storage import Storage
+
+    p = _jsonl(tmp_path / "e.jsonl", [{"text": f"document number {i} says hello"} for i in range(50)])
+    spec = _spec(tmp_path, source("e", {"kind": "jsonl", "paths": ["e.jsonl"]}), target_tokens=100_000)
+    if not arrow:
+        monkeypatch.setattr(lib, "_scan_arrow", lambda *a: None)
+    plan_sample = lib.plan_sample
+
+    def then_edit(*a, **kw):
+        out = plan_sample(*a, **kw)
+        p.write_bytes(p.read_bytes().replace(b"number 7 says hello", b"number 7 says HELLO"))
+        return out
+
+    monkeypatch.setattr(lib, "plan_sample", then_edit)
+    with pytest.raises(lib.SourceError, match=r"source e: the source changed while it was read \(.*e\.jsonl, bytes 0-"):
+        lib.read_raw_source(Storage(root=str(tmp_path / "st")), spec, "e")
