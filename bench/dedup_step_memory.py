@@ -15,7 +15,9 @@ rest of `reduce_signatures`: reading the per-document columns before, building t
 write (dedup_keys.parquet), lineage, check (clusters_consistent), metadata, dagster (the rest of the run).
 Beside each: VmRSS at the phase's end (what it left held). With --before, each run is measured with that
 rev's code too (`git archive`), and the written dedup_keys.parquet and the step's metadata (minus peak_rss_mb
-and *_seconds) must be the same. Cap (issue 13): the step's peak grows <= 600 B per added document.
+and *_seconds, *_per_second) must be the same. Cap (issue 13): the step's peak grows <= 600 B per added
+document. With --repeat n, the sizes and code trees alternate n times; the report gives each repeat's bytes
+per added document (its small and large measurement) and the median-peak measurement's phases.
 """
 
 from __future__ import annotations
@@ -138,35 +140,55 @@ def measure(code: Path, cfg: Path, log: Path) -> dict:
 
 
 def report(runs: list[str], res: dict, codes: list[str]) -> str:
+    """`res`: {(code, run): [measurement per repeat]}. The table shows each code and run's median-peak
+    measurement; bytes per added document pair repeat i's small and large run (interleaved in time)."""
     mb = 1e6
     lo, hi = runs[0], runs[-1]
-    out = ["MB = 1e6 bytes. peak = VmHWM of the step's process; per phase: its peak / VmRSS at its end.", "",
+    mid = {k: sorted(v, key=lambda r: r["peak"])[(len(v) - 1) // 2] for k, v in res.items()}
+    out = ["MB = 1e6 bytes. peak = VmHWM of the step's process; per phase: its peak / VmRSS at its end "
+           f"(the median-peak one of {len(res[(codes[0], lo)])} measurement(s)).", "",
            "| code | run | docs | base | peak | " + " | ".join(ORDER) + " | s | dedup_keys.parquet sha256 |",
            "|---|---|---|---|---|" + "---|" * len(ORDER) + "---|---|"]
     for code in codes:
         for run in runs:
-            r = res[(code, run)]
+            r = mid[(code, run)]
             cells = [f"{r['phases'][n][0] / mb:.0f} / {r['phases'][n][1] / mb:.0f}" if n in r["phases"] else "—"
                      for n in ORDER]
-            ok = "" if r["success"] else " (failed)"
+            ok = "" if all(x["success"] for x in res[(code, run)]) else " (failed)"
             out.append(f"| {code}{ok} | {run} | {r['docs']:,} | {r['base'] / mb:.0f} | {r['peak'] / mb:.0f} | "
                        + " | ".join(cells) + f" | {r['secs']:.1f} | {r['sha'][:16]} |")
     out.append("")
     for code in codes:
-        a, b = res[(code, lo)], res[(code, hi)]
-        added = max(b["docs"] - a["docs"], 1)
-        per = (b["peak"] - a["peak"]) / added
-        step = ((b["peak"] - b["base"]) - (a["peak"] - a["base"])) / added
-        red = (b["phases"]["reduce"][0] - a["phases"]["reduce"][0]) / added
-        out.append(f"{code}: step peak {a['peak'] / mb:.0f} -> {b['peak'] / mb:.0f} MB over {a['docs']:,} -> "
-                   f"{b['docs']:,} documents = {per:,.0f} B per added document (cap {CAP}: "
-                   f"{'met' if per <= CAP else 'NOT met'}); peak - base {step:,.0f} B/doc; reduce phase's peak "
-                   f"{red:,.0f} B/doc")
+        pairs = list(zip(res[(code, lo)], res[(code, hi)]))
+        added = max(pairs[0][1]["docs"] - pairs[0][0]["docs"], 1)
+        per = sorted((b["peak"] - a["peak"]) / added for a, b in pairs)
+        red = sorted((_reduce_peak(b) - _reduce_peak(a)) / added for a, b in pairs)
+        med = per[(len(per) - 1) // 2]
+        out.append(f"{code}: step peak " + ", ".join(f"{a['peak'] / mb:.0f} -> {b['peak'] / mb:.0f}" for a, b in pairs)
+                   + f" MB over {pairs[0][0]['docs']:,} -> {pairs[0][1]['docs']:,} documents = "
+                   + ", ".join(f"{x:,.0f}" for x in per) + f" B per added document (median {med:,.0f}; cap {CAP}: "
+                   f"{'met' if per[-1] <= CAP else 'NOT met' if per[0] > CAP else 'not in every repeat'}); "
+                   "the reduce's peak (lsh, reduce phases): " + ", ".join(f"{x:,.0f}" for x in red) + " B/doc")
     if len(codes) > 1:
-        same = all((res[(codes[0], r)]["sha"], res[(codes[0], r)]["metadata"]) ==
-                   (res[(codes[1], r)]["sha"], res[(codes[1], r)]["metadata"]) for r in runs)
-        out.append(f"same dedup_keys.parquet and metadata as {codes[0]}: {'yes' if same else 'NO'}")
+        diff = sorted({f"{r}: {k}" for r in runs for x in res[(codes[0], r)] for y in res[(codes[1], r)]
+                       for k in _differs(x, y)})
+        out.append(f"same dedup_keys.parquet and metadata (minus rates) as {codes[0]} in every measurement: "
+                   + ("yes" if not diff else "NO: " + "; ".join(diff)))
     return "\n".join(out) + "\n"
+
+
+def _reduce_peak(r: dict) -> int:
+    return max(r["phases"].get(n, [0])[0] for n in ("lsh", "reduce"))
+
+
+def _differs(a: dict, b: dict) -> list[str]:
+    """What differs between two measurements' outputs: the file, or metadata entries (not timings or rates)."""
+    out = ["dedup_keys.parquet"] if a["sha"] != b["sha"] else []
+    for name in sorted(set(a["metadata"]) | set(b["metadata"])):
+        ma, mb = a["metadata"].get(name, {}), b["metadata"].get(name, {})
+        out += [f"{name}.{k}" for k in sorted(set(ma) | set(mb))
+                if not k.endswith("per_second") and ma.get(k) != mb.get(k)]
+    return out
 
 
 def main() -> None:
@@ -174,7 +196,7 @@ def main() -> None:
     p.add_argument("--runs", type=Path, nargs=2, help="two graph run folders (mix.yaml + storage), smaller first")
     p.add_argument("--before", default=None, help="also measure this git rev's code (e.g. main)")
     p.add_argument("--folder", type=Path, default=Path("/tmp/dedup-step-memory"))
-    p.add_argument("--repeat", type=int, default=1, help="measurements per code and run (the lowest peak is kept)")
+    p.add_argument("--repeat", type=int, default=1, help="measurements per code and run, interleaved")
     p.add_argument("--out", type=Path, default=None, help="write the report here (markdown) as well")
     p.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -191,14 +213,15 @@ def main() -> None:
         trees = {f"before ({rev[:12]})": before_tree(rev, a.folder), **trees}
     cfgs = {str(run): prepare(run, a.folder) for run in a.runs}
     log, res = a.folder / "bench.log", {}
-    for _ in range(a.repeat):  # interleaved: code trees alternate within each repeat
+    for _ in range(a.repeat):  # interleaved: sizes and code trees alternate within each repeat
         for run, cfg in cfgs.items():
             for code, tree in trees.items():
                 r = measure(tree, cfg, log)
                 print(f"{run} {code}: peak {r['peak'] / 1e6:.0f} MB, base {r['base'] / 1e6:.0f} MB, "
                       f"{r['secs']:.1f} s, success {r['success']}", flush=True)
-                if (code, run) not in res or r["peak"] < res[(code, run)]["peak"]:
-                    res[(code, run)] = r
+                res.setdefault((code, run), []).append(r)
+    (a.folder / "results.json").write_text(json.dumps([{"code": c, "run": r, "repeat": i, **v}
+                                                       for (c, r), vs in res.items() for i, v in enumerate(vs)]))
     text = report(list(cfgs), res, list(trees))
     print(text)
     if a.out:
