@@ -309,6 +309,7 @@ def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[s
         res = lsh.dedup(doc_ids, labels, stored, nsh, nch, prio, b, r, params.threshold, shingle_sets=sets,
                         demoted=demoted, eng=eng)
     del prio, nsh, nch, labels, demoted
+    tables.release_unused()  # the bands' and verification's freed pages, before the table is built
     canon = pa.array(np.asarray(pc.sort_indices(doc_ids), dtype=np.int64))  # = by doc_id (ids are unique)
     cols = {"doc_id": doc_ids.take(canon), "source": pa.array(names, pa.string()).take(pa.array(src).take(canon))}
     cols["exact_key"] = stored.read(["exact_key"]).column(0).take(canon).combine_chunks()
@@ -322,6 +323,8 @@ def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[s
     table = pa.table(cols, schema=DEDUP_SCHEMA)
     stats = dict(res.stats, bands=b, rows=r, threshold=params.threshold, num_perm=params.num_perm)
     stats["per_source"] = _per_source_kills(names, src, res.code)
+    del cols, res, canon
+    tables.release_unused()
     return table, stats
 
 
@@ -337,10 +340,11 @@ def check_clusters(table: pa.Table, limit: int = 20) -> list[str]:
     """Problems with a dedup keys table (empty list = consistent), at most `limit`: doc_id uniqueness, then
     per cluster in order of first appearance its id, kept count and sizes, then its members' reasons in
     row order, then exact keys spread over several clusters. Columns as numpy arrays, no per-document
-    Python objects."""
+    Python objects; Arrow's freed pages are returned after each hash or sort, so its peak is one of them
+    over the table (bench/dedup_step_memory.py)."""
     n = table.num_rows
     doc = table.column("doc_id").combine_chunks()
-    problems = [] if len(_codes(table.column("doc_id"))[1]) == n else ["doc_id is not unique"]
+    problems = [] if _unique(doc) else ["doc_id is not unique"]
     code, clusters = _codes(table.column("cluster_id"))
     keep = np.asarray(table.column("keep").fill_null(False).to_numpy(), bool)
     size = np.bincount(code, minlength=len(clusters))
@@ -352,7 +356,10 @@ def check_clusters(table: pa.Table, limit: int = 20) -> list[str]:
     bad_kept = np.bincount(code, weights=keep, minlength=len(clusters)) != 1
     cs = np.asarray(table.column("cluster_size").fill_null(-1).to_numpy(), np.int64)
     bad_size = np.bincount(code, weights=cs != size[code], minlength=len(clusters)) > 0
-    kc, _ = _codes(table.column("exact_key"))
+    key = table.column("exact_key").combine_chunks()
+    kc = lsh.key_groups(key) if not key.null_count else _codes(table.column("exact_key"))[0]  # as the reduce's
+    del key
+    tables.release_unused()
     same = (kc == kc[row[code]]) & found[code]
     want = np.where(keep, 0, np.where(same, 1, 2))  # REASON_NAMES
     reason = table.column("reason")
@@ -381,6 +388,7 @@ def check_clusters(table: pa.Table, limit: int = 20) -> list[str]:
     split = int((np.bincount(kc[code != some[kc]], minlength=len(some)) > 0).sum())
     if split:
         problems.append(f"{split} exact key(s) spread over several clusters")
+    tables.release_unused()
     return problems[:limit]
 
 
@@ -390,7 +398,18 @@ REASON_NAMES = (None, "exact_dup", "near_dup")
 def _codes(col) -> tuple[np.ndarray, pa.Array]:
     """(int64 code per row, the distinct values in order of first appearance; null is a value)."""
     enc = pc.dictionary_encode(col.combine_chunks(), null_encoding="encode")
-    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary
+    out = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary
+    del enc
+    tables.release_unused()  # the hash table's pages
+    return out
+
+
+def _unique(values: pa.Array) -> bool:
+    """No value twice (null is a value), by sorting: cheaper than a hash table of every value."""
+    if values.null_count > 1:
+        return False
+    s = values.take(pc.sort_indices(values))  # nulls last
+    return len(s) < 2 or not pc.any(pc.equal(s.slice(1), s.slice(0, len(s) - 1))).as_py()
 
 
 # -- exclusion masks ---------------------------------------------------------------------------

@@ -1,3 +1,4 @@
+import hashlib
 import random
 
 import pyarrow as pa
@@ -160,10 +161,14 @@ def _consistent_keys(rng: random.Random, n_clusters: int) -> list[dict]:
     return rows
 
 
+@pytest.mark.parametrize("hex_keys", [False, True], ids=["short-keys", "sha256-keys"])
 @pytest.mark.parametrize("seed", range(12))
-def test_check_clusters_equals_the_per_document_reference(seed):
+def test_check_clusters_equals_the_per_document_reference(seed, hex_keys):
     rng = random.Random(seed)
     rows = _consistent_keys(rng, 60)
+    if hex_keys:  # the real keys' form: labelled without a hash table (lsh.key_groups)
+        for r in rows:
+            r["exact_key"] = hashlib.sha256(r["exact_key"].encode()).hexdigest()
     assert lib.check_clusters(pa.Table.from_pylist(rows, schema=lib.DEDUP_SCHEMA)) == []
     assert lib.check_clusters(lib.DEDUP_SCHEMA.empty_table()) == []
     kept_ids = [r["doc_id"] for r in rows if r["keep"]]
@@ -191,6 +196,18 @@ def test_check_clusters_equals_the_per_document_reference(seed):
     want = _check_clusters_reference(table)
     assert lib.check_clusters(table) == want
     assert bool(want) == bool(seed)
+
+
+@pytest.mark.parametrize("nulls", [("doc_id", 1), ("doc_id", 2), ("exact_key", 1), ("exact_key", 3)])
+def test_check_clusters_null_ids_and_keys_equal_the_reference(nulls):
+    field, count = nulls
+    rows = _consistent_keys(random.Random(7), 40)
+    for r in [r for r in rows if not r["keep"]][:count]:
+        r[field] = None
+    table = pa.Table.from_pylist(rows, schema=lib.DEDUP_SCHEMA)
+    want = _check_clusters_reference(table)
+    assert lib.check_clusters(table) == want
+    assert ("doc_id is not unique" in want) == (field == "doc_id" and count > 1)
 
 
 # -- the streaming exclusion pass against the per-document code it replaced --------------------------------
