@@ -56,7 +56,7 @@ def task_references(spec: MixSpec, keep_words: bool = False) -> Iterator[TaskRef
     for task in audit.tasks:
         items = evals.load_task_items(task, spec.base_dir)
         tn = ct.task_ngrams(items.items, audit.ngram, audit.short_item_min_words, scrub_k=audit.scrub_words,
-                            keep_words=keep_words)
+                            keep_words=keep_words, threads=audit.threads)
         denominators = {
             "audit_splits": list(task.audit_splits),
             "scored_split": task.scored_split,

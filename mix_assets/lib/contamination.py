@@ -143,16 +143,18 @@ class TaskNgrams:
 
 def task_ngrams(
     items: Sequence[str], n: int = 13, short_item_min_words: int = 8, chunk: int = 4096,
-    scrub_k: int | None = None, keep_words: bool = False,
+    scrub_k: int | None = None, keep_words: bool = False, threads: int = 1,
 ) -> TaskNgrams:
     """Hashed n-grams of reference items, with the whole-item rule for short items (and, with
     `scrub_k`, their scrub set: the items are normalised and their words hashed once for both; with
     `keep_words`, those word hashes, `textkeys.word_hashes` of all the items).
 
-    Items are processed `chunk` at a time, which bounds the Arrow buffers of the normalisation.
+    Items are processed `chunk` at a time, which bounds the Arrow buffers of the normalisation, on up
+    to `threads` threads.
     """
-    parts = [_task_ngrams(items[i : i + chunk], n, short_item_min_words, scrub_k, keep_words)
-             for i in range(0, len(items), chunk)]
+    one = functools.partial(_task_ngrams, n=n, short_item_min_words=short_item_min_words, scrub_k=scrub_k,
+                            keep_words=keep_words)
+    parts = list(ordered_map(one, [items[i : i + chunk] for i in range(0, len(items), chunk)], threads))
     if not parts:
         parts = [_task_ngrams([], n, short_item_min_words, scrub_k, keep_words)]
     hashes = sorted_unique(np.concatenate([p.hashes for p in parts]))
