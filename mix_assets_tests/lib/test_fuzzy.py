@@ -149,3 +149,15 @@ def test_index_postings_follow_their_definition_with_ties_and_empty_items():
     assert keys.tolist() == sorted(set(keys.tolist())) and post_off[-1] == len(post_item)
     for k in range(len(keys)):
         assert post_item[post_off[k]:post_off[k + 1]].tolist() == sorted(post_item[post_off[k]:post_off[k + 1]].tolist())
+
+
+@pytest.mark.parametrize("clash", [False, True])
+def test_argsort_u64_sorts_with_and_without_values_sharing_their_top_bits(clash):
+    rng = np.random.default_rng(7)
+    a = rng.integers(0, 2**63, 5000, dtype=np.int64).astype(np.uint64) * np.uint64(2)
+    a[100:200] = a[:100]  # duplicates: any order among equal values
+    if clash:  # a larger value first, a smaller one with the same top bits after it
+        a[300], a[301] = np.uint64(2**40 + 5), np.uint64(2**40 + 3)
+    order, s = fuzzy._argsort_u64(a)
+    assert sorted(order.tolist()) == list(range(len(a)))
+    assert np.array_equal(s, a[order]) and np.array_equal(s, np.sort(a))
