@@ -58,11 +58,12 @@ def task_references(spec: MixSpec, keep_words: bool = False) -> Iterator[TaskRef
 
 
 def _reference(spec: MixSpec, task, items: evals.TaskItems, keep_words: bool = False,
-               words: list | None = None) -> TaskReference:
-    """A task's reference from its items (or their `contamination.item_words`, when already computed)."""
+               words: list | None = None, threads: int | None = None) -> TaskReference:
+    """A task's reference from its items (or their `contamination.item_words`, when already computed),
+    hashed on `threads` (default audit.threads)."""
     audit = spec.audit
     tn = ct.task_ngrams(items.items, audit.ngram, audit.short_item_min_words, scrub_k=audit.scrub_words,
-                        keep_words=keep_words, threads=audit.threads, words=words)
+                        keep_words=keep_words, threads=threads or audit.threads, words=words)
     denominators = {
         "audit_splits": list(task.audit_splits),
         "scored_split": task.scored_split,
@@ -134,7 +135,7 @@ def write_registry(storage, spec: MixSpec, log=None) -> RegistryWritten:
         index = pool.submit(fuzzy.build_index_from_words, {n: ct.joined_words(w) for n, w in words.items()},
                             fuzzy_params(spec)) if fuzzy_enabled(spec) else None
         for task, items in loaded:
-            ref = _reference(spec, task, items, words=words.pop(task.name))
+            ref = _reference(spec, task, items, words=words.pop(task.name), threads=1)  # the index has the other core
             tasks[ref.name] = _write_task(storage, ref, log)
             scrub.append(ref.scrub)
         index = index.result() if index is not None else None
