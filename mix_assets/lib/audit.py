@@ -12,6 +12,7 @@ import io
 import json
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
@@ -52,28 +53,34 @@ def dataset_id(ds) -> str:
 
 def task_references(spec: MixSpec, keep_words: bool = False) -> Iterator[TaskReference]:
     """Each task's audit splits hashed (test splits refused by lib/evals); item text dropped after."""
+    for task in spec.audit.tasks:
+        yield _reference(spec, task, evals.load_task_items(task, spec.base_dir), keep_words)
+
+
+def _reference(spec: MixSpec, task, items: evals.TaskItems, keep_words: bool = False,
+               words: list | None = None, threads: int | None = None) -> TaskReference:
+    """A task's reference from its items (or their `contamination.item_words`, when already computed),
+    hashed on `threads` (default audit.threads)."""
     audit = spec.audit
-    for task in audit.tasks:
-        items = evals.load_task_items(task, spec.base_dir)
-        tn = ct.task_ngrams(items.items, audit.ngram, audit.short_item_min_words, scrub_k=audit.scrub_words,
-                            keep_words=keep_words)
-        denominators = {
-            "audit_splits": list(task.audit_splits),
-            "scored_split": task.scored_split,
-            "rows": items.rows,
-            "rows_per_split": dict(items.rows_per_split),
-            # absent when 0, so registries without such rows keep the bytes they had before the count
-            **({"empty_rows": items.empty_rows} if items.empty_rows else {}),
-            "min_rows": task.min_rows,
-            "strings": items.strings,
-            "items": tn.items,
-            "ngrams": tn.ngrams,
-            "short_items": tn.short_items,
-            "short_items_unmatched": tn.short_items_unmatched,
-        }
-        details = {"dataset": dataset_id(task.dataset), "fields": list(task.fields),
-                   "empty_fields": items.empty_fields, "empty_items": tn.empty_items}
-        yield TaskReference(task.name, tn, tn.scrub, denominators, details, tn.words)
+    tn = ct.task_ngrams(items.items, audit.ngram, audit.short_item_min_words, scrub_k=audit.scrub_words,
+                        keep_words=keep_words, threads=threads or audit.threads, words=words)
+    denominators = {
+        "audit_splits": list(task.audit_splits),
+        "scored_split": task.scored_split,
+        "rows": items.rows,
+        "rows_per_split": dict(items.rows_per_split),
+        # absent when 0, so registries without such rows keep the bytes they had before the count
+        **({"empty_rows": items.empty_rows} if items.empty_rows else {}),
+        "min_rows": task.min_rows,
+        "strings": items.strings,
+        "items": tn.items,
+        "ngrams": tn.ngrams,
+        "short_items": tn.short_items,
+        "short_items_unmatched": tn.short_items_unmatched,
+    }
+    details = {"dataset": dataset_id(task.dataset), "fields": list(task.fields),
+               "empty_fields": items.empty_fields, "empty_items": tn.empty_items}
+    return TaskReference(task.name, tn, tn.scrub, denominators, details, tn.words)
 
 
 def merged_scrub(scrub: list[np.ndarray]) -> np.ndarray:
@@ -116,22 +123,22 @@ def fuzzy_enabled(spec: MixSpec) -> bool:
 def write_registry(storage, spec: MixSpec, log=None) -> RegistryWritten:
     """Hash every task and write its n-grams, short items, the merged scrub set and eval_registry.json;
     with the fuzzy advisory on, its item index too (built here, from the items read once, for every
-    contamination_report map task to load)."""
+    contamination_report map task to load). The items are normalised first, then the index is built on
+    a second thread while this one hashes and writes each task's n-grams (numpy releases the GIL)."""
     audit = spec.audit
-    tasks, scrub, words = {}, [], {}
-    for ref in task_references(spec, keep_words=fuzzy_enabled(spec)):
-        if ref.words is not None:
-            words[ref.name] = ref.words
-        blob = npy_bytes(ref.ngrams.hashes)
-        storage.write_bytes(layout.EVAL_NGRAMS.format(task=ref.name), blob)
-        storage.write_bytes(layout.EVAL_SHORT_ITEMS.format(task=ref.name), npy_bytes(ref.ngrams.short))
-        scrub.append(ref.scrub)
-        tasks[ref.name] = {**ref.denominators, **ref.details, "ngrams_sha256": hashlib.sha256(blob).hexdigest()}
-        if log:
-            d, tn = ref.denominators, ref.ngrams
-            log(f"eval task {ref.name}: {d['rows']} rows (+{d.get('empty_rows', 0)} without audited text), "
-                f"{d['strings']} strings, {tn.items} items, {tn.ngrams} n-grams, {tn.short_items} short items "
-                f"(+{tn.short_items_unmatched} too short)")
+    tasks, scrub = {}, []
+    loaded = [(t, evals.load_task_items(t, spec.base_dir)) for t in audit.tasks]
+    words = {t.name: ct.item_words(items.items, threads=audit.threads) for t, items in loaded}
+    for _, items in loaded:
+        items.items.clear()  # item text dropped once hashed
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        index = pool.submit(fuzzy.build_index_from_words, {n: ct.joined_words(w) for n, w in words.items()},
+                            fuzzy_params(spec)) if fuzzy_enabled(spec) else None
+        for task, items in loaded:
+            ref = _reference(spec, task, items, words=words.pop(task.name), threads=1)  # the index has the other core
+            tasks[ref.name] = _write_task(storage, ref, log)
+            scrub.append(ref.scrub)
+        index = index.result() if index is not None else None
     storage.write_bytes(layout.EVAL_SCRUB_NGRAMS, npy_bytes(merged_scrub(scrub)))
     registry = {
         "format": ct.REGISTRY_FORMAT,
@@ -148,9 +155,22 @@ def write_registry(storage, spec: MixSpec, log=None) -> RegistryWritten:
     files = [layout.EVAL_REGISTRY, layout.EVAL_SCRUB_NGRAMS]
     for name in tasks:
         files += [layout.EVAL_NGRAMS.format(task=name), layout.EVAL_SHORT_ITEMS.format(task=name)]
-    if fuzzy_enabled(spec):
-        files += write_fuzzy_index(storage, spec, words)
+    if index is not None:
+        files += write_fuzzy_index(storage, index)
     return RegistryWritten(tasks, files)
+
+
+def _write_task(storage, ref: TaskReference, log=None) -> dict:
+    """Write one task's n-grams and short items; its registry entry (denominators, details, sha256)."""
+    blob = npy_bytes(ref.ngrams.hashes)
+    storage.write_bytes(layout.EVAL_NGRAMS.format(task=ref.name), blob)
+    storage.write_bytes(layout.EVAL_SHORT_ITEMS.format(task=ref.name), npy_bytes(ref.ngrams.short))
+    if log:
+        d, tn = ref.denominators, ref.ngrams
+        log(f"eval task {ref.name}: {d['rows']} rows (+{d.get('empty_rows', 0)} without audited text), "
+            f"{d['strings']} strings, {tn.items} items, {tn.ngrams} n-grams, {tn.short_items} short items "
+            f"(+{tn.short_items_unmatched} too short)")
+    return {**ref.denominators, **ref.details, "ngrams_sha256": hashlib.sha256(blob).hexdigest()}
 
 
 def load_registry(storage) -> tuple[ct.Registry, dict]:
@@ -489,10 +509,9 @@ def fuzzy_index_keys() -> list[str]:
     return [layout.FUZZY_INDEX_META, *(layout.FUZZY_INDEX.format(name=n) for n in fuzzy.INDEX_ARRAYS)]
 
 
-def write_fuzzy_index(storage, spec: MixSpec, words: dict[str, tuple]) -> list[str]:
-    """Index every task's items from their word hashes (`task_references(spec, keep_words=True)`, the
-    registry's pass); the storage keys written."""
-    index = fuzzy.build_index_from_words(words, fuzzy_params(spec))
+def write_fuzzy_index(storage, index: fuzzy.Index) -> list[str]:
+    """Write the index of every task's items (`fuzzy.build_index_from_words` of the registry's word
+    hashes); the storage keys written."""
     for name, a in index.arrays().items():
         storage.write_bytes(layout.FUZZY_INDEX.format(name=name), npy_bytes(a))
     storage.write_text(layout.FUZZY_INDEX_META, fuzzy.dumps(index.meta()))

@@ -141,46 +141,56 @@ class TaskNgrams:
     words: tuple[np.ndarray, np.ndarray] | None = None  # with keep_words: the items' word hashes and offsets
 
 
+def item_words(items: Sequence[str], chunk: int = 4096, threads: int = 1) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`textkeys.word_hashes` of the items, `chunk` items at a time (which bounds the Arrow buffers of the
+    normalisation), on up to `threads` threads: one (hashes, offsets) per chunk."""
+    chunks = [items[i : i + chunk] for i in range(0, len(items), chunk)] or [[]]
+    return list(ordered_map(_words_of, chunks, threads))
+
+
+def _words_of(items: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    return tk.word_hashes(tk.words(pa.array(list(items), pa.large_string())))
+
+
 def task_ngrams(
     items: Sequence[str], n: int = 13, short_item_min_words: int = 8, chunk: int = 4096,
-    scrub_k: int | None = None, keep_words: bool = False,
+    scrub_k: int | None = None, keep_words: bool = False, threads: int = 1,
+    words: list[tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> TaskNgrams:
     """Hashed n-grams of reference items, with the whole-item rule for short items (and, with
     `scrub_k`, their scrub set: the items are normalised and their words hashed once for both; with
     `keep_words`, those word hashes, `textkeys.word_hashes` of all the items).
 
-    Items are processed `chunk` at a time, which bounds the Arrow buffers of the normalisation.
+    `words`: `item_words(items, chunk)` when the caller has it already (the items are not read then).
     """
-    parts = [_task_ngrams(items[i : i + chunk], n, short_item_min_words, scrub_k, keep_words)
-             for i in range(0, len(items), chunk)]
-    if not parts:
-        parts = [_task_ngrams([], n, short_item_min_words, scrub_k, keep_words)]
+    words = item_words(items, chunk, threads) if words is None else words
+    one = functools.partial(_task_ngrams, n=n, short_item_min_words=short_item_min_words, scrub_k=scrub_k)
+    parts = list(ordered_map(lambda hw: one(*hw), words, threads))
     hashes = sorted_unique(np.concatenate([p.hashes for p in parts]))
     short = np.concatenate([p.short for p in parts])
     return TaskNgrams(
         hashes=hashes,
         short=np.unique(short, axis=0) if len(short) else short,
-        items=len(items),
+        items=sum(p.items for p in parts),
         ngrams=int(hashes.size),
         short_items=sum(p.short_items for p in parts),
         short_items_unmatched=sum(p.short_items_unmatched for p in parts),
         empty_items=sum(p.empty_items for p in parts),
         scrub=None if scrub_k is None else sorted_unique(np.concatenate([p.scrub for p in parts])),
-        words=_joined([p.words for p in parts]) if keep_words else None,
+        words=joined_words(words) if keep_words else None,
     )
 
 
-def _joined(words: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+def joined_words(words: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """Consecutive batches' (word hashes, offsets) as one."""
     ends = np.cumsum([0] + [len(h) for h, _ in words])
     off = np.concatenate([[0]] + [o[1:] + e for (_, o), e in zip(words, ends)]).astype(np.int64)
     return np.concatenate([h for h, _ in words]).astype(np.uint64, copy=False), off
 
 
-def _task_ngrams(items: Sequence[str], n: int, short_item_min_words: int, scrub_k: int | None = None,
-                 keep_words: bool = False) -> TaskNgrams:
-    wl = tk.words(pa.array(list(items), pa.large_string()))
-    h, off = tk.word_hashes(wl)
+def _task_ngrams(h: np.ndarray, off: np.ndarray, n: int, short_item_min_words: int,
+                 scrub_k: int | None = None) -> TaskNgrams:
+    """`task_ngrams` of one chunk of items, from their word hashes and offsets."""
     lens = np.diff(off)
     grams, goff = tk.ngram_hashes(h, off, n, short="whole")
     short = (lens > 0) & (lens < n)
@@ -200,13 +210,12 @@ def _task_ngrams(items: Sequence[str], n: int, short_item_min_words: int, scrub_
     return TaskNgrams(
         hashes=uniq,
         short=table,
-        items=len(items),
+        items=len(off) - 1,
         ngrams=int(uniq.size),
         short_items=int(matched.sum()),
         short_items_unmatched=int(unmatched.sum()),
         empty_items=int((lens == 0).sum()),
         scrub=None if scrub_k is None else _runs(h, off, scrub_k),
-        words=(h, off) if keep_words else None,
     )
 
 

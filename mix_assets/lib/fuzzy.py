@@ -96,29 +96,67 @@ def _shingles(texts, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _distinct(sh: np.ndarray, off: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each segment's distinct values, sorted, their new offsets, and each value's count of segments."""
-    vals, inv = np.unique(sh, return_inverse=True)
-    seg = np.repeat(np.arange(len(off) - 1, dtype=np.int64), np.diff(off))
-    pair = ct.sorted_unique((seg * max(len(vals), 1) + inv.ravel()).astype(np.uint64)).astype(np.int64)
-    seg, rank = np.divmod(pair, max(len(vals), 1))
+    """Each segment's distinct values, sorted, their new offsets, and each value's count of segments:
+    one argsort of the values, then one sort of (segment, value rank) packed in an int64."""
+    order, sv = _argsort_u64(sh)
+    new = np.ones(len(sv), bool)
+    new[1:] = sv[1:] != sv[:-1]
+    vals = sv[new]
+    bits = len(vals).bit_length()
+    pair = _owners(np.diff(off))[order] << bits | (np.cumsum(new) - 1)
+    pair.sort()
+    keep = np.ones(len(pair), bool)
+    keep[1:] = pair[1:] != pair[:-1]
+    pair = pair[keep]
+    seg, rank = pair >> bits, pair & ((1 << bits) - 1)
     out = np.zeros(len(off), np.int64)
     np.cumsum(np.bincount(seg, minlength=len(off) - 1), out=out[1:])
     return vals[rank], out, np.bincount(rank, minlength=len(vals))[rank]
 
 
-def _argmin_postings(sh: np.ndarray, off: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(shingle hash, item) for every permutation of every item (segment), the shingle that is its minimum."""
+def _argsort_u64(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(an argsort of uint64 `a`, equal values in any order; `a` sorted) from one value sort of each
+    value's top bits packed with its position (several times faster than np.argsort here); np.argsort
+    when two different values share those top bits (rare: they then come out in position order)."""
+    pb = np.uint64(max(len(a) - 1, 1).bit_length())
+    packed = a >> pb << pb
+    packed |= np.arange(len(a), dtype=np.uint64)
+    packed.sort()
+    order = (packed & ((np.uint64(1) << pb) - np.uint64(1))).astype(np.int64)
+    s = a[order]
+    if len(s) > 1 and (s[1:] < s[:-1]).any():
+        order = np.argsort(a)
+        s = a[order]
+    return order, s
+
+
+def _argmin_weights(sh: np.ndarray, off: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """For every shingle of the items (segments of `sh`), how many permutations have it as their item's
+    minimum (tied shingles each count). ITEM_CHUNK items at a time, in buffers reused across chunks (a
+    fresh large array costs a page fault per 4 KB written)."""
     x = minhash.fmix32(minhash.shingle_hash32(sh))
-    lens = np.diff(off)
-    nonempty = np.flatnonzero(lens)
-    with np.errstate(over="ignore"):
-        m = a[:, None] * x[None, :] + b[:, None]  # (num_perm, shingles) uint32
-    mins = np.minimum.reduceat(m, off[nonempty], axis=1) if nonempty.size else np.zeros((len(a), 0), np.uint32)
-    full = np.zeros((len(a), len(lens)), np.uint32)
-    full[:, nonempty] = mins
-    seg = np.repeat(np.arange(len(lens)), lens)
-    _, pos = np.nonzero(m == full[:, seg])
-    return sh[pos], seg[pos]
+    w = np.zeros(len(sh), np.int32)
+    items, p = len(off) - 1, len(a)
+    starts = range(0, items, ITEM_CHUNK)
+    most = max((int(off[min(s + ITEM_CHUNK, items)] - off[s]) for s in starts), default=0)
+    mbuf, gbuf, ebuf = np.empty(p * most, np.uint32), np.empty(p * most, np.uint32), np.empty(p * most, bool)
+    for s in starts:
+        lo, hi = off[s], off[min(s + ITEM_CHUNK, items)]
+        seg_off = off[s : min(s + ITEM_CHUNK, items) + 1] - lo
+        lens = np.diff(seg_off)
+        nonempty = np.flatnonzero(lens)
+        if not nonempty.size:
+            continue
+        m, g, eq = (buf[: p * (hi - lo)].reshape(p, hi - lo) for buf in (mbuf, gbuf, ebuf))
+        with np.errstate(over="ignore"):
+            np.multiply(a[:, None], x[None, lo:hi], out=m)  # (num_perm, shingles) uint32
+            m += b[:, None]
+        full = np.zeros((p, len(lens)), np.uint32)
+        full[:, nonempty] = np.minimum.reduceat(m, seg_off[nonempty], axis=1)
+        np.take(full, _owners(lens), axis=1, out=g)
+        np.equal(m, g, out=eq)
+        w[lo:hi] = np.count_nonzero(eq, axis=0)
+    return w
 
 
 def build_index(task_items: dict[str, list[str]], params: Params = Params()) -> Index:
@@ -152,31 +190,27 @@ def build_index_from_words(task_words: dict[str, tuple[np.ndarray, np.ndarray]],
     inf_off = np.zeros_like(item_off)
     np.cumsum(np.bincount(owner[informative], minlength=len(lens)), out=inf_off[1:])
     inf_sh = item_sh[informative]
-    a, b = minhash.permutations(params.num_perm)
-    reps, owners = [np.zeros(0, np.uint64)], [np.zeros(0, np.int64)]
-    for s in range(0, len(lens), ITEM_CHUNK):
-        e = min(s + ITEM_CHUNK, len(lens))
-        r, o = _argmin_postings(inf_sh[inf_off[s]:inf_off[e]], inf_off[s:e + 1] - inf_off[s], a, b)
-        reps.append(r)
-        owners.append(o + s)
-    rep_keys, post_off, post_item, post_weight = _postings(np.concatenate(reps), np.concatenate(owners))
+    w = _argmin_weights(inf_sh, inf_off, *minhash.permutations(params.num_perm))
+    at = np.flatnonzero(w)  # ascending: items in order
+    rep_keys, post_off, post_item, post_weight = _postings(inf_sh[at], _owners(np.diff(inf_off))[at], w[at])
     item_task = np.concatenate(item_task) if item_task else np.zeros(0, np.int32)
     for t, name in enumerate(tasks):  # every shingle in > MAX_ITEM_DF items: never a candidate
         den[name]["items_unrepresented"] = int((np.diff(inf_off)[item_task == t] == 0).sum())
     return Index(params, tasks, rep_keys, post_off, post_item, post_weight, item_task, item_off, item_sh, den)
 
 
-def _postings(rep: np.ndarray, item: np.ndarray):
-    """CSR from (shingle, item) pairs: sorted unique shingles, their (item, count) postings."""
-    order = np.lexsort((item, rep))
-    rep, item = rep[order], item[order]
-    new = np.ones(len(rep), bool)
-    new[1:] = (rep[1:] != rep[:-1]) | (item[1:] != item[:-1])
-    starts = np.flatnonzero(new)
-    weight = np.diff(np.append(starts, len(rep)))
-    rep, item = rep[starts], item[starts]
-    keys, first = np.unique(rep, return_index=True)
-    off = np.append(first, len(rep)).astype(np.int64)
+def _postings(rep: np.ndarray, item: np.ndarray, weight: np.ndarray):
+    """CSR from distinct (shingle, item) pairs and their weights: sorted unique shingles, their (item,
+    weight) postings, items ascending (a shingle's rank and its item packed in one int64 sort)."""
+    order, sr = _argsort_u64(rep)
+    new = np.ones(len(sr), bool)
+    new[1:] = sr[1:] != sr[:-1]
+    keys = sr[new]
+    bits = int(item.max()).bit_length() if item.size else 0
+    pair, weight = _sorted_with((np.cumsum(new) - 1) << bits | item[order], weight[order])
+    rank, item = pair >> bits, pair & ((1 << bits) - 1)
+    off = np.zeros(len(keys) + 1, np.int64)
+    np.cumsum(np.bincount(rank, minlength=len(keys)), out=off[1:])
     return keys, off, item.astype(np.int32), weight.astype(np.int32)
 
 

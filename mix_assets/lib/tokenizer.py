@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -159,12 +160,13 @@ def training_sample(
         if not chosen[source]:
             continue
         rank = {d: k for k, (_, d, _) in enumerate(chosen[source])}
+        want = pa.array(list(rank), pa.string())
         texts: list[Optional[str]] = [None] * len(rank)
         for batch in tables.iter_batches(raw_paths[source], ["doc_id", "text"], 4096):
-            for d, t in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
-                k = rank.get(d)
-                if k is not None:
-                    texts[k] = t
+            # only the sampled rows become Python strings (a few % of the text)
+            sel = batch.filter(pc.is_in(batch.column(0).cast(pa.string()), value_set=want))
+            for d, t in zip(sel.column(0).to_pylist(), sel.column(1).to_pylist()):
+                texts[rank[d]] = t
         yield from (t for t in texts if t)
 
 

@@ -98,3 +98,66 @@ def test_the_result_does_not_depend_on_the_batch(index, hosts):
     got = sorted((int(d) + s, int(i), float(j)) for s, p in zip(range(0, len(docs), 7), parts)
                  for d, i, j in zip(p.doc, p.item, p.jaccard))
     assert got == sorted(zip(whole.doc.tolist(), whole.item.tolist(), whole.jaccard.tolist()))
+
+
+def test_index_postings_follow_their_definition_with_ties_and_empty_items():
+    """The index's vectorised kernels against a per-item, per-permutation loop: every shingle at its item's
+    minimum for a permutation is posted once per such permutation (32-bit ties included: two shingles with
+    the same low 32 bits), shingles in more than MAX_ITEM_DF items are not representatives."""
+    from mix_assets.lib import minhash
+
+    rng = np.random.default_rng(5)
+    common = rng.integers(0, 2**63, 3, dtype=np.int64).astype(np.uint64)  # in every item: not informative
+    items = []
+    for i in range(300):
+        own = rng.integers(0, 2**63, int(rng.integers(0, 30)), dtype=np.int64).astype(np.uint64)
+        if i % 7 == 0 and own.size:
+            own = np.append(own, own[0] ^ np.uint64(1 << 40))  # same low 32 bits: ties at every permutation
+        items.append(np.concatenate([own, common, own[:2]]))  # repeats inside an item count once
+    off = np.concatenate([[0], np.cumsum([len(x) for x in items])]).astype(np.int64)
+    flat = np.concatenate(items)
+    item_sh, item_off, df = fuzzy._distinct(flat, off)
+    for i, x in enumerate(items):
+        assert item_sh[item_off[i]:item_off[i + 1]].tolist() == sorted(set(x.tolist()))
+    count = {}
+    for x in items:
+        for v in set(x.tolist()):
+            count[v] = count.get(v, 0) + 1
+    assert df.tolist() == [count[v] for v in item_sh.tolist()]
+    informative = df <= fuzzy.MAX_ITEM_DF
+    a, b = minhash.permutations(8)
+    want = {}
+    for i in range(len(items)):
+        sh = item_sh[item_off[i]:item_off[i + 1]][informative[item_off[i]:item_off[i + 1]]]
+        if not sh.size:
+            continue
+        x = minhash.fmix32(minhash.shingle_hash32(sh))
+        for p in range(len(a)):
+            with np.errstate(over="ignore"):
+                m = a[p] * x + b[p]
+            for v in sh[m == m.min()].tolist():
+                want[(v, i)] = want.get((v, i), 0) + 1
+    assert any(n > 1 for n in want.values())
+    owner = np.repeat(np.arange(len(items)), np.diff(item_off))[informative]
+    inf_off = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=len(items)))])
+    w = fuzzy._argmin_weights(item_sh[informative], inf_off, a, b)
+    at = np.flatnonzero(w)
+    keys, post_off, post_item, post_weight = fuzzy._postings(item_sh[informative][at], owner[at], w[at])
+    got = {(int(keys[k]), int(post_item[j])): int(post_weight[j])
+           for k in range(len(keys)) for j in range(post_off[k], post_off[k + 1])}
+    assert got == want
+    assert keys.tolist() == sorted(set(keys.tolist())) and post_off[-1] == len(post_item)
+    for k in range(len(keys)):
+        assert post_item[post_off[k]:post_off[k + 1]].tolist() == sorted(post_item[post_off[k]:post_off[k + 1]].tolist())
+
+
+@pytest.mark.parametrize("clash", [False, True])
+def test_argsort_u64_sorts_with_and_without_values_sharing_their_top_bits(clash):
+    rng = np.random.default_rng(7)
+    a = rng.integers(0, 2**63, 5000, dtype=np.int64).astype(np.uint64) * np.uint64(2)
+    a[100:200] = a[:100]  # duplicates: any order among equal values
+    if clash:  # a larger value first, a smaller one with the same top bits after it
+        a[300], a[301] = np.uint64(2**40 + 5), np.uint64(2**40 + 3)
+    order, s = fuzzy._argsort_u64(a)
+    assert sorted(order.tolist()) == list(range(len(a)))
+    assert np.array_equal(s, a[order]) and np.array_equal(s, np.sort(a))
