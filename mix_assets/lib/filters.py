@@ -650,6 +650,19 @@ def _sentences(lines: pl.DataFrame) -> pl.DataFrame:
     return tok.group_by("lid").agg(sent=starts.sum() + 1)
 
 
+# A sentence starts at a word token (one with a character outside \p{P}; tokens hold no whitespace) after
+# a token that is one terminal character: a line without a terminal character followed, anywhere later, by
+# a character outside \p{P} and \s has no second sentence (`_presplit` only inserts spaces).
+_MAY_START_SENTENCE = f"(?s)[{_cls(TERMINAL_PUNCTUATION)}].*[^\\p{{P}}\\s]"
+
+
+def _few_words(line: pl.Expr, k: Optional[int]) -> pl.Expr:
+    """Fewer than k runs of non-space (`count_matches(r"\\S+") < k`, as a match that stops at the k-th run)."""
+    if k is None or k <= 0:
+        return pl.lit(False)
+    return ~line.str.contains(r"\S+" + (f"(?:\\s+\\S+){{{k - 1}}}" if k > 1 else ""))
+
+
 def _c4(text: pl.Series, cfg: C4Filter) -> tuple[pl.DataFrame, pl.Series]:
     """(rule columns, the kept lines joined by newlines per document)."""
     ndoc = len(text)
@@ -657,14 +670,12 @@ def _c4(text: pl.Series, cfg: C4Filter) -> tuple[pl.DataFrame, pl.Series]:
              .select("doc", line=_splitlines(pl.col("text"))).explode("line")
              .with_row_index("lid").with_columns(pl.col("line").str.strip_chars()))
     s = pl.col("line")
-    words = s.str.count_matches(r"\S+")
     long_word = pl.lit(False) if cfg.max_word_length is None else s.str.contains(f"\\S{{{cfg.max_word_length + 1}}}")
     cleaned = s.str.replace_all(r"\[\d*]|\[edit]|\[citation needed]", "") if cfg.remove_citations else s
-    lines = lines.with_columns(words=words, long=long_word, line=cleaned)
+    lines = lines.with_columns(few=_few_words(s, cfg.min_words_per_line), long=long_word, line=cleaned)
     low = s.str.to_lowercase()
     no_term = (~s.str.contains(r"[.?!\"']$") | s.str.ends_with("...")) if cfg.filter_no_terminal_punct else pl.lit(False)
-    few = pl.lit(False) if cfg.min_words_per_line is None else pl.col("words") < cfg.min_words_per_line
-    reach = ~pl.col("long") & ~no_term & ~few
+    reach = ~pl.col("long") & ~no_term & ~pl.col("few")
     lorem = reach & low.str.contains("lorem ipsum", literal=True) if cfg.filter_lorem_ipsum else pl.lit(False)
     js = reach & ~lorem & low.str.contains("javascript", literal=True) if cfg.filter_javascript else pl.lit(False)
     curly = reach & ~lorem & ~js & s.str.contains("{", literal=True) if cfg.filter_curly_bracket else pl.lit(False)
@@ -675,7 +686,8 @@ def _c4(text: pl.Series, cfg: C4Filter) -> tuple[pl.DataFrame, pl.Series]:
         # every kept line holds a sentence: only documents with fewer kept lines than the minimum
         # need their sentences counted
         few_lines = pl.len().over("doc") < cfg.min_num_sentences
-        kept = kept.join(_sentences(kept.filter(few_lines)), on="lid", how="left").with_columns(
+        many = pl.col("line").str.contains(_MAY_START_SENTENCE)  # the others hold one sentence
+        kept = kept.join(_sentences(kept.filter(few_lines & many)), on="lid", how="left").with_columns(
             pl.col("sent").fill_null(1))
     else:
         kept = kept.with_columns(sent=pl.lit(0))
@@ -693,17 +705,33 @@ def _c4(text: pl.Series, cfg: C4Filter) -> tuple[pl.DataFrame, pl.Series]:
     return out, docs["out"].fill_null("").str.strip_chars()
 
 
-def _fineweb(text: pl.Series, cfg: FineWebFilter) -> pl.DataFrame:
+def _word_counts(out_text: pl.Series, text: pl.Series, toks: Optional[pl.Series]) -> pl.Series:
+    """`TOKEN_RE` matches per document of `out_text`: the lengths of `toks` (the tokens of `text`) where
+    the text is unchanged, counted only where the C4 modifier rewrote it (or without tokens)."""
+    def count(s: pl.Series) -> pl.Series:
+        return pl.DataFrame({"t": s}).select(_presplit(pl.col("t")).str.count_matches(TOKEN_RE)).to_series()
+
+    if toks is None:
+        return count(out_text)
+    n = toks.list.len()
+    if out_text is not text:
+        at = (out_text != text).arg_true()
+        n = n.scatter(at, count(out_text.gather(at))) if len(at) else n
+    return n
+
+
+def _fineweb(text: pl.Series, cfg: FineWebFilter, words: pl.Series) -> pl.DataFrame:
+    """`words`: `TOKEN_RE` matches per document (`_word_counts`)."""
     t = pl.col("text")
     lines = t.str.split("\n").list.eval(pl.element().filter(pl.element().str.strip_chars() != ""))
     nl = lines.list.len()
     _, dup_chars = _dups(lines)
-    st = pl.DataFrame({"text": text}).select(
+    st = pl.DataFrame({"text": text, "words": words}).select(
         nl=nl,
         punct=lines.list.eval(pl.element().str.contains(_TERMINAL_END)).list.mean(),
         short=lines.list.eval(pl.element().str.len_chars() <= cfg.short_line_length).list.mean(),
         dup=_ratio(dup_chars, t.str.len_chars() - t.str.count_matches("\n", literal=True)),
-        newline=_ratio(t.str.count_matches("\n", literal=True), _presplit(t).str.count_matches(TOKEN_RE)),
+        newline=_ratio(t.str.count_matches("\n", literal=True), pl.col("words")),
     )
     c = pl.col
     punct = _lt(c("punct"), cfg.line_punct_thr)
@@ -749,7 +777,7 @@ def apply_filters(texts, config: FilterConfig = FilterConfig()) -> FilterResult:
                 c4_keep = ~f.select(pl.any_horizontal(pl.all())).to_series()
                 out_text = pl.select(pl.when(c4_keep).then(rewritten).otherwise(text)).to_series()
         elif name == "fineweb":
-            frames.append(_fineweb(out_text, cfg))
+            frames.append(_fineweb(out_text, cfg, _word_counts(out_text, text, toks)))
         seconds[name] = time.perf_counter() - t0
     failed_df = pl.concat(frames, how="horizontal") if frames else pl.DataFrame(height=n)
     rules = failed_df.columns
