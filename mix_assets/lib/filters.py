@@ -441,25 +441,34 @@ def _per_doc_max(doc: np.ndarray, x: np.ndarray, ndoc: int) -> np.ndarray:
     return out
 
 
-def _top_ngram_fails(key: np.ndarray, doc: np.ndarray, chars: np.ndarray, n: int, limit: np.ndarray) -> np.ndarray:
-    """`_top_ngram_chars(...) > limit` per document. One plain sort of (document, key's high bits) gives
-    each document's highest count; that count * the document's longest n-gram bounds the characters,
-    and only documents over `limit` on the bound (~5 % here) need the first-seen tie-break."""
+def _top_ngram_fails(key: np.ndarray, doc: np.ndarray, chars: np.ndarray, n: int, limit: np.ndarray,
+                     cap: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+    """(`_top_ngram_chars(...) > limit` per document, per document a bound on any n-gram's count). One plain
+    sort of (document, key's high bits) gives each document's highest count; that count * the document's
+    longest n-gram bounds the characters, and only documents over `limit` on the bound (~5 % here) need
+    the first-seen tie-break. `cap`, a bound on the counts of a shorter n-gram size (an n-gram occurs at
+    most as often as its prefix), clears documents before the sort."""
     ndoc = len(limit)
     out = np.zeros(ndoc, dtype=bool)
+    longest = _per_doc_max(doc, chars, ndoc)
+    cmax = np.zeros(ndoc, np.int64) if cap is None else cap.copy()
+    if cap is not None:
+        sub = ((longest + n - 1) * cap > limit)[doc]
+        key, doc, chars = key[sub], doc[sub], chars[sub]
     if not len(key):
-        return out
+        return out, cmax
     shift = np.uint64(max(1, (ndoc - 1).bit_length()))
     s = np.sort((doc.astype(np.uint64) << (np.uint64(64) - shift)) | (key >> shift))
     starts = np.flatnonzero(np.concatenate([[True], s[1:] != s[:-1]]))
-    cmax = _per_doc_max((s[starts] >> (np.uint64(64) - shift)).astype(np.int64),
-                        np.diff(starts, append=len(s)), ndoc)  # a collision in the truncated key only raises it
-    longest = _per_doc_max(doc, chars, ndoc)
+    got = _per_doc_max((s[starts] >> (np.uint64(64) - shift)).astype(np.int64),
+                       np.diff(starts, append=len(s)), ndoc)  # a collision in the truncated key only raises it
+    mine = np.unique(doc)
+    cmax[mine] = got[mine] if cap is None else np.minimum(cap[mine], got[mine])
     need = (longest + n - 1) * cmax > limit
     if need.any():
         sub = need[doc]
         out[need] = (_top_ngram_chars(key[sub], doc[sub], chars[sub], n, ndoc) > limit)[need]
-    return out
+    return out, cmax
 
 
 def _greedy_dup_chars(words: list, n: int) -> int:
@@ -627,9 +636,12 @@ def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFi
     flat = toks.explode().drop_nulls()  # tokens are never null; an empty list may explode to one
     doc = np.repeat(np.arange(ndoc, dtype=np.uint64), toks.list.len().fill_null(0).to_numpy())
     grams = _NGrams(doc, flat.hash().to_numpy(), flat.str.len_chars().to_numpy().astype(np.int64))
+    cap, cap_n = None, None  # the counts' bound of the last size, for the larger sizes after it
     for k, thr in cfg.top_n_grams:
         rows, key, chars = grams.grow(k)
-        fails = _top_ngram_fails(key, doc[rows].astype(np.int64), chars, k, thr * np.maximum(lens, 1))
+        fails, got = _top_ngram_fails(key, doc[rows].astype(np.int64), chars, k, thr * np.maximum(lens, 1),
+                                      cap if cap_n is not None and cap_n < k else None)
+        cap, cap_n = got, k
         out = out.with_columns(pl.Series(f"gopher_repetition:top_{k}_gram", fails))
     python_docs, python_s = 0, 0.0
     if cfg.dup_n_grams:

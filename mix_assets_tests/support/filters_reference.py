@@ -7,13 +7,67 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import polars as pl
 
 from mix_assets.lib.filters import (
-    FILTER_ORDER, TOKEN_RE, C4Filter, FilterConfig, FilterResult, FineWebFilter, _as_series, _dups,
-    _first_reason, _gopher_quality, _gopher_repetition, _gt, _lt, _presplit, _ratio, _sanity, _sentences,
-    _splitlines, _TERMINAL_END, _tokens,
+    _SEP, FILTER_ORDER, TOKEN_RE, C4Filter, FilterConfig, FilterResult, FineWebFilter, GopherRepetitionFilter,
+    _as_series, _dup_ngram_fails, _dups, _first_reason, _gopher_quality, _gt, _lt, _NGrams, _per_doc_max, _presplit,
+    _ratio, _repeated_elements, _sanity, _sentences, _splitlines, _TERMINAL_END, _tokens, _top_ngram_chars,
 )
+
+
+def _top_ngram_fails(key: np.ndarray, doc: np.ndarray, chars: np.ndarray, n: int, limit: np.ndarray) -> np.ndarray:
+    """`_top_ngram_chars(...) > limit` per document. One plain sort of (document, key's high bits) gives
+    each document's highest count; that count * the document's longest n-gram bounds the characters,
+    and only documents over `limit` on the bound (~5 % here) need the first-seen tie-break."""
+    ndoc = len(limit)
+    out = np.zeros(ndoc, dtype=bool)
+    if not len(key):
+        return out
+    shift = np.uint64(max(1, (ndoc - 1).bit_length()))
+    s = np.sort((doc.astype(np.uint64) << (np.uint64(64) - shift)) | (key >> shift))
+    starts = np.flatnonzero(np.concatenate([[True], s[1:] != s[:-1]]))
+    cmax = _per_doc_max((s[starts] >> (np.uint64(64) - shift)).astype(np.int64),
+                        np.diff(starts, append=len(s)), ndoc)  # a collision in the truncated key only raises it
+    longest = _per_doc_max(doc, chars, ndoc)
+    need = (longest + n - 1) * cmax > limit
+    if need.any():
+        sub = need[doc]
+        out[need] = (_top_ngram_chars(key[sub], doc[sub], chars[sub], n, ndoc) > limit)[need]
+    return out
+
+
+def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFilter) -> tuple[pl.DataFrame, int, float]:
+    t = pl.col("text")
+    parts = pl.DataFrame({"text": text}).select(
+        n=t.str.len_chars(),
+        paras=t.str.strip_chars().str.replace_all(r"\n{2,}", _SEP).str.split(_SEP),
+        lines=t.str.replace_all(r"\n+", "\n").str.split("\n"))
+    p, ln = _repeated_elements(parts["paras"]), _repeated_elements(parts["lines"])
+    st = pl.DataFrame({"n": parts["n"], "p_frac": p["rep"] / np.maximum(p["n"], 1), "p_chars": p["chars"],
+                       "l_frac": ln["rep"] / np.maximum(ln["n"], 1), "l_chars": ln["chars"]})
+    c, n = pl.col, pl.col("n")
+    out = st.select(
+        (n == 0).alias("gopher_repetition:empty"),  # datatrove 0.10.1 returns "empty" first
+        _gt(c("p_frac"), cfg.dup_para_frac).alias("gopher_repetition:dup_para_frac"),
+        _gt(_ratio(c("p_chars"), n), cfg.dup_para_char_frac).alias("gopher_repetition:dup_para_char_frac"),
+        _gt(c("l_frac"), cfg.dup_line_frac).alias("gopher_repetition:dup_line_frac"),
+        _gt(_ratio(c("l_chars"), n), cfg.dup_line_char_frac).alias("gopher_repetition:dup_line_char_frac"),
+    )
+    ndoc, lens = len(st), st["n"].to_numpy()
+    flat = toks.explode().drop_nulls()  # tokens are never null; an empty list may explode to one
+    doc = np.repeat(np.arange(ndoc, dtype=np.uint64), toks.list.len().fill_null(0).to_numpy())
+    grams = _NGrams(doc, flat.hash().to_numpy(), flat.str.len_chars().to_numpy().astype(np.int64))
+    for k, thr in cfg.top_n_grams:
+        rows, key, chars = grams.grow(k)
+        fails = _top_ngram_fails(key, doc[rows].astype(np.int64), chars, k, thr * np.maximum(lens, 1))
+        out = out.with_columns(pl.Series(f"gopher_repetition:top_{k}_gram", fails))
+    python_docs, python_s = 0, 0.0
+    if cfg.dup_n_grams:
+        cols, python_docs, python_s = _dup_ngram_fails(grams, toks, lens, cfg.dup_n_grams)
+        out = out.with_columns(**cols)
+    return out, python_docs, python_s
 
 
 def _c4(text: pl.Series, cfg: C4Filter) -> tuple[pl.DataFrame, pl.Series]:
