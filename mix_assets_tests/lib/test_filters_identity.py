@@ -7,6 +7,7 @@ in both modes, several word / sentence minimums and with the Gopher filters (the
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -70,11 +71,21 @@ def test_c4_minimums_equal_the_first_version(words, sentences):
 
 @pytest.mark.parametrize("mode", ["filter", "modify"])
 def test_fineweb_without_the_gopher_tokens_equals_the_first_version(mode):
-    assert_same(adversarial(3), F.FilterConfig.only("c4", "fineweb").__class__(
-        **{**F.FilterConfig.only("c4", "fineweb").__dict__, "c4": F.C4Filter(mode=mode)}))
+    assert_same(adversarial(3), replace(F.FilterConfig.only("c4", "fineweb"), c4=F.C4Filter(mode=mode)))
 
 
 def test_generated_prose_equals_the_first_version():
     from mix_assets_tests.lib.test_filters_repetition import varied_docs
 
     assert_same(varied_docs(11, count=200), F.FilterConfig(c4=F.C4Filter(mode="modify")))
+
+
+@pytest.mark.parametrize("top", [((2, 0.2), (3, 0.18), (4, 0.16)), ((2, 0.05), (3, 0.03), (4, 0.02)),
+                                 ((4, 0.05), (2, 0.1), (3, 0.02)), ((3, 0.01),), ((2, 0.3), (5, 0.01), (4, 0.04))])
+def test_top_ngram_sizes_in_any_order_equal_the_first_version(top):
+    """The count bound of a smaller size clears documents of the larger sizes after it (never before)."""
+    from mix_assets_tests.lib.test_filters_repetition import varied_docs
+
+    rep = F.GopherRepetitionFilter(top_n_grams=top, dup_n_grams=())
+    assert_same(varied_docs(5, count=150) + adversarial(4, 60),
+                replace(F.FilterConfig.only("gopher_repetition"), gopher_repetition=rep))
