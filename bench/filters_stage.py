@@ -2,6 +2,9 @@
 
     PYTHONPATH=$PWD MIX_SHARED_DATA=/work/shared/data .venv/bin/python bench/filters_stage.py --sizes 10 40 \
         --workers 1 2 --out bench/results/filters_stage.md
+    # old code vs new, same session (bench/results/filters_stage_compare.md):
+    ... bench/filters_stage.py --sizes 40 --workers 1 2 --compare e482587 --repeats 2 \
+        --out bench/results/filters_stage_compare.md
 
 Corpus: lib/gen_corpus.py (order-2 Markov prose over the shared books, 10 % planted near-copies, as
 bench/graph.py and bench/raw_source.py make it), about `--sizes` MB of UTF-8 text, stripped as
