@@ -2,6 +2,9 @@
 
     PYTHONPATH=$PWD MIX_SHARED_DATA=/work/shared/data .venv/bin/python bench/filters_stage.py --sizes 10 40 \
         --workers 1 2 --out bench/results/filters_stage.md
+    # old code vs new, same session (bench/results/filters_stage_compare.md):
+    ... bench/filters_stage.py --sizes 40 --workers 1 2 --compare e482587 --repeats 2 \
+        --out bench/results/filters_stage_compare.md
 
 Corpus: lib/gen_corpus.py (order-2 Markov prose over the shared books, 10 % planted near-copies, as
 bench/graph.py and bench/raw_source.py make it), about `--sizes` MB of UTF-8 text, stripped as
@@ -26,6 +29,13 @@ Both children get RAYON_NUM_THREADS, POLARS_MAX_THREADS and OMP_NUM_THREADS = n,
 on one core. MB/s = text bytes / wall seconds; ratio = filters MB/s / encode MB/s of the same n
 (CPU s: user + system seconds of the child's work, getrusage).
 Peak RSS = VmHWM of the child; base = VmRSS after the imports, before the work.
+
+--compare REV: the same filters child also runs on the code of git revision REV (its mix_assets/ and
+configs/, exported with `git archive` under bench/out/filters_stage/rev-<sha>/), interleaved with the
+current code in the same session (old, new, encode per repeat; `--repeats` rounds, each figure the
+best of them), writing its decisions to a storage of its own; the table shows both beside raw encode,
+and the run fails unless the two decisions tables are equal (rows and values; their schema metadata
+names the code, so the file bytes differ).
 """
 
 from __future__ import annotations
@@ -93,7 +103,7 @@ def child_gen(mb: int, folder: Path) -> None:
     (folder / "gen.json").write_text(json.dumps({"bytes": sum(len(t.encode()) for t in texts), "docs": len(texts)}))
 
 
-def child_filters(folder: Path, workers: int) -> dict:
+def child_filters(folder: Path, workers: int, store: str = "storage") -> dict:
     import shutil
 
     from mix_assets.config import load_spec
@@ -102,8 +112,8 @@ def child_filters(folder: Path, workers: int) -> dict:
     from mix_assets.lib.storage import Storage
 
     spec = load_spec(folder / "mix.yaml")
-    shutil.rmtree(folder / "storage", ignore_errors=True)  # no reuse of a previous run's decisions
-    storage = Storage(root=str(folder / "storage"))
+    shutil.rmtree(folder / store, ignore_errors=True)  # no reuse of a previous run's decisions
+    storage = Storage(root=str(folder / store))
     eng = engine.Engine(num_cpus=workers, chunk_rows=spec.engine.chunk_rows)
     params = {SOURCE: lib.filter_params(spec.filters_for(SOURCE))}
     base, t0, c0 = _status("VmRSS"), time.perf_counter(), _cpu_secs()
@@ -131,12 +141,39 @@ def child_encode(folder: Path) -> dict:
             "peak_mb": _status("VmHWM")}
 
 
-def run(args: list[str], workers: int = 1) -> str:
+def run(args: list[str], workers: int = 1, code: Path = REPO) -> str:
     n = str(workers)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RAYON_NUM_THREADS": n, "POLARS_MAX_THREADS": n,
+    env = {**os.environ, "PYTHONPATH": str(code), "RAYON_NUM_THREADS": n, "POLARS_MAX_THREADS": n,
            "OMP_NUM_THREADS": n}
     return subprocess.run([sys.executable, __file__, *args], env=env, check=True, stdout=subprocess.PIPE,
                           text=True).stdout
+
+
+def export_rev(rev: str) -> tuple[str, Path]:
+    """(short sha, a folder holding REV's mix_assets/ and configs/), exported once with `git archive`."""
+    sha = subprocess.run(["git", "rev-parse", "--short", rev], cwd=REPO, check=True, capture_output=True,
+                         text=True).stdout.strip()
+    dest = OUT / f"rev-{sha}"
+    if not (dest / "mix_assets").is_dir():
+        dest.mkdir(parents=True, exist_ok=True)
+        tar = subprocess.run(["git", "archive", sha, "mix_assets", "configs"], cwd=REPO, check=True,
+                             capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=tar, check=True)
+    return sha, dest
+
+
+def same_decisions(folder: Path) -> bool:
+    """The old and new runs' decisions are equal tables (the schema metadata, which names the code, aside)."""
+    import pyarrow.parquet as pq
+
+    key = Path("filters") / "decisions" / f"{SOURCE}.parquet"
+    new, old = (pq.read_table(folder / st / key) for st in ("storage", "storage-old"))
+    return new.replace_schema_metadata(None).equals(old.replace_schema_metadata(None))
+
+
+def best(runs: list[dict]) -> dict:
+    """Per figure the best (lowest seconds) of the repeats; the rest from the first."""
+    return {**runs[0], **{k: min(r[k] for r in runs) for k in ("secs", "cpu_secs", "decide_secs") if k in runs[0]}}
 
 
 def report(rows: list[dict], cmd: str, load: tuple, load_end: tuple) -> str:
@@ -159,6 +196,18 @@ def report(rows: list[dict], cmd: str, load: tuple, load_end: tuple) -> str:
                    f"{f['kept_share']:.1%} |")
     out += ["", "ratio (CPU s) = encode CPU seconds / filters CPU seconds for the same text: the same comparison "
             "with the time other work on the machine took from either side left out."]
+    old = [r for r in rows if "old" in r]
+    if old:
+        out += ["", f"Old code (--compare {old[0]['rev']}) beside the current code and raw encode, same session "
+                f"(best of {old[0]['repeats']} interleaved repeats each):", "",
+                "| MB | workers | filters CPU s new | old | old / new CPU | filters MB/s new | old | encode MB/s "
+                "| ratio (CPU s) new | old | decisions equal |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in old:
+            f, o, e, mb = r["filters"], r["old"], r["encode"], r["bytes"] / 1e6
+            out.append(f"| {mb:.1f} | {r['workers']} | {f['cpu_secs']:.1f} | {o['cpu_secs']:.1f} | "
+                       f"{o['cpu_secs'] / f['cpu_secs']:.2f} | {mb / f['secs']:.2f} | {mb / o['secs']:.2f} | "
+                       f"{mb / e['secs']:.2f} | {e['cpu_secs'] / f['cpu_secs']:.3f} | {e['cpu_secs'] / o['cpu_secs']:.3f} "
+                       f"| {'yes' if r['same'] else 'NO'} |")
     out += ["", "Peak RSS growth between the sizes (same worker count):", ""]
     for w in sorted({r["workers"] for r in rows}):
         mine = sorted((r for r in rows if r["workers"] == w), key=lambda r: r["bytes"])
@@ -176,6 +225,8 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[10, 40], help="MB of text per corpus")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="local engine threads per run")
     ap.add_argument("--out", type=Path, default=OUT / "report.md", help="where the markdown report goes")
+    ap.add_argument("--compare", metavar="REV", help="also run the filters on git revision REV's code, same session")
+    ap.add_argument("--repeats", type=int, default=1, help="interleaved rounds per measurement (best of them)")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -183,10 +234,11 @@ def main() -> None:
         if kind == "gen":
             child_gen(int(rest[0]), Path(folder))
         else:
-            got = child_filters(Path(folder), int(rest[0])) if kind == "filters" else child_encode(Path(folder))
+            got = child_filters(Path(folder), int(rest[0]), *rest[1:]) if kind == "filters" else child_encode(Path(folder))
             print(json.dumps(got))
         return
     cmd, load, rows = "python bench/filters_stage.py " + " ".join(sys.argv[1:]), os.getloadavg(), []
+    rev, old_code = export_rev(a.compare) if a.compare else (None, None)
     for mb in a.sizes:
         folder = OUT / f"{mb}mb"
         if not (folder / "gen.json").exists():
@@ -194,9 +246,18 @@ def main() -> None:
             run(["--child", "gen", str(folder), str(mb)])
         gen = json.loads((folder / "gen.json").read_text())
         for w in a.workers:
-            f = json.loads(run(["--child", "filters", str(folder), str(w)], w))
-            e = json.loads(run(["--child", "encode", str(folder)], w))
+            fs, es, olds = [], [], []
+            for _ in range(a.repeats):
+                if old_code:
+                    olds.append(json.loads(run(["--child", "filters", str(folder), str(w), "storage-old"], w, old_code)))
+                fs.append(json.loads(run(["--child", "filters", str(folder), str(w)], w)))
+                es.append(json.loads(run(["--child", "encode", str(folder)], w)))
+            f, e = best(fs), best(es)
             rows.append({"mb": mb, "workers": w, **gen, "filters": f, "encode": e})
+            if olds:
+                rows[-1].update(old=best(olds), rev=rev, repeats=a.repeats, same=same_decisions(folder))
+                print(json.dumps({"old_cpu_secs": rows[-1]["old"]["cpu_secs"], "new_cpu_secs": f["cpu_secs"],
+                                  "old_secs": rows[-1]["old"]["secs"], "same": rows[-1]["same"]}), flush=True)
             mbs = gen["bytes"] / 1e6
             print(json.dumps({"mb": mb, "workers": w, "docs": gen["docs"], "filters_mb_s": round(mbs / f["secs"], 3),
                               "filters_docs_s": round(gen["docs"] / f["secs"], 1),
@@ -207,6 +268,8 @@ def main() -> None:
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(text)
     print(text)
+    if any(not r.get("same", True) for r in rows):
+        sys.exit(f"the decisions of {rev} and the current code differ")
 
 
 if __name__ == "__main__":

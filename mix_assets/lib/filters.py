@@ -441,25 +441,34 @@ def _per_doc_max(doc: np.ndarray, x: np.ndarray, ndoc: int) -> np.ndarray:
     return out
 
 
-def _top_ngram_fails(key: np.ndarray, doc: np.ndarray, chars: np.ndarray, n: int, limit: np.ndarray) -> np.ndarray:
-    """`_top_ngram_chars(...) > limit` per document. One plain sort of (document, key's high bits) gives
-    each document's highest count; that count * the document's longest n-gram bounds the characters,
-    and only documents over `limit` on the bound (~5 % here) need the first-seen tie-break."""
+def _top_ngram_fails(key: np.ndarray, doc: np.ndarray, chars: np.ndarray, n: int, limit: np.ndarray,
+                     cap: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+    """(`_top_ngram_chars(...) > limit` per document, per document a bound on any n-gram's count). One plain
+    sort of (document, key's high bits) gives each document's highest count; that count * the document's
+    longest n-gram bounds the characters, and only documents over `limit` on the bound (~5 % here) need
+    the first-seen tie-break. `cap`, a bound on the counts of a shorter n-gram size (an n-gram occurs at
+    most as often as its prefix), clears documents before the sort."""
     ndoc = len(limit)
     out = np.zeros(ndoc, dtype=bool)
+    longest = _per_doc_max(doc, chars, ndoc)
+    cmax = np.zeros(ndoc, np.int64) if cap is None else cap.copy()
+    if cap is not None:
+        sub = ((longest + n - 1) * cap > limit)[doc]
+        key, doc, chars = key[sub], doc[sub], chars[sub]
     if not len(key):
-        return out
+        return out, cmax
     shift = np.uint64(max(1, (ndoc - 1).bit_length()))
     s = np.sort((doc.astype(np.uint64) << (np.uint64(64) - shift)) | (key >> shift))
     starts = np.flatnonzero(np.concatenate([[True], s[1:] != s[:-1]]))
-    cmax = _per_doc_max((s[starts] >> (np.uint64(64) - shift)).astype(np.int64),
-                        np.diff(starts, append=len(s)), ndoc)  # a collision in the truncated key only raises it
-    longest = _per_doc_max(doc, chars, ndoc)
+    got = _per_doc_max((s[starts] >> (np.uint64(64) - shift)).astype(np.int64),
+                       np.diff(starts, append=len(s)), ndoc)  # a collision in the truncated key only raises it
+    mine = np.unique(doc)
+    cmax[mine] = got[mine] if cap is None else np.minimum(cap[mine], got[mine])
     need = (longest + n - 1) * cmax > limit
     if need.any():
         sub = need[doc]
         out[need] = (_top_ngram_chars(key[sub], doc[sub], chars[sub], n, ndoc) > limit)[need]
-    return out
+    return out, cmax
 
 
 def _greedy_dup_chars(words: list, n: int) -> int:
@@ -627,9 +636,12 @@ def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFi
     flat = toks.explode().drop_nulls()  # tokens are never null; an empty list may explode to one
     doc = np.repeat(np.arange(ndoc, dtype=np.uint64), toks.list.len().fill_null(0).to_numpy())
     grams = _NGrams(doc, flat.hash().to_numpy(), flat.str.len_chars().to_numpy().astype(np.int64))
+    cap, cap_n = None, None  # the counts' bound of the last size, for the larger sizes after it
     for k, thr in cfg.top_n_grams:
         rows, key, chars = grams.grow(k)
-        fails = _top_ngram_fails(key, doc[rows].astype(np.int64), chars, k, thr * np.maximum(lens, 1))
+        fails, got = _top_ngram_fails(key, doc[rows].astype(np.int64), chars, k, thr * np.maximum(lens, 1),
+                                      cap if cap_n is not None and cap_n < k else None)
+        cap, cap_n = got, k
         out = out.with_columns(pl.Series(f"gopher_repetition:top_{k}_gram", fails))
     python_docs, python_s = 0, 0.0
     if cfg.dup_n_grams:
@@ -650,6 +662,19 @@ def _sentences(lines: pl.DataFrame) -> pl.DataFrame:
     return tok.group_by("lid").agg(sent=starts.sum() + 1)
 
 
+# A sentence starts at a word token (one with a character outside \p{P}; tokens hold no whitespace) after
+# a token that is one terminal character: a line without a terminal character followed, anywhere later, by
+# a character outside \p{P} and \s has no second sentence (`_presplit` only inserts spaces).
+_MAY_START_SENTENCE = f"(?s)[{_cls(TERMINAL_PUNCTUATION)}].*[^\\p{{P}}\\s]"
+
+
+def _few_words(line: pl.Expr, k: Optional[int]) -> pl.Expr:
+    """Fewer than k runs of non-space (`count_matches(r"\\S+") < k`, as a match that stops at the k-th run)."""
+    if k is None or k <= 0:
+        return pl.lit(False)
+    return ~line.str.contains(r"\S+" + (f"(?:\\s+\\S+){{{k - 1}}}" if k > 1 else ""))
+
+
 def _c4(text: pl.Series, cfg: C4Filter) -> tuple[pl.DataFrame, pl.Series]:
     """(rule columns, the kept lines joined by newlines per document)."""
     ndoc = len(text)
@@ -657,14 +682,12 @@ def _c4(text: pl.Series, cfg: C4Filter) -> tuple[pl.DataFrame, pl.Series]:
              .select("doc", line=_splitlines(pl.col("text"))).explode("line")
              .with_row_index("lid").with_columns(pl.col("line").str.strip_chars()))
     s = pl.col("line")
-    words = s.str.count_matches(r"\S+")
     long_word = pl.lit(False) if cfg.max_word_length is None else s.str.contains(f"\\S{{{cfg.max_word_length + 1}}}")
     cleaned = s.str.replace_all(r"\[\d*]|\[edit]|\[citation needed]", "") if cfg.remove_citations else s
-    lines = lines.with_columns(words=words, long=long_word, line=cleaned)
+    lines = lines.with_columns(few=_few_words(s, cfg.min_words_per_line), long=long_word, line=cleaned)
     low = s.str.to_lowercase()
     no_term = (~s.str.contains(r"[.?!\"']$") | s.str.ends_with("...")) if cfg.filter_no_terminal_punct else pl.lit(False)
-    few = pl.lit(False) if cfg.min_words_per_line is None else pl.col("words") < cfg.min_words_per_line
-    reach = ~pl.col("long") & ~no_term & ~few
+    reach = ~pl.col("long") & ~no_term & ~pl.col("few")
     lorem = reach & low.str.contains("lorem ipsum", literal=True) if cfg.filter_lorem_ipsum else pl.lit(False)
     js = reach & ~lorem & low.str.contains("javascript", literal=True) if cfg.filter_javascript else pl.lit(False)
     curly = reach & ~lorem & ~js & s.str.contains("{", literal=True) if cfg.filter_curly_bracket else pl.lit(False)
@@ -675,7 +698,8 @@ def _c4(text: pl.Series, cfg: C4Filter) -> tuple[pl.DataFrame, pl.Series]:
         # every kept line holds a sentence: only documents with fewer kept lines than the minimum
         # need their sentences counted
         few_lines = pl.len().over("doc") < cfg.min_num_sentences
-        kept = kept.join(_sentences(kept.filter(few_lines)), on="lid", how="left").with_columns(
+        many = pl.col("line").str.contains(_MAY_START_SENTENCE)  # the others hold one sentence
+        kept = kept.join(_sentences(kept.filter(few_lines & many)), on="lid", how="left").with_columns(
             pl.col("sent").fill_null(1))
     else:
         kept = kept.with_columns(sent=pl.lit(0))
@@ -693,17 +717,33 @@ def _c4(text: pl.Series, cfg: C4Filter) -> tuple[pl.DataFrame, pl.Series]:
     return out, docs["out"].fill_null("").str.strip_chars()
 
 
-def _fineweb(text: pl.Series, cfg: FineWebFilter) -> pl.DataFrame:
+def _word_counts(out_text: pl.Series, text: pl.Series, toks: Optional[pl.Series]) -> pl.Series:
+    """`TOKEN_RE` matches per document of `out_text`: the lengths of `toks` (the tokens of `text`) where
+    the text is unchanged, counted only where the C4 modifier rewrote it (or without tokens)."""
+    def count(s: pl.Series) -> pl.Series:
+        return pl.DataFrame({"t": s}).select(_presplit(pl.col("t")).str.count_matches(TOKEN_RE)).to_series()
+
+    if toks is None:
+        return count(out_text)
+    n = toks.list.len()
+    if out_text is not text:
+        at = (out_text != text).arg_true()
+        n = n.scatter(at, count(out_text.gather(at))) if len(at) else n
+    return n
+
+
+def _fineweb(text: pl.Series, cfg: FineWebFilter, words: pl.Series) -> pl.DataFrame:
+    """`words`: `TOKEN_RE` matches per document (`_word_counts`)."""
     t = pl.col("text")
     lines = t.str.split("\n").list.eval(pl.element().filter(pl.element().str.strip_chars() != ""))
     nl = lines.list.len()
     _, dup_chars = _dups(lines)
-    st = pl.DataFrame({"text": text}).select(
+    st = pl.DataFrame({"text": text, "words": words}).select(
         nl=nl,
         punct=lines.list.eval(pl.element().str.contains(_TERMINAL_END)).list.mean(),
         short=lines.list.eval(pl.element().str.len_chars() <= cfg.short_line_length).list.mean(),
         dup=_ratio(dup_chars, t.str.len_chars() - t.str.count_matches("\n", literal=True)),
-        newline=_ratio(t.str.count_matches("\n", literal=True), _presplit(t).str.count_matches(TOKEN_RE)),
+        newline=_ratio(t.str.count_matches("\n", literal=True), pl.col("words")),
     )
     c = pl.col
     punct = _lt(c("punct"), cfg.line_punct_thr)
@@ -749,7 +789,7 @@ def apply_filters(texts, config: FilterConfig = FilterConfig()) -> FilterResult:
                 c4_keep = ~f.select(pl.any_horizontal(pl.all())).to_series()
                 out_text = pl.select(pl.when(c4_keep).then(rewritten).otherwise(text)).to_series()
         elif name == "fineweb":
-            frames.append(_fineweb(out_text, cfg))
+            frames.append(_fineweb(out_text, cfg, _word_counts(out_text, text, toks)))
         seconds[name] = time.perf_counter() - t0
     failed_df = pl.concat(frames, how="horizontal") if frames else pl.DataFrame(height=n)
     rules = failed_df.columns
