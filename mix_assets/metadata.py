@@ -332,6 +332,11 @@ def kill_rates_expected(s) -> dict:
     return {"over_expected": len(s.over_expected), "kill_rates": table(s.kills, columns=KILL_COLUMNS)}
 
 
+def keep_share_held(rows: list[dict], below: list[dict]) -> dict:
+    cols = ["source", "bytes_before", "bytes_after", "kept_bytes_share", "keep_share"]
+    return {"below_keep_share_sources": len(below), "kept_bytes_shares": table(rows, columns=cols)}
+
+
 def brevity_kept(s) -> dict:
     cols = ["source", "rule", "short_docs", "removed_docs", "removed_share", "warn_share"]
     return {"brevity_killed": len(s.brevity_killed),

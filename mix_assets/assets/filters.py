@@ -23,6 +23,7 @@ DOCUMENT_FILTERS = dg.AssetKey("document_filters")
 NO_DOMAIN_VANISHED = "no_domain_vanished"
 KILL_RATES_EXPECTED = "kill_rates_expected"
 BREVITY_KEPT = "brevity_kept"
+KEEP_SHARE_HELD = "keep_share_held"
 
 
 def build_filter_assets(spec: MixSpec) -> list:
@@ -56,6 +57,9 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
             dg.AssetCheckSpec(BREVITY_KEPT, asset=DOCUMENT_FILTERS, blocking=False,
                               description="WARN when a length rule removes more than guard.brevity_warn of a "
                               "source's documents shorter than guard.brevity_chars (brevity killed)."),
+            dg.AssetCheckSpec(KEEP_SHARE_HELD, asset=DOCUMENT_FILTERS, blocking=False,
+                              description="WARN when the filters keep less of a source's bytes than the "
+                              "filters.keep_share its raw sample was sized for."),
         ],
     )
     def document_filters(context: dg.AssetExecutionContext, mix: MixResource,
@@ -71,7 +75,8 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
         storage.write_text(layout.FILTER_REPORT, lib.report_json(summary))
         samples = _samples(storage, spec_now, srcs)
         lin = recorded(storage, "document_filters", [*map(lib.decisions_key, srcs), layout.FILTER_REPORT], inputs)
-        checks = [gate(context, DOCUMENT_FILTERS, c) for c in _checks(summary)]
+        keep = lib.below_keep_share(summary, {s: spec_now.keep_share(s) for s in srcs})
+        checks = [gate(context, DOCUMENT_FILTERS, c) for c in _checks(summary, keep)]
         return with_lineage(md.document_filters(storage, summary, samples, reused), lin, check_results=checks)
 
     return document_filters
@@ -89,7 +94,7 @@ def _samples(storage, spec: MixSpec, sources: list[str]) -> tuple[list[dict], in
     return lib.sample_rows(picked, texts, scrub_hashes(spec), spec.audit.scrub_words)
 
 
-def _checks(s: lib.Summary) -> list[dg.AssetCheckResult]:
+def _checks(s: lib.Summary, keep: tuple[list[dict], list[dict]]) -> list[dg.AssetCheckResult]:
     warn = dg.AssetCheckSeverity.WARN
     return [
         dg.AssetCheckResult(
@@ -108,4 +113,10 @@ def _checks(s: lib.Summary) -> list[dg.AssetCheckResult]:
             description=("brevity killed: " + ", ".join(f"{b['rule']} removed {b['removed_share']:.0%} of "
                                                         f"{b['source']}'s short documents" for b in s.brevity_killed))
             if s.brevity_killed else "no length rule removed most of a source's short documents"),
+        dg.AssetCheckResult(
+            check_name=KEEP_SHARE_HELD, passed=not keep[1], severity=warn, metadata=md.keep_share_held(*keep),
+            description=("kept less than the raw sample assumed: " + ", ".join(
+                f"{r['source']} {r['kept_bytes_share']:.1%} of its bytes < keep_share {r['keep_share']:.0%}"
+                for r in keep[1]) + " (lower filters.keep_share, or source_budgets_met may fall short)")
+            if keep[1] else "every source kept at least its filters.keep_share of its bytes"),
     ]

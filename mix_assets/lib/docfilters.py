@@ -341,6 +341,19 @@ class SummaryBuilder:
                        sum(d["docs_after"] for d in domains if d["kind"] == "source"))
 
 
+def below_keep_share(s: Summary, keep_share: Mapping[str, float]) -> tuple[list[dict], list[dict]]:
+    """(per source: the share of its bytes the filters kept beside the `keep_share` its raw sample was
+    sized for; the sources below a keep_share that was set, i.e. < 1: the default assumes nothing and
+    leaves small drops to the headroom). Bytes stand for tokens: raw budgets are estimated from bytes."""
+    acc: dict = {}
+    for c in s.composition:
+        a = acc.setdefault(c["source"], [0, 0])
+        a[0], a[1] = a[0] + c["bytes_before"], a[1] + c["bytes_after"]
+    rows = [{"source": src, "bytes_before": a[0], "bytes_after": a[1], "kept_bytes_share": a[1] / max(a[0], 1),
+             "keep_share": keep_share.get(src, 1.0)} for src, a in sorted(acc.items())]
+    return rows, [r for r in rows if r["kept_bytes_share"] < r["keep_share"] < 1.0]
+
+
 def _domains(comp: Mapping, labels: list[str]) -> list[dict]:
     """Before / kept documents per source, per language and per length bucket over the whole pool (sums of
     the composition cells)."""

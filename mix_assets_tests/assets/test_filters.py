@@ -67,7 +67,8 @@ def test_demo_cascade_is_green_and_an_edited_override_re_runs_only_its_source(tm
     assert res.success
     checks = _checks(res)
     assert all(checks[c].passed for c in (filter_assets.NO_DOMAIN_VANISHED, filter_assets.KILL_RATES_EXPECTED,
-                                          filter_assets.BREVITY_KEPT, "clusters_consistent"))
+                                          filter_assets.BREVITY_KEPT, filter_assets.KEEP_SHARE_HELD,
+                                          "clusters_consistent"))
     storage = Storage(root=str(tmp_path / "storage"))
     dec = docfilters.read_decisions(storage, [s.name for s in spec.sources])
     assert set(dec) == {s.name for s in spec.sources}

@@ -129,6 +129,18 @@ def test_kill_rate_expectation_and_brevity_findings():
     assert lib.summarise({"web": t}, lib.Guard(active=guard.active, brevity_warn={"web": 0.8})).brevity_killed == []
 
 
+def test_below_keep_share_compares_kept_bytes_with_the_share_the_raw_sample_assumed():
+    # web: the first 30 of 100 documents rejected (100 bytes each) -> kept 8,200 of 11,200 bytes
+    t = _decisions([False] * 30 + [True] * 70, ["en"] * 100, [100] * 40 + [120] * 60)
+    other = _decisions([True] * 10, ["en"] * 10, [50] * 10)
+    s = lib.summarise({"web": t, "books": other}, lib.Guard(active={"web": ["gopher_quality"], "books": []}))
+    rows, below = lib.below_keep_share(s, {"web": 0.8, "books": 0.9})
+    assert [(r["source"], r["bytes_before"], r["bytes_after"]) for r in rows] == [("books", 500, 500), ("web", 11200, 8200)]
+    assert [r["source"] for r in below] == ["web"]  # 73.2 % < 80 %
+    assert lib.below_keep_share(s, {"web": 0.7})[1] == []
+    assert lib.below_keep_share(s, {})[1] == []  # the default 1.0 assumes nothing: headroom covers small drops
+
+
 def test_samples_skip_contaminated_documents_and_scrub_eval_text():
     t = _decisions([False, False, True, True], ["en"] * 4, [10, 10, 10, 10])
     picked = lib.pick_samples({"web": t}, 5, never={"d0"})
