@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from mix_assets.config import HubDataset, MixSpec
 from mix_assets.lib import contamination as ct
-from mix_assets.lib import dedup, engine, evals, fuzzy, layout, tables
+from mix_assets.lib import dedup, engine, evals, fuzzy, layout, lineage, tables
 from mix_assets.lib import minhash as mh
 from mix_assets.lib import signatures as sig
 from mix_assets.lib import textkeys as tk
@@ -91,6 +91,22 @@ def scrub_hashes(spec: MixSpec) -> np.ndarray:
     """The scrub set alone (every task's `scrub_words`-word runs, hashed): what a rendering of text is masked with."""
     k = spec.audit.scrub_words
     return merged_scrub([ct.scrub_ngrams(evals.load_task_items(t, spec.base_dir).items, k) for t in spec.audit.tasks])
+
+
+def scrub_set(storage, spec: MixSpec) -> np.ndarray:
+    """`scrub_hashes(spec)`, read from eval_registry's scrub-ngrams.npy when that file is the one its lineage
+    record lists and the registry was built for these tasks and `scrub_words` (re-hashing every eval item
+    costs a second or more per call, whatever the corpus size); else computed."""
+    rec = lineage.read_record(storage, "eval_registry")
+    key = layout.EVAL_SCRUB_NGRAMS
+    if rec is None or key not in rec["outputs"] or not storage.exists(layout.EVAL_REGISTRY):
+        return scrub_hashes(spec)
+    meta = json.loads(storage.read_text(layout.EVAL_REGISTRY))
+    built_for = {name: (t.get("dataset"), t.get("fields"), t.get("audit_splits")) for name, t in meta["tasks"].items()}
+    want = {t.name: (dataset_id(t.dataset), list(t.fields), list(t.audit_splits)) for t in spec.audit.tasks}
+    if meta.get("scrub_words") != spec.audit.scrub_words or built_for != want or storage.sha256(key) != rec["outputs"][key]:
+        return scrub_hashes(spec)
+    return load_npy(storage, key)
 
 
 def npy_bytes(a: np.ndarray) -> bytes:

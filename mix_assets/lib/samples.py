@@ -254,12 +254,12 @@ def rendered_samples(storage, spec, build: str, n: int = DEFAULT_SAMPLES) -> Ren
     """Draw, read, decode, scrub and render the build's samples; write `tokens/rendered_samples.md`.
 
     `build` identifies the build (the sha256 of shard_stats.json); the scrub set is the eval items'
-    `audit.scrub_words`-word runs, hashed as `audit_artifact_scrubbed` hashes them."""
+    `audit.scrub_words`-word runs, hashed as `audit_artifact_scrubbed` hashes them (`audit.scrub_set`)."""
     import json
 
     from tokenizers import Tokenizer
 
-    from mix_assets.lib.audit import scrub_hashes
+    from mix_assets.lib.audit import scrub_set
 
     stats = json.loads(storage.read_text(layout.SHARD_STATS))
     tok = Tokenizer.from_file(storage.local_path(layout.TOKENIZER_FILE))
@@ -267,6 +267,6 @@ def rendered_samples(storage, spec, build: str, n: int = DEFAULT_SAMPLES) -> Ren
     picks = draw({sp: stats["splits"][sp]["samples"] for sp in SPLITS}, seed, n)
     sep_id = stats["packing"].get("separator_id")
     samples = [decode(tok, *r, sep_id) for r in read_samples(stats, picks, storage.open)]
-    out = render(samples, stats, build, seed, scrub_hashes(spec), spec.audit.scrub_words)
+    out = render(samples, stats, build, seed, scrub_set(storage, spec), spec.audit.scrub_words)
     storage.write_text(layout.RENDERED_SAMPLES, out.markdown)
     return out

@@ -37,3 +37,25 @@ def test_scan_finds_the_planted_copies_and_counts_every_source(tmp_path):
     assert set(scan.tally.docs_scanned) == {s.name for s in spec.sources}
     assert scan.contaminated.num_rows == report["contaminated_docs"]
     assert all(r["registry_ngrams"] > 0 for r in scan.rows())
+
+
+def test_scrub_set_reads_the_registry_when_current_and_recomputes_otherwise(tmp_path, monkeypatch):
+    from mix_assets.lib import lineage
+
+    spec = make_spec(tmp_path)
+    st = Storage(root=str(tmp_path / "storage"))
+    want = audit.scrub_hashes(spec)
+    assert np.array_equal(audit.scrub_set(st, spec), want)  # no registry yet: computed
+    written = audit.write_registry(st, spec)
+    lineage.write_record(st, "eval_registry", written.files, {})
+    calls = []
+    monkeypatch.setattr(audit, "scrub_hashes", lambda s: calls.append(s) or want)
+    assert np.array_equal(audit.scrub_set(st, spec), want) and calls == []  # read back, eval items not re-hashed
+    other = spec.model_copy(update={"audit": spec.audit.model_copy(update={"scrub_words": spec.audit.scrub_words + 1})})
+    audit.scrub_set(st, other)
+    fewer = spec.model_copy(update={"audit": spec.audit.model_copy(update={"tasks": spec.audit.tasks[:-1]})})
+    audit.scrub_set(st, fewer)
+    assert calls == [other, fewer]  # built for other settings: computed
+    st.write_bytes(layout.EVAL_SCRUB_NGRAMS, audit.npy_bytes(want[:-1]))
+    audit.scrub_set(st, spec)
+    assert calls == [other, fewer, spec]  # the file is not the one its lineage record lists: computed
