@@ -102,24 +102,26 @@ def kept_batches(raw_paths: dict[str, str], dedup_keys_path: str, exclusion_mask
     time, keeping its rows of that source that are raw documents and not excluded. Held: the excluded
     ids and one source's raw index; never the dedup_keys table."""
     excluded = IdSet(pq.read_table(exclusion_masks_path, columns=["doc_id"]).column(0).cast(pa.string()))
-    for source, path in sorted(raw_paths.items()):
+    for k, (source, path) in enumerate(sorted(raw_paths.items())):
         raw = raw_index(path, source, excluded, list(raw_paths))
         matched = np.zeros(len(raw.ids), bool)
         last, row = None, 0
         for b in tables.iter_batches(dedup_keys_path, ["doc_id", "source", "cluster_id", "exact_key"], KEY_BATCH_ROWS):
             doc = b.column(0).cast(pa.string())
-            _keys_in_order(b, doc, last, row, dedup_keys_path)
-            last, row = (doc[-1].as_py() if len(doc) else last), row + len(doc)
-            pos = raw.ids.index(doc)
-            pos[~pc.equal(b.column(1), source).fill_null(False).to_numpy(zero_copy_only=False)] = -1
-            pos[pos >= 0] = np.where(raw.excluded[pos[pos >= 0]], -1, pos[pos >= 0])
-            take = np.flatnonzero(pos >= 0)
+            if k == 0:  # the first source's pass checks the order of every row (later passes read the same file)
+                _keys_in_order(b, doc, last, row, dedup_keys_path)
+                last, row = (doc[-1].as_py() if len(doc) else last), row + len(doc)
+            mine = np.flatnonzero(pc.equal(b.column(1), source).fill_null(False).to_numpy(zero_copy_only=False))
+            pos = raw.ids.index(doc.take(pa.array(mine, pa.int64()))) if len(mine) else np.zeros(0, np.int64)
+            keep = pos >= 0
+            keep[keep] = ~raw.excluded[pos[keep]]
+            take, pos = mine[keep], pos[keep]
             if not len(take):
                 continue
-            matched[pos[take]] = True
+            matched[pos] = True
             idx = pa.array(take, pa.int64())
             yield pa.table({"doc_id": doc.take(idx), "source": pa.array([source] * len(take), pa.string()),
-                            "n_bytes": pa.array(raw.n_bytes[pos[take]], pa.int64()),
+                            "n_bytes": pa.array(raw.n_bytes[pos], pa.int64()),
                             "cluster_id": b.column(2).cast(pa.string()).take(idx),
                             "exact_key": b.column(3).cast(pa.string()).take(idx)})
         lost = np.flatnonzero(~matched & ~raw.excluded)
@@ -195,33 +197,32 @@ def _sides_of(b) -> tuple[np.ndarray, np.ndarray]:
 
 def measure_disjointness(split) -> Disjointness:
     """Count doc ids, clusters and exact keys that appear on both sides of the split (a table or a split
-    file, read three times a batch at a time). Held: the val side's doc ids, clusters and exact keys
-    (`IdSet`s, their bytes + 1 each per val document), nothing per train document."""
+    file, read twice a batch at a time). Held: the val side's doc ids, clusters and exact keys (`IdSet`s,
+    their bytes + 1 each per val document) and each val document's cluster and exact key positions in
+    them (16 B), nothing per train document."""
     cols = ["doc_id", "cluster_id", "exact_key"]
     val: dict[str, list] = {c: [] for c in cols}
     for b in _split_batches(split, cols + ["split"]):
         v = pa.array(_sides_of(b)[0])
         for c in cols:
             val[c].append(b.column(c).cast(pa.string()).filter(v))
-    sets = {c: IdSet(pa.chunked_array(val.pop(c), pa.string())) for c in cols}
+    sets, at = {}, {}
+    for c in cols:
+        ids = pa.chunked_array(val.pop(c), pa.string())
+        sets[c] = IdSet(ids)
+        if c != "doc_id":  # where each val document's cluster / exact key sits (-1: null)
+            at[c] = sets[c].index(ids)
+        del ids
     shared = {c: np.zeros(len(sets[c]), bool) for c in cols}
-    n_val = 0
     for b in _split_batches(split, cols + ["split"]):
-        v, t = _sides_of(b)
-        n_val += int(v.sum())
-        train = pa.array(t)
+        train = pa.array(_sides_of(b)[1])
         for c in cols:
             pos = sets[c].index(b.column(c).cast(pa.string()).filter(train))
             shared[c][pos[pos >= 0]] = True
-    touching = 0
-    for b in _split_batches(split, ["cluster_id", "exact_key", "split"]):
-        v = pa.array(_sides_of(b)[0])
-        hit = np.zeros(int(pc.sum(v).as_py() or 0), bool)
-        for c in ("cluster_id", "exact_key"):
-            pos = sets[c].index(b.column(c).cast(pa.string()).filter(v))
-            hit |= (pos >= 0) & shared[c][np.maximum(pos, 0)] if len(shared[c]) else False
-        touching += int(hit.sum())
-    return Disjointness(*(int(shared[c].sum()) for c in cols), touching, n_val)
+    hit = np.zeros(len(at["cluster_id"]), bool)
+    for c in ("cluster_id", "exact_key"):
+        hit |= (at[c] >= 0) & shared[c][np.maximum(at[c], 0)] if len(shared[c]) else False
+    return Disjointness(*(int(shared[c].sum()) for c in cols), int(hit.sum()), len(hit))
 
 
 @dataclass(frozen=True)
@@ -356,6 +357,22 @@ class NearDupScan:
         return miss_probability(self.threshold, self.bands, self.rows) if self.bands else 1.0
 
 
+def _source_batches(split, columns: list[str], source: str):
+    """`_split_batches`, skipping a split file's row groups whose `source` statistics exclude `source`
+    (the file is sorted by source, so each source reads about its own rows, not the whole file)."""
+    if isinstance(split, pa.Table):
+        yield from _split_batches(split, columns)
+        return
+    f = split if isinstance(split, pq.ParquetFile) else pq.ParquetFile(split)
+    at = f.schema_arrow.get_field_index("source")
+    for g in range(f.metadata.num_row_groups):
+        st = f.metadata.row_group(g).column(at).statistics if at >= 0 else None
+        if st is not None and st.has_min_max and not st.min <= source <= st.max:
+            continue
+        yield from f.iter_batches(batch_size=KEY_BATCH_ROWS, row_groups=[g], columns=columns, use_threads=False)
+        pa.default_memory_pool().release_unused()
+
+
 def _sides(split, raw_paths: dict[str, str]) -> dict[str, np.ndarray]:
     """{source: int8 per raw row: 1 val, 0 train, -1 not in the split (or a null split)}: per source, its
     split rows' ids (an `IdSet`; an id listed twice takes its first row's side) against the raw ids, a
@@ -364,7 +381,7 @@ def _sides(split, raw_paths: dict[str, str]) -> dict[str, np.ndarray]:
     out = {}
     for s in names:
         ids, is_val = [], []
-        for b in _split_batches(split, ["doc_id", "source", "split"]):
+        for b in _source_batches(split, ["doc_id", "source", "split"], s):
             mine = pc.equal(b.column("source"), s).fill_null(False)
             ids.append(b.column("doc_id").cast(pa.string()).filter(mine))
             v, t = _sides_of(b.filter(mine))
