@@ -468,9 +468,10 @@ def cross_split_near_dups(split, raw_paths: dict[str, str], threshold: float,
         n = len(side)
         val, train = np.flatnonzero((side == 1) & (n_sh > 0)), np.flatnonzero((side == 0) & (n_sh > 0))
         codes = np.zeros(0, np.int64)
-        for band in range(b if len(val) and len(train) else 0):
-            keys = lsh.band_keys(stored.columns(band * r, (band + 1) * r), 1, r)[0]
-            codes = np.union1d(codes, _band_pairs(keys, val, train, n))
+        with stored.held():
+            for band in range(b if len(val) and len(train) else 0):
+                keys = lsh.band_keys(stored.columns(band * r, (band + 1) * r), 1, r)[0]
+                codes = np.union1d(codes, _band_pairs(keys, val, train, n))
         n_val, n_train = int((side == 1).sum()), int((side == 0).sum())
         t_idx, v_idx = codes // max(n, 1), codes % max(n, 1)
         max_j, hits = 0.0, 0
