@@ -106,9 +106,13 @@ def kept_batches(raw_paths: dict[str, str], dedup_keys_path: str, exclusion_mask
         raw = raw_index(path, source, excluded, list(raw_paths))
         matched = np.zeros(len(raw.ids), bool)
         last, row = None, 0
-        for b in tables.iter_batches(dedup_keys_path, ["doc_id", "source", "cluster_id", "exact_key"], KEY_BATCH_ROWS):
+        # the first source's pass reads every row and checks their order; later passes read the same file,
+        # only its row groups whose source statistics may hold their source
+        cols = ["doc_id", "source", "cluster_id", "exact_key"]
+        for b in tables.iter_batches(dedup_keys_path, cols, KEY_BATCH_ROWS) if k == 0 else \
+                _source_batches(dedup_keys_path, cols, source):
             doc = b.column(0).cast(pa.string())
-            if k == 0:  # the first source's pass checks the order of every row (later passes read the same file)
+            if k == 0:
                 _keys_in_order(b, doc, last, row, dedup_keys_path)
                 last, row = (doc[-1].as_py() if len(doc) else last), row + len(doc)
             mine = np.flatnonzero(pc.equal(b.column(1), source).fill_null(False).to_numpy(zero_copy_only=False))
@@ -358,8 +362,9 @@ class NearDupScan:
 
 
 def _source_batches(split, columns: list[str], source: str):
-    """`_split_batches`, skipping a split file's row groups whose `source` statistics exclude `source`
-    (the file is sorted by source, so each source reads about its own rows, not the whole file)."""
+    """`_split_batches`, skipping a file's row groups whose `source` statistics exclude `source` (the split
+    is sorted by source, dedup_keys by doc_id, which usually starts with it: a source reads about its own
+    rows, not the whole file)."""
     if isinstance(split, pa.Table):
         yield from _split_batches(split, columns)
         return

@@ -29,10 +29,12 @@ def test_snippets_match_the_first_version(tmp_path):
             assert list(new.items()) == list(old.items())
 
 
-def _kept_inputs(tmp_path, rng: random.Random, sources="abc"):
+def _kept_inputs(tmp_path, rng: random.Random, sources="abc", prefixed=False):
     raws, keys = {}, []
     for s in sources:
-        ids = [f"{rng.getrandbits(40):010x}-{s}" for _ in range(rng.randrange(300, 900))]  # sources interleave
+        # suffixed: sources interleave in dedup_keys' doc_id order; prefixed: each source's rows are together
+        ids = [f"{s}-{rng.getrandbits(40):010x}" if prefixed else f"{rng.getrandbits(40):010x}-{s}"
+               for _ in range(rng.randrange(300, 900))]
         raws[s] = str(tmp_path / f"raw_{s}.parquet")
         pq.write_table(pa.table({"doc_id": ids, "source": [s] * len(ids), "n_bytes": [rng.randrange(9) for _ in ids]}),
                        raws[s], row_group_size=rng.choice([50, 1000]))
@@ -53,8 +55,8 @@ def test_kept_batches_match_the_first_version(tmp_path, monkeypatch):
     from mix_assets.lib import split
 
     monkeypatch.setattr(split, "KEY_BATCH_ROWS", 101)
-    for seed in range(3):
-        raws, dk, ex = _kept_inputs(tmp_path, random.Random(seed))
+    for seed in range(4):
+        raws, dk, ex = _kept_inputs(tmp_path, random.Random(seed), prefixed=seed % 2 == 1)
         new = pa.concat_tables(split.kept_batches(raws, dk, ex))
         old = pa.concat_tables(ref.kept_batches(raws, dk, ex))
         assert new.num_rows > 500 and new.equals(old)
