@@ -101,7 +101,8 @@ def kept_batches(raw_paths: dict[str, str], dedup_keys_path: str, exclusion_mask
     (sorted) its raw index (`raw_index`), then one pass over dedup_keys (sorted by doc_id) a batch at a
     time, keeping its rows of that source that are raw documents and not excluded. Held: the excluded
     ids and one source's raw index; never the dedup_keys table."""
-    excluded = IdSet(pq.read_table(exclusion_masks_path, columns=["doc_id"]).column(0).cast(pa.string()))
+    # pq.ParquetFile, not pq.read_table: that imports pyarrow.dataset, ~0.35 s of the step in a fresh process
+    excluded = IdSet(pq.ParquetFile(exclusion_masks_path).read(columns=["doc_id"]).column(0).cast(pa.string()))
     for k, (source, path) in enumerate(sorted(raw_paths.items())):
         raw = raw_index(path, source, excluded, list(raw_paths))
         matched = np.zeros(len(raw.ids), bool)
