@@ -8,6 +8,7 @@ not depend on processing order, worker count or which other documents exist.
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from dataclasses import dataclass
 from typing import Optional
@@ -442,9 +443,26 @@ def _band_pairs(keys: np.ndarray, val: np.ndarray, train: np.ndarray, n: int) ->
     return t * n + v
 
 
+BANDS_PER_TASK = 4  # bands of the check's LSH per map task (a task holds one band's columns at a time)
+
+
+def band_codes(bands: tuple[int, int], files: tuple, num_perm: int, rows: int, side: np.ndarray) -> np.ndarray:
+    """A map task of the check: sorted codes train * n + val of the (train, val) pairs sharing a band in
+    range(*bands); `side` per row of the concatenated signature files: 1 val, 0 train, -1 neither."""
+    stored, n = sig.Stored(list(files), num_perm), len(side)
+    val, train = np.flatnonzero(side == 1), np.flatnonzero(side == 0)
+    codes = np.zeros(0, np.int64)
+    with stored.held():
+        for band in range(*bands):
+            keys = lsh.band_keys(stored.columns(band * rows, (band + 1) * rows), 1, rows)[0]
+            codes = np.union1d(codes, _band_pairs(keys, val, train, n))
+    return codes
+
+
 def cross_split_near_dups(split, raw_paths: dict[str, str], threshold: float,
                           shingle_words: int = 5, batch_rows: int = 2048, signatures: Optional[dict] = None,
-                          num_perm: int = 128, seed: int = 1, rows: int = CHECK_ROWS) -> NearDupScan:
+                          num_perm: int = 128, seed: int = 1, rows: int = CHECK_ROWS,
+                          eng: Optional[engine.Engine] = None) -> NearDupScan:
     """Re-measure train/val near-duplicates from the text, independently of dedup's clusters.
 
     Candidates: an LSH over MinHash signatures with its own banding (`check_bands`: 32 bands x 4 rows
@@ -455,6 +473,9 @@ def cross_split_near_dups(split, raw_paths: dict[str, str], threshold: float,
     range GETs of its row groups). `signatures` ({source: signature file}, lib/signatures.py) are
     dedup_keys' stored map outputs; a source without one is signed here. Linear in the corpus
     (one pass over 4 signature columns per band) plus the candidates; memory ~40 B per document.
+    The bands run as map tasks (`band_codes`, BANDS_PER_TASK each) on `eng` (default: a loop here; Ray
+    only when every signature file is stored, not signed into this process's temporary directory);
+    their codes are unioned, so the result does not depend on the engine or the task order.
     """
     sides = _sides(split, raw_paths)
     names = sorted(sides)
@@ -472,12 +493,14 @@ def cross_split_near_dups(split, raw_paths: dict[str, str], threshold: float,
         side = np.concatenate([sides[s] for s in names]) if names else np.zeros(0, np.int8)
         n_sh = stored.read(["n_shingles"]).column(0).to_numpy() if names else np.zeros(0, np.int64)
         n = len(side)
-        val, train = np.flatnonzero((side == 1) & (n_sh > 0)), np.flatnonzero((side == 0) & (n_sh > 0))
-        codes = np.zeros(0, np.int64)
-        with stored.held():
-            for band in range(b if len(val) and len(train) else 0):
-                keys = lsh.band_keys(stored.columns(band * r, (band + 1) * r), 1, r)[0]
-                codes = np.union1d(codes, _band_pairs(keys, val, train, n))
+        eligible = np.where(n_sh > 0, side, -1).astype(np.int8)
+        chunks = [(k, min(k + BANDS_PER_TASK, b)) for k in range(0, b, BANDS_PER_TASK)] \
+            if (eligible == 1).any() and (eligible == 0).any() else []
+        task = functools.partial(band_codes, files=tuple(files[s] for s in names), num_perm=num_perm, rows=r,
+                                 side=eligible)
+        here = eng is None or (eng.kind == "ray" and any(s not in (signatures or {}) for s in names))
+        codes = functools.reduce(np.union1d, engine.map_chunks(task, chunks, engine.Engine(num_cpus=1) if here
+                                                               else eng), np.zeros(0, np.int64))
         n_val, n_train = int((side == 1).sum()), int((side == 0).sum())
         t_idx, v_idx = codes // max(n, 1), codes % max(n, 1)
         max_j, hits = 0.0, 0
