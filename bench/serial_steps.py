@@ -27,6 +27,8 @@ KEYS = ["exclusion_masks", "validation_split", "manifest", "published_revision"]
 JOB = r'''
 import sys, warnings
 warnings.filterwarnings("ignore")
+import mix_assets
+print("CODE", mix_assets.__file__)
 import dagster as dg
 from mix_assets.config import load_spec
 from mix_assets.definitions import build_definitions
@@ -69,7 +71,9 @@ def one_run(code: Path, run: Path, tmp: Path) -> tuple[dict, str]:
     env = {"PYTHONPATH": str(code), "MIX_SHARED_DATA": "/work/shared/data", "RAYON_NUM_THREADS": "2",
            "PATH": "/usr/bin:/bin", "MIX_CONFIG": str(work / "mix.yaml")}
     out = subprocess.run([sys.executable, "-c", JOB, str(work / "mix.yaml"), ",".join(KEYS)], env=env,
-                         capture_output=True, text=True, cwd=str(REPO)).stdout.splitlines()
+                         capture_output=True, text=True, cwd=str(code)).stdout.splitlines()  # "" first on sys.path
+    loaded = next((x.split()[1] for x in out if x.startswith("CODE")), "")
+    assert loaded.startswith(str(code) + "/"), f"ran {loaded or 'nothing'}, not the code of {code}"
     secs = {p[1]: float(p[2]) for p in (x.split() for x in out) if p[0] == "SECONDS"}
     checks = sorted(x for x in out if x.startswith(("CHECK", "SUCCESS")))
     return secs, outputs_hash(work) + " " + hashlib.sha256("\n".join(checks).encode()).hexdigest()[:8]
