@@ -14,7 +14,7 @@ from mix_assets.lib.split import (
     measure_disjointness,
     measure_val_share,
 )
-from mix_assets.resources import MixResource
+from mix_assets.resources import EngineResource, MixResource
 
 GROUP = "split"
 VAL_DISJOINT_FROM_TRAIN = "val_disjoint_from_train"
@@ -44,9 +44,13 @@ def build_split_assets(spec: MixSpec) -> list:
         share = split.share(s.split.val_fraction, s.split.tolerance)
         return with_lineage(md.validation_split(mix.storage, layout.VALIDATION_SPLIT, split, share), lin)
 
-    @dg.asset_check(asset=validation_split, name=VAL_DISJOINT_FROM_TRAIN, blocking=True)
-    def val_disjoint_from_train(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
-        """No doc id, cluster or exact text on both sides; cross-split near-dup rate (shingle Jaccard) 0."""
+    @dg.asset_check(asset=validation_split, name=VAL_DISJOINT_FROM_TRAIN, blocking=True,
+                    resource_defs={"engine": EngineResource.from_spec(spec)})  # every engine: the same result
+    def val_disjoint_from_train(context: dg.AssetCheckExecutionContext, mix: MixResource,
+                                engine: EngineResource) -> dg.AssetCheckResult:
+        """No doc id, cluster or exact text on both sides; cross-split near-dup rate (shingle Jaccard) 0.
+
+        The LSH bands of the near-dup scan run as map tasks on `engine` (in process or Ray)."""
         s, st = mix.spec, mix.storage
         names = [x.name for x in s.sources]
         inputs = verified_inputs(st, VAL_DISJOINT_FROM_TRAIN,
@@ -60,7 +64,7 @@ def build_split_assets(spec: MixSpec) -> list:
         sigs = {n: f for n, f in dedup_lib.stored_signatures(st, raw, versions, p).items()
                 if dedup_lib.signatures_key(n) in recorded_keys}
         scan = cross_split_near_dups(split, raw, s.dedup.threshold, p.shingle, signatures=sigs, num_perm=p.num_perm,
-                                     seed=p.seed)
+                                     seed=p.seed, eng=engine.engine)
         ok = d.ok and scan.val_docs_with_train_near_dup == 0
         return gate(context, VALIDATION_SPLIT_KEY, dg.AssetCheckResult(
             passed=ok, metadata=md.val_disjoint_from_train(d, scan),

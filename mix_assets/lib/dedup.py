@@ -612,17 +612,22 @@ def reject_samples(
 
 
 def snippets(paths: Mapping[str, str], wanted: set[str], chars: int = 240) -> dict[str, str]:
-    """First `chars` characters (whitespace collapsed) of the wanted documents' texts."""
+    """First `chars` characters (whitespace collapsed) of the wanted documents' texts.
+
+    Reads each row group's doc_ids and the text of only the row groups holding a wanted document
+    (a handful of the corpus: samples name ~10 documents)."""
     out: dict[str, str] = {}
     if not wanted:
         return out
     want = pa.array(sorted(wanted), pa.string())
     for name in sorted(paths):
-        for batch in tables.iter_batches(paths[name], ["doc_id", "text"], READ_BATCH_ROWS):
-            mask = pc.is_in(batch.column("doc_id").cast(pa.string()), value_set=want)
+        f = paths[name] if isinstance(paths[name], pq.ParquetFile) else pq.ParquetFile(paths[name])
+        for i in range(f.metadata.num_row_groups):
+            mask = pc.is_in(f.read_row_group(i, ["doc_id"], use_threads=False).column(0).cast(pa.string()),
+                            value_set=want)
             if not pc.any(mask).as_py():
                 continue
-            sel = batch.filter(mask)
+            sel = f.read_row_group(i, ["doc_id", "text"], use_threads=False).filter(mask)
             for doc, text in zip(sel.column("doc_id").to_pylist(), sel.column("text").to_pylist()):
                 flat = " ".join((text or "").split())
                 out[doc] = flat[:chars] + ("…" if len(flat) > chars else "")

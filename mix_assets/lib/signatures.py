@@ -17,6 +17,7 @@ same bytes dedup_keys writes, docs/scale.md).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
@@ -119,6 +120,26 @@ class Stored:
                 self.rows.append(f.metadata.num_rows)
         self.shape = (sum(self.rows), num_perm)
         self.names = perm_columns(num_perm)
+        self._held: Optional[list] = None
+
+    @contextlib.contextmanager
+    def held(self):
+        """Every file kept open inside: serial `columns` calls of one thread (a fresh `pq.ParquetFile`
+        per call costs about as much as reading a band's columns)."""
+        with contextlib.ExitStack() as stack:
+            self._held = [stack.enter_context(engine.open_parquet(s)) for s in self.sources]
+            try:
+                yield self
+            finally:
+                self._held = None
+
+    def _files(self):
+        if self._held is not None:
+            yield from self._held
+            return
+        for s in self.sources:
+            with engine.open_parquet(s) as f:
+                yield f
 
     def read(self, columns: list[str]) -> pa.Table:
         """The given columns of every source, concatenated (one chunk per row group)."""
@@ -133,13 +154,12 @@ class Stored:
         (band tasks run on worker threads, whose allocator pools would keep those pages)."""
         out = np.empty((self.shape[0], stop - start), np.uint32)
         at = 0
-        for s in self.sources:
-            with engine.open_parquet(s) as f:
-                for g in range(f.num_row_groups):
-                    t = f.read_row_group(g, columns=self.names[start:stop], use_threads=False)
-                    for j, col in enumerate(t.columns):
-                        out[at: at + t.num_rows, j] = col.to_numpy()
-                    at += t.num_rows
+        for f in self._files():
+            for g in range(f.num_row_groups):
+                t = f.read_row_group(g, columns=self.names[start:stop], use_threads=False)
+                for j, col in enumerate(t.columns):
+                    out[at: at + t.num_rows, j] = col.to_numpy()
+                at += t.num_rows
         return out
 
 

@@ -8,6 +8,7 @@ not depend on processing order, worker count or which other documents exist.
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from dataclasses import dataclass
 from typing import Optional
@@ -101,25 +102,32 @@ def kept_batches(raw_paths: dict[str, str], dedup_keys_path: str, exclusion_mask
     (sorted) its raw index (`raw_index`), then one pass over dedup_keys (sorted by doc_id) a batch at a
     time, keeping its rows of that source that are raw documents and not excluded. Held: the excluded
     ids and one source's raw index; never the dedup_keys table."""
-    excluded = IdSet(pq.read_table(exclusion_masks_path, columns=["doc_id"]).column(0).cast(pa.string()))
-    for source, path in sorted(raw_paths.items()):
+    # pq.ParquetFile, not pq.read_table: that imports pyarrow.dataset, ~0.35 s of the step in a fresh process
+    excluded = IdSet(pq.ParquetFile(exclusion_masks_path).read(columns=["doc_id"]).column(0).cast(pa.string()))
+    for k, (source, path) in enumerate(sorted(raw_paths.items())):
         raw = raw_index(path, source, excluded, list(raw_paths))
         matched = np.zeros(len(raw.ids), bool)
         last, row = None, 0
-        for b in tables.iter_batches(dedup_keys_path, ["doc_id", "source", "cluster_id", "exact_key"], KEY_BATCH_ROWS):
+        # the first source's pass reads every row and checks their order; later passes read the same file,
+        # only its row groups whose source statistics may hold their source
+        cols = ["doc_id", "source", "cluster_id", "exact_key"]
+        for b in tables.iter_batches(dedup_keys_path, cols, KEY_BATCH_ROWS) if k == 0 else \
+                _source_batches(dedup_keys_path, cols, source):
             doc = b.column(0).cast(pa.string())
-            _keys_in_order(b, doc, last, row, dedup_keys_path)
-            last, row = (doc[-1].as_py() if len(doc) else last), row + len(doc)
-            pos = raw.ids.index(doc)
-            pos[~pc.equal(b.column(1), source).fill_null(False).to_numpy(zero_copy_only=False)] = -1
-            pos[pos >= 0] = np.where(raw.excluded[pos[pos >= 0]], -1, pos[pos >= 0])
-            take = np.flatnonzero(pos >= 0)
+            if k == 0:
+                _keys_in_order(b, doc, last, row, dedup_keys_path)
+                last, row = (doc[-1].as_py() if len(doc) else last), row + len(doc)
+            mine = np.flatnonzero(pc.equal(b.column(1), source).fill_null(False).to_numpy(zero_copy_only=False))
+            pos = raw.ids.index(doc.take(pa.array(mine, pa.int64()))) if len(mine) else np.zeros(0, np.int64)
+            keep = pos >= 0
+            keep[keep] = ~raw.excluded[pos[keep]]
+            take, pos = mine[keep], pos[keep]
             if not len(take):
                 continue
-            matched[pos[take]] = True
+            matched[pos] = True
             idx = pa.array(take, pa.int64())
             yield pa.table({"doc_id": doc.take(idx), "source": pa.array([source] * len(take), pa.string()),
-                            "n_bytes": pa.array(raw.n_bytes[pos[take]], pa.int64()),
+                            "n_bytes": pa.array(raw.n_bytes[pos], pa.int64()),
                             "cluster_id": b.column(2).cast(pa.string()).take(idx),
                             "exact_key": b.column(3).cast(pa.string()).take(idx)})
         lost = np.flatnonzero(~matched & ~raw.excluded)
@@ -195,33 +203,32 @@ def _sides_of(b) -> tuple[np.ndarray, np.ndarray]:
 
 def measure_disjointness(split) -> Disjointness:
     """Count doc ids, clusters and exact keys that appear on both sides of the split (a table or a split
-    file, read three times a batch at a time). Held: the val side's doc ids, clusters and exact keys
-    (`IdSet`s, their bytes + 1 each per val document), nothing per train document."""
+    file, read twice a batch at a time). Held: the val side's doc ids, clusters and exact keys (`IdSet`s,
+    their bytes + 1 each per val document) and each val document's cluster and exact key positions in
+    them (16 B), nothing per train document."""
     cols = ["doc_id", "cluster_id", "exact_key"]
     val: dict[str, list] = {c: [] for c in cols}
     for b in _split_batches(split, cols + ["split"]):
         v = pa.array(_sides_of(b)[0])
         for c in cols:
             val[c].append(b.column(c).cast(pa.string()).filter(v))
-    sets = {c: IdSet(pa.chunked_array(val.pop(c), pa.string())) for c in cols}
+    sets, at = {}, {}
+    for c in cols:
+        ids = pa.chunked_array(val.pop(c), pa.string())
+        sets[c] = IdSet(ids)
+        if c != "doc_id":  # where each val document's cluster / exact key sits (-1: null)
+            at[c] = sets[c].index(ids)
+        del ids
     shared = {c: np.zeros(len(sets[c]), bool) for c in cols}
-    n_val = 0
     for b in _split_batches(split, cols + ["split"]):
-        v, t = _sides_of(b)
-        n_val += int(v.sum())
-        train = pa.array(t)
+        train = pa.array(_sides_of(b)[1])
         for c in cols:
             pos = sets[c].index(b.column(c).cast(pa.string()).filter(train))
             shared[c][pos[pos >= 0]] = True
-    touching = 0
-    for b in _split_batches(split, ["cluster_id", "exact_key", "split"]):
-        v = pa.array(_sides_of(b)[0])
-        hit = np.zeros(int(pc.sum(v).as_py() or 0), bool)
-        for c in ("cluster_id", "exact_key"):
-            pos = sets[c].index(b.column(c).cast(pa.string()).filter(v))
-            hit |= (pos >= 0) & shared[c][np.maximum(pos, 0)] if len(shared[c]) else False
-        touching += int(hit.sum())
-    return Disjointness(*(int(shared[c].sum()) for c in cols), touching, n_val)
+    hit = np.zeros(len(at["cluster_id"]), bool)
+    for c in ("cluster_id", "exact_key"):
+        hit |= (at[c] >= 0) & shared[c][np.maximum(at[c], 0)] if len(shared[c]) else False
+    return Disjointness(*(int(shared[c].sum()) for c in cols), int(hit.sum()), len(hit))
 
 
 @dataclass(frozen=True)
@@ -356,6 +363,23 @@ class NearDupScan:
         return miss_probability(self.threshold, self.bands, self.rows) if self.bands else 1.0
 
 
+def _source_batches(split, columns: list[str], source: str):
+    """`_split_batches`, skipping a file's row groups whose `source` statistics exclude `source` (the split
+    is sorted by source, dedup_keys by doc_id, which usually starts with it: a source reads about its own
+    rows, not the whole file)."""
+    if isinstance(split, pa.Table):
+        yield from _split_batches(split, columns)
+        return
+    f = split if isinstance(split, pq.ParquetFile) else pq.ParquetFile(split)
+    at = f.schema_arrow.get_field_index("source")
+    for g in range(f.metadata.num_row_groups):
+        st = f.metadata.row_group(g).column(at).statistics if at >= 0 else None
+        if st is not None and st.has_min_max and not st.min <= source <= st.max:
+            continue
+        yield from f.iter_batches(batch_size=KEY_BATCH_ROWS, row_groups=[g], columns=columns, use_threads=False)
+        pa.default_memory_pool().release_unused()
+
+
 def _sides(split, raw_paths: dict[str, str]) -> dict[str, np.ndarray]:
     """{source: int8 per raw row: 1 val, 0 train, -1 not in the split (or a null split)}: per source, its
     split rows' ids (an `IdSet`; an id listed twice takes its first row's side) against the raw ids, a
@@ -364,7 +388,7 @@ def _sides(split, raw_paths: dict[str, str]) -> dict[str, np.ndarray]:
     out = {}
     for s in names:
         ids, is_val = [], []
-        for b in _split_batches(split, ["doc_id", "source", "split"]):
+        for b in _source_batches(split, ["doc_id", "source", "split"], s):
             mine = pc.equal(b.column("source"), s).fill_null(False)
             ids.append(b.column("doc_id").cast(pa.string()).filter(mine))
             v, t = _sides_of(b.filter(mine))
@@ -419,9 +443,26 @@ def _band_pairs(keys: np.ndarray, val: np.ndarray, train: np.ndarray, n: int) ->
     return t * n + v
 
 
+BANDS_PER_TASK = 4  # bands of the check's LSH per map task (a task holds one band's columns at a time)
+
+
+def band_codes(bands: tuple[int, int], files: tuple, num_perm: int, rows: int, side: np.ndarray) -> np.ndarray:
+    """A map task of the check: sorted codes train * n + val of the (train, val) pairs sharing a band in
+    range(*bands); `side` per row of the concatenated signature files: 1 val, 0 train, -1 neither."""
+    stored, n = sig.Stored(list(files), num_perm), len(side)
+    val, train = np.flatnonzero(side == 1), np.flatnonzero(side == 0)
+    codes = np.zeros(0, np.int64)
+    with stored.held():
+        for band in range(*bands):
+            keys = lsh.band_keys(stored.columns(band * rows, (band + 1) * rows), 1, rows)[0]
+            codes = np.union1d(codes, _band_pairs(keys, val, train, n))
+    return codes
+
+
 def cross_split_near_dups(split, raw_paths: dict[str, str], threshold: float,
                           shingle_words: int = 5, batch_rows: int = 2048, signatures: Optional[dict] = None,
-                          num_perm: int = 128, seed: int = 1, rows: int = CHECK_ROWS) -> NearDupScan:
+                          num_perm: int = 128, seed: int = 1, rows: int = CHECK_ROWS,
+                          eng: Optional[engine.Engine] = None) -> NearDupScan:
     """Re-measure train/val near-duplicates from the text, independently of dedup's clusters.
 
     Candidates: an LSH over MinHash signatures with its own banding (`check_bands`: 32 bands x 4 rows
@@ -432,6 +473,9 @@ def cross_split_near_dups(split, raw_paths: dict[str, str], threshold: float,
     range GETs of its row groups). `signatures` ({source: signature file}, lib/signatures.py) are
     dedup_keys' stored map outputs; a source without one is signed here. Linear in the corpus
     (one pass over 4 signature columns per band) plus the candidates; memory ~40 B per document.
+    The bands run as map tasks (`band_codes`, BANDS_PER_TASK each) on `eng` (default: a loop here; Ray
+    only when every signature file is stored, not signed into this process's temporary directory);
+    their codes are unioned, so the result does not depend on the engine or the task order.
     """
     sides = _sides(split, raw_paths)
     names = sorted(sides)
@@ -449,11 +493,14 @@ def cross_split_near_dups(split, raw_paths: dict[str, str], threshold: float,
         side = np.concatenate([sides[s] for s in names]) if names else np.zeros(0, np.int8)
         n_sh = stored.read(["n_shingles"]).column(0).to_numpy() if names else np.zeros(0, np.int64)
         n = len(side)
-        val, train = np.flatnonzero((side == 1) & (n_sh > 0)), np.flatnonzero((side == 0) & (n_sh > 0))
-        codes = np.zeros(0, np.int64)
-        for band in range(b if len(val) and len(train) else 0):
-            keys = lsh.band_keys(stored.columns(band * r, (band + 1) * r), 1, r)[0]
-            codes = np.union1d(codes, _band_pairs(keys, val, train, n))
+        eligible = np.where(n_sh > 0, side, -1).astype(np.int8)
+        chunks = [(k, min(k + BANDS_PER_TASK, b)) for k in range(0, b, BANDS_PER_TASK)] \
+            if (eligible == 1).any() and (eligible == 0).any() else []
+        task = functools.partial(band_codes, files=tuple(files[s] for s in names), num_perm=num_perm, rows=r,
+                                 side=eligible)
+        here = eng is None or (eng.kind == "ray" and any(s not in (signatures or {}) for s in names))
+        codes = functools.reduce(np.union1d, engine.map_chunks(task, chunks, engine.Engine(num_cpus=1) if here
+                                                               else eng), np.zeros(0, np.int64))
         n_val, n_train = int((side == 1).sum()), int((side == 0).sum())
         t_idx, v_idx = codes // max(n, 1), codes % max(n, 1)
         max_j, hits = 0.0, 0

@@ -265,6 +265,16 @@ def test_the_contamination_pass_writes_dedup_keys_signature_bytes_in_process_and
         assert lib.sign_sources(storage, files, versions, params, e) == sorted(names)  # dedup_keys signs nothing
 
 
+def test_the_cross_split_scan_is_the_same_with_its_bands_as_ray_tasks(ray_instance, tmp_path):
+    from mix_assets.lib.split import cross_split_near_dups
+    from mix_assets_tests.lib.test_split_lsh import _planted
+
+    _, _, _, split, raws, stored = _planted(tmp_path)
+    want = cross_split_near_dups(split, raws, 0.8, signatures=stored)
+    assert want.val_docs_with_train_near_dup and cross_split_near_dups(split, raws, 0.8, signatures=stored,
+                                                                       eng=RAY2) == want
+
+
 def test_a_null_text_leaves_the_source_to_dedup_keys_and_the_report_unchanged(tmp_path):
     spec, storage, names = _fused_storage(tmp_path, null_text_at=200)
     versions = {n: f"version-of-{n}" for n in names}

@@ -49,3 +49,21 @@ def test_regroup_holds_only_the_unwritten_rows_between_groups():
         # between groups: at most the input table being cut (1000 rows), not the consumed chunks or the group
         assert pa.total_allocated_bytes() - base <= 1000 * 8
     assert [len(s) for s in seen] == [2500] * 4 and np.array_equal(np.concatenate(seen), np.arange(10000))
+
+
+def test_stored_columns_equal_with_the_files_held_open(tmp_path):
+    rng = np.random.default_rng(5)
+    sch, files, sigs = sig.schema(8, sig.describe(None, 8, 5, 1)), [], []
+    for i, n in enumerate([30, 0, 57]):
+        s = rng.integers(0, 2**32, (n, 8), dtype=np.uint32)
+        t = sig.table(pa.array([f"d{i}-{k}" for k in range(n)], pa.string()), [None] * n, np.zeros(n, np.int64),
+                      np.zeros(n, np.int64), np.zeros(n, np.int64), s, sch)
+        files.append(str(tmp_path / f"{i}.parquet"))
+        pq.write_table(t, files[-1], row_group_size=13)
+        sigs.append(s)
+    stored, want = sig.Stored(files, 8), np.concatenate(sigs)
+    with stored.held():
+        held = [stored.columns(b, b + 4) for b in (0, 4, 2)]
+    assert stored._held is None  # closed on exit: later calls open their own
+    for got, b in zip(held, (0, 4, 2)):
+        assert (got == want[:, b:b + 4]).all() and (stored.columns(b, b + 4) == got).all()

@@ -25,7 +25,9 @@ def test_the_check_banding_misses_a_pair_at_the_threshold_with_probability_under
     assert miss_probability(0.8, 32, 4) == pytest.approx((1 - 0.8**4) ** 32) and miss_probability(0.8, 32, 4) < 1e-7
 
 
-def test_planted_cross_split_pairs_at_080_082_are_caught_from_stored_signatures(tmp_path):
+def _planted(tmp_path):
+    """Two sources of generated prose whose planted pairs (Jaccard 0.80-0.82) straddle the split, and
+    dedup_keys' stored signature files of them."""
     model = gc.MarkovModel.from_files(sorted((FIXTURE / "sources").glob("*/*.txt")), order=1)
     c = gc.generate(model, 400, seed=11, near_dup_fraction=0.3, jaccard_range=(0.80, 0.82))
     true_j = np.array([_exact_jaccard(c.texts[a], c.texts[b]) for a, b in c.pairs])
@@ -46,6 +48,11 @@ def test_planted_cross_split_pairs_at_080_082_are_caught_from_stored_signatures(
     st = Storage(str(tmp_path / "st"))
     dedup.sign_sources(st, raws, {"a": "v", "b": "v"}, dedup.DedupParams(), engine.Engine(chunk_rows=150))
     stored = {s: st.source(dedup.signatures_key(s)) for s in raws}
+    return c, n, is_val, split, raws, stored
+
+
+def test_planted_cross_split_pairs_at_080_082_are_caught_from_stored_signatures(tmp_path):
+    c, n, is_val, split, raws, stored = _planted(tmp_path)
     got = cross_split_near_dups(split, raws, 0.8, signatures=stored)
     want = len(set(c.pairs[:, 0].tolist()))  # val documents with a planted train copy at J 0.80-0.82
     assert got.val_docs_with_train_near_dup == want and got.max_jaccard >= 0.8
@@ -53,3 +60,14 @@ def test_planted_cross_split_pairs_at_080_082_are_caught_from_stored_signatures(
     assert got.pairs_compared >= len(c.pairs) and got.miss_probability < 1e-7
     # signing here (no stored file) gives the same scan
     assert cross_split_near_dups(split, raws, 0.8) == got
+
+
+def test_the_scan_is_the_same_with_its_bands_as_tasks_on_two_threads(tmp_path, monkeypatch):
+    from mix_assets.lib import split as split_lib
+
+    _, _, _, split, raws, stored = _planted(tmp_path)
+    want = cross_split_near_dups(split, raws, 0.8, signatures=stored)
+    monkeypatch.setattr(split_lib, "BANDS_PER_TASK", 3)  # 32 bands: 11 tasks, the last one shorter
+    for eng in (engine.Engine(num_cpus=2), engine.Engine(num_cpus=1)):
+        assert cross_split_near_dups(split, raws, 0.8, signatures=stored, eng=eng) == want
+        assert cross_split_near_dups(split, raws, 0.8, eng=eng) == want  # signed here: files in a temp dir
