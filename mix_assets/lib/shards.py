@@ -382,8 +382,11 @@ def encode_chunk(chunk: EncodeChunk, params: EncodeParams) -> EncodedChunk:
     flat = np.concatenate(flats) if flats else np.zeros(0, dtype)
     if sep is not None:
         n += 1
-    return EncodedChunk(flat, n, int(pc.sum(pc.binary_length(texts)).as_py() or 0),
-                        len(flat) - (len(n) if sep is not None else 0))
+    out = EncodedChunk(flat, n, int(pc.sum(pc.binary_length(texts)).as_py() or 0),
+                       len(flat) - (len(n) if sep is not None else 0))
+    del t, texts, flats
+    tables.release_unused()  # the encoder's freed pages, kept per thread by glibc, else grow with the run
+    return out
 
 
 # -- the reduce side of the map: spill the results in chunk order ------------------------------------
