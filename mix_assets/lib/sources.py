@@ -709,18 +709,18 @@ def _plan_jsonl(spec: MixSpec, src: SourceSpec, bytes_per_token: float, limit_to
 @dataclass(frozen=True)
 class _DocsJob:
     """Pass 2 of one chunk: the rows kept (by position among the chunk's rows), the first numbered
-    `first_row`, and their sample keys from pass 1."""
+    `first_row`, and the digest of the bytes pass 1 chose them from."""
 
     chunk: JsonlChunk
     first_row: int
     kept: np.ndarray  # int32 row positions, ascending
-    keys: np.ndarray  # uint64
     digest: bytes  # of the chunk's bytes in pass 1
 
 
-def _docs_chunk(src: SourceSpec, seed: int, bytes_per_token: float, job: _DocsJob) -> pa.Table:
+def _docs_chunk(src: SourceSpec, bytes_per_token: float, job: _DocsJob) -> pa.Table:
     """The kept documents of one chunk, as `iter_sample` writes them (pass 1 chose them, so only they
-    are stripped and measured again)."""
+    are stripped and measured again). Same bytes as pass 1 (the digest), so the same rows, codes and
+    sample keys: nothing of pass 1's choice needs checking again."""
     data, kept = job.chunk.read(), job.kept
     if _chunk_digest(data) != job.digest:
         c = job.chunk
@@ -729,22 +729,15 @@ def _docs_chunk(src: SourceSpec, seed: int, bytes_per_token: float, job: _DocsJo
     parsed = _parse_arrow(src, job.chunk, data)
     if parsed is not None:
         lines, text = parsed
-        if len(lines) <= kept[-1]:
-            raise SourceError(f"source {src.name}: the source changed while it was read ({job.chunk.path})")
         text = _strip(text.take(pa.array(kept)))
         nb = np.asarray(pc.binary_length(text), np.int64)
         est = _estimate(nb, bytes_per_token)
     else:
         s = _scan_python(src, job.chunk, data, bytes_per_token)
         lines = s.lines
-        if len(lines) <= kept[-1] or s.codes[kept].any():
-            raise SourceError(f"source {src.name}: the source changed while it was read ({job.chunk.path})")
         text, nb, est = pa.array([s.texts[i] for i in kept], pa.large_string()), s.nb[kept], s.est[kept]
     origins = [f"{job.chunk.rel}:{n}" for n in lines[kept].tolist()]
     ids = [doc_id(src.name, o) for o in origins]
-    for did, key, o in zip(ids, job.keys.tolist(), origins):
-        if _sample_key(seed, did) != key:
-            raise SourceError(f"source {src.name}: the source changed while it was read ({o})")
     columns = [pa.array(ids, pa.string()), pa.array([src.name] * len(ids), pa.string()),
                text.cast(pa.large_string()), pa.array(job.first_row + kept.astype(np.int64)),
                pa.array(origins, pa.string()), pa.array(nb), pc.utf8_length(text).cast(pa.int64()), pa.array(est)]
@@ -759,10 +752,10 @@ def _sample_jsonl(spec: MixSpec, src: SourceSpec, bytes_per_token: float, plan: 
         for chunk, rows, cand, digest in plan.chunks:
             keep = plan.keep[at: at + len(cand)]
             if keep.any():
-                yield _DocsJob(chunk, row, cand[keep], plan.keys[at: at + len(cand)][keep], digest)
+                yield _DocsJob(chunk, row, cand[keep], digest)
             row, at = row + rows, at + len(cand)
 
-    return map_chunks(functools.partial(_docs_chunk, src, spec.seed, bytes_per_token), jobs(), eng)
+    return map_chunks(functools.partial(_docs_chunk, src, bytes_per_token), jobs(), eng)
 
 
 def _row_groups(tables: Iterable[pa.Table], group_rows: int, group_bytes: int) -> Iterator[pa.Table]:
@@ -790,7 +783,7 @@ class SamplePlan:
     """Pass 1 of a sample: which candidates (rows passing the filters, by ordinal) are kept."""
 
     keep: np.ndarray  # bool per candidate ordinal
-    keys: np.ndarray  # uint64 sample key per candidate ordinal (checked again in pass 2)
+    keys: np.ndarray  # uint64 sample key per candidate ordinal (checked again in pass 2; JSONL: its chunks' digests)
     chunks: Optional[list] = None  # JSONL: (chunk, rows read, candidate rows: int32) per chunk read in pass 1
 
 
