@@ -118,5 +118,5 @@ def _checks(s: lib.Summary, keep: tuple[list[dict], list[dict]]) -> list[dg.Asse
             description=("kept less than the raw sample assumed: " + ", ".join(
                 f"{r['source']} {r['kept_bytes_share']:.1%} of its bytes < keep_share {r['keep_share']:.0%}"
                 for r in keep[1]) + " (lower filters.keep_share, or source_budgets_met may fall short)")
-            if keep[1] else "every source kept at least its filters.keep_share of its bytes"),
+            if keep[1] else "no source with a filters.keep_share below 1 kept less of its bytes than that"),
     ]

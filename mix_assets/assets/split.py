@@ -50,7 +50,7 @@ def build_split_assets(spec: MixSpec) -> list:
                                 engine: EngineResource) -> dg.AssetCheckResult:
         """No doc id, cluster or exact text on both sides; cross-split near-dup rate (shingle Jaccard) 0.
 
-        The LSH bands of the near-dup scan run as map tasks on `engine` (in process or Ray)."""
+        On a Ray engine the near-dup scan's LSH bands run as map tasks; on local threads one at a time here."""
         s, st = mix.spec, mix.storage
         names = [x.name for x in s.sources]
         inputs = verified_inputs(st, VAL_DISJOINT_FROM_TRAIN,
