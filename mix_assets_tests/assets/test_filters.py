@@ -142,3 +142,17 @@ def test_demo_masks_explain_every_rejected_document_and_every_gate_is_green(tmp_
     assert "kept" in meta["rejects"].value and "gopher_quality" in meta["rejects"].value
     texts = [t for _, t in md.metadata_strings(meta)]
     assert ct.leaking_strings(texts, scrub_hashes(spec), spec.audit.scrub_words) == []
+
+
+def test_a_keep_share_the_filters_do_not_reach_warns_and_the_run_goes_on(tmp_path):
+    def optimistic(data):  # the demo's cascade rejects documents (its green run asserts some)
+        data["filters"]["keep_share"] = 0.999
+
+    res = _run(_demo(tmp_path, optimistic))
+    check = _checks(res)[filter_assets.KEEP_SHARE_HELD]
+    assert res.success and not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+    assert check.description.startswith("kept less than the raw sample assumed: ")
+    rows = check.metadata["kept_bytes_shares"].value.records
+    below = [r.data["source"] for r in rows if r.data["kept_bytes_share"] < 0.999]
+    assert below and check.metadata["below_keep_share_sources"].value == len(below)
+    assert all(f"{s} " in check.description for s in below)
