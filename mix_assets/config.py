@@ -205,7 +205,7 @@ class FiltersSpec(_Strict):
     samples_per_filter: int = Field(3, ge=0, le=20)  # rejected documents shown per source x filter (and kept ones)
     # Share of a source's tokens the document filters are expected to keep. raw/<source> samples
     # budget x headroom / keep_share: headroom is the guide's 1.1-1.25x for dedup, masks and the split;
-    # a cascade's drops are their own factor and may be far larger than the 25 % headroom may be.
+    # a cascade's drops are their own factor, often far more than headroom's 25 % at most can cover.
     keep_share: float = Field(1.0, gt=0, le=1)
 
     @model_serializer(mode="wrap")
