@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn, Optional, Protocol
 
 FORMAT = "mix_assets.lineage/1"
@@ -102,6 +104,7 @@ def verify_inputs(store: Store, consumer: str, inputs: Iterable[str], *, hash_fi
 
     problems: list[str] = []
     stale: set[str] = set()
+    hashes = _current_hashes(store, [k for n in inputs if rec(n) for k in rec(n)["outputs"]]) if hash_files else {}
     for name in inputs:
         r = rec(name)
         if r is None:
@@ -111,10 +114,7 @@ def verify_inputs(store: Store, consumer: str, inputs: Iterable[str], *, hash_fi
             continue
         if hash_files:
             for key, want in r["outputs"].items():
-                try:
-                    got = store.sha256(key)
-                except FileNotFoundError:
-                    got = None
+                got = hashes[key]
                 if got != want:
                     what = "is missing" if got is None else f"hashes to {_short(got)}, recorded {_short(want)}"
                     problems.append(f"{name}: {key} {what} (changed since {name} was materialised)")
@@ -144,6 +144,23 @@ def verify_inputs(store: Store, consumer: str, inputs: Iterable[str], *, hash_fi
     if problems:
         _raise(consumer, problems, stale, edges, inputs)
     return {n: records[n]["data_version"] for n in inputs}
+
+
+def _current_hashes(store: Store, keys: list[str]) -> dict[str, Optional[str]]:
+    """sha256 of each key (None when absent), files hashed on a few threads: hashlib releases the GIL
+    on large buffers, and a step's inputs (raw parquet, shards) are hundreds of MB at scale."""
+    def one(key: str) -> Optional[str]:
+        try:
+            return store.sha256(key)
+        except FileNotFoundError:
+            return None
+
+    keys = list(dict.fromkeys(keys))
+    if not keys:
+        return {}
+    first = {keys[0]: one(keys[0])}  # on this thread: the store builds its (lazy) client once
+    with ThreadPoolExecutor(max(1, min(len(keys) - 1, os.cpu_count() or 1, 4))) as pool:
+        return {**first, **dict(zip(keys[1:], pool.map(one, keys[1:])))}
 
 
 def _raise(consumer: str, problems: list[str], stale: set[str], edges: dict[str, list[str]],
