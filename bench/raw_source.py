@@ -21,14 +21,15 @@ the throughput (MB of source read per second) of each beside the others:
         --modifiers none pii c4 pii,c4
 
 `--compare CONFIG` reads every source of a mix config in ONE process with the old code (lib/sources.py
-at `--old-rev`, default main, loaded from git as a module beside the current one) and with this
-checkout's on 1 and 2 local threads (`--workers`), interleaved `--repeats` times after an untimed
-warm-up, into scratch storage; each read's documents.parquet, stats.json and asset metadata
+at `--old REV` (alias `--old-rev`), default main, loaded from git as a module beside the current one)
+and with this checkout's on 1 and 2 local threads (`--workers`; the old code on the same counts when
+its read_raw_source takes an engine, else once serially), interleaved `--repeats` times after an
+untimed warm-up, into scratch storage; each read's documents.parquet, stats.json and asset metadata
 (metadata.raw_source, the length chart included) must equal the old code's, and it prints MB of
 source read per second (wall) and CPU seconds per variant, with the ratio to the old code:
 
     PYTHONPATH=$PWD MIX_SHARED_DATA=/work/shared/data .venv/bin/python bench/raw_source.py \
-        --compare /tmp/lead/graphbench/100mb/local-2-in_process/mix.yaml --repeats 3 --rss
+        --compare /tmp/lead/graphbench/100mb/local-2-in_process/mix.yaml --old main --repeats 3 --rss
 
 With `--rss` it then reads the first source once more per code in a fresh process (the old code from
 `git archive`) and prints its peak RSS (VmHWM) and the RSS after the imports.
@@ -37,6 +38,7 @@ With `--rss` it then reads the first source once more per code in a fresh proces
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import subprocess
@@ -159,7 +161,11 @@ def compare(config: Path, old_rev: str, workers: list[int], repeats: int, rss: b
 
     spec, old = load_spec(config), _old_sources(old_rev)
     names = [s.name for s in spec.sources]
-    variants = {"old": None, **{f"new-{w}": Engine(num_cpus=w) for w in workers}}
+    # the old code on the same worker counts when it takes an engine (older code reads serially)
+    takes_eng = "eng" in inspect.signature(old.read_raw_source).parameters
+    variants = {} if takes_eng else {"old": None}
+    for w in workers:  # interleaved: old-1 new-1 old-2 new-2
+        variants.update({**({f"old-{w}": Engine(num_cpus=w)} if takes_eng else {}), f"new-{w}": Engine(num_cpus=w)})
     scratch = Path(tempfile.mkdtemp(prefix="raw_source_bench-"))
 
     def read(variant: str, name: str) -> tuple[float, float, int, str]:
@@ -167,8 +173,8 @@ def compare(config: Path, old_rev: str, workers: list[int], repeats: int, rss: b
         shutil.rmtree(root, ignore_errors=True)
         st = Storage(root=str(root))
         w0, c0 = time.perf_counter(), time.process_time()
-        if variant == "old":
-            raw = old.read_raw_source(st, spec, name)
+        if variant.startswith("old"):
+            raw = old.read_raw_source(st, spec, name, **({"eng": variants[variant]} if variants[variant] else {}))
         else:
             raw = new.read_raw_source(st, spec, name, eng=variants[variant])
         wall, cpu = time.perf_counter() - w0, time.process_time() - c0
@@ -186,7 +192,7 @@ def compare(config: Path, old_rev: str, workers: list[int], repeats: int, rss: b
             wall = cpu = nbytes = 0
             for name in names:
                 w, c, b, digest = read(v, name)
-                want = digests.setdefault(name, digest) if v == "old" else digests[name]
+                want = digests.setdefault(name, digest)
                 if digest != want:
                     raise SystemExit(f"{v}: raw/{name} differs from the old code's (documents, stats or metadata)")
                 wall, cpu, nbytes = wall + w, cpu + c, nbytes + b
@@ -200,17 +206,20 @@ def compare(config: Path, old_rev: str, workers: list[int], repeats: int, rss: b
         old_tree.mkdir()
         tar = subprocess.run(["git", "-C", str(REPO), "archive", old_rev], check=True, stdout=subprocess.PIPE).stdout
         subprocess.run(["tar", "-x", "-C", str(old_tree)], input=tar, check=True)
-        for v, (code, w) in {"old": (old_tree, 0), **{f"new-{w}": (REPO, w) for w in workers}}.items():
+        for v, (code, w) in {"old": (old_tree, workers[-1] if takes_eng else 0),
+                             **{f"new-{w}": (REPO, w) for w in workers}}.items():
             got = json.loads(run(["--child", "read", str(scratch), str(config), names[0], str(w),
                                   str(scratch / f"rss-{v}")], code))
             print(json.dumps({"rss": names[0], "code": v, "mb_read": got["bytes_read_mb"], "secs": got["secs"],
                               "base_mb": got["base_mb"], "peak_mb": got["peak_mb"]}), flush=True)
     shutil.rmtree(scratch, ignore_errors=True)
-    base = statistics.median(r[2] / r[0] for r in runs["old"])
-    print(f"\n{'code':8} {'MB/s (median)':>14} {'CPU s (median)':>15} {'x old':>6}   (identical bytes in every run)")
+    print(f"\n{'code':8} {'MB/s (median)':>14} {'CPU s (median)':>15} {'x old':>6}   (identical bytes in every run; "
+          "x old: against the old code on as many workers, else its serial read)")
     for v, rs in runs.items():
+        ref = runs.get(v.replace("new", "old"), runs.get("old", rs))
         mbps = statistics.median(r[2] / r[0] for r in rs) / 1e6
-        print(f"{v:8} {mbps:14.1f} {statistics.median(r[1] for r in rs):15.2f} {mbps * 1e6 / base:6.2f}")
+        print(f"{v:8} {mbps:14.1f} {statistics.median(r[1] for r in rs):15.2f} "
+              f"{mbps * 1e6 / statistics.median(r[2] / r[0] for r in ref):6.2f}")
 
 
 digests: dict[str, str] = {}
@@ -230,7 +239,8 @@ def main() -> None:
                     help="text modifier settings to compare: none, pii, c4, pii,c4")
     ap.add_argument("--compare", type=Path, metavar="CONFIG",
                     help="old vs new code in one process on every source of this mix config")
-    ap.add_argument("--old-rev", default="main", help="--compare: the revision of the old lib/sources.py")
+    ap.add_argument("--old", "--old-rev", dest="old_rev", default="main",
+                    help="--compare: the revision of the old lib/sources.py")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="--compare: local threads of the new code")
     ap.add_argument("--repeats", type=int, default=3, help="--compare: interleaved timed repeats")
     ap.add_argument("--rss", action="store_true",
