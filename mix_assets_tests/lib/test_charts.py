@@ -75,3 +75,20 @@ def test_markdown_table():
     assert lines[1] == "|---|---:|---:|---|"
     assert lines[2] == "| web\\|x | 1,234,567 | 0.5 | yes |"
     assert lines[-1] == "1 more rows not shown"
+
+
+def test_charts_are_the_bytes_the_first_rendering_drew():
+    import numpy as np
+
+    from mix_assets_tests.support import charts_reference as ref
+
+    lengths = np.random.default_rng(0).lognormal(7, 1, 20_000).astype(int)
+    for kw in ({"log_x": True}, {"markers": {"p50": 900.0, "p99": 4000.0}}, {"bins": 7}):
+        assert charts.histogram_png(lengths, "length", "characters", **kw) == \
+            ref.histogram_png(lengths, "length", "characters", **kw), kw
+    draws = [lambda: charts.s_curve_png(27, 4, 0.8, observed=[0.5, 0.82, 0.9]),
+             lambda: charts.bars_png({"before": {"a": 1, "b": 20}, "after": {"a": 1, "c": 3}}, "bars", "tokens",
+                                     labels=True, log_y=True)]
+    new = [d() for d in draws]
+    with ref.old_png():
+        assert [d() for d in draws] == new
