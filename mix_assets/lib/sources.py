@@ -497,6 +497,7 @@ class _Scan:
     notes: list  # (row, reason, what) for every unreadable row
     error: Optional[SourceError] = None  # raised reading the row after the last one
     digest: bytes = b""  # of the chunk's bytes (`_chunk_digest`)
+    arrow: bool = False  # read by `_scan_arrow` (else `_scan_python`)
 
 
 def _chunk_digest(data: bytes) -> bytes:
@@ -570,8 +571,7 @@ def _parse_arrow(src: SourceSpec, chunk: JsonlChunk, data: bytes) -> Optional[tu
         # pyarrow's JSON reader does not check UTF-8: a row that does not decode is json.loads' to count
         pa.LargeStringArray.from_buffers(1, pa.py_buffer(np.array([0, len(data)], np.int64)),
                                          pa.py_buffer(data)).validate(full=True)
-        opts = pj.ReadOptions(use_threads=False, block_size=len(data) + 1)  # one block: the whole chunk
-        t = pj.read_json(io.BytesIO(data), read_options=opts)
+        t = _read_json(data)
     except Exception:  # noqa: BLE001 - any parse problem: the exact reading names it
         return None
     if t.num_rows != len(lines) or src.text_field not in t.column_names:
@@ -580,6 +580,17 @@ def _parse_arrow(src: SourceSpec, chunk: JsonlChunk, data: bytes) -> Optional[tu
     if col.type != pa.string() or col.null_count:
         return None
     return lines, col.combine_chunks()
+
+
+def _read_json(data: bytes) -> pa.Table:
+    opts = pj.ReadOptions(use_threads=False, block_size=len(data) + 1)  # one block: the whole chunk
+    return pj.read_json(io.BytesIO(data), read_options=opts)
+
+
+def _read_arrow(src: SourceSpec, data: bytes) -> pa.Array:
+    """The text field of every row of a chunk `_parse_arrow` read before (the same bytes): its reading,
+    without the checks that found the chunk plainly well formed."""
+    return _read_json(data).column(src.text_field).combine_chunks()
 
 
 def _scan_arrow(src: SourceSpec, chunk: JsonlChunk, data: bytes, bytes_per_token: float) -> Optional[_Scan]:
@@ -603,7 +614,7 @@ def _scan_arrow(src: SourceSpec, chunk: JsonlChunk, data: bytes, bytes_per_token
              (int(i), CONTROL_CHARS,
               f"{ctrl[i]} of {chars[i]} characters are control or replacement characters")
              for i in np.flatnonzero((codes == _CODE[BINARY]) | (codes == _CODE[CONTROL_CHARS]))]
-    return _Scan(lines, codes, nb, est, text, notes)
+    return _Scan(lines, codes, nb, est, text, notes, arrow=True)
 
 
 def _estimate(nb: np.ndarray, bytes_per_token: float) -> np.ndarray:
@@ -658,6 +669,8 @@ class _ChunkPlan:
     notes: list  # (row, origin, reason, what): the first 20 unreadable rows and the first 20 undecodable
     error: Optional[SourceError]
     digest: bytes
+    cand_lines: np.ndarray  # line number per candidate
+    arrow: bool  # parsed by pyarrow (`_Scan.arrow`)
 
 
 def _plan_chunk(src: SourceSpec, seed: int, bytes_per_token: float, chunk: JsonlChunk) -> _ChunkPlan:
@@ -669,7 +682,7 @@ def _plan_chunk(src: SourceSpec, seed: int, bytes_per_token: float, chunk: Jsonl
     notes = sorted(set(s.notes[:20]) | set(undecodable))
     return _ChunkPlan(chunk, s.codes, s.nb, s.est, keys,
                       [(r, f"{chunk.rel}:{s.lines[r]}", reason, what) for r, reason, what in notes], s.error,
-                      s.digest)
+                      s.digest, cand, s.arrow)
 
 
 def _plan_jsonl(spec: MixSpec, src: SourceSpec, bytes_per_token: float, limit_tokens: float,
@@ -696,7 +709,8 @@ def _plan_jsonl(spec: MixSpec, src: SourceSpec, bytes_per_token: float, limit_to
         keys.append(p.keys[: len(cand)])
         nbs.append(p.nb[cand])
         ests.append(p.est[cand])
-        chunks.append((p.chunk, n, cand.astype(np.int32), p.digest))
+        chunks.append((p.chunk, n, cand.astype(np.int32), p.digest,
+                       (p.cand_lines[: len(cand)] - p.chunk.first_line).astype(np.int32), p.arrow))
         seen += int(p.est[cand].sum())
         if progress:
             progress(out.rows_read, out.bytes_read)
@@ -708,35 +722,35 @@ def _plan_jsonl(spec: MixSpec, src: SourceSpec, bytes_per_token: float, limit_to
 
 @dataclass(frozen=True)
 class _DocsJob:
-    """Pass 2 of one chunk: the rows kept (by position among the chunk's rows), the first numbered
-    `first_row`, and the digest of the bytes pass 1 chose them from."""
+    """Pass 2 of one chunk: the rows kept (by position among the chunk's rows, and their lines), the
+    first numbered `first_row`, the digest of the bytes pass 1 chose them from and how it parsed them."""
 
     chunk: JsonlChunk
     first_row: int
     kept: np.ndarray  # int32 row positions, ascending
     digest: bytes  # of the chunk's bytes in pass 1
+    kept_lines: np.ndarray  # int32 line number of each kept row, less chunk.first_line
+    arrow: bool  # pass 1 parsed the chunk with pyarrow (`_parse_arrow` found it plainly well formed)
 
 
 def _docs_chunk(src: SourceSpec, bytes_per_token: float, job: _DocsJob) -> pa.Table:
     """The kept documents of one chunk, as `iter_sample` writes them (pass 1 chose them, so only they
     are stripped and measured again). Same bytes as pass 1 (the digest), so the same rows, codes and
-    sample keys: nothing of pass 1's choice needs checking again."""
+    sample keys, and the same reading (pyarrow's where pass 1 found the chunk plainly well formed, so
+    its checks are not run again): nothing of pass 1's choice needs checking again."""
     data, kept = job.chunk.read(), job.kept
     if _chunk_digest(data) != job.digest:
         c = job.chunk
         raise SourceError(f"source {src.name}: the source changed while it was read ({c.path}, bytes "
                           f"{c.start:,}-{c.stop:,}, lines from {c.first_line:,})")
-    parsed = _parse_arrow(src, job.chunk, data)
-    if parsed is not None:
-        lines, text = parsed
-        text = _strip(text.take(pa.array(kept)))
+    if job.arrow:
+        text = _strip(_read_arrow(src, data).take(pa.array(kept)))
         nb = np.asarray(pc.binary_length(text), np.int64)
         est = _estimate(nb, bytes_per_token)
     else:
         s = _scan_python(src, job.chunk, data, bytes_per_token)
-        lines = s.lines
         text, nb, est = pa.array([s.texts[i] for i in kept], pa.large_string()), s.nb[kept], s.est[kept]
-    origins = [f"{job.chunk.rel}:{n}" for n in lines[kept].tolist()]
+    origins = [f"{job.chunk.rel}:{n}" for n in (job.kept_lines.astype(np.int64) + job.chunk.first_line).tolist()]
     ids = [doc_id(src.name, o) for o in origins]
     columns = [pa.array(ids, pa.string()), pa.array([src.name] * len(ids), pa.string()),
                text.cast(pa.large_string()), pa.array(job.first_row + kept.astype(np.int64)),
@@ -749,10 +763,10 @@ def _sample_jsonl(spec: MixSpec, src: SourceSpec, bytes_per_token: float, plan: 
     """Pass 2 over chunks: the kept documents of each chunk holding any, in source order."""
     def jobs() -> Iterator[_DocsJob]:
         row, at = 0, 0
-        for chunk, rows, cand, digest in plan.chunks:
+        for chunk, rows, cand, digest, cand_lines, arrow in plan.chunks:
             keep = plan.keep[at: at + len(cand)]
             if keep.any():
-                yield _DocsJob(chunk, row, cand[keep], digest)
+                yield _DocsJob(chunk, row, cand[keep], digest, cand_lines[keep], arrow)
             row, at = row + rows, at + len(cand)
 
     return map_chunks(functools.partial(_docs_chunk, src, bytes_per_token), jobs(), eng)
@@ -784,7 +798,9 @@ class SamplePlan:
 
     keep: np.ndarray  # bool per candidate ordinal
     keys: np.ndarray  # uint64 sample key per candidate ordinal (checked again in pass 2; JSONL: its chunks' digests)
-    chunks: Optional[list] = None  # JSONL: (chunk, rows read, candidate rows: int32) per chunk read in pass 1
+    # JSONL, per chunk read in pass 1: (chunk, rows read, candidate rows: int32, digest, candidate lines
+    # less the chunk's first: int32, parsed by pyarrow)
+    chunks: Optional[list] = None
 
 
 def plan_sample(spec: MixSpec, src: SourceSpec, bytes_per_token: float, budget_tokens: int,
