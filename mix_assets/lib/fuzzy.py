@@ -67,10 +67,13 @@ class Index:
     item_sh: np.ndarray  # uint64, each item's distinct shingles, sorted
     denominators: dict = field(default_factory=dict)  # per task: items, indexed, too short
     bitmap: ct._Bitmap = field(default=None, repr=False)
+    post_hash: np.ndarray = field(default=None, repr=False)  # uint64 hash of each posting's item (`candidates`)
 
     def __post_init__(self):
         if self.bitmap is None:
             self.bitmap = ct._Bitmap(self.rep_keys)
+        if self.post_hash is None:
+            self.post_hash = tk.splitmix64(self.post_item.astype(np.uint64), copy=False)
 
     @property
     def items(self) -> int:
@@ -238,13 +241,14 @@ def candidates(index: Index, sh: np.ndarray, soff: np.ndarray) -> tuple[np.ndarr
     pos, r = index.bitmap.lookup(index.rep_keys, sh)
     n = index.post_off[r + 1] - index.post_off[r]
     owner = _owners(n)
-    pos = pos[owner]
     at = (index.post_off[r] - np.cumsum(n) + n)[owner] + np.arange(owner.size)
-    item, weight = index.post_item[at].astype(np.int64), index.post_weight[at].astype(np.int64)
     doc_of = _owners(np.diff(soff))  # each position's document
     need = np.ceil(CANDIDATE_SHARE * index.params.num_perm)
-    light = _light_pairs(item, doc_of[pos], weight, len(soff) - 1, need)
-    item, weight, pos = item[~light], weight[~light], pos[~light]
+    with np.errstate(over="ignore"):
+        doc_hash = (doc_of[pos].astype(np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+    heavy = _heavy_buckets(index.post_hash[at], doc_hash[owner], index.post_weight[at], need)
+    at, pos = at[heavy], pos[owner[heavy]]
+    item, weight = index.post_item[at].astype(np.int64), index.post_weight[at].astype(np.int64)
     span = np.int64(len(sh) + 1)
     key = item * span + pos
     if not key.size:
@@ -275,16 +279,17 @@ def candidates(index: Index, sh: np.ndarray, soff: np.ndarray) -> tuple[np.ndarr
     return pos[first], item[first]
 
 
-def _light_pairs(item: np.ndarray, doc: np.ndarray, weight: np.ndarray, n_docs: int, need: float) -> np.ndarray:
-    """Postings whose (item, document) weights cannot reach `need` in any window, by a hashed bound:
-    the weights summed per bucket of (item, document) pairs are >= each pair's own sum, so a posting
-    in a light bucket is in a light pair. On prose about 1 posting in 700 is in a heavy pair and a few
-    in 100 in a heavy bucket: only those are sorted."""
-    bits = min(22, max(10, len(item).bit_length() - 2))
+def _heavy_buckets(item_hash: np.ndarray, doc_hash: np.ndarray, weight: np.ndarray, need: float) -> np.ndarray:
+    """Indices of the postings that may be in an (item, document) pair of weight >= `need`, from the
+    postings' item and document hashes: the weights summed per bucket of pairs (top bits of the two
+    hashes' sum) bound each pair's own sum, so a posting in a light bucket is in a light pair. On prose
+    about 1 posting in 700 is in a heavy pair and a few in 100 in a heavy bucket: only those are sorted."""
+    bits = min(22, max(10, len(weight).bit_length()))
     with np.errstate(over="ignore"):
-        bucket = (item.astype(np.uint64) * np.uint64(n_docs) + doc.astype(np.uint64)) * np.uint64(0x9E3779B97F4A7C15)
-    bucket = (bucket >> np.uint64(64 - bits)).astype(np.intp)
-    return np.bincount(bucket, weights=weight, minlength=1 << bits)[bucket] < need
+        bucket = np.add(item_hash, doc_hash, out=doc_hash)
+    bucket >>= np.uint64(64 - bits)
+    bucket = bucket.view(np.intp)
+    return np.flatnonzero(np.bincount(bucket, weights=weight, minlength=1 << bits)[bucket] >= need)
 
 
 def _owners(n: np.ndarray) -> np.ndarray:
