@@ -251,15 +251,20 @@ class _Bitmap:
         got &= np.uint8(1)
         return np.flatnonzero(got.view(bool))
 
-    def lookup(self, keys: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(positions in `v` of the values in `keys`, their indices in `keys`); `keys`: the non-empty
-        sorted keys the bitmap was built from. Looked up in ascending order: searchsorted then walks
-        the keys once instead of missing the cache at random."""
+    def lookup(self, keys: np.ndarray, v: np.ndarray, by_key: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(positions in `v` of the values in `keys`, their indices in `keys`), in position order, or
+        with `by_key` in key order; `keys`: the non-empty sorted keys the
+        bitmap was built from. Looked up in ascending order: searchsorted then walks the keys once
+        instead of missing the cache at random."""
         cand = self.candidates(v)
         w = v[cand]
         by = np.argsort(w)
-        idx = np.empty(len(w), np.int64)
-        idx[by] = np.searchsorted(keys, w[by])
+        if by_key:
+            cand, w = cand[by], w[by]
+            idx = np.searchsorted(keys, w)
+        else:
+            idx = np.empty(len(w), np.int64)
+            idx[by] = np.searchsorted(keys, w[by])
         np.minimum(idx, keys.size - 1, out=idx)
         hit = keys[idx] == w
         return cand[hit], idx[hit]

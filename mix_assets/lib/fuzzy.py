@@ -238,7 +238,7 @@ def candidates(index: Index, sh: np.ndarray, soff: np.ndarray) -> tuple[np.ndarr
     the item's permutations' argmin shingles."""
     if not sh.size or not index.rep_keys.size:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    pos, r = index.bitmap.lookup(index.rep_keys, sh)
+    pos, r = index.bitmap.lookup(index.rep_keys, sh, by_key=True)  # postings then read in order
     n = index.post_off[r + 1] - index.post_off[r]
     owner = _owners(n)
     at = (index.post_off[r] - np.cumsum(n) + n)[owner] + np.arange(owner.size)
