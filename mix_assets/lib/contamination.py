@@ -253,9 +253,9 @@ class _Bitmap:
 
     def lookup(self, keys: np.ndarray, v: np.ndarray, by_key: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """(positions in `v` of the values in `keys`, their indices in `keys`), in position order, or
-        with `by_key` in key order; `keys`: the non-empty sorted keys the
-        bitmap was built from. Looked up in ascending order: searchsorted then walks the keys once
-        instead of missing the cache at random."""
+        with `by_key` in key order; `keys`: the non-empty sorted keys the bitmap was built from. Looked
+        up in ascending order: searchsorted then walks the keys once instead of missing the cache at
+        random."""
         cand = self.candidates(v)
         w = v[cand]
         by = np.argsort(w)

@@ -283,7 +283,8 @@ def _heavy_buckets(item_hash: np.ndarray, doc_hash: np.ndarray, weight: np.ndarr
     """Indices of the postings that may be in an (item, document) pair of weight >= `need`, from the
     postings' item and document hashes: the weights summed per bucket of pairs (top bits of the two
     hashes' sum) bound each pair's own sum, so a posting in a light bucket is in a light pair. On prose
-    about 1 posting in 700 is in a heavy pair and a few in 100 in a heavy bucket: only those are sorted."""
+    about 1 posting in 700 is in a heavy pair and a few in 100 in a heavy bucket: only those are sorted.
+    `doc_hash` is overwritten (the work array)."""
     bits = min(22, max(10, len(weight).bit_length()))
     with np.errstate(over="ignore"):
         bucket = np.add(item_hash, doc_hash, out=doc_hash)
