@@ -242,22 +242,29 @@ class _Bitmap:
         np.bitwise_or.at(self.bits, b >> np.uint64(3), (1 << (b & np.uint64(7))).astype(np.uint8))
 
     def candidates(self, v: np.ndarray) -> np.ndarray:
-        got = np.take(self.bits, v >> (self.shift + np.uint64(3)))  # the byte holding each value's bit
-        bit = (v >> self.shift).astype(np.uint8)  # (its low 3 bits say which)
+        at = v >> self.shift  # each value's bit: the byte at >> 3, bit at & 7
+        bit = at.astype(np.uint8)
         bit &= np.uint8(7)
+        at >>= np.uint64(3)
+        got = np.take(self.bits, at.view(np.intp))  # (< 2**61: the view is the value)
         np.right_shift(got, bit, out=got)
         got &= np.uint8(1)
-        return np.flatnonzero(got)
+        return np.flatnonzero(got.view(bool))
 
-    def lookup(self, keys: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(positions in `v` of the values in `keys`, their indices in `keys`); `keys`: the non-empty
-        sorted keys the bitmap was built from. Looked up in ascending order: searchsorted then walks
-        the keys once instead of missing the cache at random."""
+    def lookup(self, keys: np.ndarray, v: np.ndarray, by_key: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(positions in `v` of the values in `keys`, their indices in `keys`), in position order, or
+        with `by_key` in key order; `keys`: the non-empty sorted keys the bitmap was built from. Looked
+        up in ascending order: searchsorted then walks the keys once instead of missing the cache at
+        random."""
         cand = self.candidates(v)
         w = v[cand]
         by = np.argsort(w)
-        idx = np.empty(len(w), np.int64)
-        idx[by] = np.searchsorted(keys, w[by])
+        if by_key:
+            cand, w = cand[by], w[by]
+            idx = np.searchsorted(keys, w)
+        else:
+            idx = np.empty(len(w), np.int64)
+            idx[by] = np.searchsorted(keys, w[by])
         np.minimum(idx, keys.size - 1, out=idx)
         hit = keys[idx] == w
         return cand[hit], idx[hit]

@@ -219,6 +219,44 @@ def test_fuzzy_candidates():
     assert all(np.array_equal(g, w) for g, w in zip(fuzzy.candidates(index, *empty), ref.candidates(index, *empty)))
 
 
+def test_fuzzy_candidates_on_edge_documents():
+    # empty, one-word and shorter-than-a-shingle documents, non-ASCII, one huge document holding every
+    # item (thousands of heavy (item, document) pairs, buckets crowded), items repeated in one document,
+    # and batches of one document
+    from mix_assets.lib import fuzzy
+    from mix_assets_tests.support import fuzzy_plants as fp
+
+    items = {task: its[:120] for task, its in fp.eval_items().items()}
+    index = fuzzy.build_index(items, fuzzy.Params())
+    every = [it for its in items.values() for it in its]
+    huge = " ".join(every * 2)
+    texts = ["", "one", "one two", "   ", " ".join(every[:3]), "数学 " + every[5] + " 😀 " + every[5], huge,
+             every[7] + " " + every[7] + " " + every[7]] + random_texts(5, 40, ASCII + SPECIAL)
+    seen = 0
+    for size in (1, 3, len(texts)):
+        for start in range(0, len(texts), size):
+            h, off = tk.word_hashes(tk.words(texts[start : start + size]))
+            sh, soff = tk.ngram_hashes(h, off, index.params.shingle, short="whole")
+            got, want = fuzzy.candidates(index, sh, soff), ref.candidates(index, sh, soff)
+            assert all(g.dtype == w.dtype and np.array_equal(g, w) for g, w in zip(got, want)), (size, start)
+            seen += len(want[0])
+    assert seen > 3 * len(every)  # the huge document alone holds every item
+
+
+def test_bitmap_lookup_in_key_order():
+    rng = np.random.default_rng(4)
+    keys = np.unique(rng.integers(0, 2**64 - 1, 3000, dtype=np.uint64))
+    v = np.concatenate([rng.integers(0, 2**64 - 1, 9000, dtype=np.uint64), keys[::2], keys[::3], keys[:5]])
+    rng.shuffle(v)
+    bm = ct._Bitmap(keys)
+    pos, idx = bm.lookup(keys, v)
+    kpos, kidx = bm.lookup(keys, v, by_key=True)
+    assert np.all(np.diff(kidx) >= 0) and np.array_equal(keys[kidx], v[kpos])
+    assert sorted(zip(pos.tolist(), idx.tolist())) == sorted(zip(kpos.tolist(), kidx.tolist()))
+    assert np.all(np.diff(pos) > 0) and np.array_equal(keys[idx], v[pos])
+    assert all(x.size == 0 for x in bm.lookup(keys, v[:0], by_key=True))
+
+
 def test_fuzzy_best_jaccards():
     from mix_assets.lib import fuzzy
     from mix_assets_tests.support import fuzzy_plants as fp
