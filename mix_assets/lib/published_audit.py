@@ -409,16 +409,50 @@ def shard_ranges(reader) -> list[SampleRange]:
     return out
 
 
+class ThreadReaders:
+    """One open reader per (thread, split) for the map tasks of one scan in this process: a task opens
+    (and checks the manifest of) no reader of its own, and shards a thread verified stay verified.
+    `MixReader.close` after each task releases its shard maps (reads re-open them), so memory stays
+    one task's; `close_all` closes every reader at the end of the scan."""
+
+    def __init__(self, location: Any, cache_dir: Optional[str], open_kwargs: dict):
+        self.args = (location, cache_dir, open_kwargs)
+        self.readers: dict[tuple[int, str], Any] = {}
+        self.lock = threading.Lock()
+
+    def get(self, split: str):
+        key = (threading.get_ident(), split)
+        with self.lock:
+            r = self.readers.get(key)
+        if r is None:
+            r = _open_split(*self.args, split)
+            with self.lock:
+                self.readers[key] = r
+        return r
+
+    def close_all(self) -> None:
+        with self.lock:
+            readers, self.readers = list(self.readers.values()), {}
+        for r in readers:
+            r.close()
+
+
+def _open_split(location: Any, cache_dir: Optional[str], open_kwargs: dict, split: str):
+    from mix_assets.reader import open_mix
+
+    return open_mix(location, cache_dir, split=split, shuffle=False, epochs=1, **open_kwargs)
+
+
 def audit_range(rng: SampleRange, *, location: Any, cache_dir: Optional[str], open_kwargs: dict,
                 registry: ct.Registry, separator_id: Optional[int], chunk_tokens: int,
-                max_carry_tokens: int) -> SplitTally:
+                max_carry_tokens: int, readers: Optional[ThreadReaders] = None) -> SplitTally:
     """The map work: scan one range of a split as a scan from the split's first sample would (pure).
 
     The scanner starts in the state it has at `rng.start` (`SplitScanner.resume_at` reads back the
-    open document's tail), so the range's counts do not depend on where the ranges are cut."""
-    from mix_assets.reader import open_mix
-
-    with open_mix(location, cache_dir, split=rng.split, shuffle=False, epochs=1, **open_kwargs) as r:
+    open document's tail), so the range's counts do not depend on where the ranges are cut. `readers`
+    (in-process engines): this thread's reader, else one opened for the task."""
+    r = readers.get(rng.split) if readers is not None else _open_split(location, cache_dir, open_kwargs, rng.split)
+    with r:  # closing releases the shards this task mapped; a thread's reader stays usable
         if r.has_doc_index:
             check_doc_index(r, rng, separator_id)
         tok, dec = _reader_decoding(r)
@@ -457,16 +491,22 @@ def check_doc_index(r, rng: SampleRange, separator_id: Optional[int]) -> None:
 def scan_ranges(ranges: list[SampleRange], eng: engine.Engine, log=None, label: str = "published audit",
                 **job) -> dict[str, SplitTally]:
     """`audit_range` over `ranges` on `eng`, gathered in range order into one tally per split."""
-    fn = functools.partial(audit_range, **job)
+    # threads of this process share nothing but may each keep a reader; Ray tasks open their own
+    readers = ThreadReaders(job["location"], job["cache_dir"], job["open_kwargs"]) if eng.kind == "local" else None
+    fn = functools.partial(audit_range, readers=readers, **job)
     prog = Progress(log, label, total_docs=sum(r.stop - r.start for r in ranges), item="samples") if log else None
     out: dict[str, SplitTally] = {}
-    for rng, got in zip(ranges, engine.map_chunks(fn, ranges, eng)):
-        if rng.split in out:
-            out[rng.split].merge(got)
-        else:
-            out[rng.split] = got
-        if prog:
-            prog.update(docs=got.samples_scanned, bytes=got.text_bytes, tokens=got.tokens_scanned)
+    try:
+        for rng, got in zip(ranges, engine.map_chunks(fn, ranges, eng)):
+            if rng.split in out:
+                out[rng.split].merge(got)
+            else:
+                out[rng.split] = got
+            if prog:
+                prog.update(docs=got.samples_scanned, bytes=got.text_bytes, tokens=got.tokens_scanned)
+    finally:
+        if readers is not None:
+            readers.close_all()
     if prog:
         prog.done(f"{sum(len(t.hits) for t in out.values()):,} samples with overlap")
     return out
