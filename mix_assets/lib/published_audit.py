@@ -112,6 +112,8 @@ def denominator_problems(denominators: dict[str, dict]) -> list[str]:
 class _Tail:
     """The last <= cap tokens of the open document, as a list of arrays (no per-sample copying)."""
 
+    __slots__ = ("cap", "parts", "total", "from_start")
+
     def __init__(self, cap: int):
         self.cap = cap
         self.parts: list[np.ndarray] = []
@@ -145,7 +147,7 @@ class _Tail:
         return self.from_start and k >= self.total
 
 
-@dataclass
+@dataclass(slots=True)
 class _Piece:
     sample: int  # the sample the piece's windows are attributed to
     new: np.ndarray  # tokens of this sample's part of the document
@@ -259,11 +261,26 @@ class SplitScanner:
         # every sample's separator offsets at once (as int lists): no numpy call per sample
         rows, cols = np.nonzero(samples == self.sep) if self.sep is not None else (np.zeros(0, np.int64),) * 2
         at, cols = np.searchsorted(rows, np.arange(len(samples) + 1)).tolist(), cols.tolist()
+        t.separators += len(cols)
+        t.samples_scanned += len(samples)
+        t.tokens_scanned += samples.size
         for j, x in enumerate(samples):
             g = first + j
             last_sample = g == self.total - 1
+            if at[j] == at[j + 1] and len(x):  # no separator: the whole sample is one piece (most samples)
+                continues = not last_sample
+                if self.open:
+                    pieces.append(_Piece(g, x, self.tail.snapshot(), continues))
+                else:
+                    pieces.append(_Piece(g, x, None, continues))
+                    t.documents += 1
+                    if continues:
+                        self.tail = _Tail(self.tail.cap)
+                if continues:
+                    self.tail.append(x)
+                self.open = continues
+                continue
             cuts = cols[at[j]:at[j + 1]]
-            t.separators += len(cuts)
             bounds = list(zip([0, *(c + 1 for c in cuts)], [*cuts, len(x)]))
             was_open, self.open = self.open, False
             for k, (a, b) in enumerate(bounds):
@@ -283,8 +300,6 @@ class SplitScanner:
                     self.open = True
                 if not continued:
                     t.documents += 1
-            t.samples_scanned += 1
-            t.tokens_scanned += len(x)
         self._scan(pieces)
 
     # -- decoding and scanning -------------------------------------------------------------------
