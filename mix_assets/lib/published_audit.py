@@ -130,6 +130,8 @@ class _Tail:
 
     def suffix(self, k: int) -> np.ndarray:
         k = min(k, self.total)
+        if k and len(self.parts[-1]) >= k:  # within the last part (most carries): a view
+            return self.parts[-1][len(self.parts[-1]) - k:]
         out, got = [], 0
         for p in reversed(self.parts):
             if got >= k:
@@ -470,21 +472,23 @@ def audit_range(rng: SampleRange, *, location: Any, cache_dir: Optional[str], op
     (in-process engines): this thread's reader, else one opened for the task."""
     r = readers.get(rng.split) if readers is not None else _open_split(location, cache_dir, open_kwargs, rng.split)
     with r:  # closing releases the shards this task mapped; a thread's reader stays usable
+        step = max(1, chunk_tokens // r.sample_len)
+        head = r.samples(rng.start, min(step, rng.stop - rng.start))  # the first chunk (a whole shard, mostly)
         if r.has_doc_index:
-            check_doc_index(r, rng, separator_id)
+            check_doc_index(r, rng, separator_id, head)
         tok, dec = _reader_decoding(r)
         scanner = SplitScanner(rng.split, tok, registry, separator_id, len(r), max_carry_tokens, decoder=dec)
         scanner.resume_at(rng.start, r.sample)
-        step = max(1, chunk_tokens // r.sample_len)
         for first in range(rng.start, rng.stop, step):
-            scanner.feed(first, r.samples(first, min(step, rng.stop - first)))
+            scanner.feed(first, head if first == rng.start else r.samples(first, min(step, rng.stop - first)))
         return scanner.tally
 
 
-def check_doc_index(r, rng: SampleRange, separator_id: Optional[int]) -> None:
+def check_doc_index(r, rng: SampleRange, separator_id: Optional[int], head: Optional[np.ndarray] = None) -> None:
     """The document index of the range's shard, fetched and verified by the reader (size, sha256, shape;
     ShardCorruptError names the file); with a separator, each start follows one, but for at most one
-    budget-cut appearance per source in train (lib/docindex.py)."""
+    budget-cut appearance per source in train (lib/docindex.py). `head`: the range's first samples, used
+    when they are the whole shard (not read twice)."""
     from bisect import bisect_right
 
     from mix_assets.lib import docindex
@@ -495,7 +499,8 @@ def check_doc_index(r, rng: SampleRange, separator_id: Optional[int]) -> None:
     starts = r.shard_doc_index(si)
     if separator_id is None:
         return
-    tokens = r.samples(int(firsts[si]), entries[si]["samples"]).reshape(-1)
+    whole = head is not None and int(firsts[si]) == rng.start and len(head) == entries[si]["samples"]
+    tokens = (head if whole else r.samples(int(firsts[si]), entries[si]["samples"])).reshape(-1)
     prev = int(r.sample(int(firsts[si]) - 1)[-1]) if si else None
     bad = docindex.unexplained_starts(starts, tokens, separator_id, prev)
     allowed = len(r.manifest.get("sources") or {}) if rng.split == "train" else 0
