@@ -14,6 +14,9 @@ one chunk plus the tail of the open document (at most `max_carry_tokens` tokens)
 the state a scan from the split's first sample would have there: it reads back the open document's
 tail from the samples before its shard (`SplitScanner.resume_at`). The tallies are gathered in
 shard order and summed, so the report is the same whatever the engine, worker count or shard cut.
+In process, each map thread keeps one reader per split for all its tasks (`ThreadReaders`: one
+manifest check per thread, not per shard; the reader is closed after each task, which unmaps its
+shards); a Ray task opens its own.
 
 Documents. With a separator token, the token stream is cut at every separator: a window never spans
 two documents, as in the graph's audit. Without one (`packing.separator: null`) document boundaries
