@@ -43,7 +43,11 @@ separator tokens included as text); s/100 MB is audit seconds per 100 of those M
 `--config <mix.yaml>` (repeatable) audits instead the mix/ dir an existing build left under that
 config's storage root (e.g. a copy of bench/graph.py's run), with that config's tasks: old vs new only.
 
-    PYTHONPATH=$PWD /work/main/.venv/bin/python bench/shards_audit.py --config /tmp/copy/mix.yaml --reps 3
+`--old REV` makes `old` the whole audit as the commit REV had it (its mix_assets, extracted with
+`git archive` to a temporary folder and imported by those children instead of this checkout's), so
+any two revisions are compared in one run, interleaved, reports checked byte-identical:
+
+    PYTHONPATH=$PWD /work/main/.venv/bin/python bench/shards_audit.py --config /tmp/copy/mix.yaml --reps 3 --old ba34ae0
 """
 
 from __future__ import annotations
@@ -60,7 +64,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+# `--old REV`: the "old" children import mix_assets from REV's tree (extracted by `old_tree`)
+CODE = os.environ.get("SHARDS_AUDIT_CODE")
+sys.path.insert(0, CODE or str(REPO))
+OLD_CODE: str | None = None  # set by --old: the tree the "old" tool runs
 
 import tokens as bt  # noqa: E402 - bench/tokens.py, beside this script (its folder is sys.path[0])
 OUT = REPO / "bench" / "out" / "shards_audit"
@@ -227,7 +234,7 @@ def reference(root: str) -> dict:
 
 
 def child(tool: str, root: str) -> None:
-    out = {"build": lambda r: build(Path(r)), "audit": audit, "old": lambda r: audit(r, old=True), "decode": decode,
+    out = {"build": lambda r: build(Path(r)), "audit": audit, "old": lambda r: audit(r, old=not CODE), "decode": decode,
            "ref": reference}[tool](root)
     out["peak_rss_mb"] = bt.vmhwm_mb()
     print(json.dumps(out))
@@ -235,6 +242,9 @@ def child(tool: str, root: str) -> None:
 
 def run(tool: str, root, threads: int) -> dict:
     env = {**os.environ, "RAYON_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
+    env.pop("SHARDS_AUDIT_CODE", None)
+    if tool == "old" and OLD_CODE:
+        env["SHARDS_AUDIT_CODE"] = env["PYTHONPATH"] = OLD_CODE
     r = subprocess.run([sys.executable, __file__, "--child", tool, str(root)], env=env, capture_output=True, text=True)
     if r.returncode:
         raise SystemExit(f"{tool} failed:\n{r.stderr[-3000:]}")
@@ -251,10 +261,32 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--config", action="append", default=[],
                     help="audit the mix/ dir under this mix.yaml's storage root (old vs new only; repeatable)")
+    ap.add_argument("--old", metavar="REV", help="old = the audit as git revision REV has it (default: this "
+                    "checkout with the scanner of mix_assets_tests/support/published_audit_ref.py)")
     ap.add_argument("--child", nargs=2)
     a = ap.parse_args()
     if a.child:
         return child(*a.child)
+    if a.old:
+        with tempfile.TemporaryDirectory(prefix="shards-audit-old-") as tree:
+            return run_main(a, old_tree(a.old, tree))
+    return run_main(a, None)
+
+
+def old_tree(rev: str, dest: str) -> str:
+    """`rev`'s mix_assets and mix_assets_tests packages extracted into `dest` (git archive)."""
+    arch = subprocess.run(["git", "-C", str(REPO), "archive", rev, "mix_assets", "mix_assets_tests"],
+                          capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", dest], input=arch, check=True)
+    sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", rev], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    print(f"old = revision {rev} ({sha}), extracted to {dest}", flush=True)
+    return dest
+
+
+def run_main(a, old_code: str | None) -> None:
+    global OLD_CODE
+    OLD_CODE = old_code
     if a.config:
         return main_configs(a)
     tools = ["audit", "old", "decode", "ref"]

@@ -14,6 +14,9 @@ one chunk plus the tail of the open document (at most `max_carry_tokens` tokens)
 the state a scan from the split's first sample would have there: it reads back the open document's
 tail from the samples before its shard (`SplitScanner.resume_at`). The tallies are gathered in
 shard order and summed, so the report is the same whatever the engine, worker count or shard cut.
+In process, each map thread keeps one reader per split for all its tasks (`ThreadReaders`: one
+manifest check per thread, not per shard; the reader is closed after each task, which unmaps its
+shards); a Ray task opens its own.
 
 Documents. With a separator token, the token stream is cut at every separator: a window never spans
 two documents, as in the graph's audit. Without one (`packing.separator: null`) document boundaries
@@ -112,6 +115,8 @@ def denominator_problems(denominators: dict[str, dict]) -> list[str]:
 class _Tail:
     """The last <= cap tokens of the open document, as a list of arrays (no per-sample copying)."""
 
+    __slots__ = ("cap", "parts", "total", "from_start")
+
     def __init__(self, cap: int):
         self.cap = cap
         self.parts: list[np.ndarray] = []
@@ -128,6 +133,8 @@ class _Tail:
 
     def suffix(self, k: int) -> np.ndarray:
         k = min(k, self.total)
+        if k and len(self.parts[-1]) >= k:  # within the last part (most carries): a view
+            return self.parts[-1][len(self.parts[-1]) - k:]
         out, got = [], 0
         for p in reversed(self.parts):
             if got >= k:
@@ -145,7 +152,7 @@ class _Tail:
         return self.from_start and k >= self.total
 
 
-@dataclass
+@dataclass(slots=True)
 class _Piece:
     sample: int  # the sample the piece's windows are attributed to
     new: np.ndarray  # tokens of this sample's part of the document
@@ -259,11 +266,26 @@ class SplitScanner:
         # every sample's separator offsets at once (as int lists): no numpy call per sample
         rows, cols = np.nonzero(samples == self.sep) if self.sep is not None else (np.zeros(0, np.int64),) * 2
         at, cols = np.searchsorted(rows, np.arange(len(samples) + 1)).tolist(), cols.tolist()
+        t.separators += len(cols)
+        t.samples_scanned += len(samples)
+        t.tokens_scanned += samples.size
         for j, x in enumerate(samples):
             g = first + j
             last_sample = g == self.total - 1
+            if at[j] == at[j + 1] and len(x):  # no separator: the whole sample is one piece (most samples)
+                continues = not last_sample
+                if self.open:
+                    pieces.append(_Piece(g, x, self.tail.snapshot(), continues))
+                else:
+                    pieces.append(_Piece(g, x, None, continues))
+                    t.documents += 1
+                    if continues:
+                        self.tail = _Tail(self.tail.cap)
+                if continues:
+                    self.tail.append(x)
+                self.open = continues
+                continue
             cuts = cols[at[j]:at[j + 1]]
-            t.separators += len(cuts)
             bounds = list(zip([0, *(c + 1 for c in cuts)], [*cuts, len(x)]))
             was_open, self.open = self.open, False
             for k, (a, b) in enumerate(bounds):
@@ -283,8 +305,6 @@ class SplitScanner:
                     self.open = True
                 if not continued:
                     t.documents += 1
-            t.samples_scanned += 1
-            t.tokens_scanned += len(x)
         self._scan(pieces)
 
     # -- decoding and scanning -------------------------------------------------------------------
@@ -306,7 +326,9 @@ class SplitScanner:
         carries = [np.zeros(0, np.int64)] * len(pieces)
         words = np.zeros(len(pieces), np.int64)
         want = self.n + 1
-        k = {i: 4 * want for i, p in enumerate(pieces) if p.tail is not None and p.tail.total}
+        # 2 (n + 1) tokens hold n + 1 words almost always (about 1.2 tokens a word); a longer carry only
+        # adds words before the windows counted (any carry of n + 1 words gives the same counts)
+        k = {i: 2 * want for i, p in enumerate(pieces) if p.tail is not None and p.tail.total}
         while k:
             idx = list(k)
             for i in idx:
@@ -409,31 +431,67 @@ def shard_ranges(reader) -> list[SampleRange]:
     return out
 
 
+class ThreadReaders:
+    """One open reader per (thread, split) for the map tasks of one scan in this process: a task opens
+    (and checks the manifest of) no reader of its own, and shards a thread verified stay verified.
+    `MixReader.close` after each task releases its shard maps (reads re-open them), so memory stays
+    one task's; `close_all` closes every reader at the end of the scan."""
+
+    def __init__(self, location: Any, cache_dir: Optional[str], open_kwargs: dict):
+        self.args = (location, cache_dir, open_kwargs)
+        self.readers: dict[tuple[int, str], Any] = {}
+        self.lock = threading.Lock()
+
+    def get(self, split: str):
+        key = (threading.get_ident(), split)
+        with self.lock:
+            r = self.readers.get(key)
+        if r is None:
+            r = _open_split(*self.args, split)
+            with self.lock:
+                self.readers[key] = r
+        return r
+
+    def close_all(self) -> None:
+        with self.lock:
+            readers, self.readers = list(self.readers.values()), {}
+        for r in readers:
+            r.close()
+
+
+def _open_split(location: Any, cache_dir: Optional[str], open_kwargs: dict, split: str):
+    from mix_assets.reader import open_mix
+
+    return open_mix(location, cache_dir, split=split, shuffle=False, epochs=1, **open_kwargs)
+
+
 def audit_range(rng: SampleRange, *, location: Any, cache_dir: Optional[str], open_kwargs: dict,
                 registry: ct.Registry, separator_id: Optional[int], chunk_tokens: int,
-                max_carry_tokens: int) -> SplitTally:
+                max_carry_tokens: int, readers: Optional[ThreadReaders] = None) -> SplitTally:
     """The map work: scan one range of a split as a scan from the split's first sample would (pure).
 
     The scanner starts in the state it has at `rng.start` (`SplitScanner.resume_at` reads back the
-    open document's tail), so the range's counts do not depend on where the ranges are cut."""
-    from mix_assets.reader import open_mix
-
-    with open_mix(location, cache_dir, split=rng.split, shuffle=False, epochs=1, **open_kwargs) as r:
+    open document's tail), so the range's counts do not depend on where the ranges are cut. `readers`
+    (in-process engines): this thread's reader, else one opened for the task."""
+    r = readers.get(rng.split) if readers is not None else _open_split(location, cache_dir, open_kwargs, rng.split)
+    with r:  # closing releases the shards this task mapped; a thread's reader stays usable
+        step = max(1, chunk_tokens // r.sample_len)
+        head = r.samples(rng.start, min(step, rng.stop - rng.start))  # the first chunk (a whole shard, mostly)
         if r.has_doc_index:
-            check_doc_index(r, rng, separator_id)
+            check_doc_index(r, rng, separator_id, head)
         tok, dec = _reader_decoding(r)
         scanner = SplitScanner(rng.split, tok, registry, separator_id, len(r), max_carry_tokens, decoder=dec)
         scanner.resume_at(rng.start, r.sample)
-        step = max(1, chunk_tokens // r.sample_len)
         for first in range(rng.start, rng.stop, step):
-            scanner.feed(first, r.samples(first, min(step, rng.stop - first)))
+            scanner.feed(first, head if first == rng.start else r.samples(first, min(step, rng.stop - first)))
         return scanner.tally
 
 
-def check_doc_index(r, rng: SampleRange, separator_id: Optional[int]) -> None:
+def check_doc_index(r, rng: SampleRange, separator_id: Optional[int], head: Optional[np.ndarray] = None) -> None:
     """The document index of the range's shard, fetched and verified by the reader (size, sha256, shape;
     ShardCorruptError names the file); with a separator, each start follows one, but for at most one
-    budget-cut appearance per source in train (lib/docindex.py)."""
+    budget-cut appearance per source in train (lib/docindex.py). `head`: the range's first samples, used
+    when they are the whole shard (not read twice)."""
     from bisect import bisect_right
 
     from mix_assets.lib import docindex
@@ -444,7 +502,8 @@ def check_doc_index(r, rng: SampleRange, separator_id: Optional[int]) -> None:
     starts = r.shard_doc_index(si)
     if separator_id is None:
         return
-    tokens = r.samples(int(firsts[si]), entries[si]["samples"]).reshape(-1)
+    whole = head is not None and int(firsts[si]) == rng.start and len(head) == entries[si]["samples"]
+    tokens = (head if whole else r.samples(int(firsts[si]), entries[si]["samples"])).reshape(-1)
     prev = int(r.sample(int(firsts[si]) - 1)[-1]) if si else None
     bad = docindex.unexplained_starts(starts, tokens, separator_id, prev)
     allowed = len(r.manifest.get("sources") or {}) if rng.split == "train" else 0
@@ -457,16 +516,22 @@ def check_doc_index(r, rng: SampleRange, separator_id: Optional[int]) -> None:
 def scan_ranges(ranges: list[SampleRange], eng: engine.Engine, log=None, label: str = "published audit",
                 **job) -> dict[str, SplitTally]:
     """`audit_range` over `ranges` on `eng`, gathered in range order into one tally per split."""
-    fn = functools.partial(audit_range, **job)
+    # threads of this process share nothing but may each keep a reader; Ray tasks open their own
+    readers = ThreadReaders(job["location"], job["cache_dir"], job["open_kwargs"]) if eng.kind == "local" else None
+    fn = functools.partial(audit_range, readers=readers, **job)
     prog = Progress(log, label, total_docs=sum(r.stop - r.start for r in ranges), item="samples") if log else None
     out: dict[str, SplitTally] = {}
-    for rng, got in zip(ranges, engine.map_chunks(fn, ranges, eng)):
-        if rng.split in out:
-            out[rng.split].merge(got)
-        else:
-            out[rng.split] = got
-        if prog:
-            prog.update(docs=got.samples_scanned, bytes=got.text_bytes, tokens=got.tokens_scanned)
+    try:
+        for rng, got in zip(ranges, engine.map_chunks(fn, ranges, eng)):
+            if rng.split in out:
+                out[rng.split].merge(got)
+            else:
+                out[rng.split] = got
+            if prog:
+                prog.update(docs=got.samples_scanned, bytes=got.text_bytes, tokens=got.tokens_scanned)
+    finally:
+        if readers is not None:
+            readers.close_all()
     if prog:
         prog.done(f"{sum(len(t.hits) for t in out.values()):,} samples with overlap")
     return out

@@ -163,6 +163,9 @@ def test_corrupted_index_is_refused_naming_the_file(tmp_path):
     P.check_doc_index(r, ranges[0], 0)  # the untouched first shard passes
     with pytest.raises(P.PublishedAuditError, match=f"{rel}: document start at offset"):
         P.check_doc_index(r, ranges[1], 0)
+    head = r.samples(ranges[1].start, ranges[1].stop - ranges[1].start)  # the shard as audit_range read it
+    with pytest.raises(P.PublishedAuditError, match=f"{rel}: document start at offset"):
+        P.check_doc_index(r, ranges[1], 0, head)
     # not an index at all
     _rewrite(man, mix, rel, b"not a numpy file")
     problems = check_manifest(man, mix, strict=False)
