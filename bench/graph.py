@@ -9,7 +9,7 @@ is absent), log-normal lengths (median 330 words), 10 % of the documents with on
 at a true 5-word-shingle Jaccard drawn from [0.80, 0.85]; about `--sizes` MB of UTF-8 text spread
 (seeded) over four JSONL sources. Seeded, so every run of a size gets the same bytes.
 
-Config: configs/demo.yaml's structure (trained byte-level BPE, vocab 4096, 2 MB training sample,
+Config: configs/demo.yaml's structure (trained byte-level BPE, vocab 4096 (`--vocab`), 2 MB training sample,
 `<|endoftext|>` separator; dedup 5-word shingles, 128 permutations, threshold 0.8; val_fraction 0.02;
 headroom 1.25), audited against the five non-test eval splits of ../shared/data/evals configured as
 in configs/shared-sample.yaml. Each source's share is its share of the bytes and target_tokens is
@@ -145,7 +145,7 @@ def eval_tasks(evals: Path) -> list[dict]:
 
 
 # -- children ---------------------------------------------------------------------------------
-def child_gen(mb: int, folder: Path, seed: int, bpt: float, filters: bool = False) -> dict:
+def child_gen(mb: int, folder: Path, seed: int, bpt: float, filters: bool = False, vocab: int = 4096) -> dict:
     import yaml
 
     from mix_assets.lib import gen_corpus as gc
@@ -175,7 +175,7 @@ def child_gen(mb: int, folder: Path, seed: int, bpt: float, filters: bool = Fals
                      "license": "generated (CC0)",
                      "rationale": "Order-2 Markov prose over the shared books, 10 % planted near-copies.",
                      "share": shares[s]} for s in SOURCES],
-        "tokenizer": {"kind": "train", "vocab_size": 4096, "bytes_per_token_fallback": bpt,
+        "tokenizer": {"kind": "train", "vocab_size": vocab, "bytes_per_token_fallback": bpt,
                       "train_sample_bytes": 2000000, "special_tokens": ["<|endoftext|>"]},
         "packing": {"seq_len": 512, "shifted_targets": False, "separator": "<|endoftext|>",
                     "shard_tokens": 1 << 20},
@@ -471,7 +471,8 @@ def child_encode(cfg: Path) -> dict:
 
 def child(kind: str, args: list[str]) -> None:
     if kind == "gen":
-        out = child_gen(int(args[0]), Path(args[1]), int(args[2]), float(args[3]), args[4] == "filters")
+        out = child_gen(int(args[0]), Path(args[1]), int(args[2]), float(args[3]), args[4] == "filters",
+                        int(args[5]))
     elif kind == "graph":
         out = child_graph(Path(args[0]), int(args[1]), args[2])
     else:
@@ -837,6 +838,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true",
                     help="a 1 MB corpus, writes bench/out/graph/quick.md (checks that the script works)")
     ap.add_argument("--seed", type=int, default=13, help="corpus seed")
+    ap.add_argument("--vocab", type=int, default=4096,
+                    help="the trained tokenizer's vocab_size (demo's 4096; LLM tokenizers have 32k-256k, and "
+                         "encode_batch_fast's MB/s depends on it)")
     ap.add_argument("--bytes-per-token", type=float, default=4.0,
                     help="tokenizer.bytes_per_token_fallback (raw budgets are estimated with it)")
     ap.add_argument("--out", type=Path, default=OUT, help="generated corpora, storage, logs")
@@ -862,8 +866,8 @@ def main() -> None:
         if folder.exists():
             subprocess.run(["rm", "-rf", str(folder)], check=True)
         folder.mkdir(parents=True)
-        gen = run_child("gen", [mb, folder, a.seed, a.bytes_per_token, "filters" if a.filters else "none"], 1,
-                        folder / "gen.log")
+        gen = run_child("gen", [mb, folder, a.seed, a.bytes_per_token, "filters" if a.filters else "none",
+                                a.vocab], 1, folder / "gen.log")
         print(f"[{mb} MB] corpus {gen['bytes'] / 1e6:.1f} MB, {gen['docs']:,} docs, {gen['pairs']:,} pairs "
               f"({gen['secs']:.1f} s)", flush=True)
         runs = []
@@ -905,6 +909,7 @@ def main() -> None:
            f"{', '.join(map(str, a.workers))}; executors {', '.join(a.executor)}"
            + (f" (multiprocess max_concurrent {a.max_concurrent})" if "multiprocess" in a.executor else "")
            + (f"; {a.repeat} interleaved repetitions of each in-process run and its encode" if a.repeat > 1 else "")
+           + (f"; **tokenizer vocab_size {a.vocab:,}** (`--vocab`; the default is the demo's 4,096)" if a.vocab != 4096 else "")
            + (f"; **with the demo's filter cascade** (`--filters`, keep_share {FILTERS_KEEP_SHARE})." if a.filters
               else "; no filter cascade."),
            f"Load average (1/5/15 min) at start: {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f}; at end: "
