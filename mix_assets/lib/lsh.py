@@ -44,9 +44,6 @@ from typing import Callable, Optional, Protocol, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from scipy.integrate import quad
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from mix_assets.lib import engine
 
@@ -57,11 +54,17 @@ MAX_MISS = 1e-6  # largest P(a pair at exactly the threshold shares no band) rec
 
 
 # -- parameters ------------------------------------------------------------------------------
+# scipy is imported where used: importing it costs ~0.5-0.8 s, and every step process imports this module
+# (through mix_assets.metadata) whether or not it computes parameters or clusters.
 def _fp(threshold: float, b: int, r: int) -> float:
+    from scipy.integrate import quad
+
     return quad(lambda s: 1 - (1 - s ** float(r)) ** float(b), 0.0, threshold)[0]
 
 
 def _fn(threshold: float, b: int, r: int) -> float:
+    from scipy.integrate import quad
+
     return quad(lambda s: 1 - (1 - (1 - s ** float(r)) ** float(b)), threshold, 1.0)[0]
 
 
@@ -482,6 +485,9 @@ def dedup(
 
     u = np.concatenate([ex_lo, nd_lo])
     v = np.concatenate([ex_hi, nd_hi])
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
     graph = coo_matrix((np.ones(len(u), dtype=np.int8), (u, v)), shape=(n, n)).tocsr()
     _, label = connected_components(graph, directed=False)
     del u, v, graph, ex_lo, ex_hi, nd_lo, nd_hi
