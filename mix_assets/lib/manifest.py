@@ -780,7 +780,7 @@ def review_count_problems(m: Mapping[str, Any], src: Any, cfg: Mapping[str, Any]
         columns, val, train = ["doc_id", "source", "cluster_id"], {}, {}
         try:
             with src.open(keys_path) as f:
-                for b in parquet(f).iter_batches(columns=columns):
+                for b in parquet(f).iter_batches(batch_size=8192, columns=columns):
                     for col in columns:
                         if b.column(col).null_count:
                             return f"{keys_path}: field {col} is null in some rows"
