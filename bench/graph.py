@@ -91,6 +91,7 @@ import json
 import os
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
 import threading
@@ -540,16 +541,11 @@ def label(run: dict) -> str:
         f" #{run['rep']}" if run.get("rep") else "")
 
 
-def median(xs: list[float]) -> float:
-    xs = sorted(xs)
-    return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
-
-
 def _figures(xs: list[float], fmt: str = ".2f") -> str:
     """One figure, or each repetition's and their median."""
     if len(xs) == 1:
         return format(xs[0], fmt)
-    return ", ".join(format(x, fmt) for x in xs) + f" → median {median(xs):{fmt}}"
+    return ", ".join(format(x, fmt) for x in xs) + f" → median {statistics.median(xs):{fmt}}"
 
 
 def pick(runs: list[dict], executor: str) -> list[dict]:
@@ -696,7 +692,7 @@ def targets(results: dict[int, dict]) -> list[str]:
             if n != 2 or not pairs:
                 continue
             ratios = [e / g for g, e in pairs]  # (MB / graph s) ÷ (MB / encode s)
-            run, ratio = reps[0], median(ratios)
+            run, ratio = reps[0], statistics.median(ratios)
             each = (f"whole graph {corpus_mb / pairs[0][0]:.2f} MB/s ÷ raw encode {corpus_mb / pairs[0][1]:.2f} MB/s"
                     if len(pairs) == 1 else f"whole graph ÷ raw encode (each measured right after its graph) in "
                     f"{len(pairs)} interleaved pairs: graph {_figures([g for g, _ in pairs], '.1f')} s, encode "
@@ -752,7 +748,7 @@ def speedups(mb: int, eng: str, ones: list[dict], twos: list[dict]) -> list[str]
             enc.append(e1 / e2)
     if not sp:
         return []
-    s = median(sp)
+    s = statistics.median(sp)
     secs = (f"{map_secs(ones[0]['graph']):.1f} s with 1 worker ÷ {map_secs(twos[0]['graph']):.1f} s with 2 = "
             if len(sp) == 1 else f"in {len(sp)} interleaved repetitions ")
     line = (f"{mb} MB, {eng} ({ones[0].get('executor', 'multiprocess')} runs): map stages 1 → 2 workers {secs}"
@@ -760,7 +756,7 @@ def speedups(mb: int, eng: str, ones: list[dict], twos: list[dict]) -> list[str]
     if walls:
         line += f"; with process start and resources {_figures(walls)}×"
     if enc:
-        e = median(enc)
+        e = statistics.median(enc)
         line += (f"; the raw encode's own 1 → 2 thread speed-up right after the same runs {_figures(enc)}× "
                  f"(what two cores of this host gave a pure-Rust loop then): the map stages reach {s / e:.2f} of it")
     return [line]
