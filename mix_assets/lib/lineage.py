@@ -156,10 +156,10 @@ def _current_hashes(store: Store, keys: list[str]) -> dict[str, Optional[str]]:
             return None
 
     keys = list(dict.fromkeys(keys))
-    if not keys:
-        return {}
+    if len(keys) < 2:
+        return {k: one(k) for k in keys}
     first = {keys[0]: one(keys[0])}  # on this thread: the store builds its (lazy) client once
-    with ThreadPoolExecutor(max(1, min(len(keys) - 1, os.cpu_count() or 1, 4))) as pool:
+    with ThreadPoolExecutor(min(len(keys) - 1, os.cpu_count() or 1, 4)) as pool:
         return {**first, **dict(zip(keys[1:], pool.map(one, keys[1:])))}
 
 
