@@ -14,10 +14,9 @@ documents only ever match documents with the same few words. A document with no 
 shingle and an all-`EMPTY` signature; the LSH stage never bands such documents (they would all
 collide), so they can only be exact duplicates.
 
-Memory is bounded by the block, not the document: the uint32 work vector is fixed (512 KiB at
-BLOCK shingles), a long document is reduced over several blocks, and documents are fed in batches
-of bounded text size. Batches run on a thread pool: Arrow's string kernels and
-numpy's ufunc loops release the GIL, so two threads use both cores.
+Memory is bounded by the batch, not the document: signing holds one row of minima per document,
+and documents are fed in batches of bounded text size. Batches run on a thread pool: Arrow's string
+kernels, numpy's ufunc loops and the compiled kernels release the GIL, so two threads use both cores.
 """
 
 from __future__ import annotations
@@ -30,12 +29,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mix_assets.lib import textkeys
+from mix_assets.lib import kernels_jit, textkeys
 
 EMPTY = np.uint32(0xFFFFFFFF)  # signature value of a document without shingles (datasketch's too)
 DEFAULT_SEED = 1  # datasketch's default seed
-CHUNK = 8192  # the smallest block of shingles signed at a time (see BLOCK)
-BLOCK = 1 << 17  # shingles per block: the 512 KiB work vector stays in L2 through all permutations
 BATCH_BYTES = 1 << 20  # text per batch handed to a worker thread
 
 
@@ -64,40 +61,19 @@ def shingle_hash32(h64: np.ndarray) -> np.ndarray:
     return (h64 & np.uint64(0xFFFFFFFF)).astype(np.uint32)
 
 
-def signatures_from_hashes(
-    h32: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray, chunk: int = CHUNK
-) -> np.ndarray:
+def signatures_from_hashes(h32: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Signatures (n_docs x num_perm, uint32) of documents given as flat 32-bit shingle hashes.
 
-    `offsets` (n_docs + 1) delimits each document's shingles. The flat array is cut into blocks of
-    max(chunk, BLOCK) shingles regardless of document boundaries; per block and permutation one
-    affine map and one `minimum.reduceat` over the document segments, on a 1-D vector that stays in
-    cache, folded into the documents' running minima.
+    `offsets` (n_docs + 1) delimits each document's shingles. One compiled pass
+    (`kernels_jit.minhash_rows`): per shingle, the affine map of every permutation folded into its
+    document's row of minima, which stays in L1.
     """
-    offsets = np.asarray(offsets, dtype=np.int64)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     n_docs = len(offsets) - 1
-    num_perm = len(a)
-    out = np.full((n_docs, num_perm), EMPTY, dtype=np.uint32)
-    total = int(offsets[-1]) if n_docs else 0
-    if total == 0:
-        return out
-    x = fmix32(h32[:total])
-    a, b = a.astype(np.uint32), b.astype(np.uint32)
-    block = max(chunk, BLOCK)
-    work = np.empty(min(block, total), dtype=np.uint32)
-    inner = offsets[1:-1]
-    for s in range(0, total, block):
-        e = min(s + block, total)
-        # Segment starts inside this block: the block start plus every document start within it.
-        starts = np.unique(np.concatenate(([s], inner[(inner > s) & (inner < e)])))
-        docs = np.searchsorted(offsets, starts, side="right") - 1
-        red = np.empty((num_perm, len(starts)), np.uint32)
-        m = work[: e - s]
-        for k in range(num_perm):
-            np.multiply(x[s:e], a[k], out=m)
-            m += b[k]
-            np.minimum.reduceat(m, starts - s, out=red[k])
-        out[docs] = np.minimum(out[docs], red.T)
+    out = np.full((n_docs, len(a)), EMPTY, dtype=np.uint32)
+    if n_docs and int(offsets[-1]):
+        kernels_jit.minhash_rows(np.ascontiguousarray(h32, dtype=np.uint32), offsets,
+                                 np.ascontiguousarray(a, dtype=np.uint32), np.ascontiguousarray(b, dtype=np.uint32), out)
     return out
 
 

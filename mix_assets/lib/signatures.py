@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mix_assets.lib import engine, minhash, textkeys
+from mix_assets.lib import engine, kernels_jit, minhash, textkeys
 
 FORMAT = "mix_assets.signatures/1"
 META_KEY = b"mix_assets.signatures"
@@ -51,7 +51,7 @@ def sign_words(word_lists: pa.ListArray, word_hashes: np.ndarray, offsets: np.nd
 
 
 # The code that decides a signature's bits: a change there invalidates every stored file.
-_CODE = hashlib.sha256((inspect.getsource(minhash) + inspect.getsource(textkeys)
+_CODE = hashlib.sha256((inspect.getsource(minhash) + inspect.getsource(textkeys) + inspect.getsource(kernels_jit)
                         + inspect.getsource(sign_words)).encode()).hexdigest()[:16]
 
 

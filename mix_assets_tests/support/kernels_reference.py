@@ -274,3 +274,44 @@ def registry_scan(self: Registry, h: np.ndarray, off: np.ndarray) -> np.ndarray:
         for t in range(len(self.tasks)):
             counts[:, t] = np.bincount(d[m[:, t]], minlength=n_docs)
     return counts
+
+
+# minhash.signatures_from_hashes before the compiled kernel (stop 22), verbatim.
+BLOCK = 1 << 17
+
+
+def signatures_from_hashes_blocked(
+    h32: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray, chunk: int = CHUNK
+) -> np.ndarray:
+    """Signatures (n_docs x num_perm, uint32) of documents given as flat 32-bit shingle hashes.
+
+    `offsets` (n_docs + 1) delimits each document's shingles. The flat array is cut into blocks of
+    max(chunk, BLOCK) shingles regardless of document boundaries; per block and permutation one
+    affine map and one `minimum.reduceat` over the document segments, on a 1-D vector that stays in
+    cache, folded into the documents' running minima.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n_docs = len(offsets) - 1
+    num_perm = len(a)
+    out = np.full((n_docs, num_perm), EMPTY, dtype=np.uint32)
+    total = int(offsets[-1]) if n_docs else 0
+    if total == 0:
+        return out
+    x = fmix32(h32[:total])
+    a, b = a.astype(np.uint32), b.astype(np.uint32)
+    block = max(chunk, BLOCK)
+    work = np.empty(min(block, total), dtype=np.uint32)
+    inner = offsets[1:-1]
+    for s in range(0, total, block):
+        e = min(s + block, total)
+        # Segment starts inside this block: the block start plus every document start within it.
+        starts = np.unique(np.concatenate(([s], inner[(inner > s) & (inner < e)])))
+        docs = np.searchsorted(offsets, starts, side="right") - 1
+        red = np.empty((num_perm, len(starts)), np.uint32)
+        m = work[: e - s]
+        for k in range(num_perm):
+            np.multiply(x[s:e], a[k], out=m)
+            m += b[k]
+            np.minimum.reduceat(m, starts - s, out=red[k])
+        out[docs] = np.minimum(out[docs], red.T)
+    return out
