@@ -321,10 +321,13 @@ def test_word_hash_of_every_length():
     rng = random.Random(9)
     alphabet = "abcxyz0189" + "éßΣ数😀"
     words = [""] + ["".join(rng.choice(alphabet) for _ in range(k)) for k in range(1, 70) for _ in range(12)]
-    got = tk._xxh64(pa.array(words, pa.large_string()))
+    wl = pa.array([words[:500], [], None, words[500:]], pa.list_(pa.large_string()))
+    got, off = tk.word_hashes(wl)
     assert got.dtype == np.uint64 and got.tolist() == [tk.word_hash(w) for w in words]
-    part = pa.array(words, pa.large_string()).slice(100, 300)
-    assert tk._xxh64(part).tolist() == [tk.word_hash(w) for w in words[100:400]]
+    assert off.tolist() == [0, 500, 500, 500, len(words)]
+    got, off = tk.word_hashes(wl.slice(3))
+    assert got.tolist() == [tk.word_hash(w) for w in words[500:]] and off.tolist() == [0, len(words) - 500]
+    assert got.tolist() == ref.word_hashes_dictionary(wl.slice(3))[0].tolist()
 
 
 def test_exact_keys():

@@ -6,9 +6,13 @@ boundaries, all-equal hashes, extreme uint32 / uint64 values."""
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
+import xxhash
 
+from mix_assets.lib import kernels_jit
 from mix_assets.lib import minhash as mh
+from mix_assets.lib import textkeys as tk
 from mix_assets_tests.support import kernels_reference as ref
 
 U32 = np.uint32(0xFFFFFFFF)
@@ -53,3 +57,22 @@ def test_signatures_with_extreme_permutations():
     for name, h32, off in _signing_cases():
         assert np.array_equal(mh.signatures_from_hashes(h32, off, a, b),
                               ref.signatures_from_hashes_blocked(h32, off, a, b)), name
+
+
+def test_xxh64_of_every_length_and_byte():
+    rng = np.random.default_rng(3)
+    strings = [rng.integers(0, 256, k, dtype=np.uint8).tobytes() for k in range(0, 100) for _ in range(3)]
+    strings += [b"\xff" * k for k in (0, 1, 4, 8, 31, 32, 33, 64)] + [b"\x00" * 40, bytes(range(256)) * 9]
+    off = np.concatenate([[0], np.cumsum([len(s) for s in strings])]).astype(np.int64)
+    got = kernels_jit.xxh64_strings(off, np.frombuffer(b"".join(strings), np.uint8))
+    assert got.dtype == np.uint64 and got.tolist() == [xxhash.xxh64_intdigest(s) for s in strings]
+    assert kernels_jit.xxh64_strings(np.zeros(1, np.int64), np.zeros(0, np.uint8)).size == 0
+
+
+def test_word_hashes_equal_the_dictionary_version():
+    words = ["a", "the", "x" * 31, "y" * 32, "z" * 200, "数学", "😀", "the", "a"]
+    wl = pa.array([words, None, [], words[::-1] * 50, ["only"]], pa.list_(pa.large_string()))
+    for part in (wl, wl.slice(1), wl.slice(3, 1), wl.slice(1, 2), pa.chunked_array([wl.slice(0, 2), wl.slice(2)])):
+        got, off = tk.word_hashes(part)
+        want, woff = ref.word_hashes_dictionary(part)
+        assert got.dtype == want.dtype and np.array_equal(got, want) and np.array_equal(off, woff)

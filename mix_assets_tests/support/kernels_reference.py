@@ -315,3 +315,72 @@ def signatures_from_hashes_blocked(
             np.minimum.reduceat(m, starts - s, out=red[k])
         out[docs] = np.minimum(out[docs], red.T)
     return out
+
+
+# textkeys.word_hashes before the compiled kernel (stop 22), verbatim: each distinct word hashed once,
+# short words by the vectorised XXH64 below.
+def word_hashes_dictionary(word_lists: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
+    """(flat uint64 word hashes, int64 offsets of length n_docs + 1)."""
+    if isinstance(word_lists, pa.ChunkedArray):
+        word_lists = word_lists.combine_chunks()
+    offsets = np.asarray(word_lists.offsets, dtype=np.int64)
+    offsets = offsets - offsets[0]
+    flat = word_lists.flatten()
+    if len(flat) == 0:
+        return np.zeros(0, dtype=np.uint64), offsets
+    enc = pc.dictionary_encode(flat)
+    table = _xxh64(enc.dictionary)
+    idx = np.asarray(enc.indices, dtype=np.int64)
+    return table[idx], offsets
+
+
+_X1, _X2, _X3 = np.uint64(0x9E3779B185EBCA87), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
+_X4, _X5 = np.uint64(0x85EBCA77C2B2AE63), np.uint64(0x27D4EB2F165667C5)
+
+
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+def _xxh64(strings: pa.Array) -> np.ndarray:
+    """xxh64 (seed 0) of each string's UTF-8 bytes, as `word_hash`: XXH64's short-input path (under
+    32 bytes: 8-byte lanes, one 4-byte lane, single bytes, the avalanche) vectorised over all the
+    strings; longer strings through the xxhash package."""
+    n = len(strings)
+    o = np.frombuffer(strings.buffers()[1], np.int64, n + 1, strings.offset * 8)
+    nb = int(o[-1] - o[0])
+    pad = np.zeros(nb + 8, np.uint8)
+    if nb:
+        pad[:nb] = np.frombuffer(strings.buffers()[2], np.uint8, nb, int(o[0]))
+    lanes8 = np.ndarray((nb + 1,), "<u8", pad, 0, (1,))  # little-endian words at every byte offset
+    lanes4 = np.ndarray((nb + 5,), "<u4", pad, 0, (1,))
+    pos, size = o[:-1] - o[0], np.diff(o)
+    left = size.copy()
+    with np.errstate(over="ignore"):
+        h = size.astype(np.uint64) + _X5
+        i = np.flatnonzero((left >= 8) & (size < 32))
+        while i.size:
+            k = lanes8[pos[i]] * _X2
+            k = _rotl(k, 31) * _X1
+            h[i] = _rotl(h[i] ^ k, 27) * _X1 + _X4
+            pos[i] += 8
+            left[i] -= 8
+            i = i[left[i] >= 8]
+        i = np.flatnonzero((left >= 4) & (size < 32))
+        h[i] = _rotl(h[i] ^ (lanes4[pos[i]].astype(np.uint64) * _X1), 23) * _X2 + _X3
+        pos[i] += 4
+        left[i] -= 4
+        i = np.flatnonzero((left >= 1) & (size < 32))
+        while i.size:
+            h[i] = _rotl(h[i] ^ (pad[pos[i]].astype(np.uint64) * _X5), 11) * _X1
+            pos[i] += 1
+            left[i] -= 1
+            i = i[left[i] >= 1]
+        h ^= h >> np.uint64(33)
+        h *= _X2
+        h ^= h >> np.uint64(29)
+        h *= _X3
+        h ^= h >> np.uint64(32)
+    for j in np.flatnonzero(size >= 32).tolist():
+        h[j] = xxhash.xxh64_intdigest(pad[o[j] - o[0] : o[j + 1] - o[0]].tobytes())
+    return h
