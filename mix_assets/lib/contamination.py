@@ -29,6 +29,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
+from mix_assets.lib import kernels_jit
 from mix_assets.lib import textkeys as tk
 
 _P = int(tk._P)
@@ -91,6 +92,11 @@ class _Prefix:
             np.multiply(v, self.pw[L - 1 : L - 1 + m], out=v)
         v ^= np.uint64(L)
         return tk.splitmix64(v, copy=False)
+
+    def bitmap_hits(self, L: int, bitmap: "_Bitmap") -> tuple[np.ndarray, np.ndarray]:
+        """(start, hash) of the windows `all_windows(L)` whose bit is set in `bitmap`, in one compiled
+        pass that never holds every window's hash (boundaries NOT checked)."""
+        return kernels_jit.window_bitmap_hits(self.c, self.pw, L, bitmap.shift, bitmap.bits)
 
     def at(self, start: np.ndarray, length: np.ndarray) -> np.ndarray:
         """Hashes of the windows (start[i], length[i]); caller checks they fit their document."""
@@ -242,22 +248,18 @@ class _Bitmap:
         np.bitwise_or.at(self.bits, b >> np.uint64(3), (1 << (b & np.uint64(7))).astype(np.uint8))
 
     def candidates(self, v: np.ndarray) -> np.ndarray:
-        at = v >> self.shift  # each value's bit: the byte at >> 3, bit at & 7
-        bit = at.astype(np.uint8)
-        bit &= np.uint8(7)
-        at >>= np.uint64(3)
-        got = np.take(self.bits, at.view(np.intp))  # (< 2**61: the view is the value)
-        np.right_shift(got, bit, out=got)
-        got &= np.uint8(1)
-        return np.flatnonzero(got.view(bool))
+        """Positions in `v` of the values whose bit is set (every key's is)."""
+        return kernels_jit.bitmap_hits(np.ascontiguousarray(v, np.uint64), self.shift, self.bits)
 
     def lookup(self, keys: np.ndarray, v: np.ndarray, by_key: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """(positions in `v` of the values in `keys`, their indices in `keys`), in position order, or
-        with `by_key` in key order; `keys`: the non-empty sorted keys the bitmap was built from. Looked
-        up in ascending order: searchsorted then walks the keys once instead of missing the cache at
-        random."""
+        with `by_key` in key order; `keys`: the non-empty sorted keys the bitmap was built from."""
         cand = self.candidates(v)
-        w = v[cand]
+        return self.found(keys, cand, v[cand], by_key)
+
+    def found(self, keys: np.ndarray, cand: np.ndarray, w: np.ndarray, by_key: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """`lookup` of the candidates `cand` (ascending positions) with values `w`. Looked up in
+        ascending order: searchsorted then walks the keys once instead of missing the cache at random."""
         by = np.argsort(w)
         if by_key:
             cand, w = cand[by], w[by]
@@ -330,18 +332,17 @@ class Registry:
         pre = _Prefix(h, off)
         docs, members = [], []
         if self.keys.size:
-            v = pre.all_windows(self.n)
-            start, idx = self.bitmap.lookup(self.keys, v)
+            start, w = pre.bitmap_hits(self.n, self.bitmap)
+            start, idx = self.bitmap.found(self.keys, start, w)
             ok = pre.inside(start, self.n)
             docs.append(pre.docs(start[ok]))
             members.append(self.member[idx[ok]])
         if self.short_first.size:
             # A short item matches where its first `short_min` words match and then its whole
             # window does; all short items sharing those first words are tried.
-            v = pre.all_windows(self.short_min)
-            cand = self.short_bitmap.candidates(v)
-            lo = np.searchsorted(self.short_first, v[cand], side="left")
-            hi = np.searchsorted(self.short_first, v[cand], side="right")
+            cand, w = pre.bitmap_hits(self.short_min, self.short_bitmap)
+            lo = np.searchsorted(self.short_first, w, side="left")
+            hi = np.searchsorted(self.short_first, w, side="right")
             some = np.flatnonzero(hi > lo)
             start, reps, lo = cand[some], (hi - lo)[some], lo[some]
             pos = np.repeat(start, reps)

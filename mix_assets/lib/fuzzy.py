@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from mix_assets.lib import contamination as ct
+from mix_assets.lib import kernels_jit
 from mix_assets.lib import minhash
 from mix_assets.lib import textkeys as tk
 
@@ -284,13 +285,9 @@ def _heavy_buckets(item_hash: np.ndarray, doc_hash: np.ndarray, weight: np.ndarr
     postings' item and document hashes: the weights summed per bucket of pairs (top bits of the two
     hashes' sum) bound each pair's own sum, so a posting in a light bucket is in a light pair. On prose
     about 1 posting in 700 is in a heavy pair and a few in 100 in a heavy bucket: only those are sorted.
-    `doc_hash` is overwritten (the work array)."""
+    One compiled pass (`kernels_jit.heavy_buckets`)."""
     bits = min(22, max(10, len(weight).bit_length()))
-    with np.errstate(over="ignore"):
-        bucket = np.add(item_hash, doc_hash, out=doc_hash)
-    bucket >>= np.uint64(64 - bits)
-    bucket = bucket.view(np.intp)
-    return np.flatnonzero(np.bincount(bucket, weights=weight, minlength=1 << bits)[bucket] >= need)
+    return kernels_jit.heavy_buckets(item_hash, doc_hash, weight, float(need), bits)
 
 
 def _owners(n: np.ndarray) -> np.ndarray:

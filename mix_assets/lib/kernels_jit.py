@@ -101,3 +101,70 @@ def xxh64_strings(offsets: np.ndarray, b: np.ndarray) -> np.ndarray:
         h ^= h >> np.uint64(32)
         out[i] = h
     return out
+
+
+@numba.njit(inline="always")
+def _splitmix64(x):
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@numba.njit(inline="always")
+def _in_bitmap(v, shift, bits):
+    at = v >> shift
+    return (bits[at >> np.uint64(3)] >> (at & np.uint64(7))) & np.uint8(1)
+
+
+@numba.njit(**_JIT)
+def bitmap_hits(v: np.ndarray, shift: np.uint64, bits: np.ndarray) -> np.ndarray:
+    """Positions of the values whose bit (top bits of the value) is set in `bits` (contamination._Bitmap)."""
+    out = np.empty(v.shape[0], np.int64)
+    n = 0
+    for i in range(v.shape[0]):
+        if _in_bitmap(v[i], shift, bits):
+            out[n] = i
+            n += 1
+    return out[:n].copy()
+
+
+@numba.njit(**_JIT)
+def window_bitmap_hits(c: np.ndarray, pw: np.ndarray, length: int, shift: np.uint64,
+                       bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(start, hash) of the windows of `length` words whose hash has its bit set in `bits`: the hash of
+    `contamination._Prefix.all_windows` (prefix sums `c`, powers `pw`), never kept for all windows."""
+    m = c.shape[0] - length  # windows starting at 0 .. total - length
+    pos = np.empty(max(m, 0), np.int64)
+    val = np.empty(max(m, 0), np.uint64)
+    n = 0
+    tag = np.uint64(length)
+    for i in range(m):
+        v = _splitmix64(((c[i + length] - c[i]) * pw[i + length - 1]) ^ tag)
+        if _in_bitmap(v, shift, bits):
+            pos[n] = i
+            val[n] = v
+            n += 1
+    return pos[:n].copy(), val[:n].copy()
+
+
+@numba.njit(**_JIT)
+def heavy_buckets(item_hash: np.ndarray, doc_hash: np.ndarray, weight: np.ndarray, need: float,
+                  bits: int) -> np.ndarray:
+    """Indices of the postings whose bucket (top `bits` bits of item_hash + doc_hash) sums >= `need`
+    weight (fuzzy._heavy_buckets)."""
+    n = weight.shape[0]
+    shift = np.uint64(64 - bits)
+    bucket = np.empty(n, np.int64)
+    total = np.zeros(1 << bits, np.int64)
+    for i in range(n):
+        bucket[i] = np.int64((item_hash[i] + doc_hash[i]) >> shift)
+        total[bucket[i]] += weight[i]
+    out = np.empty(n, np.int64)
+    k = 0
+    for i in range(n):
+        if total[bucket[i]] >= need:
+            out[k] = i
+            k += 1
+    return out[:k].copy()

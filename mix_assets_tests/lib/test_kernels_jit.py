@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 import xxhash
 
-from mix_assets.lib import kernels_jit
+from mix_assets.lib import contamination as ct
+from mix_assets.lib import fuzzy, kernels_jit
 from mix_assets.lib import minhash as mh
 from mix_assets.lib import textkeys as tk
 from mix_assets_tests.support import kernels_reference as ref
@@ -76,3 +77,45 @@ def test_word_hashes_equal_the_dictionary_version():
         got, off = tk.word_hashes(part)
         want, woff = ref.word_hashes_dictionary(part)
         assert got.dtype == want.dtype and np.array_equal(got, want) and np.array_equal(off, woff)
+
+
+def _registry():
+    rng = np.random.default_rng(5)
+    items = {"a": [" ".join(f"w{rng.integers(0, 30)}" for _ in range(k)) for k in (8, 9, 13, 14, 20, 40) * 5],
+             "b": ["x " * 13, "x " * 8, "y z " * 10]}
+    return ct.Registry.build({t: ct.task_ngrams(its) for t, its in items.items()}, n=13, short_min=8), items
+
+
+def test_registry_scan_equals_the_numpy_kernels():
+    reg, items = _registry()
+    texts = ([" ".join(items["a"][:40]), "", "w1", "x " * 5, "x " * 13, "x " * 500, "y z " * 30]
+             + [it for its in items.values() for it in its] + ["  "] * 3)
+    big = " ".join(texts * 20)  # one huge document holding every item
+    for batch in (texts, [big], texts[3:9], ["", ""], ["x"]):
+        h, off = tk.word_hashes(tk.words(batch))
+        want = ref.registry_scan_prefix(reg, h, off)
+        assert np.array_equal(reg.scan_word_hashes(h, off), want)
+        assert np.array_equal(want, ref.registry_scan(reg, h, off))
+    # all-equal and extreme word hashes (the windows' arithmetic wraps)
+    for value in (0, 1, (1 << 64) - 1, 1 << 63):
+        h = np.full(300, value, np.uint64)
+        off = np.array([0, 5, 5, 13, 12 + 13 + 8, 300], np.int64)
+        assert np.array_equal(reg.scan_word_hashes(h, off), ref.registry_scan_prefix(reg, h, off))
+
+
+def test_bitmap_candidates_and_heavy_buckets_equal_the_numpy_kernels():
+    rng = np.random.default_rng(11)
+    keys = np.unique(rng.integers(0, 1 << 63, 5000, dtype=np.uint64) * np.uint64(2))
+    bm = ct._Bitmap(keys)
+    v = np.concatenate([keys[::3], rng.integers(0, 1 << 63, 20000, dtype=np.uint64) * np.uint64(2),
+                        np.array([0, 1, (1 << 64) - 1, 1 << 63], np.uint64)])
+    assert np.array_equal(bm.candidates(v), ref.bitmap_candidates_numpy(bm, v))
+    assert np.array_equal(bm.candidates(v[::2]), ref.bitmap_candidates_numpy(bm, v[::2]))  # strided
+    assert bm.candidates(np.zeros(0, np.uint64)).size == 0
+    for by_key in (False, True):
+        assert all(np.array_equal(g, w) for g, w in zip(bm.lookup(keys, v, by_key), ref.bitmap_lookup_numpy(bm, keys, v, by_key)))
+    for n, need in ((0, 16.0), (1, 1.0), (5000, 16.0), (300000, 16.0), (300000, 1.0)):
+        ih = rng.integers(0, 1 << 64, n, dtype=np.uint64, endpoint=False)
+        dh = np.where(rng.random(n) < 0.5, np.uint64((1 << 64) - 1), rng.integers(0, 1 << 64, n, dtype=np.uint64))
+        w = rng.integers(0, 32, n).astype(np.int32)
+        assert np.array_equal(fuzzy._heavy_buckets(ih, dh.copy(), w, need), ref._heavy_buckets(ih, dh.copy(), w, need))

@@ -384,3 +384,89 @@ def _xxh64(strings: pa.Array) -> np.ndarray:
     for j in np.flatnonzero(size >= 32).tolist():
         h[j] = xxhash.xxh64_intdigest(pad[o[j] - o[0] : o[j + 1] - o[0]].tobytes())
     return h
+
+
+# contamination's bitmap candidates and Registry.scan_word_hashes before the compiled kernels (stop 22),
+# verbatim (as functions of the bitmap / registry).
+def bitmap_candidates_numpy(self, v: np.ndarray) -> np.ndarray:
+    at = v >> self.shift  # each value's bit: the byte at >> 3, bit at & 7
+    bit = at.astype(np.uint8)
+    bit &= np.uint8(7)
+    at >>= np.uint64(3)
+    got = np.take(self.bits, at.view(np.intp))  # (< 2**61: the view is the value)
+    np.right_shift(got, bit, out=got)
+    got &= np.uint8(1)
+    return np.flatnonzero(got.view(bool))
+
+
+def bitmap_lookup_numpy(self, keys: np.ndarray, v: np.ndarray, by_key: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(positions in `v` of the values in `keys`, their indices in `keys`), in position order, or
+    with `by_key` in key order; `keys`: the non-empty sorted keys the bitmap was built from. Looked
+    up in ascending order: searchsorted then walks the keys once instead of missing the cache at
+    random."""
+    cand = bitmap_candidates_numpy(self, v)
+    w = v[cand]
+    by = np.argsort(w)
+    if by_key:
+        cand, w = cand[by], w[by]
+        idx = np.searchsorted(keys, w)
+    else:
+        idx = np.empty(len(w), np.int64)
+        idx[by] = np.searchsorted(keys, w[by])
+    np.minimum(idx, keys.size - 1, out=idx)
+    hit = keys[idx] == w
+    return cand[hit], idx[hit]
+
+
+def registry_scan_prefix(self: Registry, h: np.ndarray, off: np.ndarray) -> np.ndarray:
+    """int64 (n_docs, n_tasks): overlapping n-gram windows per document and task."""
+    n_docs = len(off) - 1
+    counts = np.zeros((n_docs, len(self.tasks)), np.int64)
+    if len(h) == 0 or self.keys.size + self.short_first.size == 0:
+        return counts
+    pre = _Prefix(h, off)
+    docs, members = [], []
+    if self.keys.size:
+        v = pre.all_windows(self.n)
+        start, idx = bitmap_lookup_numpy(self.bitmap, self.keys, v)
+        ok = pre.inside(start, self.n)
+        docs.append(pre.docs(start[ok]))
+        members.append(self.member[idx[ok]])
+    if self.short_first.size:
+        # A short item matches where its first `short_min` words match and then its whole
+        # window does; all short items sharing those first words are tried.
+        v = pre.all_windows(self.short_min)
+        cand = bitmap_candidates_numpy(self.short_bitmap, v)
+        lo = np.searchsorted(self.short_first, v[cand], side="left")
+        hi = np.searchsorted(self.short_first, v[cand], side="right")
+        some = np.flatnonzero(hi > lo)
+        start, reps, lo = cand[some], (hi - lo)[some], lo[some]
+        pos = np.repeat(start, reps)
+        entry = np.repeat(lo - np.cumsum(reps) + reps, reps) + np.arange(reps.sum())
+        length = self.short_len[entry]
+        fits = pre.inside(pos, length) if pos.size else np.zeros(0, bool)
+        pos, entry, length = pos[fits], entry[fits], length[fits]
+        same = pre.at(pos, length) == self.short_whole[entry]
+        docs.append(pre.docs(pos[same]))
+        members.append(self.short_member[entry[same]])
+    d = np.concatenate(docs)
+    if d.size:
+        m = np.concatenate(members)
+        for t in range(len(self.tasks)):
+            counts[:, t] = np.bincount(d[m[:, t]], minlength=n_docs)
+    return counts
+
+
+# fuzzy._heavy_buckets before the compiled kernel (stop 22), verbatim.
+def _heavy_buckets(item_hash: np.ndarray, doc_hash: np.ndarray, weight: np.ndarray, need: float) -> np.ndarray:
+    """Indices of the postings that may be in an (item, document) pair of weight >= `need`, from the
+    postings' item and document hashes: the weights summed per bucket of pairs (top bits of the two
+    hashes' sum) bound each pair's own sum, so a posting in a light bucket is in a light pair. On prose
+    about 1 posting in 700 is in a heavy pair and a few in 100 in a heavy bucket: only those are sorted.
+    `doc_hash` is overwritten (the work array)."""
+    bits = min(22, max(10, len(weight).bit_length()))
+    with np.errstate(over="ignore"):
+        bucket = np.add(item_hash, doc_hash, out=doc_hash)
+    bucket >>= np.uint64(64 - bits)
+    bucket = bucket.view(np.intp)
+    return np.flatnonzero(np.bincount(bucket, weights=weight, minlength=1 << bits)[bucket] >= need)
