@@ -12,6 +12,7 @@ import numba
 import numpy as np
 
 _JIT = dict(nogil=True, cache=True)
+_WINDOW_BLOCK = 2048  # window hashes computed before their bitmap tests
 
 
 @numba.njit(**_JIT)
@@ -134,18 +135,24 @@ def bitmap_hits(v: np.ndarray, shift: np.uint64, bits: np.ndarray) -> np.ndarray
 def window_bitmap_hits(c: np.ndarray, pw: np.ndarray, length: int, shift: np.uint64,
                        bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(start, hash) of the windows of `length` words whose hash has its bit set in `bits`: the hash of
-    `contamination._Prefix.all_windows` (prefix sums `c`, powers `pw`), never kept for all windows."""
-    m = c.shape[0] - length  # windows starting at 0 .. total - length
-    pos = np.empty(max(m, 0), np.int64)
-    val = np.empty(max(m, 0), np.uint64)
+    `contamination._Prefix.all_windows` (prefix sums `c`, powers `pw`), never kept for all windows.
+    Hashed a block at a time, then tested: the test loop's loads, which miss the cache, overlap."""
+    m = max(c.shape[0] - length, 0)  # windows starting at 0 .. total - length
+    pos = np.empty(m, np.int64)
+    val = np.empty(m, np.uint64)
+    block = np.empty(_WINDOW_BLOCK, np.uint64)
     n = 0
     tag = np.uint64(length)
-    for i in range(m):
-        v = _splitmix64(((c[i + length] - c[i]) * pw[i + length - 1]) ^ tag)
-        if _in_bitmap(v, shift, bits):
-            pos[n] = i
-            val[n] = v
-            n += 1
+    for s in range(0, m, _WINDOW_BLOCK):
+        e = min(s + _WINDOW_BLOCK, m)
+        for i in range(s, e):
+            block[i - s] = _splitmix64(((c[i + length] - c[i]) * pw[i + length - 1]) ^ tag)
+        for i in range(s, e):
+            v = block[i - s]
+            if _in_bitmap(v, shift, bits):
+                pos[n] = i
+                val[n] = v
+                n += 1
     return pos[:n].copy(), val[:n].copy()
 
 
