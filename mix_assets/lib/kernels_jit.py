@@ -175,3 +175,29 @@ def heavy_buckets(item_hash: np.ndarray, doc_hash: np.ndarray, weight: np.ndarra
             out[k] = i
             k += 1
     return out[:k].copy()
+
+
+@numba.njit(**_JIT)
+def ngram_hashes(hashes: np.ndarray, offsets: np.ndarray, out_offsets: np.ndarray, n: int, whole: bool,
+                 base: np.uint64) -> np.ndarray:
+    """textkeys.ngram_hashes' values: per document, splitmix64(polynomial of each n-word window in `base`
+    ^ n) in position order; with `whole`, a document of 1 .. n-1 words one value over all its words
+    (^ its length). `out_offsets`: each document's slots."""
+    out = np.empty(out_offsets[-1], np.uint64)
+    for d in range(offsets.shape[0] - 1):
+        s, e = offsets[d], offsets[d + 1]
+        k = out_offsets[d]
+        size = e - s
+        if size >= n:
+            for i in range(s, e - n + 1):
+                acc = np.uint64(0)
+                for j in range(i, i + n):
+                    acc = acc * base + hashes[j]
+                out[k] = _splitmix64(acc ^ np.uint64(n))
+                k += 1
+        elif whole and size > 0:
+            acc = np.uint64(0)
+            for j in range(s, e):
+                acc = acc * base + hashes[j]
+            out[k] = _splitmix64(acc ^ np.uint64(size))
+    return out

@@ -119,3 +119,19 @@ def test_bitmap_candidates_and_heavy_buckets_equal_the_numpy_kernels():
         dh = np.where(rng.random(n) < 0.5, np.uint64((1 << 64) - 1), rng.integers(0, 1 << 64, n, dtype=np.uint64))
         w = rng.integers(0, 32, n).astype(np.int32)
         assert np.array_equal(fuzzy._heavy_buckets(ih, dh.copy(), w, need), ref._heavy_buckets(ih, dh.copy(), w, need))
+
+
+def test_ngram_hashes_equal_the_numpy_kernels():
+    rng = np.random.default_rng(13)
+    lens = [0, 1, 4, 5, 6, 0, 12, 13, 14, 2, 40, 0]
+    cases = [(rng.integers(0, 1 << 64, sum(lens), dtype=np.uint64), _offsets(lens)),
+             (np.full(sum(lens), (1 << 64) - 1, np.uint64), _offsets(lens)),
+             (np.zeros(sum(lens), np.uint64), _offsets(lens)),
+             (rng.integers(0, 1 << 64, 100000, dtype=np.uint64), _offsets([100000])),
+             (np.zeros(0, np.uint64), _offsets([0, 0])), (np.zeros(0, np.uint64), np.zeros(1, np.int64))]
+    for h, off in cases:
+        for n in (1, 2, 3, 5, 13, 50):
+            for short in ("whole", "drop"):
+                got, goff = tk.ngram_hashes(h, off, n, short)
+                want, woff = ref.ngram_hashes_doubling(h, off, n, short)
+                assert got.dtype == want.dtype and np.array_equal(got, want) and np.array_equal(goff, woff), (n, short)

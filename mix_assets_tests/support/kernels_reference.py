@@ -470,3 +470,84 @@ def _heavy_buckets(item_hash: np.ndarray, doc_hash: np.ndarray, weight: np.ndarr
     bucket >>= np.uint64(64 - bits)
     bucket = bucket.view(np.intp)
     return np.flatnonzero(np.bincount(bucket, weights=weight, minlength=1 << bits)[bucket] >= need)
+
+
+# textkeys.ngram_hashes before the compiled kernel (stop 22), verbatim (its window_polynomials too).
+def ngram_hashes_doubling(
+    hashes: np.ndarray, offsets: np.ndarray, n: int, short: str = "whole"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Hashes of every word n-gram inside each document.
+
+    A document with fewer than `n` words (but at least one) yields one n-gram over all its words
+    when `short == "whole"` (the documented rule for short items and short documents), none when
+    `short == "drop"`. Empty documents yield none. Returns (flat uint64, offsets of n_docs + 1).
+    """
+    if short not in ("whole", "drop"):
+        raise ValueError(f"short must be 'whole' or 'drop', got {short!r}")
+    lens = np.diff(offsets)
+    total = len(hashes)
+    full_counts = np.maximum(lens - n + 1, 0)
+    out_counts = full_counts.copy()
+    short_docs = (lens > 0) & (lens < n)
+    if short == "whole":
+        out_counts[short_docs] = 1
+    out_offsets = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(out_counts, out=out_offsets[1:])
+    out = np.empty(int(out_offsets[-1]), dtype=np.uint64)
+
+    with np.errstate(over="ignore"):
+        if total >= n and full_counts.sum():
+            acc = window_polynomials(hashes, n)
+            acc ^= np.uint64(n)
+            splitmix64(acc, copy=False)
+            # A window starting at one of a document's last n-1 words runs past its end.
+            valid = np.ones(len(acc), bool)
+            for k in range(1, n):
+                start = offsets[1:] - k
+                valid[start[(start >= offsets[:-1]) & (start < len(acc))]] = False
+            full_vals = acc[valid]
+            if short == "whole" and short_docs.any():
+                # Full n-grams fill each document's slots in position order; a short document has one slot.
+                slot = np.ones(len(out), bool)
+                slot[out_offsets[:-1][short_docs]] = False
+                out[slot] = full_vals
+            else:
+                out = full_vals
+        if short == "whole" and short_docs.any():
+            # One n-gram over all words: sum of h[j] * P**(L-1-j), the same polynomial as above.
+            sd = np.flatnonzero(short_docs)
+            pos_doc = np.repeat(sd, lens[sd])
+            starts = np.concatenate([[0], np.cumsum(lens[sd])[:-1]])
+            pos = np.repeat(offsets[sd] - starts, lens[sd]) + np.arange(len(pos_doc))
+            powers = np.ones(n, dtype=np.uint64)
+            for k in range(1, n):
+                powers[k] = powers[k - 1] * _P
+            terms = hashes[pos] * powers[offsets[1:][pos_doc] - 1 - pos]
+            acc1 = np.add.reduceat(terms, starts)
+            out[out_offsets[sd]] = splitmix64(acc1 ^ lens[sd].astype(np.uint64))
+    return out, out_offsets
+
+
+def window_polynomials(hashes: np.ndarray, n: int) -> np.ndarray:
+    """sum_j hashes[i + j] * P**(n-1-j) mod 2**64 for every start i <= len - n, by doubling:
+    windows of 1, 2, 4, 8... words (W_2a[i] = W_a[i] * P**a + W_a[i + a]), then joined along the
+    bits of n, so about 2 log2(n) vector passes instead of 2 n."""
+    pw = {1: hashes}
+    size = 1
+    with np.errstate(over="ignore"):
+        while 2 * size <= n:
+            w = pw[size]
+            nxt = np.multiply(w[:-size], _P ** np.uint64(size))
+            nxt += w[size:]
+            size *= 2
+            pw[size] = nxt
+        acc, have = pw[size], size
+        if have == n:
+            return acc.copy() if acc is hashes else acc
+        for part in sorted(pw, reverse=True):
+            if have + part <= n:
+                m = len(hashes) - have - part + 1
+                acc = np.multiply(acc[:m], _P ** np.uint64(part))
+                acc += pw[part][have : have + m]
+                have += part
+    return acc
