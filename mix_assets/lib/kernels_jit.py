@@ -201,3 +201,49 @@ def ngram_hashes(hashes: np.ndarray, offsets: np.ndarray, out_offsets: np.ndarra
                 acc = acc * base + hashes[j]
             out[k] = _splitmix64(acc ^ np.uint64(size))
     return out
+
+
+KEEP, DROP, SPACE = 1, 2, 3  # textkeys' byte classes
+
+
+@numba.njit(**_JIT)
+def split_words(o: np.ndarray, b: np.ndarray, high: np.ndarray):
+    """textkeys._split's words: per document (bytes b[o[d] : o[d + 1]]), its whitespace-separated
+    tokens with their deleted bytes removed, empty ones dropped, A-Z lower-cased. ASCII bytes are kept
+    (a-z, A-Z, 0-9), whitespace (\\t \\n \\f \\r space) or deleted; a byte >= 0x80 takes the class
+    `high[i]` of its character (`high` empty: no such byte). Returns (kept bytes, int64 word offsets
+    into them, int32 per-document word offsets)."""
+    nb = b.shape[0]
+    kept = np.empty(nb, np.uint8)
+    soff = np.empty((nb + o.shape[0]) // 2 + 1, np.int64)  # a document of k bytes: <= (k + 1) // 2 words
+    loff = np.empty(o.shape[0], np.int32)
+    nk = 0
+    nw = 0
+    loff[0] = 0
+    for d in range(o.shape[0] - 1):
+        in_word = False
+        for i in range(o[d], o[d + 1]):
+            c = b[i]
+            if c >= 0x80:
+                cls = high[i]
+            elif (97 <= c <= 122) or (48 <= c <= 57):
+                cls = KEEP
+            elif 65 <= c <= 90:
+                cls = KEEP
+                c += 32
+            elif c == 32 or (9 <= c <= 13 and c != 11):
+                cls = SPACE
+            else:
+                cls = DROP
+            if cls == KEEP:
+                if not in_word:
+                    soff[nw] = nk
+                    nw += 1
+                    in_word = True
+                kept[nk] = c
+                nk += 1
+            elif cls == SPACE:
+                in_word = False
+        loff[d + 1] = nw
+    soff[nw] = nk
+    return kept[:nk].copy(), soff[: nw + 1].copy(), loff

@@ -123,7 +123,7 @@ def test_all_ascii_rows_take_the_byte_path_alone():
 
 
 def test_long_runs_of_deleted_characters_and_document_edges():
-    run = "-" * 3 + "." * (tk._WALK + 5)
+    run = "-" * 3 + "." * 13  # longer than the old splitter walked back (its _WALK, 8)
     texts = [f"x{run}y", f"{run}y", f"x{run}", "ab.", "..cd", f"a {run}b", "é" + run + "x", run,
              "x.", ".y", "q", "don't", "'tis", "(((((((((((((a)))))))", "a" + "\u200b" * 20 + "b",
              "\u200b" * 20 + "c", "d" + "😀" * 12, "😀" * 12 + "e"]

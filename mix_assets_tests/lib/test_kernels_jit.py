@@ -135,3 +135,17 @@ def test_ngram_hashes_equal_the_numpy_kernels():
                 got, goff = tk.ngram_hashes(h, off, n, short)
                 want, woff = ref.ngram_hashes_doubling(h, off, n, short)
                 assert got.dtype == want.dtype and np.array_equal(got, want) and np.array_equal(goff, woff), (n, short)
+
+
+def test_split_equals_the_numpy_kernel():
+    texts = ["", " ", "A", "don't 'tis x-y", "\v\x1c a\tb\nc\fd\re ", "ÉTÉ été 数学 a\u3000b x\u200by", "😀", "ab" * 5000,
+             "  lead and trail  ", "\x00\x01", "Zz09", "ä" * 3 + " " + "ß"]
+    for batch in (texts, texts[:1], texts[3:4], [t for t in texts if t.isascii()], ["x y"] * 3, [""] * 4):
+        a = pa.array(batch, pa.large_string())
+        for ascii_only in ((True, False) if all(t.isascii() for t in batch) else (False,)):
+            got = tk._split(a, ascii_only)
+            got.validate(full=True)
+            assert got.equals(ref.split_numpy(a, ascii_only)) and got.null_count == ref.split_numpy(a, ascii_only).null_count
+    # a sliced array (its offsets do not start at 0)
+    a = pa.array(texts, pa.large_string()).slice(2, 6)
+    assert tk._split(a, False).equals(ref.split_numpy(a, False))

@@ -16,7 +16,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 from mix_assets.lib.contamination import Registry, _Prefix
 from mix_assets.lib.fuzzy import CANDIDATE_SHARE, Index
 from mix_assets.lib.minhash import EMPTY, fmix32
-from mix_assets.lib.textkeys import _P, _PUNCT, _as_array, join_words, splitmix64
+from mix_assets.lib.textkeys import (_DROP, _KEEP, _P, _PUNCT, _as_array, _code_point_classes, _code_points,
+                                      _offsets_bytes, join_words, splitmix64)
 
 CHUNK = 8192
 
@@ -551,3 +552,112 @@ def window_polynomials(hashes: np.ndarray, n: int) -> np.ndarray:
                 acc += pw[part][have : have + m]
                 have += part
     return acc
+
+
+# textkeys._split and its helpers before the compiled kernel (stop 22), verbatim.
+_U8 = np.uint8
+_WALK = 8  # steps back over deleted bytes before the general run lookup
+
+
+def split_numpy(a: pa.Array, ascii_only: bool) -> pa.ListArray:
+    """`words` of texts already NFKC-normalised and lower-cased where not ASCII, from their bytes.
+
+    On ASCII, NFKC is the identity and lower-casing is A-Z -> a-z; `_PUNCT` keeps [a-z0-9] and
+    RE2's \\s = [\\t\\n\\f\\r ] and deletes the rest (\\v and \\x1c-\\x1f included, unlike Python's
+    str.split); other code points are classed by `_code_point_classes`. Words are the whitespace-
+    separated tokens with their deleted characters removed, tokens left empty dropped. A text
+    without words is a null list, as in the Arrow pipeline this replaces.
+    """
+    n = len(a)
+    if n == 0:
+        return pa.array([], pa.list_(pa.large_string()))
+    o, b = _offsets_bytes(pc.ascii_lower(a))
+    nb = len(b)
+    t, m = np.empty(nb, np.uint8), np.empty(nb, bool)
+    keep = np.less(np.subtract(b, _U8(97), out=t), _U8(26))  # a-z
+    keep |= np.less(np.subtract(b, _U8(48), out=t), _U8(10), out=m)  # 0-9
+    drop = np.less(np.subtract(b, _U8(9), out=t), _U8(5))  # 9-13 ...
+    drop &= np.not_equal(t, _U8(2), out=m)  # ... but 11 (vertical tab), not whitespace to RE2
+    drop |= np.equal(b, _U8(32), out=m)
+    drop |= keep
+    np.logical_not(drop, out=drop)  # deleted: neither kept nor whitespace
+    if not ascii_only:
+        _class_non_ascii(b, keep, drop)
+    doc = np.zeros(nb + 1, bool)
+    doc[o] = True  # words never cross documents
+    # A word starts at its token's first kept byte: a kept byte after whitespace or a document
+    # start, or after deleted bytes that follow one ("'tis" -> "tis", but not the t of "don't").
+    first = np.empty(nb, bool)
+    first[:1] = True
+    np.logical_not(keep[:-1], out=first[1:])
+    first |= doc[:-1]
+    first &= keep
+    p = np.flatnonzero(np.logical_and(drop[:-1], keep[1:], out=m[1:])) + 1
+    p = p[~doc[p]]
+    first[p[_inside_token(p, keep, drop, doc)]] = False
+    if ascii_only:  # one filter moves each kept byte with its word-start flag (in bit 7)
+        both = np.left_shift(first.view(np.uint8), _U8(7), out=t)
+        both |= b
+        kept = np.compress(keep, both)
+        soff = np.flatnonzero(np.greater_equal(kept, _U8(0x80)))
+        kept &= _U8(0x7F)
+    else:  # (in the high byte)
+        both = first.astype(np.uint16)
+        both <<= 8
+        both |= b
+        kept = np.compress(keep, both)
+        soff = np.flatnonzero(np.greater(kept, np.uint16(0xFF)))
+        kept = kept.astype(np.uint8)
+    soff = np.append(soff, len(kept))
+    loff = np.searchsorted(soff[:-1], _bits_before(o, keep)).astype(np.int32)
+    has = loff[1:] > loff[:-1]
+    nulls = n - int(np.count_nonzero(has))
+    valid = pa.py_buffer(np.packbits(has, bitorder="little")) if nulls else None
+    strings = pa.LargeStringArray.from_buffers(len(soff) - 1, pa.py_buffer(soff), pa.py_buffer(kept))
+    return pa.Array.from_buffers(pa.list_(pa.large_string()), n, [valid, pa.py_buffer(loff)],
+                                 null_count=nulls, children=[strings])
+
+
+def _class_non_ascii(b: np.ndarray, keep: np.ndarray, drop: np.ndarray) -> None:
+    """Mark the bytes of each (valid UTF-8) non-ASCII character as kept, deleted or whitespace."""
+    lead, size, cp = _code_points(b)
+    if not lead.size:
+        return
+    cls = _code_point_classes(cp)
+    high = b >= _U8(0x80)
+    keep |= high
+    drop &= ~high
+    odd = cls != _KEEP
+    for k in range(4):
+        sel = odd & (size > k)
+        at = lead[sel] + k
+        keep[at] = False
+        drop[at] = cls[sel] == _DROP
+
+
+def _inside_token(p: np.ndarray, keep: np.ndarray, drop: np.ndarray, doc: np.ndarray) -> np.ndarray:
+    """For kept bytes `p` that follow deleted bytes (not at a document start): whether a kept byte
+    precedes those deleted bytes in the same token."""
+    out = np.zeros(len(p), bool)
+    cur, idx = p - 1, np.arange(len(p))
+    for _ in range(_WALK):  # runs of deleted bytes are short: step back over them
+        back = ~doc[cur] & drop[cur - 1]  # (cur >= 1: doc[0] is set)
+        out[idx[~back]] = ~doc[cur[~back]] & keep[cur[~back] - 1]
+        cur, idx = cur[back] - 1, idx[back]
+        if not len(idx):
+            return out
+    run_start = np.flatnonzero(drop & (doc[:-1] | ~np.concatenate(([False], drop[:-1]))))
+    rs = run_start[np.searchsorted(run_start, cur, side="right") - 1]
+    out[idx] = ~doc[rs] & keep[rs - 1]
+    return out
+
+
+def _bits_before(pos: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """For each position, how many set entries of `mask` precede it (pos <= len(mask))."""
+    packed = np.zeros(-(-(len(mask) + 1) // 64) * 8, np.uint8)
+    packed[: -(-len(mask) // 8)] = np.packbits(mask, bitorder="little")
+    words64 = packed.view(np.uint64)
+    ones = np.zeros(len(words64) + 1, np.int64)
+    np.cumsum(np.bitwise_count(words64), out=ones[1:])
+    q, r = pos >> 6, (pos & 63).astype(np.uint64)
+    return ones[q] + np.bitwise_count(words64[q] & ((np.uint64(1) << r) - np.uint64(1))).astype(np.int64)
