@@ -736,17 +736,23 @@ def scrub_problems(m: Mapping[str, Any], src: Any, cfg: Mapping[str, Any], skip:
     return out
 
 
+_BATCH_ROWS = 8192  # rows of the review files decoded into Python objects at a time
+
+
 def review_count_problems(m: Mapping[str, Any], src: Any, cfg: Mapping[str, Any], skip: set = frozenset()) -> list[str]:
     """Document counts against the review files: kept documents = dedup_keys rows minus the doc_ids of
     exclusion_masks; a kept document is val when hash(seed, cluster_id) < split.val_fraction (the rule
     of lib/split.assign_split). splits.val.documents must equal the kept val documents, and each
-    source's unique_documents cannot exceed its kept train documents. dedup_keys is read a batch at a
-    time; held: the excluded ids (`IdSet`), nothing per kept document."""
+    source's unique_documents cannot exceed its kept train documents. Both files are read a row group at a
+    time on this thread (`tables.iter_batches`, the freed pages returned after each): a whole-file or
+    threaded read left more memory resident the larger the corpus (issue 13; docs/scale.md). Held: the
+    excluded ids (`IdSet`), nothing per kept document."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    from mix_assets.lib import tables
     from mix_assets.lib.idset import IdSet
     from mix_assets.lib.split import unit_hash
 
@@ -770,7 +776,10 @@ def review_count_problems(m: Mapping[str, Any], src: Any, cfg: Mapping[str, Any]
     def excluded_ids() -> IdSet | str:
         try:
             with src.open(masks_path) as f:
-                ids = parquet(f).read(columns=["doc_id"]).column("doc_id")
+                pf = parquet(f)
+                schema = pa.schema([x for x in pf.schema_arrow if x.name == "doc_id"])
+                batches = tables.iter_batches(pf, ["doc_id"], _BATCH_ROWS)
+                ids = pa.Table.from_batches(batches, schema).column("doc_id")
         except (pa.ArrowInvalid, KeyError, ValueError) as e:
             return read_error(masks_path, ["doc_id"], e)
         return f"{masks_path}: field doc_id is null in some rows" if ids.null_count else IdSet(ids)
@@ -780,7 +789,7 @@ def review_count_problems(m: Mapping[str, Any], src: Any, cfg: Mapping[str, Any]
         columns, val, train = ["doc_id", "source", "cluster_id"], {}, {}
         try:
             with src.open(keys_path) as f:
-                for b in parquet(f).iter_batches(batch_size=8192, columns=columns):
+                for b in tables.iter_batches(parquet(f), columns, _BATCH_ROWS):
                     for col in columns:
                         if b.column(col).null_count:
                             return f"{keys_path}: field {col} is null in some rows"
@@ -799,6 +808,7 @@ def review_count_problems(m: Mapping[str, Any], src: Any, cfg: Mapping[str, Any]
 
     masks = excluded_ids()
     counts = kept_counts(masks if isinstance(masks, IdSet) else IdSet())
+    tables.release_unused()
     errors = [t for t in (counts, masks) if isinstance(t, str)]
     if errors:
         return errors

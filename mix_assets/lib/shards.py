@@ -553,6 +553,7 @@ def build_shards(
             per_source[s] = _SourceDocs(pa.concat_arrays([val_ids, ids.take(pa.array(order))]), len(val_ids),
                                         np.concatenate([val_nb, nb[order]]))
         del split
+        tables.release_unused()  # the split table's and the selection sort's freed pages, before the encode
 
         # pass 1: encode val + the train prefix the budget needs, round by round
         try:
