@@ -143,16 +143,18 @@ def write_registry(storage, spec: MixSpec, log=None) -> RegistryWritten:
     this one parses the next task's rows (JSON parsing holds the GIL, Arrow and numpy release it); the
     index is then built on a pool thread while this one writes each task's n-grams."""
     audit = spec.audit
-    tasks, scrub = {}, []
+    tasks, scrub, lines = {}, [], []
     with ThreadPoolExecutor(max_workers=2) as pool:
         jobs = [pool.submit(_hashed, spec, t, evals.load_task_items(t, spec.base_dir)) for t in audit.tasks]
         done = [j.result() for j in jobs]
         index = pool.submit(fuzzy.build_index_from_words, {r.name: ct.joined_words(w) for r, w in done},
                             fuzzy_params(spec)) if fuzzy_enabled(spec) else None
         for ref, _ in done:
-            tasks[ref.name] = _write_task(storage, ref, log)
+            tasks[ref.name] = _write_task(storage, ref, lines.append)
             scrub.append(ref.scrub)
         index = index.result() if index is not None else None
+    if log and lines:  # one message: each Dagster log line is an event-log write (a SQLite commit)
+        log("\n".join(lines))
     storage.write_bytes(layout.EVAL_SCRUB_NGRAMS, npy_bytes(merged_scrub(scrub)))
     registry = {
         "format": ct.REGISTRY_FORMAT,
