@@ -139,22 +139,22 @@ def fuzzy_enabled(spec: MixSpec) -> bool:
 def write_registry(storage, spec: MixSpec, log=None) -> RegistryWritten:
     """Hash every task and write its n-grams, short items, the merged scrub set and eval_registry.json;
     with the fuzzy advisory on, its item index too (built here, from the items read once, for every
-    contamination_report map task to load). The items are normalised first, then the index is built on
-    a second thread while this one hashes and writes each task's n-grams (numpy releases the GIL)."""
+    contamination_report map task to load). Each task is normalised and hashed on a pool thread while
+    this one parses the next task's rows (JSON parsing holds the GIL, Arrow and numpy release it); the
+    index is then built on a pool thread while this one writes each task's n-grams."""
     audit = spec.audit
-    tasks, scrub = {}, []
-    loaded = [(t, evals.load_task_items(t, spec.base_dir)) for t in audit.tasks]
-    words = {t.name: ct.item_words(items.items, threads=audit.threads) for t, items in loaded}
-    for _, items in loaded:
-        items.items.clear()  # item text dropped once hashed
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        index = pool.submit(fuzzy.build_index_from_words, {n: ct.joined_words(w) for n, w in words.items()},
+    tasks, scrub, lines = {}, [], []
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        jobs = [pool.submit(_hashed, spec, t, evals.load_task_items(t, spec.base_dir)) for t in audit.tasks]
+        done = [j.result() for j in jobs]
+        index = pool.submit(fuzzy.build_index_from_words, {r.name: ct.joined_words(w) for r, w in done},
                             fuzzy_params(spec)) if fuzzy_enabled(spec) else None
-        for task, items in loaded:
-            ref = _reference(spec, task, items, words=words.pop(task.name), threads=1)  # the index has the other core
-            tasks[ref.name] = _write_task(storage, ref, log)
+        for ref, _ in done:
+            tasks[ref.name] = _write_task(storage, ref, lines.append)
             scrub.append(ref.scrub)
         index = index.result() if index is not None else None
+    if log and lines:  # one message: each Dagster log line is an event-log write (a SQLite commit)
+        log("\n".join(lines))
     storage.write_bytes(layout.EVAL_SCRUB_NGRAMS, npy_bytes(merged_scrub(scrub)))
     registry = {
         "format": ct.REGISTRY_FORMAT,
@@ -174,6 +174,13 @@ def write_registry(storage, spec: MixSpec, log=None) -> RegistryWritten:
     if index is not None:
         files += write_fuzzy_index(storage, index)
     return RegistryWritten(tasks, files)
+
+
+def _hashed(spec: MixSpec, task, items: evals.TaskItems) -> tuple[TaskReference, list]:
+    """A task's reference and its items' `contamination.item_words` (one thread; the item text is dropped after)."""
+    words = ct.item_words(items.items)
+    items.items.clear()
+    return _reference(spec, task, items, words=words, threads=1), words
 
 
 def _write_task(storage, ref: TaskReference, log=None) -> dict:

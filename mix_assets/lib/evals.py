@@ -350,6 +350,10 @@ def extract_field(row: Any, path: str, where: Any, missing_ok: bool = False) -> 
 
     `missing_ok`: an absent key reads as null (as `datasets` fills the columns a row lacks).
     """
+    if "." not in path and isinstance(row, dict):  # the common case: a top-level text field
+        v = row.get(path, _MISSING)
+        if isinstance(v, str) and (v.isascii() or not _SURROGATE.search(v)):
+            return v
 
     def walk(v: Any, parts: list[str]) -> Any:
         if isinstance(v, list):
@@ -375,7 +379,7 @@ def extract_field(row: Any, path: str, where: Any, missing_ok: bool = False) -> 
         if v is None:
             return v
         if isinstance(v, str):
-            if _SURROGATE.search(v):
+            if not v.isascii() and _SURROGATE.search(v):  # (isascii: a flag lookup)
                 raise EvalDataError(f"{where}: field {path!r} holds a lone surrogate (not valid Unicode text)")
             return v
         if isinstance(v, bool) or isinstance(v, dict):

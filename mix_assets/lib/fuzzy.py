@@ -27,6 +27,7 @@ around the candidate position, so the reported Jaccard is exact, never an estima
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -134,19 +135,34 @@ def _argsort_u64(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, s
 
 
-def _argmin_weights(sh: np.ndarray, off: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _argmin_weights(sh: np.ndarray, off: np.ndarray, a: np.ndarray, b: np.ndarray, threads: int = 2) -> np.ndarray:
     """For every shingle of the items (segments of `sh`), how many permutations have it as their item's
-    minimum (tied shingles each count). ITEM_CHUNK items at a time, in buffers reused across chunks (a
-    fresh large array costs a page fault per 4 KB written)."""
+    minimum (tied shingles each count). ITEM_CHUNK items at a time, split over `threads` threads (numpy
+    releases the GIL; each thread takes every threads-th chunk of ITEM_CHUNK // threads items, so the
+    work buffers stay the size one thread had), in buffers reused across chunks (a fresh large array
+    costs a page fault per 4 KB written)."""
     x = minhash.fmix32(minhash.shingle_hash32(sh))
     w = np.zeros(len(sh), np.int32)
+    items, step = len(off) - 1, max(ITEM_CHUNK // max(threads, 1), 1)
+    starts = list(range(0, items, step))
+    if threads <= 1 or len(starts) <= 1:
+        _weights_of(x, off, a, b, starts, step, w)
+        return w
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for f in [pool.submit(_weights_of, x, off, a, b, starts[t::threads], step, w) for t in range(threads)]:
+            f.result()
+    return w
+
+
+def _weights_of(x: np.ndarray, off: np.ndarray, a: np.ndarray, b: np.ndarray, starts: list[int], step: int,
+                w: np.ndarray) -> None:
+    """`_argmin_weights` of the chunks of `step` items at `starts`, into `w` (of hashed shingles `x`)."""
     items, p = len(off) - 1, len(a)
-    starts = range(0, items, ITEM_CHUNK)
-    most = max((int(off[min(s + ITEM_CHUNK, items)] - off[s]) for s in starts), default=0)
+    most = max((int(off[min(s + step, items)] - off[s]) for s in starts), default=0)
     mbuf, gbuf, ebuf = np.empty(p * most, np.uint32), np.empty(p * most, np.uint32), np.empty(p * most, bool)
     for s in starts:
-        lo, hi = off[s], off[min(s + ITEM_CHUNK, items)]
-        seg_off = off[s : min(s + ITEM_CHUNK, items) + 1] - lo
+        lo, hi = off[s], off[min(s + step, items)]
+        seg_off = off[s : min(s + step, items) + 1] - lo
         lens = np.diff(seg_off)
         nonempty = np.flatnonzero(lens)
         if not nonempty.size:
@@ -160,7 +176,6 @@ def _argmin_weights(sh: np.ndarray, off: np.ndarray, a: np.ndarray, b: np.ndarra
         np.take(full, _owners(lens), axis=1, out=g)
         np.equal(m, g, out=eq)
         w[lo:hi] = np.count_nonzero(eq, axis=0)
-    return w
 
 
 def build_index(task_items: dict[str, list[str]], params: Params = Params()) -> Index:

@@ -5,7 +5,7 @@ import numpy as np
 from mix_assets.lib import audit, layout
 from mix_assets.lib.published_audit import denominator_problems, load_reference
 from mix_assets.lib.storage import Storage
-from mix_assets_tests.support.audit_fixtures import make_corpus, make_spec, write_docs
+from mix_assets_tests.support.audit_fixtures import make_corpus, make_spec, write_docs, write_eval_task
 
 
 def test_registry_round_trip_equals_the_published_audits_reference(tmp_path):
@@ -59,3 +59,16 @@ def test_scrub_set_reads_the_registry_when_current_and_recomputes_otherwise(tmp_
     st.write_bytes(layout.EVAL_SCRUB_NGRAMS, audit.npy_bytes(want[:-1]))
     audit.scrub_set(st, spec)
     assert calls == [other, fewer, spec]  # the file is not the one its lineage record lists: computed
+
+
+def test_registry_logs_one_message_with_a_line_per_task(tmp_path):
+    evals = write_eval_task(tmp_path / "evals" / "demo_qa")
+    tasks = [{"name": name, "dataset": {"kind": "local", "path": str(evals)}, "scored_split": "validation",
+              "audit_splits": ["validation"], "fields": ["question", "choices"], "min_rows": 4, "note": "fixture"}
+             for name in ("demo_qa", "demo_qa_again")]
+    spec = make_spec(tmp_path, tasks=tasks)
+    logged = []
+    audit.write_registry(Storage(root=str(tmp_path / "storage")), spec, log=logged.append)
+    # each Dagster log call is one event-log write
+    assert len(logged) == 1
+    assert [line.split(":")[0] for line in logged[0].split("\n")] == ["eval task demo_qa", "eval task demo_qa_again"]

@@ -105,7 +105,6 @@ def test_index_postings_follow_their_definition_with_ties_and_empty_items():
     minimum for a permutation is posted once per such permutation (32-bit ties included: two shingles with
     the same low 32 bits), shingles in more than MAX_ITEM_DF items are not representatives."""
     from mix_assets.lib import minhash
-
     rng = np.random.default_rng(5)
     common = rng.integers(0, 2**63, 3, dtype=np.int64).astype(np.uint64)  # in every item: not informative
     items = []
@@ -161,3 +160,17 @@ def test_argsort_u64_sorts_with_and_without_values_sharing_their_top_bits(clash)
     order, s = fuzzy._argsort_u64(a)
     assert sorted(order.tolist()) == list(range(len(a)))
     assert np.array_equal(s, a[order]) and np.array_equal(s, np.sort(a))
+
+
+def test_argmin_weights_are_the_same_on_any_number_of_threads(monkeypatch):
+    from mix_assets.lib import minhash
+    rng = np.random.default_rng(11)
+    lens = rng.integers(0, 30, 200)  # some empty items
+    off = np.concatenate([[0], np.cumsum(lens)])
+    sh = rng.integers(0, 50, int(off[-1]), dtype=np.int64).astype(np.uint64)  # ties within items
+    a, b = minhash.permutations(8)
+    monkeypatch.setattr(fuzzy, "ITEM_CHUNK", 12)  # many chunks: each thread takes several
+    want = fuzzy._argmin_weights(sh, off, a, b, threads=1)
+    assert want.any()
+    for threads in (2, 3, 50):
+        assert fuzzy._argmin_weights(sh, off, a, b, threads=threads).tolist() == want.tolist()
