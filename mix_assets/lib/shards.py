@@ -353,10 +353,6 @@ def _text_batches(texts: list[str], batch_docs: int, batch_chars: int) -> Iterat
         yield batch
 
 
-# once per process (a Ray worker's too): at most this much freed memory is kept between releases
-_release = tables.ReleaseWhenGrown(32 << 20)
-
-
 def encode_chunk(chunk: EncodeChunk, params: EncodeParams) -> EncodedChunk:
     """The per-document map work of token_shards: read the row range, tokenise its wanted rows (pure).
 
@@ -389,7 +385,7 @@ def encode_chunk(chunk: EncodeChunk, params: EncodeParams) -> EncodedChunk:
     out = EncodedChunk(flat, n, int(pc.sum(pc.binary_length(texts)).as_py() or 0),
                        len(flat) - (len(n) if sep is not None else 0))
     del t, texts, flats
-    _release()  # the encoder's freed pages, kept per thread by glibc, else grow with the run
+    tables.release_unused()  # the encoder's freed pages, kept per thread by glibc, else grow with the run
     return out
 
 

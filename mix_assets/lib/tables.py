@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
-import threading
 from typing import Iterable
 
 import pyarrow as pa
@@ -53,33 +51,6 @@ def release_unused() -> None:
     pa.default_memory_pool().release_unused()
     if _LIBC is not None and hasattr(_LIBC, "malloc_trim"):
         _LIBC.malloc_trim(0)
-
-
-def _rss_bytes() -> int | None:
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-class ReleaseWhenGrown:
-    """`release_unused()` once this process's RSS is `slack` bytes above its level at the first call after
-    the last release (every call where RSS cannot be read). Releasing after every map task returned the
-    task's working pages only for the next task to fault them back in (token_shards: 3x the page faults,
-    ~4 % more CPU, in the kernel); the peak is that working set either way."""
-
-    def __init__(self, slack: int):
-        self.slack, self.level, self.lock = slack, None, threading.Lock()
-
-    def __call__(self) -> None:
-        with self.lock:
-            rss = _rss_bytes()
-            if rss is not None and self.level is None:
-                self.level = rss
-            elif rss is None or rss > self.level + self.slack:
-                release_unused()
-                self.level = None
 
 
 def iter_batches(source, columns: list[str], batch_rows: int):
