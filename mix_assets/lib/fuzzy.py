@@ -34,7 +34,6 @@ import numpy as np
 import pyarrow as pa
 
 from mix_assets.lib import contamination as ct
-from mix_assets.lib import kernels_jit
 from mix_assets.lib import minhash
 from mix_assets.lib import textkeys as tk
 
@@ -302,6 +301,7 @@ def _heavy_buckets(item_hash: np.ndarray, doc_hash: np.ndarray, weight: np.ndarr
     about 1 posting in 700 is in a heavy pair and a few in 100 in a heavy bucket: only those are sorted.
     One compiled pass (`kernels_jit.heavy_buckets`)."""
     bits = min(22, max(10, len(weight).bit_length()))
+    from mix_assets.lib import kernels_jit  # numba loads on first use (kernels_jit)
     return kernels_jit.heavy_buckets(item_hash, doc_hash, weight, float(need), bits)
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mix_assets.lib import kernels_jit, textkeys
+from mix_assets.lib import textkeys
 
 EMPTY = np.uint32(0xFFFFFFFF)  # signature value of a document without shingles (datasketch's too)
 DEFAULT_SEED = 1  # datasketch's default seed
@@ -72,6 +72,7 @@ def signatures_from_hashes(h32: np.ndarray, offsets: np.ndarray, a: np.ndarray, 
     n_docs = len(offsets) - 1
     out = np.full((n_docs, len(a)), EMPTY, dtype=np.uint32)
     if n_docs and int(offsets[-1]):
+        from mix_assets.lib import kernels_jit  # numba loads on first use (kernels_jit)
         kernels_jit.minhash_rows(np.ascontiguousarray(h32, dtype=np.uint32), offsets,
                                  np.ascontiguousarray(a, dtype=np.uint32), np.ascontiguousarray(b, dtype=np.uint32), out)
     return out

@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import inspect
 import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Optional
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mix_assets.lib import engine, kernels_jit, minhash, textkeys
+from mix_assets.lib import engine, minhash, textkeys
 
 FORMAT = "mix_assets.signatures/1"
 META_KEY = b"mix_assets.signatures"
@@ -51,7 +53,9 @@ def sign_words(word_lists: pa.ListArray, word_hashes: np.ndarray, offsets: np.nd
 
 
 # The code that decides a signature's bits: a change there invalidates every stored file.
-_CODE = hashlib.sha256((inspect.getsource(minhash) + inspect.getsource(textkeys) + inspect.getsource(kernels_jit)
+# (kernels_jit's text is read from its file: importing it would load numba in every process)
+_CODE = hashlib.sha256((inspect.getsource(minhash) + inspect.getsource(textkeys)
+                        + Path(importlib.util.find_spec("mix_assets.lib.kernels_jit").origin).read_text("utf-8")
                         + inspect.getsource(sign_words)).encode()).hexdigest()[:16]
 
 

@@ -3,11 +3,11 @@
 normalise = NFKC, lowercase, delete punctuation and symbols, collapse whitespace; words are the
 whitespace-separated pieces. The rule is defined by Arrow's kernels (utf8_normalize, utf8_lower, the
 `_PUNCT` regex, utf8_split_whitespace); `words` computes the same thing faster: Arrow's lower-casing
-only on non-ASCII texts and NFKC only where it can change them, then one vectorised pass over the
-bytes that classes ASCII bytes by fixed rules and other code points by asking those Arrow kernels
-once per code point (mix_assets_tests/lib/test_kernels_identity.py holds it to the Arrow pipeline
-on every code point). Word hashing is vectorised over a batch's distinct words (Python loops only
-over those of 32 bytes or more), never over each word or n-gram.
+only on non-ASCII texts and NFKC only where it can change them, then one compiled pass over the
+bytes (lib/kernels_jit.py) that classes ASCII bytes by fixed rules and other code points by asking
+those Arrow kernels once per code point (mix_assets_tests/lib/test_kernels_identity.py holds it to
+the Arrow pipeline on every code point). Word and n-gram hashing are compiled passes too, never a
+Python loop over words.
 
 Hashes are stable across library versions (xxh64 of the UTF-8 word; n-grams combine word hashes
 with a fixed polynomial mod 2**64 and a splitmix64 finaliser), so keys published with a mix can be
@@ -25,8 +25,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
-
-from mix_assets.lib import kernels_jit
 
 # Letters, digits and combining marks survive; everything else that is not whitespace is deleted
 # ("don't" -> "dont", "well-known" -> "wellknown"), matching the lm-eval decontamination convention.
@@ -160,7 +158,7 @@ def _code_points(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 # What `_PUNCT` and Arrow's whitespace split make of each non-ASCII code point after NFKC and
 # lower-casing: 0 not yet asked, 1 word character, 2 deleted, 3 whitespace. Filled lazily by asking
 # those two functions themselves, so the byte splitter below follows them exactly.
-_KEEP, _DROP, _SPACE = kernels_jit.KEEP, kernels_jit.DROP, kernels_jit.SPACE
+_KEEP, _DROP, _SPACE = 1, 2, 3  # = kernels_jit.KEEP, DROP, SPACE (test_kernels_jit pins them)
 _CP_CLASS = np.zeros(0x110000, np.uint8)
 _CP_LOCK = threading.Lock()
 
@@ -195,6 +193,7 @@ def _split(a: pa.Array, ascii_only: bool) -> pa.ListArray:
     if n == 0:
         return pa.array([], pa.list_(pa.large_string()))
     o, b = _offsets_bytes(a)
+    from mix_assets.lib import kernels_jit  # numba loads on first use (kernels_jit)
     kept, soff, loff = kernels_jit.split_words(o, b, np.zeros(0, _U8) if ascii_only else _high_classes(b))
     has = loff[1:] > loff[:-1]
     nulls = n - int(np.count_nonzero(has))
@@ -268,6 +267,7 @@ def word_hashes(word_lists: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
     if len(flat) == 0:
         return np.zeros(0, dtype=np.uint64), offsets
     o, b = _offsets_bytes(flat.cast(pa.large_string()))
+    from mix_assets.lib import kernels_jit  # numba loads on first use (kernels_jit)
     return kernels_jit.xxh64_strings(o, b), offsets
 
 
@@ -290,6 +290,7 @@ def ngram_hashes(
         out_counts[short_docs] = 1
     out_offsets = np.zeros(len(lens) + 1, dtype=np.int64)
     np.cumsum(out_counts, out=out_offsets[1:])
+    from mix_assets.lib import kernels_jit  # numba loads on first use (kernels_jit)
     out = kernels_jit.ngram_hashes(np.ascontiguousarray(hashes, np.uint64), np.ascontiguousarray(offsets, np.int64),
                                    out_offsets, n, short == "whole", _P)
     return out, out_offsets

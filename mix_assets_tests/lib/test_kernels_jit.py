@@ -149,3 +149,18 @@ def test_split_equals_the_numpy_kernel():
     # a sliced array (its offsets do not start at 0)
     a = pa.array(texts, pa.large_string()).slice(2, 6)
     assert tk._split(a, False).equals(ref.split_numpy(a, False))
+
+
+def test_textkeys_byte_classes_are_the_kernels():
+    assert (tk._KEEP, tk._DROP, tk._SPACE) == (kernels_jit.KEEP, kernels_jit.DROP, kernels_jit.SPACE)
+
+
+def test_loading_the_definitions_does_not_load_numba():
+    """numba (~80 MB resident, ~0.3 s) loads only in a process that runs a kernel: not in the code
+    server, nor in a step process of the multiprocess executor that never normalises text."""
+    import subprocess
+    import sys
+
+    code = "import sys, mix_assets.definitions; print('numba' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
