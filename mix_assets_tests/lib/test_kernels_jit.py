@@ -156,7 +156,7 @@ def test_textkeys_byte_classes_are_the_kernels():
 
 
 def test_loading_the_definitions_does_not_load_numba():
-    """numba (~80 MB resident, ~0.3 s) loads only in a process that runs a kernel: not in the code
+    """numba (~150 MB resident, ~0.5 s) loads only in a process that runs a kernel: not in the code
     server, nor in a step process of the multiprocess executor that never normalises text."""
     import subprocess
     import sys
