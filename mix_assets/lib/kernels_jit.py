@@ -4,8 +4,9 @@
 Compiled with `cache=True`: the machine code is kept beside this file, or under NUMBA_CACHE_DIR
 when the package directory is read-only, so a fresh process (a Dagster step, a Ray worker) loads it
 instead of compiling. `nogil=True`: the batch threads of a map task run them on both cores.
-Callers import this module inside the functions that run a kernel, so numba (~150 MB resident with a cached kernel, ~0.5 s)
-loads only in processes that normalise or sign text (not in token_shards', raw's or the code server's).
+Callers import this module inside the functions that run a kernel, so numba (~150 MB resident with
+a cached kernel, ~0.5 s) loads only in processes that normalise or sign text (not in token_shards',
+raw's or the code server's).
 """
 
 from __future__ import annotations
