@@ -272,8 +272,9 @@ class _SpillReader:
 
 
 # An encode batch is also capped in characters: the tokenizer's Encoding objects cost ~100 bytes
-# per token, so a batch of 1,000 long documents would otherwise set the peak memory.
-ENCODE_BATCH_CHARS = 2_000_000
+# per token, so a batch of 1,000 long documents would otherwise set the peak memory. 500 k rather than
+# 2 M: ~100 MB lower peak RSS, half the page faults and no more CPU at 400 MB (bench/results/token_shards.md).
+ENCODE_BATCH_CHARS = 500_000
 
 
 # -- the map: tokenise the wanted rows of one row range (lib/engine.py) ------------------------------
