@@ -173,7 +173,7 @@ def main() -> None:
         return mh.sign_texts(texts, threads=1)
 
     def scan():
-        return [audit._scan_batch(reg, index, texts.slice(i, audit.SCAN_BATCH_ROWS))[:2]
+        return [audit._scan_batch(reg, index, None, texts.slice(i, audit.SCAN_BATCH_ROWS))[:2]
                 for i in range(0, len(texts), audit.SCAN_BATCH_ROWS)]
 
     stages = [("dedup signing (minhash.sign_texts, 1 thread)", sign)]
