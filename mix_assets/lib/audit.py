@@ -144,7 +144,7 @@ def write_registry(storage, spec: MixSpec, log=None) -> RegistryWritten:
     index is then built on a pool thread while this one writes each task's n-grams."""
     audit = spec.audit
     tasks, scrub, lines = {}, [], []
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=audit.threads) as pool:  # the scan-threads knob (default 2)
         jobs = [pool.submit(_hashed, spec, t, evals.load_task_items(t, spec.base_dir)) for t in audit.tasks]
         done = [j.result() for j in jobs]
         index = pool.submit(fuzzy.build_index_from_words, {r.name: ct.joined_words(w) for r, w in done},
