@@ -306,9 +306,16 @@ class SplitSummary:
         return ValShare(self.docs, self.val_docs, self.bytes, self.val_bytes, target, tolerance)
 
 
+# Rows per row group of the split file. The step holds one group twice (built, then in the writer's
+# buffers); at 64 Ki rows (tables.ROW_GROUP_ROWS) a 100 MB mix's ~31 k kept documents filled less than
+# one group and a 400 MB mix's groups were full, so the peak grew 1.10x from 100 to 400 MB (stop 22).
+# 8 Ki rows (~1.3 MB of columns) is full at any size worth measuring and matches the readers' batches.
+SPLIT_GROUP_ROWS = KEY_BATCH_ROWS
+
+
 def build_validation_split(storage, sources: list[str], seed: int, val_fraction: float) -> SplitSummary:
     """Read raw/<source>, dedup_keys and exclusion_masks through `storage`; write the split file a row
-    group of tables.ROW_GROUP_ROWS rows at a time."""
+    group of SPLIT_GROUP_ROWS rows at a time."""
     from mix_assets.lib import layout
 
     raw = {s: storage.source(layout.RAW_DOCS.format(source=s)) for s in sources}
@@ -321,7 +328,7 @@ def build_validation_split(storage, sources: list[str], seed: int, val_fraction:
             yield part
 
     with storage.writing(layout.VALIDATION_SPLIT) as tmp, pq.ParquetWriter(tmp, SPLIT_SCHEMA) as w:
-        for group in sig.regroup(parts(), tables.ROW_GROUP_ROWS, SPLIT_SCHEMA):
+        for group in sig.regroup(parts(), SPLIT_GROUP_ROWS, SPLIT_SCHEMA):
             w.write_table(group)
             del group  # not held while the next group is built
     return summary
@@ -370,7 +377,7 @@ def _source_batches(split, columns: list[str], source: str):
     if isinstance(split, pa.Table):
         yield from _split_batches(split, columns)
         return
-    f = split if isinstance(split, pq.ParquetFile) else pq.ParquetFile(split)
+    f = tables.parquet_file(split)
     at = f.schema_arrow.get_field_index("source")
     for g in range(f.metadata.num_row_groups):
         st = f.metadata.row_group(g).column(at).statistics if at >= 0 else None
@@ -478,6 +485,10 @@ def cross_split_near_dups(split, raw_paths: dict[str, str], threshold: float,
     file is stored (not signed into this process's temporary directory), else in a loop here;
     their codes are unioned, so the result does not depend on the engine or the task order.
     """
+    # The candidates' verification runs the compiled kernels (numba: ~150 MB resident once loaded). Load
+    # them first, so this step's peak does not depend on whether any (train, val) pair shares a band:
+    # at 100 MB none did and the step peaked 160 MB lower than at 400 MB (stop 22, run M4).
+    mh.shingle_sets(["kernels load here"], shingle_words)
     sides = _sides(split, raw_paths)
     names = sorted(sides)
     b, r = check_bands(num_perm, rows)

@@ -310,3 +310,19 @@ def test_band_pairs_equal_every_pair_with_equal_keys(seed):
     want = sorted(t * n + v for t in train.tolist() for v in val.tolist() if keys[t] == keys[v])
     got = _band_pairs(keys, val, train, n)
     assert sorted(got.tolist()) == want and len(want) > 100
+
+
+def test_split_file_is_written_in_groups_of_split_group_rows(tmp_path, monkeypatch):
+    """The step holds one row group of the split file at a time (SPLIT_GROUP_ROWS, full at any real size, so
+    its peak does not grow as a 64 Ki-row group fills); the rows are those of the whole-table reference."""
+    from mix_assets.lib import split as split_lib
+
+    st = write_upstream(tmp_path, {"a": 300, "b": 200, "c": 40}, near_dups=6, masked=4)
+    monkeypatch.setattr(split_lib, "SPLIT_GROUP_ROWS", 64)
+    split_lib.build_validation_split(st, ["c", "a", "b"], 5, 0.2)
+    f = pq.ParquetFile(st.local_path(layout.VALIDATION_SPLIT))
+    sizes = [f.metadata.row_group(g).num_rows for g in range(f.num_row_groups)]
+    ref = assign_split(_kept_documents_reference(raw_paths(st, ["a", "b", "c"]), st.local_path(layout.DEDUP_KEYS),
+                                                 st.local_path(layout.EXCLUSION_MASKS)), 5, 0.2)
+    assert len(sizes) > 2 and set(sizes[:-1]) == {64} and 0 < sizes[-1] <= 64
+    assert f.read().equals(ref)

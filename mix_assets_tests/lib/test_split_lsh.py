@@ -71,3 +71,29 @@ def test_the_scan_is_the_same_with_its_bands_as_tasks_on_two_threads(tmp_path, m
     for eng in (engine.Engine(num_cpus=2), engine.Engine(num_cpus=1)):
         assert cross_split_near_dups(split, raws, 0.8, signatures=stored, eng=eng) == want
         assert cross_split_near_dups(split, raws, 0.8, eng=eng) == want  # signed here: files in a temp dir
+
+
+
+def test_the_scan_loads_the_kernels_even_when_no_pair_is_a_candidate(tmp_path):
+    """The verification's kernels (numba, ~150 MB) load at the scan's start, so the check's peak does not
+    depend on whether a (train, val) pair shares a band: over stored signatures and with no val side no
+    pair can be a candidate (and nothing is signed), yet numba loads."""
+    import subprocess
+    import sys
+
+    raws = {"a": str(tmp_path / "a.parquet")}
+    pq.write_table(pa.table({"doc_id": ["d0", "d1"], "text": ["one two three four five six", "seven eight"],
+                            "n_chars": [27, 11]}),
+                   raws["a"])
+    st = Storage(str(tmp_path / "st"))
+    dedup.sign_sources(st, raws, {"a": "v"}, dedup.DedupParams(), engine.Engine(chunk_rows=150))
+    stored = {"a": st.source(dedup.signatures_key("a"))}
+    code = (
+        "import sys, pyarrow as pa\n"
+        "from mix_assets.lib.split import cross_split_near_dups\n"
+        "split = pa.table({'doc_id': ['d0', 'd1'], 'source': ['a', 'a'], 'split': ['train', 'train']})\n"
+        f"s = cross_split_near_dups(split, {raws!r}, 0.8, signatures={stored!r})\n"
+        "print(s.pairs_compared, 'numba' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0", "True"]
