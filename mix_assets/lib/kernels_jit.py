@@ -160,24 +160,31 @@ def window_bitmap_hits(c: np.ndarray, pw: np.ndarray, length: int, shift: np.uin
 
 
 @numba.njit(**_JIT)
-def heavy_buckets(item_hash: np.ndarray, doc_hash: np.ndarray, weight: np.ndarray, need: float,
-                  bits: int) -> np.ndarray:
-    """Indices of the postings whose bucket (top `bits` bits of item_hash + doc_hash) sums >= `need`
-    weight (fuzzy._heavy_buckets)."""
-    n = weight.shape[0]
+def heavy_postings(pos: np.ndarray, rep: np.ndarray, doc_hash: np.ndarray, post_off: np.ndarray,
+                   post_hash: np.ndarray, post_weight: np.ndarray, need: float, bits: int):
+    """(posting, position) of the postings of each hit i (positions `pos`, rep keys `rep`, hashed
+    documents `doc_hash`) whose bucket (top `bits` bits of post_hash + doc_hash) sums >= `need` weight,
+    in hit then posting order (fuzzy.candidates). Buckets are recomputed in the second pass, so no
+    per-posting array is held."""
     shift = np.uint64(64 - bits)
-    bucket = np.empty(n, np.int64)
     total = np.zeros(1 << bits, np.int64)
-    for i in range(n):
-        bucket[i] = np.int64((item_hash[i] + doc_hash[i]) >> shift)
-        total[bucket[i]] += weight[i]
-    out = np.empty(n, np.int64)
+    n = 0
+    for i in range(pos.shape[0]):
+        dh = doc_hash[i]
+        for j in range(post_off[rep[i]], post_off[rep[i] + 1]):
+            total[np.int64((post_hash[j] + dh) >> shift)] += post_weight[j]
+            n += 1
+    out_at = np.empty(n, np.int64)
+    out_pos = np.empty(n, np.int64)
     k = 0
-    for i in range(n):
-        if total[bucket[i]] >= need:
-            out[k] = i
-            k += 1
-    return out[:k].copy()
+    for i in range(pos.shape[0]):
+        dh = doc_hash[i]
+        for j in range(post_off[rep[i]], post_off[rep[i] + 1]):
+            if total[np.int64((post_hash[j] + dh) >> shift)] >= need:
+                out_at[k] = j
+                out_pos[k] = pos[i]
+                k += 1
+    return out_at[:k].copy(), out_pos[:k].copy()
 
 
 @numba.njit(**_JIT)

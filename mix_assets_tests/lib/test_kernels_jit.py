@@ -5,6 +5,8 @@ boundaries, all-equal hashes, extreme uint32 / uint64 values."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -103,7 +105,7 @@ def test_registry_scan_equals_the_numpy_kernels():
         assert np.array_equal(reg.scan_word_hashes(h, off), ref.registry_scan_prefix(reg, h, off))
 
 
-def test_bitmap_candidates_and_heavy_buckets_equal_the_numpy_kernels():
+def test_bitmap_candidates_and_heavy_postings_equal_the_numpy_kernels():
     rng = np.random.default_rng(11)
     keys = np.unique(rng.integers(0, 1 << 63, 5000, dtype=np.uint64) * np.uint64(2))
     bm = ct._Bitmap(keys)
@@ -115,10 +117,16 @@ def test_bitmap_candidates_and_heavy_buckets_equal_the_numpy_kernels():
     for by_key in (False, True):
         assert all(np.array_equal(g, w) for g, w in zip(bm.lookup(keys, v, by_key), ref.bitmap_lookup_numpy(bm, keys, v, by_key)))
     for n, need in ((0, 16.0), (1, 1.0), (5000, 16.0), (300000, 16.0), (300000, 1.0)):
-        ih = rng.integers(0, 1 << 64, n, dtype=np.uint64, endpoint=False)
-        dh = np.where(rng.random(n) < 0.5, np.uint64((1 << 64) - 1), rng.integers(0, 1 << 64, n, dtype=np.uint64))
-        w = rng.integers(0, 32, n).astype(np.int32)
-        assert np.array_equal(fuzzy._heavy_buckets(ih, dh.copy(), w, need), ref._heavy_buckets(ih, dh.copy(), w, need))
+        # postings of 0 .. 6 items per rep key; hits in key order, some keys hit twice, documents extreme
+        post_off = _offsets(rng.integers(0, 7, 40000))
+        index = SimpleNamespace(post_off=post_off, post_weight=rng.integers(0, 32, post_off[-1]).astype(np.int32),
+                                post_hash=rng.integers(0, 1 << 64, post_off[-1], dtype=np.uint64, endpoint=False))
+        r = np.sort(rng.integers(0, 40000, n))
+        pos = rng.integers(0, 1 << 20, n)  # shingle positions (the last document's end excluded)
+        soff = np.array([0, 5, 5, 1 << 19, 1 << 20], np.int64)  # an empty document, a huge one
+        got = fuzzy._heavy_postings(index, pos, r, soff, need)
+        want = ref.heavy_postings_expanded(index, pos, r, soff, need)
+        assert all(g.dtype == w.dtype == np.int64 and np.array_equal(g, w) for g, w in zip(got, want)), (n, need)
 
 
 def test_ngram_hashes_equal_the_numpy_kernels():
