@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 import xxhash
 
@@ -157,6 +158,28 @@ def test_split_equals_the_numpy_kernel():
     # a sliced array (its offsets do not start at 0)
     a = pa.array(texts, pa.large_string()).slice(2, 6)
     assert tk._split(a, False).equals(ref.split_numpy(a, False))
+
+
+def test_word_keys_equal_words_hashed_and_joined():
+    # split_hash_words: the words of split_numpy, xxh64 of each (every length around the 4/8/32-byte
+    # lanes) and the normalised text of the Arrow join, in one pass
+    texts = ["", " ", "A", "don't 'tis x-y", "\v\x1c a\tb\nc\fd\re ", "ÉTÉ été 数学 a\u3000b x\u200by", "😀", "ab" * 5000,
+             "  lead and trail  ", "\x00\x01", "Zz09", "ä" * 3 + " " + "ß", "?! ...", "ＡＢＣ ﬁx ½",
+             " ".join("w" * n for n in range(1, 70)), "q" * 33 + "-" + "r" * 31]
+    for batch in (texts, texts[:1], [t for t in texts if t.isascii()], [""] * 4, [], texts[4:5]):
+        for typ in (pa.large_string(), pa.string()):
+            a = pa.array(batch, typ)
+            for arr in (a, a.slice(1, max(len(a) - 2, 0))):
+                got = tk.word_keys(arr)
+                wl = ref.split_numpy(*tk._prepared(arr)) if len(arr) else tk.words(arr)
+                h = ref._xxh64(wl.flatten()) if len(wl.flatten()) else np.zeros(0, np.uint64)
+                off = np.asarray(wl.offsets, np.int64) - int(wl.offsets[0].as_py()) if len(wl) else np.zeros(1, np.int64)
+                norm = tk.join_words(wl)
+                assert got.hashes.dtype == np.uint64 and np.array_equal(got.hashes, h)
+                assert got.offsets.dtype == np.int64 and np.array_equal(got.offsets, off)
+                assert bytes(got.text) == b"".join(s.encode() for s in norm.to_pylist())
+                assert np.array_equal(np.diff(got.text_offsets), pc.binary_length(norm).to_numpy(zero_copy_only=False))
+                assert got.exact_keys() == ref.exact_keys(norm)
 
 
 def test_textkeys_byte_classes_are_the_kernels():
