@@ -678,3 +678,13 @@ def heavy_postings_expanded(index, pos: np.ndarray, r: np.ndarray, soff: np.ndar
         doc_hash = (doc_of[pos].astype(np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
     heavy = _heavy_buckets(index.post_hash[at], doc_hash[owner], index.post_weight[at], need)
     return at[heavy], pos[owner[heavy]]
+
+
+def word_keys(texts: Sequence[str] | pa.Array):
+    """textkeys.word_keys before its one compiled pass (stop 23): words, then their hashes, then the join."""
+    from mix_assets.lib import textkeys as tk
+
+    wl = words(texts)
+    h, off = word_hashes(wl)
+    o, b = tk._offsets_bytes(tk.join_words(wl).cast(pa.large_string()))
+    return tk.WordKeys(h, off, b, o)
