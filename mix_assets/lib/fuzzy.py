@@ -41,6 +41,7 @@ FORMAT = "mix_assets.fuzzy_contamination/1"
 INDEX_FORMAT = "mix_assets.fuzzy_index/1"
 MAX_ITEM_DF = 16  # a shingle in more items is no representative (still counted when verifying); bench/fuzzy.py
 CANDIDATE_SHARE = 0.5  # of an item's permutations found in one window: a candidate, verified exactly
+HEAVY_BUCKET_BITS = 18  # at most 2**18 bucket sums (2 MB): they stay in cache; more buckets filtered more but missed it
 ITEM_CHUNK = 4096  # items signed at a time (bounds the permutations x shingles work matrix)
 INDEX_ARRAYS = ("rep_keys", "post_off", "post_item", "post_weight", "item_task", "item_off", "item_sh")
 
@@ -296,7 +297,7 @@ def _heavy_postings(index: Index, pos: np.ndarray, r: np.ndarray, soff: np.ndarr
     in a heavy bucket: only those are kept. One compiled pass over the postings in place
     (`kernels_jit.heavy_postings`), no per-posting array."""
     n = int((index.post_off[r + 1] - index.post_off[r]).sum()) if r.size else 0
-    bits = min(22, max(10, n.bit_length()))
+    bits = min(HEAVY_BUCKET_BITS, max(10, n.bit_length()))
     doc = np.searchsorted(soff, pos, side="right") - 1
     with np.errstate(over="ignore"):
         doc_hash = (doc.astype(np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)

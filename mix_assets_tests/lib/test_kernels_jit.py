@@ -117,7 +117,8 @@ def test_bitmap_candidates_and_heavy_postings_equal_the_numpy_kernels():
     assert bm.candidates(np.zeros(0, np.uint64)).size == 0
     for by_key in (False, True):
         assert all(np.array_equal(g, w) for g, w in zip(bm.lookup(keys, v, by_key), ref.bitmap_lookup_numpy(bm, keys, v, by_key)))
-    for n, need in ((0, 16.0), (1, 1.0), (5000, 16.0), (300000, 16.0), (300000, 1.0)):
+    # up to 2**18 postings (3 per hit on average): the stop-22 bucket count is the kernel's (capped above it)
+    for n, need in ((0, 16.0), (1, 1.0), (5000, 16.0), (60000, 16.0), (60000, 1.0), (300000, 16.0)):
         # postings of 0 .. 6 items per rep key; hits in key order, some keys hit twice, documents extreme
         post_off = _offsets(rng.integers(0, 7, 40000))
         index = SimpleNamespace(post_off=post_off, post_weight=rng.integers(0, 32, post_off[-1]).astype(np.int32),
@@ -127,6 +128,9 @@ def test_bitmap_candidates_and_heavy_postings_equal_the_numpy_kernels():
         soff = np.array([0, 5, 5, 1 << 19, 1 << 20], np.int64)  # an empty document, a huge one
         got = fuzzy._heavy_postings(index, pos, r, soff, need)
         want = ref.heavy_postings_expanded(index, pos, r, soff, need)
+        if n > 60000:  # capped: its buckets are unions of the finer ones, so it keeps every posting they keep
+            assert set(zip(*want)) <= set(zip(*got)), (n, need)
+            continue
         assert all(g.dtype == w.dtype == np.int64 and np.array_equal(g, w) for g, w in zip(got, want)), (n, need)
 
 
