@@ -7,7 +7,8 @@ only on non-ASCII texts and NFKC only where it can change them, then one compile
 bytes (lib/kernels_jit.py) that classes ASCII bytes by fixed rules and other code points by asking
 those Arrow kernels once per code point (mix_assets_tests/lib/test_kernels_identity.py holds it to
 the Arrow pipeline on every code point). Word and n-gram hashing are compiled passes too, never a
-Python loop over words.
+Python loop over words; the full-text scans take `word_keys`, which splits, hashes each word and
+joins the normalised text in that one pass, without an Arrow string per word.
 
 Hashes are stable across library versions (xxh64 of the UTF-8 word; n-grams combine word hashes
 with a fixed polynomial mod 2**64 and a splitmix64 finaliser), so keys published with a mix can be
