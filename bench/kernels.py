@@ -66,7 +66,7 @@ def reference_kernels():
     from mix_assets.lib import textkeys as tk
     from mix_assets_tests.support import kernels_reference as ref
 
-    saved = [(tk, n, getattr(tk, n)) for n in ("words", "word_hashes", "ngram_hashes", "normalise", "exact_keys")]
+    saved = [(tk, n, getattr(tk, n)) for n in ("words", "word_hashes", "word_keys", "ngram_hashes", "normalise", "exact_keys")]
     saved += [(mh, n, getattr(mh, n)) for n in ("signatures_from_hashes", "shingle_sets")]
     saved += [(fuzzy, "candidates", fuzzy.candidates), (ct._Bitmap, "candidates", ct._Bitmap.candidates)]
     for mod, n, _ in saved:
@@ -151,6 +151,7 @@ def main() -> None:
     kernels = [
         ("textkeys.words", each(lambda m, x: m.words(x), batches)),
         ("textkeys.word_hashes", each(lambda m, w: m.word_hashes(w), wls)),
+        ("textkeys.word_keys (words + word_hashes + the join)", each(lambda m, x: m.word_keys(x), batches)),
         ("textkeys.ngram_hashes(13)", each(lambda m, h, off: m.ngram_hashes(h, off, 13), hs)),
         ("textkeys.ngram_hashes(5)", each(lambda m, h, off: m.ngram_hashes(h, off, 5), hs)),
         ("textkeys.normalise", each(lambda m, x: m.normalise(x), batches)),

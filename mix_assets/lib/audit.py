@@ -285,10 +285,10 @@ class Signing:
 def _scan_batch(reg: ct.Registry, index: fuzzy.Index | None, perms: tuple | None, texts) -> tuple:
     """(13-gram counts, fuzzy matches or None, seconds of the fuzzy match, dedup signatures or None) of a
     batch, normalised once; `perms`: (a, b, shingle) to sign it too."""
-    wl = tk.words(texts)
-    h, off = tk.word_hashes(wl)
+    keys = tk.word_keys(texts)
+    h, off = keys.hashes, keys.offsets
     counts = reg.scan_word_hashes(h, off)
-    signed = None if perms is None else sig.sign_words(wl, h, off, *perms)
+    signed = None if perms is None else sig.sign_words(keys, *perms)
     if index is None:
         return counts, None, 0.0, signed
     t0 = time.perf_counter()

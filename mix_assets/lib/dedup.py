@@ -145,8 +145,7 @@ def null_field(t: pa.Table, rows: engine.RowRange) -> Optional[str]:
 
 def sign_texts(texts: pa.Array, a: np.ndarray, b: np.ndarray, shingle: int) -> mh.Batch:
     """Normalise a batch of texts and sign it (`signatures.sign_words`)."""
-    wl = tk.words(texts)
-    return sig.sign_words(wl, *tk.word_hashes(wl), a, b, shingle)
+    return sig.sign_words(tk.word_keys(texts), a, b, shingle)
 
 
 def signed_chunk(t: pa.Table, parts: list[mh.Batch], num_perm: int) -> SignedChunk:

@@ -41,6 +41,7 @@ FORMAT = "mix_assets.fuzzy_contamination/1"
 INDEX_FORMAT = "mix_assets.fuzzy_index/1"
 MAX_ITEM_DF = 16  # a shingle in more items is no representative (still counted when verifying); bench/fuzzy.py
 CANDIDATE_SHARE = 0.5  # of an item's permutations found in one window: a candidate, verified exactly
+HEAVY_BUCKET_BITS = 18  # at most 2**18 bucket sums (2 MB): they stay in cache; more buckets filtered more but missed it
 ITEM_CHUNK = 4096  # items signed at a time (bounds the permutations x shingles work matrix)
 INDEX_ARRAYS = ("rep_keys", "post_off", "post_item", "post_weight", "item_task", "item_off", "item_sh")
 
@@ -254,15 +255,8 @@ def candidates(index: Index, sh: np.ndarray, soff: np.ndarray) -> tuple[np.ndarr
     if not sh.size or not index.rep_keys.size:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     pos, r = index.bitmap.lookup(index.rep_keys, sh, by_key=True)  # postings then read in order
-    n = index.post_off[r + 1] - index.post_off[r]
-    owner = _owners(n)
-    at = (index.post_off[r] - np.cumsum(n) + n)[owner] + np.arange(owner.size)
-    doc_of = _owners(np.diff(soff))  # each position's document
     need = np.ceil(CANDIDATE_SHARE * index.params.num_perm)
-    with np.errstate(over="ignore"):
-        doc_hash = (doc_of[pos].astype(np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
-    heavy = _heavy_buckets(index.post_hash[at], doc_hash[owner], index.post_weight[at], need)
-    at, pos = at[heavy], pos[owner[heavy]]
+    at, pos = _heavy_postings(index, pos, r, soff, need)
     item, weight = index.post_item[at].astype(np.int64), index.post_weight[at].astype(np.int64)
     span = np.int64(len(sh) + 1)
     key = item * span + pos
@@ -272,7 +266,7 @@ def candidates(index: Index, sh: np.ndarray, soff: np.ndarray) -> tuple[np.ndarr
     key, weight = _sorted_with(key, weight)
     item = key // span
     pos = key - item * span
-    doc = doc_of[pos]
+    doc = np.searchsorted(soff, pos, side="right") - 1
     # a window lies in one (item, document) run of keys: drop the runs too light for any candidate
     new = np.ones(len(key), bool)
     new[1:] = (item[1:] != item[:-1]) | (doc[1:] != doc[:-1])
@@ -294,15 +288,22 @@ def candidates(index: Index, sh: np.ndarray, soff: np.ndarray) -> tuple[np.ndarr
     return pos[first], item[first]
 
 
-def _heavy_buckets(item_hash: np.ndarray, doc_hash: np.ndarray, weight: np.ndarray, need: float) -> np.ndarray:
-    """Indices of the postings that may be in an (item, document) pair of weight >= `need`, from the
-    postings' item and document hashes: the weights summed per bucket of pairs (top bits of the two
-    hashes' sum) bound each pair's own sum, so a posting in a light bucket is in a light pair. On prose
-    about 1 posting in 700 is in a heavy pair and a few in 100 in a heavy bucket: only those are sorted.
-    One compiled pass (`kernels_jit.heavy_buckets`)."""
-    bits = min(22, max(10, len(weight).bit_length()))
+def _heavy_postings(index: Index, pos: np.ndarray, r: np.ndarray, soff: np.ndarray,
+                    need: float) -> tuple[np.ndarray, np.ndarray]:
+    """(posting, shingle position) of the postings of the rep-key hits (positions `pos`, keys `r`) that
+    may be in an (item, document) pair of weight >= `need`: the weights summed per bucket of pairs (top
+    bits of the item's and the document's hashes' sum) bound each pair's own sum, so a posting in a
+    light bucket is in a light pair. On prose about 1 posting in 700 is in a heavy pair and a few in 100
+    in a heavy bucket: only those are kept. One compiled pass over the postings in place
+    (`kernels_jit.heavy_postings`), no per-posting array."""
+    n = int((index.post_off[r + 1] - index.post_off[r]).sum()) if r.size else 0
+    bits = min(HEAVY_BUCKET_BITS, max(10, n.bit_length()))
+    doc = np.searchsorted(soff, pos, side="right") - 1
+    with np.errstate(over="ignore"):
+        doc_hash = (doc.astype(np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
     from mix_assets.lib import kernels_jit  # numba loads on first use (kernels_jit)
-    return kernels_jit.heavy_buckets(item_hash, doc_hash, weight, float(need), bits)
+    return kernels_jit.heavy_postings(pos, r, doc_hash, index.post_off, index.post_hash, index.post_weight,
+                                      float(need), bits)
 
 
 def _owners(n: np.ndarray) -> np.ndarray:

@@ -67,43 +67,48 @@ def _round(acc, lane):
     return _rotl(acc + lane * _X2, 31) * _X1
 
 
+@numba.njit(inline="always")
+def _xxh64(b, p, end):
+    """XXH64 (seed 0) of b[p : end]."""
+    size = end - p
+    if size >= 32:
+        v1, v2, v3, v4 = _X1 + _X2, _X2, np.uint64(0), np.uint64(0) - _X1
+        while end - p >= 32:
+            v1 = _round(v1, _lane(b, p, 8))
+            v2 = _round(v2, _lane(b, p + 8, 8))
+            v3 = _round(v3, _lane(b, p + 16, 8))
+            v4 = _round(v4, _lane(b, p + 24, 8))
+            p += 32
+        h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
+        for v in (v1, v2, v3, v4):
+            h = (h ^ _round(np.uint64(0), v)) * _X1 + _X4
+    else:
+        h = _X5
+    h += np.uint64(size)
+    while end - p >= 8:
+        h = _rotl(h ^ _round(np.uint64(0), _lane(b, p, 8)), 27) * _X1 + _X4
+        p += 8
+    if end - p >= 4:
+        h = _rotl(h ^ (_lane(b, p, 4) * _X1), 23) * _X2 + _X3
+        p += 4
+    while p < end:
+        h = _rotl(h ^ (np.uint64(b[p]) * _X5), 11) * _X1
+        p += 1
+    h ^= h >> np.uint64(33)
+    h *= _X2
+    h ^= h >> np.uint64(29)
+    h *= _X3
+    h ^= h >> np.uint64(32)
+    return h
+
+
 @numba.njit(**_JIT)
 def xxh64_strings(offsets: np.ndarray, b: np.ndarray) -> np.ndarray:
     """XXH64 (seed 0) of each string b[offsets[i] : offsets[i + 1]] (uint8 bytes, int64 offsets)."""
     n = offsets.shape[0] - 1
     out = np.empty(n, np.uint64)
     for i in range(n):
-        p, end = offsets[i], offsets[i + 1]
-        size = end - p
-        if size >= 32:
-            v1, v2, v3, v4 = _X1 + _X2, _X2, np.uint64(0), np.uint64(0) - _X1
-            while end - p >= 32:
-                v1 = _round(v1, _lane(b, p, 8))
-                v2 = _round(v2, _lane(b, p + 8, 8))
-                v3 = _round(v3, _lane(b, p + 16, 8))
-                v4 = _round(v4, _lane(b, p + 24, 8))
-                p += 32
-            h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
-            for v in (v1, v2, v3, v4):
-                h = (h ^ _round(np.uint64(0), v)) * _X1 + _X4
-        else:
-            h = _X5
-        h += np.uint64(size)
-        while end - p >= 8:
-            h = _rotl(h ^ _round(np.uint64(0), _lane(b, p, 8)), 27) * _X1 + _X4
-            p += 8
-        if end - p >= 4:
-            h = _rotl(h ^ (_lane(b, p, 4) * _X1), 23) * _X2 + _X3
-            p += 4
-        while p < end:
-            h = _rotl(h ^ (np.uint64(b[p]) * _X5), 11) * _X1
-            p += 1
-        h ^= h >> np.uint64(33)
-        h *= _X2
-        h ^= h >> np.uint64(29)
-        h *= _X3
-        h ^= h >> np.uint64(32)
-        out[i] = h
+        out[i] = _xxh64(b, offsets[i], offsets[i + 1])
     return out
 
 
@@ -160,24 +165,31 @@ def window_bitmap_hits(c: np.ndarray, pw: np.ndarray, length: int, shift: np.uin
 
 
 @numba.njit(**_JIT)
-def heavy_buckets(item_hash: np.ndarray, doc_hash: np.ndarray, weight: np.ndarray, need: float,
-                  bits: int) -> np.ndarray:
-    """Indices of the postings whose bucket (top `bits` bits of item_hash + doc_hash) sums >= `need`
-    weight (fuzzy._heavy_buckets)."""
-    n = weight.shape[0]
+def heavy_postings(pos: np.ndarray, rep: np.ndarray, doc_hash: np.ndarray, post_off: np.ndarray,
+                   post_hash: np.ndarray, post_weight: np.ndarray, need: float, bits: int):
+    """(posting, position) of the postings of each hit i (positions `pos`, rep keys `rep`, hashed
+    documents `doc_hash`) whose bucket (top `bits` bits of post_hash + doc_hash) sums >= `need` weight,
+    in hit then posting order (fuzzy.candidates). Buckets are recomputed in the second pass, so no
+    per-posting array is held."""
     shift = np.uint64(64 - bits)
-    bucket = np.empty(n, np.int64)
     total = np.zeros(1 << bits, np.int64)
-    for i in range(n):
-        bucket[i] = np.int64((item_hash[i] + doc_hash[i]) >> shift)
-        total[bucket[i]] += weight[i]
-    out = np.empty(n, np.int64)
+    n = 0
+    for i in range(pos.shape[0]):
+        dh = doc_hash[i]
+        for j in range(post_off[rep[i]], post_off[rep[i] + 1]):
+            total[np.int64((post_hash[j] + dh) >> shift)] += post_weight[j]
+            n += 1
+    out_at = np.empty(n, np.int64)
+    out_pos = np.empty(n, np.int64)
     k = 0
-    for i in range(n):
-        if total[bucket[i]] >= need:
-            out[k] = i
-            k += 1
-    return out[:k].copy()
+    for i in range(pos.shape[0]):
+        dh = doc_hash[i]
+        for j in range(post_off[rep[i]], post_off[rep[i] + 1]):
+            if total[np.int64((post_hash[j] + dh) >> shift)] >= need:
+                out_at[k] = j
+                out_pos[k] = pos[i]
+                k += 1
+    return out_at[:k].copy(), out_pos[:k].copy()
 
 
 @numba.njit(**_JIT)
@@ -209,6 +221,20 @@ def ngram_hashes(hashes: np.ndarray, offsets: np.ndarray, out_offsets: np.ndarra
 KEEP, DROP, SPACE = 1, 2, 3  # textkeys' byte classes
 
 
+@numba.njit(inline="always")
+def _byte_class(c, hi):
+    """(class, byte to keep) of byte `c` of a text (`hi`: its character's class when c >= 0x80)."""
+    if c >= 0x80:
+        return np.uint8(hi), np.uint8(c)
+    if (97 <= c <= 122) or (48 <= c <= 57):
+        return np.uint8(KEEP), np.uint8(c)
+    if 65 <= c <= 90:
+        return np.uint8(KEEP), np.uint8(c + 32)
+    if c == 32 or (9 <= c <= 13 and c != 11):
+        return np.uint8(SPACE), np.uint8(c)
+    return np.uint8(DROP), np.uint8(c)
+
+
 @numba.njit(**_JIT)
 def split_words(o: np.ndarray, b: np.ndarray, high: np.ndarray):
     """textkeys._split's words: per document (bytes b[o[d] : o[d + 1]]), its whitespace-separated
@@ -226,18 +252,7 @@ def split_words(o: np.ndarray, b: np.ndarray, high: np.ndarray):
     for d in range(o.shape[0] - 1):
         in_word = False
         for i in range(o[d], o[d + 1]):
-            c = b[i]
-            if c >= 0x80:
-                cls = high[i]
-            elif (97 <= c <= 122) or (48 <= c <= 57):
-                cls = KEEP
-            elif 65 <= c <= 90:
-                cls = KEEP
-                c += 32
-            elif c == 32 or (9 <= c <= 13 and c != 11):
-                cls = SPACE
-            else:
-                cls = DROP
+            cls, c = _byte_class(b[i], high[i] if b[i] >= 0x80 else 0)
             if cls == KEEP:
                 if not in_word:
                     soff[nw] = nk
@@ -250,3 +265,44 @@ def split_words(o: np.ndarray, b: np.ndarray, high: np.ndarray):
         loff[d + 1] = nw
     soff[nw] = nk
     return kept[:nk].copy(), soff[: nw + 1].copy(), loff
+
+
+@numba.njit(**_JIT)
+def split_hash_words(o: np.ndarray, b: np.ndarray, high: np.ndarray):
+    """`split_words`' words, hashed as they end and joined by single spaces in the same pass: returns
+    (per document its words joined (uint8 bytes), int64 per-document offsets into them, the XXH64 of
+    every word in order, int64 per-document word offsets)."""
+    nb = b.shape[0]
+    nd = o.shape[0] - 1
+    out = np.empty(nb, np.uint8)  # a word's bytes and the one space before it come from as many input bytes
+    toff = np.empty(nd + 1, np.int64)
+    hashes = np.empty((nb + nd) // 2 + 1, np.uint64)
+    woff = np.empty(nd + 1, np.int64)
+    nk = 0
+    nw = 0
+    toff[0] = 0
+    woff[0] = 0
+    for d in range(nd):
+        in_word = False
+        start = 0
+        for i in range(o[d], o[d + 1]):
+            cls, c = _byte_class(b[i], high[i] if b[i] >= 0x80 else 0)
+            if cls == KEEP:
+                if not in_word:
+                    if nk > toff[d]:
+                        out[nk] = 32
+                        nk += 1
+                    start = nk
+                    in_word = True
+                out[nk] = c
+                nk += 1
+            elif cls == SPACE and in_word:
+                hashes[nw] = _xxh64(out, start, nk)
+                nw += 1
+                in_word = False
+        if in_word:
+            hashes[nw] = _xxh64(out, start, nk)
+            nw += 1
+        toff[d + 1] = nk
+        woff[d + 1] = nw
+    return out[:nk].copy(), toff, hashes[:nw].copy(), woff

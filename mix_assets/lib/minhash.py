@@ -97,12 +97,9 @@ def sign_batch(
 
 
 def _sign(texts, a: np.ndarray, b: np.ndarray, shingle: int) -> Batch:
-    wl = textkeys.words(texts)
-    wh, woff = textkeys.word_hashes(wl)
-    sh, soff = textkeys.ngram_hashes(wh, woff, shingle, short="whole")
-    sig = signatures_from_hashes(shingle_hash32(sh), soff, a, b)
-    norm = textkeys.join_words(wl)
-    return Batch(sig, np.diff(woff), np.diff(soff), textkeys.exact_keys(norm))
+    from mix_assets.lib import signatures  # it imports this module
+
+    return signatures.sign_words(textkeys.word_keys(texts), a, b, shingle)
 
 
 def _batches(texts: pa.Array, batch_bytes: int) -> Iterator[tuple[int, int]]:

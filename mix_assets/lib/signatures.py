@@ -41,15 +41,13 @@ TEXT_ROWS = 256  # most texts per batch of the verification's text reads (~0.6 M
 SCALARS = ["doc_id", "exact_key", "n_shingles", "n_chars", "n_words"]
 
 
-def sign_words(word_lists: pa.ListArray, word_hashes: np.ndarray, offsets: np.ndarray, a: np.ndarray,
-               b: np.ndarray, shingle: int) -> minhash.Batch:
+def sign_words(keys: textkeys.WordKeys, a: np.ndarray, b: np.ndarray, shingle: int) -> minhash.Batch:
     """Signature, word and shingle counts and exact key of each document, from its normalised words
-    (`textkeys.words`) and their hashes and offsets (`textkeys.word_hashes`); `a`, `b`:
-    `minhash.permutations`. The same values `minhash.sign_batch` gives for the texts."""
-    sh, soff = textkeys.ngram_hashes(word_hashes, offsets, shingle, short="whole")
+    (`textkeys.word_keys`); `a`, `b`: `minhash.permutations`. The same values `minhash.sign_batch`
+    gives for the texts."""
+    sh, soff = textkeys.ngram_hashes(keys.hashes, keys.offsets, shingle, short="whole")
     sigs = minhash.signatures_from_hashes(minhash.shingle_hash32(sh), soff, a, b)
-    keys = textkeys.exact_keys(textkeys.join_words(word_lists))
-    return minhash.Batch(sigs, np.diff(offsets), np.diff(soff), keys)
+    return minhash.Batch(sigs, np.diff(keys.offsets), np.diff(soff), keys.exact_keys())
 
 
 # The code that decides a signature's bits: a change there invalidates every stored file.

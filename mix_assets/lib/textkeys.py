@@ -7,7 +7,8 @@ only on non-ASCII texts and NFKC only where it can change them, then one compile
 bytes (lib/kernels_jit.py) that classes ASCII bytes by fixed rules and other code points by asking
 those Arrow kernels once per code point (mix_assets_tests/lib/test_kernels_identity.py holds it to
 the Arrow pipeline on every code point). Word and n-gram hashing are compiled passes too, never a
-Python loop over words.
+Python loop over words; the full-text scans take `word_keys`, which splits, hashes each word and
+joins the normalised text in that one pass, without an Arrow string per word.
 
 Hashes are stable across library versions (xxh64 of the UTF-8 word; n-grams combine word hashes
 with a fixed polynomial mod 2**64 and a splitmix64 finaliser), so keys published with a mix can be
@@ -19,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import unicodedata
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -79,6 +81,11 @@ def _stripped(texts: Sequence[str] | pa.Array) -> pa.Array:
 
 def words(texts: Sequence[str] | pa.Array) -> pa.ListArray:
     """Per text, its list of normalised words (an empty text has no words)."""
+    return _split(*_prepared(texts))
+
+
+def _prepared(texts: Sequence[str] | pa.Array) -> tuple[pa.Array, bool]:
+    """(the texts NFKC-normalised and lower-cased where not ASCII, whether all are ASCII)."""
     a = _as_array(texts)
     ascii_rows = pc.string_is_ascii(a)
     if ascii_rows.false_count:  # NFKC and lower-casing by Arrow where they can change anything
@@ -88,7 +95,34 @@ def words(texts: Sequence[str] | pa.Array) -> pa.ListArray:
         if nfkc.true_count:
             u = pc.replace_with_mask(u, nfkc, pc.utf8_normalize(u.filter(nfkc), form="NFKC"))
         a = pc.replace_with_mask(a, other, pc.utf8_lower(u))
-    return _split(a, not ascii_rows.false_count)
+    return a, not ascii_rows.false_count
+
+
+@dataclass
+class WordKeys:
+    """A batch's normalised words as the scans use them, without a Python or Arrow string per word."""
+
+    hashes: np.ndarray  # uint64 `word_hash` of every word, in order
+    offsets: np.ndarray  # int64 (n_texts + 1): each text's words
+    text: np.ndarray  # uint8: each text's `normalise`d bytes (its words joined by single spaces), in order
+    text_offsets: np.ndarray  # int64 (n_texts + 1): each text's normalised bytes
+
+    def exact_keys(self) -> list[str]:
+        """`exact_keys(normalise(texts))`."""
+        return _sha256_slices(self.text_offsets, self.text)
+
+
+def word_keys(texts: Sequence[str] | pa.Array) -> WordKeys:
+    """`word_hashes(words(texts))` and the bytes of `normalise(texts)`, in one compiled pass over the
+    texts' bytes (`kernels_jit.split_hash_words`)."""
+    a, ascii_only = _prepared(texts)
+    if len(a) == 0:
+        zero = np.zeros(1, np.int64)
+        return WordKeys(np.zeros(0, np.uint64), zero, np.zeros(0, _U8), zero.copy())
+    o, b = _offsets_bytes(a)
+    from mix_assets.lib import kernels_jit  # numba loads on first use (kernels_jit)
+    text, toff, h, off = kernels_jit.split_hash_words(o, b, np.zeros(0, _U8) if ascii_only else _high_classes(b))
+    return WordKeys(h, off, text, toff)
 
 
 # Second characters of the canonical two-character decompositions in this Python's Unicode data
@@ -233,7 +267,10 @@ def exact_keys(normalised: pa.Array) -> list[str]:
     typ = normalised.type
     if normalised.null_count or not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
         return [hashlib.sha256(s.encode("utf-8")).hexdigest() for s in normalised.to_pylist()]
-    o, b = _offsets_bytes(normalised.cast(pa.large_string()))
+    return _sha256_slices(*_offsets_bytes(normalised.cast(pa.large_string())))
+
+
+def _sha256_slices(o: np.ndarray, b: np.ndarray) -> list[str]:
     text = memoryview(b)  # hashed slice by slice: no Python string per text
     return [hashlib.sha256(text[s:e]).hexdigest() for s, e in zip(o[:-1].tolist(), o[1:].tolist())]
 

@@ -5,8 +5,11 @@ boundaries, all-equal hashes, extreme uint32 / uint64 values."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 import xxhash
 
@@ -103,7 +106,7 @@ def test_registry_scan_equals_the_numpy_kernels():
         assert np.array_equal(reg.scan_word_hashes(h, off), ref.registry_scan_prefix(reg, h, off))
 
 
-def test_bitmap_candidates_and_heavy_buckets_equal_the_numpy_kernels():
+def test_bitmap_candidates_and_heavy_postings_equal_the_numpy_kernels():
     rng = np.random.default_rng(11)
     keys = np.unique(rng.integers(0, 1 << 63, 5000, dtype=np.uint64) * np.uint64(2))
     bm = ct._Bitmap(keys)
@@ -114,11 +117,21 @@ def test_bitmap_candidates_and_heavy_buckets_equal_the_numpy_kernels():
     assert bm.candidates(np.zeros(0, np.uint64)).size == 0
     for by_key in (False, True):
         assert all(np.array_equal(g, w) for g, w in zip(bm.lookup(keys, v, by_key), ref.bitmap_lookup_numpy(bm, keys, v, by_key)))
-    for n, need in ((0, 16.0), (1, 1.0), (5000, 16.0), (300000, 16.0), (300000, 1.0)):
-        ih = rng.integers(0, 1 << 64, n, dtype=np.uint64, endpoint=False)
-        dh = np.where(rng.random(n) < 0.5, np.uint64((1 << 64) - 1), rng.integers(0, 1 << 64, n, dtype=np.uint64))
-        w = rng.integers(0, 32, n).astype(np.int32)
-        assert np.array_equal(fuzzy._heavy_buckets(ih, dh.copy(), w, need), ref._heavy_buckets(ih, dh.copy(), w, need))
+    # up to 2**18 postings (3 per hit on average): the stop-22 bucket count is the kernel's (capped above it)
+    for n, need in ((0, 16.0), (1, 1.0), (5000, 16.0), (60000, 16.0), (60000, 1.0), (300000, 16.0)):
+        # postings of 0 .. 6 items per rep key; hits in key order, some keys hit twice, documents extreme
+        post_off = _offsets(rng.integers(0, 7, 40000))
+        index = SimpleNamespace(post_off=post_off, post_weight=rng.integers(0, 32, post_off[-1]).astype(np.int32),
+                                post_hash=rng.integers(0, 1 << 64, post_off[-1], dtype=np.uint64, endpoint=False))
+        r = np.sort(rng.integers(0, 40000, n))
+        pos = rng.integers(0, 1 << 20, n)  # shingle positions (the last document's end excluded)
+        soff = np.array([0, 5, 5, 1 << 19, 1 << 20], np.int64)  # an empty document, a huge one
+        got = fuzzy._heavy_postings(index, pos, r, soff, need)
+        want = ref.heavy_postings_expanded(index, pos, r, soff, need)
+        if n > 60000:  # capped: its buckets are unions of the finer ones, so it keeps every posting they keep
+            assert set(zip(*want)) <= set(zip(*got)), (n, need)
+            continue
+        assert all(g.dtype == w.dtype == np.int64 and np.array_equal(g, w) for g, w in zip(got, want)), (n, need)
 
 
 def test_ngram_hashes_equal_the_numpy_kernels():
@@ -149,6 +162,28 @@ def test_split_equals_the_numpy_kernel():
     # a sliced array (its offsets do not start at 0)
     a = pa.array(texts, pa.large_string()).slice(2, 6)
     assert tk._split(a, False).equals(ref.split_numpy(a, False))
+
+
+def test_word_keys_equal_words_hashed_and_joined():
+    # split_hash_words: the words of split_numpy, xxh64 of each (every length around the 4/8/32-byte
+    # lanes) and the normalised text of the Arrow join, in one pass
+    texts = ["", " ", "A", "don't 'tis x-y", "\v\x1c a\tb\nc\fd\re ", "ÉTÉ été 数学 a\u3000b x\u200by", "😀", "ab" * 5000,
+             "  lead and trail  ", "\x00\x01", "Zz09", "ä" * 3 + " " + "ß", "?! ...", "ＡＢＣ ﬁx ½",
+             " ".join("w" * n for n in range(1, 70)), "q" * 33 + "-" + "r" * 31]
+    for batch in (texts, texts[:1], [t for t in texts if t.isascii()], [""] * 4, [], texts[4:5]):
+        for typ in (pa.large_string(), pa.string()):
+            a = pa.array(batch, typ)
+            for arr in (a, a.slice(1, max(len(a) - 2, 0))):
+                got = tk.word_keys(arr)
+                wl = ref.split_numpy(*tk._prepared(arr)) if len(arr) else tk.words(arr)
+                h = ref._xxh64(wl.flatten()) if len(wl.flatten()) else np.zeros(0, np.uint64)
+                off = np.asarray(wl.offsets, np.int64) - int(wl.offsets[0].as_py()) if len(wl) else np.zeros(1, np.int64)
+                norm = tk.join_words(wl)
+                assert got.hashes.dtype == np.uint64 and np.array_equal(got.hashes, h)
+                assert got.offsets.dtype == np.int64 and np.array_equal(got.offsets, off)
+                assert bytes(got.text) == b"".join(s.encode() for s in norm.to_pylist())
+                assert np.array_equal(np.diff(got.text_offsets), pc.binary_length(norm).to_numpy(zero_copy_only=False))
+                assert got.exact_keys() == ref.exact_keys(norm)
 
 
 def test_textkeys_byte_classes_are_the_kernels():

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import xxhash
 from numpy.lib.stride_tricks import sliding_window_view
 
+from mix_assets.lib import fuzzy
 from mix_assets.lib.contamination import Registry, _Prefix
 from mix_assets.lib.fuzzy import CANDIDATE_SHARE, Index
 from mix_assets.lib.minhash import EMPTY, fmix32
@@ -661,3 +662,29 @@ def _bits_before(pos: np.ndarray, mask: np.ndarray) -> np.ndarray:
     np.cumsum(np.bitwise_count(words64), out=ones[1:])
     q, r = pos >> 6, (pos & 63).astype(np.uint64)
     return ones[q] + np.bitwise_count(words64[q] & ((np.uint64(1) << r) - np.uint64(1))).astype(np.int64)
+
+
+
+# fuzzy.candidates' posting expansion and heavy-bucket filter as of stop 22 (every posting of every
+# hit expanded into per-posting arrays, then the buckets); stop 23 made it one compiled pass.
+def heavy_postings_expanded(index, pos: np.ndarray, r: np.ndarray, soff: np.ndarray,
+                            need: float) -> tuple[np.ndarray, np.ndarray]:
+    """fuzzy._heavy_postings' (posting, shingle position) pairs."""
+    n = index.post_off[r + 1] - index.post_off[r]
+    owner = fuzzy._owners(n)
+    at = (index.post_off[r] - np.cumsum(n) + n)[owner] + np.arange(owner.size)
+    doc_of = fuzzy._owners(np.diff(soff))  # each position's document
+    with np.errstate(over="ignore"):
+        doc_hash = (doc_of[pos].astype(np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+    heavy = _heavy_buckets(index.post_hash[at], doc_hash[owner], index.post_weight[at], need)
+    return at[heavy], pos[owner[heavy]]
+
+
+def word_keys(texts: Sequence[str] | pa.Array):
+    """textkeys.word_keys before its one compiled pass (stop 23): words, then their hashes, then the join."""
+    from mix_assets.lib import textkeys as tk
+
+    wl = words(texts)
+    h, off = word_hashes(wl)
+    o, b = tk._offsets_bytes(tk.join_words(wl).cast(pa.large_string()))
+    return tk.WordKeys(h, off, b, o)
