@@ -90,6 +90,12 @@ class ByteDecoder:
         tok_off = np.frombuffer(off_buf, np.int64, got.offset + len(ids) + 1)[got.offset:]
         data = np.frombuffer(data_buf, np.uint8, int(tok_off[-1])) if tok_off[-1] else np.zeros(0, np.uint8)
         offsets = tok_off[bounds]
+        out = pa.LargeStringArray.from_buffers(len(offsets) - 1, pa.py_buffer(offsets), pa.py_buffer(data))
+        try:
+            out.validate(full=True)  # every row valid UTF-8 (Arrow's check, one pass): the usual case
+            return out
+        except pa.ArrowInvalid:
+            pass
         bad = _invalid_rows(data, offsets)
         if len(bad):
             data, offsets = self._redecode(data, offsets, ids, bounds, bad)

@@ -330,11 +330,11 @@ class SplitScanner:
         has_carry = carry > 0
         stop = np.maximum(nwords - cont, 0)  # a piece going on next sample leaves its last word out
         pre = np.where(has_carry, np.minimum(np.maximum(cwords - 1, 0), stop), 0)  # counted before
-        lens = np.concatenate([stop, pre])
-        begin = np.concatenate([starts, starts])
-        idx = np.repeat(begin - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(lens.sum())
-        counts = self.reg.scan_word_hashes(h[idx], np.concatenate([[0], np.cumsum(lens)]).astype(np.int64))
-        net = counts[:m] - counts[m:]
+        carried = np.flatnonzero(pre > 0)  # rows of no words count nothing: left out
+        lo = np.concatenate([starts, starts[carried]])
+        counts = self.reg.scan_word_hashes(*_gather(h, lo, lo + np.concatenate([stop, pre[carried]])))
+        net = counts[:m]
+        net[carried] -= counts[m:]
         if (net < 0).any():  # windows of a prefix are windows of the whole: cannot happen
             raise PublishedAuditError(f"split {t.split}: negative window count after carry subtraction")
         t.pieces += m
