@@ -330,11 +330,12 @@ class SplitScanner:
         has_carry = carry > 0
         stop = np.maximum(nwords - cont, 0)  # a piece going on next sample leaves its last word out
         pre = np.where(has_carry, np.minimum(np.maximum(cwords - 1, 0), stop), 0)  # counted before
-        carried = np.flatnonzero(pre > 0)  # rows of no words count nothing: left out
-        lo = np.concatenate([starts, starts[carried]])
-        counts = self.reg.scan_word_hashes(*_gather(h, lo, lo + np.concatenate([stop, pre[carried]])))
-        net = counts[:m]
-        net[carried] -= counts[m:]
+        # rows in place (no copy of the hashes): each piece's counted words, then the word it leaves out
+        rows = np.append(np.stack([starts, starts + stop], axis=1).reshape(-1), off[-1])
+        net = self.reg.scan_word_hashes(h, rows)[::2]
+        carried = np.flatnonzero(pre > 0)  # the carries' windows, counted before: subtracted
+        if len(carried):
+            net[carried] -= self.reg.scan_word_hashes(*_gather(h, starts[carried], starts[carried] + pre[carried]))
         if (net < 0).any():  # windows of a prefix are windows of the whole: cannot happen
             raise PublishedAuditError(f"split {t.split}: negative window count after carry subtraction")
         t.pieces += m
