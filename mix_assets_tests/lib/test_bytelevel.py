@@ -56,6 +56,10 @@ def test_ids_outside_the_vocabulary_decode_to_nothing_as_in_the_tokenizer(tok):
     assert dec.texts(ids, bounds).to_pylist() == tok.decode_batch([[5, 60000], [7, tok.get_vocab_size(), 9]],
                                                                   skip_special_tokens=False)
     assert dec.texts(np.zeros(0, np.int64), np.zeros(1, np.int64)).to_pylist() == []
+    # shard dtypes (unsigned: clamped in their own dtype, gathered without a bounds check): the same rows
+    for dtype in (np.uint16, np.uint32):
+        assert dec.texts(ids.astype(dtype), bounds).to_pylist() == dec.texts(ids, bounds).to_pylist()
+    assert dec.texts(np.array([65535, 5], np.uint16), np.array([0, 1, 2])).to_pylist() == ["", tok.decode([5])]
 
 
 def test_only_byte_level_decoding_gets_a_table(tok):

@@ -244,14 +244,24 @@ def test_cli_refuses_a_test_split_before_reading_it(tmp_path):
     _assert_no_item_text(out.stderr + out.stdout)
 
 
-def test_tail_keeps_at_least_its_cap_and_knows_whether_it_starts_the_document():
-    t = P._Tail(10)
-    t.append(np.arange(4))
-    assert t.whole_from_start(4) and t.suffix(3).tolist() == [1, 2, 3]
-    t.append(np.arange(4, 12))
-    assert t.total == 12 and t.from_start  # dropping [0..3] would leave 8 < 10
-    t.append(np.arange(12, 20))
-    assert t.total == 16 and not t.from_start and t.suffix(5).tolist() == list(range(15, 20))
+def test_tails_match_the_tail_of_parts_the_old_scanner_kept():
+    """`_tails` (a formula on positions) against the old scanner's `_Tail` fed the same parts: the
+    document's first part, then whole samples; its length and whether it still starts the document."""
+    from mix_assets_tests.support.published_audit_ref import _Tail
+
+    rng = random.Random(5)
+    for _ in range(300):
+        slen, cap = rng.randint(1, 9), rng.randint(1, 40)
+        start = rng.randint(0, 5 * slen)
+        tail, at = _Tail(cap), (start // slen + 1) * slen
+        tail.append(np.arange(start, at))
+        for _ in range(rng.randint(0, 12)):
+            size, whole = P._tails(np.array([at]), np.array([start]), slen, cap)
+            assert (int(size[0]), bool(whole[0])) == (tail.total, tail.from_start), (slen, cap, start, at)
+            tail.append(np.arange(at, at + slen))
+            at += slen
+    size, whole = P._tails(np.array([10 ** 6]), np.array([P._FAR]), 7, 30)
+    assert (int(size[0]), bool(whole[0])) == (35, False)  # a start beyond the tail: the capped tail
 
 
 def _long_words_docs(seed: int, n: int, planted: dict[int, str]) -> list[str]:
