@@ -47,18 +47,64 @@ def test_bench_script_help_runs(script, tmp_path):
     assert "usage:" in r.stdout
 
 
-@pytest.mark.slow
-def test_graph_bench_quick_run_publishes_and_writes_its_report(tmp_path):
-    # the whole graph on a 1 MB corpus, one run (local engine, 1 worker, only the in-process executor
-    # to keep it short; by default the bench also runs the multiprocess one, for per-step memory)
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory) -> Path:
+    """bench/graph.py --quick: the whole graph on a 1 MB corpus, one run (local engine, 1 worker, only the
+    in-process executor to keep it short; by default the bench also runs the multiprocess one, for
+    per-step memory). Its run folder is what the stage benches below read."""
+    out = tmp_path_factory.mktemp("graph-quick")
     env = {**os.environ, "PYTHONPATH": str(BENCH.parent)}
     r = subprocess.run([sys.executable, str(BENCH / "graph.py"), "--quick", "--workers", "1", "--engines", "local",
-                        "--executor", "in_process", "--out", str(tmp_path)], cwd=tmp_path, env=env,
+                        "--executor", "in_process", "--out", str(out)], cwd=out, env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    report = (tmp_path / "quick.md").read_text()
+    return out
+
+
+@pytest.mark.slow
+def test_graph_bench_quick_run_publishes_and_writes_its_report(quick_run):
+    report = (quick_run / "quick.md").read_text()
     assert "| local ×1 in_process | published |" in report and "but mix_config.json (shards, tokenizer, review files) identical in every run" in report
     assert "vs cap 1500 MB" in report
+
+
+def _git_head() -> str | None:
+    r = subprocess.run(["git", "-C", str(BENCH.parent), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+# The stage benches that read a finished graph run (its storage), each run on the quick run as documented
+# in its --help: --help alone never reaches their measuring code (bench/kernels.py's scan rows crashed on
+# every --storage run for a stop unnoticed). `--old` compares with the code at a git revision (this one).
+STAGE_BENCHES = {
+    "kernels": lambda run, old: ["--corpus", str(run.parent / "corpus" / "part_a.jsonl"), "--storage",
+                                 str(run / "storage"), "--mb", "0.3", "--reps", "1", "--chunks", "1"],
+    "fused_scan": lambda run, old: ["--run", str(run), "--repeats", "1", "--old", old],
+    "token_shards": lambda run, old: ["--run", str(run), "--repeats", "1", "--old", old],
+    "shards_audit": lambda run, old: ["--config", str(run / "mix.yaml"), "--reps", "1", "--old", old],
+}
+SAME = {"kernels": None, "fused_scan": "same outputs every run (report, contaminated docs, fuzzy report and docs, "
+        "signature data): True", "token_shards": "same shards, doc index and shard_stats.json every old and new run: True",
+        "shards_audit": "reports identical"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bench", sorted(STAGE_BENCHES))
+def test_stage_bench_runs_on_a_graph_run(quick_run, bench, tmp_path):
+    old = _git_head()
+    if old is None:
+        pytest.skip("not a git checkout: the bench's --old needs the repository's history")
+    run = quick_run / "1mb" / "local-1-in_process"
+    args = STAGE_BENCHES[bench](run, old) + (["--out", str(tmp_path / "out.md")] if bench == "kernels" else [])
+    env = {**os.environ, "PYTHONPATH": str(BENCH.parent)}
+    r = subprocess.run([sys.executable, str(BENCH / f"{bench}.py"), *args], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"bench/{bench}.py failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    if SAME[bench]:
+        assert SAME[bench] in r.stdout, r.stdout[-3000:]
+    else:  # every kernel row compares old and new outputs (last column)
+        rows = [ln for ln in r.stdout.splitlines() if ln.rstrip().endswith((" True", " False"))]
+        assert rows and all(ln.rstrip().endswith(" True") for ln in rows), r.stdout[-3000:]
 
 
 def test_reader_bench_without_its_peers_says_what_to_install(tmp_path):
