@@ -98,7 +98,9 @@ def measure(run: Path, cpus: int) -> dict:
             with pa.ipc.new_stream(sink, t.schema) as w:
                 w.write_table(t)
             digests[dedup.signatures_key(n)] = hashlib.sha256(sink.getvalue()).hexdigest()
-    return {"wall": wall, "cpu": cpu, "import_cpu": import_cpu, "digests": digests}
+    with open("/proc/self/status") as f:  # the process's peak resident set (the step's, minus Dagster)
+        peak = next(int(x.split()[1]) for x in f if x.startswith("VmHWM")) / 1024
+    return {"wall": wall, "cpu": cpu, "import_cpu": import_cpu, "peak_rss_mb": peak, "digests": digests}
 
 
 def compare(a) -> None:
@@ -112,8 +114,8 @@ def compare(a) -> None:
     code = {"old": old_code(a.old, Path(tempfile.gettempdir()) / "bench-fused-scan"), "new": REPO}
     runs = {"old": [], "new": []}
     print(f"{a.run}: fused contamination_report pass, {a.old} (old) vs this checkout (new), engine local x{a.cpus}")
-    print("| repeat | code | wall s | CPU s | import CPU s |")
-    print("|---|---|---|---|---|")
+    print("| repeat | code | wall s | CPU s | import CPU s | peak RSS MB |")
+    print("|---|---|---|---|---|---|")
     for r in range(a.repeats):
         for way in (("old", "new") if r % 2 == 0 else ("new", "old")):
             env = dict(__import__("os").environ, PYTHONPATH=str(code[way]))
@@ -123,12 +125,15 @@ def compare(a) -> None:
                 raise SystemExit(f"{way} code failed:\n{done.stderr[-3000:]}")
             got = json.loads(done.stdout.strip().splitlines()[-1])
             runs[way].append(got)
-            print(f"| {r + 1} | {way} | {got['wall']:.1f} | {got['cpu']:.1f} | {got['import_cpu']:.2f} |", flush=True)
-    med = {w: {k: _median([g[k] for g in runs[w]]) for k in ("wall", "cpu", "import_cpu")} for w in runs}
+            print(f"| {r + 1} | {way} | {got['wall']:.1f} | {got['cpu']:.1f} | {got['import_cpu']:.2f} | "
+                  f"{got['peak_rss_mb']:.0f} |", flush=True)
+    med = {w: {k: _median([g[k] for g in runs[w]]) for k in ("wall", "cpu", "import_cpu", "peak_rss_mb")}
+           for w in runs}
     print(f"median wall s old {med['old']['wall']:.1f} new {med['new']['wall']:.1f} "
           f"(new / old {med['new']['wall'] / med['old']['wall']:.2f}); CPU s old {med['old']['cpu']:.1f} "
           f"new {med['new']['cpu']:.1f} (new / old {med['new']['cpu'] / med['old']['cpu']:.2f}); import CPU s old "
-          f"{med['old']['import_cpu']:.2f} new {med['new']['import_cpu']:.2f}")
+          f"{med['old']['import_cpu']:.2f} new {med['new']['import_cpu']:.2f}; peak RSS MB old "
+          f"{med['old']['peak_rss_mb']:.0f} new {med['new']['peak_rss_mb']:.0f}")
     digests = {json.dumps(g["digests"], sort_keys=True) for w in runs for g in runs[w]}
     print(f"same outputs every run (report, contaminated docs, fuzzy report and docs, signature data): {len(digests) == 1}")
     if len(digests) != 1:
