@@ -136,7 +136,6 @@ def _gather(buf: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray
     return np.concatenate([buf[a:b] for a, b in zip(lo.tolist(), hi.tolist())] or [buf[:0]]), bounds
 
 
-
 @dataclass
 class SplitTally:
     """Counts of one split (no text)."""
@@ -344,7 +343,6 @@ class SplitScanner:
         for i in np.flatnonzero(net.any(axis=1)):
             s = int(sample[i])
             t.hits[s] = t.hits.get(s, np.zeros(len(t.tasks), np.int64)) + net[i]
-
 
 
 # -- the audit -----------------------------------------------------------------------------------

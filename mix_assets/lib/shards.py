@@ -30,7 +30,6 @@ from typing import Optional
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from mix_assets.lib import docindex, engine, layout, scratch, tables, transport
