@@ -3,8 +3,8 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# the instance config lives in dagster_home/dagster.yaml (tracked); run storage lands beside it
-export DAGSTER_HOME := $(CURDIR)/dagster_home
+# the instance config is ./dagster.yaml (tracked); it keeps run history in .dagster/ (git-ignored)
+export DAGSTER_HOME := $(CURDIR)
 export MIX_CONFIG ?= configs/demo.yaml
 # Steps run in the run's process unless MIX_EXECUTOR says otherwise (multiprocess, k8s): mix_assets/jobs.py
 
@@ -35,4 +35,4 @@ test: setup system-deps
 
 clean:
 	rm -rf build test-output
-	find dagster_home -mindepth 1 ! -name dagster.yaml -exec rm -rf {} +
+	rm -rf .dagster

@@ -136,10 +136,14 @@ def shared_data() -> Path:
 
 
 def eval_tasks(evals: Path) -> list[dict]:
-    """configs/shared-sample.yaml's audit tasks (the five non-test eval splits), paths under `evals`."""
+    """configs/shared-sample.yaml's audit tasks (the five non-test eval splits), paths under `evals`; on the
+    in-repo fixture (no shared data folder), the fixture's own tasks (its mix.yaml: piqa's validation rows)."""
     import yaml
 
-    tasks = yaml.safe_load((REPO / "configs" / "shared-sample.yaml").read_text())["audit"]["tasks"]
+    from mix_assets_tests.support.shared_data import FIXTURE, FIXTURE_CONFIG, SHARED_SAMPLE
+
+    config = FIXTURE_CONFIG if evals.resolve() == (FIXTURE / "evals").resolve() else SHARED_SAMPLE
+    tasks = yaml.safe_load(config.read_text())["audit"]["tasks"]
     for t in tasks:
         t["dataset"]["path"] = str(evals / Path(t["dataset"]["path"]).name)
     return tasks
@@ -324,6 +328,9 @@ def child_graph(cfg: Path, max_concurrent: int, executor: str) -> dict:
                             run_config=conf)
     t2, c2 = time.perf_counter(), cpu_secs()
     sampler.stop()
+    broken = first_step_error(result)
+    if broken:  # not a gate: the outputs read below would be missing or stale; report the cause instead
+        return {"success": False, "step_error": broken}
     c2 += sum(p.get("cpu", 0.0) for p in sampler.procs.values())
     steps: dict[str, dict] = {}
     step_pids: dict[int, str] = {}
@@ -381,6 +388,19 @@ def child_graph(cfg: Path, max_concurrent: int, executor: str) -> dict:
             "recall": planted_recall(cfg, spec), "shards": shard_stats(spec), "outputs": outputs(spec),
             "peak_rss_mb": peak_rss_mb(), "unattributed": loose,
             "unattributed_ray_worker_mb": max((p["peak_mb"] for p in loose if p["kind"] == "ray_worker"), default=None)}
+
+
+def first_step_error(result) -> dict | None:
+    """The first step that failed with an error (a failed blocking gate is a result, not an error): its
+    key and the error's class and message, as the run's event log holds them."""
+    for e in result.all_events:
+        if e.event_type_value == "STEP_FAILURE" and e.step_failure_data is not None:
+            err = e.step_failure_data.error
+            if err is not None and err.cls_name != "DagsterAssetCheckFailedError":
+                while err.cause is not None and err.cls_name == "DagsterExecutionStepExecutionError":
+                    err = err.cause  # the user code's own exception, not Dagster's wrapper
+                return {"step": e.step_key, "error": err.message.strip()}
+    return None
 
 
 def _storage(spec):
@@ -501,6 +521,9 @@ def run_child(kind: str, args: list, threads: int, log: Path, executor: str = "i
     if r.returncode or not lines:
         raise SystemExit(f"{kind} child failed (exit {r.returncode}); log: {log}\n{r.stdout[-2000:]}")
     out = json.loads(lines[-1].removeprefix("BENCH-RESULT "))
+    if out.get("step_error"):
+        e = out["step_error"]
+        raise SystemExit(f"{kind} child: step {e['step']} failed; stopping here (log: {log})\n{e['error'][-3000:]}")
     out["wall_secs"] = wall
     out["cores"] = sorted(cores) if cores else None
     return out

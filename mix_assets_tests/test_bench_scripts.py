@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from mix_assets_tests.support.shared_data import FIXTURE
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 SCRIPTS = sorted(BENCH.glob("*.py"))
 
@@ -53,7 +55,8 @@ def quick_run(tmp_path_factory) -> Path:
     in-process executor to keep it short; by default the bench also runs the multiprocess one, for
     per-step memory). Its run folder is what the stage benches below read."""
     out = tmp_path_factory.mktemp("graph-quick")
-    env = {**os.environ, "PYTHONPATH": str(BENCH.parent)}
+    # On the in-repo fixture, as on a fresh clone without ../shared (its books and its one eval task)
+    env = {**os.environ, "PYTHONPATH": str(BENCH.parent), "MIX_SHARED_DATA": str(FIXTURE)}
     r = subprocess.run([sys.executable, str(BENCH / "graph.py"), "--quick", "--workers", "1", "--engines", "local",
                         "--executor", "in_process", "--out", str(out)], cwd=out, env=env,
                        capture_output=True, text=True, timeout=900)
@@ -124,3 +127,35 @@ def test_reader_bench_without_its_peers_says_what_to_install(tmp_path):
     assert "litdata" in r.stderr and "pip install" in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr, r.stderr[-2000:]
     assert not (tmp_path / "v").exists()  # no venv was created
+
+
+def _graph_bench():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("graph_bench", BENCH / "graph.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_graph_bench_names_the_first_step_that_failed_with_an_error():
+    # A failed gate is a result the report shows; an error in a step stops the bench, naming the step.
+    import dagster as dg
+
+    @dg.asset
+    def first():
+        return 1
+
+    @dg.asset(deps=[first])
+    def broken():
+        raise ValueError("evals/hellaswag: not found")
+
+    @dg.asset_check(asset=first, blocking=True)
+    def first_is_fine():
+        return dg.AssetCheckResult(passed=False)
+
+    first_error = _graph_bench().first_step_error
+    r = dg.materialize([first, broken], raise_on_error=False)
+    assert first_error(r) == {"step": "broken", "error": "ValueError: evals/hellaswag: not found"}
+    gated = dg.materialize([first, broken, first_is_fine], raise_on_error=False, selection=[first, first_is_fine])
+    assert not gated.success and first_error(gated) is None
