@@ -48,6 +48,11 @@ _NAME = r"^[a-z][a-z0-9_]{0,62}$"
 MAX_TARGET_TOKENS = 10**15  # a quadrillion tokens: beyond any pretraining mix
 MAX_SAMPLE_LEN = 1 << 21  # tokens per sample (2M context)
 MAX_SHARD_TOKENS = 1 << 30  # a shard is held in memory while it is written
+# engine.num_cpus is threads in one process or the CPUs of a Ray instance started on this machine: a
+# fixed bound (not os.cpu_count(), so a config means the same on the small host that loads it and the
+# big one that runs it) above any single host's hardware threads today (2 x 192-core EPYC = 768), which
+# catches a slip (20000) before it becomes 2 x num_cpus chunks in flight.
+MAX_NUM_CPUS = 1024
 
 
 def _known_encoding(v: Optional[str]) -> Optional[str]:
@@ -371,10 +376,14 @@ class EngineSpec(_Strict):
 
     kind: Literal["local", "ray"] = "local"  # local: this process (threads); ray: Ray tasks
     address: Optional[str] = None  # ray: None starts a local Ray instance; else a cluster, "ray://head:10001"
-    num_cpus: int = Field(2, ge=1)  # local: threads; ray, local instance: its CPUs (a cluster brings its own)
-    chunk_rows: int = Field(2048, ge=1)  # documents per map task (bounds a task's memory; not from num_cpus)
-    max_retries: int = Field(3, ge=0)  # ray: re-runs of a task lost to a worker or node failure
-    object_store_mb: int = Field(256, ge=64)  # ray, local instance: its object store (Ray's default is 30 % of RAM)
+    # local: threads; ray, local instance: its CPUs (a cluster brings its own). Strict: `true` is not 1.
+    num_cpus: int = Field(2, ge=1, le=MAX_NUM_CPUS, strict=True)
+    chunk_rows: int = Field(2048, ge=1, strict=True)  # documents per map task (bounds a task's memory; not from num_cpus)
+    max_retries: int = Field(3, ge=0, strict=True)  # ray: re-runs of a task lost to a worker or node failure
+    object_store_mb: int = Field(256, ge=64, strict=True)  # ray, local instance: its object store (Ray's default is 30 % of RAM)
+    # ray with an address: how long it may take to answer a TCP connect before the step fails naming it
+    # (ray.init on an address nobody answers at retries forever; lib/engine.check_reachable)
+    connect_timeout_s: float = Field(30.0, gt=0, le=3600, strict=True)
 
 
 def path_names_test_split(path: str) -> Optional[str]:

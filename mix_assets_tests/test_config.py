@@ -207,3 +207,17 @@ def test_keep_share_scales_the_raw_sample_and_its_minimum_per_source(tmp_path):
     assert "keep_share" not in spec1.canonical_json() and spec1.raw_budget("a") == plain.raw_budget("a")
     for bad in (0, 1.5):
         assert "keep_share" in _error(tmp_path, {**cfg, "filters": {"gopher_quality": {}, "keep_share": bad}})
+
+
+def test_engine_ints_are_strict_and_num_cpus_bounded(tmp_path):
+    msg = _error(tmp_path, {**_one_source(), "engine": {"num_cpus": True}})
+    assert "engine.num_cpus: Input should be a valid integer (got True)" in msg
+    msg = _error(tmp_path, {**_one_source(), "engine": {"chunk_rows": True, "max_retries": False}})
+    assert "engine.chunk_rows: Input should be a valid integer (got True)" in msg and "engine.max_retries" in msg
+    msg = _error(tmp_path, {**_one_source(), "engine": {"num_cpus": 20000}})
+    assert "engine.num_cpus: Input should be less than or equal to 1024 (got 20000)" in msg
+    msg = _error(tmp_path, {**_one_source(), "engine": {"kind": "ray", "connect_timeout_s": True}})
+    assert "engine.connect_timeout_s: Input should be a valid number (got True)" in msg
+    spec = load_spec(write_config(tmp_path, {**_one_source(), "engine": {"num_cpus": 1024, "connect_timeout_s": 2}}))
+    assert (spec.engine.num_cpus, spec.engine.connect_timeout_s) == (1024, 2.0)
+    assert load_spec(write_config(tmp_path, _one_source())).engine.connect_timeout_s == 30.0
