@@ -44,7 +44,7 @@ def _parsed(path: str, version: object, storage_root: Optional[str], env_root: O
     """The spec at `path` (`version` and `env_root` only key the cache: a changed file or root re-parses)."""
     spec = load_spec(Path(path))
     if storage_root:
-        spec = spec.model_copy(update={"storage": spec.storage.model_copy(update={"root": storage_root})})
+        spec = spec.with_storage_root(storage_root, "the resource's storage_root")
     return spec
 
 

@@ -113,3 +113,11 @@ def test_ray_session_checks_the_address_before_ray_init(monkeypatch):
     with pytest.raises(ConnectionError, match=address):
         with eng.ray_session(eng.Engine(kind="ray", address=address, connect_timeout_s=0.5)):
             pass
+
+
+def test_the_resource_storage_root_is_checked_like_the_files_own(tmp_path):
+    import pytest
+
+    cfg = _config(tmp_path, publish={"url": str(tmp_path / "pub")})
+    with pytest.raises(config.MixConfigError, match=r"is inside storage.root .*from the resource's storage_root"):
+        MixResource(config_path=str(cfg), storage_root=str(tmp_path)).spec
