@@ -155,8 +155,9 @@ def ray_missing_message(e: ImportError) -> str:
 
 
 def ray_endpoint(address: Optional[str]) -> Optional[tuple[str, int, str]]:
-    """(host, port, what answers there) that `ray.init(address=...)` connects to first, or None when
-    nothing is to be reached (a new local instance) or the address is not host:port shaped (ray says)."""
+    """(host, port, what answers there) that `ray.init(address=...)` connects to first; None for a new
+    local instance, "auto" without RAY_ADDRESS and other schemes (left to ray). ValueError when the
+    address has no host or a port that is not a number."""
     if address == "auto":  # a running cluster named by RAY_ADDRESS (else ray's own lookup)
         address = os.environ.get("RAY_ADDRESS") or None
     if address is None or address == "local":
