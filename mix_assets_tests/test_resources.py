@@ -1,6 +1,14 @@
-"""MixResource: the spec is parsed once per version of the config file."""
+"""MixResource: the spec is parsed once per version of the config file; EngineResource fails fast."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
 
 from mix_assets import config
+from mix_assets.lib import engine as eng
 from mix_assets.resources import MixResource
 from mix_assets_tests.conftest import minimal_config, source, write_config
 
@@ -56,10 +64,6 @@ print("ERROR", cause.cls_name, cause.message)
 
 
 def _engine_step(tmp_path, engine: dict, prelude: str = "", timeout: float = 120) -> str:
-    import os
-    import subprocess
-    import sys
-
     cfg = _config(tmp_path, engine=engine)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(config.REPO_ROOT), env.get("PYTHONPATH")) if p)
@@ -75,16 +79,12 @@ def _engine_step(tmp_path, engine: dict, prelude: str = "", timeout: float = 120
 
 
 def _closed_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]  # nothing listens there once the socket is closed
 
 
 def test_a_ray_address_nobody_answers_at_fails_within_the_deadline_naming_it(tmp_path):
-    import pytest
-
     pytest.importorskip("ray")
     address = f"127.0.0.1:{_closed_port()}"
     out = _engine_step(tmp_path, {"kind": "ray", "address": address, "connect_timeout_s": 2})
@@ -101,10 +101,6 @@ def test_engine_kind_ray_without_ray_names_the_extra_that_installs_it(tmp_path):
 
 
 def test_ray_session_checks_the_address_before_ray_init(monkeypatch):
-    import pytest
-
-    from mix_assets.lib import engine as eng
-
     ray = pytest.importorskip("ray")
     if ray.is_initialized():
         pytest.skip("a Ray instance is connected in this process: ray_session would use it")
@@ -116,8 +112,6 @@ def test_ray_session_checks_the_address_before_ray_init(monkeypatch):
 
 
 def test_the_resource_storage_root_is_checked_like_the_files_own(tmp_path):
-    import pytest
-
     cfg = _config(tmp_path, publish={"url": str(tmp_path / "pub")})
     with pytest.raises(config.MixConfigError, match=r"is inside storage.root .*from the resource's storage_root"):
         MixResource(config_path=str(cfg), storage_root=str(tmp_path)).spec
