@@ -48,6 +48,11 @@ _NAME = r"^[a-z][a-z0-9_]{0,62}$"
 MAX_TARGET_TOKENS = 10**15  # a quadrillion tokens: beyond any pretraining mix
 MAX_SAMPLE_LEN = 1 << 21  # tokens per sample (2M context)
 MAX_SHARD_TOKENS = 1 << 30  # a shard is held in memory while it is written
+# engine.num_cpus is threads in one process or the CPUs of a Ray instance started on this machine: a
+# fixed bound (not os.cpu_count(), so a config means the same on the small host that loads it and the
+# big one that runs it) above any single host's hardware threads today (2 x 192-core EPYC = 768), which
+# catches a slip (20000) before it becomes 2 x num_cpus chunks in flight.
+MAX_NUM_CPUS = 1024
 
 
 def _known_encoding(v: Optional[str]) -> Optional[str]:
@@ -371,10 +376,14 @@ class EngineSpec(_Strict):
 
     kind: Literal["local", "ray"] = "local"  # local: this process (threads); ray: Ray tasks
     address: Optional[str] = None  # ray: None starts a local Ray instance; else a cluster, "ray://head:10001"
-    num_cpus: int = Field(2, ge=1)  # local: threads; ray, local instance: its CPUs (a cluster brings its own)
-    chunk_rows: int = Field(2048, ge=1)  # documents per map task (bounds a task's memory; not from num_cpus)
-    max_retries: int = Field(3, ge=0)  # ray: re-runs of a task lost to a worker or node failure
-    object_store_mb: int = Field(256, ge=64)  # ray, local instance: its object store (Ray's default is 30 % of RAM)
+    # local: threads; ray, local instance: its CPUs (a cluster brings its own). Strict: `true` is not 1.
+    num_cpus: int = Field(2, ge=1, le=MAX_NUM_CPUS, strict=True)
+    chunk_rows: int = Field(2048, ge=1, strict=True)  # documents per map task (bounds a task's memory; not from num_cpus)
+    max_retries: int = Field(3, ge=0, strict=True)  # ray: re-runs of a task lost to a worker or node failure
+    object_store_mb: int = Field(256, ge=64, strict=True)  # ray, local instance: its object store (Ray's default is 30 % of RAM)
+    # ray with an address: how long it may take to answer a TCP connect before the step fails naming it
+    # (ray.init on an address nobody answers at retries forever; lib/engine.check_reachable)
+    connect_timeout_s: float = Field(30.0, gt=0, le=3600, strict=True)
 
 
 def path_names_test_split(path: str) -> Optional[str]:
@@ -587,6 +596,9 @@ class MixSpec(_Strict):
         tasks = [t.name for t in self.audit.tasks]
         if len(set(tasks)) != len(tasks):
             raise ValueError("eval task names must be unique")
+        why = location_problem(self)
+        if why:
+            raise ValueError(why)
         return self
 
     # -- derived values -------------------------------------------------------------------
@@ -595,10 +607,19 @@ class MixSpec(_Strict):
         return Path(self.config_path).parent if self.config_path else REPO_ROOT / "configs"
 
     def resolve(self, p: str) -> str:
-        """A config path as an absolute local path, or the URL unchanged."""
+        """A config path as an absolute local path (`~` expanded), or the URL unchanged."""
         if "://" in p:
             return p
-        return str((self.base_dir / p).resolve())
+        return str((self.base_dir / os.path.expanduser(p)).resolve())
+
+    def with_storage_root(self, root: str, origin: str) -> "MixSpec":
+        """This spec with `storage.root` replaced (MIX_STORAGE_ROOT, a resource's override), checked
+        like the file's own (`origin` names where the root came from)."""
+        spec = self.model_copy(update={"storage": self.storage.model_copy(update={"root": root})})
+        why = location_problem(spec)
+        if why:
+            raise MixConfigError(f"{self.config_path}: {why} (storage.root from {origin})")
+        return spec
 
     def source(self, name: str) -> SourceSpec:
         return next(s for s in self.sources if s.name == name)
@@ -652,6 +673,59 @@ class MixSpec(_Strict):
 
     def fingerprint(self) -> str:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:16]
+
+
+def _is_within(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _s3_within(url: str, root: str) -> bool:
+    (b1, _, k1), (b2, _, k2) = (u.removeprefix("s3://").partition("/") for u in (url, root))
+    k1, k2 = k1.strip("/"), k2.strip("/")
+    return b1 == b2 and (not k2 or k1 == k2 or k1.startswith(k2 + "/"))
+
+
+def location_problem(spec: "MixSpec") -> Optional[str]:
+    """Why `storage.root` or `publish.url` cannot hold a mix (None when both can).
+
+    Refused: `/`, the home directory or a parent of it, the project checkout (REPO_ROOT) or a parent
+    of it (a rebuild deletes and rewrites folders under its storage root), and a publish url inside
+    the storage root (a rebuild would rewrite published revisions). Local paths after `~` expansion
+    and symlinks; s3:// URLs are compared by bucket and prefix.
+    """
+    try:
+        home = Path.home().resolve()
+    except RuntimeError:  # no HOME and no passwd entry: nothing to compare with
+        home = None
+    fields = (("storage.root", spec.storage.root), ("publish.url", spec.publish.url))
+    local = {}
+    for field, value in fields:
+        if "://" in value:
+            continue
+        path = Path(spec.resolve(value))
+        local[field] = path
+        shown = f"{field} {value!r}" + ("" if str(path) == value else f" (= {path})")
+        own = f"give a folder of its own, e.g. ../build/{'storage' if field == 'storage.root' else 'published'}"
+        if path == Path(path.anchor):
+            return f"{shown} is the filesystem root; {own}"
+        if home is not None and _is_within(home, path):
+            what = "the home directory" if path == home else f"a parent of the home directory {home}"
+            return f"{shown} is {what}; {own}"
+        if _is_within(REPO_ROOT, path):
+            what = "the project checkout" if path == REPO_ROOT else f"a parent of the project checkout {REPO_ROOT}"
+            return f"{shown} is {what}; {own}"
+    pub, root = spec.publish.url, spec.storage.root
+    if len(local) == 2:
+        inside = _is_within(local["publish.url"], local["storage.root"])
+    else:
+        inside = (pub.startswith("s3://") and root.startswith("s3://") and _s3_within(pub, root)
+                  and spec.publish.s3_endpoint_url == spec.storage.s3_endpoint_url)
+    if inside:
+        shown = {f: f" (= {local[f]})" if f in local and str(local[f]) != v else "" for f, v in fields}
+        return (f"publish.url {pub!r}{shown['publish.url']} is inside storage.root {root!r}{shown['storage.root']}: "
+                "a rebuild rewrites what is under the storage root, a published revision must never change; "
+                "publish beside it, e.g. ../build/published")
+    return None
 
 
 def _describe(err: dict) -> str:
@@ -718,5 +792,5 @@ def load_spec(path: str | os.PathLike | None = None) -> MixSpec:
     spec = parse_spec(data, str(p))
     root = os.environ.get("MIX_STORAGE_ROOT")
     if root:
-        spec = spec.model_copy(update={"storage": spec.storage.model_copy(update={"root": root})})
+        spec = spec.with_storage_root(root, "MIX_STORAGE_ROOT")
     return spec

@@ -12,7 +12,7 @@ import dagster as dg
 import ray
 from dagster_ray import LocalRay
 
-from mix_assets.lib.engine import Engine, ray_address, ray_init_options
+from mix_assets.lib.engine import Engine, check_reachable, ray_address, ray_init_options
 
 
 class RayAt(LocalRay):
@@ -41,6 +41,7 @@ def connected(engine: Engine, context: dg.InitResourceContext):
         context.log.info("engine: using the Ray instance already connected in this process")
         yield
         return
+    check_reachable(engine)  # ray.init on an address nobody answers at blocks for good
     with ray_resource(engine).yield_for_execution(context) as res:
         context.log.info(f"engine: {res.name}, {ray.cluster_resources().get('CPU', 0):.0f} CPU(s)")
         yield

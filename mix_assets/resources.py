@@ -13,7 +13,7 @@ from typing import Optional
 import dagster as dg
 
 from mix_assets.config import MixSpec, load_spec
-from mix_assets.lib.engine import Engine
+from mix_assets.lib.engine import Engine, RayNotInstalled, ray_missing_message
 from mix_assets.lib.storage import Storage
 
 
@@ -44,7 +44,7 @@ def _parsed(path: str, version: object, storage_root: Optional[str], env_root: O
     """The spec at `path` (`version` and `env_root` only key the cache: a changed file or root re-parses)."""
     spec = load_spec(Path(path))
     if storage_root:
-        spec = spec.model_copy(update={"storage": spec.storage.model_copy(update={"root": storage_root})})
+        spec = spec.with_storage_root(storage_root, "the resource's storage_root")
     return spec
 
 
@@ -72,6 +72,7 @@ class EngineResource(dg.ConfigurableResource):
     chunk_rows: int = 2048
     max_retries: int = 3
     object_store_mb: int = 256
+    connect_timeout_s: float = 30.0
 
     @classmethod
     def from_spec(cls, spec: MixSpec) -> "EngineResource":
@@ -87,14 +88,18 @@ class EngineResource(dg.ConfigurableResource):
     @property
     def engine(self) -> Engine:
         return Engine(kind=self.kind, address=self.address, num_cpus=self.num_cpus, chunk_rows=self.chunk_rows,
-                      max_retries=self.max_retries, object_store_mb=self.object_store_mb)
+                      max_retries=self.max_retries, object_store_mb=self.object_store_mb,
+                      connect_timeout_s=self.connect_timeout_s)
 
     @contextlib.contextmanager
     def yield_for_execution(self, context: dg.InitResourceContext):
         if self.kind != "ray":
             yield self
             return
-        from mix_assets import ray_engine  # imports ray and dagster-ray: only for kind "ray"
+        try:
+            from mix_assets import ray_engine  # imports ray and dagster-ray: only for kind "ray"
+        except ImportError as e:
+            raise RayNotInstalled(ray_missing_message(e)) from e
 
         with ray_engine.connected(self.engine, context):
             yield self

@@ -207,3 +207,57 @@ def test_keep_share_scales_the_raw_sample_and_its_minimum_per_source(tmp_path):
     assert "keep_share" not in spec1.canonical_json() and spec1.raw_budget("a") == plain.raw_budget("a")
     for bad in (0, 1.5):
         assert "keep_share" in _error(tmp_path, {**cfg, "filters": {"gopher_quality": {}, "keep_share": bad}})
+
+
+def test_engine_ints_are_strict_and_num_cpus_bounded(tmp_path):
+    msg = _error(tmp_path, {**_one_source(), "engine": {"num_cpus": True}})
+    assert "engine.num_cpus: Input should be a valid integer (got True)" in msg
+    msg = _error(tmp_path, {**_one_source(), "engine": {"chunk_rows": True, "max_retries": False}})
+    assert "engine.chunk_rows: Input should be a valid integer (got True)" in msg and "engine.max_retries" in msg
+    msg = _error(tmp_path, {**_one_source(), "engine": {"num_cpus": 20000}})
+    assert "engine.num_cpus: Input should be less than or equal to 1024 (got 20000)" in msg
+    msg = _error(tmp_path, {**_one_source(), "engine": {"kind": "ray", "connect_timeout_s": True}})
+    assert "engine.connect_timeout_s: Input should be a valid number (got True)" in msg
+    spec = load_spec(write_config(tmp_path, {**_one_source(), "engine": {"num_cpus": 1024, "connect_timeout_s": 2}}))
+    assert (spec.engine.num_cpus, spec.engine.connect_timeout_s) == (1024, 2.0)
+    assert load_spec(write_config(tmp_path, _one_source())).engine.connect_timeout_s == 30.0
+
+
+def test_storage_root_and_publish_url_that_would_hold_other_things_are_refused_at_load(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    (home / "mixes").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    cases = [
+        ({"storage": {"root": "/"}}, "storage.root '/' is the filesystem root"),
+        ({"storage": {"root": "~"}}, f"storage.root '~' (= {home}) is the home directory"),
+        ({"storage": {"root": str(home.parent)}}, f"is a parent of the home directory {home}"),
+        ({"storage": {"root": str(REPO_ROOT)}}, f"storage.root '{REPO_ROOT}' is the project checkout"),
+        ({"storage": {"root": str(REPO_ROOT.parent)}}, f"is a parent of the project checkout {REPO_ROOT}"),
+        ({"publish": {"url": "/"}}, "publish.url '/' is the filesystem root"),
+        ({"publish": {"url": "~/"}}, f"publish.url '~/' (= {home}) is the home directory"),
+        ({"storage": {"root": "st"}, "publish": {"url": "st/published"}},
+         f"publish.url 'st/published' (= {tmp_path / 'st' / 'published'}) is inside storage.root 'st' "
+         f"(= {tmp_path / 'st'})"),
+        ({"storage": {"root": "~/mixes/st"}, "publish": {"url": "~/mixes/st"}}, "is inside storage.root '~/mixes/st'"),
+        ({"storage": {"root": "s3://b/mix"}, "publish": {"url": "s3://b/mix/published"}},
+         "publish.url 's3://b/mix/published' is inside storage.root 's3://b/mix'"),
+    ]
+    for over, want in cases:
+        msg = _error(tmp_path, {**_one_source(), **over})
+        assert want in msg, (over, msg)
+    # `~` is expanded: a folder under the home directory is fine, and so are siblings
+    spec = load_spec(write_config(tmp_path, {**_one_source(), "storage": {"root": "~/mixes/st"},
+                                             "publish": {"url": "~/mixes/published"}}))
+    assert spec.resolve(spec.storage.root) == str(home / "mixes" / "st")
+    for root, url in (("s3://b/mix", "s3://b/mix-published"), ("s3://b/mix", str(tmp_path / "pub"))):
+        load_spec(write_config(tmp_path, {**_one_source(), "storage": {"root": root}, "publish": {"url": url}}))
+
+
+def test_a_storage_root_override_is_checked_like_the_files_own(tmp_path, monkeypatch):
+    cfg = write_config(tmp_path, {**_one_source(), "publish": {"url": str(tmp_path / "out" / "published")}})
+    monkeypatch.setenv("MIX_STORAGE_ROOT", str(tmp_path / "out"))
+    with pytest.raises(MixConfigError, match=r"is inside storage.root .* \(storage.root from MIX_STORAGE_ROOT\)"):
+        load_spec(cfg)
+    monkeypatch.setenv("MIX_STORAGE_ROOT", "/")
+    with pytest.raises(MixConfigError, match="storage.root '/' is the filesystem root"):
+        load_spec(cfg)

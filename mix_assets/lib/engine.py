@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, TypeVar
+from urllib.parse import urlsplit
 
 import pyarrow.parquet as pq
 
@@ -47,6 +50,7 @@ class Engine:
     chunk_rows: int = 2048  # rows per map chunk (bounds a task's memory; never from num_cpus)
     max_retries: int = 3  # ray: re-runs of a task lost to a worker/node failure
     object_store_mb: int = 256  # ray with address None: object store size of the local instance
+    connect_timeout_s: float = 30.0  # ray with an address: how long the address may take to answer
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -88,7 +92,7 @@ def _thread_map(fn, chunks, engine: Engine) -> Iterator:
 
 
 def _ray_map(fn, chunks, engine: Engine) -> Iterator:
-    import ray
+    ray = import_ray()
 
     if not ray.is_initialized():
         raise RuntimeError("engine.kind is 'ray' but Ray is not connected: run the step with the engine "
@@ -124,6 +128,87 @@ def ray_init_options(engine: Engine) -> dict:
     return opts
 
 
+# The pip extra that installs ray and dagster-ray (pyproject.toml's optional-dependencies).
+RAY_EXTRA = "ray"
+RAY_INSTALL = f"pip install -e '.[{RAY_EXTRA}]'"
+# Ports a bare host means: Ray's GCS (`ray start --head`) and the Ray Client server.
+GCS_PORT, CLIENT_PORT = 6379, 10001
+
+
+class RayNotInstalled(ImportError):
+    """engine.kind ray without ray (or dagster-ray) importable."""
+
+
+def import_ray():
+    """The `ray` module, or RayNotInstalled naming the extra that installs it."""
+    try:
+        import ray
+    except ImportError as e:
+        raise RayNotInstalled(ray_missing_message(e)) from e
+    return ray
+
+
+def ray_missing_message(e: ImportError) -> str:
+    name = getattr(e, "name", None) or "ray"
+    return (f"engine.kind is 'ray' but {name!r} cannot be imported ({e}); the [{RAY_EXTRA}] extra installs "
+            f"ray and dagster-ray: {RAY_INSTALL} (or set engine.kind: local)")
+
+
+def ray_endpoint(address: Optional[str]) -> Optional[tuple[str, int, str]]:
+    """(host, port, what answers there) that `ray.init(address=...)` connects to first; None for a new
+    local instance, "auto" without RAY_ADDRESS and other schemes (left to ray). ValueError when the
+    address has no host or a port that is not a number."""
+    if address == "auto":  # a running cluster named by RAY_ADDRESS (else ray's own lookup)
+        address = os.environ.get("RAY_ADDRESS") or None
+    if address is None or address == "local":
+        return None
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "", address
+    if scheme not in ("", "ray"):
+        return None
+    try:
+        parts = urlsplit("//" + rest)
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a port that is not a number: ray would refuse it, say so here
+        raise ValueError(f"engine.address {address!r}: expected host:port or ray://host:port") from None
+    if not host:
+        raise ValueError(f"engine.address {address!r}: no host (expected host:port or ray://host:port)")
+    if scheme == "ray":
+        return host, port or CLIENT_PORT, "the Ray Client server"
+    return host, port or GCS_PORT, "the Ray GCS"
+
+
+def check_reachable(engine: Engine, sleep: Callable[[float], None] = time.sleep) -> None:
+    """Fail within `engine.connect_timeout_s` unless the address answers a TCP connect.
+
+    `ray.init` on an address nobody listens at retries forever (logging "Failed to connect to GCS"
+    every 30 s) and cannot be interrupted, so this runs first. Retried until the deadline (a
+    cluster still starting); only a TCP check: a port open to something that is not Ray still
+    reaches ray.init.
+    """
+    target = ray_endpoint(engine.address)
+    if target is None:
+        return
+    host, port, what = target
+    deadline = time.monotonic() + engine.connect_timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host, port), timeout=max(0.05, min(left, 5.0))):
+                return
+        except OSError as e:
+            err = e
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        sleep(min(0.5, left))
+    raise ConnectionError(
+        f"engine.address {engine.address!r}: nothing answered at {host}:{port} ({what}) within "
+        f"engine.connect_timeout_s = {engine.connect_timeout_s:g} s (last error: {err.strerror or err}); "
+        "check the address and that the cluster is up")
+
+
 def ray_address(engine: Engine) -> str:
     """`ray.init` address: "local" always starts a new instance (never RAY_ADDRESS or a running one)."""
     return engine.address or "local"
@@ -138,11 +223,11 @@ def ray_session(engine: Engine):
     if engine.kind != "ray":
         yield
         return
-    import ray
-
+    ray = import_ray()
     if ray.is_initialized():
         yield
         return
+    check_reachable(engine)
     ray.init(address=ray_address(engine), **ray_init_options(engine))
     try:
         yield

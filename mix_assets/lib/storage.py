@@ -33,6 +33,31 @@ from mix_assets.lib.transport import (  # noqa: F401 -- re-exported: the names c
 _MISSING = " (was the upstream asset materialised?)"
 
 
+class StorageLinkError(OSError):
+    """A write or delete under a local storage root that a symlink (or `..`) would take out of it."""
+
+
+def local_key_path(root: str | Path, key: str) -> Path:
+    """`root/key` for writing or deleting: refused when a symlink on the way (or a `..`) leads out of
+    the root, naming the link and its target. Without this a stage writes through such a link into
+    another folder, and deleting old shards through it silently does nothing."""
+    base = Path(root).resolve()
+    full = Path(root) / key
+    real = full.resolve()
+    if real == base or base in real.parents:
+        return full
+    at = Path(root)
+    for part in Path(key).parts:
+        at = at / part
+        if at.is_symlink():
+            target = at.resolve()
+            if target != base and base not in target.parents:
+                raise StorageLinkError(f"{at} is a symlink to {target}, outside the storage root {base}; stages "
+                                       "write and delete only inside their storage root: replace the link with a "
+                                       "folder (or make its target the storage root)")
+    raise StorageLinkError(f"{full}: key {key!r} resolves to {real}, outside the storage root {base}")
+
+
 @dataclass
 class Storage:
     """A root (local path or s3:// URL) with atomic writes, in-place reads and local paths on demand."""
@@ -66,9 +91,15 @@ class Storage:
         return f"{self.root.rstrip('/')}/{key}"
 
     # -- writing ----------------------------------------------------------------------------
+    def _confine(self, key: str) -> None:
+        """Refuse a write or delete of `key` that a symlink would take out of a local root."""
+        if not self.is_s3:
+            local_key_path(self.root, key)
+
     @contextlib.contextmanager
     def writing(self, key: str) -> Iterator[str]:
         """Yield a local temporary path; on clean exit it becomes `key` atomically."""
+        self._confine(key)
         with self.location.writing(key) as tmp:
             yield tmp
 
@@ -126,8 +157,10 @@ class Storage:
 
     def delete(self, key: str) -> None:
         """Remove one key; an absent key is not an error."""
+        self._confine(key)
         self.location.delete(key)
 
     def delete_prefix(self, prefix: str) -> None:
         """Remove the folder `prefix` and everything under it."""
+        self._confine(prefix)
         self.location.delete_prefix(prefix)

@@ -66,6 +66,38 @@ def test_row_ranges_cover_the_file_whatever_the_row_groups(tmp_path):
         assert max(len(p) for p in got) == min(rows, 1000)
 
 
+def test_the_address_ray_init_would_connect_to_first(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert [eng.ray_endpoint(a) for a in (None, "local", "auto")] == [None, None, None]
+    assert eng.ray_endpoint("10.0.0.5:26379") == ("10.0.0.5", 26379, "the Ray GCS")
+    assert eng.ray_endpoint("head") == ("head", eng.GCS_PORT, "the Ray GCS")
+    assert eng.ray_endpoint("ray://head.ns.svc:10002") == ("head.ns.svc", 10002, "the Ray Client server")
+    assert eng.ray_endpoint("ray://head") == ("head", eng.CLIENT_PORT, "the Ray Client server")
+    assert eng.ray_endpoint("[::1]:6379") == ("::1", 6379, "the Ray GCS")
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:7000")
+    assert eng.ray_endpoint("auto") == ("127.0.0.1", 7000, "the Ray GCS")
+    for bad in ("head:port", ":6379", "ray://"):
+        with pytest.raises(ValueError, match=f"engine.address {bad!r}"):
+            eng.ray_endpoint(bad)
+
+
+def test_check_reachable_waits_for_the_deadline_then_names_the_address():
+    import socket
+
+    with socket.socket() as listener:  # something answering: no wait
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        eng.check_reachable(eng.Engine(kind="ray", address=f"127.0.0.1:{port}", connect_timeout_s=1))
+    slept = []  # port closed now: retried until the deadline, then one error naming address and deadline
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionError, match=rf"'127.0.0.1:{port}'.*connect_timeout_s = 1.5 s"):
+        eng.check_reachable(eng.Engine(kind="ray", address=f"127.0.0.1:{port}", connect_timeout_s=1.5),
+                            sleep=lambda s: slept.append(s) or time.sleep(s))
+    assert 1.5 <= time.monotonic() - t0 < 5 and len(slept) >= 2
+    eng.check_reachable(eng.Engine(kind="ray"))  # a new local instance: nothing to reach
+
+
 @lru_cache(maxsize=None)
 def _corpus():
     model = gc.MarkovModel.from_files(sorted((FIXTURE / "sources").glob("*/*.txt")), order=1)

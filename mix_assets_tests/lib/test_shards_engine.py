@@ -103,6 +103,21 @@ def test_a_task_refuses_a_tokenizer_that_changed(upstream, tmp_path):
         shards.tokenizer_at(loc)
 
 
+def test_shards_are_not_written_or_deleted_through_a_symlink_out_of_the_storage_root(tmp_path, tmp_path_factory):
+    from mix_assets.lib.storage import StorageLinkError
+
+    spec = tiny_spec(tmp_path)
+    st = write_upstream(tmp_path, {"a": 200, "b": 200})
+    build_validation_split(st, ["a", "b"], spec.seed, spec.split.val_fraction)
+    build_tokenizer(st, spec)
+    elsewhere = tmp_path_factory.mktemp("old_train")
+    (elsewhere / "train-00000.bin").write_bytes(b"an older build's shard, or someone else's file")
+    (tmp_path / "mix" / "train").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(StorageLinkError, match=rf"mix/train is a symlink to {elsewhere}, outside the storage root"):
+        shards.build_token_shards(st, spec, eng=BASE)
+    assert [p.read_bytes()[:8] for p in elsewhere.iterdir()] == [b"an older"]  # before: deletion skipped, rewritten
+
+
 def test_a_null_text_is_named_by_file_and_document(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -55,3 +55,35 @@ def test_split_s3_url():
     assert split_s3_url("s3://bucket") == ("bucket", "")
     with pytest.raises(ValueError, match="needs a bucket"):
         split_s3_url("s3:///x")
+
+
+def test_a_symlink_out_of_a_local_root_is_refused_for_writes_and_deletes(tmp_path):
+    from mix_assets.lib.storage import StorageLinkError
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "mix").mkdir(parents=True)
+    (outside / "train").mkdir(parents=True)
+    (outside / "train" / "old.bin").write_bytes(b"old")
+    link = root / "mix" / "train"
+    link.symlink_to(outside / "train", target_is_directory=True)
+    st = Storage(str(root))
+    named = rf"{link} is a symlink to {outside / 'train'}, outside the storage root {root}"
+    with pytest.raises(StorageLinkError, match=named):  # before: rmtree refused the link, ignored, nothing said
+        st.delete_prefix("mix/train/")
+    for write in (lambda: st.write_bytes("mix/train/train-00000.bin", b"new"),  # before: written to outside/
+                  lambda: st.delete("mix/train/old.bin")):
+        with pytest.raises(StorageLinkError, match=named):
+            write()
+    assert sorted(p.name for p in (outside / "train").iterdir()) == ["old.bin"]
+    with pytest.raises(StorageLinkError, match=r"key '../outside/x' resolves to .*outside the storage root"):
+        st.write_bytes("../outside/x", b"")
+    assert st.read_bytes("mix/train/old.bin") == b"old"  # reads may go through a link (bench/shards_audit.py)
+    # links that stay inside the root, and a root that is itself a link, are fine
+    (root / "mix" / "val").mkdir()
+    (root / "mix" / "v").symlink_to(root / "mix" / "val", target_is_directory=True)
+    st.write_bytes("mix/v/a.bin", b"a")
+    (tmp_path / "alias").symlink_to(root, target_is_directory=True)
+    via = Storage(str(tmp_path / "alias"))
+    via.write_bytes("mix/review/x.json", b"{}")
+    via.delete_prefix("mix/review/")
+    assert not (root / "mix" / "review").exists() and (root / "mix" / "val" / "a.bin").read_bytes() == b"a"

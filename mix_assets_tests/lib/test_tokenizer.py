@@ -73,6 +73,22 @@ def test_file_kind_and_bad_file(tmp_path):
         build_tokenizer(st, tiny_spec(tmp_path, tokenizer={"kind": "file", "path": str(bad)}))
 
 
+def test_the_tokenizer_is_not_written_through_a_symlink_out_of_the_storage_root(tmp_path, tmp_path_factory):
+    from mix_assets.lib.storage import StorageLinkError
+
+    src = _trained(tmp_path)
+    spec = tiny_spec(tmp_path, tokenizer={"kind": "file", "path": str(src)})
+    st = write_upstream(tmp_path, {"a": 30, "b": 30})
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    (elsewhere / "keep.txt").write_text("not the mix's")
+    link = tmp_path / layout.TOKENIZER_FILE.rsplit("/", 1)[0]
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(StorageLinkError, match=rf"{link} is a symlink to {elsewhere}, outside the storage root"):
+        build_tokenizer(st, spec)
+    assert [p.name for p in elsewhere.iterdir()] == ["keep.txt"]  # before: tokenizer.json written in there
+
+
 _TRAIN = """
 import sys
 from pathlib import Path
