@@ -8,7 +8,16 @@ from typing import BinaryIO
 import dagster as dg
 
 from mix_assets import metadata as md
-from mix_assets.assets.common import code_version, gate, raw_key, raw_name, recorded, verified_inputs, with_lineage
+from mix_assets.assets.common import (
+    code_version,
+    gate,
+    raw_key,
+    raw_name,
+    recorded,
+    run_lock,
+    verified_inputs,
+    with_lineage,
+)
 from mix_assets.config import MixSpec
 from mix_assets.lib import layout, manifest_builder, modifiers, published_audit
 from mix_assets.lib.manifest import check_manifest
@@ -56,11 +65,12 @@ def build_manifest_assets(spec: MixSpec) -> list:
         """manifest.json: token counts, shards, tokenizer identity, packing, review files, fingerprint."""
         s = mix.spec
         scrubbed = [raw_name(x) for x in modifiers.scrub_sources(s)]
-        inputs = verified_inputs(mix.storage, "manifest", MANIFEST_INPUTS + scrubbed)
-        m = write_manifest(mix.storage, name=s.name, seed=s.seed, spec_dump=s.model_dump(mode="json"),
-                           scrub=modifiers.build_scrub_manifest(mix.storage, s) if scrubbed else None)
-        lin = recorded(mix.storage, "manifest", [layout.MANIFEST, *([layout.MIX_SCRUB_MANIFEST] if scrubbed else [])],
-                       inputs)
+        with run_lock(context, mix.storage, "manifest"):  # it writes mix/manifest.json and mix/review/
+            inputs = verified_inputs(mix.storage, "manifest", MANIFEST_INPUTS + scrubbed)
+            m = write_manifest(mix.storage, name=s.name, seed=s.seed, spec_dump=s.model_dump(mode="json"),
+                               scrub=modifiers.build_scrub_manifest(mix.storage, s) if scrubbed else None)
+            lin = recorded(mix.storage, "manifest",
+                           [layout.MANIFEST, *([layout.MIX_SCRUB_MANIFEST] if scrubbed else [])], inputs)
         return with_lineage(md.manifest(mix.storage, layout.MANIFEST, m), lin)
 
     @dg.asset_check(asset=manifest, name=MANIFEST_SELF_CONSISTENT, blocking=True)
