@@ -60,8 +60,8 @@ from mix_assets.lib.transport import (  # noqa: F401 -- s3_client re-exported fo
     LocalLocation,
     Location,
     S3Location,
-    s3_client,
     refuse_mismatch,
+    s3_client,
     sha256_file,
 )
 

@@ -673,7 +673,14 @@ class S3Location(Location):
         except Exception as e:
             if s3_error_code(e) in {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"} or s3_missing(e):
                 return False
+            self._refuse_unconditional(e, key, "PutObject If-Match")
             raise
+
+    def _refuse_unconditional(self, err: BaseException, key: str, what: str) -> None:
+        # a server without conditional writes cannot hold a lease safely: say so rather than race
+        if s3_error_code(err) in {"NotImplemented", "501"}:
+            raise NotImplementedError(f"{self.uri(key)}: this S3 server does not implement {what}, which the run "
+                                      "lease needs (SeaweedFS 4.x and AWS S3 do)") from None
 
     def delete_if_match(self, key, version):
         try:
@@ -682,6 +689,7 @@ class S3Location(Location):
         except Exception as e:
             if s3_error_code(e) in {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"} or s3_missing(e):
                 return False
+            self._refuse_unconditional(e, key, "DeleteObject If-Match")
             raise
 
     def list(self, prefix):
