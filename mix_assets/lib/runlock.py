@@ -6,8 +6,9 @@ The lease is one small JSON object, `locks/run.lease` under the storage root:
 
 * acquire: create it if absent (local `link()`, S3 `PutObject If-None-Match: *`); when it exists and is
   live, wait up to `wait_seconds` (0: fail at once) polling, then raise LeaseHeld naming the holder;
-* a lease is stale when its heartbeat is older than its TTL, or its owner ran on this host and that pid
-  is gone: it is taken over by compare-and-swap on the version read (local: a flock-guarded compare and
+* a lease is stale when its heartbeat is older than its TTL, or older than half of it while its owner ran
+  on this host and that pid is gone (not at once: a container sharing the host name has its own pids,
+  and a live holder's heartbeat is never older than TTL/4): it is taken over by compare-and-swap on the version read (local: a flock-guarded compare and
   rename, S3: `PutObject If-Match: <ETag>`), so of two runs taking over the same stale lease one wins;
 * while held, a daemon thread rewrites the heartbeat every TTL/4 (again by compare-and-swap); if the
   lease was taken over meanwhile (this process stalled past the TTL) the holder learns it at release and
@@ -69,15 +70,17 @@ def _pid_gone(pid: object) -> bool:
 
 
 def is_stale(lease: dict, now: float | None = None, host: str | None = None) -> bool:
-    """True when the lease may be taken over: heartbeat older than its TTL, or its process gone on this host."""
+    """True when the lease may be taken over: heartbeat older than its TTL, or older than TTL/2 with its
+    process gone on this host."""
     now = time.time() if now is None else now
     try:
-        if now - float(lease["heartbeat_at"]) > float(lease["ttl_seconds"]):
-            return True
+        age, ttl = now - float(lease["heartbeat_at"]), float(lease["ttl_seconds"])
     except (KeyError, TypeError, ValueError):
         return True  # unreadable: nobody can heartbeat it
+    if age > ttl:
+        return True
     o = lease.get("owner", {})
-    return o.get("host") == (host or socket.gethostname()) and _pid_gone(o.get("pid"))
+    return age > ttl / 2 and o.get("host") == (host or socket.gethostname()) and _pid_gone(o.get("pid"))
 
 
 @dataclass

@@ -44,8 +44,8 @@ def test_local_put_file_refuses_bytes_that_are_not_the_expected_sha256(tmp_path)
 @pytest.mark.parametrize("multipart", [False, True])
 def test_s3_put_file_refuses_a_wrong_sha256_and_stores_nothing(tmp_path, seaweedfs, monkeypatch, multipart):
     if multipart:  # the multipart path: parts hashed as read, completed only when the whole matches
-        monkeypatch.setattr(transport, "SINGLE_PUT_MAX", 1 << 20)
-        monkeypatch.setattr(transport, "PART", 5 << 20)
+        monkeypatch.setattr(transport, "SINGLE_PUT_MAX", 1 << 20, raising=False)
+        monkeypatch.setattr(transport, "PART", 5 << 20, raising=False)
     client = seaweedfs.client("writer")
     loc = S3Location(seaweedfs.url("put-file"), client)
     src = tmp_path / "src.bin"
@@ -67,15 +67,19 @@ def test_s3_copy_from_refuses_a_source_rewritten_after_it_was_hashed(seaweedfs):
     client = seaweedfs.client("writer")
     src, dst = S3Location(seaweedfs.url("copy-src"), client), S3Location(seaweedfs.url("copy-dst"), client)
     src.put_bytes("mix/a.bin", b"run A's shard")
-    checked = src.digest_versioned("mix/a.bin")  # what the publish's check hashed
+    checked = _sha(b"run A's shard")  # what the manifest lists and the publish's check hashed
     src.put_bytes("mix/a.bin", b"run B's shard")  # the other run rewrites it
-    with pytest.raises(IntegrityError, match="changed after its bytes were checked"):
-        dst.copy_from(src, "mix/a.bin", "rev/a.bin", checked[1], checked[2])
+    # the copy hashes the source itself: bytes that are not the manifest's are refused
+    with pytest.raises(IntegrityError) as e:  # before: copied, with the manifest's sha256 stamped on B's bytes
+        dst.copy_from(src, "mix/a.bin", "rev/a.bin", checked)
+    assert checked in str(e.value) and _sha(b"run B's shard") in str(e.value)
     assert dst.stat("rev/a.bin") is None
-    # without a pinned version the copy hashes the source itself: the manifest's sha256 is refused
-    with pytest.raises(IntegrityError) as e:
-        dst.copy_from(src, "mix/a.bin", "rev/a.bin", checked[1])
-    assert checked[1] in str(e.value) and _sha(b"run B's shard") in str(e.value)
+    # a version pinned when the check hashed it (publish passes it on): a rewrite since is refused by the server
+    src.put_bytes("mix/a.bin", b"run A's shard")
+    pinned = src.digest_versioned("mix/a.bin")
+    src.put_bytes("mix/a.bin", b"run B's shard")
+    with pytest.raises(IntegrityError, match="changed after its bytes were checked"):
+        dst.copy_from(src, "mix/a.bin", "rev/a.bin", pinned[1], pinned[2])
     assert dst.stat("rev/a.bin") is None
     assert dst.copy_from(src, "mix/a.bin", "rev/a.bin", _sha(b"run B's shard"))
     assert dst.read_bytes("rev/a.bin") == b"run B's shard"
@@ -88,8 +92,8 @@ def _rewrite_after_check(monkeypatch, rewrite):
     """Run the real check_local_mix, then let "run B" rewrite the mix (what the issue's race does)."""
     real = pub.check_local_mix
 
-    def check_then_rewrite(manifest, source, versions=None):
-        problems = real(manifest, source, versions)
+    def check_then_rewrite(manifest, source, *versions):
+        problems = real(manifest, source, *versions)
         rewrite()
         return problems
 

@@ -106,14 +106,24 @@ def test_two_runs_taking_over_one_stale_lease_one_wins(loc):
     got[0].release()
 
 
-def test_a_lease_of_a_dead_process_on_this_host_is_taken_at_once(tmp_path):
+def test_a_lease_of_a_dead_process_on_this_host_is_taken_after_half_its_ttl(tmp_path):
     loc = LocalLocation(tmp_path / "root")
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(child.stdout)
     now = time.time()
-    body = {"owner": {"run_id": "crashed", "step": "token_shards", "host": socket.gethostname(), "pid": dead_pid},
-            "token": "t", "acquired_at": now, "heartbeat_at": now, "ttl_seconds": 600}
-    loc.put_bytes(runlock.LEASE_KEY, json.dumps(body).encode())
+
+    def lease(pid, age):
+        body = {"owner": {"run_id": f"pid-{pid}", "step": "token_shards", "host": socket.gethostname(), "pid": pid},
+                "token": "t", "acquired_at": now - age, "heartbeat_at": now - age, "ttl_seconds": 600}
+        loc.put_bytes(runlock.LEASE_KEY, json.dumps(body).encode())
+
+    lease(dead_pid, age=5)  # a fresh heartbeat: maybe a live holder in another pid namespace, left alone
+    with pytest.raises(runlock.LeaseHeld, match=f"pid-{dead_pid}"):
+        runlock.acquire(loc, runlock.owner("next", "token_shards"), ttl=30)
+    lease(runlock.owner("x", "y")["pid"], age=400)  # older than TTL/2, but its process (this one) is alive
+    with pytest.raises(runlock.LeaseHeld):
+        runlock.acquire(loc, runlock.owner("next", "token_shards"), ttl=30)
+    lease(dead_pid, age=400)  # older than TTL/2 and its process is gone: no need to wait for the TTL
     b = runlock.acquire(loc, runlock.owner("next", "token_shards"), ttl=30)
     assert _body(loc)["owner"]["run_id"] == "next"
     b.release()
