@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
+import os
 import warnings
+from collections.abc import Iterator
 
 import dagster as dg
 
 from mix_assets import metadata as md
-from mix_assets.lib import lineage
+from mix_assets.lib import lineage, runlock
 from mix_assets.lib.tables import read_parquet, write_parquet  # noqa: F401  (the stages' Parquet I/O)
 from mix_assets.lib.storage import Storage
 
@@ -103,3 +106,43 @@ def gate(context, key: dg.AssetKey, result: dg.AssetCheckResult) -> dg.AssetChec
     names = held_back(context, key)
     note = f"Held back (not run): {', '.join(names)}." if names else "Nothing downstream in this job was held back."
     return result._replace(description=f"{result.description.rstrip('.')}. {note}" if result.description else note)
+
+
+LOCK_WAIT_ENV = "MIX_LOCK_WAIT_SECONDS"  # how long a step waits for another run's lease (default 0: fail at once)
+LOCK_TTL_ENV = "MIX_LOCK_TTL_SECONDS"  # a lease whose heartbeat is older than this is taken over
+
+
+def _env_seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise dg.Failure(description=f"{name}={raw!r}: not a number of seconds", allow_retries=False) from None
+    if value < 0 or (name == LOCK_TTL_ENV and value == 0):
+        raise dg.Failure(description=f"{name}={raw!r}: must be {'> 0' if name == LOCK_TTL_ENV else '>= 0'}",
+                         allow_retries=False)
+    return value
+
+
+@contextlib.contextmanager
+def run_lock(context, storage: Storage, step: str) -> Iterator[runlock.Lease]:
+    """Hold the storage root's run lease (lib/runlock.py) for this step; a dg.Failure naming the holder
+    when another run has it.
+
+    Which steps take it: the ones that write `mix/` (tokenizer, token_shards, manifest) and the ones that
+    publish from it or move `latest` (published_revision and its gate). A lease per step, not per run:
+    Dagster has no hook at a run's end in every executor (the multiprocess executor starts a process per
+    step), so a run-long lease could not be released when the run ends or fails, and the next run would
+    wait for its TTL. Between two steps of one run another run may therefore write `mix/`; what a later
+    step reads is still verified (its checks re-hash against the manifest and fail cleanly, and publishing
+    stores only bytes hashing to the manifest's sha256), so an interleaving fails a run, never publishes.
+    """
+    who = runlock.owner(context.run.run_id, step)
+    try:
+        with runlock.holding(storage.location, who, ttl=_env_seconds(LOCK_TTL_ENV, runlock.DEFAULT_TTL),
+                             wait_seconds=_env_seconds(LOCK_WAIT_ENV, 0.0), log=context.log.info) as lease:
+            yield lease
+    except (runlock.LeaseHeld, runlock.LeaseLost) as e:
+        raise dg.Failure(description=str(e), allow_retries=False) from None

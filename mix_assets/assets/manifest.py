@@ -8,12 +8,22 @@ from typing import BinaryIO
 import dagster as dg
 
 from mix_assets import metadata as md
-from mix_assets.assets.common import code_version, gate, raw_key, raw_name, recorded, verified_inputs, with_lineage
+from mix_assets.assets.common import (
+    code_version,
+    gate,
+    raw_key,
+    raw_name,
+    recorded,
+    run_lock,
+    verified_inputs,
+    with_lineage,
+)
 from mix_assets.config import MixSpec
 from mix_assets.lib import layout, manifest_builder, modifiers, published_audit
-from mix_assets.lib.manifest import check_manifest
+from mix_assets.lib.manifest import ManifestError, check_manifest
 from mix_assets.lib.manifest_builder import write_manifest
 from mix_assets.lib.storage import Storage
+from mix_assets.reader import ReaderError
 from mix_assets.resources import EngineResource, MixResource
 
 GROUP = "tokens"
@@ -56,11 +66,12 @@ def build_manifest_assets(spec: MixSpec) -> list:
         """manifest.json: token counts, shards, tokenizer identity, packing, review files, fingerprint."""
         s = mix.spec
         scrubbed = [raw_name(x) for x in modifiers.scrub_sources(s)]
-        inputs = verified_inputs(mix.storage, "manifest", MANIFEST_INPUTS + scrubbed)
-        m = write_manifest(mix.storage, name=s.name, seed=s.seed, spec_dump=s.model_dump(mode="json"),
-                           scrub=modifiers.build_scrub_manifest(mix.storage, s) if scrubbed else None)
-        lin = recorded(mix.storage, "manifest", [layout.MANIFEST, *([layout.MIX_SCRUB_MANIFEST] if scrubbed else [])],
-                       inputs)
+        with run_lock(context, mix.storage, "manifest"):  # it writes mix/manifest.json and mix/review/
+            inputs = verified_inputs(mix.storage, "manifest", MANIFEST_INPUTS + scrubbed)
+            m = write_manifest(mix.storage, name=s.name, seed=s.seed, spec_dump=s.model_dump(mode="json"),
+                               scrub=modifiers.build_scrub_manifest(mix.storage, s) if scrubbed else None)
+            lin = recorded(mix.storage, "manifest",
+                           [layout.MANIFEST, *([layout.MIX_SCRUB_MANIFEST] if scrubbed else [])], inputs)
         return with_lineage(md.manifest(mix.storage, layout.MANIFEST, m), lin)
 
     @dg.asset_check(asset=manifest, name=MANIFEST_SELF_CONSISTENT, blocking=True)
@@ -87,16 +98,33 @@ def build_manifest_assets(spec: MixSpec) -> list:
         st, s = mix.storage, mix.spec
         inputs = verified_inputs(st, SHARDS_AUDIT_CLEAN, ["manifest"])
         t0 = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="shards-audit-", dir=_cache_dir(st)) as cache:
-            report = published_audit.audit_published(st.uri(layout.MIX_DIR), s, cache, eng=engine.engine,
-                                                     log=context.log, label=SHARDS_AUDIT_CLEAN,
-                                                     s3_endpoint_url=st.s3_endpoint_url)
+        try:
+            with tempfile.TemporaryDirectory(prefix="shards-audit-", dir=_cache_dir(st)) as cache:
+                report = published_audit.audit_published(st.uri(layout.MIX_DIR), s, cache, eng=engine.engine,
+                                                         log=context.log, label=SHARDS_AUDIT_CLEAN,
+                                                         s3_endpoint_url=st.s3_endpoint_url)
+        except (ManifestError, ReaderError, FileNotFoundError) as e:  # mix/ is not what the manifest lists
+            report = unreadable_mix_report(json.loads(st.read_text(layout.MANIFEST)), e)
         secs = time.perf_counter() - t0
         st.write_text(layout.SHARDS_AUDIT, published_audit.dumps(report))
         recorded(st, SHARDS_AUDIT_RECORD, [layout.SHARDS_AUDIT], inputs)
+        if "unreadable" in report:
+            return gate(context, MANIFEST_KEY, dg.AssetCheckResult(
+                passed=False, description=report["unreadable"], metadata={"fingerprint": report["fingerprint"]}))
         return gate(context, MANIFEST_KEY, shards_audit_result(report, secs))
 
     return [manifest, manifest_self_consistent, shards_audit_clean]
+
+
+def unreadable_mix_report(manifest: dict, err: Exception) -> dict:
+    """The audit record of a mix/ the reader refuses (files missing or not what the manifest lists): a failed
+    audit of this fingerprint, so published_revision refuses it, with a description a reviewer can act on."""
+    problems = getattr(err, "problems", None) or [str(err)]
+    first = "; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "")
+    return {"fingerprint": manifest.get("fingerprint"), "passed": False, "overlap_total": None,
+            "unreadable": f"mix/ does not hold the files manifest.json lists, so its shards cannot be audited: "
+                          f"{first}. Was mix/ rewritten after this manifest (another run on the same storage "
+                          "root)? Re-materialise token_shards and manifest."}
 
 
 def _cache_dir(storage: Storage) -> str | None:

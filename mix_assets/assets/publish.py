@@ -6,6 +6,11 @@ Guards against publishing past a failed gate:
   * always: the manifest checker runs on the local mix and `publish()` re-hashes every local file
     against the manifest; either refuses on any mismatch.
 A re-publish of an existing revision re-hashes its objects and repairs what is missing or damaged.
+
+Every byte published is hashed as it is written and refused unless it is what the manifest lists, and
+`latest` moves only when the gate `published_readable_from_empty_cache` has read the revision back and
+found it whole. Both steps hold the storage root's run lease (`common.run_lock`), so no other run rewrites
+`mix/` while this one copies it or compares it with the revision.
 """
 
 
@@ -15,7 +20,7 @@ import os
 import dagster as dg
 
 from mix_assets import metadata as md
-from mix_assets.assets.common import code_version, gate, recorded, verified_inputs, with_lineage
+from mix_assets.assets.common import code_version, gate, recorded, run_lock, verified_inputs, with_lineage
 from mix_assets.assets.manifest import SHARDS_AUDIT_CLEAN, SHARDS_AUDIT_RECORD
 from mix_assets.config import MixSpec
 from mix_assets.lib import layout
@@ -83,13 +88,16 @@ def build_publish_assets(spec: MixSpec) -> list:
     )
     def published_revision(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
         """The mix as an immutable revision at the publish target (local dir, s3:// or the hub)."""
-        inputs = verified_inputs(mix.storage, "published_revision", ["manifest", SHARDS_AUDIT_RECORD])
-        manifest = pub.load_manifest(_mix_dir(mix.storage))
-        _require_clean_audit(mix.storage, manifest)
-        _check_manifest_contract(manifest, _mix_dir(mix.storage))
-        result = pub.publish(_mix_dir(mix.storage), write_target(mix.spec), log=context.log.info)
-        mix.storage.write_text(layout.PUBLISHED, json.dumps(result.to_json(), indent=2, sort_keys=True))
-        lin = recorded(mix.storage, "published_revision", [layout.PUBLISHED], {"manifest": inputs["manifest"]})
+        with run_lock(context, mix.storage, "published_revision"):  # mix/ must not change while it is copied
+            inputs = verified_inputs(mix.storage, "published_revision", ["manifest", SHARDS_AUDIT_RECORD])
+            manifest = pub.load_manifest(_mix_dir(mix.storage))
+            _require_clean_audit(mix.storage, manifest)
+            _check_manifest_contract(manifest, _mix_dir(mix.storage))
+            # `latest` stays where it is: the gate moves it once a stranger's read of the revision passes
+            result = pub.publish(_mix_dir(mix.storage), write_target(mix.spec), log=context.log.info,
+                                 point_latest=False)
+            mix.storage.write_text(layout.PUBLISHED, json.dumps(result.to_json(), indent=2, sort_keys=True))
+            lin = recorded(mix.storage, "published_revision", [layout.PUBLISHED], {"manifest": inputs["manifest"]})
         return with_lineage(md.published_revision(result), lin)
 
     @dg.asset_check(
@@ -97,17 +105,27 @@ def build_publish_assets(spec: MixSpec) -> list:
         name=PUBLISHED_READABLE,
         blocking=True,
         description="An empty cache with read-only access downloads the revision, every sha256 and the "
-                    "fingerprint match the manifest, and the reader's samples equal the local shards.",
+                    "fingerprint match the manifest, and the reader's samples equal the local shards; "
+                    "only then does the target's `latest` name it.",
     )
     def published_readable_from_empty_cache(context: dg.AssetCheckExecutionContext,
                                             mix: MixResource) -> dg.AssetCheckResult:
-        """A stranger's read of the revision: every file re-hashed, the reader's samples equal the local ones."""
-        verified_inputs(mix.storage, PUBLISHED_READABLE, ["published_revision"])
-        record = json.loads(mix.storage.read_text(layout.PUBLISHED))
-        v = pub.verify(read_only_target(mix.spec), record["revision"], _mix_dir(mix.storage), open_reader=open_mix)
+        """A stranger's read of the revision: every file re-hashed, the reader's samples equal the local ones;
+        then `latest` names it."""
+        with run_lock(context, mix.storage, PUBLISHED_READABLE):  # compares with mix/, moves `latest`
+            verified_inputs(mix.storage, PUBLISHED_READABLE, ["published_revision"])
+            record = json.loads(mix.storage.read_text(layout.PUBLISHED))
+            v = pub.verify(read_only_target(mix.spec), record["revision"], _mix_dir(mix.storage),
+                           open_reader=open_mix)
+            latest = {}
+            if v.passed:
+                write_target(mix.spec).point_latest(record["revision"], record["fingerprint"])
+                latest = {"latest": dg.MetadataValue.text(record["revision"])}
+            else:
+                context.log.warning(f"{record['location']} did not verify: `latest` left where it was")
         return gate(context, PUBLISHED_REVISION_KEY, dg.AssetCheckResult(
-            passed=v.passed, metadata=md.published_readable(v),
-            description=v.summary(),
+            passed=v.passed, metadata={**md.published_readable(v), **latest},
+            description=v.summary() if v.passed else f"{v.summary()}; `latest` not moved to it",
         ))
 
     return [published_revision, published_readable_from_empty_cache]

@@ -7,7 +7,7 @@ import time
 import dagster as dg
 
 from mix_assets import metadata as md
-from mix_assets.assets.common import code_version, gate, raw_name, recorded, verified_inputs, with_lineage
+from mix_assets.assets.common import code_version, gate, raw_name, recorded, run_lock, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.lib import engine as engine_lib
 from mix_assets.lib import layout
@@ -47,9 +47,10 @@ def build_tokens_assets(spec: MixSpec) -> list:
     )
     def tokenizer(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
         """The mix tokenizer (hub at a pinned revision, a local file, or BPE trained on kept train text)."""
-        inputs = verified_inputs(mix.storage, "tokenizer", _tokenizer_inputs(mix.spec))
-        ident = build_tokenizer(mix.storage, mix.spec)
-        lin = recorded(mix.storage, "tokenizer", [layout.TOKENIZER_FILE, layout.TOKENIZER_IDENTITY], inputs)
+        with run_lock(context, mix.storage, "tokenizer"):  # it writes mix/tokenizer/
+            inputs = verified_inputs(mix.storage, "tokenizer", _tokenizer_inputs(mix.spec))
+            ident = build_tokenizer(mix.storage, mix.spec)
+            lin = recorded(mix.storage, "tokenizer", [layout.TOKENIZER_FILE, layout.TOKENIZER_IDENTITY], inputs)
         return with_lineage(md.tokenizer(mix.storage, layout.TOKENIZER_FILE, ident), lin)
 
     @dg.asset_check(asset=tokenizer, name=SEPARATOR_IN_VOCAB, blocking=True)
@@ -84,18 +85,19 @@ def build_tokens_assets(spec: MixSpec) -> list:
                      engine: EngineResource) -> dg.MaterializeResult:
         """Train and val shards of fixed-length samples (raw little-endian token ids), budgets filled;
         ~30 of them read back and decoded as the trainer reads them (`rendered_samples`)."""
-        s = mix.spec
-        inputs = verified_inputs(mix.storage, "token_shards",
-                                 ["tokenizer", "validation_split", *(raw_name(x.name) for x in s.sources)])
-        t0 = time.perf_counter()
-        # tokenising runs as map tasks on the engine (in process or Ray); budget fill and packing here
-        res = build_token_shards(mix.storage, s, scratch_dir=_scratch(s), eng=engine.engine, log=context.log)
-        elapsed = time.perf_counter() - t0
-        files = {layout.SHARD_STATS: mix.storage.sha256(layout.SHARD_STATS), **shards_lib.shard_files(_stats(mix))}
-        # the draw is seeded by the spec seed and this build (shard_stats.json holds every shard's sha256)
-        shown = samples_lib.rendered_samples(mix.storage, s, files[layout.SHARD_STATS])
-        lin = recorded(mix.storage, "token_shards", {**files, layout.RENDERED_SAMPLES: mix.storage.sha256(
-            layout.RENDERED_SAMPLES)}, inputs)
+        with run_lock(context, mix.storage, "token_shards"):  # it rewrites mix/train, mix/val, mix/doc_index
+            s = mix.spec
+            inputs = verified_inputs(mix.storage, "token_shards",
+                                     ["tokenizer", "validation_split", *(raw_name(x.name) for x in s.sources)])
+            t0 = time.perf_counter()
+            # tokenising runs as map tasks on the engine (in process or Ray); budget fill and packing here
+            res = build_token_shards(mix.storage, s, scratch_dir=_scratch(s), eng=engine.engine, log=context.log)
+            elapsed = time.perf_counter() - t0
+            files = {layout.SHARD_STATS: mix.storage.sha256(layout.SHARD_STATS), **shards_lib.shard_files(_stats(mix))}
+            # the draw is seeded by the spec seed and this build (shard_stats.json holds every shard's sha256)
+            shown = samples_lib.rendered_samples(mix.storage, s, files[layout.SHARD_STATS])
+            lin = recorded(mix.storage, "token_shards", {**files, layout.RENDERED_SAMPLES: mix.storage.sha256(
+                layout.RENDERED_SAMPLES)}, inputs)
         return with_lineage({**md.token_shards(mix.storage, layout.MIX_DIR, res, elapsed),
                              **md.rendered_samples(mix.storage, layout.RENDERED_SAMPLES, shown)}, lin)
 

@@ -11,7 +11,13 @@ manifest.json. A revision exists exactly when its manifest.json exists:
 
   1. every file is uploaded under `rev-<fingerprint[:16]>/` (S3 PUT and local rename are atomic per file);
   2. manifest.json is written last, create-if-absent (S3 `If-None-Match: *`, local `link()`);
-  3. the `latest` pointer (a small JSON file at the target root) is written after it.
+  3. the `latest` pointer (a small JSON file at the target root) is written only once the revision
+     verifies: by `publish()` after re-hashing every object at the target, or (`point_latest=False`, the
+     asset) by the blocking gate after a stranger's read passes (`Target.point_latest`).
+
+Every byte is hashed as it is written (`lib/transport.put_file` / `copy_from`) and refused when it is not
+what the manifest lists, so a mix rewritten between its check and its copy (another run on the same
+storage root) is never stored under a revision that vouches for other bytes.
 
 A publish killed before step 2 leaves files without a manifest: not a revision; a retry re-uses the
 files already there (same size and sha256) and finishes. Publishing the same manifest again re-hashes
@@ -50,9 +56,11 @@ from mix_assets.lib.manifest import (
 )
 from mix_assets.lib.transport import (  # noqa: F401 -- s3_client re-exported for callers of this module
     HubLocation,
+    IntegrityError,
     LocalLocation,
     Location,
     S3Location,
+    refuse_mismatch,
     s3_client,
     sha256_file,
 )
@@ -169,9 +177,10 @@ def published_paths(manifest: dict) -> list[str]:
     return [f["path"] for f in manifest["files"]] + [README, MANIFEST]
 
 
-def check_local_mix(manifest: dict, source: Location) -> list[str]:
+def check_local_mix(manifest: dict, source: Location, versions: dict | None = None) -> list[str]:
     """Problems with the local mix against its own manifest (before anything is uploaded); every listed
-    file is re-hashed from its bytes (on an S3 storage root: streamed, not downloaded)."""
+    file is re-hashed from its bytes (on an S3 storage root: streamed, not downloaded). `versions`, when
+    given, receives each file's version as hashed (S3 ETag), so a server-side copy copies those bytes only."""
     problems = []
     if manifest.get("format") != "mix_assets.manifest/1":
         problems.append(f"{MANIFEST}: format {manifest.get('format')!r} != 'mix_assets.manifest/1'")
@@ -192,7 +201,7 @@ def check_local_mix(manifest: dict, source: Location) -> list[str]:
             problems.append(f"{MANIFEST}: file path {p!r} is reserved")
             continue
         try:
-            got = source.digest(p)
+            got = source.digest_versioned(p)
         except UnsafePathError as e:
             problems.append(f"{p}: {e.problems[0]}")
             continue
@@ -202,6 +211,8 @@ def check_local_mix(manifest: dict, source: Location) -> list[str]:
             problems.append(f"{p}: {got[0]} bytes, manifest says {f['bytes']}")
         elif got[1] != f["sha256"]:
             problems.append(f"{p}: sha256 differs from the manifest")
+        elif versions is not None and got[2]:
+            versions[p] = got[2]
     return problems
 
 
@@ -239,19 +250,27 @@ class Target:
         """(size, sha256 recomputed from the object's bytes) of an existing object, else None."""
         return self.loc.digest(key)
 
-    def put(self, key: str, source: Location, rel: str, sha256: str) -> None:
-        """Copy `rel` of the local mix to `key`: server-side when the stores allow it, else uploaded."""
-        if self.loc.copy_from(source, rel, key, sha256):
-            return
-        if isinstance(source, LocalLocation):
-            self.put_file(key, str(source.path(rel)), sha256)
-            return
-        with tempfile.TemporaryDirectory(prefix="mix-publish-") as d:
-            source.download(rel, Path(d) / "f")
-            self.put_file(key, str(Path(d) / "f"), sha256)
+    def put(self, key: str, source: Location, rel: str, sha256: str, version: str | None = None) -> None:
+        """Copy `rel` of the local mix to `key`: server-side when the stores allow it, else uploaded; either
+        way only bytes that hash to `sha256` are stored (PublishError naming the key otherwise)."""
+        try:
+            if self.loc.copy_from(source, rel, key, sha256, version):
+                return
+            if isinstance(source, LocalLocation):
+                self.put_file(key, str(source.path(rel)), sha256)
+                return
+            with tempfile.TemporaryDirectory(prefix="mix-publish-") as d:
+                source.download(rel, Path(d) / "f")
+                self.put_file(key, str(Path(d) / "f"), sha256)
+        except IntegrityError as e:
+            raise PublishError(f"{e}; {self.uri(key)} was not written and `latest` was not moved") from None
 
     def put_file(self, key: str, local: str, sha256: str) -> None:
         self.loc.put_file(key, local, sha256)
+
+    def point_latest(self, revision: str, fingerprint: str) -> None:
+        """Point `latest` at `revision`: call it only once the revision has verified."""
+        _point_latest(self, revision, fingerprint)
 
     def put_bytes(self, key: str, data: bytes) -> None:
         self.loc.put_bytes(key, data)
@@ -275,8 +294,10 @@ class Target:
         """Keyword arguments for `open_mix` so it reads with this target's access (and no more)."""
         return reader_kwargs_of(self.loc)
 
-    def publish(self, manifest: dict, source: Location, log: Callable[[str], None]) -> PublishResult:
-        """Upload the files, the card, then the manifest (create-if-absent), then point `latest`."""
+    def publish(self, manifest: dict, source: Location, log: Callable[[str], None], *, point_latest: bool = True,
+                versions: dict | None = None) -> PublishResult:
+        """Upload the files, the card, then the manifest (create-if-absent); then, with `point_latest`, re-hash
+        every object of the revision at the target and point `latest` only when all match."""
         rev = revision_id(manifest["fingerprint"])
         mbytes = manifest_bytes(manifest)
         card = dataset_card(manifest).encode("utf-8")
@@ -291,7 +312,8 @@ class Target:
                 log(f"{self.location(rev)}: repaired {up_files:,} missing or damaged object(s) ({up_bytes:,} bytes)")
             else:
                 log(f"{self.location(rev)} already holds this content, every object verified; nothing uploaded")
-            _point_latest(self, rev, manifest["fingerprint"])
+            if point_latest:  # _repair re-hashed every listed object and the card; the manifest is identical
+                self.point_latest(rev, manifest["fingerprint"])
             return PublishResult(self.url, rev, self.location(rev), manifest["fingerprint"], n_files, total,
                                  up_files, up_bytes, created=False)
 
@@ -301,14 +323,19 @@ class Target:
             st = self.stat(key)
             if st is not None and st[0] == f["bytes"] and st[1] == f["sha256"]:
                 continue  # left by an interrupted publish of this same revision
-            self.put(key, source, f["path"], f["sha256"])
+            self.put(key, source, f["path"], f["sha256"], (versions or {}).get(f["path"]))
             up_files += 1
             up_bytes += f["bytes"]
         self.put_bytes(f"{rev}/{README}", card)
         if not self.create_if_absent(f"{rev}/{MANIFEST}", mbytes):
             # someone published concurrently: accept only the identical manifest
             _same_revision(self.read(f"{rev}/{MANIFEST}") or b"", manifest, self.uri(f"{rev}/{MANIFEST}"))
-        _point_latest(self, rev, manifest["fingerprint"])
+        if point_latest:
+            problems = revision_problems(self, rev, manifest, card)
+            if problems:
+                raise PublishError(f"{self.location(rev)} does not verify, `latest` not moved:\n  "
+                                   + "\n  ".join(problems))
+            self.point_latest(rev, manifest["fingerprint"])
         up_files, up_bytes = up_files + 2, up_bytes + len(card) + len(mbytes)  # the card and manifest too
         log(_published_line(self.location(rev), up_files, n_files, up_bytes, total))
         return PublishResult(self.url, rev, self.location(rev), manifest["fingerprint"], n_files, total,
@@ -386,14 +413,36 @@ def _same_revision(existing: bytes, manifest: dict, where: str) -> None:
 
 
 def publish(mix: str | os.PathLike | Location, target: Target,
-            *, log: Callable[[str], None] = lambda s: None) -> PublishResult:
-    """Publish the mix directory (a path, or a Location such as `Storage.sub("mix")`) to `target`."""
+            *, log: Callable[[str], None] = lambda s: None, point_latest: bool = True) -> PublishResult:
+    """Publish the mix directory (a path, or a Location such as `Storage.sub("mix")`) to `target`.
+
+    point_latest=False leaves `latest` alone: the caller moves it (`Target.point_latest`) after its own
+    verification, as the asset's gate does."""
     source = mix_source(mix)
     manifest = load_manifest(source)
-    problems = check_local_mix(manifest, source)
+    versions: dict[str, str] = {}
+    problems = check_local_mix(manifest, source, versions)
     if problems:
         raise PublishError("the local mix does not match its manifest:\n  " + "\n  ".join(problems))
-    return target.publish(manifest, source, log)
+    return target.publish(manifest, source, log, point_latest=point_latest, versions=versions)
+
+
+def revision_problems(target: Target, rev: str, manifest: dict, card: bytes) -> list[str]:
+    """Every object of revision `rev` re-hashed from the target's bytes against the manifest (files, the
+    card, manifest.json itself): [] when the revision is exactly what the manifest says."""
+    want = [(f"{rev}/{f['path']}", f["bytes"], f["sha256"]) for f in manifest["files"]]
+    mbytes = manifest_bytes(manifest)
+    want += [(f"{rev}/{README}", len(card), hashlib.sha256(card).hexdigest()),
+             (f"{rev}/{MANIFEST}", len(mbytes), hashlib.sha256(mbytes).hexdigest())]
+    problems = []
+    for key, n, sha in want:
+        got = target.digest(key)
+        if got is None:
+            problems.append(f"{target.uri(key)}: missing")
+        elif got != (n, sha):
+            problems.append(f"{target.uri(key)}: {got[0]} bytes sha256 {got[1]}, the manifest says {n} bytes "
+                            f"sha256 {sha}")
+    return problems
 
 
 def _published_line(location: str, up_files: int, n_files: int, up_bytes: int, total: int) -> str:
@@ -505,7 +554,11 @@ class HubTarget(Target):
         refs = self.api.list_repo_refs(self.repo_id, repo_type="dataset")
         return next((t.target_commit for t in refs.tags if t.name == tag), None)
 
-    def publish(self, manifest: dict, source: Location, log: Callable[[str], None]) -> PublishResult:
+    def point_latest(self, revision: str, fingerprint: str) -> None:
+        """Nothing: on the hub the last commit moves `main` and the tag names the revision."""
+
+    def publish(self, manifest: dict, source: Location, log: Callable[[str], None], *, point_latest: bool = True,
+                versions: dict | None = None) -> PublishResult:
         fp = manifest["fingerprint"]
         tag = revision_id(fp)
         mbytes = manifest_bytes(manifest)
@@ -542,13 +595,14 @@ class HubTarget(Target):
         # the tree at the final commit is exactly the revision: the old manifest and card go first
         deletes = [p for p in present if p in (MANIFEST, README)]
         deletes += [p for p in present if p not in wanted and p not in (MANIFEST, README, ".gitattributes")]
+        sha_of = {f["path"]: f["sha256"] for f in manifest["files"]}
         work: list[tuple[str, str | None]] = [(p, None) for p in deletes] + [(f["path"], f["path"])
                                                                              for f in manifest["files"]]
         chunks = [work[i:i + HUB_OPS_PER_COMMIT] for i in range(0, len(work), HUB_OPS_PER_COMMIT)]
         with tempfile.TemporaryDirectory(prefix="mix-hub-") as d:
             for n, chunk in enumerate(chunks, 1):
-                ops = [CommitOperationDelete(p) if rel is None else CommitOperationAdd(p, _local_file(source, rel, d))
-                       for p, rel in chunk]
+                ops = [CommitOperationDelete(p) if rel is None else
+                       CommitOperationAdd(p, _local_file(source, rel, d, sha_of[rel])) for p, rel in chunk]
                 head = self.api.create_commit(
                     self.repo_id, ops, repo_type="dataset", revision="main", parent_commit=head,
                     commit_message=f"Publish {tag}: files, part {n} of {len(chunks)}",
@@ -563,12 +617,18 @@ class HubTarget(Target):
         ).oid
 
 
-def _local_file(source: Location, rel: str, scratch_dir: str) -> str:
-    """A local path of `rel`: the file itself in a local mix, else a download into `scratch_dir`."""
-    if isinstance(source, LocalLocation):
-        return str(source.path(rel))
+def _local_file(source: Location, rel: str, scratch_dir: str, sha256: str) -> str:
+    """A private copy of `rel` in `scratch_dir`, hashed while copied and refused unless it is `sha256`: the
+    commit reads that copy, which nothing else rewrites (the mix itself may be, by another run)."""
     dest = Path(scratch_dir) / hashlib.sha256(rel.encode()).hexdigest()
-    source.download(rel, dest)
+    try:
+        if isinstance(source, LocalLocation):
+            LocalLocation(dest.parent).put_file(dest.name, source.path(rel), sha256)
+        else:
+            refuse_mismatch(source.uri(rel), sha256, source.download(rel, dest))
+    except IntegrityError as e:
+        dest.unlink(missing_ok=True)
+        raise PublishError(f"{e}; nothing was committed for it") from None
     return str(dest)
 
 

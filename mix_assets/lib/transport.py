@@ -12,6 +12,11 @@ the publish targets of `lib/publish.py`, and the reader's backends (`mix_assets/
                          (S3 user metadata `sha256`, written by every put here)
   writing / put_file / put_bytes / create_if_absent   atomic writes (local rename, whole-object PUT)
   copy_from              server-side copy (S3 CopyObject) when source and destination share an endpoint
+  read_versioned / put_if_match / delete_if_match   compare-and-swap on one small object (the run lease)
+
+`put_file` and `copy_from` hash the bytes they write while writing them and refuse (IntegrityError, nothing
+left under the key) when they differ from the sha256 the caller expects: a file rewritten between a check
+and its copy is never stored under a name that vouches for other bytes.
   list / delete / delete_prefix
 
 S3 clients are built in exactly one place, `s3_client`. boto3 is the library underneath: pyarrow.fs's
@@ -23,13 +28,17 @@ commit, which `lib/publish.HubTarget` does.
 
 from __future__ import annotations
 
+import base64
+import collections
 import contextlib
+import fcntl
 import hashlib
 import io
 import os
 import shutil
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -37,8 +46,29 @@ from typing import Any, BinaryIO
 from mix_assets.lib import scratch
 
 CHUNK = 1 << 22
+# S3 uploads: up to SINGLE_PUT_MAX one PutObject from memory, above it a multipart upload of PART-byte parts
+# (PARTS_IN_FLIGHT at a time), completed only once the streamed sha256 matches
+SINGLE_PUT_MAX = 64 << 20
+PART = 16 << 20
+PARTS_IN_FLIGHT = 4
 UPLOAD = "upload"  # scratch kind of an S3 upload's local file (see lib/scratch.py)
 TAIL_BYTES = 1 << 18  # what opening an S3 object reads: all of a small one, the footer of a large Parquet file
+
+
+class IntegrityError(RuntimeError):
+    """The bytes written (or about to be) do not hash to the sha256 the caller vouched for; nothing was stored."""
+
+
+def refuse_mismatch(where: str, expected: str | None, actual: str, source: str = "") -> None:
+    """Raise IntegrityError naming the object, the expected and the actual sha256 (when `expected` is given)."""
+    if expected is not None and actual != expected:
+        src = f" from {source}" if source else ""
+        raise IntegrityError(f"{where}: refusing to store it: the bytes{src} hash to sha256 {actual}, expected "
+                             f"{expected} (was the source rewritten after it was checked, e.g. by another run?)")
+
+
+def _b64(hex_digest: str) -> str:
+    return base64.b64encode(bytes.fromhex(hex_digest)).decode("ascii")
 
 
 # -- hashing and atomic local files ---------------------------------------------------------------------------
@@ -216,7 +246,9 @@ class Location:
         raise NotImplementedError(f"{self.url}: read-only location")
         yield ""  # pragma: no cover
 
-    def put_file(self, key: str, local: str | os.PathLike, sha256: str | None = None) -> None:
+    def put_file(self, key: str, local: str | os.PathLike, sha256: str | None = None) -> str:
+        """Store the local file as `key`, hashing the bytes as they are written; return their sha256.
+        `sha256` given and different: IntegrityError, and `key` is left as it was."""
         raise NotImplementedError(f"{self.url}: read-only location")
 
     def put_bytes(self, key: str, data: bytes) -> None:
@@ -226,10 +258,29 @@ class Location:
         """Write `key` only if it does not exist; False when it already did."""
         raise NotImplementedError(f"{self.url}: read-only location")
 
-    def copy_from(self, src: Location, src_key: str, key: str, sha256: str) -> bool:
-        """Copy `src_key` of `src` to `key` without passing the bytes through here; False when this store
-        cannot (the caller then uploads)."""
+    def copy_from(self, src: Location, src_key: str, key: str, sha256: str, src_version: str | None = None) -> bool:
+        """Copy `src_key` of `src` to `key` without uploading the bytes from here, only if they hash to
+        `sha256` (IntegrityError otherwise); False when this store cannot (the caller then uploads).
+        src_version: the source's version (S3 ETag) when its bytes were hashed, see `digest_versioned`."""
         return False
+
+    def digest_versioned(self, key: str) -> tuple[int, str, str | None] | None:
+        """(size, sha256 from the bytes, the version those bytes are: S3 ETag, else None), or None when absent."""
+        got = self.digest(key)
+        return None if got is None else (got[0], got[1], None)
+
+    # compare-and-swap on one small object: what the run lease (lib/runlock.py) is built on
+    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
+        """(bytes, version) of `key`, or None when absent; the version changes whenever the object does."""
+        raise NotImplementedError(f"{self.url}: no compare-and-swap here")
+
+    def put_if_match(self, key: str, data: bytes, version: str) -> bool:
+        """Replace `key` with `data` only if it still is `version`; False when it changed or vanished."""
+        raise NotImplementedError(f"{self.url}: no compare-and-swap here")
+
+    def delete_if_match(self, key: str, version: str) -> bool:
+        """Delete `key` only if it still is `version`; False when it changed or vanished."""
+        raise NotImplementedError(f"{self.url}: no compare-and-swap here")
 
     def list(self, prefix: str) -> list[str]:
         """Keys under the folder `prefix` ("" for all), sorted."""
@@ -291,11 +342,54 @@ class LocalLocation(Location):
             yield tmp
 
     def put_file(self, key, local, sha256=None):
-        with atomic_path(self.path(key)) as tmp:
-            shutil.copyfile(local, tmp)
+        # hashed while copied, checked before the rename: a mismatch leaves `key` as it was
+        h = hashlib.sha256()
+        with open(local, "rb") as src, atomic_path(self.path(key)) as tmp:
+            with open(tmp, "wb") as out:
+                while chunk := src.read(CHUNK):
+                    h.update(chunk)
+                    out.write(chunk)
+            refuse_mismatch(self.uri(key), sha256, h.hexdigest(), str(local))
+        return h.hexdigest()
 
     def put_bytes(self, key, data):
         atomic_write_bytes(self.path(key), data)
+
+    @contextlib.contextmanager
+    def _cas(self, key: str) -> Iterator[Path]:
+        """`key`'s path with an exclusive flock held on a hidden sibling: every compare-and-swap on `key`
+        takes it, so read-compare-replace is atomic between processes (the kernel drops it if one dies)."""
+        path = self.path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.parent / f".{path.name}.cas", "a+b") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                yield path
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    def read_versioned(self, key):
+        try:
+            data = self.path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+        return data, hashlib.sha256(data).hexdigest()
+
+    def put_if_match(self, key, data, version):
+        with self._cas(key) as path:
+            got = self.read_versioned(key)
+            if got is None or got[1] != version:
+                return False
+            atomic_write_bytes(path, data)
+            return True
+
+    def delete_if_match(self, key, version):
+        with self._cas(key) as path:
+            got = self.read_versioned(key)
+            if got is None or got[1] != version:
+                return False
+            path.unlink()
+            return True
 
     def create_if_absent(self, key, data):
         dest = self.path(key)
@@ -454,9 +548,53 @@ class S3Location(Location):
                 os.unlink(tmp)
 
     def put_file(self, key, local, sha256=None):
-        # the sha256 rides along as object metadata, so lineage checks and resumed publishes need not read it
-        meta = {"sha256": sha256 or sha256_file(local)}
-        self.client.upload_file(str(local), self.bucket, self.key(key), ExtraArgs={"Metadata": meta})
+        # the sha256 rides along as object metadata, so lineage checks and resumed publishes need not read it;
+        # it is the hash of the bytes sent, and the server checks them again (x-amz-checksum-sha256)
+        with open(local, "rb") as f:
+            if os.fstat(f.fileno()).st_size <= SINGLE_PUT_MAX:
+                data = f.read()
+                got = hashlib.sha256(data).hexdigest()
+                refuse_mismatch(self.uri(key), sha256, got, str(local))
+                self.client.put_object(Bucket=self.bucket, Key=self.key(key), Body=data, Metadata={"sha256": got},
+                                       ChecksumSHA256=_b64(got))
+                return got
+            expected = sha256 or sha256_stream(f)[0]  # the metadata is sent first; the stream is checked against it
+            f.seek(0)
+            return self._put_multipart(key, f, expected, str(local))
+
+    def _put_multipart(self, key: str, f: BinaryIO, expected: str, local: str) -> str:
+        """A multipart upload hashed part by part as it is read; completed only when the whole matches
+        `expected`, aborted otherwise (an uncompleted upload is no object)."""
+        k = self.key(key)
+        up = self.client.create_multipart_upload(Bucket=self.bucket, Key=k, Metadata={"sha256": expected},
+                                                 ChecksumAlgorithm="SHA256")["UploadId"]
+        h, parts, inflight = hashlib.sha256(), [], collections.deque()
+
+        def settle(part: dict, fut: Any) -> None:
+            part["ETag"] = fut.result()["ETag"]  # raises that part's error
+
+        try:
+            with ThreadPoolExecutor(PARTS_IN_FLIGHT) as pool:
+                while data := f.read(PART):
+                    h.update(data)
+                    cs = base64.b64encode(hashlib.sha256(data).digest()).decode("ascii")
+                    part = {"PartNumber": len(parts) + 1, "ChecksumSHA256": cs}
+                    parts.append(part)
+                    inflight.append((part, pool.submit(self.client.upload_part, Bucket=self.bucket, Key=k,
+                                                       UploadId=up, PartNumber=part["PartNumber"], Body=data,
+                                                       ChecksumSHA256=cs)))
+                    if len(inflight) >= PARTS_IN_FLIGHT:  # bounded memory: PARTS_IN_FLIGHT parts at most
+                        settle(*inflight.popleft())
+                while inflight:
+                    settle(*inflight.popleft())
+            refuse_mismatch(self.uri(key), expected, h.hexdigest(), local)
+            self.client.complete_multipart_upload(Bucket=self.bucket, Key=k, UploadId=up,
+                                                  MultipartUpload={"Parts": parts})
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.client.abort_multipart_upload(Bucket=self.bucket, Key=k, UploadId=up)
+            raise
+        return expected
 
     def put_bytes(self, key, data):
         self.client.put_object(Bucket=self.bucket, Key=self.key(key), Body=data,
@@ -478,17 +616,81 @@ class S3Location(Location):
                 return True
             raise
 
-    def copy_from(self, src, src_key, key, sha256):
+    def copy_from(self, src, src_key, key, sha256, src_version=None):
         if not isinstance(src, S3Location) or src.client.meta.endpoint_url != self.client.meta.endpoint_url:
             return False
+        if src_version is None:  # hash the source here (streamed, not uploaded) and pin that version
+            got = src.digest_versioned(src_key)
+            if got is None:
+                raise src._absent(src_key)
+            refuse_mismatch(self.uri(key), sha256, got[1], src.uri(src_key))
+            src_version = got[2]
+        # CopySourceIfMatch: the copy is of exactly the bytes that were hashed (a source rewritten since has
+        # another ETag, and the server refuses), so the `sha256` metadata stamped here is true
         try:  # boto3's managed copy: CopyObject, or UploadPartCopy for objects over its multipart threshold
             self.client.copy({"Bucket": src.bucket, "Key": src.key(src_key)}, self.bucket, self.key(key),
-                             ExtraArgs={"Metadata": {"sha256": sha256}, "MetadataDirective": "REPLACE"})
+                             ExtraArgs={"Metadata": {"sha256": sha256}, "MetadataDirective": "REPLACE",
+                                        **({"CopySourceIfMatch": src_version} if src_version else {})})
         except Exception as e:
-            if s3_error_code(e) in {"AccessDenied", "403", "NotImplemented", "501"}:
+            code = s3_error_code(e)
+            if code in {"PreconditionFailed", "412"}:
+                raise IntegrityError(f"{self.uri(key)}: refusing to store it: {src.uri(src_key)} changed after "
+                                     f"its bytes were checked against sha256 {sha256} (another run rewrote it?)"
+                                     ) from None
+            if code in {"AccessDenied", "403", "NotImplemented", "501"}:
                 return False  # this identity cannot read the source: the caller uploads instead
             raise
         return True
+
+    def digest_versioned(self, key):
+        try:
+            got = self.client.get_object(Bucket=self.bucket, Key=self.key(key))
+        except Exception as e:
+            if s3_missing(e):
+                return None
+            raise
+        with contextlib.closing(got["Body"]) as body:
+            sha, n = sha256_stream(body)
+        return n, sha, got.get("ETag")
+
+    # compare-and-swap by conditional requests: SeaweedFS (4.x, as the tests run it) and AWS S3 honour
+    # If-None-Match: * and If-Match on PutObject and If-Match on DeleteObject (412 when they do not hold)
+    def read_versioned(self, key):
+        try:
+            got = self.client.get_object(Bucket=self.bucket, Key=self.key(key))
+        except Exception as e:
+            if s3_missing(e):
+                return None
+            raise
+        with contextlib.closing(got["Body"]) as body:
+            return body.read(), got["ETag"]
+
+    def put_if_match(self, key, data, version):
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=self.key(key), Body=data, IfMatch=version,
+                                   Metadata={"sha256": hashlib.sha256(data).hexdigest()})
+            return True
+        except Exception as e:
+            if s3_error_code(e) in {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"} or s3_missing(e):
+                return False
+            self._refuse_unconditional(e, key, "PutObject If-Match")
+            raise
+
+    def _refuse_unconditional(self, err: BaseException, key: str, what: str) -> None:
+        # a server without conditional writes cannot hold a lease safely: say so rather than race
+        if s3_error_code(err) in {"NotImplemented", "501"}:
+            raise NotImplementedError(f"{self.uri(key)}: this S3 server does not implement {what}, which the run "
+                                      "lease needs (SeaweedFS 4.x and AWS S3 do)") from None
+
+    def delete_if_match(self, key, version):
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self.key(key), IfMatch=version)
+            return True
+        except Exception as e:
+            if s3_error_code(e) in {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"} or s3_missing(e):
+                return False
+            self._refuse_unconditional(e, key, "DeleteObject If-Match")
+            raise
 
     def list(self, prefix):
         k = self.key(prefix.strip("/"))

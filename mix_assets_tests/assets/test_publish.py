@@ -153,3 +153,52 @@ def test_s3_target_with_a_read_only_verifier(tmp_path, seaweedfs, monkeypatch):
     reader = read_only_target(spec)
     with pytest.raises(Exception, match="AccessDenied"):
         reader.put_bytes("intruder", b"x")
+
+
+def test_latest_moves_only_once_the_gate_has_read_the_revision_back(tmp_path):
+    import shutil
+
+    spec = make_spec(tmp_path, {"url": str(tmp_path / "published")})
+    target = pub.LocalTarget(tmp_path / "published")
+    m1 = audited(tmp_path, build_synthetic_mix(tmp_path / "storage" / "mix", seed=1))
+    assert run(spec).success
+    rev1 = pub.revision_id(m1["fingerprint"])
+    assert pub.read_latest(target) == rev1
+    shutil.rmtree(tmp_path / "storage" / "mix")
+    m2 = audited(tmp_path, build_synthetic_mix(tmp_path / "storage" / "mix", seed=2))
+    rev2 = pub.revision_id(m2["fingerprint"])
+    alone = run(spec, selection=dg.AssetSelection.assets("published_revision").without_checks())
+    assert alone.success and (tmp_path / "published" / rev2 / "manifest.json").exists()
+    assert pub.read_latest(target) == rev1  # before: published_revision pointed `latest` at rev2 itself
+    shard = tmp_path / "published" / rev2 / "train" / "train-00000.bin"
+    shard.write_bytes(shard.read_bytes()[::-1])
+    gate_only = run(spec, selection=dg.AssetSelection.checks_for_assets(dg.AssetKey("published_revision")))
+    ev = check_eval(gate_only)
+    assert not ev.passed and "`latest` not moved" in ev.description and "latest" not in ev.metadata
+    assert pub.read_latest(target) == rev1
+    again = run(spec)  # repairs the shard; the gate passes and moves `latest`
+    assert again.success and check_eval(again).metadata["latest"].value == rev2
+    assert pub.read_latest(target) == rev2
+
+
+def test_published_revision_fails_fast_while_another_run_holds_the_storage_root(tmp_path):
+    import os
+    import socket
+    import time
+
+    from mix_assets.lib import runlock
+
+    spec = make_spec(tmp_path, {"url": str(tmp_path / "published")})
+    audited(tmp_path, build_synthetic_mix(tmp_path / "storage" / "mix"))
+    now = time.time()
+    lease = tmp_path / "storage" / runlock.LEASE_KEY
+    lease.parent.mkdir(parents=True, exist_ok=True)
+    lease.write_text(json.dumps({"owner": {"run_id": "run-B-rewriting-mix", "step": "token_shards",
+                                           "host": socket.gethostname(), "pid": os.getpid()},
+                                 "token": "t", "acquired_at": now, "heartbeat_at": now, "ttl_seconds": 600}))
+    result = run(spec)
+    assert not result.success
+    err = result.get_step_failure_events()[0].event_specific_data.error.to_string()
+    # before: published mix/ while the other run was rewriting it
+    assert "run-B-rewriting-mix" in err and "step token_shards" in err
+    assert not (tmp_path / "published").exists()
