@@ -86,7 +86,7 @@ class Batch:
     signatures: np.ndarray  # (n, num_perm) uint32
     n_words: np.ndarray  # int64, normalised words
     n_shingles: np.ndarray  # int64, shingles (0 for a document without words)
-    exact_keys: list[str]  # sha256 hex of the normalised text (of the raw text without words: WordKeys.dedup_keys)
+    exact_keys: list[str]  # sha256 hex of the normalised text (without words: the raw's, WordKeys.dedup_keys)
 
 
 def sign_batch(

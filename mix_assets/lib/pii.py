@@ -101,8 +101,9 @@ RULES: tuple[PiiRule, ...] = (
             "(`root@localhost`); matches non-addresses shaped like one (`git@github.com`, `logo@2x.png`)"),
     PiiRule("ipv6", "<IPV6>", IPV6,
             "anything outside 2000::/3 (link-local fe80::, ULA fc00::/7, ::1), a first group written with "
-            "fewer than 4 digits, embedded IPv4 (`::ffff:1.2.3.4`), one glued to a word, or after a hex group "
-            "and `:` (`dead:2001:db8::1` reads as one longer address); the 2001:db8::/32 docs prefix is redacted"),
+            "fewer than 4 digits, embedded IPv4 (`::ffff:1.2.3.4`), one glued to a word, or after a hex "
+            "group and `:` (`dead:2001:db8::1` reads as one longer address); the 2001:db8::/32 docs prefix "
+            "is redacted"),
     PiiRule("ipv4", "<IPV4>", IPV4,
             "private, loopback, link-local, shared, multicast, reserved and documentation ranges (not "
             "personal); octets with leading zeros; a dotted quad glued to a letter (`v1.2.3.4`) or "
@@ -110,8 +111,9 @@ RULES: tuple[PiiRule, ...] = (
     PiiRule("phone", "<PHONE>", PHONE,
             "numbers without separators unless `+` and 10-15 digits; national formats outside North "
             "America (`030 1234567`, `06 12 34 56 78`, `(0)30`); NANP numbers separated by spaces only "
-            "or with area / exchange starting 0/1; extensions; vanity numbers (`1-800-FLOWERS`); one glued to a "
-            "word, after a letter and `/` (a URL path) or after a digit and `.`, `-` or `+` (a longer number)"),
+            "or with area / exchange starting 0/1; extensions; vanity numbers (`1-800-FLOWERS`); one glued "
+            "to a word, after a letter and `/` (a URL path) or after a digit and `.`, `-` or `+` (a longer "
+            "number)"),
 )
 
 

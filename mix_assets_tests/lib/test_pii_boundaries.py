@@ -50,9 +50,9 @@ def expected(tag: str, ex: str, side: str, c: str) -> str:
         if side == "L":
             return "whole" if c == "1" and NANP_NO_CC.match(ex) else "unchanged"
         return "whole" if re.fullmatch(r"\+\d{10,14}", ex) else "unchanged"
-    if tag == "<IPV4>" and c == "." and side == "L":  # a longer dotted run (`1.2.3.4.5`, a host name's labels)
+    if tag == "<IPV4>" and c == "." and side == "L":  # a longer dotted run (`1.2.3.4.5`, host labels)
         return "unchanged"
-    if tag == "<PHONE>" and c == "+" and side == "L" and ex.startswith("1-"):  # `+1-800-…`: `+1` is the prefix
+    if tag == "<PHONE>" and c == "+" and side == "L" and ex.startswith("1-"):  # `+1-800-…`: a `+1` prefix
         return "whole"
     return "kept"
 
@@ -102,7 +102,7 @@ WORD_PREFIXED = [  # the forms issue 25 found in the published shards, and their
     ("415-555-2671/415-555-2672", "<PHONE>/<PHONE>"),
     ("415-555-2671/415-555-2672/415-555-2673/+44 20 7946 0958", "<PHONE>/<PHONE>/<PHONE>/<PHONE>"),
     ("(415) 555-2671/2", "<PHONE>/2"),
-    ("https://x.com/2023/415-555-2671", "https://x.com/2023/<PHONE>"),  # the cost of `/` lists (docs/filters.md)
+    ("https://x.com/2023/415-555-2671", "https://x.com/2023/<PHONE>"),  # what `/` lists cost (filters.md)
 ]
 
 
