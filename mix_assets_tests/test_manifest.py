@@ -448,3 +448,27 @@ def test_train_documents_without_a_separator_may_leave_out_wordless_documents(tm
         assert (problems == []) == ok, (delta, problems)
         if not ok:
             one(problems, "splits.train.documents", "says 3", "2 without words")
+
+
+@pytest.mark.parametrize("packing", [{}, {"separator": "<|endoftext|>"}], ids=["contiguous", "separator"])
+def test_built_documents_counts_are_pinned_by_the_review_files_and_bounded_by_the_index(tmp_path, packing):
+    """A built mix (token_shards, document indexes, dedup keys with n_words): its counts pass; a lowered
+    val or train count is refused by the full check, and, through the document indexes, by the reader's
+    structural one too (before: the reader accepted any splits.val.documents)."""
+    from mix_assets_tests.lib.test_tokens_pipeline import build
+
+    _, _, _, man = build(tmp_path, packing=packing)
+    mix = tmp_path / "mix"
+    assert check_manifest(man, mix) == [] and check_manifest(man, mix, verify_hashes=False) == []
+    for split in ("train", "val"):
+        m = copy.deepcopy(man)
+        m["splits"][split]["documents"] -= 1
+        assert any(f"splits.{split}.documents" in p for p in check_manifest(_rehash(m), mix, strict=False))
+        structural = check_manifest(m, None, strict=False)
+        assert any(f"splits.{split}.documents" in p for p in structural), (split, structural)
+    m = copy.deepcopy(man)  # with a separator, more than the index's starts and a token each of the tail
+    tail = m["splits"]["val"]["dropped_tail_tokens"]
+    m["splits"]["val"]["documents"] += tail + 1
+    problems = check_manifest(_rehash(m), None, strict=False)
+    flagged = any("splits.val.documents" in p and "dropped tail" in p for p in problems)
+    assert flagged == bool(packing), problems

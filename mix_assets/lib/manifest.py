@@ -361,6 +361,7 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
         if src_ok and emitted is not None:
             c.eq(f"the sum of {w}.sources", sum(sources.values()), f"{w}.emitted_tokens", emitted)
         shard_samples = 0
+        starts: list = []  # each shard's doc_index.documents (None: not a count, or no index)
         for i, sh in enumerate(shards):
             path = sh.get("path") if isinstance(sh, Mapping) else None
             label = path if isinstance(path, str) else f"{w}.shards[{i}]"
@@ -387,14 +388,16 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
                 ix_path = c.need(ix, "path", f"{label}.doc_index", str)
                 if ix_path is not None and not ix_path.startswith(f"doc_index/{name}/"):
                     c.bad(f"{ix_path}: a {name} document index must live under doc_index/{name}/")
-                c.need(ix, "documents", f"{label}.doc_index")
+                starts.append(c.need(ix, "documents", f"{label}.doc_index"))
                 index_entries.append({"path": ix_path, "bytes": c.need(ix, "bytes", f"{label}.doc_index"),
                                       "sha256": c.need(ix, "sha256", f"{label}.doc_index", str)})
         if samples is not None:
             c.eq(f"the sum of its {len(shards)} shards' samples", shard_samples, f"{w}.samples", samples)
         split_sums[name] = {"samples": samples, "tokens": tokens, "emitted": emitted, "dropped": dropped,
                             "documents": documents,
-                            "sources": dict(sources), "shards": len(shards)}
+                            "sources": dict(sources), "shards": len(shards),
+                            "starts": (sum(starts) if shards and len(starts) == len(shards)
+                                       and None not in starts else None)}
 
     # -- sources and totals ------------------------------------------------------------------------------
     per_source = c.need(m, "sources", "manifest", Mapping) or {}
@@ -422,6 +425,7 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
             elif train_docs > sum(uniq):
                 c.bad(f"splits.train.documents: says {train_docs}, more than the sum of sources.*.unique_documents "
                       f"{sum(uniq)}")
+        _documents_vs_index(c, split_sums, per_source, packing.get("separator") is not None)
     totals = c.need(m, "totals", "manifest", Mapping) or {}
     claimed = {k: c.need(totals, k, "totals") if totals else None
                for k in ("train_tokens", "val_tokens", "train_samples", "val_samples", "shards", "dropped_tail_tokens")}
@@ -551,6 +555,29 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
 
             c.problems.extend(revision_problems(m, src.open))
     return c.problems
+
+
+def _documents_vs_index(c: _Checker, split_sums: dict, per_source: Mapping, separator: bool) -> None:
+    """splits.<split>.documents against its shards' document indexes, where every document appears at
+    most once (val; train when no source has more than one epoch): each start is a different document, so
+    there are at least as many documents as starts; the documents not started in a shard started in the
+    dropped tail or encoded to no token, and with a separator a document has at least one token, so at
+    most dropped_tail_tokens more. Structural: the reader's and any file-less check see it too. (Train
+    with a separator equals the sum of unique documents, checked already.)"""
+    epochs = [rec.get("epochs") for rec in per_source.values() if isinstance(rec, Mapping)]
+    once_train = bool(epochs) and all(isinstance(e, (int, float)) and not isinstance(e, bool) and e <= 1
+                                      for e in epochs)
+    for name, s in split_sums.items():
+        docs, starts, dropped = s["documents"], s["starts"], s["dropped"]
+        if docs is None or starts is None or (name == "train" and (separator or not once_train)):
+            continue
+        w = f"splits.{name}.documents"
+        if docs < starts:
+            c.bad(f"{w}: says {docs}, but its shards' document indexes start {starts} documents (each a "
+                  "different one)")
+        elif separator and dropped is not None and docs > starts + dropped:
+            c.bad(f"{w}: says {docs}, but its shards' document indexes start {starts} and its dropped tail "
+                  f"of {dropped} tokens holds at most {dropped} more (a separator gives each one a token)")
 
 
 def _card_problems(src: Any, m: Mapping[str, Any]) -> list[str]:
