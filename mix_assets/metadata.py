@@ -263,7 +263,8 @@ def dedup_keys(storage, key: str, t: pa.Table, st: dict, elapsed: float, sources
         "near_dup_docs": st["excluded_near_dup"],
         "exact_dup_share": share(st["excluded_exact_dup"] / n),
         "near_dup_share": share(st["excluded_near_dup"] / n),
-        "no_shingle_docs": st["no_shingle_documents"],
+        "wordless_docs": st["no_shingle_documents"],  # no words, so no shingle: keyed on their raw text
+        "wordless_exact_dup_docs": st["wordless_exact_dup"],
         "candidate_pairs": st["candidate_pairs"],
         "confirmed_pairs": st["confirmed_pairs"],
         "rejected_pairs": st["rejected_pairs"],

@@ -17,8 +17,9 @@ only when a requested sample lives in it, and its size and sha256 are verified w
 reader for files found already cached or local). Local shards are read in place. Remote files live in
 `cache_dir/objects/<sha256[:2]>/<sha256>`, which any number of processes may share (fcntl locks, see
 _SharedCache): `cache_bytes` bounds the whole directory, not one process's part, and it never goes over
-(a reader that finds no room beside the files others hold reads that shard into its own memory instead); a
-file a reader has open or mapped is never removed; a file is downloaded by one process at a time. Shards
+(a reader that finds no room beside the files others hold, or no space on the cache's disk, reads that
+shard into its own memory instead); a file a reader has open or mapped is never removed; a file is
+downloaded by one process at a time. Shards
 in the cache or local are read through `numpy.memmap`. `prefetch_bytes=P` starts a thread that holds up to
 P bytes of the shards the next reads need (`prefetch`; batch/next_batch call it), see _Prefetcher.
 
@@ -58,6 +59,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import copy
+import errno
 import hashlib
 import io
 import json
@@ -90,6 +92,9 @@ from mix_assets.lib import docindex
 from mix_assets.lib.transport import HubLocation, Location, S3Location, s3_client, split_s3_url
 
 log = logging.getLogger("mix_assets.reader")
+# Writing into the cache failed for lack of local space (disk or quota): the cache directory's fault, not the
+# remote object's; the shard is read into memory instead (_Shards._held)
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 STATE_FORMAT = "mix_assets.reader_state/2"
 STATE_FORMAT_1 = "mix_assets.reader_state/1"  # before shuffle schemes: read as the global scheme
@@ -283,9 +288,14 @@ class _RemoteBackend:
         return self.read_small(rel)
 
     def download(self, rel: str, dest: Path) -> str | None:
-        """Write the file to dest; return its sha256 when hashed on the way (else None: the cache hashes it)."""
+        """Write the file to dest; return its sha256 when hashed on the way (else None: the cache hashes it).
+        A full local disk raises its OSError as is (the cache's problem, see _DISK_FULL)."""
         try:
             return self.loc.download(rel, dest)
+        except OSError as e:
+            if e.errno in _DISK_FULL:
+                raise
+            raise self._failed(rel, e) from e
         except Exception as e:
             raise self._failed(rel, e) from e
 
@@ -341,6 +351,10 @@ class _HubBackend(_RemoteBackend):
         # the snapshot link that pointed at it; a later hf_hub_download of it fetches again.
         try:
             pointer = self.loc.fetch(rel)
+        except OSError as e:
+            if e.errno in _DISK_FULL:  # the hub's cache is under cache_dir too
+                raise
+            raise self._failed(rel, e) from e
         except Exception as e:
             raise self._failed(rel, e) from e
         shutil.move(os.path.realpath(pointer), dest)
@@ -636,6 +650,8 @@ class _Shards:
         self.pinned: set[str] = set()  # non-shard files handed out by path: held until close()
         self.private: set[int] = set()  # shards read into memory because the cache had no room
         self.private_reads = 0
+        self.disk_full = 0  # cache misses because its disk had no space (not the budget): warned once
+        self.budget_warned = False
         self.ahead: dict[int, int] = {}  # shard -> bytes: held by the prefetcher, not yet opened by a read
         self.opening: int | None = None  # the shard a read is opening (the prefetcher must not release it)
         self.prefetch_errors: dict[int, BaseException] = {}
@@ -669,7 +685,18 @@ class _Shards:
         label = f"{self.backend.label}/{rel}"
         f = self.cache.adopt(sha)
         if f is None:
-            f = self.cache.fetch(sha, nbytes, lambda dest: self.backend.download(rel, dest), label, owner, over_ok)
+            try:
+                f = self.cache.fetch(sha, nbytes, lambda dest: self.backend.download(rel, dest), label, owner,
+                                     over_ok)
+            except OSError as e:
+                if e.errno not in _DISK_FULL:
+                    raise
+                if not self.disk_full:
+                    log.warning("cache %s: no space left on its disk for %s (%s): reading into memory "
+                                "instead; free space there or pass another cache_dir", self.cache.root, label,
+                                e.strerror or e)
+                self.disk_full += 1
+                return None
             if f is None:
                 return None
             self.fetched.append(rel)
@@ -701,11 +728,12 @@ class _Shards:
                 self.ahead.pop(i, None)  # from now on a read's hold, in the LRU order
                 self.opening = i
             try:
+                full = self.disk_full
                 src = self._held(e["path"], e["sha256"], e["bytes"], self)
                 self.lru[i] = None
                 self.lru.move_to_end(i)
                 if src is None:
-                    return self._read_private(i)
+                    return self._read_private(i, disk_full=self.disk_full > full)
                 return self._map(i, src)
             finally:
                 self.opening = None
@@ -717,12 +745,14 @@ class _Shards:
         self.maps[i] = mm.view(np.ndarray)  # plain ndarray view: same mapping, cheaper indexing
         return self.maps[i]
 
-    def _read_private(self, i: int) -> np.ndarray:
-        """Shard i into this process's memory, verified, outside the cache (which other readers fill): at most
-        one such shard per reader; the next shard tries the cache again."""
+    def _read_private(self, i: int, disk_full: bool = False) -> np.ndarray:
+        """Shard i into this process's memory, verified, outside the cache (which other readers fill, or whose
+        disk is full: `disk_full`, warned about in _held): at most one such shard per reader; the next shard
+        tries the cache again."""
         e = self.entries[i]
         label = f"{self.backend.label}/{e['path']}"
-        if not self.private_reads:
+        if not disk_full and not self.budget_warned:
+            self.budget_warned = True
             log.warning("cache %s is full of files other readers hold (budget %d bytes): reading %s into memory "
                         "instead; raise cache_bytes to share it", self.cache.root, self.cache.budget, label)
         for j in self.private - {i}:
@@ -765,7 +795,11 @@ class _Shards:
             path = self.backend.local_path(rel)
             self._verify(f"{self.backend.label}/{rel}", path, nbytes, sha)
             return path
-        path = self._held(rel, sha, nbytes, self, over_ok=True).name  # a path must exist: may go over
+        held = self._held(rel, sha, nbytes, self, over_ok=True)  # a path must exist: may go over the budget
+        if held is None:  # only when the cache's disk is full (warned)
+            raise ReaderError(f"{self.backend.label}/{rel}: no space left in the cache {self.cache.root} "
+                              "to keep it; free space there or pass another cache_dir")
+        path = held.name
         self.pinned.add(sha)
         return path
 

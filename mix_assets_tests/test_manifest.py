@@ -420,3 +420,55 @@ def test_scrub_manifest_is_listed_exactly_when_the_config_scrubs_and_its_counts_
     assert "counts are incoherent" in problems_with(lambda d: d["sources"]["a"].update(scrubbed_docs=3))[0]
     assert "do not match" in problems_with(lambda d: d["sources"]["a"]["redactions"].pop("phone"))[0]
     assert "not a scrub manifest" in problems_with(lambda d: d.pop("rules"))[0]
+
+
+# -- splits.train.documents without a separator (issue 25 §2.5) ------------------------------------------
+@pytest.mark.parametrize("delta", [-1, -6, +1])
+def test_train_documents_without_a_separator_cannot_be_edited(mix, delta):
+    """Before: without a separator (a document of no token is left out of the stream) the checker only asked
+    train documents <= the sum of unique documents, so any lower count passed. A document encodes to no token
+    only when it has no words, and the dedup keys count those: with none, the two counts are equal."""
+    root, m = mix
+    assert m["packing"]["separator"] is None and check_manifest(m, root) == []
+    m = copy.deepcopy(m)
+    m["splits"]["train"]["documents"] += delta
+    problems = check_manifest(_rehash(m), root, strict=False)
+    one(problems, "splits.train.documents", f"says {6 + delta}", "6")
+
+
+def test_train_documents_without_a_separator_may_leave_out_wordless_documents(tmp_path):
+    # two of web's kept train documents have no words: up to two unique ones may have encoded to no token
+    root = tmp_path / "mix"
+    m = write_test_mix(root, train_shards=(6, 6, 5), val_shards=(3, 2), wordless={"web": 2})
+    assert check_manifest(m, root) == []
+    for delta, ok in ((-1, True), (-2, True), (-3, False)):
+        e = copy.deepcopy(m)
+        e["splits"]["train"]["documents"] += delta
+        problems = check_manifest(_rehash(e), root, strict=False)
+        assert (problems == []) == ok, (delta, problems)
+        if not ok:
+            one(problems, "splits.train.documents", "says 3", "2 without words")
+
+
+@pytest.mark.parametrize("packing", [{}, {"separator": "<|endoftext|>"}], ids=["contiguous", "separator"])
+def test_built_documents_counts_are_pinned_by_the_review_files_and_bounded_by_the_index(tmp_path, packing):
+    """A built mix (token_shards, document indexes, dedup keys with n_words): its counts pass; a lowered
+    val or train count is refused by the full check, and, through the document indexes, by the reader's
+    structural one too (before: the reader accepted any splits.val.documents)."""
+    from mix_assets_tests.lib.test_tokens_pipeline import build
+
+    _, _, _, man = build(tmp_path, packing=packing)
+    mix = tmp_path / "mix"
+    assert check_manifest(man, mix) == [] and check_manifest(man, mix, verify_hashes=False) == []
+    for split in ("train", "val"):
+        m = copy.deepcopy(man)
+        m["splits"][split]["documents"] -= 1
+        assert any(f"splits.{split}.documents" in p for p in check_manifest(_rehash(m), mix, strict=False))
+        structural = check_manifest(m, None, strict=False)
+        assert any(f"splits.{split}.documents" in p for p in structural), (split, structural)
+    m = copy.deepcopy(man)  # with a separator, more than the index's starts and a token each of the tail
+    tail = m["splits"]["val"]["dropped_tail_tokens"]
+    m["splits"]["val"]["documents"] += tail + 1
+    problems = check_manifest(_rehash(m), None, strict=False)
+    flagged = any("splits.val.documents" in p and "dropped tail" in p for p in problems)
+    assert flagged == bool(packing), problems

@@ -210,3 +210,36 @@ def test_a_crashed_fetch_is_taken_over_and_its_reservation_dropped(mix, tmp_path
     assert set(_objects(cache)) == {shards[0]["sha256"], shards[1]["sha256"]}
     left = [p.name for p in (cache / "objects").rglob("*") if p.suffix in (".fetching", ".part")]
     assert left == [] and r.cache_resident_bytes == 2 * SHARD_BYTES
+
+
+def test_a_full_cache_disk_reads_into_memory_and_names_the_cache_dir(mix, tmp_path, monkeypatch, caplog):
+    """Issue 25 §3: ENOSPC while writing a shard into the cache is the local disk's, not the remote
+    object's: the reader warns naming its cache directory and reads the shard into memory, as when the
+    budget is full."""
+    import errno
+    import logging
+
+    from mix_assets.lib import transport
+
+    root, m = mix
+    truth = all_tokens(root, m)
+    cache = tmp_path / "c"
+
+    def disk_full(self, key, dest):
+        with open(dest, "wb") as f:  # some bytes written, then the disk fills up
+            f.write(b"\0" * 10)
+        raise OSError(errno.ENOSPC, "No space left on device", str(dest))
+
+    monkeypatch.setattr(transport.S3Location, "download", disk_full)
+    r = open_mix("s3://bucket/mix", cache_dir=cache, shuffle_seed=SEED,
+                 s3_client=FakeS3Client("bucket", root.parent, prefix="mix"))
+    with caplog.at_level(logging.WARNING, logger="mix_assets.reader"):
+        for k in range(len(r)):
+            assert (r.sample(k) == truth[r.storage_index(k)]).all()
+        assert (r.samples(0, len(r)) == truth[[r.storage_index(k) for k in range(len(r))]]).all()
+    warned = [x.getMessage() for x in caplog.records if x.levelno >= logging.WARNING]
+    assert len(warned) == 1 and str(cache / "objects") in warned[0] and "No space left" in warned[0], warned
+    assert "budget" not in warned[0] and "s3://bucket/mix/train/" in warned[0]
+    assert r._shards.private_reads >= 8 and _objects(cache) == {}
+    assert [p.name for p in (cache / "objects").rglob("*") if p.suffix in (".fetching", ".part")] == []
+    r.close()

@@ -307,6 +307,8 @@ def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[s
         sets = sig.shingle_reader(sources, first_row, params.shingle, spill, READ_BATCH_ROWS, eng)
         res = lsh.dedup(doc_ids, labels, stored, nsh, nch, prio, b, r, params.threshold, shingle_sets=sets,
                         demoted=demoted, eng=eng)
+    # documents without words (so without a shingle) are keyed on their raw text: copies of it dropped
+    wordless_exact_dup = int(np.count_nonzero(res.code[nsh == 0] == lsh.EXACT_DUP))
     del prio, nsh, nch, labels, demoted
     tables.release_unused()  # the bands' and verification's freed pages, before the table is built
     canon = pa.array(np.asarray(pc.sort_indices(doc_ids), dtype=np.int64))  # = by doc_id (ids are unique)
@@ -322,6 +324,7 @@ def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[s
     table = pa.table(cols, schema=DEDUP_SCHEMA)
     stats = dict(res.stats, bands=b, rows=r, threshold=params.threshold, num_perm=params.num_perm)
     stats["per_source"] = _per_source_kills(names, src, res.code)
+    stats["wordless_exact_dup"] = wordless_exact_dup
     del cols, res, canon
     tables.release_unused()
     return table, stats

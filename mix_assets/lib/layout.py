@@ -11,8 +11,9 @@ what is published: shards, manifest.json and the review files the manifest lists
 RAW_DOCS = "raw/{source}/documents.parquet"
 RAW_STATS = "raw/{source}/stats.json"
 
-# dedup_keys: doc_id, source, exact_key (hex sha256 of normalised text), cluster_id (str: doc_id of the
-#   cluster's survivor), cluster_size (int), keep (bool), reason (null | "exact_dup" | "near_dup"),
+# dedup_keys: doc_id, source, exact_key (hex sha256 of normalised text; of the raw text when it has no
+#   words), cluster_id (str: doc_id of the cluster's survivor), cluster_size (int), keep (bool), reason
+#   (null | "exact_dup" | "near_dup"),
 #   jaccard_to_kept (float32, exact shingle Jaccard), n_words (int64, normalised words)
 DEDUP_KEYS = "dedup/dedup_keys.parquet"
 # dedup_keys' map output per source (lib/signatures.py): doc_id, exact_key, n_shingles, n_chars, n_words,

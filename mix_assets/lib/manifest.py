@@ -24,7 +24,8 @@ the files present:
   `verify_hashes`), for a local directory no unlisted file sits in the mix directory (a published
   revision's README.md must be exactly `dataset_card(manifest)`), and the manifest agrees with the review
   config it lists (name, seed, packing, tokenizer kind, sources, budgets, epochs); with `verify_hashes`,
-  also with the dedup keys and exclusion masks (val documents, unique documents per source); the PII
+  also with the dedup keys and exclusion masks (val documents, unique documents per source, train
+  documents without a separator: at least the unique ones less those without words); the PII
   scrub manifest (review.scrub_manifest) is listed exactly when the config scrubs a source, and its
   rules' sha256 and per-source counts are recomputed / checked (`scrub_problems`).
 
@@ -360,6 +361,7 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
         if src_ok and emitted is not None:
             c.eq(f"the sum of {w}.sources", sum(sources.values()), f"{w}.emitted_tokens", emitted)
         shard_samples = 0
+        starts: list = []  # each shard's doc_index.documents (None: not a count, or no index)
         for i, sh in enumerate(shards):
             path = sh.get("path") if isinstance(sh, Mapping) else None
             label = path if isinstance(path, str) else f"{w}.shards[{i}]"
@@ -386,14 +388,16 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
                 ix_path = c.need(ix, "path", f"{label}.doc_index", str)
                 if ix_path is not None and not ix_path.startswith(f"doc_index/{name}/"):
                     c.bad(f"{ix_path}: a {name} document index must live under doc_index/{name}/")
-                c.need(ix, "documents", f"{label}.doc_index")
+                starts.append(c.need(ix, "documents", f"{label}.doc_index"))
                 index_entries.append({"path": ix_path, "bytes": c.need(ix, "bytes", f"{label}.doc_index"),
                                       "sha256": c.need(ix, "sha256", f"{label}.doc_index", str)})
         if samples is not None:
             c.eq(f"the sum of its {len(shards)} shards' samples", shard_samples, f"{w}.samples", samples)
         split_sums[name] = {"samples": samples, "tokens": tokens, "emitted": emitted, "dropped": dropped,
                             "documents": documents,
-                            "sources": dict(sources), "shards": len(shards)}
+                            "sources": dict(sources), "shards": len(shards),
+                            "starts": (sum(starts) if shards and len(starts) == len(shards)
+                                       and None not in starts else None)}
 
     # -- sources and totals ------------------------------------------------------------------------------
     per_source = c.need(m, "sources", "manifest", Mapping) or {}
@@ -421,6 +425,7 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
             elif train_docs > sum(uniq):
                 c.bad(f"splits.train.documents: says {train_docs}, more than the sum of sources.*.unique_documents "
                       f"{sum(uniq)}")
+        _documents_vs_index(c, split_sums, per_source, packing.get("separator") is not None)
     totals = c.need(m, "totals", "manifest", Mapping) or {}
     claimed = {k: c.need(totals, k, "totals") if totals else None
                for k in ("train_tokens", "val_tokens", "train_samples", "val_samples", "shards", "dropped_tail_tokens")}
@@ -550,6 +555,29 @@ def manifest_problems(manifest: Mapping[str, Any], source: Any = None, verify_ha
 
             c.problems.extend(revision_problems(m, src.open))
     return c.problems
+
+
+def _documents_vs_index(c: _Checker, split_sums: dict, per_source: Mapping, separator: bool) -> None:
+    """splits.<split>.documents against its shards' document indexes, where every document appears at
+    most once (val; train when no source has more than one epoch): each start is a different document, so
+    there are at least as many documents as starts; the documents not started in a shard started in the
+    dropped tail or encoded to no token, and with a separator a document has at least one token, so at
+    most dropped_tail_tokens more. Structural: the reader's and any file-less check see it too. (Train
+    with a separator equals the sum of unique documents, checked already.)"""
+    epochs = [rec.get("epochs") for rec in per_source.values() if isinstance(rec, Mapping)]
+    once_train = bool(epochs) and all(isinstance(e, (int, float)) and not isinstance(e, bool) and e <= 1
+                                      for e in epochs)
+    for name, s in split_sums.items():
+        docs, starts, dropped = s["documents"], s["starts"], s["dropped"]
+        if docs is None or starts is None or (name == "train" and (separator or not once_train)):
+            continue
+        w = f"splits.{name}.documents"
+        if docs < starts:
+            c.bad(f"{w}: says {docs}, but its shards' document indexes start {starts} documents (each a "
+                  "different one)")
+        elif separator and dropped is not None and docs > starts + dropped:
+            c.bad(f"{w}: says {docs}, but its shards' document indexes start {starts} and its dropped tail "
+                  f"of {dropped} tokens holds at most {dropped} more (a separator gives each one a token)")
 
 
 def _card_problems(src: Any, m: Mapping[str, Any]) -> list[str]:
@@ -743,7 +771,10 @@ def review_count_problems(m: Mapping[str, Any], src: Any, cfg: Mapping[str, Any]
     """Document counts against the review files: kept documents = dedup_keys rows minus the doc_ids of
     exclusion_masks; a kept document is val when hash(seed, cluster_id) < split.val_fraction (the rule
     of lib/split.assign_split). splits.val.documents must equal the kept val documents, and each
-    source's unique_documents cannot exceed its kept train documents. Both files are read a row group at a
+    source's unique_documents cannot exceed its kept train documents. Without a separator a unique document
+    of no token is left out of splits.train.documents; only a document without words (dedup_keys n_words 0)
+    can encode to none, so train documents are at least the unique ones less the kept train documents
+    without words (equal when there are none). Both files are read a row group at a
     time on this thread (`tables.iter_batches`, the freed pages returned after each): a whole-file or
     threaded read left more memory resident the larger the corpus (issue 13; docs/scale.md). Held: the
     excluded ids (`IdSet`), nothing per kept document."""
@@ -784,12 +815,18 @@ def review_count_problems(m: Mapping[str, Any], src: Any, cfg: Mapping[str, Any]
             return read_error(masks_path, ["doc_id"], e)
         return f"{masks_path}: field doc_id is null in some rows" if ids.null_count else IdSet(ids)
 
-    def kept_counts(excluded: IdSet) -> tuple[dict, dict] | str:
-        """{source: kept val documents}, {source: kept train documents}: dedup_keys a batch at a time."""
-        columns, val, train = ["doc_id", "source", "cluster_id"], {}, {}
+    def kept_counts(excluded: IdSet) -> tuple[dict, dict, dict | None] | str:
+        """{source: kept val documents}, {source: kept train documents}, {source: kept train documents
+        without words} (None when dedup_keys has no n_words): dedup_keys a batch at a time."""
+        columns, val, train, wordless = ["doc_id", "source", "cluster_id"], {}, {}, {}
         try:
             with src.open(keys_path) as f:
-                for b in tables.iter_batches(parquet(f), columns, _BATCH_ROWS):
+                pf = parquet(f)
+                if "n_words" in pf.schema_arrow.names:
+                    columns.append("n_words")
+                else:
+                    wordless = None
+                for b in tables.iter_batches(pf, columns, _BATCH_ROWS):
                     for col in columns:
                         if b.column(col).null_count:
                             return f"{keys_path}: field {col} is null in some rows"
@@ -798,13 +835,18 @@ def review_count_problems(m: Mapping[str, Any], src: Any, cfg: Mapping[str, Any]
                     hashed = np.array([unit_hash(seed, c) < val_fraction for c in clusters.to_pylist()], bool)
                     is_val = hashed[pc.index_in(kept.column("cluster_id"), value_set=clusters).to_numpy()]
                     src_codes = pc.dictionary_encode(kept.column("source").cast(pa.string()))
+                    no_words = None if wordless is None else np.asarray(
+                        pc.equal(kept.column("n_words"), 0).fill_null(False), bool)
                     for k, name in enumerate(src_codes.dictionary.to_pylist()):
                         mine = src_codes.indices.to_numpy() == k
                         val[name] = val.get(name, 0) + int((mine & is_val).sum())
                         train[name] = train.get(name, 0) + int((mine & ~is_val).sum())
+                        if wordless is not None:
+                            wordless[name] = wordless.get(name, 0) + int((mine & ~is_val & no_words).sum())
         except (pa.ArrowInvalid, KeyError, ValueError) as e:
             return read_error(keys_path, columns, e)
-        return {k: v for k, v in val.items() if v}, {k: v for k, v in train.items() if v}
+        return ({k: v for k, v in val.items() if v}, {k: v for k, v in train.items() if v},
+                None if wordless is None else {k: v for k, v in wordless.items() if v})
 
     masks = excluded_ids()
     counts = kept_counts(masks if isinstance(masks, IdSet) else IdSet())
@@ -812,7 +854,7 @@ def review_count_problems(m: Mapping[str, Any], src: Any, cfg: Mapping[str, Any]
     errors = [t for t in (counts, masks) if isinstance(t, str)]
     if errors:
         return errors
-    val, train = counts
+    val, train, wordless = counts
     out = []
     per_source = m.get("sources") if isinstance(m.get("sources"), Mapping) else {}
     splits = m.get("splits") if isinstance(m.get("splits"), Mapping) else {}
@@ -831,6 +873,19 @@ def review_count_problems(m: Mapping[str, Any], src: Any, cfg: Mapping[str, Any]
         budget = rec.get("budget_tokens") if isinstance(rec, Mapping) else None
         if _int(u) and u == 0 and _int(budget) and budget > 0:
             out.append(f"sources.{s}.unique_documents: 0, but its budget_tokens is {budget}")
+    packing = m.get("packing") if isinstance(m.get("packing"), Mapping) else {}
+    tr = splits.get("train") if isinstance(splits.get("train"), Mapping) else {}
+    train_docs = tr.get("documents")
+    uniq = {s: rec.get("unique_documents") for s, rec in per_source.items() if isinstance(rec, Mapping)}
+    # with a separator the count equals the sum (manifest_problems), as it does when above it
+    if (packing.get("separator") is None and wordless is not None and _int(train_docs) and uniq
+            and all(_int(u) for u in uniq.values())):
+        total = sum(uniq.values())
+        may_drop = sum(min(u, wordless.get(s, 0)) for s, u in uniq.items())
+        if train_docs < total - may_drop:
+            out.append(f"splits.train.documents: says {train_docs}, but the sources' {total} unique "
+                       f"documents, of which {origin} holds at most {may_drop} without words (the only "
+                       f"ones that may encode to no token), leave at least {total - may_drop}")
     return out
 
 

@@ -12,7 +12,8 @@ the 32-bit shingle hash is the low half of that 64-bit hash. A document with at 
 fewer than `shingle` words has exactly one shingle (all its words, `short="whole"`), so short
 documents only ever match documents with the same few words. A document with no words has no
 shingle and an all-`EMPTY` signature; the LSH stage never bands such documents (they would all
-collide), so they can only be exact duplicates.
+collide), so they can only be exact duplicates, keyed on their raw text (`textkeys.WordKeys.dedup_keys`:
+distinct emoji-only documents all normalise to "").
 
 Memory is bounded by the batch, not the document: signing holds one row of minima per document,
 and documents are fed in batches of bounded text size. Batches run on a thread pool: Arrow's string
@@ -85,7 +86,7 @@ class Batch:
     signatures: np.ndarray  # (n, num_perm) uint32
     n_words: np.ndarray  # int64, normalised words
     n_shingles: np.ndarray  # int64, shingles (0 for a document without words)
-    exact_keys: list[str]  # sha256 hex of the normalised text
+    exact_keys: list[str]  # sha256 hex of the normalised text (without words: the raw's, WordKeys.dedup_keys)
 
 
 def sign_batch(

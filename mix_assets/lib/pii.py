@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from mix_assets.lib.textkeys import text_array
 
-SCRUB_RULES_VERSION = "1"
+SCRUB_RULES_VERSION = "2"
 
 
 @dataclass(frozen=True)
@@ -75,14 +75,25 @@ IPV4 = rf"(^|[^{_W}.])(?:{_IPV4_BODY})(\.?(?:$|[^{_W}.]))"
 
 _H = r"[0-9A-Fa-f]{1,4}"
 _G1 = r"[23][0-9A-Fa-f]{3}"  # global unicast 2000::/3 written in full: timestamps never start so
-IPV6 = rf"(^|[^{_W}:.])(?:{_G1}(?::{_H}){{7}}|{_G1}(?::{_H}){{0,5}}::(?:{_H}(?::{_H}){{0,5}})?)" \
-       rf"(\.?(?:$|[^{_W}:.]))"
+# A colon on the left is a boundary after a word that cannot be a hex group (`IPv6:`, `host:`: it holds a
+# letter past f, or `_`), or after a non-word character; after a hex group (`fd00:2345::1`) it would cut
+# a longer address. On the right, one `:` or `.` then a non-word character ends it (`…::1111: ok`).
+_NONHEX = r"(?:[^\PLa-fA-F]|_)"
+IPV6 = rf"(^|[^{_W}:]|(?:^|[^{_W}:]|{_NONHEX}[{_W}]*):)" \
+       rf"(?:{_G1}(?::{_H}){{7}}|{_G1}(?::{_H}){{0,5}}::(?:{_H}(?::{_H}){{0,5}})?)" \
+       rf"([.:]?(?:$|[^{_W}:.]))"
 
 _NANP = (r"(?:\+?1[ .-]?)?(?:\([2-9]\d\d\) ?[2-9]\d\d[ .-]\d{4}|[2-9]\d\d-[2-9]\d\d-\d{4}"
          r"|[2-9]\d\d\.[2-9]\d\d\.\d{4})")
 _INTL = (r"\+[1-9]\d{0,2}[ .-]\(?\d{1,4}\)?(?:(?:[ .-]\d{2,4}){2,4}|[ .-]\d{5,10})"
          r"|\+[1-9]\d{9,14}")
-PHONE = rf"(^|[^{_W}+\-./])(?:{_INTL}|{_NANP})([.\-/]?(?:$|[^{_W}\-./]))"
+# Left: one non-word character other than the joiners `+-./`; or a joiner after a non-word non-joiner
+# (` +`, ` -`, `>/`); or a dot after a letter (`Tel.`); or a slash after a digit (`…2671/415-…`). Not a
+# joiner after a digit (`978-…`, `1.…`: a longer number), nor a slash after a letter (a URL path).
+# Right: a joiner then a non-word character (or the end), or a slash then a digit (the next number of a
+# `/` list, which the second pass redacts).
+PHONE = (rf"(^|[^{_W}+\-./]|(?:^|[^{_W}+\-./])[+\-./]|\pL\.|\d/)(?:{_INTL}|{_NANP})"
+         rf"([.\-/]?(?:$|[^{_W}\-./])|/\d)")
 
 RULES: tuple[PiiRule, ...] = (
     PiiRule("email", "<EMAIL>", EMAIL,
@@ -90,7 +101,9 @@ RULES: tuple[PiiRule, ...] = (
             "(`root@localhost`); matches non-addresses shaped like one (`git@github.com`, `logo@2x.png`)"),
     PiiRule("ipv6", "<IPV6>", IPV6,
             "anything outside 2000::/3 (link-local fe80::, ULA fc00::/7, ::1), a first group written with "
-            "fewer than 4 digits, embedded IPv4 (`::ffff:1.2.3.4`); the 2001:db8::/32 docs prefix is redacted"),
+            "fewer than 4 digits, embedded IPv4 (`::ffff:1.2.3.4`), one glued to a word, or after a hex "
+            "group and `:` (`dead:2001:db8::1` reads as one longer address); the 2001:db8::/32 docs prefix "
+            "is redacted"),
     PiiRule("ipv4", "<IPV4>", IPV4,
             "private, loopback, link-local, shared, multicast, reserved and documentation ranges (not "
             "personal); octets with leading zeros; a dotted quad glued to a letter (`v1.2.3.4`) or "
@@ -98,7 +111,9 @@ RULES: tuple[PiiRule, ...] = (
     PiiRule("phone", "<PHONE>", PHONE,
             "numbers without separators unless `+` and 10-15 digits; national formats outside North "
             "America (`030 1234567`, `06 12 34 56 78`, `(0)30`); NANP numbers separated by spaces only "
-            "or with area / exchange starting 0/1; extensions; vanity numbers (`1-800-FLOWERS`)"),
+            "or with area / exchange starting 0/1; extensions; vanity numbers (`1-800-FLOWERS`); one glued "
+            "to a word, after a letter and `/` (a URL path) or after a digit and `.`, `-` or `+` (a longer "
+            "number)"),
 )
 
 

@@ -42,12 +42,12 @@ SCALARS = ["doc_id", "exact_key", "n_shingles", "n_chars", "n_words"]
 
 
 def sign_words(keys: textkeys.WordKeys, a: np.ndarray, b: np.ndarray, shingle: int) -> minhash.Batch:
-    """Signature, word and shingle counts and exact key of each document, from its normalised words
-    (`textkeys.word_keys`); `a`, `b`: `minhash.permutations`. The same values `minhash.sign_batch`
-    gives for the texts."""
+    """Signature, word and shingle counts and exact key (`WordKeys.dedup_keys`) of each document, from
+    its normalised words (`textkeys.word_keys`); `a`, `b`: `minhash.permutations`. The same values
+    `minhash.sign_batch` gives for the texts."""
     sh, soff = textkeys.ngram_hashes(keys.hashes, keys.offsets, shingle, short="whole")
     sigs = minhash.signatures_from_hashes(minhash.shingle_hash32(sh), soff, a, b)
-    return minhash.Batch(sigs, np.diff(keys.offsets), np.diff(soff), keys.exact_keys())
+    return minhash.Batch(sigs, np.diff(keys.offsets), np.diff(soff), keys.dedup_keys())
 
 
 # The code that decides a signature's bits: a change there invalidates every stored file.

@@ -106,23 +106,43 @@ class WordKeys:
     offsets: np.ndarray  # int64 (n_texts + 1): each text's words
     text: np.ndarray  # uint8: each text's `normalise`d bytes (its words joined by single spaces), in order
     text_offsets: np.ndarray  # int64 (n_texts + 1): each text's normalised bytes
+    raw: pa.Array | None = None  # the texts as given (large_string, null as ""), for `dedup_keys`
 
     def exact_keys(self) -> list[str]:
         """`exact_keys(normalise(texts))`."""
         return _sha256_slices(self.text_offsets, self.text)
 
+    def dedup_keys(self) -> list[str]:
+        """Each text's exact-duplicate key: `exact_keys()`, except that a text without words (emoji,
+        arrows, other symbols: all normalise to "") is keyed on its raw whitespace-separated pieces
+        joined by single spaces, so distinct ones are not one exact duplicate (issue 25). Such a
+        string holds no letter or digit, so it never equals a text with words' normalised text; an
+        empty or blank text keeps the key of ""."""
+        keys = self.exact_keys()
+        wordless = np.flatnonzero(np.diff(self.text_offsets) == 0)
+        if not len(wordless):
+            return keys
+        if self.raw is None:
+            raise ValueError("WordKeys.dedup_keys: texts without words and no raw texts to key them on")
+        raw = pc.utf8_trim_whitespace(self.raw.take(pa.array(wordless)))
+        pieces = join_words(pc.utf8_split_whitespace(raw))
+        for i, k in zip(wordless.tolist(), exact_keys(pieces)):
+            keys[i] = k
+        return keys
+
 
 def word_keys(texts: Sequence[str] | pa.Array) -> WordKeys:
     """`word_hashes(words(texts))` and the bytes of `normalise(texts)`, in one compiled pass over the
     texts' bytes (`kernels_jit.split_hash_words`)."""
-    a, ascii_only = _prepared(texts)
+    raw = _as_array(texts)
+    a, ascii_only = _prepared(raw)
     if len(a) == 0:
         zero = np.zeros(1, np.int64)
-        return WordKeys(np.zeros(0, np.uint64), zero, np.zeros(0, _U8), zero.copy())
+        return WordKeys(np.zeros(0, np.uint64), zero, np.zeros(0, _U8), zero.copy(), raw)
     o, b = _offsets_bytes(a)
     from mix_assets.lib import kernels_jit  # numba loads on first use (kernels_jit)
     text, toff, h, off = kernels_jit.split_hash_words(o, b, np.zeros(0, _U8) if ascii_only else _high_classes(b))
-    return WordKeys(h, off, text, toff)
+    return WordKeys(h, off, text, toff, raw)
 
 
 # Second characters of the canonical two-character decompositions in this Python's Unicode data

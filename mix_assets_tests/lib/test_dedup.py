@@ -64,9 +64,11 @@ def test_bad_input_empty_short_long_and_non_ascii(tmp_path):
     paths = {"s": _write(tmp_path / "s.parquet", "s", texts)}
     table, stats = lib.dedup_keys_table(paths, {}, lib.DedupParams())
     r = {x["doc_id"]: x for x in table.to_pylist()}
-    # Documents without words: exact duplicates of each other only (never LSH-clustered).
-    assert stats["no_shingle_documents"] == 3
-    assert sorted(r[f"s-0000{i}"]["reason"] or "keep" for i in range(3)) == ["exact_dup", "exact_dup", "keep"]
+    # Documents without words: never LSH-clustered, exact-keyed on their raw text up to whitespace, so
+    # the empty and the blank one are duplicates, "!!! ???" is not (issue 25).
+    assert stats["no_shingle_documents"] == 3 and stats["wordless_exact_dup"] == 1
+    assert sorted(r[f"s-0000{i}"]["reason"] or "keep" for i in range(2)) == ["exact_dup", "keep"]
+    assert r["s-00002"]["reason"] is None and r["s-00002"]["cluster_size"] == 1
     # Short documents (< 5 words) are one shingle: equal words -> exact dup, otherwise distinct.
     assert {r["s-00003"]["reason"], r["s-00004"]["reason"]} == {None, "exact_dup"}
     assert r["s-00005"]["reason"] is None and r["s-00005"]["cluster_size"] == 1
@@ -315,3 +317,25 @@ def test_a_filter_reason_beside_contaminated_is_unioned_in_sorted_order():
     assert seen.per_reason["filtered"] == 2
     with pytest.raises(lib.DedupInputError, match="filter decisions: doc_id 'zz' is not in the dedup keys"):
         list(lib.exclusion_batches(keys, None, lib.Exclusions(), rejected=lib.Rejections.of(["zz"], ["language:fr"])))
+
+
+def test_distinct_documents_without_words_are_not_exact_duplicates(tmp_path):
+    # Issue 25 §2.4: all four normalise to "" (no letters or digits); only the raw copy (up to
+    # whitespace) is a duplicate.
+    texts = ["😀😀😀", "🎉🎉 🎊", "👍", "→ ⇒ ←", "  😀😀😀\n", "a real document with words in it"]
+    paths = {"s": _write(tmp_path / "s.parquet", "s", texts)}
+    table, stats = lib.dedup_keys_table(paths, {}, lib.DedupParams())
+    r = {x["doc_id"]: x for x in table.to_pylist()}
+    assert [r[f"s-0000{i}"]["reason"] for i in (1, 2, 3)] == [None] * 3, [r[f"s-0000{i}"] for i in range(4)]
+    assert len({r[f"s-0000{i}"]["exact_key"] for i in range(4)}) == 4
+    # the copy with more whitespace is the longer one: it survives (the keep rule prefers more characters)
+    assert (r["s-00000"]["reason"], r["s-00004"]["reason"]) == ("exact_dup", None)
+    assert r["s-00000"]["cluster_id"] == "s-00004" and r["s-00000"]["exact_key"] == r["s-00004"]["exact_key"]
+    assert stats["no_shingle_documents"] == 5 and stats["wordless_exact_dup"] == 1
+    assert lib.check_clusters(table) == []
+    from mix_assets import metadata as md
+    from mix_assets.lib.storage import Storage
+    lib_storage = Storage(str(tmp_path))
+    pq.write_table(table, tmp_path / "keys.parquet")
+    meta = md.dedup_keys(lib_storage, "keys.parquet", table, stats, 1.0, ["s"])
+    assert meta["wordless_docs"] == 5 and meta["wordless_exact_dup_docs"] == 1

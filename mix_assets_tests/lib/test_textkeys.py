@@ -1,3 +1,4 @@
+import hashlib
 import random
 import re
 import unicodedata
@@ -79,3 +80,12 @@ def test_text_array_names_the_bad_row():
         text_array([3, "b"], "x")
     with pytest.raises(TypeError, match=r"x: texts must be strings, got int64"):
         text_array(pa.array([1]), "x")
+
+
+def test_dedup_keys_differ_from_exact_keys_only_for_texts_without_words():
+    texts = ["A b.", "a  B", "😀", " 😀\n", "→ ⇒", "", "  ", "?! x"]
+    wk = tk.word_keys(texts)
+    plain, dedup = wk.exact_keys(), wk.dedup_keys()
+    assert [p == d for p, d in zip(plain, dedup)] == [True, True, False, False, False, True, True, True]
+    assert dedup[2] == dedup[3] != dedup[4] and dedup[5] == dedup[6] == plain[5]
+    assert dedup[2] == hashlib.sha256("😀".encode()).hexdigest()

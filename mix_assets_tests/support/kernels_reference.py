@@ -687,4 +687,4 @@ def word_keys(texts: Sequence[str] | pa.Array):
     wl = words(texts)
     h, off = word_hashes(wl)
     o, b = tk._offsets_bytes(tk.join_words(wl).cast(pa.large_string()))
-    return tk.WordKeys(h, off, b, o)
+    return tk.WordKeys(h, off, b, o, tk._as_array(texts))

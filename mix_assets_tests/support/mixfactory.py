@@ -45,11 +45,13 @@ def write_test_mix(
     dropped_tail: tuple[int, int] = (7, 3),
     markov: bool = True,
     separator: str | None = None,
+    wordless: dict[str, int] | None = None,
 ) -> dict:
     """Write a mix directory under `root`; return its manifest (also written to root/manifest.json).
 
     markov=False writes uniform random tokens (fast, for benchmarks). separator: recorded in the
-    manifest and its config (id vocab_size - 1); the tokens are not changed.
+    manifest and its config (id vocab_size - 1); the tokens are not changed. wordless: {source: k}, kept
+    train documents without words in the dedup keys (`write_review_files`).
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -83,7 +85,8 @@ def write_test_mix(
     packing = {"rule": "contiguous", "separator": separator,
                "separator_id": None if separator is None else vocab_size - 1, "seq_len": seq_len,
                "sample_len": sample_len, "shifted_targets": shifted_targets}
-    rv = write_review_files(root, name="test_mix", seed=seed, splits=splits, packing=packing)
+    rv = write_review_files(root, name="test_mix", seed=seed, splits=splits, packing=packing,
+                            wordless=wordless)
     others = ["tokenizer/tokenizer.json", *REVIEW_PATHS]
     files = [file_entry(root, p) for p in shard_files + others]
     tok_sha = files[len(shard_files)]["sha256"]

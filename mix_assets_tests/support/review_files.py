@@ -27,11 +27,12 @@ REVIEW_PATHS = list(REVIEW.values())
 
 def write_review_files(root: str | Path, *, name: str, seed: int, splits: dict, packing: dict,
                        tokenizer_kind: str = "file", val_fraction: float = 0.1, docs_per_source: int = 12,
-                       budgets: dict[str, int] | None = None) -> dict:
+                       budgets: dict[str, int] | None = None, wordless: dict[str, int] | None = None) -> dict:
     """Write `root/review/*` consistent with `splits` (its per-source emitted train tokens are the budgets,
     epochs 1) and `packing`; set splits[*]["documents"]. Returns {"review", "config_sha256", "sources"}
     (the manifest's `sources` section). budgets: configure these instead (the same config as another
-    build; the manifest then disagrees with it where the train tokens differ)."""
+    build; the manifest then disagrees with it where the train tokens differ). wordless: {source: k}, the
+    first k kept train documents of the source have no words (n_words 0)."""
     root = Path(root)
     (root / "review").mkdir(parents=True, exist_ok=True)
     train_tok = splits["train"]["sources"]
@@ -45,8 +46,14 @@ def write_review_files(root: str | Path, *, name: str, seed: int, splits: dict, 
             clusters.append(f"{s}-0000" if i == docs_per_source - 1 else f"{s}-{i:04d}")
         excluded.append(f"{s}-{docs_per_source - 1:04d}")
     keep = [d not in excluded for d in ids]
+    n_words, left = [], dict(wordless or {})
+    for s, c, k in zip(srcs, clusters, keep):
+        none = k and unit_hash(seed, c) >= val_fraction and left.get(s, 0) > 0
+        left[s] = left.get(s, 0) - none
+        n_words.append(0 if none else 10)
     pq.write_table(pa.table({"doc_id": ids, "source": srcs, "cluster_id": clusters, "keep": keep,
-                             "reason": [None if k else "exact_dup" for k in keep]}), root / REVIEW["dedup_keys"])
+                             "reason": [None if k else "exact_dup" for k in keep], "n_words": n_words}),
+                   root / REVIEW["dedup_keys"])
     pq.write_table(pa.table({"doc_id": excluded, "source": names, "reasons": [["exact_dup"]] * len(names),
                              "kept_doc_id": [f"{s}-0000" for s in names]}), root / REVIEW["exclusion_masks"])
     (root / REVIEW["contamination_report"]).write_text(json.dumps({"counts": {s: {} for s in names}}))

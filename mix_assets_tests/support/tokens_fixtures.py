@@ -45,13 +45,14 @@ def write_upstream(root: Path, sources: dict[str, int], seed: int = 1, words=(40
             rows.append(dict(doc_id=doc_id, source=source, text=text, row_index=i, origin=f"gen:{i}",
                              n_bytes=len(text.encode()), n_chars=len(text), est_tokens=len(text) // 4))
             keys_rows.append(dict(doc_id=doc_id, source=source, exact_key=f"k-{doc_id}", cluster_id=doc_id,
-                                  cluster_size=1, keep=True, reason=None))
+                                  cluster_size=1, keep=True, reason=None, n_words=len(text.split())))
         for j in range(near_dups):  # doc j+n duplicates doc j: same cluster, dropped by the masks
             src = rows[j]
             doc_id = f"{source}-{n + j:06d}"
             rows.append({**src, "doc_id": doc_id, "row_index": n + j})
             keys_rows.append(dict(doc_id=doc_id, source=source, exact_key=f"k-{src['doc_id']}",
-                                  cluster_id=src["doc_id"], cluster_size=2, keep=False, reason="exact_dup"))
+                                  cluster_id=src["doc_id"], cluster_size=2, keep=False, reason="exact_dup",
+                                  n_words=len(src["text"].split())))
             mask_rows.append(dict(doc_id=doc_id, source=source, reasons=["exact_dup"], kept_doc_id=src["doc_id"]))
         for j in range(masked):
             mask_rows.append(dict(doc_id=rows[-1 - near_dups - j]["doc_id"], source=source,
