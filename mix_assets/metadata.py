@@ -383,6 +383,7 @@ def kill_rates_expected(s) -> dict:
 def keep_share_held(rows: list[dict], below: list[dict]) -> dict:
     cols = ["source", "bytes_before", "bytes_after", "kept_bytes_share", "keep_share"]
     return {"below_keep_share_sources": len(below),
+            **by_name("kept_bytes_share", {r["source"]: share(r["kept_bytes_share"]) for r in rows}),
             **wide_table("kept_bytes_shares", rows, cols, ["source", "kept_bytes_share", "keep_share"])}
 
 

@@ -38,6 +38,7 @@ VAL_PART = 5  # val gets 1/VAL_PART of the draw (at least one sample when it has
 UI_CHARS = 200_000  # above this the UI copy elides each sample's middle; the file keeps everything
 WRAP = 100  # the UI copy breaks longer lines (a code block does not wrap in the UI); the file keeps them whole
 WRAP_MARK = "↩"  # ends a line the UI copy broke (not in the data)
+UI_NOTE = f" Lines longer than {WRAP} characters are broken here, each broken line ending in `{WRAP_MARK}`."
 _PIECE = re.compile(r"\S+")
 
 
@@ -225,13 +226,13 @@ def visible(s: str) -> str:
 
 
 def body(sample: Sample, separator: Optional[str]) -> tuple[str, bool]:
-    """The shown text (separators as ⟦SEP⟧, each segment opening with a `⟦source · doc_id⟧` line when its
-    document is known) and whether the seams are marked: they are unless decoding piece by piece does not
+    """The shown text (separators as ⟦SEP⟧, each segment opening with a `⟦source · doc_id⟧` line of its own
+    when its document is known) and whether the seams are marked: they are unless decoding piece by piece does not
     reassemble the whole decode (then the whole decode is shown, unmarked)."""
     docs = segment_docs(sample)
     if separator is not None and separator.join(sample.segments) == sample.text:
-        return SEP.join((f"⟦{d.label()}⟧\n" if d is not None and seg else "") + visible(seg)
-                        for seg, d in zip(sample.segments, docs)), True
+        return SEP.join((f"{chr(10) if i else ''}⟦{d.label()}⟧\n" if d is not None and seg else "") + visible(seg)
+                        for i, (seg, d) in enumerate(zip(sample.segments, docs))), True
     lead = f"⟦{docs[0].label()}⟧\n" if docs and docs[0] is not None else ""
     return lead + visible(sample.text), separator is None
 
@@ -303,10 +304,9 @@ def render(samples: list[Sample], stats: dict, build: str, seed: int, scrub: np.
              + f"Runs of {k}+ words of an eval item are shown as `⟦scrubbed N words⟧`; "
              "control characters as `⟦U+XXXX⟧`; each document's segment opens with a line `⟦source · doc_id⟧` "
              "(not in the data).")
-    ui_note = f" Lines longer than {WRAP} characters are broken here, each broken line ending in `{WRAP_MARK}`."
 
     def md(limit: Optional[int], width: Optional[int] = None) -> str:
-        blocks = [intro + (ui_note if width else "")]
+        blocks = [intro + (UI_NOTE if width else "")]
         for head, text in parts:
             t = text if limit is None else _elide(text, limit)
             t = t if width is None else wrap(t, width)

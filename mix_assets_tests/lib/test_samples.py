@@ -51,7 +51,7 @@ def _blocks(md: str) -> list[tuple[str, int, str]]:
     return [(m.group(1), int(m.group(2).replace(",", "")), m.group(4)) for m in _BLOCK.finditer(md)]
 
 
-_LABEL = re.compile(r"⟦([^⟧\n]+) · ([^⟧\n]+?)( \(continued\))?⟧\n")
+_LABEL = re.compile(r"\n?⟦([^⟧\n]+) · ([^⟧\n]+?)( \(continued\))?⟧\n")
 
 
 def _unrendered(body: str) -> str:
