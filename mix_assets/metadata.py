@@ -10,9 +10,10 @@ Key convention (`<noun>_<unit>`, snake_case, the unit last):
   * identifiers and text are bare nouns (`path`, `fingerprint`, `revision`); a list of problems is
     `problem_list` beside its count `problems`;
   * each table appears once, as a `MetadataValue.table` named after its rows, holding only the columns
-    that decide (the row's name, then the deciding figures: the UI cuts a table wider than ~4 columns
-    at 1,600 px); a wider table's every column is beside it as Markdown, `<table>_md`, and a chart
-    beside it is `<table>_chart`. Table cells are display text: counts with thousands separators,
+    that decide (the row's name, then the deciding figure: at 1,600 px the asset page gives a table
+    ~450 px, three columns of names like `python_reference` / `gopher_repetition`, and cuts the rest);
+    a wider table's every column is beside it as Markdown, `<table>_md` (a table no gate reads, whose
+    name alone takes three columns, is Markdown only), and a chart beside it is `<table>_chart`. Table cells are display text: counts with thousands separators,
     `_share` columns as percentages. Parquet-backed assets carry `dagster/row_count` and
     `dagster/column_schema`.
 Numeric keys are the same on every run, so the Plots view draws continuous lines. Every
@@ -326,10 +327,9 @@ def dedup_keys(storage, key: str, t: pa.Table, st: dict, elapsed: float, sources
 
 KILL_COLUMNS = ["source", "filter", "docs", "failed_docs", "kill_share", "killed_bytes_share", "first_failure_docs",
                 "max_kill_share"]
-KILL_DECIDING = ["source", "filter", "kill_share", "max_kill_share"]  # kill_rates_expected: kill_share > max
+KILL_DECIDING = ["source", "filter", "kill_share"]  # kill_rates_expected: kill_share > max_kill_share
 FILTER_COMPOSITION_COLUMNS = ["source", "language", "length_bucket", "docs_before", "docs_after", "bytes_before",
                               "bytes_after", "kept_share"]
-FILTER_COMPOSITION_DECIDING = ["source", "language", "length_bucket", "kept_share"]
 DOMAIN_COLUMNS = ["kind", "domain", "docs_before", "docs_after", "kept_share"]
 DOMAIN_DECIDING = ["kind", "domain", "kept_share"]  # no_domain_vanished: a large domain's kept_share
 
@@ -365,7 +365,8 @@ def document_filters(storage, s, samples: tuple[list[dict], int], reused: list[s
         **by_name("rejected_docs", first),
         "reused_sources": ", ".join(reused) or "none",
         **wide_table("kill_rates", s.kills, KILL_COLUMNS, KILL_DECIDING),
-        **wide_table("composition", s.composition, FILTER_COMPOSITION_COLUMNS, FILTER_COMPOSITION_DECIDING),
+        # no gate reads it (no_domain_vanished reads `domains`) and its name takes 3 columns: Markdown only
+        "composition": markdown_table(s.composition, FILTER_COMPOSITION_COLUMNS, FULL_ROWS),
         **wide_table("domains", s.domains, DOMAIN_COLUMNS, DOMAIN_DECIDING),
         "rejects": dg.MetadataValue.md(_filter_samples_md(rows, withheld)),
         "withheld_samples": withheld,
@@ -390,7 +391,7 @@ def keep_share_held(rows: list[dict], below: list[dict]) -> dict:
 def brevity_kept(s) -> dict:
     cols = ["source", "rule", "short_docs", "removed_docs", "removed_share", "warn_share"]
     return {"brevity_killed": len(s.brevity_killed),
-            **(wide_table("brevity", s.brevity, cols, ["source", "rule", "removed_share", "warn_share"])
+            **(wide_table("brevity", s.brevity, cols, ["source", "rule", "removed_share"])
                if s.brevity else {})}
 
 
@@ -398,8 +399,8 @@ def brevity_kept(s) -> dict:
 
 COMPOSITION_COLUMNS = ["source", "docs_before", "docs_after", "bytes_before", "bytes_after", "tokens_before",
                        "tokens_after", "share_before", "share_after", "lost_token_share"]
-# the gates read: docs_after (no_source_vanished), tokens_after (source_budgets_met), lost_token_share
-COMPOSITION_DECIDING = ["source", "docs_after", "tokens_after", "lost_token_share"]
+# the gates read tokens_after (source_budgets_met) and lost_token_share (no_source_vanished has kept_docs/<source>)
+COMPOSITION_DECIDING = ["source", "tokens_after", "lost_token_share"]
 
 
 def _rejects_md(m) -> str:
@@ -476,7 +477,7 @@ def denominators_nonempty(rows: list[dict]) -> dict:
 
 
 _SCAN_COLUMNS = ["source", "task", "docs_scanned", "docs_with_overlap", "overlap_ngrams", "registry_ngrams"]
-_SCAN_DECIDING = ["source", "task", "docs_with_overlap", "overlap_ngrams"]  # zero_eval_overlap: overlap_ngrams
+_SCAN_DECIDING = ["source", "task", "overlap_ngrams"]  # zero_eval_overlap: overlap_ngrams
 
 
 def contamination_report(storage, key: str, docs_key: str, scan, report: dict) -> dict:
@@ -514,9 +515,12 @@ def fuzzy_contamination(storage, key: str, docs_key: str, got, elapsed: float) -
         "jaccard_threshold": float(p["threshold"]),
         "shingle_words": int(p["shingle"]),
         "minhash_perms": int(p["num_perm"]),
-        "matches": table(fuzzy_rows(r), columns=["source", "task", "docs_matched", "fuzzy_only_docs"]),
-        "sources": table(fuzzy_source_rows(r), columns=["source", "docs_scanned", "docs_matched", "fuzzy_only_docs"]),
-        "tasks": table(fuzzy_task_rows(r), columns=["task", "items_indexed", "items_matched", "items_too_short"]),
+        **wide_table("matches", fuzzy_rows(r), ["source", "task", "docs_matched", "fuzzy_only_docs"],
+                     ["source", "task", "fuzzy_only_docs"]),
+        **wide_table("sources", fuzzy_source_rows(r), ["source", "docs_scanned", "docs_matched", "fuzzy_only_docs"],
+                     ["source", "docs_scanned", "fuzzy_only_docs"]),
+        **wide_table("tasks", fuzzy_task_rows(r), ["task", "items_indexed", "items_matched", "items_too_short"],
+                     ["task", "items_indexed", "items_matched"]),
         "elapsed_seconds": seconds(elapsed),
     }
 
@@ -650,7 +654,7 @@ PER_SOURCE_COLUMNS = ["source", "train_tokens", "val_tokens", "budget_tokens", "
 def per_source(sources: Mapping[str, Mapping]) -> dict:
     """token_shards' and manifest's tokens per source ({source: shard_stats' per-source record}) as a table."""
     rows = [{"source": s, **{c: v.get(c) for c in PER_SOURCE_COLUMNS[1:]}} for s, v in sources.items()]
-    return wide_table("per_source", rows, PER_SOURCE_COLUMNS, ["source", "train_tokens", "budget_tokens", "val_tokens"])
+    return wide_table("per_source", rows, PER_SOURCE_COLUMNS, ["source", "train_tokens", "budget_tokens"])
 
 
 def rendered_samples(storage, key: str, r) -> dict:
@@ -696,7 +700,7 @@ def shards_audit(report: dict, elapsed: float) -> dict:
         "denominator_problems": len(report["denominator_problems"]),
         **wide_table("overlap", rows, ["split", "task", "samples_scanned", "overlap_ngrams", "samples_with_overlap",
                                        "eval_rows", "eval_ngrams"],
-                     ["split", "task", "overlap_ngrams", "samples_with_overlap"]),
+                     ["split", "task", "overlap_ngrams"]),
         "elapsed_seconds": seconds(elapsed),
         "tokens_per_second": round(tokens / elapsed) if elapsed else 0,
     }

@@ -11,7 +11,7 @@ from markdown_it import MarkdownIt
 from mix_assets import metadata as md
 from mix_assets.lib import charts
 
-MAX_UI_COLUMNS = 4  # what the asset page shows of a table at 1,600 px (kill_rates: 4 of its 8 columns)
+MAX_UI_COLUMNS = 3  # what the asset page shows of a table at 1,600 px (~450 px: kill_rates showed 3.5 of 8)
 _MD = MarkdownIt("commonmark").enable("table")  # the UI renders metadata Markdown with GFM (react-markdown)
 
 
@@ -49,12 +49,12 @@ def _sample(text: str, reason="gopher_quality:alpha_words 0.78 < 0.80", doc_id="
 def test_kill_rates_keep_the_deciding_columns_and_the_full_table_beside_them():
     got = md.document_filters(_Storage(), _filter_summary(), ([], 0), [])
     cols = _columns(got["kill_rates"])
-    assert len(cols) <= MAX_UI_COLUMNS and cols[0] == "source" and "kill_share" in cols and "max_kill_share" in cols
+    assert len(cols) <= MAX_UI_COLUMNS and cols[0] == "source" and "kill_share" in cols
     full = got["kill_rates_md"].value
     assert full.splitlines()[0] == "| " + " | ".join(md.KILL_COLUMNS) + " |"
-    for key in ("composition", "domains"):
-        assert len(_columns(got[key])) <= MAX_UI_COLUMNS and "kept_share" in _columns(got[key]), key
-        assert isinstance(got[f"{key}_md"], dg.MarkdownMetadataValue)
+    assert len(_columns(got["domains"])) <= MAX_UI_COLUMNS and "kept_share" in _columns(got["domains"])
+    assert isinstance(got["domains_md"], dg.MarkdownMetadataValue)
+    assert "| " + " | ".join(md.FILTER_COMPOSITION_COLUMNS) + " |" in got["composition"].value  # Markdown only
     assert _columns(md.kill_rates_expected(_filter_summary())["kill_rates"]) == cols
 
 
@@ -73,7 +73,7 @@ def test_exclusion_masks_composition_keeps_what_its_gates_read(tmp_path):
     got = md.exclusion_masks(storage, "masks", m)
     cols = _columns(got["composition"])
     assert len(cols) <= MAX_UI_COLUMNS and cols[0] == "source", cols
-    assert {"docs_after", "tokens_after", "lost_token_share"} <= set(cols)  # no_source_vanished, budgets, loss
+    assert {"tokens_after", "lost_token_share"} <= set(cols)  # source_budgets_met, source_loss_within_limit
     assert _cells(got["composition"], "tokens_after") == ["2,000,000", "2,000,000"]
     assert _cells(got["composition"], "lost_token_share") == ["20.0%", "20.0%"]
     assert "| " + " | ".join(md.COMPOSITION_COLUMNS) + " |" in got["composition_md"].value
@@ -134,10 +134,11 @@ def test_fuzzy_figures_appear_once_per_task_and_once_per_source():
     }
     got = SimpleNamespace(report=report, docs=pa.table({"doc_id": pa.array([], pa.string())}))
     meta = md.fuzzy_contamination(_Storage(), "audit/fuzzy.json", "audit/fuzzy_docs.parquet", got, 1.0)
-    per_pair = _columns(meta["matches"])
     # a source x task row holds only that pair's figures: no per-task or per-source value repeated on it
-    assert per_pair == ["source", "task", "docs_matched", "fuzzy_only_docs"]
-    assert len(meta["matches"].records) == 4
+    assert meta["matches_md"].value.splitlines()[0] == "| source | task | docs_matched | fuzzy_only_docs |"
+    assert _columns(meta["matches"]) == ["source", "task", "fuzzy_only_docs"] and len(meta["matches"].records) == 4
+    for key in ("matches", "sources", "tasks"):
+        assert len(_columns(meta[key])) <= MAX_UI_COLUMNS, key
     assert _cells(meta["tasks"], "task") == list(tasks) and _cells(meta["tasks"], "items_indexed") == ["1,000", "1,001"]
     assert _cells(meta["sources"], "docs_scanned") == ["100", "200"]
 
