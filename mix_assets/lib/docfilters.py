@@ -446,7 +446,7 @@ def explain(picked, texts: Mapping[str, str], params: Mapping[str, FilterParams]
                 if any(r.startswith("language") for _, r in mine) else None)
         for i, (d, r) in enumerate(mine):
             if r == "language_score":
-                out[d] = f"language_score {filters._pair(lang.column('language_score')[i].as_py(), p.min_score, '≤')}"
+                out[d] = f"language_score {filters.compared(lang.column('language_score')[i].as_py(), p.min_score, '≤')}"
             elif r.startswith("language:"):
                 wanted = ", ".join(p.languages or ()) or "any"
                 out[d] = f"{r} (score {lang.column('language_score')[i].as_py():.2f}; wanted: {wanted})"

@@ -882,10 +882,10 @@ class Measure:
     def __str__(self) -> str:
         if self.value is None or self.threshold is None:
             return self.rule
-        return f"{self.rule} {_pair(self.value, self.threshold, self.op)}"
+        return f"{self.rule} {compared(self.value, self.threshold, self.op)}"
 
 
-def _pair(value: float, threshold: float, op: str) -> str:
+def compared(value: float, threshold: float, op: str) -> str:
     """`0.78 < 0.80`: integers as integers, other figures with as many decimals (2 to 6) as it takes for
     the two to read differently."""
     if float(value).is_integer() and float(threshold).is_integer():

@@ -448,6 +448,7 @@ def table_columns_shown(page, url: str, asset: str, key: str) -> dict[str, bool]
     row = metadata_row(page, url, asset, key)
     heads = row.locator("table th")
     heads.first.wait_for()
+    row.scroll_into_view_if_needed()  # vertically, for the screenshot: the columns' clipping is horizontal
     return {h.inner_text().strip(): h.evaluate(_SHOWN_JS) for h in heads.all()}
 
 
