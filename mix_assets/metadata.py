@@ -110,13 +110,20 @@ def table(rows: Sequence[Mapping[str, object]], columns: Sequence[str] | None = 
     return dg.MetadataValue.table(records=records, schema=schema)
 
 
+MD_INLINE_CHARS = 1000  # the UI shows Markdown shorter than this inline (a table cut like any), longer in a dialog
+
+
 def markdown_table(rows: Sequence[Mapping[str, object]], columns: Sequence[str] | None = None,
                    max_rows: int = 50) -> dg.MarkdownMetadataValue:
-    """Rows as a markdown table (renders inline in check results and the run log); `_share` columns as
-    percentages."""
+    """Rows as a markdown table, `_share` columns as percentages. A table short enough for the UI to show
+    inline, in the ~450 px it gives a metadata value, is given as a list of rows instead (one line of
+    `column value` pairs per row, which wraps): inline, a wide table is cut like a table entry."""
     columns = _columns(rows, columns, "markdown_table")
-    return dg.MetadataValue.md(charts.markdown_table(rows, columns, max_rows,
-                                                     percent=[c for c in columns if c.endswith("_share")]))
+    pct = [c for c in columns if c.endswith("_share")]
+    out = charts.markdown_table(rows, columns, max_rows, percent=pct)
+    if len(out) < MD_INLINE_CHARS and len(columns) > 3:
+        out = charts.markdown_records(rows, columns, max_rows, percent=pct)
+    return dg.MetadataValue.md(out)
 
 
 FULL_ROWS = 200  # rows of a `<table>_md` (the table itself holds every row)

@@ -1,6 +1,7 @@
 """mix_assets/metadata.py as the UI shows it: tables cut to the columns that decide (the UI cuts a wider one
 at 1,600 px) with every column beside them as Markdown, counts and shares formatted, samples shown literally."""
 
+import re
 from types import SimpleNamespace
 
 import dagster as dg
@@ -28,6 +29,14 @@ def _cells(v: dg.TableMetadataValue, column: str) -> list:
     return [r.data[column] for r in v.records]
 
 
+def _full_columns(v: dg.MarkdownMetadataValue) -> list[str]:
+    """The columns of a `<table>_md`: its header, or (a short one, shown inline) its first row's pairs."""
+    text = v.value
+    if text.startswith("| "):
+        return [c.strip() for c in text.splitlines()[0].strip("| ").split(" | ")]
+    return re.findall(r"(?:^- | · )(\w+) ", text.splitlines()[0])
+
+
 def _kills():
     return [{"source": "web", "filter": f, "docs": 1_234_567, "failed_docs": 150_000, "kill_share": 0.1215,
              "killed_bytes_share": 0.09, "first_failure_docs": 120_000, "max_kill_share": 0.5}
@@ -50,11 +59,10 @@ def test_kill_rates_keep_the_deciding_columns_and_the_full_table_beside_them():
     got = md.document_filters(_Storage(), _filter_summary(), ([], 0), [])
     cols = _columns(got["kill_rates"])
     assert len(cols) <= MAX_UI_COLUMNS and cols[0] == "source" and "kill_share" in cols
-    full = got["kill_rates_md"].value
-    assert full.splitlines()[0] == "| " + " | ".join(md.KILL_COLUMNS) + " |"
+    assert _full_columns(got["kill_rates_md"]) == md.KILL_COLUMNS
     assert len(_columns(got["domains"])) <= MAX_UI_COLUMNS and "kept_share" in _columns(got["domains"])
     assert isinstance(got["domains_md"], dg.MarkdownMetadataValue)
-    assert "| " + " | ".join(md.FILTER_COMPOSITION_COLUMNS) + " |" in got["composition"].value  # Markdown only
+    assert _full_columns(got["composition"]) == md.FILTER_COMPOSITION_COLUMNS  # Markdown only
     assert _columns(md.kill_rates_expected(_filter_summary())["kill_rates"]) == cols
 
 
@@ -76,7 +84,7 @@ def test_exclusion_masks_composition_keeps_what_its_gates_read(tmp_path):
     assert {"tokens_after", "lost_token_share"} <= set(cols)  # source_budgets_met, source_loss_within_limit
     assert _cells(got["composition"], "tokens_after") == ["2,000,000", "2,000,000"]
     assert _cells(got["composition"], "lost_token_share") == ["20.0%", "20.0%"]
-    assert "| " + " | ".join(md.COMPOSITION_COLUMNS) + " |" in got["composition_md"].value
+    assert _full_columns(got["composition_md"]) == md.COMPOSITION_COLUMNS
 
 
 def _scan():
@@ -93,7 +101,7 @@ def test_overlap_table_keeps_its_deciding_figure():
     cols = _columns(got["overlap"])
     assert len(cols) <= MAX_UI_COLUMNS and cols[:2] == ["source", "task"] and "overlap_ngrams" in cols
     assert _cells(got["overlap"], "overlap_ngrams") == ["1,500", "0"]
-    assert "registry_ngrams" in got["overlap_md"].value.splitlines()[0] and "98,765" in got["overlap_md"].value
+    assert "registry_ngrams" in _full_columns(got["overlap_md"]) and "98,765" in got["overlap_md"].value
 
 
 def test_every_table_is_narrow_enough_and_formats_its_numbers():
@@ -104,7 +112,18 @@ def test_every_table_is_narrow_enough_and_formats_its_numbers():
                                              "tiny_share": "0.12%", "zero_share": "0%", "ratio": "3.142",
                                              "flag": "yes"}]
     assert {c.name: c.type for c in t.schema.columns}["count"] == "int"  # the schema keeps the kind of value
-    assert "| a | 1,234,567 | 12.3% | 0.12% | 0% | 3.142 | yes |" in md.markdown_table(rows).value
+    assert "| a | 1,234,567 | 12.3% | 0.12% | 0% | 3.142 | yes |" in md.markdown_table(rows * 20).value
+
+
+def test_a_full_table_the_ui_would_show_inline_is_a_list_that_wraps():
+    """Markdown under 1,000 characters shows inline, where a wide table is cut like a table entry."""
+    rows = [{"source": "python_reference", "filter": "gopher_repetition", "docs": 1_234_567, "kill_share": 0.5}]
+    short = md.markdown_table(rows).value
+    assert len(short) < md.MD_INLINE_CHARS and not short.startswith("|")
+    assert short == "- source `python_reference` · filter `gopher_repetition` · docs 1,234,567 · kill_share 50.0%"
+    long = md.markdown_table(rows * 40).value  # shown in a dialog, as wide as the page: a table
+    assert len(long) >= md.MD_INLINE_CHARS and long.startswith("| source | filter | docs | kill_share |")
+    assert md.markdown_table(rows, ["source", "docs"]).value.startswith("| source | docs |")  # narrow: a table
 
 
 def test_per_source_is_a_table_not_a_json_blob():
@@ -135,7 +154,7 @@ def test_fuzzy_figures_appear_once_per_task_and_once_per_source():
     got = SimpleNamespace(report=report, docs=pa.table({"doc_id": pa.array([], pa.string())}))
     meta = md.fuzzy_contamination(_Storage(), "audit/fuzzy.json", "audit/fuzzy_docs.parquet", got, 1.0)
     # a source x task row holds only that pair's figures: no per-task or per-source value repeated on it
-    assert meta["matches_md"].value.splitlines()[0] == "| source | task | docs_matched | fuzzy_only_docs |"
+    assert _full_columns(meta["matches_md"]) == ["source", "task", "docs_matched", "fuzzy_only_docs"]
     assert _columns(meta["matches"]) == ["source", "task", "fuzzy_only_docs"] and len(meta["matches"].records) == 4
     for key in ("matches", "sources", "tasks"):
         assert len(_columns(meta[key])) <= MAX_UI_COLUMNS, key

@@ -120,6 +120,9 @@ def test_materialize_all_from_the_ui_and_read_the_checks(tmp_path):
             ui.shot(page, f"07-table-{asset}-{key}")
             assert {c for c in deciding if shown.get(c)} == set(deciding), (asset, key, shown)
             assert all(shown.values()), f"{asset} {key}: columns cut at 1,600 px: {shown}"
+        for asset, key in [(a, k) for a, k, _ in DECIDING] + [("token_shards", "per_source"), ("manifest", "per_source"),
+                                                              ("eval_registry", "denominators")]:
+            assert ui.cut_tables(page, web.url, asset, key) == {}, asset  # no table on the page is cut
         dialog = ui.open_markdown(page, web.url, "exclusion_masks", "rejects")
         ui.shot(page, "08-rejects-escaped")
         assert dialog.locator("code", has_text="object.__add__(self, other)").count(), "sample not shown literally"

@@ -326,3 +326,20 @@ def markdown_table(rows: Sequence[Mapping[str, object]], columns: Sequence[str] 
     if len(rows) > max_rows:
         out += f"\n\n{len(rows) - max_rows:,} more rows not shown"
     return out
+
+
+def markdown_records(rows: Sequence[Mapping[str, object]], columns: Sequence[str], max_rows: int = 50,
+                     percent: Sequence[str] = ()) -> str:
+    """Rows of dicts as a Markdown list, one item per row: `column value` pairs joined by " · ", numbers
+    formatted as `markdown_table` formats them, text as code spans (shown as it is); a list wraps where
+    a table would be cut."""
+    pct = set(percent)
+
+    def cell(v: object, c: str) -> str:
+        return code_span(v) if isinstance(v, str) and v else _cell(v, c in pct)
+
+    body = ["- " + " · ".join(f"{c} {cell(r.get(c), c)}" for c in columns) for r in rows[:max_rows]]
+    out = "\n".join(body) or "no rows"
+    if len(rows) > max_rows:
+        out += f"\n\n{len(rows) - max_rows:,} more rows not shown"
+    return out

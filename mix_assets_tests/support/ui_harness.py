@@ -452,6 +452,27 @@ def table_columns_shown(page, url: str, asset: str, key: str) -> dict[str, bool]
     return {h.inner_text().strip(): h.evaluate(_SHOWN_JS) for h in heads.all()}
 
 
+_CUT_JS = """() => {
+  const shown = """ + _SHOWN_JS + """;
+  const out = {};
+  for (const th of document.querySelectorAll('td table th')) {  // a table inside a metadata value
+    if (shown(th)) continue;
+    const row = th.closest('table').parentElement.closest('tr');
+    const key = row && row.querySelector('td') ? row.querySelector('td').innerText.trim() : '?';
+    (out[key] = out[key] || []).push(th.innerText.trim());
+  }
+  return out;
+}"""
+
+
+def cut_tables(page, url: str, asset: str, key: str) -> dict[str, list[str]]:
+    """The asset's page (latest materialization), once entry `key` is shown: {metadata key: the columns of
+    its table the page cuts off}, for every table entry and inline Markdown table."""
+    metadata_row(page, url, asset, key)
+    page.wait_for_timeout(500)
+    return page.evaluate(_CUT_JS)
+
+
 def open_markdown(page, url: str, asset: str, key: str):
     """The asset's metadata entry `key` opened ("[Show Markdown]"): the dialog. Close it with `close_dialog`."""
     metadata_row(page, url, asset, key).get_by_text("Show Markdown").click()
