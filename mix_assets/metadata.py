@@ -12,8 +12,9 @@ Key convention (`<noun>_<unit>`, snake_case, the unit last):
   * each table appears once, as a `MetadataValue.table` named after its rows, holding only the columns
     that decide (the row's name, then the deciding figure: at 1,600 px the asset page gives a table
     ~450 px, three columns of names like `python_reference` / `gopher_repetition`, and cuts the rest);
-    a wider table's every column is beside it as Markdown, `<table>_md` (a table no gate reads, whose
-    name alone takes three columns, is Markdown only), and a chart beside it is `<table>_chart`. Table cells are display text: counts with thousands separators,
+    a wider table's every column is beside it as Markdown, `<table>_md` (a list of rows when short
+    enough for the UI to show inline; a table no gate reads, whose name alone takes three columns, is
+    Markdown only), and a chart beside it is `<table>_chart`. Table cells are display text: counts with thousands separators,
     `_share` columns as percentages. Parquet-backed assets carry `dagster/row_count` and
     `dagster/column_schema`.
 Numeric keys are the same on every run, so the Plots view draws continuous lines. Every

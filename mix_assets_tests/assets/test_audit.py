@@ -196,7 +196,7 @@ def test_rows_without_audited_text_are_counted_apart_and_fail_min_rows(tmp_path)
     meta = json.loads(Res(spec).storage.read_text(layout.EVAL_REGISTRY))["tasks"]["half_empty"]
     assert (meta["rows"], meta["empty_rows"], meta["rows_per_split"]) == (30, 30, {"validation": 30})
     full = next(m.materialization.metadata for m in result.get_asset_materialization_events())["denominators_md"]
-    assert "| half_empty | 30 | 30 | 50 |" in full.value  # task, rows, empty_rows, min_rows
+    assert "task `half_empty` · rows 30 · empty_rows 30 · min_rows 50 ·" in full.value  # one row: a list, inline
 
 
 def test_registry_of_valid_rows_has_no_empty_rows_key(tmp_path):
