@@ -9,8 +9,14 @@ Key convention (`<noun>_<unit>`, snake_case, the unit last):
     `kept_tokens/web`, `rows/demo_qa`, `excluded_docs/near_dup`;
   * identifiers and text are bare nouns (`path`, `fingerprint`, `revision`); a list of problems is
     `problem_list` beside its count `problems`;
-  * each table appears once, as a `MetadataValue.table` named after its rows; a chart beside it is
-    `<table>_chart`. Parquet-backed assets carry `dagster/row_count` and `dagster/column_schema`.
+  * each table appears once, as a `MetadataValue.table` named after its rows, holding only the columns
+    that decide (the row's name, then the deciding figure: at 1,600 px the asset page gives a table
+    ~450 px, three columns of names like `python_reference` / `gopher_repetition`, and cuts the rest);
+    a wider table's every column is beside it as Markdown, `<table>_md` (a list of rows when short
+    enough for the UI to show inline; a table no gate reads, whose name alone takes three columns, is
+    Markdown only), and a chart beside it is `<table>_chart`. Table cells are display text: counts with thousands separators,
+    `_share` columns as percentages. Parquet-backed assets carry `dagster/row_count` and
+    `dagster/column_schema`.
 Numeric keys are the same on every run, so the Plots view draws continuous lines. Every
 materialisation also carries `peak_rss_mb` (`peak_rss`; per step only under a per-step-process executor).
 """
@@ -61,35 +67,77 @@ def _column_type(values: list[object]) -> str:
     return "string"
 
 
-def table(rows: Sequence[Mapping[str, object]], columns: Sequence[str] | None = None,
-          descriptions: Mapping[str, str] | None = None) -> dg.TableMetadataValue:
-    """Rows of dicts as `MetadataValue.table` with a schema inferred from the values (floats rounded)."""
+percent = charts.percent  # a share as the UI shows it: 0.1234 -> "12.3%"
+
+
+def number(v: object, column: str = "") -> object:
+    """A table cell as display text: ints with thousands separators, a `_share` column's floats as
+    percentages, other floats to 4 significant digits; strings and None as they are."""
+    if v is None or isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (int, np.integer)):
+        return f"{int(v):,}"
+    if isinstance(v, (float, np.floating)):
+        if column.endswith("_share"):
+            return percent(v)
+        return f"{float(v):,.4g}" if abs(v) < 1e6 else f"{float(v):,.0f}"
+    return str(v)
+
+
+def _columns(rows: Sequence[Mapping[str, object]], columns: Sequence[str] | None, what: str) -> list[str]:
     if columns is None:
         columns = []
         for r in rows:
             columns.extend(k for k in r if k not in columns)
     if not columns:
-        raise ValueError("table: no columns (empty rows and no column list)")
+        raise ValueError(f"{what}: no columns (empty rows and no column list)")
+    return list(columns)
+
+
+def table(rows: Sequence[Mapping[str, object]], columns: Sequence[str] | None = None,
+          descriptions: Mapping[str, str] | None = None) -> dg.TableMetadataValue:
+    """Rows of dicts as `MetadataValue.table`: the schema's types inferred from the values, the cells as
+    display text (`number`: the UI prints a cell as it is, 1234567 without separators)."""
+    columns = _columns(rows, columns, "table")
     types = {c: _column_type([r.get(c) for r in rows]) for c in columns}
     schema = dg.TableSchema(columns=[
-        dg.TableColumn(c, types[c], description=(descriptions or {}).get(c)) for c in columns
+        dg.TableColumn(c, types[c], description=(descriptions or {}).get(c)
+                       or ("a percentage" if c.endswith("_share") and types[c] == "float" else None))
+        for c in columns
     ])
-
-    def value(v: object, t: str) -> object:
-        if v is None:
-            return v
-        if t == "float":
-            return share(v)
-        return v if t != "string" else str(v)
-
-    records = [dg.TableRecord({c: value(r.get(c), types[c]) for c in columns}) for r in rows]
+    records = [dg.TableRecord({c: number(r.get(c), c) for c in columns}) for r in rows]
     return dg.MetadataValue.table(records=records, schema=schema)
+
+
+MD_INLINE_CHARS = 1000  # the UI shows Markdown shorter than this inline (a table cut like any), longer in a dialog
 
 
 def markdown_table(rows: Sequence[Mapping[str, object]], columns: Sequence[str] | None = None,
                    max_rows: int = 50) -> dg.MarkdownMetadataValue:
-    """Rows as a markdown table (renders inline in check results and the run log)."""
-    return dg.MetadataValue.md(charts.markdown_table(rows, columns, max_rows))
+    """Rows as a markdown table, `_share` columns as percentages. A table short enough for the UI to show
+    inline, in the ~450 px it gives a metadata value, is given as a list of rows instead (one line of
+    `column value` pairs per row, which wraps): inline, a wide table is cut like a table entry."""
+    columns = _columns(rows, columns, "markdown_table")
+    pct = [c for c in columns if c.endswith("_share")]
+    out = charts.markdown_table(rows, columns, max_rows, percent=pct)
+    if len(out) < MD_INLINE_CHARS and len(columns) > 3:
+        out = charts.markdown_records(rows, columns, max_rows, percent=pct)
+    return dg.MetadataValue.md(out)
+
+
+FULL_ROWS = 200  # rows of a `<table>_md` (the table itself holds every row)
+
+
+def wide_table(key: str, rows: Sequence[Mapping[str, object]], columns: Sequence[str],
+               deciding: Sequence[str]) -> dict:
+    """`key`: the table cut to the columns that decide (`deciding`: the row's name first); `key_md`: every
+    column as Markdown (the UI shows a wider table cut at 1,600 px)."""
+    missing = [c for c in deciding if c not in columns]
+    if missing:
+        raise ValueError(f"wide_table {key}: deciding column(s) {missing} not among {list(columns)}")
+    return {key: table(rows, columns=deciding), f"{key}_md": markdown_table(rows, columns, FULL_ROWS)}
 
 
 def chart(markdown: str) -> dg.MarkdownMetadataValue:
@@ -274,7 +322,9 @@ def dedup_keys(storage, key: str, t: pa.Table, st: dict, elapsed: float, sources
         "multi_member_clusters": st["multi_member_clusters"],
         "largest_cluster_docs": st["largest_cluster"],
         "cluster_sizes": table(_cluster_sizes(t)),
-        "kills_per_source": table(per_source),
+        **wide_table("kills_per_source", per_source, ["source", "docs", "exact_dup_docs", "near_dup_docs",
+                                                      "excluded_share"],
+                     ["source", "exact_dup_docs", "near_dup_docs", "excluded_share"]),
         "signatures_reused_sources": ", ".join(reused) or "none",
         "signatures_signed_sources": ", ".join(s for s in sorted(sources) if s not in reused) or "none",
         "elapsed_seconds": seconds(elapsed),
@@ -286,15 +336,22 @@ def dedup_keys(storage, key: str, t: pa.Table, st: dict, elapsed: float, sources
 
 KILL_COLUMNS = ["source", "filter", "docs", "failed_docs", "kill_share", "killed_bytes_share", "first_failure_docs",
                 "max_kill_share"]
+KILL_DECIDING = ["source", "filter", "kill_share"]  # kill_rates_expected: kill_share > max_kill_share
 FILTER_COMPOSITION_COLUMNS = ["source", "language", "length_bucket", "docs_before", "docs_after", "bytes_before",
                               "bytes_after", "kept_share"]
+DOMAIN_COLUMNS = ["kind", "domain", "docs_before", "docs_after", "kept_share"]
+DOMAIN_DECIDING = ["kind", "domain", "kept_share"]  # no_domain_vanished: a large domain's kept_share
 
 
 def _filter_samples_md(rows: list[dict], withheld: int) -> str:
-    """Per source: rejected documents by filter, then kept documents of the same source (scrubbed text)."""
+    """Per source: rejected documents by filter, each with its rule's measured figure beside the threshold
+    (`gopher_quality:alpha_words 0.78 < 0.80`), then kept documents of the same source (scrubbed text). Ids,
+    reasons and texts are code spans: stored text is shown as it is, never read as Markdown."""
     parts = []
     for src in sorted({r["source"] for r in rows}):
-        mine = [{**r, "text": r["text"].replace("|", "\\|")} for r in rows if r["source"] == src]
+        mine = [{"filter": r["filter"], "reason": charts.code_span(r["reason"]) if r["reason"] else "",
+                 "doc_id": charts.code_span(r["doc_id"]), "text": charts.code_span(r["text"])}
+                for r in rows if r["source"] == src]
         parts.append(f"**{src}**\n\n" + charts.markdown_table(mine, ["filter", "reason", "doc_id", "text"], 200))
     note = (f"\n\n{withheld} sample(s) withheld: they still held eval text after the scrub." if withheld else "")
     return ("\n\n".join(parts) or "no documents") + note + "\n\nContaminated documents are never shown; runs of " \
@@ -316,52 +373,57 @@ def document_filters(storage, s, samples: tuple[list[dict], int], reused: list[s
         "rejected_share": share((s.documents - s.kept) / max(s.documents, 1)),
         **by_name("rejected_docs", first),
         "reused_sources": ", ".join(reused) or "none",
-        "kill_rates": table(s.kills, columns=KILL_COLUMNS),
-        "composition": table(s.composition, columns=FILTER_COMPOSITION_COLUMNS),
-        "domains": table(s.domains, columns=["kind", "domain", "docs_before", "docs_after", "kept_share"]),
+        **wide_table("kill_rates", s.kills, KILL_COLUMNS, KILL_DECIDING),
+        # no gate reads it (no_domain_vanished reads `domains`) and its name takes 3 columns: Markdown only
+        "composition": markdown_table(s.composition, FILTER_COMPOSITION_COLUMNS, FULL_ROWS),
+        **wide_table("domains", s.domains, DOMAIN_COLUMNS, DOMAIN_DECIDING),
         "rejects": dg.MetadataValue.md(_filter_samples_md(rows, withheld)),
         "withheld_samples": withheld,
     }
 
 
 def no_domain_vanished(s) -> dict:
-    return {"vanished_domains": len(s.vanished),
-            "domains": table(s.domains, columns=["kind", "domain", "docs_before", "docs_after", "kept_share"])}
+    return {"vanished_domains": len(s.vanished), **wide_table("domains", s.domains, DOMAIN_COLUMNS, DOMAIN_DECIDING)}
 
 
 def kill_rates_expected(s) -> dict:
-    return {"over_expected": len(s.over_expected), "kill_rates": table(s.kills, columns=KILL_COLUMNS)}
+    return {"over_expected": len(s.over_expected), **wide_table("kill_rates", s.kills, KILL_COLUMNS, KILL_DECIDING)}
 
 
 def keep_share_held(rows: list[dict], below: list[dict]) -> dict:
     cols = ["source", "bytes_before", "bytes_after", "kept_bytes_share", "keep_share"]
-    return {"below_keep_share_sources": len(below), "kept_bytes_shares": table(rows, columns=cols)}
+    return {"below_keep_share_sources": len(below),
+            **by_name("kept_bytes_share", {r["source"]: share(r["kept_bytes_share"]) for r in rows}),
+            **wide_table("kept_bytes_shares", rows, cols, ["source", "kept_bytes_share", "keep_share"])}
 
 
 def brevity_kept(s) -> dict:
     cols = ["source", "rule", "short_docs", "removed_docs", "removed_share", "warn_share"]
     return {"brevity_killed": len(s.brevity_killed),
-            **({"brevity": table(s.brevity, columns=cols)} if s.brevity else {})}
+            **(wide_table("brevity", s.brevity, cols, ["source", "rule", "removed_share"])
+               if s.brevity else {})}
 
 
 # -- exclusion_masks ----------------------------------------------------------------------------------
 
 COMPOSITION_COLUMNS = ["source", "docs_before", "docs_after", "bytes_before", "bytes_after", "tokens_before",
                        "tokens_after", "share_before", "share_after", "lost_token_share"]
+# the gates read tokens_after (source_budgets_met) and lost_token_share (no_source_vanished has kept_docs/<source>)
+COMPOSITION_DECIDING = ["source", "tokens_after", "lost_token_share"]
 
 
 def _rejects_md(m) -> str:
     """Dup samples beside their kept member, then contaminated documents by id only (never their text)."""
     parts = []
     for reason in ("exact_dup", "near_dup"):
-        rows = [{"excluded": s.excluded, "kept": s.kept, "Jaccard": f"{s.jaccard:.3f}",
-                 "excluded text": s.excluded_text, "kept text": s.kept_text}
+        rows = [{"excluded": charts.code_span(s.excluded), "kept": charts.code_span(s.kept), "Jaccard": f"{s.jaccard:.3f}",
+                 "excluded text": charts.code_span(s.excluded_text), "kept text": charts.code_span(s.kept_text)}
                 for s in m.samples if s.reason == reason]
         cols = ["excluded", "kept", "Jaccard", "excluded text", "kept text"]
         parts.append(f"**{reason}** ({m.per_reason[reason]:,} excluded)\n\n" + charts.markdown_table(rows, cols))
     ids, n = m.contaminated_ids, m.contaminated_docs
     parts.append(f"**contaminated** ({n:,} documents; ids only, text is never shown)\n\n"
-                 + (", ".join(ids[:50]) + (" ..." if n > 50 else "") if ids else "none"))
+                 + (", ".join(map(charts.code_span, ids[:50])) + (" ..." if n > 50 else "") if ids else "none"))
     return "\n\n".join(parts)
 
 
@@ -377,7 +439,7 @@ def exclusion_masks(storage, key: str, m) -> dict:
         **by_name("excluded_share", {r: share(c / n) for r, c in m.per_reason.items()}),
         "excluded_share": share(m.excluded_docs / n),
         "mask_contaminated": m.mask_contaminated,
-        "composition": table(comp, columns=COMPOSITION_COLUMNS),
+        **wide_table("composition", comp, COMPOSITION_COLUMNS, COMPOSITION_DECIDING),
         "composition_chart": chart(charts.composition_md(
             {a["source"]: a["tokens_before"] for a in comp}, {a["source"]: a["tokens_after"] for a in comp},
             "estimated tokens per source, before and after the masks")),
@@ -410,8 +472,9 @@ def eval_registry(storage, registry_path: str, rows: list[dict]) -> dict:
         "tasks": len(rows),
         "eval_rows": sum(r["rows"] for r in rows),
         "eval_ngrams": sum(r["ngrams"] for r in rows),
-        "denominators": table(rows, columns=["task", "rows", "empty_rows", "min_rows", "strings", "items",
-                                             "ngrams", "short_items", "short_items_unmatched"]),
+        **wide_table("denominators", rows, ["task", "rows", "empty_rows", "min_rows", "strings", "items", "ngrams",
+                                            "short_items", "short_items_unmatched"],
+                     ["task", "rows", "min_rows", "ngrams"]),
     }
 
 
@@ -423,6 +486,7 @@ def denominators_nonempty(rows: list[dict]) -> dict:
 
 
 _SCAN_COLUMNS = ["source", "task", "docs_scanned", "docs_with_overlap", "overlap_ngrams", "registry_ngrams"]
+_SCAN_DECIDING = ["source", "task", "overlap_ngrams"]  # zero_eval_overlap: overlap_ngrams
 
 
 def contamination_report(storage, key: str, docs_key: str, scan, report: dict) -> dict:
@@ -437,16 +501,14 @@ def contamination_report(storage, key: str, docs_key: str, scan, report: dict) -
         "scanned_docs": report["docs_scanned"],
         "registry_bytes": scan.registry_bytes,
         **by_name("contaminated_docs", tally.contaminated),
-        "overlap": table(rows, columns=_SCAN_COLUMNS),
+        **wide_table("overlap", rows, _SCAN_COLUMNS, _SCAN_DECIDING),
         "overlap_chart": chart(charts.contamination_md(tally.rows())),
     }
 
 
-_FUZZY_COLUMNS = ["source", "task", "docs_scanned", "docs_matched", "fuzzy_only_docs", "items_matched", "items_indexed"]
-
-
 def fuzzy_contamination(storage, key: str, docs_key: str, got, elapsed: float) -> dict:
-    """no_fuzzy_eval_overlap: near copies of eval items per source x task (advisory; counts and ids only)."""
+    """no_fuzzy_eval_overlap: near copies of eval items (advisory; counts and ids only): per source x task what
+    matched, per source what was scanned, per task what was indexed and matched, each figure once."""
     r, p = got.report, got.report["params"]
     den = r["denominators"]
     return {
@@ -462,18 +524,32 @@ def fuzzy_contamination(storage, key: str, docs_key: str, got, elapsed: float) -
         "jaccard_threshold": float(p["threshold"]),
         "shingle_words": int(p["shingle"]),
         "minhash_perms": int(p["num_perm"]),
-        "matches": table(fuzzy_rows(r), columns=_FUZZY_COLUMNS),
+        **wide_table("matches", fuzzy_rows(r), ["source", "task", "docs_matched", "fuzzy_only_docs"],
+                     ["source", "task", "fuzzy_only_docs"]),
+        **wide_table("sources", fuzzy_source_rows(r), ["source", "docs_scanned", "docs_matched", "fuzzy_only_docs"],
+                     ["source", "docs_scanned", "fuzzy_only_docs"]),
+        **wide_table("tasks", fuzzy_task_rows(r), ["task", "items_indexed", "items_matched", "items_too_short"],
+                     ["task", "items_indexed", "items_matched"]),
         "elapsed_seconds": seconds(elapsed),
     }
 
 
 def fuzzy_rows(report: dict) -> list[dict]:
-    """One row per source x task of the fuzzy report."""
-    den = report["denominators"]
-    return [{"source": s, "task": t, "docs_scanned": v["docs_scanned"], "docs_matched": c["docs_matched"],
-             "fuzzy_only_docs": c["fuzzy_only_docs"], "items_matched": den[t]["items_matched"],
-             "items_indexed": den[t]["items_indexed"]}
+    """One row per source x task of the fuzzy report: what matched there (the figures of that pair only)."""
+    return [{"source": s, "task": t, "docs_matched": c["docs_matched"], "fuzzy_only_docs": c["fuzzy_only_docs"]}
             for s, v in report["sources"].items() for t, c in v["tasks"].items()]
+
+
+def fuzzy_source_rows(report: dict) -> list[dict]:
+    """One row per source: documents scanned and matched (any task)."""
+    return [{"source": s, "docs_scanned": v["docs_scanned"], "docs_matched": v["docs_matched"],
+             "fuzzy_only_docs": v["fuzzy_only_docs"]} for s, v in report["sources"].items()]
+
+
+def fuzzy_task_rows(report: dict) -> list[dict]:
+    """One row per eval task: items indexed, matched by some document, too short to index."""
+    return [{"task": t, "items_indexed": d["items_indexed"], "items_matched": d["items_matched"],
+             "items_too_short": d["items_too_short"]} for t, d in report["denominators"].items()]
 
 
 def contamination_rate(tally, source: str, limit: float) -> dict:
@@ -488,7 +564,7 @@ def zero_eval_overlap(scan) -> dict:
         "kept_contaminated_docs": sum(t.contaminated.values()),
         "kept_docs": sum(t.docs_scanned.values()),
         "masked_docs": scan.masked_docs,
-        "overlap": table(scan.rows(), columns=_SCAN_COLUMNS),
+        **wide_table("overlap", scan.rows(), _SCAN_COLUMNS, _SCAN_DECIDING),
         **by_name("kept_docs", t.docs_scanned),
         **by_name("kept_overlap_ngrams", {s: int(v.sum()) for s, v in t.overlap_ngrams.items()}),
     }
@@ -577,8 +653,17 @@ def token_shards(storage, key: str, res, elapsed: float) -> dict:
         "encoded_mb": round(mb, 3),
         "encode_mb_per_second": round(mb / elapsed, 3) if elapsed else 0.0,
         "elapsed_seconds": seconds(elapsed),
-        "per_source": dg.MetadataValue.json(res.to_json()["sources"]),
+        **per_source(res.to_json()["sources"]),
     }
+
+
+PER_SOURCE_COLUMNS = ["source", "train_tokens", "val_tokens", "budget_tokens", "epochs", "unique_documents"]
+
+
+def per_source(sources: Mapping[str, Mapping]) -> dict:
+    """token_shards' and manifest's tokens per source ({source: shard_stats' per-source record}) as a table."""
+    rows = [{"source": s, **{c: v.get(c) for c in PER_SOURCE_COLUMNS[1:]}} for s, v in sources.items()]
+    return wide_table("per_source", rows, PER_SOURCE_COLUMNS, ["source", "train_tokens", "budget_tokens"])
 
 
 def rendered_samples(storage, key: str, r) -> dict:
@@ -605,7 +690,7 @@ def manifest(storage, key: str, m: dict) -> dict:
         "shards": t["shards"],
         "files": len(m["files"]),
         "dropped_tail_tokens": t["dropped_tail_tokens"],
-        "per_source": dg.MetadataValue.json(m["sources"]),
+        **per_source(m["sources"]),
     }
 
 
@@ -622,8 +707,9 @@ def shards_audit(report: dict, elapsed: float) -> dict:
         **{f"{s}_scanned_samples": v["samples_scanned"] for s, v in splits.items()},
         **{f"{s}_scanned_tokens": v["tokens_scanned"] for s, v in splits.items()},
         "denominator_problems": len(report["denominator_problems"]),
-        "overlap": table(rows, columns=["split", "task", "samples_scanned", "overlap_ngrams", "samples_with_overlap",
-                                        "eval_rows", "eval_ngrams"]),
+        **wide_table("overlap", rows, ["split", "task", "samples_scanned", "overlap_ngrams", "samples_with_overlap",
+                                       "eval_rows", "eval_ngrams"],
+                     ["split", "task", "overlap_ngrams"]),
         "elapsed_seconds": seconds(elapsed),
         "tokens_per_second": round(tokens / elapsed) if elapsed else 0,
     }

@@ -5,7 +5,10 @@
    check (while those assets are not on the graph yet, the checks of every source asset instead).
    `fingerprint_reproduced` reads "Skipped" (nothing published before this run). Every asset whose
    metadata carries a chart is opened on its "[Show Markdown]" dialog: the chart is shown at its
-   own pixel size (drawn for the UI, not scaled down) and screenshotted.
+   own pixel size (drawn for the UI, not scaled down) and screenshotted. At 1,600 px the tables show
+   the columns that decide (kill_rates' kill_share, composition's, the overlap table's overlap_ngrams),
+   a stored `object.__add__(self, other)` renders literally (no bold "add"), and the rendered samples
+   fit their dialog.
 2. Failing gate (`audit.mask_contaminated: false`): the run fails, `zero_eval_overlap` reads "Failed"
    and every asset downstream of `exclusion_masks` is listed as not executed; the lineage below the
    gate is screenshotted (docs/ui.md explains what the graph shows).
@@ -19,6 +22,7 @@ Needs /usr/bin/chromium (scripts/install_system_deps.sh) and pip playwright.
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -32,6 +36,12 @@ DOCS_IMG = ui.REPO / "docs" / "img"
 README_SHOT = DOCS_IMG / "ui-asset-graph.png"
 GATE_ASSET, GATE_CHECK = "exclusion_masks", "zero_eval_overlap"
 RUN_TIMEOUT_S = 600
+# (asset, table metadata entry, the columns its gates decide on): each must be visible at 1,600 px
+DECIDING = [
+    ("document_filters", "kill_rates", ["source", "filter", "kill_share"]),
+    ("exclusion_masks", "composition", ["source", "tokens_after", "lost_token_share"]),
+    ("contamination_report", "overlap", ["source", "task", "overlap_ngrams"]),
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -101,6 +111,29 @@ def test_materialize_all_from_the_ui_and_read_the_checks(tmp_path):
             ui.close_dialog(page)
             if not asset.startswith("raw/") or asset == first_raw:
                 _docs_copy(shot, "ui-chart-" + asset.split("/")[0])
+
+        # at 1,600 px every table shows the columns that decide (the UI cuts a wider table), and stored
+        # text renders literally: `object.__add__(self, other)` (a near-dup sample) is no bold "add"
+        page.set_viewport_size({"width": 1600, "height": 1000})
+        for asset, key, deciding in DECIDING:
+            shown = ui.table_columns_shown(page, web.url, asset, key)
+            ui.shot(page, f"07-table-{asset}-{key}")
+            assert {c for c in deciding if shown.get(c)} == set(deciding), (asset, key, shown)
+            assert all(shown.values()), f"{asset} {key}: columns cut at 1,600 px: {shown}"
+        for asset, key in [(a, k) for a, k, _ in DECIDING] + [("token_shards", "per_source"), ("manifest", "per_source"),
+                                                              ("eval_registry", "denominators")]:
+            assert ui.cut_tables(page, web.url, asset, key) == {}, asset  # no table on the page is cut
+        dialog = ui.open_markdown(page, web.url, "exclusion_masks", "rejects")
+        ui.shot(page, "08-rejects-escaped")
+        assert dialog.locator("code", has_text="object.__add__(self, other)").count(), "sample not shown literally"
+        assert not dialog.locator("strong", has_text=re.compile(r"^add$")).count(), "a sample read as Markdown"
+        ui.close_dialog(page)
+        # the rendered samples' lines fit the dialog (a code block does not wrap)
+        dialog = ui.open_markdown(page, web.url, "token_shards", "rendered_samples")
+        wide = dialog.locator("pre").evaluate_all("ps => ps.filter(p => p.scrollWidth > p.clientWidth + 1).length")
+        ui.shot(page, "09-rendered-samples")
+        assert wide == 0, f"{wide} sample block(s) wider than the dialog"
+        ui.close_dialog(page)
 
         # the schedule is visible with the config's cron
         page.goto(web.url + "/automation")

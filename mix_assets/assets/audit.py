@@ -65,7 +65,7 @@ def _eval_registry(spec: MixSpec, version: str) -> dg.AssetsDefinition:
         bad = denominator_problems(written.tasks)
         check = dg.AssetCheckResult(
             check_name=DENOMINATORS_NONEMPTY, passed=not bad, metadata=md.denominators_nonempty(rows),
-            description="; ".join(bad) if bad else f"all {len(rows)} tasks have rows >= min_rows and n-grams",
+            description="; ".join(bad) if bad else f"all {len(rows):,} tasks have rows >= min_rows and n-grams",
         )
         return with_lineage(md.eval_registry(storage, layout.EVAL_REGISTRY, rows), lin,
                             check_results=[gate(context, EVAL_REGISTRY_KEY, check)])
@@ -115,8 +115,8 @@ def _contamination_report(spec: MixSpec, version: str) -> dg.AssetsDefinition:
         if scan.fuzzy:  # no_fuzzy_eval_overlap reports it as its elapsed_seconds
             metadata[FUZZY_SECONDS] = md.seconds(scan.fuzzy.seconds)
         metadata["dedup_signatures_written_sources"] = ", ".join(scan.signed_sources) or "none"
-        context.log.info(f"scanned {report['docs_scanned']} docs: {report['contaminated_docs']} contaminated, "
-                         f"overlap_total {scan.tally.overlap_total}")
+        context.log.info(f"scanned {report['docs_scanned']:,} docs: {report['contaminated_docs']:,} contaminated, "
+                         f"overlap_total {scan.tally.overlap_total:,}")
         scrubbed = _scrub_result(context, storage, metadata, s.audit.scrub_words)
         rates = [_rate_result(scan.tally, x.name, s.audit.source_rate_warn) for x in s.sources]
         return with_lineage(metadata, lin, check_results=[gate(context, CONTAMINATION_REPORT_KEY, scrubbed), *rates])
@@ -192,8 +192,8 @@ def _zero_eval_overlap(spec: MixSpec):
             passed=not bad,
             metadata=md.zero_eval_overlap(scan),
             description=(f"kept documents still overlap the eval registry in sources: {', '.join(bad)} "
-                         f"({t.overlap_total} n-grams); mask them (audit.mask_contaminated) or drop the source"
-                         if bad else f"0 overlapping n-grams in {sum(t.docs_scanned.values())} kept documents"),
+                         f"({t.overlap_total:,} n-grams); mask them (audit.mask_contaminated) or drop the source"
+                         if bad else f"0 overlapping n-grams in {sum(t.docs_scanned.values()):,} kept documents"),
         ))
 
     return zero_eval_overlap
@@ -230,9 +230,9 @@ def _no_fuzzy_eval_overlap(spec: MixSpec):
         return dg.AssetCheckResult(
             passed=not n and not leaks, severity=dg.AssetCheckSeverity.WARN, metadata={**metadata, "leaks": len(leaks)},
             description=(f"{s.audit.scrub_words}+ consecutive item words in {', '.join(leaks)}" if leaks else
-                         f"{n} document(s) hold a near copy of an eval item the 13-gram audit did not flag (not "
+                         f"{n:,} document(s) hold a near copy of an eval item the 13-gram audit did not flag (not "
                          f"masked; ids in {layout.FUZZY_DOCS}): read them, then mask or drop their source" if n else
-                         f"{got.report['docs_matched']} near-copy document(s), all flagged by the 13-gram audit"),
+                         f"{got.report['docs_matched']:,} near-copy document(s), all flagged by the 13-gram audit"),
         )
 
     return no_fuzzy_eval_overlap

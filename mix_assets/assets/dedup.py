@@ -84,7 +84,7 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
         problems = lib.check_clusters(table)
         check = dg.AssetCheckResult(check_name=CLUSTERS_CONSISTENT, passed=not problems,
                                     metadata={"clusters": st["clusters"], **md.problems(problems)},
-                                    description=f"{len(problems)} inconsistent cluster(s)" if problems else None)
+                                    description=f"{len(problems):,} inconsistent cluster(s)" if problems else None)
         return with_lineage(md.dedup_keys(storage, layout.DEDUP_KEYS, table, st, elapsed, names), lin,
                             check_results=[gate(context, DEDUP_KEYS, check)])
 

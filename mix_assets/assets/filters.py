@@ -90,8 +90,10 @@ def _samples(storage, spec: MixSpec, sources: list[str]) -> tuple[list[dict], in
     never = set(contaminated.ids()) if contaminated is not None else set()
     k = spec.filters.samples_per_filter if spec.filters is not None else 3
     picked = lib.pick_stored(storage, sources, k, never)
-    texts = dedup_lib.snippets(tables.raw_paths(storage, sorted(sources)), {p[2] for p in picked})
-    return lib.sample_rows(picked, texts, scrub_hashes(spec), spec.audit.scrub_words)
+    whole = dedup_lib.texts(tables.raw_paths(storage, sorted(sources)), {p[2] for p in picked})
+    why = lib.explain(picked, whole, {s: lib.filter_params(spec.filters_for(s)) for s in sources})
+    texts = {d: dedup_lib.snippet(t) for d, t in whole.items()}
+    return lib.sample_rows(picked, texts, scrub_hashes(spec), spec.audit.scrub_words, why)
 
 
 def _checks(s: lib.Summary, keep: tuple[list[dict], list[dict]]) -> list[dg.AssetCheckResult]:

@@ -140,7 +140,7 @@ def shards_audit_result(report: dict, seconds: float) -> dg.AssetCheckResult:
     tokens = sum(v["tokens_scanned"] for v in report["splits"].values())
     problems = report["denominator_problems"]
     desc = (f"0 eval {report['ngram']}-grams in {tokens:,} decoded tokens" if report["passed"] else
-            f"{report['overlap_total']} overlapping {report['ngram']}-grams in {report['samples_with_overlap']} "
+            f"{report['overlap_total']:,} overlapping {report['ngram']}-grams in {report['samples_with_overlap']:,} "
             "published samples" + (f"; {'; '.join(problems)}" if problems else "")
             + ". Re-materialise from the stale or failing stage.")
     return dg.AssetCheckResult(passed=bool(report["passed"]), description=desc,

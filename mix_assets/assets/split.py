@@ -68,9 +68,9 @@ def build_split_assets(spec: MixSpec) -> list:
         ok = d.ok and scan.val_docs_with_train_near_dup == 0
         return gate(context, VALIDATION_SPLIT_KEY, dg.AssetCheckResult(
             passed=ok, metadata=md.val_disjoint_from_train(d, scan),
-            description=None if ok else (f"{d.shared_doc_ids} doc ids, {d.shared_clusters} clusters, "
-                                         f"{d.shared_exact_keys} exact keys on both sides; "
-                                         f"{scan.val_docs_with_train_near_dup} val docs with a train near-dup"),
+            description=None if ok else (f"{d.shared_doc_ids:,} doc ids, {d.shared_clusters:,} clusters, "
+                                         f"{d.shared_exact_keys:,} exact keys on both sides; "
+                                         f"{scan.val_docs_with_train_near_dup:,} val docs with a train near-dup"),
         ))
 
     @dg.asset_check(asset=validation_split, name=VAL_SHARE_IN_TOLERANCE, blocking=True)
@@ -81,7 +81,8 @@ def build_split_assets(spec: MixSpec) -> list:
         v = measure_val_share(mix.storage.source(layout.VALIDATION_SPLIT), sp.val_fraction, sp.tolerance)
         return gate(context, VALIDATION_SPLIT_KEY, dg.AssetCheckResult(
             passed=v.ok, metadata=md.val_share_in_tolerance(v),
-            description=None if v.ok else f"val share {v.share:.4f} outside {v.target} ± {v.tolerance:.0%}",
+            description=None if v.ok else f"val share {v.share:.2%} outside {v.target:.2%} ± {v.tolerance:.0%} "
+                                                       f"({v.val_docs:,} of {v.docs:,} documents)",
         ))
 
     return [validation_split, val_disjoint_from_train, val_share_in_tolerance]

@@ -96,8 +96,9 @@ def build_tokens_assets(spec: MixSpec) -> list:
             files = {layout.SHARD_STATS: mix.storage.sha256(layout.SHARD_STATS), **shards_lib.shard_files(_stats(mix))}
             # the draw is seeded by the spec seed and this build (shard_stats.json holds every shard's sha256)
             shown = samples_lib.rendered_samples(mix.storage, s, files[layout.SHARD_STATS])
-            lin = recorded(mix.storage, "token_shards", {**files, layout.RENDERED_SAMPLES: mix.storage.sha256(
-                layout.RENDERED_SAMPLES)}, inputs)
+            reviewed = [layout.RENDERED_SAMPLES, *(layout.STREAM_DOCS.format(split=sp) for sp in samples_lib.SPLITS)]
+            lin = recorded(mix.storage, "token_shards", {**files, **{k: mix.storage.sha256(k) for k in reviewed}},
+                           inputs)
         return with_lineage({**md.token_shards(mix.storage, layout.MIX_DIR, res, elapsed),
                              **md.rendered_samples(mix.storage, layout.RENDERED_SAMPLES, shown)}, lin)
 

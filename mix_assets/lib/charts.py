@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import io
 import math
+import re
 from collections.abc import Mapping, Sequence
 
 MAX_PNG_BYTES = 100_000
@@ -262,7 +263,30 @@ def _finish_png(png: bytes, title: str, caption: str | None) -> str:
 # -- tables ---------------------------------------------------------------------------------
 
 
-def _cell(v: object) -> str:
+def percent(v: float) -> str:
+    """0.1234 -> '12.3%', 0.00123 -> '0.12%', 0 -> '0%'."""
+    p = 100 * float(v)
+    if p == 0:
+        return "0%"
+    return f"{p:.1f}%" if abs(p) >= 1 else f"{p:.2g}%"
+
+
+def code_span(text: object) -> str:
+    """`text` as a Markdown code span, shown literally (no emphasis, link or HTML: `object.__add__(self, other)`
+    stays that, not a bold "add"), on one line. Its delimiter is one backtick longer than the longest run
+    inside, padded with a space where the text starts or ends with a backtick (CommonMark strips one space
+    from each side). In a table put it through `markdown_table`, which escapes its `|` (GFM reads `\\|`
+    inside a code span in a cell as `|`)."""
+    t = " ".join(str(text).splitlines())
+    if not t:
+        return ""
+    run = max((len(m) for m in re.findall(r"`+", t)), default=0)
+    if t[0] == "`" or t[-1] == "`" or (t[0] == " " and t[-1] == " " and t.strip()):
+        t = f" {t} "
+    return f"{'`' * (run + 1)}{t}{'`' * (run + 1)}"
+
+
+def _cell(v: object, pct: bool = False) -> str:
     if v is None:
         return ""
     if isinstance(v, bool):
@@ -272,13 +296,16 @@ def _cell(v: object) -> str:
     if isinstance(v, float):
         if math.isnan(v):
             return "nan"
+        if pct:
+            return percent(v)
         return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.0f}"
     return str(v).replace("|", "\\|").replace("\n", " ")
 
 
 def markdown_table(rows: Sequence[Mapping[str, object]], columns: Sequence[str] | None = None,
-                   max_rows: int = 50) -> str:
-    """Rows of dicts as a GitHub-style markdown table; numbers right-aligned, thousands separated.
+                   max_rows: int = 50, percent: Sequence[str] = ()) -> str:
+    """Rows of dicts as a GitHub-style markdown table; numbers right-aligned, thousands separated, the
+    `percent` columns' floats as percentages.
 
     More than `max_rows` rows are cut with a final line saying how many were left out.
     """
@@ -293,8 +320,26 @@ def markdown_table(rows: Sequence[Mapping[str, object]], columns: Sequence[str] 
                for c in columns]
     head = "| " + " | ".join(str(c) for c in columns) + " |"
     sep = "|" + "|".join("---:" if n else "---" for n in numeric) + "|"
-    body = ["| " + " | ".join(_cell(r.get(c)) for c in columns) + " |" for r in rows[:max_rows]]
+    pct = set(percent)
+    body = ["| " + " | ".join(_cell(r.get(c), c in pct) for c in columns) + " |" for r in rows[:max_rows]]
     out = "\n".join([head, sep, *body])
+    if len(rows) > max_rows:
+        out += f"\n\n{len(rows) - max_rows:,} more rows not shown"
+    return out
+
+
+def markdown_records(rows: Sequence[Mapping[str, object]], columns: Sequence[str], max_rows: int = 50,
+                     percent: Sequence[str] = ()) -> str:
+    """Rows of dicts as a Markdown list, one item per row: `column value` pairs joined by " · ", numbers
+    formatted as `markdown_table` formats them, text as code spans (shown as it is); a list wraps where
+    a table would be cut."""
+    pct = set(percent)
+
+    def cell(v: object, c: str) -> str:
+        return code_span(v) if isinstance(v, str) and v else _cell(v, c in pct)
+
+    body = ["- " + " · ".join(f"{c} {cell(r.get(c), c)}" for c in columns) for r in rows[:max_rows]]
+    out = "\n".join(body) or "no rows"
     if len(rows) > max_rows:
         out += f"\n\n{len(rows) - max_rows:,} more rows not shown"
     return out

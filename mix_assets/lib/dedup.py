@@ -614,7 +614,18 @@ def reject_samples(
 
 
 def snippets(paths: Mapping[str, str], wanted: set[str], chars: int = 240) -> dict[str, str]:
-    """First `chars` characters (whitespace collapsed) of the wanted documents' texts.
+    """First `chars` characters (whitespace collapsed) of the wanted documents' texts."""
+    return {doc: snippet(text, chars) for doc, text in texts(paths, wanted).items()}
+
+
+def snippet(text: str, chars: int = 240) -> str:
+    """The first `chars` characters of `text`, whitespace collapsed, "…" when cut."""
+    flat = " ".join(text.split())
+    return flat[:chars] + ("…" if len(flat) > chars else "")
+
+
+def texts(paths: Mapping[str, str], wanted: set[str]) -> dict[str, str]:
+    """The wanted documents' whole texts (None as "").
 
     Reads each row group's doc_ids and the text of only the row groups holding a wanted document
     (a handful of the corpus: samples name ~10 documents)."""
@@ -631,8 +642,7 @@ def snippets(paths: Mapping[str, str], wanted: set[str], chars: int = 240) -> di
                 continue
             sel = f.read_row_group(i, ["doc_id", "text"], use_threads=False).filter(mask)
             for doc, text in zip(sel.column("doc_id").to_pylist(), sel.column("text").to_pylist()):
-                flat = " ".join((text or "").split())
-                out[doc] = flat[:chars] + ("…" if len(flat) > chars else "")
+                out[doc] = text or ""
     return out
 
 

@@ -430,9 +430,37 @@ def pick_groups(groups: Iterable[tuple[str, pa.Table]], per_filter: int, never: 
     return out
 
 
-def sample_rows(picked, texts: Mapping[str, str], scrub: np.ndarray, k: int) -> tuple[list[dict], int]:
+def explain(picked, texts: Mapping[str, str], params: Mapping[str, FilterParams]) -> dict[str, str]:
+    """{doc_id: its reason with the measured figure beside the threshold} of the picked rejected documents,
+    `gopher_quality:alpha_words 0.78 < 0.80` (lib/filters.py `measure`; language ID re-run on those texts
+    with the source's parameters): what the UI shows beside a rejected sample. `texts`: the documents' raw
+    texts (whole: the figures are those of the whole document)."""
+    out: dict[str, str] = {}
+    for src in sorted({p[0] for p in picked}):
+        mine = [(d, r) for s, f, d, r in picked if s == src and f != "kept" and r and d in texts]
+        if not mine or src not in params:
+            continue
+        p, docs = params[src], [texts[d] for d, _ in mine]
+        measured = filters.measure(docs, p.config) if any(not r.startswith("language") for _, r in mine) else None
+        lang = (langid.LanguageFilter(p.languages, p.min_score, p.max_chars).apply(docs)
+                if any(r.startswith("language") for _, r in mine) else None)
+        for i, (d, r) in enumerate(mine):
+            if r == "language_score":
+                out[d] = f"language_score {filters.compared(lang.column('language_score')[i].as_py(), p.min_score, '≤')}"
+            elif r.startswith("language:"):
+                wanted = ", ".join(p.languages or ()) or "any"
+                out[d] = f"{r} (score {lang.column('language_score')[i].as_py():.2f}; wanted: {wanted})"
+            else:
+                m = measured[i].get(r)
+                out[d] = str(m) if m is not None else r
+    return out
+
+
+def sample_rows(picked, texts: Mapping[str, str], scrub: np.ndarray, k: int,
+                why: Optional[Mapping[str, str]] = None) -> tuple[list[dict], int]:
     """Sample rows with text scrubbed as every audit artifact is (runs of `k` eval-item words masked; a text
-    still leaking is withheld whole); returns the rows and how many were withheld."""
+    still leaking is withheld whole); returns the rows and how many were withheld. `why`: `explain`'s
+    {doc_id: reason with its figures} (else the bare reason)."""
     from mix_assets.lib import contamination as ct
     from mix_assets.lib.samples import scrub_text
 
@@ -441,7 +469,7 @@ def sample_rows(picked, texts: Mapping[str, str], scrub: np.ndarray, k: int) -> 
         text, _ = scrub_text(texts.get(d, ""), scrub, k)
         if ct.leaking_strings([text], scrub, k):
             text, withheld = "(withheld: eval text)", withheld + 1
-        rows.append({"source": src, "filter": f, "doc_id": d, "reason": r, "text": text})
+        rows.append({"source": src, "filter": f, "doc_id": d, "reason": (why or {}).get(d, r), "text": text})
     return rows, withheld
 
 

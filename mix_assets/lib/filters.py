@@ -300,10 +300,18 @@ def _as_series(texts) -> pl.Series:
 # -- the filters: each returns a frame of bool columns "<filter>:<rule>" in rule order -----------------
 
 
-def _sanity(text: pl.Series, cfg: SanityFilter) -> pl.DataFrame:
+def _sanity(text: pl.Series, cfg: SanityFilter, values: bool = False) -> pl.DataFrame:
     t = pl.col("text")
     n = t.str.len_chars()
     ctrl = t.str.count_matches(_CONTROL)
+    if values:  # the measured figures (control_chars: against its limit max(allowed, share * chars))
+        return pl.DataFrame({"text": text}).select(
+            t.str.strip_chars().str.len_chars().cast(pl.Float64).alias("sanity:empty"),
+            pl.lit(None, pl.Float64).alias("sanity:binary"),
+            ctrl.cast(pl.Float64).alias("sanity:control_chars"),
+            pl.max_horizontal(pl.lit(cfg.control_allowed), cfg.max_control_share * n).cast(pl.Float64)
+            .alias("sanity:control_chars:limit"),
+            n.cast(pl.Float64).alias("sanity:too_long"))
     return pl.DataFrame({"text": text}).select(
         (t.str.strip_chars().str.len_chars() < cfg.min_chars).alias("sanity:empty"),
         t.str.contains("\x00", literal=True).alias("sanity:binary"),
@@ -316,7 +324,7 @@ def _tokens(text: pl.Series) -> pl.Series:
     return pl.DataFrame({"text": text}).select(_presplit(pl.col("text")).str.extract_all(TOKEN_RE)).to_series()
 
 
-def _gopher_quality(text: pl.Series, toks: pl.Series, cfg: GopherQualityFilter) -> pl.DataFrame:
+def _gopher_quality(text: pl.Series, toks: pl.Series, cfg: GopherQualityFilter, values: bool = False) -> pl.DataFrame:
     t, w = pl.col("text"), pl.col("toks")
     lines = _splitlines(t)
     nonsym_len = w.list.eval(pl.element().filter(pl.element().str.contains(_NON_SYMBOL)).str.len_chars())
@@ -333,6 +341,8 @@ def _gopher_quality(text: pl.Series, toks: pl.Series, cfg: GopherQualityFilter) 
         stop=w.list.eval(pl.element().filter(pl.element().is_in(list(cfg.stop_words))).unique()).list.len(),
     )
     c = pl.col
+    if values:
+        return stats.select(*(c(col).cast(pl.Float64).alias(rule) for rule, col in _QUALITY_STATS.items()))
     return stats.select(
         _lt(c("n_nonsym"), cfg.min_doc_words).alias("gopher_quality:min_doc_words"),
         _gt(c("n_nonsym"), cfg.max_doc_words).alias("gopher_quality:max_doc_words"),
@@ -346,6 +356,15 @@ def _gopher_quality(text: pl.Series, toks: pl.Series, cfg: GopherQualityFilter) 
         _lt(c("stop"), cfg.min_stop_words).alias("gopher_quality:stop_words"),
     )
 
+
+# the statistic each Gopher quality rule compares with its threshold
+_QUALITY_STATS = {
+    "gopher_quality:min_doc_words": "n_nonsym", "gopher_quality:max_doc_words": "n_nonsym",
+    "gopher_quality:min_avg_word_length": "avg_len", "gopher_quality:max_avg_word_length": "avg_len",
+    "gopher_quality:hash_ratio": "hash_ratio", "gopher_quality:ellipsis_ratio": "ellipsis_ratio",
+    "gopher_quality:bullet_lines": "bullet", "gopher_quality:ellipsis_lines": "end_ellipsis",
+    "gopher_quality:alpha_words": "alpha", "gopher_quality:stop_words": "stop",
+}
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier of the rolling n-gram hash
 
@@ -650,6 +669,36 @@ def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFi
     return out, python_docs, python_s
 
 
+def _repetition_values(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFilter) -> pl.DataFrame:
+    """The figures `_gopher_repetition`'s rules compare with their thresholds, per document (exact: every
+    document's n-grams counted and scanned; for the few documents the UI explains, not the bulk pass)."""
+    t = pl.col("text")
+    parts = pl.DataFrame({"text": text}).select(
+        n=t.str.len_chars(),
+        paras=t.str.strip_chars().str.replace_all(r"\n{2,}", _SEP).str.split(_SEP),
+        lines=t.str.replace_all(r"\n+", "\n").str.split("\n"))
+    p, ln = _repeated_elements(parts["paras"]), _repeated_elements(parts["lines"])
+    lens = parts["n"].to_numpy()
+    per = np.maximum(lens, 1)
+    cols = {"gopher_repetition:empty": [None] * len(lens),
+            "gopher_repetition:dup_para_frac": p["rep"] / np.maximum(p["n"], 1),
+            "gopher_repetition:dup_para_char_frac": p["chars"] / per,
+            "gopher_repetition:dup_line_frac": ln["rep"] / np.maximum(ln["n"], 1),
+            "gopher_repetition:dup_line_char_frac": ln["chars"] / per}
+    flat = toks.explode().drop_nulls()
+    doc = np.repeat(np.arange(len(lens), dtype=np.uint64), toks.list.len().fill_null(0).to_numpy())
+    grams = _NGrams(doc, flat.hash().to_numpy(), flat.str.len_chars().to_numpy().astype(np.int64))
+    for k, _ in cfg.top_n_grams:
+        rows, key, chars = grams.grow(k)
+        cols[f"gopher_repetition:top_{k}_gram"] = _top_ngram_chars(key, doc[rows].astype(np.int64), chars, k,
+                                                                    len(lens)) / per
+    words = toks.to_list()
+    for k, _ in cfg.dup_n_grams:
+        cols[f"gopher_repetition:duplicated_{k}_n_grams"] = np.array(
+            [_greedy_dup_chars(w or [], k) for w in words], np.float64) / per
+    return pl.DataFrame({r: pl.Series(v, dtype=pl.Float64) for r, v in cols.items()})
+
+
 def _sentences(lines: pl.DataFrame) -> pl.DataFrame:
     """Sentences per line as spaCy's sentencizer counts them: a new one starts at each word token that
     follows a terminal-punctuation token (with only punctuation tokens between)."""
@@ -675,8 +724,9 @@ def _few_words(line: pl.Expr, k: Optional[int]) -> pl.Expr:
     return ~line.str.contains(r"\S+" + (f"(?:\\s+\\S+){{{k - 1}}}" if k > 1 else ""))
 
 
-def _c4(text: pl.Series, cfg: C4Filter) -> tuple[pl.DataFrame, pl.Series]:
-    """(rule columns, the kept lines joined by newlines per document)."""
+def _c4(text: pl.Series, cfg: C4Filter, values: bool = False) -> tuple[pl.DataFrame, pl.Series]:
+    """(rule columns, the kept lines joined by newlines per document); `values`: the rules' figures
+    (sentences of the kept lines; lorem ipsum and curly brackets are yes/no) instead of the rule columns."""
     ndoc = len(text)
     lines = (pl.DataFrame({"text": text}).with_row_index("doc")
              .select("doc", line=_splitlines(pl.col("text"))).explode("line")
@@ -709,6 +759,10 @@ def _c4(text: pl.Series, cfg: C4Filter) -> tuple[pl.DataFrame, pl.Series]:
     docs = (pl.DataFrame({"doc": pl.int_range(ndoc, eager=True).cast(pl.UInt32)})
             .join(first, on="doc", how="left").join(per_doc, on="doc", how="left"))
     lo, cu = pl.col("lorem"), pl.col("curly")
+    if values:
+        return docs.select(pl.lit(None, pl.Float64).alias("c4:lorem_ipsum"), pl.lit(None, pl.Float64).alias("c4:curly_bracket"),
+                           pl.col("sent").fill_null(0).cast(pl.Float64).alias("c4:too_few_sentences")), \
+            docs["out"].fill_null("").str.strip_chars()
     out = docs.select(
         (lo.is_not_null() & (cu.is_null() | (lo <= cu))).alias("c4:lorem_ipsum"),
         (cu.is_not_null() & (lo.is_null() | (cu < lo))).alias("c4:curly_bracket"),
@@ -732,8 +786,8 @@ def _word_counts(out_text: pl.Series, text: pl.Series, toks: Optional[pl.Series]
     return n
 
 
-def _fineweb(text: pl.Series, cfg: FineWebFilter, words: pl.Series) -> pl.DataFrame:
-    """`words`: `TOKEN_RE` matches per document (`_word_counts`)."""
+def _fineweb(text: pl.Series, cfg: FineWebFilter, words: pl.Series, values: bool = False) -> pl.DataFrame:
+    """`words`: `TOKEN_RE` matches per document (`_word_counts`); `values`: the figures the rules compare."""
     t = pl.col("text")
     lines = t.str.split("\n").list.eval(pl.element().filter(pl.element().str.strip_chars() != ""))
     nl = lines.list.len()
@@ -746,6 +800,11 @@ def _fineweb(text: pl.Series, cfg: FineWebFilter, words: pl.Series) -> pl.DataFr
         newline=_ratio(t.str.count_matches("\n", literal=True), pl.col("words")),
     )
     c = pl.col
+    if values:
+        return st.select(pl.lit(None, pl.Float64).alias("fineweb:empty"),
+                         *(c(col).cast(pl.Float64).alias(f"fineweb:{rule}") for rule, col in (
+                             ("line_punct_ratio", "punct"), ("short_line_ratio", "short"),
+                             ("char_dup_ratio", "dup"), ("list_ratio", "newline"))))
     punct = _lt(c("punct"), cfg.line_punct_thr)
     if cfg.line_punct_exclude_zero:
         punct = punct & (c("punct") != 0)
@@ -805,3 +864,101 @@ def apply_filters(texts, config: FilterConfig = FilterConfig()) -> FilterResult:
     return FilterResult(
         keep=reason.is_null().to_numpy(), reason=reason.to_list(), texts=out_text.to_arrow(),
         failed=failed, filter_reason=filter_reason, stats=stats, seconds=seconds, python_docs=python_docs)
+
+
+# -- why a document was rejected: the measured figure beside its threshold -------------------------------
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A rule's measured figure on one document beside its threshold (`op`: the rule fires when
+    `value op threshold`); value None for a yes/no rule (a NUL byte, lorem ipsum, a curly bracket)."""
+
+    rule: str
+    value: Optional[float]
+    op: str
+    threshold: Optional[float]
+
+    def __str__(self) -> str:
+        if self.value is None or self.threshold is None:
+            return self.rule
+        return f"{self.rule} {compared(self.value, self.threshold, self.op)}"
+
+
+def compared(value: float, threshold: float, op: str) -> str:
+    """`0.78 < 0.80`: integers as integers, other figures with as many decimals (2 to 6) as it takes for
+    the two to read differently."""
+    if float(value).is_integer() and float(threshold).is_integer():
+        return f"{int(value):,} {op} {int(threshold):,}"
+    for d in range(2, 7):
+        a, b = f"{value:,.{d}f}", f"{threshold:,.{d}f}"
+        if a != b:
+            break
+    return f"{a} {op} {b}"
+
+
+def thresholds(config: FilterConfig) -> dict[str, tuple[str, Optional[float]]]:
+    """rule -> (op, threshold) of every rule of `config` (`sanity:control_chars`'s is per document)."""
+    sa, gq, gr, c4, fw = (config.sanity, config.gopher_quality, config.gopher_repetition, config.c4, config.fineweb)
+    out = {"sanity:empty": ("<", sa.min_chars), "sanity:binary": ("", None), "sanity:control_chars": (">", None),
+           "sanity:too_long": (">", sa.max_chars),
+           "gopher_quality:min_doc_words": ("<", gq.min_doc_words), "gopher_quality:max_doc_words": (">", gq.max_doc_words),
+           "gopher_quality:min_avg_word_length": ("<", gq.min_avg_word_length),
+           "gopher_quality:max_avg_word_length": (">", gq.max_avg_word_length),
+           "gopher_quality:hash_ratio": (">", gq.max_symbol_word_ratio),
+           "gopher_quality:ellipsis_ratio": (">", gq.max_symbol_word_ratio),
+           "gopher_quality:bullet_lines": (">", gq.max_bullet_lines_ratio),
+           "gopher_quality:ellipsis_lines": (">", gq.max_ellipsis_lines_ratio),
+           "gopher_quality:alpha_words": ("<", gq.min_alpha_words_ratio),
+           "gopher_quality:stop_words": ("<", gq.min_stop_words),
+           "gopher_repetition:empty": ("", None),
+           "gopher_repetition:dup_para_frac": (">", gr.dup_para_frac),
+           "gopher_repetition:dup_para_char_frac": (">", gr.dup_para_char_frac),
+           "gopher_repetition:dup_line_frac": (">", gr.dup_line_frac),
+           "gopher_repetition:dup_line_char_frac": (">", gr.dup_line_char_frac),
+           **{f"gopher_repetition:top_{k}_gram": (">", t) for k, t in gr.top_n_grams},
+           **{f"gopher_repetition:duplicated_{k}_n_grams": (">", t) for k, t in gr.dup_n_grams},
+           "c4:lorem_ipsum": ("", None), "c4:curly_bracket": ("", None),
+           "c4:too_few_sentences": ("<", c4.min_num_sentences),
+           "fineweb:empty": ("", None), "fineweb:line_punct_ratio": ("<", fw.line_punct_thr),
+           "fineweb:short_line_ratio": (">", fw.short_line_thr), "fineweb:char_dup_ratio": (">", fw.char_duplicates_ratio),
+           "fineweb:list_ratio": (">", fw.new_line_ratio)}
+    return out
+
+
+def measure(texts, config: FilterConfig = FilterConfig()) -> list[dict[str, Measure]]:
+    """Per document, every enabled rule's `Measure`: the figure `apply_filters` compares with the rule's
+    threshold, computed the same way (FineWeb on the C4-rewritten text in mode "modify"). For the few
+    documents the UI explains: the repetition figures are exact per document, not the bulk pass's bounds."""
+    text = _as_series(texts).fill_null("")
+    frames, toks, out_text = [], None, text
+    for name in FILTER_ORDER:
+        cfg = getattr(config, name)
+        if not cfg.enabled:
+            continue
+        if name in ("gopher_quality", "gopher_repetition") and toks is None:
+            toks = _tokens(text)
+        if name == "sanity":
+            frames.append(_sanity(text, cfg, values=True))
+        elif name == "gopher_quality":
+            frames.append(_gopher_quality(text, toks, cfg, values=True))
+        elif name == "gopher_repetition":
+            frames.append(_repetition_values(text, toks, cfg))
+        elif name == "c4":
+            flags, rewritten = _c4(text, cfg)
+            frames.append(_c4(text, cfg, values=True)[0])
+            if cfg.mode == "modify":
+                c4_keep = ~flags.select(pl.any_horizontal(pl.all())).to_series()
+                out_text = pl.select(pl.when(c4_keep).then(rewritten).otherwise(text)).to_series()
+        elif name == "fineweb":
+            frames.append(_fineweb(out_text, cfg, _word_counts(out_text, text, toks), values=True))
+    if not frames:
+        return [{} for _ in range(len(text))]
+    vals = pl.concat(frames, how="horizontal").to_dicts()
+    thr = thresholds(config)
+    out = []
+    for row in vals:
+        limit = row.pop("sanity:control_chars:limit", None)
+        out.append({r: Measure(r, v, thr[r][0], limit if r == "sanity:control_chars" else thr[r][1])
+                    for r, v in row.items()})
+    return out

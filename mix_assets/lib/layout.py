@@ -70,6 +70,9 @@ DOC_INDEX = DOC_INDEX_DIR + "/{split}/{split}-{index:05d}.docs.npy"
 SHARD_STATS = "tokens/shard_stats.json"
 # ~30 samples read back from the shards and decoded (lib/samples.py); reviewed, never published
 RENDERED_SAMPLES = "tokens/rendered_samples.md"
+# token_shards: per split, every document appearance in stream order (start token, tokens, source, doc_id),
+#   so a sample's segments are labelled with their documents (lib/samples.py); reviewed, never published
+STREAM_DOCS = "tokens/stream_docs/{split}.parquet"
 MANIFEST = "mix/manifest.json"
 MIX_DEDUP_KEYS = "mix/review/dedup_keys.parquet"
 MIX_EXCLUSION_MASKS = "mix/review/exclusion_masks.parquet"

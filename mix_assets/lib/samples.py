@@ -20,14 +20,15 @@ import re
 import unicodedata
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO, Optional
 
 import numpy as np
 import pyarrow as pa
 
 from mix_assets.lib import contamination as ct
-from mix_assets.lib import layout
+from mix_assets.lib import layout, tables
+from mix_assets.lib.charts import code_span
 from mix_assets.lib import textkeys as tk
 
 SEP = "⟦SEP⟧"
@@ -35,6 +36,9 @@ SPLITS = ("train", "val")
 DEFAULT_SAMPLES = 30
 VAL_PART = 5  # val gets 1/VAL_PART of the draw (at least one sample when it has any)
 UI_CHARS = 200_000  # above this the UI copy elides each sample's middle; the file keeps everything
+WRAP = 100  # the UI copy breaks longer lines (a code block does not wrap in the UI); the file keeps them whole
+WRAP_MARK = "↩"  # ends a line the UI copy broke (not in the data)
+UI_NOTE = f" Lines longer than {WRAP} characters are broken here, each broken line ending in `{WRAP_MARK}`."
 _PIECE = re.compile(r"\S+")
 
 
@@ -49,6 +53,8 @@ class Sample:
     ids: np.ndarray
     text: str  # the whole sample decoded (special tokens kept)
     segments: list[str]  # decoded text between separator tokens (one segment without a separator)
+    segment_starts: list[int] = field(default_factory=lambda: [0])  # token offset of each segment
+    docs: list["SampleDoc"] = field(default_factory=list)  # the documents in it (`sample_docs`), in order
 
     @property
     def separators(self) -> int:
@@ -60,6 +66,45 @@ class Sample:
             return []
         at = np.flatnonzero(self.ids[:-1] == separator_id) + 1
         return at.tolist()
+
+
+@dataclass(frozen=True)
+class SampleDoc:
+    """A document appearance inside a sample: where it starts (token offset in the sample, 0 when it began
+    in an earlier sample: `continued`), its source and doc_id (layout.STREAM_DOCS)."""
+
+    offset: int
+    source: str
+    doc_id: str
+    continued: bool
+
+    def label(self) -> str:
+        return f"{self.source} · {self.doc_id}" + (" (continued)" if self.continued else "")
+
+
+def sample_docs(stream: pa.Table, index: int, sample_len: int) -> list[SampleDoc]:
+    """The documents of sample `index` of a split, from that split's stream table (start, tokens, source,
+    doc_id in stream order: layout.STREAM_DOCS)."""
+    starts = np.asarray(stream.column("start").to_numpy(zero_copy_only=False), np.int64)
+    lo, hi = index * sample_len, (index + 1) * sample_len
+    first = max(int(np.searchsorted(starts, lo, side="right")) - 1, 0)
+    last = int(np.searchsorted(starts, hi, side="left"))
+    rows = stream.slice(first, max(last - first, 0))
+    out = []
+    for st, n, src, d in zip(rows.column("start").to_pylist(), rows.column("tokens").to_pylist(),
+                             rows.column("source").to_pylist(), rows.column("doc_id").to_pylist()):
+        if st + n > lo:
+            out.append(SampleDoc(max(st - lo, 0), src, d, st < lo))
+    return out
+
+
+def segment_docs(sample: Sample) -> list[Optional[SampleDoc]]:
+    """Per segment, the document it starts in (None when unknown: no stream table, or past the sample)."""
+    out = []
+    for at in sample.segment_starts:
+        mine = [d for d in sample.docs if d.offset <= at] if at < len(sample.ids) else []
+        out.append(mine[-1] if mine else None)
+    return out
 
 
 # -- the draw -----------------------------------------------------------------------------------------
@@ -133,7 +178,7 @@ def decode(tok, split: str, index: int, shard: str, row: int, ids: np.ndarray,
     bounds = [0, *cuts.tolist(), len(ids)]
     segs = [tok.decode(ids[a + (i > 0): b].tolist(), skip_special_tokens=False)
             for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
-    return Sample(split, index, shard, row, ids, text, segs)
+    return Sample(split, index, shard, row, ids, text, segs, [a + (i > 0) for i, a in enumerate(bounds[:-1])])
 
 
 # -- scrub --------------------------------------------------------------------------------------------
@@ -181,11 +226,29 @@ def visible(s: str) -> str:
 
 
 def body(sample: Sample, separator: Optional[str]) -> tuple[str, bool]:
-    """The shown text (separators as ⟦SEP⟧) and whether the seams are marked: they are unless decoding
-    piece by piece does not reassemble the whole decode (then the whole decode is shown, unmarked)."""
+    """The shown text (separators as ⟦SEP⟧, each segment opening with a `⟦source · doc_id⟧` line of its own
+    when its document is known) and whether the seams are marked: they are unless decoding piece by piece does not
+    reassemble the whole decode (then the whole decode is shown, unmarked)."""
+    docs = segment_docs(sample)
     if separator is not None and separator.join(sample.segments) == sample.text:
-        return SEP.join(visible(s) for s in sample.segments), True
-    return visible(sample.text), separator is None
+        return SEP.join((f"{chr(10) if i else ''}⟦{d.label()}⟧\n" if d is not None and seg else "") + visible(seg)
+                        for i, (seg, d) in enumerate(zip(sample.segments, docs))), True
+    lead = f"⟦{docs[0].label()}⟧\n" if docs and docs[0] is not None else ""
+    return lead + visible(sample.text), separator is None
+
+
+def wrap(text: str, width: int = WRAP) -> str:
+    """Lines longer than `width` broken after the last space before it (hard at `width` when there is none),
+    each broken line ending in WRAP_MARK; nothing dropped, so the words are those of `text`."""
+    out = []
+    for line in text.split("\n"):
+        while len(line) > width:
+            cut = line.rfind(" ", 0, width)
+            cut = cut + 1 if cut > 0 else width
+            out.append(line[:cut] + WRAP_MARK)
+            line = line[cut:]
+        out.append(line)
+    return "\n".join(out)
 
 
 def _fence(text: str) -> str:
@@ -224,8 +287,11 @@ def render(samples: list[Sample], stats: dict, build: str, seed: int, scrub: np.
         seams = s.seams(sep_id)
         where = (f"{len(seams)} seam(s)" + (f" at token {', '.join(map(str, seams))}" if seams else "")
                  if sep_id is not None else "seams unknown (no separator)")
+        docs = (" · documents: " + ", ".join(f"{code_span(d.source)} {code_span(d.doc_id)}"
+                                             + (" (continued)" if d.continued else "") for d in s.docs[:12])
+                + (f" and {len(s.docs) - 12:,} more" if len(s.docs) > 12 else "")) if s.docs else ""
         head = (f"**{s.split} sample {s.index:,}** · `{s.shard}` row {s.row:,} · {len(s.ids):,} tokens · {where}"
-                + ("" if marked else " · seams not marked") + (f" · {n} words scrubbed" if n else ""))
+                + ("" if marked else " · seams not marked") + (f" · {n:,} words scrubbed" if n else "") + docs)
         parts.append((head, text))
     n_split = {sp: sum(1 for s in samples if s.split == sp) for sp in SPLITS}
     sizes = {sp: stats["splits"][sp]["samples"] for sp in SPLITS}
@@ -236,17 +302,20 @@ def render(samples: list[Sample], stats: dict, build: str, seed: int, scrub: np.
              + (f"Separator `{sep}` (id {sep_id}) is shown as `{SEP}`; a seam is a document starting inside the "
                 "sample. " if sep else "No separator is configured: document seams are not visible in the ids. ")
              + f"Runs of {k}+ words of an eval item are shown as `⟦scrubbed N words⟧`; "
-             "control characters as `⟦U+XXXX⟧`.")
+             "control characters as `⟦U+XXXX⟧`; each document's segment opens with a line `⟦source · doc_id⟧` "
+             "(not in the data).")
 
-    def md(limit: Optional[int]) -> str:
-        blocks = [intro]
+    def md(limit: Optional[int], width: Optional[int] = None) -> str:
+        blocks = [intro + (UI_NOTE if width else "")]
         for head, text in parts:
             t = text if limit is None else _elide(text, limit)
+            t = t if width is None else wrap(t, width)
             blocks.append(f"{head}\n\n{_fence(t)}text\n{t}\n{_fence(t)}")
         return "\n\n".join(blocks) + "\n"
 
     full = md(None)
-    ui = full if len(full) <= UI_CHARS else md(max(200, UI_CHARS // max(len(parts), 1) - 300))
+    ui = md(None, WRAP)
+    ui = ui if len(ui) <= UI_CHARS else md(max(200, UI_CHARS // max(len(parts), 1) - 300), WRAP)
     return Rendered(full, ui, len(samples), scrubbed, withheld, seed)
 
 
@@ -267,6 +336,13 @@ def rendered_samples(storage, spec, build: str, n: int = DEFAULT_SAMPLES) -> Ren
     picks = draw({sp: stats["splits"][sp]["samples"] for sp in SPLITS}, seed, n)
     sep_id = stats["packing"].get("separator_id")
     samples = [decode(tok, *r, sep_id) for r in read_samples(stats, picks, storage.open)]
+    for sp in SPLITS:  # which documents each sample holds (builds before the stream tables: unlabelled)
+        key = layout.STREAM_DOCS.format(split=sp)
+        if any(s.split == sp for s in samples) and storage.exists(key):
+            stream = tables.read_parquet(storage, key)
+            for s in samples:
+                if s.split == sp:
+                    s.docs = sample_docs(stream, s.index, stats["packing"]["sample_len"])
     out = render(samples, stats, build, seed, scrub_set(storage, spec), spec.audit.scrub_words)
     storage.write_text(layout.RENDERED_SAMPLES, out.markdown)
     return out

@@ -637,9 +637,31 @@ def _pack(split_name, per_source: dict[str, _SourceDocs], names: list[str], part
         for off, take, si in zip(offsets[o].tolist(), takes[o].tolist(), src[o].tolist()):
             packer.feed(reader.read(off, take), names[si])
     stats = packer.finish()
+    _write_stream_docs(storage, split_name, order, takes, src, names,
+                       lambda: pa.concat_arrays([app_ids(i) for i in range(len(parts))]) if parts else pa.array([], pa.string()))
     distinct = [per_source[names[i]].ids.take(pa.array(np.unique(p[0]))) for i, p in enumerate(parts)]
     stats.documents = pc.count_distinct(pa.concat_arrays(distinct)).as_py() if distinct else 0
     return stats
+
+
+STREAM_DOCS_SCHEMA = pa.schema([("start", pa.int64()), ("tokens", pa.int64()),
+                                ("source", pa.dictionary(pa.int32(), pa.string())), ("doc_id", pa.string())])
+
+
+def _write_stream_docs(storage, split_name: str, order: np.ndarray, takes: np.ndarray, src: np.ndarray,
+                       names: list[str], ids) -> None:
+    """layout.STREAM_DOCS: the split's document appearances in stream order (start token in the split's
+    stream, tokens, source, doc_id; empty appearances left out), so a sample's segments can name their
+    documents (lib/samples.py). Not published; columns, not a Python object per document."""
+    take = np.asarray(takes, np.int64)[order] if len(order) else np.zeros(0, np.int64)
+    start = np.concatenate([[0], np.cumsum(take)[:-1]]).astype(np.int64) if len(take) else take
+    keep = take > 0
+    sel = pa.array(np.asarray(order, np.int64)[keep])
+    t = pa.table({"start": start[keep], "tokens": take[keep],
+                  "source": pa.DictionaryArray.from_arrays(pa.array(np.asarray(src, np.int32)[order][keep]),
+                                                           pa.array(names, pa.string())),
+                  "doc_id": ids().cast(pa.string()).take(sel)}, schema=STREAM_DOCS_SCHEMA)
+    tables.write_parquet(storage, layout.STREAM_DOCS.format(split=split_name), t)
 
 
 def packing_plan(spec, tok: Tokenizer) -> PackingPlan:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import dagster as dg
 
 from mix_assets.assets.split import VAL_DISJOINT_FROM_TRAIN, VAL_SHARE_IN_TOLERANCE
@@ -23,5 +25,9 @@ def test_val_share_gate_stops_the_shards(tmp_path):
     result = run(assets, res)
     assert not result.success
     assert checks(result)[VAL_SHARE_IN_TOLERANCE] is False
+    ev = next(e for e in result.get_asset_check_evaluations() if e.check_name == VAL_SHARE_IN_TOLERANCE)
+    # percentages and counts, not `val share 0.2980 outside 0.3`
+    assert re.fullmatch(r"val share \d+\.\d\d% outside 30\.00% ± 0% \([\d,]+ of [\d,]+ documents\)\. .*",
+                        ev.description), ev.description
     assert result.asset_materializations_for_node("token_shards") == []
     assert not (tmp_path / "storage" / layout.MANIFEST).exists()

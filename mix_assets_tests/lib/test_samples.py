@@ -51,8 +51,13 @@ def _blocks(md: str) -> list[tuple[str, int, str]]:
     return [(m.group(1), int(m.group(2).replace(",", "")), m.group(4)) for m in _BLOCK.finditer(md)]
 
 
+_LABEL = re.compile(r"\n?⟦([^⟧\n]+) · ([^⟧\n]+?)( \(continued\))?⟧\n")
+
+
 def _unrendered(body: str) -> str:
-    """The shown text back to the decoded text: separators and escaped control characters restored."""
+    """The shown text back to the decoded text: document labels dropped, separators and escaped control
+    characters restored."""
+    body = _LABEL.sub("", body)
     body = re.sub(r"⟦U\+([0-9A-F]{4,6})⟧", lambda m: chr(int(m.group(1), 16)), body)
     return body.replace(samples.SEP, SEP_TEXT)
 
@@ -60,7 +65,10 @@ def _unrendered(body: str) -> str:
 def test_rendering_is_what_the_reader_serves_decoded(built, tmp_path):
     spec, st, r = built
     md = st.read_text(layout.RENDERED_SAMPLES)
-    assert md == r.markdown == r.ui_markdown and r.samples == 30 and r.withheld_samples == 0
+    assert md == r.markdown and r.samples == 30 and r.withheld_samples == 0
+    # the UI copy is the file's text with long lines broken (code blocks do not wrap in the UI)
+    assert [(a, b, c.replace(samples.WRAP_MARK + "\n", "")) for a, b, c in _blocks(r.ui_markdown)] == _blocks(md)
+    assert all(len(line) <= samples.WRAP + 1 for b in _blocks(r.ui_markdown) for line in b[2].split("\n"))
     blocks = _blocks(md)
     assert len(blocks) == 30 and {b[0] for b in blocks} == {"train", "val"}
     assert sum(b[0] == "val" for b in blocks) == 30 // samples.VAL_PART
@@ -168,3 +176,28 @@ def test_ui_copy_is_elided_when_large(monkeypatch):
              "splits": {"train": {"samples": 1}, "val": {"samples": 0}}}
     out = samples.render([s], stats, "e" * 64, 1, np.zeros(0, np.uint64), 8)
     assert big in out.markdown and len(out.ui_markdown) < 2600 and "characters elided" in out.ui_markdown
+
+
+def test_every_segment_is_labelled_with_its_source_and_document(built):
+    """Each segment opens with `⟦source · doc_id⟧`: the document the packer put there (its raw text starts
+    with the segment's text, or holds it when the document began in an earlier sample)."""
+    spec, st, r = built
+    raw = {}
+    for s in spec.sources:
+        t = pq.read_table(st.local_path(layout.RAW_DOCS.format(source=s.name)), columns=["doc_id", "text"])
+        raw |= {d: (s.name, x) for d, x in zip(t.column("doc_id").to_pylist(), t.column("text").to_pylist())}
+    labelled = 0
+    for _, _, body in _blocks(r.markdown):
+        segs = body.split(samples.SEP)
+        for i, seg in enumerate(segs):
+            if not seg:
+                continue
+            m = _LABEL.match(seg)
+            assert m, seg[:80]
+            src, doc, cont = m.group(1), m.group(2), bool(m.group(3))
+            assert raw[doc][0] == src and (not cont or i == 0)  # only the first can begin in an earlier sample
+            text = seg[m.end():]
+            head = text[:20] if i < len(segs) - 1 or len(text) > 20 else text[:-2]  # a cut last token
+            assert (head in raw[doc][1]) if cont else raw[doc][1].startswith(head), (doc, text[:40])
+            labelled += 1
+    assert labelled > 30

@@ -420,6 +420,67 @@ def open_chart(page, url: str, asset: str, key: str) -> tuple[int, int]:
     return natural, shown
 
 
+_SHOWN_JS = """e => {
+  // inside the viewport and every ancestor that clips (overflow other than visible) or scrolls
+  const r = e.getBoundingClientRect();
+  let left = 0, right = window.innerWidth;
+  for (let a = e.parentElement; a; a = a.parentElement) {
+    if (getComputedStyle(a).overflowX !== 'visible') {
+      const b = a.getBoundingClientRect();
+      left = Math.max(left, b.left); right = Math.min(right, b.right);
+    }
+  }
+  return r.width > 0 && r.left >= left - 1 && r.right <= right + 1;
+}"""
+
+
+def metadata_row(page, url: str, asset: str, key: str):
+    """The asset's page (latest materialization): the metadata table's row of entry `key`."""
+    page.goto(f"{url}/assets/{asset}")
+    row = page.locator("tr").filter(has=page.get_by_text(key, exact=True)).first
+    row.wait_for()
+    return row
+
+
+def table_columns_shown(page, url: str, asset: str, key: str) -> dict[str, bool]:
+    """A table metadata entry as the asset's page shows it: {column: whether its header is visible},
+    i.e. inside the viewport and not cut off by a clipping or scrolled container."""
+    row = metadata_row(page, url, asset, key)
+    heads = row.locator("table th")
+    heads.first.wait_for()
+    row.scroll_into_view_if_needed()  # vertically, for the screenshot: the columns' clipping is horizontal
+    return {h.inner_text().strip(): h.evaluate(_SHOWN_JS) for h in heads.all()}
+
+
+_CUT_JS = """() => {
+  const shown = """ + _SHOWN_JS + """;
+  const out = {};
+  for (const th of document.querySelectorAll('td table th')) {  // a table inside a metadata value
+    if (shown(th)) continue;
+    const row = th.closest('table').parentElement.closest('tr');
+    const key = row && row.querySelector('td') ? row.querySelector('td').innerText.trim() : '?';
+    (out[key] = out[key] || []).push(th.innerText.trim());
+  }
+  return out;
+}"""
+
+
+def cut_tables(page, url: str, asset: str, key: str) -> dict[str, list[str]]:
+    """The asset's page (latest materialization), once entry `key` is shown: {metadata key: the columns of
+    its table the page cuts off}, for every table entry and inline Markdown table."""
+    metadata_row(page, url, asset, key)
+    page.wait_for_timeout(500)
+    return page.evaluate(_CUT_JS)
+
+
+def open_markdown(page, url: str, asset: str, key: str):
+    """The asset's metadata entry `key` opened ("[Show Markdown]"): the dialog. Close it with `close_dialog`."""
+    metadata_row(page, url, asset, key).get_by_text("Show Markdown").click()
+    dialog = page.get_by_role("dialog")
+    dialog.locator("p, table, pre").first.wait_for()
+    return dialog
+
+
 def close_dialog(page) -> None:
     page.get_by_role("dialog").get_by_role("button", name="Close").click()
     page.get_by_role("dialog").wait_for(state="hidden")
