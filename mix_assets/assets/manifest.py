@@ -8,7 +8,7 @@ from typing import BinaryIO
 import dagster as dg
 
 from mix_assets import metadata as md
-from mix_assets.assets.common import code_version, gate, raw_key, raw_name, recorded, verified_inputs, with_lineage
+from mix_assets.assets.common import code_version, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.lib import layout, manifest_builder, modifiers, published_audit
 from mix_assets.lib.manifest import check_manifest
@@ -64,6 +64,7 @@ def build_manifest_assets(spec: MixSpec) -> list:
         return with_lineage(md.manifest(mix.storage, layout.MANIFEST, m), lin)
 
     @dg.asset_check(asset=manifest, name=MANIFEST_SELF_CONSISTENT, blocking=True)
+    @gated
     def manifest_self_consistent(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
         """Totals equal the sum of parts, shards match the file listing, every size and sha256 recomputed."""
         st = mix.storage
@@ -79,6 +80,7 @@ def build_manifest_assets(spec: MixSpec) -> list:
 
     @dg.asset_check(asset=manifest, name=SHARDS_AUDIT_CLEAN, blocking=True,
                     resource_defs={"engine": EngineResource.from_spec(spec)})  # every engine: the same report
+    @gated
     def shards_audit_clean(context: dg.AssetCheckExecutionContext, mix: MixResource,
                            engine: EngineResource) -> dg.AssetCheckResult:
         """The bytes to publish: train and val shards decoded with the mix's tokenizer, 0 eval 13-grams.

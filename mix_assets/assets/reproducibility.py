@@ -18,6 +18,7 @@ from typing import Optional
 
 import dagster as dg
 
+from mix_assets.assets.common import gate, gated
 from mix_assets.lib import layout
 from mix_assets.lib.drift import compare_manifests
 from mix_assets.resources import MixResource
@@ -53,6 +54,7 @@ def build_reproducibility_checks(asset_keys: set[dg.AssetKey]) -> list:
         description="With an unchanged config, the rebuilt manifest's fingerprint equals the last published "
                     "one; on drift, names each changed file and count.",
     )
+    @gated
     def fingerprint_reproduced(context: dg.AssetCheckExecutionContext, mix: MixResource) -> Optional[dg.AssetCheckResult]:
         storage = mix.storage
         rebuilt = json.loads(storage.read_text(layout.MANIFEST))
@@ -69,10 +71,10 @@ def build_reproducibility_checks(asset_keys: set[dg.AssetKey]) -> list:
         }
         published = _published_manifest(mix, record)
         if published is None:
-            return dg.AssetCheckResult(
+            return gate(context, MANIFEST_KEY, dg.AssetCheckResult(
                 passed=False, metadata=meta,
                 description=f"revision {record.get('revision')} recorded as published, but its manifest.json "
-                            f"is missing at {record.get('location')}")
+                            f"is missing at {record.get('location')}"))
         cmp = compare_manifests(published, rebuilt)
         if not cmp.comparable and not cmp.reproduced:
             return _skipped(context, cmp.summary())
@@ -87,7 +89,7 @@ def build_reproducibility_checks(asset_keys: set[dg.AssetKey]) -> list:
             meta["drift_md"] = markdown_table(rows, columns=["kind", "what", "published", "rebuilt"])
             for d in cmp.drifts[:20]:
                 context.log.error(f"fingerprint drift: {d.describe()}")
-        return dg.AssetCheckResult(passed=cmp.passed, metadata=meta, description=cmp.summary(),
-                                   severity=dg.AssetCheckSeverity.ERROR)
+        return gate(context, MANIFEST_KEY, dg.AssetCheckResult(passed=cmp.passed, metadata=meta, description=cmp.summary(),
+                                                               severity=dg.AssetCheckSeverity.ERROR))
 
     return [fingerprint_reproduced]
