@@ -5,8 +5,9 @@ in the storage root, written by `published_revision`), read back from the publis
 `rebuild_mix` run the check runs after `manifest` and before `published_revision`, so it always
 compares with the previous publication. Outcomes:
   * nothing published yet, or the config changed since (a new fingerprint is expected): skipped,
-    not passed: the check returns no result, so the UI shows it as *Skipped* (grey) and the run log
-    says why; nothing downstream is held back;
+    not passed: the check returns no result, so the UI shows it as *Skipped* (grey); the check's
+    description (the *About* section of its page) says when that happens, and the run log says which
+    case it was; nothing downstream is held back;
   * same config, same fingerprint: passed;
   * same config, different fingerprint: failed (blocking, ERROR) with a table naming every file
     whose bytes changed and every count that moved, so nothing non-reproducible gets published.
@@ -26,6 +27,15 @@ from mix_assets.resources import MixResource
 FINGERPRINT_REPRODUCED = "fingerprint_reproduced"
 MANIFEST_KEY = dg.AssetKey("manifest")
 MANIFEST_FILE = "manifest.json"
+# Dagster shows a check that reported nothing as "Skipped" with no text of its own, so the reason
+# lives in the check's description, which its page shows under "About".
+CHECK_DESCRIPTION = (
+    "With an unchanged config, the rebuilt manifest's fingerprint equals the last published one; on drift, "
+    "names each changed file and count.\n\n"
+    "Skipped (no result, grey) when there is nothing to compare with: nothing published yet from this "
+    "storage root (a first build), or the config changed since the last publication (a new fingerprint "
+    "is expected). Skipped is not a pass: nothing was compared. The run's log says which case it was "
+    "(`fingerprint_reproduced skipped: ...`); the next rebuild of an unchanged config is compared.")
 
 
 def _published_manifest(mix, record: dict) -> dict | None:
@@ -51,8 +61,7 @@ def build_reproducibility_checks(asset_keys: set[dg.AssetKey]) -> list:
         asset=MANIFEST_KEY,
         name=FINGERPRINT_REPRODUCED,
         blocking=True,
-        description="With an unchanged config, the rebuilt manifest's fingerprint equals the last published "
-                    "one; on drift, names each changed file and count.",
+        description=CHECK_DESCRIPTION,
     )
     @gated
     def fingerprint_reproduced(context: dg.AssetCheckExecutionContext, mix: MixResource) -> Optional[dg.AssetCheckResult]:
