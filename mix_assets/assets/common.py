@@ -169,21 +169,25 @@ def failed_gates(context, result) -> list[tuple[dg.AssetCheckKey, dg.AssetCheckR
     return out
 
 
-def published_now(mix) -> tuple[str | None, str]:
-    """(the revision the publish target's `latest` names, or None; a sentence saying so)."""
-    from mix_assets.assets.publish import write_target
+def published_now(mix, held: list[str]) -> tuple[str | None, str]:
+    """(the revision the publish target's `latest` names, or None; a sentence saying so). "Still
+    published ... this run published nothing" only when the run held `published_revision` back."""
+    from mix_assets.assets.publish import PUBLISHED_REVISION_KEY, write_target
     from mix_assets.lib import publish as pub
 
     if mix is None:
-        return None, "Still published: unknown (no mix resource)."
+        return None, "Published revision: unknown (no mix resource)."
     url = mix.spec.resolve(mix.spec.publish.url)
     try:
         rev = pub.read_latest(write_target(mix.spec))
     except Exception as e:  # a summary must not hide the gate behind an unreadable target
-        return None, f"Still published: unknown ({url}/latest cannot be read: {type(e).__name__}: {e})."
+        return None, f"Published revision: unknown ({url}/latest cannot be read: {type(e).__name__}: {e})."
+    held_publish = PUBLISHED_REVISION_KEY.to_user_string() in held
     if rev is None:
         return None, f"Nothing is published at {url} yet (no latest)."
-    return rev, f"Still published: {rev} ({url}/latest); this run published nothing."
+    if held_publish:
+        return rev, f"Still published: {rev} ({url}/latest); this run published nothing."
+    return rev, f"Published now: {rev} ({url}/latest)."
 
 
 def gate_summary(failed: list[tuple[dg.AssetCheckKey, str]], held: list[str], published: str) -> str:
@@ -203,7 +207,7 @@ def gate_failure(context, failed: list[tuple[dg.AssetCheckKey, dg.AssetCheckResu
     held = held_back(context, key)
     note = _held_note(held)
     whys = [(k, (r.description or "").removesuffix(note).strip()) for k, r in failed]
-    rev, published = published_now(mix)
+    rev, published = published_now(mix, held)
     summary = gate_summary(whys, held, published)
     gates = ", ".join(f"{k.asset_key.to_user_string()}:{k.name}" for k, _ in failed)
     run_id = context.run.run_id

@@ -17,10 +17,21 @@ import yaml
 from mix_assets.assets import audit as A
 from mix_assets.assets.common import FAILED_GATE_TAG, STILL_PUBLISHED_TAG
 from mix_assets.config import load_spec
-from mix_assets_tests.assets.test_audit import checks, not_run, run
-from mix_assets_tests.support.audit_fixtures import make_spec
+from mix_assets_tests.assets.test_audit import checks, not_run
+from mix_assets_tests.support.audit_fixtures import Res, make_corpus, make_spec, standins
 
 REV = "rev-0123456789abcdef"
+
+
+@dg.asset(key="published_revision", deps=["validation_split"])
+def _published_revision() -> None:
+    """Stand-in for the publish step at the bottom of the graph."""
+
+
+def run(spec, instance, publish: bool = True):
+    """The audit stage between stand-ins, with a stand-in published_revision below validation_split."""
+    assets = [*standins(spec, make_corpus()), *A.build_audit_assets(spec), *([_published_revision] if publish else [])]
+    return dg.materialize(assets, resources={"mix": Res(spec)}, instance=instance, raise_on_error=False)
 
 
 def _spec(tmp_path, published: str | None, **kw):
@@ -51,7 +62,7 @@ def test_failed_gate_summary_names_gate_reason_held_back_and_published_revision(
     _, err = _run_failure(instance, result)
     assert "Gate exclusion_masks:zero_eval_overlap failed: kept documents still overlap the eval registry in " \
            "sources: web, books" in err, err
-    assert "Held back (not run): validation_split." in err, err
+    assert "Held back (not run): published_revision, validation_split." in err, err
     assert f"Still published: {REV} ({tmp_path / 'published'}/latest); this run published nothing." in err, err
     assert "blocking asset check failed" not in err  # Dagster's generic message is replaced, not added to
     tags = instance.get_run_by_id(result.run_id).tags
@@ -60,7 +71,8 @@ def test_failed_gate_summary_names_gate_reason_held_back_and_published_revision(
     (failure,) = result.get_step_failure_events()
     assert failure.step_key == "exclusion_masks_zero_eval_overlap"
     meta = failure.step_failure_data.user_failure_data.metadata
-    assert meta["held_back"].value == "validation_split" and meta["still_published"].value == REV
+    assert meta["held_back"].value == "published_revision, validation_split"
+    assert meta["still_published"].value == REV
     # nothing else changed: the check is recorded as failed, the gated asset materialized, downstream skipped
     assert not checks(result)[A.ZERO_EVAL_OVERLAP].passed
     assert dg.AssetKey("exclusion_masks") in {e.asset_key for e in result.get_asset_materialization_events()}
@@ -80,7 +92,7 @@ def test_gate_inside_an_asset_and_nothing_published_yet(tmp_path):
     result = run(spec, instance=instance)
     _, err = _run_failure(instance, result)
     assert "Gate eval_registry:denominators_nonempty failed: " in err and "empty_task" in err, err
-    assert "Held back (not run): contamination_report, exclusion_masks, validation_split." in err, err
+    assert "Held back (not run): contamination_report, exclusion_masks, published_revision, validation_split." in err, err
     assert f"Nothing is published at {tmp_path / 'published'} yet (no latest)." in err, err
     assert instance.get_run_by_id(result.run_id).tags[STILL_PUBLISHED_TAG] == "none"
     assert dg.AssetKey("eval_registry") in {e.asset_key for e in result.get_asset_materialization_events()}
@@ -94,7 +106,16 @@ def test_unreadable_latest_is_said_not_hidden(tmp_path):
     instance = dg.DagsterInstance.ephemeral()
     _, err = _run_failure(instance, run(spec, instance=instance))
     assert "Gate exclusion_masks:zero_eval_overlap failed" in err
-    assert f"Still published: unknown ({tmp_path / 'published'}/latest cannot be read: JSONDecodeError" in err, err
+    assert f"Published revision: unknown ({tmp_path / 'published'}/latest cannot be read: JSONDecodeError" in err, err
+
+
+def test_a_run_without_the_publish_step_does_not_claim_it_published_nothing(tmp_path):
+    """Only a run that held published_revision back says "this run published nothing"."""
+    spec = _spec(tmp_path, REV, mask=False)
+    instance = dg.DagsterInstance.ephemeral()
+    _, err = _run_failure(instance, run(spec, instance=instance, publish=False))
+    assert "Held back (not run): validation_split." in err, err
+    assert f"Published now: {REV} ({tmp_path / 'published'}/latest)." in err and "Still published" not in err, err
 
 
 def test_passing_and_warning_checks_leave_the_run_alone(tmp_path):
