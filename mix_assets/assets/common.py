@@ -118,7 +118,7 @@ def gate(context, key: dg.AssetKey, result: dg.AssetCheckResult) -> dg.AssetChec
 
 # -- one summary of a failed gate, where the run page shows it first ------------------------------
 # A failed blocking check makes Dagster fail the step with "1 blocking asset check failed with ERROR
-# severity: <asset>: <check>", and that message is what the run's RUN_FAILURE event (the last row of
+# severity: <asset>: <check>", and that message is what the run's RUN_FAILURE event (at the end of
 # the run log, which the UI opens scrolled to) repeats. `gated` fails the step itself, after its
 # results are recorded, with a summary instead: which gate, why, what was held back, what is still
 # published. Nothing else changes: the check evaluations and the materialization are recorded
