@@ -3,15 +3,17 @@
 1. Demo config: the asset graph shows every asset of the Definitions; "Materialize all" from the UI
    runs to Success; the Checks tabs of `manifest` and `contamination_report` read "Passed" for every
    check (while those assets are not on the graph yet, the checks of every source asset instead).
-   `fingerprint_reproduced` reads "Skipped" (nothing published before this run). Every asset whose
-   metadata carries a chart is opened on its "[Show Markdown]" dialog: the chart is shown at its
-   own pixel size (drawn for the UI, not scaled down) and screenshotted. At 1,600 px the tables show
-   the columns that decide (kill_rates' kill_share, composition's, the overlap table's overlap_ngrams),
-   a stored `object.__add__(self, other)` renders literally (no bold "add"), and the rendered samples
-   fit their dialog.
-2. Failing gate (`audit.mask_contaminated: false`): the run fails, `zero_eval_overlap` reads "Failed"
-   and every asset downstream of `exclusion_masks` is listed as not executed; the lineage below the
-   gate is screenshotted (docs/ui.md explains what the graph shows).
+   `fingerprint_reproduced` reads "Skipped" (nothing published before this run) and its page says
+   why. Every asset whose metadata carries a chart is opened on its "[Show Markdown]" dialog: the
+   chart is shown at its own pixel size (drawn for the UI, not scaled down) and screenshotted. At
+   1,600 px the tables show the columns that decide (kill_rates' kill_share, composition's, the
+   overlap table's overlap_ngrams), a stored `object.__add__(self, other)` renders literally (no bold
+   "add"), and the rendered samples fit their dialog.
+2. Failing gate (`audit.mask_contaminated: false`), launched from Jobs -> rebuild_mix (a run of that job):
+   the run fails and its page opens on the gate's summary (which gate, why, what was held back, what
+   is still published); `zero_eval_overlap` reads "Failed", every asset downstream of `exclusion_masks`
+   is listed as not executed, and the Runs list shows the run's mix/failed_gate tag; the lineage below
+   the gate is screenshotted (docs/ui.md explains what the graph shows).
 Screenshots land in test-output/ui/; `MIX_UPDATE_DOCS_SCREENSHOTS=1` also refreshes the copies in
 docs/img/ (palette PNGs, < 100 KB each): the README's graph, one chart page per asset (the first
 raw/<source> stands for all) and the failed gate's lineage.
@@ -26,6 +28,7 @@ import re
 
 import pytest
 
+from mix_assets.assets.common import FAILED_GATE_TAG, STILL_PUBLISHED_TAG
 from mix_assets.assets.reproducibility import FINGERPRINT_REPRODUCED
 from mix_assets_tests.support import ui_harness as ui
 
@@ -99,6 +102,14 @@ def test_materialize_all_from_the_ui_and_read_the_checks(tmp_path):
             ran = {c: r for c, r in results.items() if c != FINGERPRINT_REPRODUCED}
             assert all(r in ("Passed", "Warning", "Failed") for r in ran.values()), (asset, results)
 
+        # a skipped fingerprint_reproduced says why on its own page (its description, under "About")
+        if FINGERPRINT_REPRODUCED in graph.checks.get("manifest", []):
+            page.goto(f"{web.url}/assets/manifest?view=checks&checkDetail={FINGERPRINT_REPRODUCED}")
+            page.get_by_text("Evaluation result", exact=True).wait_for()
+            page.get_by_text("Skipped (no result, grey) when there is nothing to compare with").first.wait_for()
+            page.get_by_text("nothing published yet from this storage root").first.wait_for()
+            ui.shot(page, "03-checks-fingerprint_reproduced-skipped")
+
         # every chart, as the UI shows it: at its own pixel size, not squeezed
         charts = ui.chart_entries(web.home)
         assert {"contamination_report", "dedup_keys", "exclusion_masks"} <= set(charts), charts
@@ -149,6 +160,7 @@ def test_materialize_all_from_the_ui_and_read_the_checks(tmp_path):
 
 
 def test_failing_gate_shows_the_failed_check_and_skipped_downstream(tmp_path):
+    from playwright.sync_api import expect
     env = _env(tmp_path, {"audit": {"mask_contaminated": False}})
     graph = ui.expected_graph(env)
     if f"{GATE_ASSET}:{GATE_CHECK}" not in graph.blocking:
@@ -156,10 +168,22 @@ def test_failing_gate_shows_the_failed_check_and_skipped_downstream(tmp_path):
     downstream = graph.all_downstream(GATE_ASSET)
     if not downstream:
         pytest.skip(f"nothing downstream of {GATE_ASSET} yet (validation_split lands with the tokens stage)")
-    with ui.webserver(env, tmp_path / "dagster_home") as web, ui.browser_page() as page:
-        run_id = ui.materialize_all(page, web.url)
+    with ui.webserver(env, tmp_path / "dagster_home") as web, ui.browser_page(1600, 1000) as page:
+        # launched from the job's page (README): a run of rebuild_mix, not a "jobless" asset run
+        run_id = ui.materialize_job(page, web.url, "rebuild_mix")
         status = ui.wait_for_run(page, web.url, run_id, RUN_TIMEOUT_S)
         assert status == "Failure", f"run {run_id} ended {status} although the gate must fail"
+        page.get_by_text("Run of").first.wait_for()
+        assert "rebuild_mix" in page.get_by_text("Run of").first.locator("xpath=..").inner_text()
+        # the summary, as the run page opens: the log is scrolled to its end, the RUN_FAILURE row
+        summary = page.get_by_text(re.compile(rf"Gate {GATE_ASSET}:{GATE_CHECK} failed: kept documents still "
+                                              r"overlap the eval registry")).last
+        expect(summary).to_be_in_viewport(timeout=30_000)
+        text = summary.inner_text()
+        held = sorted(downstream)
+        assert f"Held back (not run): {', '.join(held)}." in text, text
+        assert f"Nothing is published at {tmp_path / 'published'} yet (no latest)." in text, text
+        ui.shot(page, "10-gate-failed-summary")
         skipped = ui.not_executed_steps(page)
         ui.shot(page, "11-gate-failed-run")
         steps = {k.replace("/", "__") for k in downstream}
@@ -171,6 +195,12 @@ def test_failing_gate_shows_the_failed_check_and_skipped_downstream(tmp_path):
         results = ui.check_results(page, web.url, GATE_ASSET, [GATE_CHECK])
         ui.shot(page, "12-gate-failed-check")
         assert results == {GATE_CHECK: "Failed"}
+
+        # the Runs list shows the run's user tags: the failed gate and what is still published
+        page.goto(web.url + "/runs")
+        page.get_by_text(f"{FAILED_GATE_TAG}: {GATE_ASSET}:{GATE_CHECK}").first.wait_for()
+        page.get_by_text(f"{STILL_PUBLISHED_TAG}: none").first.wait_for()
+        ui.shot(page, "14-gate-failed-runs-list")
 
         # docs/ui.md: the assets the gate held back, as the lineage shows them
         page.set_viewport_size({"width": 1440, "height": 810})

@@ -10,7 +10,7 @@ metadata. The logic is in `lib/audit.py`, `lib/evals.py` and `lib/contamination.
 import dagster as dg
 
 from mix_assets import metadata as md
-from mix_assets.assets.common import code_version, gate, raw_key, raw_name, recorded, verified_inputs, with_lineage
+from mix_assets.assets.common import code_version, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.lib import audit as lib
 from mix_assets.lib import contamination as ct
@@ -55,6 +55,7 @@ def _eval_registry(spec: MixSpec, version: str) -> dg.AssetsDefinition:
         check_specs=[dg.AssetCheckSpec(DENOMINATORS_NONEMPTY, asset=EVAL_REGISTRY_KEY, blocking=True,
                                        description="Every eval task read at least its min_rows rows and yielded n-grams.")],
     )
+    @gated
     def eval_registry(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
         """Hashed 13-gram reference of every eval task's non-test splits, with its denominators."""
         storage = mix.storage
@@ -98,6 +99,7 @@ def _contamination_report(spec: MixSpec, version: str) -> dg.AssetsDefinition:
             *rate_checks,
         ],
     )
+    @gated
     def contamination_report(context: dg.AssetExecutionContext, mix: MixResource,
                              engine: EngineResource) -> dg.MaterializeResult:
         """Overlap counts per source x task before masks, and the ids of contaminated documents.
@@ -177,6 +179,7 @@ def _zero_eval_overlap(spec: MixSpec):
         description="Every document contamination_report found overlapping the eval registry is masked: the "
                     "KEPT documents (raw minus masked) have 0 overlap.",
     )
+    @gated
     def zero_eval_overlap(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
         """The kept documents (raw minus masked) have 0 overlap: every document with a hit is masked."""
         storage = mix.storage

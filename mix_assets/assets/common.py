@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import inspect
 import os
@@ -83,8 +84,9 @@ def with_lineage(result_metadata: dict, lineage_result: dict, **kwargs) -> dg.Ma
 
 
 def held_back(context, key: dg.AssetKey) -> list[str]:
-    """Every asset downstream of `key` in the running job's asset graph (what a failed gate holds back)."""
-    graph = context.job_def.asset_layer.asset_graph
+    """Every asset downstream of `key` that this run would have materialized (what a failed gate holds back)."""
+    layer = context.job_def.asset_layer
+    graph, planned = layer.asset_graph, layer.selected_asset_keys  # the run's subset of the job
     seen: set[dg.AssetKey] = set()
     todo = [key]
     while todo:
@@ -92,20 +94,29 @@ def held_back(context, key: dg.AssetKey) -> list[str]:
             if isinstance(child, dg.AssetKey) and child not in seen:
                 seen.add(child)
                 todo.append(child)
-    return sorted(k.to_user_string() for k in seen)
+    return sorted(k.to_user_string() for k in seen if k in planned)
+
+
+HELD_BACK = "Held back (not run): "
+
+
+def _held_note(names: list[str]) -> str:
+    return f"{HELD_BACK}{', '.join(names)}." if names else "Nothing downstream in this run was held back."
 
 
 def gate(context, key: dg.AssetKey, result: dg.AssetCheckResult) -> dg.AssetCheckResult:
     """A blocking check's result; when it fails with ERROR, its description names what it held back.
 
     The UI shows the skipped downstream assets as failed while the gated asset stays green, so the
-    failing check itself says which assets did not run because of it.
+    failing check itself says which assets did not run because of it. Idempotent.
     """
     if result.passed or result.severity != dg.AssetCheckSeverity.ERROR:
         return result
-    names = held_back(context, key)
-    note = f"Held back (not run): {', '.join(names)}." if names else "Nothing downstream in this job was held back."
-    return result._replace(description=f"{result.description.rstrip('.')}. {note}" if result.description else note)
+    note = _held_note(held_back(context, key))
+    desc = result.description or ""
+    if desc.endswith(note):
+        return result
+    return result._replace(description=f"{desc.rstrip('.')}. {note}" if desc else note)
 
 
 LOCK_WAIT_ENV = "MIX_LOCK_WAIT_SECONDS"  # how long a step waits for another run's lease (default 0: fail at once)
@@ -146,3 +157,109 @@ def run_lock(context, storage: Storage, step: str) -> Iterator[runlock.Lease]:
             yield lease
     except (runlock.LeaseHeld, runlock.LeaseLost) as e:
         raise dg.Failure(description=str(e), allow_retries=False) from None
+
+
+# -- one summary of a failed gate, where the run page shows it first ------------------------------
+# A failed blocking check makes Dagster fail the step with "1 blocking asset check failed with ERROR
+# severity: <asset>: <check>", and that message is what the run's RUN_FAILURE event (at the end of
+# the run log, which the UI opens scrolled to) repeats. `gated` fails the step itself, after its
+# results are recorded, with a summary instead: which gate, why, what was held back, what is still
+# published. Nothing else changes: the check evaluations and the materialization are recorded
+# first, and the step fails as it would have, so Dagster skips everything downstream.
+FAILED_GATE_TAG = "mix/failed_gate"
+STILL_PUBLISHED_TAG = "mix/still_published"
+
+
+def gated(fn):
+    """Decorate a step function (asset or asset check) whose gates go through `gate()`: a failed blocking
+    gate fails the step with `gate_summary`'s text (dg.Failure) and tags the run with the gate and
+    the revision still published (the Runs list shows user tags)."""
+
+    @functools.wraps(fn)
+    def step(context, *args, **kwargs):
+        result = fn(context, *args, **kwargs)
+        failed = failed_gates(context, result)
+        if not failed:
+            return result
+        failure = gate_failure(context, failed, kwargs.get("mix") or getattr(context.resources, "mix", None))
+
+        def results_then_failure():  # a returned generator: Dagster records what it yields, then the failure
+            yield result
+            raise failure
+
+        return results_then_failure()
+
+    return step
+
+
+def failed_gates(context, result) -> list[tuple[dg.AssetCheckKey, dg.AssetCheckResult]]:
+    """The results in `result` (a MaterializeResult or an AssetCheckResult) of blocking checks that failed
+    with ERROR severity: the ones that make Dagster fail the step."""
+    if isinstance(result, dg.MaterializeResult):
+        results = list(result.check_results or [])
+    elif isinstance(result, dg.AssetCheckResult):
+        results = [result]
+    else:
+        return []
+    specs = list(context.op_execution_context.assets_def.check_specs)
+    out = []
+    for r in results:
+        if r.passed or r.severity != dg.AssetCheckSeverity.ERROR:
+            continue
+        spec = next((s for s in specs if (r.check_name in (None, s.name)) and r.asset_key in (None, s.asset_key)), None)
+        if spec is not None and spec.blocking:
+            out.append((spec.key, r))
+    return out
+
+
+def published_now(mix, held: list[str]) -> tuple[str | None, str]:
+    """(the revision the publish target's `latest` names, or None; a sentence saying so). "Still
+    published ... this run published nothing" only when the run held `published_revision` back."""
+    from mix_assets.assets.publish import PUBLISHED_REVISION_KEY, write_target
+    from mix_assets.lib import publish as pub
+
+    if mix is None:
+        return None, "Published revision: unknown (no mix resource)."
+    url = mix.spec.resolve(mix.spec.publish.url)
+    try:
+        rev = pub.read_latest(write_target(mix.spec))
+    except Exception as e:  # a summary must not hide the gate behind an unreadable target
+        return None, f"Published revision: unknown ({url}/latest cannot be read: {type(e).__name__}: {e})."
+    held_publish = PUBLISHED_REVISION_KEY.to_user_string() in held
+    if rev is None:
+        return None, f"Nothing is published at {url} yet (no latest)."
+    if held_publish:
+        return rev, f"Still published: {rev} ({url}/latest); this run published nothing."
+    return rev, f"Published now: {rev} ({url}/latest)."
+
+
+def gate_summary(failed: list[tuple[dg.AssetCheckKey, str]], held: list[str], published: str) -> str:
+    """'Gate <asset>:<check> failed: <why>. Held back (not run): <assets>. Still published: <revision> (...).'"""
+    names = ", ".join(k.asset_key.to_user_string() + ":" + k.name for k, _ in failed)
+    if len(failed) == 1:
+        why = failed[0][1]
+    else:
+        why = "; ".join(f"{k.name}: {w}" for k, w in failed)
+    head = f"Gate{'s' if len(failed) > 1 else ''} {names} failed" + (f": {why.rstrip('.')}." if why else ".")
+    return f"{head} {_held_note(held)} {published}"
+
+
+def gate_failure(context, failed: list[tuple[dg.AssetCheckKey, dg.AssetCheckResult]], mix) -> dg.Failure:
+    """The step's failure for its failed gates (one summary; the run is tagged with the gates)."""
+    key = failed[0][0].asset_key
+    held = held_back(context, key)
+    note = _held_note(held)
+    whys = [(k, (r.description or "").removesuffix(note).strip()) for k, r in failed]
+    rev, published = published_now(mix, held)
+    summary = gate_summary(whys, held, published)
+    gates = ", ".join(f"{k.asset_key.to_user_string()}:{k.name}" for k, _ in failed)
+    run_id = context.run.run_id
+    prev = (context.instance.get_run_by_id(run_id).tags or {}).get(FAILED_GATE_TAG)
+    context.instance.add_run_tags(run_id, {FAILED_GATE_TAG: f"{prev}, {gates}" if prev else gates,
+                                           STILL_PUBLISHED_TAG: rev or "none"})
+    return dg.Failure(
+        description=summary,
+        metadata={"failed_gates": gates, "held_back": ", ".join(held) or "none",
+                  "still_published": rev or "none"},
+        allow_retries=False,
+    )

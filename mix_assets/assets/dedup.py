@@ -12,7 +12,7 @@ import dagster as dg
 
 from mix_assets import metadata as md
 from mix_assets.assets.common import (
-    code_version, gate, raw_key, raw_name, recorded, verified_inputs, with_lineage, write_parquet,
+    code_version, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage, write_parquet,
 )
 from mix_assets.assets.filters import filter_deps
 from mix_assets.config import MixSpec
@@ -59,6 +59,7 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
             )
         ],
     )
+    @gated
     def dedup_keys(context: dg.AssetExecutionContext, mix: MixResource, engine: EngineResource) -> dg.MaterializeResult:
         """Per document: exact key, MinHash/LSH near-duplicate cluster, keep flag and reason.
 
@@ -112,6 +113,7 @@ def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
                               "of its estimated tokens."),
         ],
     )
+    @gated
     def exclusion_masks(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
         """One row per excluded document with its reasons (exact_dup, near_dup, contaminated, a filter's rule)."""
         spec_now, storage = mix.spec, mix.storage

@@ -10,7 +10,7 @@ import json
 import dagster as dg
 
 from mix_assets import metadata as md
-from mix_assets.assets.common import code_version, gate, raw_key, raw_name, recorded, verified_inputs, with_lineage
+from mix_assets.assets.common import code_version, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.lib import dedup as dedup_lib
 from mix_assets.lib import docfilters as lib
@@ -62,6 +62,7 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
                               "filters.keep_share its raw sample was sized for."),
         ],
     )
+    @gated
     def document_filters(context: dg.AssetExecutionContext, mix: MixResource,
                          engine: EngineResource) -> dg.MaterializeResult:
         """Per document: keep, the first failing rule, language and score; kill rates and samples per filter."""

@@ -11,6 +11,7 @@ from mix_assets import metadata as md
 from mix_assets.assets.common import (
     code_version,
     gate,
+    gated,
     raw_key,
     raw_name,
     recorded,
@@ -75,6 +76,7 @@ def build_manifest_assets(spec: MixSpec) -> list:
         return with_lineage(md.manifest(mix.storage, layout.MANIFEST, m), lin)
 
     @dg.asset_check(asset=manifest, name=MANIFEST_SELF_CONSISTENT, blocking=True)
+    @gated
     def manifest_self_consistent(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
         """Totals equal the sum of parts, shards match the file listing, every size and sha256 recomputed."""
         st = mix.storage
@@ -90,6 +92,7 @@ def build_manifest_assets(spec: MixSpec) -> list:
 
     @dg.asset_check(asset=manifest, name=SHARDS_AUDIT_CLEAN, blocking=True,
                     resource_defs={"engine": EngineResource.from_spec(spec)})  # every engine: the same report
+    @gated
     def shards_audit_clean(context: dg.AssetCheckExecutionContext, mix: MixResource,
                            engine: EngineResource) -> dg.AssetCheckResult:
         """The bytes to publish: train and val shards decoded with the mix's tokenizer, 0 eval 13-grams.

@@ -20,7 +20,7 @@ import os
 import dagster as dg
 
 from mix_assets import metadata as md
-from mix_assets.assets.common import code_version, gate, recorded, run_lock, verified_inputs, with_lineage
+from mix_assets.assets.common import code_version, gate, gated, recorded, run_lock, verified_inputs, with_lineage
 from mix_assets.assets.manifest import SHARDS_AUDIT_CLEAN, SHARDS_AUDIT_RECORD
 from mix_assets.config import MixSpec
 from mix_assets.lib import layout
@@ -108,6 +108,7 @@ def build_publish_assets(spec: MixSpec) -> list:
                     "fingerprint match the manifest, and the reader's samples equal the local shards; "
                     "only then does the target's `latest` name it.",
     )
+    @gated
     def published_readable_from_empty_cache(context: dg.AssetCheckExecutionContext,
                                             mix: MixResource) -> dg.AssetCheckResult:
         """A stranger's read of the revision: every file re-hashed, the reader's samples equal the local ones;

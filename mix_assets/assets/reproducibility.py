@@ -5,8 +5,9 @@ in the storage root, written by `published_revision`), read back from the publis
 `rebuild_mix` run the check runs after `manifest` and before `published_revision`, so it always
 compares with the previous publication. Outcomes:
   * nothing published yet, or the config changed since (a new fingerprint is expected): skipped,
-    not passed: the check returns no result, so the UI shows it as *Skipped* (grey) and the run log
-    says why; nothing downstream is held back;
+    not passed: the check returns no result, so the UI shows it as *Skipped* (grey); the check's
+    description (the *About* section of its page) says when that happens, and the run log says which
+    case it was; nothing downstream is held back;
   * same config, same fingerprint: passed;
   * same config, different fingerprint: failed (blocking, ERROR) with a table naming every file
     whose bytes changed and every count that moved, so nothing non-reproducible gets published.
@@ -18,6 +19,7 @@ from typing import Optional
 
 import dagster as dg
 
+from mix_assets.assets.common import gate, gated
 from mix_assets.lib import layout
 from mix_assets.lib.drift import compare_manifests
 from mix_assets.resources import MixResource
@@ -25,6 +27,15 @@ from mix_assets.resources import MixResource
 FINGERPRINT_REPRODUCED = "fingerprint_reproduced"
 MANIFEST_KEY = dg.AssetKey("manifest")
 MANIFEST_FILE = "manifest.json"
+# Dagster shows a check that reported nothing as "Skipped" with no text of its own, so the reason
+# lives in the check's description, which its page shows under "About".
+CHECK_DESCRIPTION = (
+    "With an unchanged config, the rebuilt manifest's fingerprint equals the last published one; on drift, "
+    "names each changed file and count.\n\n"
+    "Skipped (no result, grey) when there is nothing to compare with: nothing published yet from this "
+    "storage root (a first build), or the config changed since the last publication (a new fingerprint "
+    "is expected). Skipped is not a pass: nothing was compared. The run's log says which case it was "
+    "(`fingerprint_reproduced skipped: ...`); the next rebuild of an unchanged config is compared.")
 
 
 def _published_manifest(mix, record: dict) -> dict | None:
@@ -50,9 +61,9 @@ def build_reproducibility_checks(asset_keys: set[dg.AssetKey]) -> list:
         asset=MANIFEST_KEY,
         name=FINGERPRINT_REPRODUCED,
         blocking=True,
-        description="With an unchanged config, the rebuilt manifest's fingerprint equals the last published "
-                    "one; on drift, names each changed file and count.",
+        description=CHECK_DESCRIPTION,
     )
+    @gated
     def fingerprint_reproduced(context: dg.AssetCheckExecutionContext, mix: MixResource) -> Optional[dg.AssetCheckResult]:
         storage = mix.storage
         rebuilt = json.loads(storage.read_text(layout.MANIFEST))
@@ -69,10 +80,10 @@ def build_reproducibility_checks(asset_keys: set[dg.AssetKey]) -> list:
         }
         published = _published_manifest(mix, record)
         if published is None:
-            return dg.AssetCheckResult(
+            return gate(context, MANIFEST_KEY, dg.AssetCheckResult(
                 passed=False, metadata=meta,
                 description=f"revision {record.get('revision')} recorded as published, but its manifest.json "
-                            f"is missing at {record.get('location')}")
+                            f"is missing at {record.get('location')}"))
         cmp = compare_manifests(published, rebuilt)
         if not cmp.comparable and not cmp.reproduced:
             return _skipped(context, cmp.summary())
@@ -87,7 +98,7 @@ def build_reproducibility_checks(asset_keys: set[dg.AssetKey]) -> list:
             meta["drift_md"] = markdown_table(rows, columns=["kind", "what", "published", "rebuilt"])
             for d in cmp.drifts[:20]:
                 context.log.error(f"fingerprint drift: {d.describe()}")
-        return dg.AssetCheckResult(passed=cmp.passed, metadata=meta, description=cmp.summary(),
-                                   severity=dg.AssetCheckSeverity.ERROR)
+        return gate(context, MANIFEST_KEY, dg.AssetCheckResult(passed=cmp.passed, metadata=meta, description=cmp.summary(),
+                                                               severity=dg.AssetCheckSeverity.ERROR))
 
     return [fingerprint_reproduced]

@@ -3,7 +3,7 @@
 import dagster as dg
 
 from mix_assets import metadata as md
-from mix_assets.assets.common import code_version, gate, raw_key, raw_name, recorded, with_lineage
+from mix_assets.assets.common import code_version, gate, gated, raw_key, raw_name, recorded, with_lineage
 from mix_assets.config import MixSpec, SourceSpec
 from mix_assets.lib import demo_corpus, filters, layout, modifiers, pii
 from mix_assets.lib import sources as lib
@@ -43,6 +43,7 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
                               description="Estimated tokens cover the source's budget (ERROR) and headroom (WARN)."),
         ],
     )
+    @gated
     def _asset(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
         """The source read, filtered and sampled to its raw token budget, as Parquet documents."""
         spec_now, storage = mix.spec, mix.storage

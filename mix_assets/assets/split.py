@@ -3,7 +3,7 @@
 import dagster as dg
 
 from mix_assets import metadata as md
-from mix_assets.assets.common import code_version, gate, raw_key, raw_name, recorded, verified_inputs, with_lineage
+from mix_assets.assets.common import code_version, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.lib import dedup as dedup_lib
 from mix_assets.lib import layout, lineage, tables
@@ -46,6 +46,7 @@ def build_split_assets(spec: MixSpec) -> list:
 
     @dg.asset_check(asset=validation_split, name=VAL_DISJOINT_FROM_TRAIN, blocking=True,
                     resource_defs={"engine": EngineResource.from_spec(spec)})  # every engine: the same result
+    @gated
     def val_disjoint_from_train(context: dg.AssetCheckExecutionContext, mix: MixResource,
                                 engine: EngineResource) -> dg.AssetCheckResult:
         """No doc id, cluster or exact text on both sides; cross-split near-dup rate (shingle Jaccard) 0.
@@ -74,6 +75,7 @@ def build_split_assets(spec: MixSpec) -> list:
         ))
 
     @dg.asset_check(asset=validation_split, name=VAL_SHARE_IN_TOLERANCE, blocking=True)
+    @gated
     def val_share_in_tolerance(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
         """The realised validation share of kept documents is within the configured relative tolerance."""
         sp = mix.spec.split

@@ -7,7 +7,7 @@ import time
 import dagster as dg
 
 from mix_assets import metadata as md
-from mix_assets.assets.common import code_version, gate, raw_name, recorded, run_lock, verified_inputs, with_lineage
+from mix_assets.assets.common import code_version, gate, gated, raw_name, recorded, run_lock, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.lib import engine as engine_lib
 from mix_assets.lib import layout
@@ -54,6 +54,7 @@ def build_tokens_assets(spec: MixSpec) -> list:
         return with_lineage(md.tokenizer(mix.storage, layout.TOKENIZER_FILE, ident), lin)
 
     @dg.asset_check(asset=tokenizer, name=SEPARATOR_IN_VOCAB, blocking=True)
+    @gated
     def separator_in_vocab(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
         """packing.separator (when set) is one token of the tokenizer: checked before any shard work."""
         from tokenizers import Tokenizer
@@ -103,6 +104,7 @@ def build_tokens_assets(spec: MixSpec) -> list:
                              **md.rendered_samples(mix.storage, layout.RENDERED_SAMPLES, shown)}, lin)
 
     @dg.asset_check(asset=token_shards, name=NO_EMPTY_SHARD, blocking=True)
+    @gated
     def no_empty_shard(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
         """Both splits have shards, every shard holds >= 1 sample and its file has the recorded size."""
         verified_inputs(mix.storage, NO_EMPTY_SHARD, ["token_shards"])
@@ -118,6 +120,7 @@ def build_tokens_assets(spec: MixSpec) -> list:
         ))
 
     @dg.asset_check(asset=token_shards, name=DROPPED_TAIL_AND_SEAM_RECORDED, blocking=True)
+    @gated
     def dropped_tail_and_seam_recorded(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
         """Per split: dropped tail < one sample, emitted = tokens + tail, seam rate = seam samples / samples."""
         verified_inputs(mix.storage, DROPPED_TAIL_AND_SEAM_RECORDED, ["token_shards"])

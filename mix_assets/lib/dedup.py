@@ -40,7 +40,7 @@ from mix_assets.lib.contamination import ordered_map
 from mix_assets.lib.idset import UNSORTED, IdSet, unsorted_row
 from mix_assets.lib import signatures as sig
 from mix_assets.lib import minhash as mh
-from mix_assets.lib.progress import Progress
+from mix_assets.lib.progress import Progress, reused_line
 from mix_assets.lib.storage import Storage
 
 DEDUP_SCHEMA = pa.schema(
@@ -210,12 +210,14 @@ def sign_sources(storage, sources: Mapping[str, str], raw_versions: Mapping[str,
     reused = sorted(stored_signatures(storage, sources, raw_versions, params))
     todo = [n for n in names if n not in reused]
     if log and reused:
-        log.info(f"dedup_keys signatures: reusing the stored signatures of {', '.join(reused)} (raw data and "
-                 "parameters unchanged; signed by an earlier dedup_keys or contamination_report's pass)")
+        log.info(reused_line("dedup_keys signatures", "signatures", {n: _raw_rows(sources[n]) for n in reused},
+                             "raw data and parameters unchanged; signed by an earlier dedup_keys or by "
+                             "contamination_report's pass"))
     chunks = sign_chunks({n: sources[n] for n in todo}, params, eng)
     results = engine.map_chunks(sign_chunk, chunks, eng)
     n_docs = sum(c.rows.stop - c.rows.start for c in chunks)
-    prog = Progress(log, "dedup_keys signatures", total_docs=n_docs) if log else None
+    # a progress line only for work done: with everything reused it would read "0 docs, 0B | 0 docs/s"
+    prog = Progress(log, "dedup_keys signatures", total_docs=n_docs) if log and todo else None
     for name in todo:
         def signed(k: int = sum(c.source == name for c in chunks)):
             for got in itertools.islice(results, k):
@@ -228,6 +230,12 @@ def sign_sources(storage, sources: Mapping[str, str], raw_versions: Mapping[str,
     if prog:
         prog.done()
     return reused
+
+
+def _raw_rows(source) -> int:
+    """Rows of a raw documents file (a stored signature file has one per raw row)."""
+    with engine.open_parquet(source) as f:
+        return f.metadata.num_rows
 
 
 def signature_meta(raw_version: Optional[str], params: DedupParams) -> dict:

@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from mix_assets.lib import engine, filters, langid, layout, tables
 from mix_assets.lib import signatures as sig
-from mix_assets.lib.progress import Progress
+from mix_assets.lib.progress import Progress, reused_line
 
 FORMAT = "mix_assets.filter_decisions/1"
 META_KEY = b"mix_assets.filter_decisions"
@@ -134,6 +134,11 @@ def decide_chunk(chunk: FilterChunk) -> pa.Table:
                     schema=DECISIONS_SCHEMA)
 
 
+def _rows(source) -> int:
+    with engine.open_parquet(source) as f:
+        return f.metadata.num_rows
+
+
 def stored_decisions(storage, sources: Mapping, raw_versions: Mapping[str, str],
                      params: Mapping[str, FilterParams]) -> list[str]:
     """The sources whose stored decisions were computed from their current raw version, parameters and
@@ -155,10 +160,12 @@ def decide_sources(storage, sources: Mapping, raw_versions: Mapping[str, str], p
     reused = stored_decisions(storage, sources, raw_versions, params)
     todo = [n for n in sorted(sources) if n not in reused]
     if log and reused:
-        log.info(f"document_filters: reusing the stored decisions of {', '.join(reused)} (unchanged)")
+        log.info(reused_line("document_filters", "decisions", {n: _rows(sources[n]) for n in reused},
+                             "raw data, filter parameters and code unchanged"))
     chunks = [FilterChunk(n, rng, params[n]) for n in todo for rng in engine.row_ranges(sources[n], eng.chunk_rows)]
     results = engine.map_chunks(decide_chunk, chunks, eng)
-    prog = Progress(log, "document_filters", total_docs=sum(c.rows.stop - c.rows.start for c in chunks)) if log else None
+    # a progress line only for work done: with everything reused it would read "0 docs, 0B | 0 docs/s"
+    prog = Progress(log, "document_filters", total_docs=sum(c.rows.stop - c.rows.start for c in chunks)) if log and todo else None
     for name in todo:
         schema = DECISIONS_SCHEMA.with_metadata(
             {META_KEY: json.dumps(describe(raw_versions.get(name), params[name]), sort_keys=True).encode()})

@@ -133,3 +133,11 @@ class Progress:
         self.log.info(line)
         self.lines += 1
         return line
+
+
+def reused_line(label: str, what: str, counts: dict[str, int], why: str, item: str = "docs") -> str:
+    """The line a step logs for the stored results it reuses instead of a progress line of zeros:
+    'dedup_keys signatures: reused the stored signatures of math (400 docs), web (1,200 docs): 1,600 docs
+    not recomputed (raw data and parameters unchanged)'."""
+    parts = ", ".join(f"{name} ({n:,} {item})" for name, n in sorted(counts.items()))
+    return f"{label}: reused the stored {what} of {parts}: {sum(counts.values()):,} {item} not recomputed ({why})"

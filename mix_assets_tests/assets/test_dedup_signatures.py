@@ -117,6 +117,35 @@ def test_signature_files_do_not_depend_on_the_chunk_size(tmp_path, monkeypatch):
     assert len(shas) == 1
 
 
+class _Lines:
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def info(self, msg: str) -> None:
+        self.lines.append(msg)
+
+
+def test_reused_signatures_log_what_was_reused_not_a_progress_line_of_zeros(tmp_path):
+    from mix_assets.lib import engine
+
+    raws = {}
+    for name, n in (("a", 120), ("b", 45)):
+        texts = [f"{name} doc {i} " + " ".join(f"w{(i * j) % 53}" for j in range(20)) for i in range(n)]
+        raws[name] = str(tmp_path / f"{name}.parquet")
+        pq.write_table(pa.table({"doc_id": [f"{name}{i:04d}" for i in range(n)], "text": texts,
+                                 "n_chars": [len(x) for x in texts]}), raws[name])
+    st, versions = Storage(str(tmp_path / "st")), {"a": "v", "b": "v"}
+    first, again = _Lines(), _Lines()
+    lib.sign_sources(st, raws, versions, lib.DedupParams(), engine.Engine(), first)
+    assert first.lines[-1].startswith("dedup_keys signatures: 165/165 docs"), first.lines
+    assert lib.sign_sources(st, raws, versions, lib.DedupParams(), engine.Engine(), again) == ["a", "b"]
+    assert again.lines == [
+        "dedup_keys signatures: reused the stored signatures of a (120 docs), b (45 docs): 165 docs not recomputed "
+        "(raw data and parameters unchanged; signed by an earlier dedup_keys or by contamination_report's pass)"
+    ], again.lines
+    assert not any(" 0 docs" in x or "0 docs/s" in x for x in again.lines)
+
+
 # -- contamination_report's pass signs for dedup_keys (one normalisation per text) ---------------------
 def _run(spec, root, assets_list) -> dict:
     """Materialise `assets_list` on `root`; {asset: its materialisation metadata (plain values)}."""

@@ -103,3 +103,31 @@ def test_missing_published_manifest_fails(mix, tmp_path):
     ev = _evaluate(mix)
     assert not ev.passed and "rev-gone" in ev.description and "missing" in ev.description
     assert _meta(ev, "n_drifts") == 0
+
+
+def test_skipped_check_says_why_on_its_page():
+    """A check with no result reads "Skipped" in the UI with no text of its own: the check's description
+    (its page's "About") names both cases and says a skip is not a pass."""
+    (checks_def,) = build_reproducibility_checks({dg.AssetKey("manifest")})
+    (spec,) = checks_def.check_specs
+    assert spec.name == FINGERPRINT_REPRODUCED
+    text = spec.description
+    assert "Skipped (no result, grey) when there is nothing to compare with" in text, text
+    assert "nothing published yet from this storage root" in text and "the config changed since" in text, text
+    assert "Skipped is not a pass" in text, text
+
+
+def test_drift_fails_the_run_with_the_gate_summary(mix):
+    """A drifted rebuild fails its step with the gate summary (common.gated), naming what is still published."""
+    first = _build(mix, seed=0, train_shards=(5, 4, 3))
+    _publish(mix)
+    budgets = {s: v["budget_tokens"] for s, v in first["sources"].items()}
+    _build(mix, seed=0, train_shards=(5, 4, 4), budgets=budgets)
+    checks = build_reproducibility_checks({dg.AssetKey("manifest")})
+    res = dg.materialize([_manifest, *checks], resources={"mix": mix}, raise_on_error=False,
+                         instance=dg.DagsterInstance.ephemeral())
+    (failure,) = res.get_step_failure_events()
+    err = failure.step_failure_data.error.message
+    rev = pub.read_latest(pub.LocalTarget(mix.spec.resolve(mix.spec.publish.url)))
+    assert f"Gate manifest:{FINGERPRINT_REPRODUCED} failed: fingerprint drift: published " in err, err
+    assert f"Published now: {rev} (" in err, err  # no published_revision in this run: nothing held back

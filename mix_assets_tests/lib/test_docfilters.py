@@ -211,3 +211,30 @@ def test_summary_and_samples_match_the_per_document_reference_a_row_group_at_a_t
         assert {p[1] for p in want_picks} >= {"kept", "gopher_quality", "gopher_repetition", "c4"}
         assert lib.pick_stored(small, list(dec), k, never) == want_picks
         assert lib.pick_stored(storage, list(dec), k, never) == lib.pick_samples(dec, k, never) == want_picks
+
+
+class _Lines:
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def info(self, msg: str) -> None:
+        self.lines.append(msg)
+
+
+def test_reused_decisions_log_what_was_reused_not_a_progress_line_of_zeros(tmp_path):
+    texts = _texts()[:60]
+    sources = {"a": write_source(tmp_path, "a", texts), "b": write_source(tmp_path, "b", texts[:25])}
+    storage = Storage(root=str(tmp_path / "s"))
+    versions, params = {n: "v1" for n in sources}, {n: PARAMS for n in sources}
+    first = _Lines()
+    lib.decide_sources(storage, sources, versions, params, eng.Engine(num_cpus=1), log=first)
+    assert first.lines[-1].startswith("document_filters: 85/85 docs")  # computed: the progress line
+    again = _Lines()
+    assert lib.decide_sources(storage, sources, versions, params, eng.Engine(num_cpus=1), log=again) == ["a", "b"]
+    assert again.lines == ["document_filters: reused the stored decisions of a (60 docs), b (25 docs): 85 docs not "
+                           "recomputed (raw data, filter parameters and code unchanged)"], again.lines
+    # one source changed: the reused one is named, the progress line counts only the recomputed one
+    part = _Lines()
+    lib.decide_sources(storage, sources, {"a": "v2", "b": "v1"}, params, eng.Engine(num_cpus=1), log=part)
+    assert part.lines[0].startswith("document_filters: reused the stored decisions of b (25 docs): 25 docs"), part.lines
+    assert part.lines[-1].startswith("document_filters: 60/60 docs"), part.lines

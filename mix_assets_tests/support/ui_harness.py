@@ -311,6 +311,15 @@ def materialize_all(page, url: str) -> str:
     return link.get_attribute("href").rsplit("/", 1)[-1]
 
 
+def materialize_job(page, url: str, job: str, location: str = "mix_assets") -> str:
+    """Jobs -> `job` -> "Materialize all" (a run of that job, not of the hidden asset job); the run id."""
+    page.goto(f"{url}/locations/{location}/jobs/{job}")
+    page.get_by_role("button", name="Materialize all").click()
+    link = page.locator("a[href*='/runs/']").first
+    link.wait_for(timeout=60_000)
+    return link.get_attribute("href").rsplit("/", 1)[-1]
+
+
 def wait_for_run(page, url: str, run_id: str, timeout_s: float) -> str:
     """Open the run page and wait until its status tag reads Success, Failure or Canceled."""
     page.goto(f"{url}/runs/{run_id}")
