@@ -181,7 +181,7 @@ def gated(fn):
         failed = failed_gates(context, result)
         if not failed:
             return result
-        failure = gate_failure(context, failed, kwargs.get("mix") or getattr(context.resources, "mix", None))
+        failure = gate_failure(context, failed, kwargs.get("mix"))  # every gated step takes `mix: MixResource`
 
         def results_then_failure():  # a returned generator: Dagster records what it yields, then the failure
             yield result
