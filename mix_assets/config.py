@@ -381,8 +381,8 @@ class EngineSpec(_Strict):
     chunk_rows: int = Field(2048, ge=1, strict=True)  # documents per map task (bounds a task's memory; not from num_cpus)
     max_retries: int = Field(3, ge=0, strict=True)  # ray: re-runs of a task lost to a worker or node failure
     object_store_mb: int = Field(256, ge=64, strict=True)  # ray, local instance: its object store (Ray's default is 30 % of RAM)
-    # ray with an address: how long it may take to answer a TCP connect before the step fails naming it
-    # (ray.init on an address nobody answers at retries forever; lib/engine.check_reachable)
+    # ray with an address: how long it may take to answer (a TCP connect, then as a gRPC server) before the
+    # step fails naming it (ray.init where nobody, or not Ray, answers retries forever; lib/engine.check_reachable)
     connect_timeout_s: float = Field(30.0, gt=0, le=3600, strict=True)
 
 

@@ -15,7 +15,7 @@ import dagster as dg
 from mix_assets import metadata as md
 from mix_assets.lib import lineage, runlock
 from mix_assets.lib.tables import read_parquet, write_parquet  # noqa: F401  (the stages' Parquet I/O)
-from mix_assets.lib.storage import Storage
+from mix_assets.lib.storage import Storage, local_key_path
 
 
 # The engine resource is bound on the assets that map over chunks (resource_defs), so that a
@@ -151,6 +151,8 @@ def run_lock(context, storage: Storage, step: str) -> Iterator[runlock.Lease]:
     stores only bytes hashing to the manifest's sha256), so an interleaving fails a run, never publishes.
     """
     who = runlock.owner(context.run.run_id, step)
+    if not storage.is_s3:  # the lease is written like a stage's files: never through a link out of the root
+        local_key_path(storage.root, runlock.LEASE_KEY)
     try:
         with runlock.holding(storage.location, who, ttl=_env_seconds(LOCK_TTL_ENV, runlock.DEFAULT_TTL),
                              wait_seconds=_env_seconds(LOCK_WAIT_ENV, 0.0), log=context.log.info) as lease:

@@ -179,13 +179,51 @@ def ray_endpoint(address: Optional[str]) -> Optional[tuple[str, int, str]]:
     return host, port or GCS_PORT, "the Ray GCS"
 
 
-def check_reachable(engine: Engine, sleep: Callable[[float], None] = time.sleep) -> None:
-    """Fail within `engine.connect_timeout_s` unless the address answers a TCP connect.
+# Ray's GCS and its Ray Client server are gRPC servers: the first thing either sends on a new connection
+# is an HTTP/2 SETTINGS frame (RFC 9113 §3.4). Sent first, so a server expecting the client preface answers.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
-    `ray.init` on an address nobody listens at retries forever (logging "Failed to connect to GCS"
-    every 30 s) and cannot be interrupted, so this runs first. Retried until the deadline (a
-    cluster still starting); only a TCP check: a port open to something that is not Ray still
-    reaches ray.init.
+
+class NotRayError(ConnectionError):
+    """Something other than Ray answers at `engine.address` (a ConnectionError, as when nothing does)."""
+
+
+def _not_grpc(sock: socket.socket, deadline: float) -> Optional[str]:
+    """None when the peer answers as a gRPC (HTTP/2) server before `deadline`; else what it did instead."""
+    head = b""
+    closed = False
+    try:
+        sock.sendall(_H2_PREFACE)
+        while len(head) < 9:
+            sock.settimeout(max(0.05, deadline - time.monotonic()))
+            chunk = sock.recv(9 - len(head))
+            if not chunk:
+                closed = True
+                break
+            head += chunk
+    except socket.timeout:
+        pass
+    except OSError:  # reset by the peer: it is not waiting for an HTTP/2 client
+        closed = True
+    if len(head) == 9 and head[3] == 0x04 and head[5:9] == b"\x00\x00\x00\x00":  # SETTINGS, stream 0
+        return None
+    if head and not closed:
+        with contextlib.suppress(OSError):
+            sock.settimeout(0.2)
+            head += sock.recv(32)
+    if head:
+        return f"answered {head[:40]!r}"
+    return "closed the connection without a word" if closed else "sent nothing"
+
+
+def check_reachable(engine: Engine, sleep: Callable[[float], None] = time.sleep) -> None:
+    """Fail within `engine.connect_timeout_s` unless Ray answers at the address.
+
+    `ray.init` on an address nobody listens at, or where something other than Ray listens (the
+    dashboard's port, a web server), retries forever (logging "Failed to connect to GCS" every 30 s)
+    and cannot be interrupted, so this runs first: a TCP connect, retried until the deadline (a
+    cluster still starting), then the peer must answer as a gRPC server does (an HTTP/2 SETTINGS
+    frame). With RAY_USE_TLS set the gRPC channel is TLS: only the TCP connect is checked.
     """
     target = ray_endpoint(engine.address)
     if target is None:
@@ -195,8 +233,20 @@ def check_reachable(engine: Engine, sleep: Callable[[float], None] = time.sleep)
     while True:
         left = deadline - time.monotonic()
         try:
-            with socket.create_connection((host, port), timeout=max(0.05, min(left, 5.0))):
-                return
+            with socket.create_connection((host, port), timeout=max(0.05, min(left, 5.0))) as sock:
+                if os.environ.get("RAY_USE_TLS", "").strip().lower() in ("1", "true"):
+                    return
+                problem = _not_grpc(sock, deadline)
+                if problem is None:
+                    return
+                raise NotRayError(
+                    f"engine.address {engine.address!r}: {host}:{port} accepted a connection but is not Ray "
+                    f"({what}, a gRPC server): it {problem} within engine.connect_timeout_s = "
+                    f"{engine.connect_timeout_s:g} s, and ray.init would wait there for good; check the port "
+                    "(the GCS port, 6379 unless the cluster set another, not the dashboard's 8265; "
+                    "ray://host:10001 for the Ray Client server)")
+        except NotRayError:
+            raise
         except OSError as e:
             err = e
         left = deadline - time.monotonic()

@@ -76,3 +76,26 @@ def test_a_second_run_fails_fast_naming_the_holder_and_takes_over_a_stale_lease(
     took = run(assets, res, selection=[dg.AssetKey("token_shards")])
     assert took.success, _failure_text(took)  # the stale lease was taken over (lib: test_runlock.py)
     assert not (storage / runlock.LEASE_KEY).exists()  # released at the end of the step
+
+
+def test_the_run_lease_is_not_written_through_a_symlink_out_of_the_storage_root(tmp_path):
+    import types
+
+    import pytest
+
+    from mix_assets.assets.common import run_lock
+    from mix_assets.lib.storage import Storage, StorageLinkError
+
+    root, outside = tmp_path / "storage", tmp_path / "elsewhere"
+    root.mkdir()
+    outside.mkdir()
+    (root / "locks").symlink_to(outside, target_is_directory=True)
+    ctx = types.SimpleNamespace(run=types.SimpleNamespace(run_id="run-A"), log=types.SimpleNamespace(info=print))
+    # before: the lease (and its .cas lock file) were written into elsewhere/, and deleted there
+    with pytest.raises(StorageLinkError, match=rf"{root / 'locks'} is a symlink to {outside}, outside the storage root"):
+        with run_lock(ctx, Storage(str(root)), "token_shards"):
+            pass
+    assert list(outside.iterdir()) == []
+    (root / "locks").unlink()
+    with run_lock(ctx, Storage(str(root)), "token_shards"):  # a real folder: the lease is taken and released
+        assert json.loads((root / runlock.LEASE_KEY).read_text())["owner"]["run_id"] == "run-A"

@@ -7,6 +7,7 @@ are the two map stages compared here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -81,13 +82,68 @@ def test_the_address_ray_init_would_connect_to_first(monkeypatch):
             eng.ray_endpoint(bad)
 
 
+# What a gRPC server (Ray's GCS, the Ray Client server) sends first on a new connection: an HTTP/2
+# SETTINGS frame (9-byte header: length 6, type 0x4, flags 0, stream 0; one setting).
+SETTINGS_FRAME = b"\x00\x00\x06\x04\x00\x00\x00\x00\x00" + b"\x00\x04\x00\x40\x00\x00"
+
+
+@contextlib.contextmanager
+def _listener(reply: bytes | None):
+    """A TCP server on 127.0.0.1 that accepts and sends `reply` (None: says nothing); yields its port."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    done = threading.Event()
+    held = []
+
+    def serve():
+        server.settimeout(0.1)
+        while not done.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            held.append(conn)
+            if reply is not None:
+                conn.sendall(reply)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        done.set()
+        t.join()
+        for c in held:
+            c.close()
+        server.close()
+
+
+@pytest.mark.parametrize("reply,what", [
+    (b"HTTP/1.0 400 Bad Request\r\n\r\n", r"answered b'HTTP/1.0 400 Bad Request"),  # the dashboard, a web server
+    (None, r"sent nothing"),  # accepted, silent
+    (b"SSH-2.0-OpenSSH_9.6\r\n", r"answered b'SSH-2.0"),
+], ids=["http", "silent", "ssh"])
+def test_check_reachable_refuses_a_port_open_to_something_that_is_not_ray(reply, what):
+    # ray.init on such a port blocks for good ("Failed to connect to GCS ... within 5 seconds", forever)
+    with _listener(reply) as port:
+        t0 = time.monotonic()
+        with pytest.raises(ConnectionError, match=rf"'127.0.0.1:{port}'.*not Ray.*{what}"):
+            eng.check_reachable(eng.Engine(kind="ray", address=f"127.0.0.1:{port}", connect_timeout_s=1.5))
+        assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.ray
+def test_check_reachable_passes_a_real_ray_gcs(ray_instance):
+    gcs = ray_instance.get_runtime_context().gcs_address
+    eng.check_reachable(eng.Engine(kind="ray", address=gcs, connect_timeout_s=10))
+
+
 def test_check_reachable_waits_for_the_deadline_then_names_the_address():
     import socket
 
-    with socket.socket() as listener:  # something answering: no wait
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        port = listener.getsockname()[1]
+    with _listener(SETTINGS_FRAME) as port:  # a gRPC server answering (Ray's GCS, Ray Client): no wait
         eng.check_reachable(eng.Engine(kind="ray", address=f"127.0.0.1:{port}", connect_timeout_s=1))
     slept = []  # port closed now: retried until the deadline, then one error naming address and deadline
     t0 = time.monotonic()
