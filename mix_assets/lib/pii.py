@@ -21,6 +21,7 @@ version and each pattern's sha256, so a revision says exactly which rules scrubb
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -30,7 +31,7 @@ import pyarrow.compute as pc
 
 from mix_assets.lib.textkeys import text_array
 
-SCRUB_RULES_VERSION = "2"
+SCRUB_RULES_VERSION = "3"
 
 
 @dataclass(frozen=True)
@@ -45,11 +46,113 @@ class PiiRule:
         return hashlib.sha256(self.pattern.encode()).hexdigest()
 
 
+# -- widening: the patterns below are written in ASCII; `_widen` makes each ASCII character in them also
+# match its full-width form (U+FF01-FF5E, which NFKC folds to it: `４１５－５５５`, `２６０６：`), a space also the
+# no-break, figure, narrow and ideographic spaces (NFKC folds them to a space), and each digit also the
+# same digit of the scripts in `EXTRA_DIGIT_ZEROS`. Matching the text itself (not a folded copy) keeps the
+# batch in RE2 and every offset exact; a number may mix forms (`１-415-555-2671`).
+EXTRA_DIGIT_ZEROS = (0x0660, 0x06F0, 0x0966)  # Arabic-Indic, Extended Arabic-Indic (Persian, Urdu), Devanagari
+_SPACES = "\u00a0\u2007\u202f\u3000"
+_CLASS_SPECIAL = set("\\]^-[")
+
+
+def _forms(lo: str, hi: str) -> list[tuple[str, str]]:
+    """The code point ranges `lo`-`hi` (one ASCII range of a pattern) stands for once widened."""
+    out = [(lo, hi)]
+    if lo == hi == " ":
+        return out + [(c, c) for c in _SPACES]
+    if not ("!" <= lo <= hi <= "~"):
+        return out
+    out.append((chr(ord(lo) + 0xFEE0), chr(ord(hi) + 0xFEE0)))
+    digits = lo <= "9" and hi >= "0"
+    if digits and not ("0" <= lo and hi <= "9"):
+        raise ValueError(f"_widen: range {lo}-{hi} mixes digits with other characters")
+    if digits:
+        out += [(chr(z + ord(lo) - 48), chr(z + ord(hi) - 48)) for z in EXTRA_DIGIT_ZEROS]
+    return out
+
+
+def _class_text(ranges: list[tuple[str, str]]) -> str:
+    esc = lambda c: "\\" + c if c in _CLASS_SPECIAL else c  # noqa: E731
+    return "".join(esc(a) if a == b else f"{esc(a)}-{esc(b)}" for a, b in ranges)
+
+
+def _widen(pattern: str) -> str:
+    """`pattern` (RE2, ASCII literals) with every literal, class and `\\d` widened as described above.
+    Only the syntax these rules use is accepted; any other escape fails (nothing goes unwidened)."""
+    out, i, n = [], 0, len(pattern)
+
+    def prop(j):  # `\pL`, `\PL` or `\p{..}` starting at pattern[j] == "\\": (its text, the index after it)
+        end = pattern.index("}", j) + 1 if pattern[j + 2] == "{" else j + 3
+        return pattern[j:end], end
+
+    while i < n:
+        c = pattern[i]
+        if c == "[":
+            j, neg, items, props = i + 1, "", [], []
+            if pattern[j] == "^":
+                neg, j = "^", j + 1
+            while pattern[j] != "]":
+                if pattern[j] == "\\" and pattern[j + 1] in "pP":
+                    text, j = prop(j)
+                    props.append(text)
+                    continue
+                if pattern[j] == "\\" and pattern[j + 1] == "d":
+                    items.append(("0", "9"))
+                    j += 2
+                    continue
+                if pattern[j] == "\\":
+                    lo, j = pattern[j + 1], j + 2
+                else:
+                    lo, j = pattern[j], j + 1
+                hi = lo
+                if pattern[j] == "-" and pattern[j + 1] != "]":
+                    hi = pattern[j + 2] if pattern[j + 1] == "\\" else pattern[j + 1]
+                    j += 3 if pattern[j + 1] == "\\" else 2
+                items.append((lo, hi))
+            out.append(f"[{neg}{''.join(props)}{_class_text([f for r in items for f in _forms(*r)])}]")
+            i = j + 1
+        elif c == "\\":
+            nxt = pattern[i + 1]
+            if nxt in "pP":
+                text, i = prop(i)
+                out.append(text)
+                continue
+            if nxt == "d":
+                out.append(f"[{_class_text(_forms('0', '9'))}]")
+            elif nxt.isalnum():
+                raise ValueError(f"_widen: escape \\{nxt} at {i} is not supported")
+            else:
+                out.append(f"[{_class_text(_forms(nxt, nxt))}]")
+            i += 2
+        elif c == "{":
+            j = pattern.index("}", i) + 1
+            if not re.fullmatch(r"\{\d+(,\d*)?\}", pattern[i:j]):
+                raise ValueError(f"_widen: {{ at {i} is not a counted repetition")
+            out.append(pattern[i:j])
+            i = j
+        elif c in "()|?*+^$":
+            if c == "(" and pattern.startswith("(?:", i):
+                out.append("(?:")
+                i += 3
+                continue
+            out.append(c)
+            i += 1
+        else:
+            out.append(f"[{_class_text(_forms(c, c))}]" if len(_forms(c, c)) > 1 else c)
+            i += 1
+    return "".join(out)
+
+
 _W = r"\pL\pN_"  # "word" characters, Unicode-aware (RE2's \w is ASCII only)
+# Markdown emphasis: a run of `_` with no word character outside it is a boundary (`_415-555-2671_`,
+# `__8.8.8.8__`); inside a word it is not (`tel_415-555-2671`)
+_EMPH_L = rf"(?:^|[^{_W}])_+"
+_EMPH_R = rf"_+(?:$|[^{_W}])"
 
 _LOCAL = r"[\pL\pN!#$%&'*+/=?^_`{|}~-]+(?:\.[\pL\pN!#$%&'*+/=?^_`{|}~-]+)*"
 _LABEL = r"[\pL\pN](?:[\pL\pN-]*[\pL\pN])?"
-EMAIL = rf"()(?:{_LOCAL}@(?:{_LABEL}\.)+\pL\pL+)()"  # {2,63} would cost RE2 0.3 s to compile
+EMAIL = _widen(rf"()(?:{_LOCAL}@(?:{_LABEL}\.)+\pL\pL+)()")  # {2,63} would cost RE2 0.3 s to compile
 
 _O = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"  # an octet, no leading zero
 _ANY3 = rf"\.{_O}\.{_O}\.{_O}"
@@ -71,7 +174,7 @@ _IPV4_BODY = "|".join([
     rf"203\.0\.(?:[1-9]?\d|10\d|11[0-24-9]|1[2-9]\d|2[0-4]\d|25[0-5])\.{_O}",  # 203.0.113/24 docs
 ])
 # Not inside a longer dotted run (1.2.3.4.5) nor glued to a word; one sentence-final dot is fine.
-IPV4 = rf"(^|[^{_W}.])(?:{_IPV4_BODY})(\.?(?:$|[^{_W}.]))"
+IPV4 = _widen(rf"(^|[^{_W}.]|{_EMPH_L})(?:{_IPV4_BODY})(\.?(?:$|[^{_W}.])|{_EMPH_R})")
 
 _H = r"[0-9A-Fa-f]{1,4}"
 _G1 = r"[23][0-9A-Fa-f]{3}"  # global unicast 2000::/3 written in full: timestamps never start so
@@ -79,9 +182,9 @@ _G1 = r"[23][0-9A-Fa-f]{3}"  # global unicast 2000::/3 written in full: timestam
 # letter past f, or `_`), or after a non-word character; after a hex group (`fd00:2345::1`) it would cut
 # a longer address. On the right, one `:` or `.` then a non-word character ends it (`…::1111: ok`).
 _NONHEX = r"(?:[^\PLa-fA-F]|_)"
-IPV6 = rf"(^|[^{_W}:]|(?:^|[^{_W}:]|{_NONHEX}[{_W}]*):)" \
-       rf"(?:{_G1}(?::{_H}){{7}}|{_G1}(?::{_H}){{0,5}}::(?:{_H}(?::{_H}){{0,5}})?)" \
-       rf"([.:]?(?:$|[^{_W}:.]))"
+IPV6 = _widen(rf"(^|[^{_W}:]|{_EMPH_L}|(?:^|[^{_W}:]|{_NONHEX}[{_W}]*):)"
+              rf"(?:{_G1}(?::{_H}){{7}}|{_G1}(?::{_H}){{0,5}}::(?:{_H}(?::{_H}){{0,5}})?)"
+              rf"([.:]?(?:$|[^{_W}:.])|{_EMPH_R})")
 
 _NANP = (r"(?:\+?1[ .-]?)?(?:\([2-9]\d\d\) ?[2-9]\d\d[ .-]\d{4}|[2-9]\d\d-[2-9]\d\d-\d{4}"
          r"|[2-9]\d\d\.[2-9]\d\d\.\d{4})")
@@ -92,8 +195,8 @@ _INTL = (r"\+[1-9]\d{0,2}[ .-]\(?\d{1,4}\)?(?:(?:[ .-]\d{2,4}){2,4}|[ .-]\d{5,10
 # joiner after a digit (`978-…`, `1.…`: a longer number), nor a slash after a letter (a URL path).
 # Right: a joiner then a non-word character (or the end), or a slash then a digit (the next number of a
 # `/` list, which the second pass redacts).
-PHONE = (rf"(^|[^{_W}+\-./]|(?:^|[^{_W}+\-./])[+\-./]|\pL\.|\d/)(?:{_INTL}|{_NANP})"
-         rf"([.\-/]?(?:$|[^{_W}\-./])|/\d)")
+PHONE = _widen(rf"(^|[^{_W}+\-./]|(?:^|[^{_W}+\-./])[+\-./]|\pL\.|\d/|{_EMPH_L})(?:{_INTL}|{_NANP})"
+               rf"([.\-/]?(?:$|[^{_W}\-./])|/\d|{_EMPH_R})")
 
 RULES: tuple[PiiRule, ...] = (
     PiiRule("email", "<EMAIL>", EMAIL,

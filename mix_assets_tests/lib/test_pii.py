@@ -1,5 +1,6 @@
 import ipaddress
 import json
+import unicodedata
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -63,13 +64,30 @@ def test_leaves_near_misses(rule, text):
     assert one(text) == (text, {})
 
 
-def test_ipv4_rule_is_is_global_except_multicast():
+@pytest.mark.parametrize("digits", ["0123456789", "０１２３４５６７８９", "٠١٢٣٤٥٦٧٨٩"])
+def test_ipv4_rule_is_is_global_except_multicast(digits):
     cands = [f"{a}.{b}.{c}.7" for a in range(256) for b in range(0, 256, 3) for c in (0, 2, 100, 113)]
     cands += [f"{a}.{b}.{c}.7" for a in (100, 169, 172, 192, 198, 203) for b in range(256) for c in (0, 2, 100, 113)]
-    hit = pc.match_substring_regex(pa.array([f"x {ip} y" for ip in cands]), pii.IPV4).to_pylist()
+    written = str.maketrans("0123456789", digits)
+    hit = pc.match_substring_regex(pa.array([f"x {ip.translate(written)} y" for ip in cands]), pii.IPV4).to_pylist()
     for ip, h in zip(cands, hit):
         g = ipaddress.ip_address(ip)
         assert h == (g.is_global and not g.is_multicast), ip
+
+
+def test_widening_adds_only_what_nfkc_folds_to_the_ascii_and_other_scripts_digits():
+    wide = pii._widen(r"(^|[^\pL.])\d-[a-c] ?\+")
+    assert wide == ("(^|[^\\pL.．])[0-9０-９٠-٩۰-۹०-९][\\-－][a-cａ-ｃ][ \u00a0\u2007\u202f\u3000]?[+＋]")
+    for ch in [chr(i) for i in range(0x21, 0x7F)] + [" "]:
+        forms = pii._forms(ch, ch)
+        assert forms[0] == (ch, ch)
+        for lo, _ in forms[1:]:
+            folded = unicodedata.normalize("NFKC", lo)
+            assert folded == ch or (ch.isdigit() and unicodedata.digit(lo) == int(ch)), (ch, lo)
+    with pytest.raises(ValueError, match=r"escape \\w at 0 is not supported"):
+        pii._widen(r"\w+")
+    with pytest.raises(ValueError, match="mixes digits"):
+        pii._widen("[+-9]")
 
 
 def test_vectorised_batch_counts_per_document_and_keeps_other_text():

@@ -1,7 +1,8 @@
 """Issue 25 §2.3: every printable ASCII character on each side of each rule's examples (an exhaustive loop:
 hypothesis is not installed). A character that cannot be part of the token leaves the PII redacted and is
 kept beside its placeholder. A character that can be part of it makes a longer token, judged on its own;
-`expected` says what each rule makes of it and why."""
+`expected` says what each rule makes of it and why. The same cases written in full-width forms and in
+other scripts' digits must come out the same (issue 25, PII verification: `４１５-５５５-２６７１` survived)."""
 
 import ipaddress
 import re
@@ -31,6 +32,10 @@ def expected(tag: str, ex: str, side: str, c: str) -> str:
     if tag == "<EMAIL>":
         # local-part characters on the left, letters on the right (the TLD goes on): one longer address
         return "whole" if (c in EMAIL_LOCAL if side == "L" else c.isalpha()) else "kept"
+    if c == "_":
+        # markdown emphasis (`_415-555-2671_`, common in web text): a run of `_` with no word character
+        # beyond it is a boundary; inside a word it is not (`tel_415-555-2671`, in KEPT below)
+        return "kept"
     if c in WORD and not c.isdigit():
         # glued to a letter or `_` it is one word, not an address or number (`v1.2.3.4`, `A415-555-2671`,
         # a hex string); a word then `:` or `.` is a boundary (`IPv6:…`, `Tel.…`), tested below
@@ -68,19 +73,40 @@ def _cases():
 CASES = list(_cases())
 
 
-def _want(tag, ex, side, c, pre, post) -> str:
-    glued = c + ex if side == "L" else ex + c
+def _same(s: str) -> str:
+    return s
+
+
+FULL_WIDTH = {i: i + 0xFEE0 for i in range(0x21, 0x7F)} | {0x20: 0x3000}  # NFKC folds these back
+FORMS = {  # name: (how the boundary character is written, how the example is written)
+    "ascii": (_same, _same),
+    "full_width_example": (_same, lambda s: s.translate(FULL_WIDTH)),
+    "full_width": (lambda s: s.translate(FULL_WIDTH), lambda s: s.translate(FULL_WIDTH)),
+    "arabic_indic_digits": ((ar := lambda s: s.translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩"))), ar),
+    "devanagari_digits": ((dv := lambda s: s.translate(str.maketrans("0123456789", "०१२३४५६७८९"))), dv),
+}
+
+
+def _text(tag, ex, side, c, pre, post, fc=_same, fe=_same) -> str:
+    return pre + (fc(c) + fe(ex) if side == "L" else fe(ex) + fc(c)) + post
+
+
+def _want(tag, ex, side, c, pre, post, fc=_same, fe=_same) -> str:
+    """The expected output; `expected` judges the ASCII case, the written forms only change the spelling."""
     how = expected(tag, ex, side, c)
-    body = {"whole": tag, "unchanged": glued, "kept": c + tag if side == "L" else tag + c}[how]
+    body = {"whole": tag, "unchanged": _text(tag, ex, side, c, "", "", fc, fe),
+            "kept": fc(c) + tag if side == "L" else tag + fc(c)}[how]
     return pre + body + post
 
 
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("pre,post", [("x ", " y"), ("", "")], ids=["in_text", "alone"])
-def test_every_printable_character_on_each_side(pre, post):
-    texts = [pre + (c + ex if side == "L" else ex + c) + post for tag, ex, side, c in CASES]
+def test_every_printable_character_on_each_side(pre, post, form):
+    fc, fe = FORMS[form]
+    texts = [_text(*case, pre, post, fc, fe) for case in CASES]
+    want = [_want(*case, pre, post, fc, fe) for case in CASES]
     out, _ = scrub(texts)
-    wrong = [(t, o, _want(*case, pre, post)) for t, o, case in zip(texts, out.to_pylist(), CASES)
-             if o != _want(*case, pre, post)]
+    wrong = [(t, o, w) for t, o, w in zip(texts, out.to_pylist(), want) if o != w]
     assert not wrong, f"{len(wrong)} of {len(CASES)} wrong, e.g. (text, got, want): {wrong[:8]}"
 
 
@@ -103,6 +129,20 @@ WORD_PREFIXED = [  # the forms issue 25 found in the published shards, and their
     ("415-555-2671/415-555-2672/415-555-2673/+44 20 7946 0958", "<PHONE>/<PHONE>/<PHONE>/<PHONE>"),
     ("(415) 555-2671/2", "<PHONE>/2"),
     ("https://x.com/2023/415-555-2671", "https://x.com/2023/<PHONE>"),  # what `/` lists cost (filters.md)
+    # the forms the PII verification found in the published shards: full-width digits and separators
+    ("４１５-５５５-２６７１", "<PHONE>"),
+    ("２６０６:４７００:４７００::１１１１", "<IPV6>"),
+    ("１-415-555-2671", "<PHONE>"),  # mixed: a full-width country code
+    ("４１５－５５５－２６７１", "<PHONE>"),  # full-width hyphens U+FF0D
+    ("電話：（４１５）　５５５－２６７１。ＩＰｖ６：２００１：４８６０：４８６０：：８８８８、８．８．８．８",
+     "電話：<PHONE>。ＩＰｖ６：<IPV6>、<IPV4>"),
+    ("ｊｏｈｎ．ｄｏｅ＠ｅｘａｍｐｌｅ．ｃｏｍ", "<EMAIL>"),
+    ("هاتف ٤١٥-٥٥٥-٢٦٧١ و +٤٤ ٢٠ ٧٩٤٦ ٠٩٥٨", "هاتف <PHONE> و <PHONE>"),  # Arabic-Indic digits
+    ("फ़ोन ४१५-५५५-२६७१", "फ़ोन <PHONE>"),  # Devanagari digits
+    ("call\u00a0(415)\u00a0555-2671", "call\u00a0<PHONE>"),  # no-break spaces
+    # markdown emphasis around them
+    ("_415-555-2671_", "_<PHONE>_"),
+    ("__8.8.8.8__ or *_2606:4700:4700::1111_*", "__<IPV4>__ or *_<IPV6>_*"),
 ]
 
 
@@ -119,6 +159,9 @@ KEPT = [
     "https://example.com/415-555-2671 and path/415-555-2671",  # a slash after a letter: a URL path
     "3.415-555-2671 and 978-415-555-2671",  # a dot or dash after a digit: a longer number
     "5+415-555-2671",
+    "tel_415-555-2671 ip_8.8.8.8 a__2606:4700:4700::1111 415-555-2671_x",  # `_` inside a word
+    "３．４１５-５５５-２６７１ and ９７８－４１５－５５５－２６７１",  # full-width joiners after a digit
+    "１２：２６０６：４７００：：１ ｖ１．２．３．４ １．２．３．４．５",
 ]
 
 
