@@ -6,8 +6,8 @@ process CPU seconds of each scrub (CPU, not wall: the machine is shared), altern
 
 Documents: every paragraph (blank-line separated) of the `.txt` files and every string field of every
 `.jsonl` row (sources and evals). `--wide` also scrubs a full-width copy of them (every printable ASCII
-character as its U+FF01-FF5E form, spaces as U+3000) with the new rules and compares its redactions per
-document with the ASCII text's: the widened rules should find exactly the same PII there.
+character as its U+FF01-FF5E form, spaces as U+3000) and one in Arabic-Indic digits with both rule sets,
+and compares the new rules' redactions per document with the ASCII text's: they should be the same.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-FULL_WIDTH = {i: i + 0xFEE0 for i in range(0x21, 0x7F)} | {0x20: 0x3000}
+FORMS = {"full-width": {i: i + 0xFEE0 for i in range(0x21, 0x7F)} | {0x20: 0x3000},
+         "Arabic-Indic digits": str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")}
 
 
 def strings(x):
@@ -105,16 +106,18 @@ def main() -> None:
     for i in diff:
         print(f"--- doc {i}\n  old: {o_list[i]!r}\n  new: {n_list[i]!r}")
     if a.wide:
-        wide = pa.array([d.translate(FULL_WIDTH) for d in docs], pa.large_string())
-        (w_out, w_counts), t_w = cpu(new.scrub, wide)
-        (_, ow_counts), t_ow = cpu(old.scrub, wide)
-        print(f"\nfull-width copy: new CPU {t_w:.2f} s, redactions {totals(w_counts)}; old {totals(ow_counts)}")
-        rows_a, rows_w = n_counts.to_pylist(), w_counts.to_pylist()
-        off = [i for i, (x, y) in enumerate(zip(rows_a, rows_w)) if x != y]
-        print(f"{len(off)} documents where the full-width copy's redactions differ from the ASCII text's")
-        for i in off[:20]:
-            print(f"--- doc {i} ascii {rows_a[i]} wide {rows_w[i]}\n  {n_list[i]!r}\n  {w_out[i].as_py()!r}")
-
+        rows_a = n_counts.to_pylist()
+        for form, table in FORMS.items():
+            wide = pa.array([d.translate(table) for d in docs], pa.large_string())
+            (w_out, w_counts), t_w = cpu(new.scrub, wide)
+            (_, ow_counts), t_ow = cpu(old.scrub, wide)
+            print(f"\n{form} copy: new CPU {t_w:.2f} s, redactions {totals(w_counts)}; "
+                  f"old CPU {t_ow:.2f} s, redactions {totals(ow_counts)}")
+            rows_w = w_counts.to_pylist()
+            off = [i for i, (x, y) in enumerate(zip(rows_a, rows_w)) if x != y]
+            print(f"{len(off)} documents where the {form} copy's redactions differ from the ASCII text's")
+            for i in off[:20]:
+                print(f"--- doc {i} ascii {rows_a[i]} {form} {rows_w[i]}\n  {n_list[i]!r}\n  {w_out[i].as_py()!r}")
 
 if __name__ == "__main__":
     main()

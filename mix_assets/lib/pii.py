@@ -14,6 +14,13 @@ and 2 and writes them back (`\\1<TAG>\\2`). Two matches that share a boundary ch
 inside a placeholder. Counts are placeholders after a rule minus placeholders before it (a text that
 already held `<EMAIL>` is not counted again).
 
+The patterns are written in ASCII and widened once at import (`_widen`): every ASCII character in them
+also matches its full-width form, which NFKC folds to it (`４１５－５５５－２６７１`, `２６０６：４７００：：１`),
+a space also the no-break / figure / narrow / ideographic spaces, and every digit also the same digit in
+Arabic-Indic, Extended Arabic-Indic and Devanagari. Matching a folded copy instead would need the match
+spans to redact the original, which Arrow's RE2 replace does not return (and a per-document Python loop
+is what this module avoids); matching the text itself keeps every offset exact.
+
 Bump `SCRUB_RULES_VERSION` whenever a pattern or placeholder changes: the manifest records both the
 version and each pattern's sha256, so a revision says exactly which rules scrubbed it.
 """
@@ -46,11 +53,8 @@ class PiiRule:
         return hashlib.sha256(self.pattern.encode()).hexdigest()
 
 
-# -- widening: the patterns below are written in ASCII; `_widen` makes each ASCII character in them also
-# match its full-width form (U+FF01-FF5E, which NFKC folds to it: `４１５－５５５`, `２６０６：`), a space also the
-# no-break, figure, narrow and ideographic spaces (NFKC folds them to a space), and each digit also the
-# same digit of the scripts in `EXTRA_DIGIT_ZEROS`. Matching the text itself (not a folded copy) keeps the
-# batch in RE2 and every offset exact; a number may mix forms (`１-415-555-2671`).
+# Widening (module docstring): full-width forms are U+FF01-FF5E, the spaces are those NFKC folds to ' ',
+# and other scripts' digits are those of `EXTRA_DIGIT_ZEROS`. A number may mix forms (`１-415-555-2671`).
 EXTRA_DIGIT_ZEROS = (0x0660, 0x06F0, 0x0966)  # Arabic-Indic, Extended Arabic-Indic (Persian, Urdu), Devanagari
 _SPACES = "\u00a0\u2007\u202f\u3000"
 _CLASS_SPECIAL = set("\\]^-[")
@@ -149,6 +153,9 @@ _W = r"\pL\pN_"  # "word" characters, Unicode-aware (RE2's \w is ASCII only)
 # `__8.8.8.8__`); inside a word it is not (`tel_415-555-2671`)
 _EMPH_L = rf"(?:^|[^{_W}])_+"
 _EMPH_R = rf"_+(?:$|[^{_W}])"
+# Han, Hiragana and Katakana are written without spaces between words: a number glued to them is still
+# one (`電話４１５－５５５－２６７１です`), unlike one glued to a Latin word (`v1.2.3.4`)
+_CJK = r"[\p{Han}\p{Hiragana}\p{Katakana}]"
 
 _LOCAL = r"[\pL\pN!#$%&'*+/=?^_`{|}~-]+(?:\.[\pL\pN!#$%&'*+/=?^_`{|}~-]+)*"
 _LABEL = r"[\pL\pN](?:[\pL\pN-]*[\pL\pN])?"
@@ -174,7 +181,7 @@ _IPV4_BODY = "|".join([
     rf"203\.0\.(?:[1-9]?\d|10\d|11[0-24-9]|1[2-9]\d|2[0-4]\d|25[0-5])\.{_O}",  # 203.0.113/24 docs
 ])
 # Not inside a longer dotted run (1.2.3.4.5) nor glued to a word; one sentence-final dot is fine.
-IPV4 = _widen(rf"(^|[^{_W}.]|{_EMPH_L})(?:{_IPV4_BODY})(\.?(?:$|[^{_W}.])|{_EMPH_R})")
+IPV4 = _widen(rf"(^|[^{_W}.]|{_EMPH_L}|{_CJK})(?:{_IPV4_BODY})(\.?(?:$|[^{_W}.])|{_EMPH_R}|{_CJK})")
 
 _H = r"[0-9A-Fa-f]{1,4}"
 _G1 = r"[23][0-9A-Fa-f]{3}"  # global unicast 2000::/3 written in full: timestamps never start so
@@ -182,9 +189,9 @@ _G1 = r"[23][0-9A-Fa-f]{3}"  # global unicast 2000::/3 written in full: timestam
 # letter past f, or `_`), or after a non-word character; after a hex group (`fd00:2345::1`) it would cut
 # a longer address. On the right, one `:` or `.` then a non-word character ends it (`…::1111: ok`).
 _NONHEX = r"(?:[^\PLa-fA-F]|_)"
-IPV6 = _widen(rf"(^|[^{_W}:]|{_EMPH_L}|(?:^|[^{_W}:]|{_NONHEX}[{_W}]*):)"
+IPV6 = _widen(rf"(^|[^{_W}:]|{_EMPH_L}|{_CJK}|(?:^|[^{_W}:]|{_NONHEX}[{_W}]*):)"
               rf"(?:{_G1}(?::{_H}){{7}}|{_G1}(?::{_H}){{0,5}}::(?:{_H}(?::{_H}){{0,5}})?)"
-              rf"([.:]?(?:$|[^{_W}:.])|{_EMPH_R})")
+              rf"([.:]?(?:$|[^{_W}:.])|{_EMPH_R}|{_CJK})")
 
 _NANP = (r"(?:\+?1[ .-]?)?(?:\([2-9]\d\d\) ?[2-9]\d\d[ .-]\d{4}|[2-9]\d\d-[2-9]\d\d-\d{4}"
          r"|[2-9]\d\d\.[2-9]\d\d\.\d{4})")
@@ -195,23 +202,27 @@ _INTL = (r"\+[1-9]\d{0,2}[ .-]\(?\d{1,4}\)?(?:(?:[ .-]\d{2,4}){2,4}|[ .-]\d{5,10
 # joiner after a digit (`978-…`, `1.…`: a longer number), nor a slash after a letter (a URL path).
 # Right: a joiner then a non-word character (or the end), or a slash then a digit (the next number of a
 # `/` list, which the second pass redacts).
-PHONE = _widen(rf"(^|[^{_W}+\-./]|(?:^|[^{_W}+\-./])[+\-./]|\pL\.|\d/|{_EMPH_L})(?:{_INTL}|{_NANP})"
-               rf"([.\-/]?(?:$|[^{_W}\-./])|/\d|{_EMPH_R})")
+PHONE = _widen(rf"(^|[^{_W}+\-./]|(?:^|[^{_W}+\-./])[+\-./]|\pL\.|\d/|{_EMPH_L}|{_CJK})"
+               rf"(?:{_INTL}|{_NANP})([.\-/]?(?:$|[^{_W}\-./])|/\d|{_EMPH_R}|{_CJK})")
 
 RULES: tuple[PiiRule, ...] = (
     PiiRule("email", "<EMAIL>", EMAIL,
             "obfuscated forms (`a [at] b [dot] com`), IP-literal domains (`a@[1.2.3.4]`), dotless domains "
             "(`root@localhost`); matches non-addresses shaped like one (`git@github.com`, `logo@2x.png`)"),
     PiiRule("ipv6", "<IPV6>", IPV6,
-            "anything outside 2000::/3 (link-local fe80::, ULA fc00::/7, ::1), a first group written with "
+            "digits of scripts other than ASCII, full-width, Arabic-Indic and Devanagari; anything outside "
+            "2000::/3 (link-local fe80::, ULA fc00::/7, ::1), a first group written with "
             "fewer than 4 digits, embedded IPv4 (`::ffff:1.2.3.4`), one glued to a word, or after a hex "
             "group and `:` (`dead:2001:db8::1` reads as one longer address); the 2001:db8::/32 docs prefix "
             "is redacted"),
     PiiRule("ipv4", "<IPV4>", IPV4,
-            "private, loopback, link-local, shared, multicast, reserved and documentation ranges (not "
+            "dots other than `.` / U+FF0E (`。`, `・`); digits of scripts other than ASCII, full-width, "
+            "Arabic-Indic and Devanagari; private, loopback, link-local, shared, multicast, reserved and documentation ranges (not "
             "personal); octets with leading zeros; a dotted quad glued to a letter (`v1.2.3.4`) or "
             "inside a longer dotted run. A four-part version `1.2.3.4` after a space IS redacted."),
     PiiRule("phone", "<PHONE>", PHONE,
+            "dashes other than `-` / U+FF0D as separators (en dash, U+2011 non-breaking hyphen); digits "
+            "of scripts other than ASCII, full-width, Arabic-Indic and Devanagari; "
             "numbers without separators unless `+` and 10-15 digits; national formats outside North "
             "America (`030 1234567`, `06 12 34 56 78`, `(0)30`); NANP numbers separated by spaces only "
             "or with area / exchange starting 0/1; extensions; vanity numbers (`1-800-FLOWERS`); one glued "

@@ -140,6 +140,9 @@ WORD_PREFIXED = [  # the forms issue 25 found in the published shards, and their
     ("هاتف ٤١٥-٥٥٥-٢٦٧١ و +٤٤ ٢٠ ٧٩٤٦ ٠٩٥٨", "هاتف <PHONE> و <PHONE>"),  # Arabic-Indic digits
     ("फ़ोन ४१५-५५५-२६७१", "फ़ोन <PHONE>"),  # Devanagari digits
     ("call\u00a0(415)\u00a0555-2671", "call\u00a0<PHONE>"),  # no-break spaces
+    # glued to Han / Hiragana / Katakana, written without spaces between words
+    ("電話４１５－５５５－２６７１です。サーバ８．８．８．８に、アドレス２６０６：４７００：４７００：：１１１１を",
+     "電話<PHONE>です。サーバ<IPV4>に、アドレス<IPV6>を"),
     # markdown emphasis around them
     ("_415-555-2671_", "_<PHONE>_"),
     ("__8.8.8.8__ or *_2606:4700:4700::1111_*", "__<IPV4>__ or *_<IPV6>_*"),
@@ -162,6 +165,7 @@ KEPT = [
     "tel_415-555-2671 ip_8.8.8.8 a__2606:4700:4700::1111 415-555-2671_x",  # `_` inside a word
     "３．４１５-５５５-２６７１ and ９７８－４１５－５５５－２６７１",  # full-width joiners after a digit
     "１２：２６０６：４７００：：１ ｖ１．２．３．４ １．２．３．４．５",
+    "電話０３－１２３４－５６７８、〒１００－０００１、２０２３年１０月５日１２：３０：４５、ＩＳＢＮ９７８－４－１２３４５－６７８９－０",
 ]
 
 
