@@ -61,7 +61,7 @@ def _eval_registry(spec: MixSpec, version: str) -> dg.AssetsDefinition:
         storage = mix.storage
         demo_corpus.ensure_for_spec(mix.spec)  # the embedded demo's eval task is generated with its corpus
         written = lib.write_registry(storage, mix.spec, log=context.log.info)
-        lin = recorded(storage, "eval_registry", written.files, {})
+        lin = recorded(storage, "eval_registry", written.files, {}, context)
         rows = written.denominator_rows()
         bad = denominator_problems(written.tasks)
         check = dg.AssetCheckResult(
@@ -107,12 +107,12 @@ def _contamination_report(spec: MixSpec, version: str) -> dg.AssetsDefinition:
         The per-document scan runs as map tasks on `engine` (in process or Ray)."""
         s, storage = mix.spec, mix.storage
         inputs = verified_inputs(storage, "contamination_report",
-                                 ["eval_registry", *(raw_name(x.name) for x in s.sources)])
+                                 ["eval_registry", *(raw_name(x.name) for x in s.sources)], context)
         # the pass also writes dedup_keys' signature files it can (a cache keyed by content, not an output)
         versions = {x.name: inputs[raw_name(x.name)] for x in s.sources}
         scan, report = lib.write_contamination_report(storage, s, engine.engine, context.log, versions)
         lin = recorded(storage, "contamination_report", [layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS,
-                                                          *(scan.fuzzy.outputs if scan.fuzzy else [])], inputs)
+                                                          *(scan.fuzzy.outputs if scan.fuzzy else [])], inputs, context)
         metadata = md.contamination_report(storage, layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS, scan, report)
         if scan.fuzzy:  # no_fuzzy_eval_overlap reports it as its elapsed_seconds
             metadata[FUZZY_SECONDS] = md.seconds(scan.fuzzy.seconds)
@@ -185,7 +185,7 @@ def _zero_eval_overlap(spec: MixSpec):
         storage = mix.storage
         # lineage: the report was computed from these raw sources and this registry (no re-scan needed)
         verified_inputs(storage, ZERO_EVAL_OVERLAP, ["exclusion_masks", "contamination_report", "eval_registry",
-                                                     *(raw_name(s.name) for s in mix.spec.sources)])
+                                                     *(raw_name(s.name) for s in mix.spec.sources)], context)
         try:
             scan = lib.kept_overlap(storage, mix.spec)
         except lib.AuditInputError as e:
@@ -220,7 +220,7 @@ def _no_fuzzy_eval_overlap(spec: MixSpec):
 
         contamination_report's map pass matched them (against eval_registry's fuzzy index); read here."""
         st, s = mix.storage, mix.spec
-        verified_inputs(st, NO_FUZZY_EVAL_OVERLAP, ["contamination_report", "eval_registry"])
+        verified_inputs(st, NO_FUZZY_EVAL_OVERLAP, ["contamination_report", "eval_registry"], context)
         try:
             got = lib.read_fuzzy_report(st, s)
         except lib.AuditInputError as e:

@@ -71,7 +71,7 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
         spec_now, storage = mix.spec, mix.storage
         names = [s.name for s in spec_now.sources]
         filtered = [k.to_user_string() for k in filter_deps(spec_now)]
-        inputs = verified_inputs(storage, "dedup_keys", [raw_name(s) for s in names] + filtered)
+        inputs = verified_inputs(storage, "dedup_keys", [raw_name(s) for s in names] + filtered, context)
         started = time.monotonic()
         table, st = lib.dedup_keys_table(tables.raw_files(storage, names),
                                          {s.name: s.priority for s in spec_now.sources}, lib.dedup_params(spec_now),
@@ -80,7 +80,7 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
                                          rejected=docfilters.rejected_array(storage, docfilters.filtered_sources(spec_now)) if filtered else None)
         elapsed = time.monotonic() - started
         write_parquet(storage, layout.DEDUP_KEYS, table)
-        lin = recorded(storage, "dedup_keys", [layout.DEDUP_KEYS, *map(lib.signatures_key, sorted(names))], inputs)
+        lin = recorded(storage, "dedup_keys", [layout.DEDUP_KEYS, *map(lib.signatures_key, sorted(names))], inputs, context)
         context.log.info(f"dedup_keys: {st['documents']:,} documents in {elapsed:.1f} s on engine {engine.kind}")
         problems = lib.check_clusters(table)
         check = dg.AssetCheckResult(check_name=CLUSTERS_CONSISTENT, passed=not problems,
@@ -122,9 +122,9 @@ def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
                     *(k.to_user_string() for k in filter_deps(spec_now))]
         if spec_now.audit.mask_contaminated or storage.exists(layout.CONTAMINATED_DOCS):
             upstream.append("contamination_report")
-        inputs = verified_inputs(storage, "exclusion_masks", upstream)
+        inputs = verified_inputs(storage, "exclusion_masks", upstream, context)
         masks = lib.build_exclusion_masks(storage, spec_now)
-        lin = recorded(storage, "exclusion_masks", [layout.EXCLUSION_MASKS, layout.COMPOSITION], inputs)
+        lin = recorded(storage, "exclusion_masks", [layout.EXCLUSION_MASKS, layout.COMPOSITION], inputs, context)
         checks = [gate(context, EXCLUSION_MASKS, r) for r in _mask_checks(masks, spec_now.dedup.max_loss_share_warn)]
         return with_lineage(md.exclusion_masks(storage, layout.EXCLUSION_MASKS, masks), lin, check_results=checks)
 

@@ -61,7 +61,7 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
         raw = lib.read_raw_source(storage, spec_now, src.name, progress, threads)
         prog.done(f"kept {raw.docs:,} documents ({raw.sample.rows_read - raw.docs:,} dropped or sampled out)")
         docs_key = layout.RAW_DOCS.format(source=src.name)
-        lin = recorded(storage, raw_name(src.name), [docs_key, layout.RAW_STATS.format(source=src.name)], {})
+        lin = recorded(storage, raw_name(src.name), [docs_key, layout.RAW_STATS.format(source=src.name)], {}, context)
         if raw.unreadable:
             context.log.warning(f"{src.name}: unreadable rows dropped {raw.unreadable}, "
                                 f"e.g. {raw.sample.drop_notes[:3]}")
