@@ -10,7 +10,7 @@ metadata. The logic is in `lib/audit.py`, `lib/evals.py` and `lib/contamination.
 import dagster as dg
 
 from mix_assets import metadata as md
-from mix_assets.assets.common import code_version, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage
+from mix_assets.assets.common import code_version, demo_corpus_parts, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.lib import audit as lib
 from mix_assets.lib import contamination as ct
@@ -41,7 +41,9 @@ def build_audit_assets(spec: MixSpec) -> list:
     fuzzy = [_no_fuzzy_eval_overlap(spec)] if lib.fuzzy_enabled(spec) else []
     version = code_version(ct, evals, lib, engine_lib, *((fuzzy_lib, spec.audit.model_dump_json()) if fuzzy else
                                                          (spec.audit.model_dump_json(exclude={"fuzzy"}),)))
-    return [_eval_registry(spec, version), _contamination_report(spec, version), _zero_eval_overlap(spec), *fuzzy]
+    # the demo's eval task is generated with its corpus
+    return [_eval_registry(spec, code_version(version, *demo_corpus_parts(spec)) if spec.demo_corpus else version),
+            _contamination_report(spec, version), _zero_eval_overlap(spec), *fuzzy]
 
 
 # -- eval_registry ---------------------------------------------------------------------------------

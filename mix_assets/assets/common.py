@@ -42,6 +42,12 @@ def code_version(*parts: object) -> str:
     return h.hexdigest()[:12]
 
 
+def demo_corpus_parts(spec) -> tuple:
+    """The embedded demo corpus's settings when the spec generates it (its files are what raw/<source> and
+    eval_registry read), for their code_version; nothing otherwise."""
+    return (spec.demo_corpus.model_dump_json(),) if spec.demo_corpus else ()
+
+
 def raw_name(source: str) -> str:
     """The lineage name of `raw/<source>` (its asset key as the UI writes it)."""
     return f"raw/{source}"

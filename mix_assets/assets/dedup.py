@@ -40,6 +40,8 @@ def build_dedup_assets(spec: MixSpec) -> list:
 # -- dedup_keys ----------------------------------------------------------------------------------
 def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
     dedup_fields = spec.dedup.model_dump(exclude={"threads", "samples_per_reason", "max_loss_share_warn"})
+    # which sources' filter decisions it reads: document_filters may vanish from the graph (filters off)
+    filtered = docfilters.filtered_sources(spec)
 
     @dg.asset(
         key=DEDUP_KEYS,
@@ -50,7 +52,7 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
         # the engine section is not in it: every engine writes the same bytes
         resource_defs={"engine": EngineResource.from_spec(spec)},
         code_version=code_version(lib, lsh, minhash, signatures, engine_lib, json.dumps(dedup_fields, sort_keys=True),
-                                  {s.name: s.priority for s in spec.sources}),
+                                  {s.name: s.priority for s in spec.sources}, *((filtered,) if filtered else ())),
         check_specs=[
             dg.AssetCheckSpec(
                 CLUSTERS_CONSISTENT, asset=DEDUP_KEYS, blocking=True,
@@ -94,6 +96,8 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
 
 # -- exclusion_masks -----------------------------------------------------------------------------
 def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
+    filtered = docfilters.filtered_sources(spec)  # their rejections are exclusions (as in dedup_keys)
+
     @dg.asset(
         key=EXCLUSION_MASKS,
         group_name=GROUP,
@@ -101,7 +105,8 @@ def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
         kinds={"parquet"},
         owners=spec.owners,
         code_version=code_version(lib, spec.audit.mask_contaminated, spec.split.val_fraction,
-                                  {s.name: s.share for s in spec.sources}, spec.target_tokens),
+                                  {s.name: s.share for s in spec.sources}, spec.target_tokens,
+                                  *((filtered,) if filtered else ())),
         check_specs=[
             dg.AssetCheckSpec(NO_SOURCE_VANISHED, asset=EXCLUSION_MASKS, blocking=True,
                               description="Every configured source keeps at least one document."),

@@ -3,7 +3,7 @@
 import dagster as dg
 
 from mix_assets import metadata as md
-from mix_assets.assets.common import code_version, gate, gated, raw_key, raw_name, recorded, with_lineage
+from mix_assets.assets.common import code_version, demo_corpus_parts, gate, gated, raw_key, raw_name, recorded, with_lineage
 from mix_assets.config import MixSpec, SourceSpec
 from mix_assets.lib import demo_corpus, filters, layout, modifiers, pii
 from mix_assets.lib import sources as lib
@@ -34,7 +34,7 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
         kinds={"parquet", src.loader.kind},
         owners=spec.owners,
         code_version=code_version(lib, src.model_dump_json(exclude={"filters"}), spec.seed, target,
-                                  spec.tokenizer.model_dump_json(), *mod_parts),
+                                  spec.tokenizer.model_dump_json(), *mod_parts, *demo_corpus_parts(spec)),
         metadata={"license": src.license, "loader": src.loader.kind, "share": src.share, "epochs": src.epochs},
         check_specs=[
             dg.AssetCheckSpec(HAS_DOCUMENTS, asset=key, blocking=True,
