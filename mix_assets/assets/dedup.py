@@ -82,7 +82,8 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
                                          rejected=docfilters.rejected_array(storage, docfilters.filtered_sources(spec_now)) if filtered else None)
         elapsed = time.monotonic() - started
         write_parquet(storage, layout.DEDUP_KEYS, table)
-        lin = recorded(storage, "dedup_keys", [layout.DEDUP_KEYS, *map(lib.signatures_key, sorted(names))], inputs, context)
+        lin = recorded(storage, "dedup_keys", [layout.DEDUP_KEYS, *map(lib.signatures_key, sorted(names))], inputs,
+                       context)
         context.log.info(f"dedup_keys: {st['documents']:,} documents in {elapsed:.1f} s on engine {engine.kind}")
         problems = lib.check_clusters(table)
         check = dg.AssetCheckResult(check_name=CLUSTERS_CONSISTENT, passed=not problems,

@@ -75,7 +75,8 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
         summary = lib.summarise_stored(storage, srcs, lib.guard_for(spec_now))  # a row group at a time
         storage.write_text(layout.FILTER_REPORT, lib.report_json(summary))
         samples = _samples(storage, spec_now, srcs)
-        lin = recorded(storage, "document_filters", [*map(lib.decisions_key, srcs), layout.FILTER_REPORT], inputs, context)
+        lin = recorded(storage, "document_filters", [*map(lib.decisions_key, srcs), layout.FILTER_REPORT], inputs,
+                       context)
         keep = lib.below_keep_share(summary, {s: spec_now.keep_share(s) for s in srcs})
         checks = [gate(context, DOCUMENT_FILTERS, c) for c in _checks(summary, keep)]
         return with_lineage(md.document_filters(storage, summary, samples, reused), lin, check_results=checks)

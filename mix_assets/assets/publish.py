@@ -97,7 +97,8 @@ def build_publish_assets(spec: MixSpec) -> list:
             result = pub.publish(_mix_dir(mix.storage), write_target(mix.spec), log=context.log.info,
                                  point_latest=False)
             mix.storage.write_text(layout.PUBLISHED, json.dumps(result.to_json(), indent=2, sort_keys=True))
-            lin = recorded(mix.storage, "published_revision", [layout.PUBLISHED], {"manifest": inputs["manifest"]}, context)
+            lin = recorded(mix.storage, "published_revision", [layout.PUBLISHED], {"manifest": inputs["manifest"]},
+                           context)
         return with_lineage(md.published_revision(result), lin)
 
     @dg.asset_check(

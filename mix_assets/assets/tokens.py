@@ -50,7 +50,8 @@ def build_tokens_assets(spec: MixSpec) -> list:
         with run_lock(context, mix.storage, "tokenizer"):  # it writes mix/tokenizer/
             inputs = verified_inputs(mix.storage, "tokenizer", _tokenizer_inputs(mix.spec), context)
             ident = build_tokenizer(mix.storage, mix.spec)
-            lin = recorded(mix.storage, "tokenizer", [layout.TOKENIZER_FILE, layout.TOKENIZER_IDENTITY], inputs, context)
+            lin = recorded(mix.storage, "tokenizer", [layout.TOKENIZER_FILE, layout.TOKENIZER_IDENTITY], inputs,
+                           context)
         return with_lineage(md.tokenizer(mix.storage, layout.TOKENIZER_FILE, ident), lin)
 
     @dg.asset_check(asset=tokenizer, name=SEPARATOR_IN_VOCAB, blocking=True)

@@ -17,8 +17,9 @@ refresh job, a partial selection in the UI, a retry) can combine artifacts compu
 bytes. With `code_versions` (asset -> the code_version the current definitions give it), every record
 reached must also carry that code_version: an artifact materialised under another config or code (a
 field edited between runs, another run's config on the same root) is stale like a changed input, and a
-record without one (older code) too. The record is written last: a run killed before it leaves the old record, whose hashes no
-longer match the new files, so the half-done asset counts as changed, never as current.
+record without one (older code) too. The record is written last: a run killed before it leaves the
+old record, whose hashes no longer match the new files, so the half-done asset counts as changed,
+never as current.
 """
 
 from __future__ import annotations

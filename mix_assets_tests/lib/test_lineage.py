@@ -86,7 +86,8 @@ def test_record_of_another_code_version_is_refused(tmp_path):
     lineage.write_record(st, "keys", ["keys/x"], keys, "k1")
     assert lineage.read_record(st, "keys")["code_version"] == "k1"
     now = {"raw": "r1", "keys": "k1"}
-    assert lineage.verify_inputs(st, "split", ["keys"], code_versions=now) == {"keys": lineage.read_record(st, "keys")["data_version"]}
+    got = lineage.verify_inputs(st, "split", ["keys"], code_versions=now)
+    assert got == {"keys": lineage.read_record(st, "keys")["data_version"]}
     with pytest.raises(lineage.StaleInputError) as e:
         lineage.verify_inputs(st, "split", ["keys"], code_versions={**now, "raw": "r2"})  # raw's config edited
     msg = str(e.value)
