@@ -73,3 +73,29 @@ def test_materialize_sources_real_data(tmp_path, real_data):
     # the Latin-1 speeches decode through the configured fallback, and are counted
     assert by_key["state_union"]["fallback_decoded_docs"].value > 0
     assert by_key["gsm8k_train"]["dropped_docs/sampled_out"].value > 0
+
+
+def test_code_versions_cover_the_config_each_asset_reads(tmp_path):
+    """Consumers refuse records of another code_version (lib/lineage.py), so a config field that changes an
+    asset's bytes must change some code_version on its chain: turning the filter cascade off (document_filters
+    leaves the graph) changes dedup_keys' and exclusion_masks' (they read its decisions); the demo corpus's
+    generator settings change raw/<source>'s and eval_registry's (they read its files)."""
+    import yaml
+
+    base = yaml.safe_load((REPO_ROOT / "configs" / "demo.yaml").read_text())
+
+    def versions(**edit) -> dict[str, str]:
+        d = {**base, **edit}
+        (tmp_path / "configs").mkdir(exist_ok=True)
+        cfg = tmp_path / "configs" / f"c{len(list(tmp_path.glob('configs/*')))}.yaml"
+        cfg.write_text(yaml.safe_dump(d, sort_keys=False))
+        graph = build_definitions(load_spec(cfg)).resolve_asset_graph()
+        return {k.to_user_string(): graph.get(k).code_version for k in graph.get_all_asset_keys()}
+
+    now = versions()
+    off = versions(filters=None, sources=[{k: v for k, v in s.items() if k != "filters"} for s in base["sources"]])
+    assert "document_filters" in now and "document_filters" not in off
+    assert off["dedup_keys"] != now["dedup_keys"] and off["exclusion_masks"] != now["exclusion_masks"]
+    other_corpus = versions(demo_corpus={**base["demo_corpus"], "seed": base["demo_corpus"]["seed"] + 1})
+    assert all(other_corpus[k] != now[k] for k in now if k.startswith("raw/") or k == "eval_registry")
+    assert other_corpus["tokenizer"] == now["tokenizer"]

@@ -109,3 +109,61 @@ def test_edited_source_then_partial_selection_is_refused(tmp_path):
     assert report["contaminated_docs/stories"].value >= 1
     audit = {e.check_name: e for e in full.get_asset_check_evaluations()}[SHARDS_AUDIT_CLEAN]
     assert audit.passed and audit.metadata["overlap_ngrams"].value == 0
+
+
+def edited(cfg: Path, name: str, section: str, **fields) -> Path:
+    """A copy of `cfg` (same storage root and publish url) with `fields` of `section` changed."""
+    d = yaml.safe_load(cfg.read_text())
+    d[section].update(fields)
+    out = cfg.with_name(name)
+    out.write_text(yaml.safe_dump(d, sort_keys=False))
+    return out
+
+
+def latest(tmp: Path) -> str:
+    return (tmp / "published" / "latest").read_text()
+
+
+def test_config_edited_then_partial_selection_is_refused(tmp_path):
+    """Issue 27 item 1: tokenizer.vocab_size 4096 -> 2048, then `manifest` (or `token_shards*`) alone: the
+    revision would hold the 4,096-entry tokenizer under a config saying 2048. Every record now carries the
+    code_version (code + the config sections read) its asset was computed under, and consumers refuse
+    records of another one."""
+    cfg = private_demo(tmp_path)
+    instance = dg.DagsterInstance.ephemeral()
+    first = materialize(cfg, instance)
+    assert first.success, failures(first)
+    before, pointed = published(tmp_path), latest(tmp_path)
+
+    smaller = edited(cfg, "vocab.yaml", "tokenizer", vocab_size=2048)
+    for selection in (dg.AssetSelection.assets("manifest"), dg.AssetSelection.assets("token_shards").downstream()):
+        run = materialize(smaller, instance, selection)
+        assert not run.success
+        msg = failures(run)
+        assert "tokenizer was materialised under another config or code" in msg, msg
+        assert "Re-materialise, in this order:" in msg and "tokenizer" in msg.split("Re-materialise, in this order:")[1]
+        assert not run.get_asset_materialization_events()
+        assert published(tmp_path) == before and latest(tmp_path) == pointed
+
+
+def test_another_runs_token_shards_between_token_shards_and_manifest_is_refused(tmp_path):
+    """The interleaving of two runs on one storage root: A (the demo) built token_shards, then B (the same
+    config with another packing.shard_tokens) re-materialised token_shards there; A's manifest would publish
+    B's packing under A's mix_config.json, with the manifest checker and the audit green. Refused."""
+    a = private_demo(tmp_path)
+    instance = dg.DagsterInstance.ephemeral()
+    first = materialize(a, instance)
+    assert first.success, failures(first)
+    before, pointed = published(tmp_path), latest(tmp_path)
+
+    b = edited(a, "b.yaml", "packing", shard_tokens=32768)
+    run_b = materialize(b, instance, dg.AssetSelection.assets("token_shards"))
+    assert run_b.success, failures(run_b)  # B's inputs were computed under B's config too: it may build
+
+    run_a = materialize(a, instance, dg.AssetSelection.assets("manifest").downstream())
+    assert not run_a.success
+    msg = failures(run_a)
+    assert "manifest refuses inputs" in msg and "token_shards was materialised under another config or code" in msg
+    assert msg.split("Re-materialise, in this order: ")[1].startswith("token_shards (then manifest)"), msg
+    assert not run_a.get_asset_materialization_events()
+    assert published(tmp_path) == before and latest(tmp_path) == pointed

@@ -10,7 +10,7 @@ metadata. The logic is in `lib/audit.py`, `lib/evals.py` and `lib/contamination.
 import dagster as dg
 
 from mix_assets import metadata as md
-from mix_assets.assets.common import code_version, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage
+from mix_assets.assets.common import code_version, demo_corpus_parts, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.lib import audit as lib
 from mix_assets.lib import contamination as ct
@@ -41,7 +41,9 @@ def build_audit_assets(spec: MixSpec) -> list:
     fuzzy = [_no_fuzzy_eval_overlap(spec)] if lib.fuzzy_enabled(spec) else []
     version = code_version(ct, evals, lib, engine_lib, *((fuzzy_lib, spec.audit.model_dump_json()) if fuzzy else
                                                          (spec.audit.model_dump_json(exclude={"fuzzy"}),)))
-    return [_eval_registry(spec, version), _contamination_report(spec, version), _zero_eval_overlap(spec), *fuzzy]
+    # the demo's eval task is generated with its corpus
+    return [_eval_registry(spec, code_version(version, *demo_corpus_parts(spec)) if spec.demo_corpus else version),
+            _contamination_report(spec, version), _zero_eval_overlap(spec), *fuzzy]
 
 
 # -- eval_registry ---------------------------------------------------------------------------------
@@ -61,7 +63,7 @@ def _eval_registry(spec: MixSpec, version: str) -> dg.AssetsDefinition:
         storage = mix.storage
         demo_corpus.ensure_for_spec(mix.spec)  # the embedded demo's eval task is generated with its corpus
         written = lib.write_registry(storage, mix.spec, log=context.log.info)
-        lin = recorded(storage, "eval_registry", written.files, {})
+        lin = recorded(storage, "eval_registry", written.files, {}, context)
         rows = written.denominator_rows()
         bad = denominator_problems(written.tasks)
         check = dg.AssetCheckResult(
@@ -107,12 +109,12 @@ def _contamination_report(spec: MixSpec, version: str) -> dg.AssetsDefinition:
         The per-document scan runs as map tasks on `engine` (in process or Ray)."""
         s, storage = mix.spec, mix.storage
         inputs = verified_inputs(storage, "contamination_report",
-                                 ["eval_registry", *(raw_name(x.name) for x in s.sources)])
+                                 ["eval_registry", *(raw_name(x.name) for x in s.sources)], context)
         # the pass also writes dedup_keys' signature files it can (a cache keyed by content, not an output)
         versions = {x.name: inputs[raw_name(x.name)] for x in s.sources}
         scan, report = lib.write_contamination_report(storage, s, engine.engine, context.log, versions)
         lin = recorded(storage, "contamination_report", [layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS,
-                                                          *(scan.fuzzy.outputs if scan.fuzzy else [])], inputs)
+                                                          *(scan.fuzzy.outputs if scan.fuzzy else [])], inputs, context)
         metadata = md.contamination_report(storage, layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS, scan, report)
         if scan.fuzzy:  # no_fuzzy_eval_overlap reports it as its elapsed_seconds
             metadata[FUZZY_SECONDS] = md.seconds(scan.fuzzy.seconds)
@@ -185,7 +187,7 @@ def _zero_eval_overlap(spec: MixSpec):
         storage = mix.storage
         # lineage: the report was computed from these raw sources and this registry (no re-scan needed)
         verified_inputs(storage, ZERO_EVAL_OVERLAP, ["exclusion_masks", "contamination_report", "eval_registry",
-                                                     *(raw_name(s.name) for s in mix.spec.sources)])
+                                                     *(raw_name(s.name) for s in mix.spec.sources)], context)
         try:
             scan = lib.kept_overlap(storage, mix.spec)
         except lib.AuditInputError as e:
@@ -220,7 +222,7 @@ def _no_fuzzy_eval_overlap(spec: MixSpec):
 
         contamination_report's map pass matched them (against eval_registry's fuzzy index); read here."""
         st, s = mix.storage, mix.spec
-        verified_inputs(st, NO_FUZZY_EVAL_OVERLAP, ["contamination_report", "eval_registry"])
+        verified_inputs(st, NO_FUZZY_EVAL_OVERLAP, ["contamination_report", "eval_registry"], context)
         try:
             got = lib.read_fuzzy_report(st, s)
         except lib.AuditInputError as e:

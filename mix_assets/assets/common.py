@@ -42,15 +42,36 @@ def code_version(*parts: object) -> str:
     return h.hexdigest()[:12]
 
 
+def demo_corpus_parts(spec) -> tuple:
+    """The embedded demo corpus's settings when the spec generates it (its files are what raw/<source> and
+    eval_registry read), for their code_version; nothing otherwise."""
+    return (spec.demo_corpus.model_dump_json(),) if spec.demo_corpus else ()
+
+
 def raw_name(source: str) -> str:
     """The lineage name of `raw/<source>` (its asset key as the UI writes it)."""
     return f"raw/{source}"
 
 
-def verified_inputs(storage: Storage, consumer: str, inputs: list[str]) -> dict[str, str]:
-    """Data versions of `inputs` once lineage proves they belong together; a dg.Failure names what to redo."""
+def current_code_versions(context) -> dict[str, str]:
+    """Every asset's code_version in the current definitions, by lineage name (`raw/web`, `manifest`).
+
+    From the graph the run's job was built from (the whole code location's, whatever the selection):
+    a step's subset job holds only the selected assets and their direct parents."""
+    graph = context.job_def.asset_layer.asset_graph.source_asset_graph
+    out = {}
+    for key in graph.get_all_asset_keys():
+        version = graph.get(key).code_version
+        if version is not None:
+            out[key.to_user_string()] = version
+    return out
+
+
+def verified_inputs(storage: Storage, consumer: str, inputs: list[str], context) -> dict[str, str]:
+    """Data versions of `inputs` once lineage proves they belong together, each computed under its
+    asset's current code_version (so under the current config); a dg.Failure names what to redo."""
     try:
-        return lineage.verify_inputs(storage, consumer, inputs)
+        return lineage.verify_inputs(storage, consumer, inputs, code_versions=current_code_versions(context))
     except lineage.StaleInputError as e:
         raise dg.Failure(
             description=str(e),
@@ -60,13 +81,14 @@ def verified_inputs(storage: Storage, consumer: str, inputs: list[str]) -> dict[
         ) from None
 
 
-def recorded(storage: Storage, asset: str, outputs, inputs: dict[str, str]) -> dict:
-    """Write `asset`'s lineage record (last, after its files); return the Dagster side of it.
+def recorded(storage: Storage, asset: str, outputs, inputs: dict[str, str], context) -> dict:
+    """Write `asset`'s lineage record (last, after its files) with its current code_version (none for a
+    check's record); return the Dagster side of it.
 
     The result goes into `MaterializeResult(**recorded(...))` merged with the asset's metadata: its
     data version (the UI marks children of a changed version stale) and what it was computed from.
     """
-    rec = lineage.write_record(storage, asset, outputs, inputs)
+    rec = lineage.write_record(storage, asset, outputs, inputs, current_code_versions(context).get(asset))
     return {
         "data_version": dg.DataVersion(rec["data_version"][:16]),
         "metadata": {"computed_from": dg.MetadataValue.json({k: v[:16] for k, v in rec["inputs"].items()})},

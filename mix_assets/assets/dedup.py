@@ -40,6 +40,8 @@ def build_dedup_assets(spec: MixSpec) -> list:
 # -- dedup_keys ----------------------------------------------------------------------------------
 def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
     dedup_fields = spec.dedup.model_dump(exclude={"threads", "samples_per_reason", "max_loss_share_warn"})
+    # which sources' filter decisions it reads: document_filters may vanish from the graph (filters off)
+    filtered = docfilters.filtered_sources(spec)
 
     @dg.asset(
         key=DEDUP_KEYS,
@@ -50,7 +52,7 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
         # the engine section is not in it: every engine writes the same bytes
         resource_defs={"engine": EngineResource.from_spec(spec)},
         code_version=code_version(lib, lsh, minhash, signatures, engine_lib, json.dumps(dedup_fields, sort_keys=True),
-                                  {s.name: s.priority for s in spec.sources}),
+                                  {s.name: s.priority for s in spec.sources}, *((filtered,) if filtered else ())),
         check_specs=[
             dg.AssetCheckSpec(
                 CLUSTERS_CONSISTENT, asset=DEDUP_KEYS, blocking=True,
@@ -71,7 +73,7 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
         spec_now, storage = mix.spec, mix.storage
         names = [s.name for s in spec_now.sources]
         filtered = [k.to_user_string() for k in filter_deps(spec_now)]
-        inputs = verified_inputs(storage, "dedup_keys", [raw_name(s) for s in names] + filtered)
+        inputs = verified_inputs(storage, "dedup_keys", [raw_name(s) for s in names] + filtered, context)
         started = time.monotonic()
         table, st = lib.dedup_keys_table(tables.raw_files(storage, names),
                                          {s.name: s.priority for s in spec_now.sources}, lib.dedup_params(spec_now),
@@ -80,7 +82,8 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
                                          rejected=docfilters.rejected_array(storage, docfilters.filtered_sources(spec_now)) if filtered else None)
         elapsed = time.monotonic() - started
         write_parquet(storage, layout.DEDUP_KEYS, table)
-        lin = recorded(storage, "dedup_keys", [layout.DEDUP_KEYS, *map(lib.signatures_key, sorted(names))], inputs)
+        lin = recorded(storage, "dedup_keys", [layout.DEDUP_KEYS, *map(lib.signatures_key, sorted(names))], inputs,
+                       context)
         context.log.info(f"dedup_keys: {st['documents']:,} documents in {elapsed:.1f} s on engine {engine.kind}")
         problems = lib.check_clusters(table)
         check = dg.AssetCheckResult(check_name=CLUSTERS_CONSISTENT, passed=not problems,
@@ -94,6 +97,8 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
 
 # -- exclusion_masks -----------------------------------------------------------------------------
 def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
+    filtered = docfilters.filtered_sources(spec)  # their rejections are exclusions (as in dedup_keys)
+
     @dg.asset(
         key=EXCLUSION_MASKS,
         group_name=GROUP,
@@ -101,7 +106,8 @@ def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
         kinds={"parquet"},
         owners=spec.owners,
         code_version=code_version(lib, spec.audit.mask_contaminated, spec.split.val_fraction,
-                                  {s.name: s.share for s in spec.sources}, spec.target_tokens),
+                                  {s.name: s.share for s in spec.sources}, spec.target_tokens,
+                                  *((filtered,) if filtered else ())),
         check_specs=[
             dg.AssetCheckSpec(NO_SOURCE_VANISHED, asset=EXCLUSION_MASKS, blocking=True,
                               description="Every configured source keeps at least one document."),
@@ -122,9 +128,9 @@ def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
                     *(k.to_user_string() for k in filter_deps(spec_now))]
         if spec_now.audit.mask_contaminated or storage.exists(layout.CONTAMINATED_DOCS):
             upstream.append("contamination_report")
-        inputs = verified_inputs(storage, "exclusion_masks", upstream)
+        inputs = verified_inputs(storage, "exclusion_masks", upstream, context)
         masks = lib.build_exclusion_masks(storage, spec_now)
-        lin = recorded(storage, "exclusion_masks", [layout.EXCLUSION_MASKS, layout.COMPOSITION], inputs)
+        lin = recorded(storage, "exclusion_masks", [layout.EXCLUSION_MASKS, layout.COMPOSITION], inputs, context)
         checks = [gate(context, EXCLUSION_MASKS, r) for r in _mask_checks(masks, spec_now.dedup.max_loss_share_warn)]
         return with_lineage(md.exclusion_masks(storage, layout.EXCLUSION_MASKS, masks), lin, check_results=checks)
 

@@ -68,14 +68,15 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
         """Per document: keep, the first failing rule, language and score; kill rates and samples per filter."""
         spec_now, storage = mix.spec, mix.storage
         srcs = lib.filtered_sources(spec_now)
-        inputs = verified_inputs(storage, "document_filters", [raw_name(s) for s in srcs])
+        inputs = verified_inputs(storage, "document_filters", [raw_name(s) for s in srcs], context)
         params = {s: lib.filter_params(spec_now.filters_for(s)) for s in srcs}
         reused = lib.decide_sources(storage, tables.raw_files(storage, srcs), {s: inputs[raw_name(s)] for s in srcs},
                                     params, engine.engine, log=context.log)
         summary = lib.summarise_stored(storage, srcs, lib.guard_for(spec_now))  # a row group at a time
         storage.write_text(layout.FILTER_REPORT, lib.report_json(summary))
         samples = _samples(storage, spec_now, srcs)
-        lin = recorded(storage, "document_filters", [*map(lib.decisions_key, srcs), layout.FILTER_REPORT], inputs)
+        lin = recorded(storage, "document_filters", [*map(lib.decisions_key, srcs), layout.FILTER_REPORT], inputs,
+                       context)
         keep = lib.below_keep_share(summary, {s: spec_now.keep_share(s) for s in srcs})
         checks = [gate(context, DOCUMENT_FILTERS, c) for c in _checks(summary, keep)]
         return with_lineage(md.document_filters(storage, summary, samples, reused), lin, check_results=checks)

@@ -68,11 +68,11 @@ def build_manifest_assets(spec: MixSpec) -> list:
         s = mix.spec
         scrubbed = [raw_name(x) for x in modifiers.scrub_sources(s)]
         with run_lock(context, mix.storage, "manifest"):  # it writes mix/manifest.json and mix/review/
-            inputs = verified_inputs(mix.storage, "manifest", MANIFEST_INPUTS + scrubbed)
+            inputs = verified_inputs(mix.storage, "manifest", MANIFEST_INPUTS + scrubbed, context)
             m = write_manifest(mix.storage, name=s.name, seed=s.seed, spec_dump=s.model_dump(mode="json"),
                                scrub=modifiers.build_scrub_manifest(mix.storage, s) if scrubbed else None)
             lin = recorded(mix.storage, "manifest",
-                           [layout.MANIFEST, *([layout.MIX_SCRUB_MANIFEST] if scrubbed else [])], inputs)
+                           [layout.MANIFEST, *([layout.MIX_SCRUB_MANIFEST] if scrubbed else [])], inputs, context)
         return with_lineage(md.manifest(mix.storage, layout.MANIFEST, m), lin)
 
     @dg.asset_check(asset=manifest, name=MANIFEST_SELF_CONSISTENT, blocking=True)
@@ -80,7 +80,7 @@ def build_manifest_assets(spec: MixSpec) -> list:
     def manifest_self_consistent(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
         """Totals equal the sum of parts, shards match the file listing, every size and sha256 recomputed."""
         st = mix.storage
-        verified_inputs(st, MANIFEST_SELF_CONSISTENT, ["manifest"])
+        verified_inputs(st, MANIFEST_SELF_CONSISTENT, ["manifest"], context)
         m = json.loads(st.read_text(layout.MANIFEST))
         problems = check_manifest(m, _MixDir(st), strict=False)
         return gate(context, MANIFEST_KEY, dg.AssetCheckResult(
@@ -99,7 +99,7 @@ def build_manifest_assets(spec: MixSpec) -> list:
 
         Each shard is a map task on `engine` (in process or Ray)."""
         st, s = mix.storage, mix.spec
-        inputs = verified_inputs(st, SHARDS_AUDIT_CLEAN, ["manifest"])
+        inputs = verified_inputs(st, SHARDS_AUDIT_CLEAN, ["manifest"], context)
         t0 = time.perf_counter()
         try:
             with tempfile.TemporaryDirectory(prefix="shards-audit-", dir=_cache_dir(st)) as cache:
@@ -110,7 +110,7 @@ def build_manifest_assets(spec: MixSpec) -> list:
             report = unreadable_mix_report(json.loads(st.read_text(layout.MANIFEST)), e)
         secs = time.perf_counter() - t0
         st.write_text(layout.SHARDS_AUDIT, published_audit.dumps(report))
-        recorded(st, SHARDS_AUDIT_RECORD, [layout.SHARDS_AUDIT], inputs)
+        recorded(st, SHARDS_AUDIT_RECORD, [layout.SHARDS_AUDIT], inputs, context)
         if "unreadable" in report:
             return gate(context, MANIFEST_KEY, dg.AssetCheckResult(
                 passed=False, description=report["unreadable"], metadata={"fingerprint": report["fingerprint"]}))

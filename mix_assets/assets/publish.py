@@ -89,7 +89,7 @@ def build_publish_assets(spec: MixSpec) -> list:
     def published_revision(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
         """The mix as an immutable revision at the publish target (local dir, s3:// or the hub)."""
         with run_lock(context, mix.storage, "published_revision"):  # mix/ must not change while it is copied
-            inputs = verified_inputs(mix.storage, "published_revision", ["manifest", SHARDS_AUDIT_RECORD])
+            inputs = verified_inputs(mix.storage, "published_revision", ["manifest", SHARDS_AUDIT_RECORD], context)
             manifest = pub.load_manifest(_mix_dir(mix.storage))
             _require_clean_audit(mix.storage, manifest)
             _check_manifest_contract(manifest, _mix_dir(mix.storage))
@@ -97,7 +97,8 @@ def build_publish_assets(spec: MixSpec) -> list:
             result = pub.publish(_mix_dir(mix.storage), write_target(mix.spec), log=context.log.info,
                                  point_latest=False)
             mix.storage.write_text(layout.PUBLISHED, json.dumps(result.to_json(), indent=2, sort_keys=True))
-            lin = recorded(mix.storage, "published_revision", [layout.PUBLISHED], {"manifest": inputs["manifest"]})
+            lin = recorded(mix.storage, "published_revision", [layout.PUBLISHED], {"manifest": inputs["manifest"]},
+                           context)
         return with_lineage(md.published_revision(result), lin)
 
     @dg.asset_check(
@@ -114,7 +115,7 @@ def build_publish_assets(spec: MixSpec) -> list:
         """A stranger's read of the revision: every file re-hashed, the reader's samples equal the local ones;
         then `latest` names it."""
         with run_lock(context, mix.storage, PUBLISHED_READABLE):  # compares with mix/, moves `latest`
-            verified_inputs(mix.storage, PUBLISHED_READABLE, ["published_revision"])
+            verified_inputs(mix.storage, PUBLISHED_READABLE, ["published_revision"], context)
             record = json.loads(mix.storage.read_text(layout.PUBLISHED))
             v = pub.verify(read_only_target(mix.spec), record["revision"], _mix_dir(mix.storage),
                            open_reader=open_mix)

@@ -3,7 +3,7 @@
 import dagster as dg
 
 from mix_assets import metadata as md
-from mix_assets.assets.common import code_version, gate, gated, raw_key, raw_name, recorded, with_lineage
+from mix_assets.assets.common import code_version, demo_corpus_parts, gate, gated, raw_key, raw_name, recorded, with_lineage
 from mix_assets.config import MixSpec, SourceSpec
 from mix_assets.lib import demo_corpus, filters, layout, modifiers, pii
 from mix_assets.lib import sources as lib
@@ -34,7 +34,7 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
         kinds={"parquet", src.loader.kind},
         owners=spec.owners,
         code_version=code_version(lib, src.model_dump_json(exclude={"filters"}), spec.seed, target,
-                                  spec.tokenizer.model_dump_json(), *mod_parts),
+                                  spec.tokenizer.model_dump_json(), *mod_parts, *demo_corpus_parts(spec)),
         metadata={"license": src.license, "loader": src.loader.kind, "share": src.share, "epochs": src.epochs},
         check_specs=[
             dg.AssetCheckSpec(HAS_DOCUMENTS, asset=key, blocking=True,
@@ -61,7 +61,7 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
         raw = lib.read_raw_source(storage, spec_now, src.name, progress, threads)
         prog.done(f"kept {raw.docs:,} documents ({raw.sample.rows_read - raw.docs:,} dropped or sampled out)")
         docs_key = layout.RAW_DOCS.format(source=src.name)
-        lin = recorded(storage, raw_name(src.name), [docs_key, layout.RAW_STATS.format(source=src.name)], {})
+        lin = recorded(storage, raw_name(src.name), [docs_key, layout.RAW_STATS.format(source=src.name)], {}, context)
         if raw.unreadable:
             context.log.warning(f"{src.name}: unreadable rows dropped {raw.unreadable}, "
                                 f"e.g. {raw.sample.drop_notes[:3]}")

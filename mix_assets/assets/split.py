@@ -38,9 +38,9 @@ def build_split_assets(spec: MixSpec) -> list:
         """Kept documents assigned to train or val by hashing their near-dup cluster with the seed."""
         s = mix.spec
         inputs = verified_inputs(mix.storage, "validation_split",
-                                 ["exclusion_masks", "dedup_keys", *(raw_name(x.name) for x in s.sources)])
+                                 ["exclusion_masks", "dedup_keys", *(raw_name(x.name) for x in s.sources)], context)
         split = build_validation_split(mix.storage, [x.name for x in s.sources], s.seed, s.split.val_fraction)
-        lin = recorded(mix.storage, "validation_split", [layout.VALIDATION_SPLIT], inputs)
+        lin = recorded(mix.storage, "validation_split", [layout.VALIDATION_SPLIT], inputs, context)
         share = split.share(s.split.val_fraction, s.split.tolerance)
         return with_lineage(md.validation_split(mix.storage, layout.VALIDATION_SPLIT, split, share), lin)
 
@@ -55,7 +55,7 @@ def build_split_assets(spec: MixSpec) -> list:
         s, st = mix.spec, mix.storage
         names = [x.name for x in s.sources]
         inputs = verified_inputs(st, VAL_DISJOINT_FROM_TRAIN,
-                                 ["validation_split", "dedup_keys", *(raw_name(x) for x in names)])
+                                 ["validation_split", "dedup_keys", *(raw_name(x) for x in names)], context)
         split = st.source(layout.VALIDATION_SPLIT)  # read a batch at a time
         d = measure_disjointness(split)
         raw, p = tables.raw_files(st, names), dedup_lib.dedup_params(s)
@@ -79,7 +79,7 @@ def build_split_assets(spec: MixSpec) -> list:
     def val_share_in_tolerance(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
         """The realised validation share of kept documents is within the configured relative tolerance."""
         sp = mix.spec.split
-        verified_inputs(mix.storage, VAL_SHARE_IN_TOLERANCE, ["validation_split"])
+        verified_inputs(mix.storage, VAL_SHARE_IN_TOLERANCE, ["validation_split"], context)
         v = measure_val_share(mix.storage.source(layout.VALIDATION_SPLIT), sp.val_fraction, sp.tolerance)
         return gate(context, VALIDATION_SPLIT_KEY, dg.AssetCheckResult(
             passed=v.ok, metadata=md.val_share_in_tolerance(v),

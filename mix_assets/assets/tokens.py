@@ -48,9 +48,10 @@ def build_tokens_assets(spec: MixSpec) -> list:
     def tokenizer(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
         """The mix tokenizer (hub at a pinned revision, a local file, or BPE trained on kept train text)."""
         with run_lock(context, mix.storage, "tokenizer"):  # it writes mix/tokenizer/
-            inputs = verified_inputs(mix.storage, "tokenizer", _tokenizer_inputs(mix.spec))
+            inputs = verified_inputs(mix.storage, "tokenizer", _tokenizer_inputs(mix.spec), context)
             ident = build_tokenizer(mix.storage, mix.spec)
-            lin = recorded(mix.storage, "tokenizer", [layout.TOKENIZER_FILE, layout.TOKENIZER_IDENTITY], inputs)
+            lin = recorded(mix.storage, "tokenizer", [layout.TOKENIZER_FILE, layout.TOKENIZER_IDENTITY], inputs,
+                           context)
         return with_lineage(md.tokenizer(mix.storage, layout.TOKENIZER_FILE, ident), lin)
 
     @dg.asset_check(asset=tokenizer, name=SEPARATOR_IN_VOCAB, blocking=True)
@@ -59,7 +60,7 @@ def build_tokens_assets(spec: MixSpec) -> list:
         """packing.separator (when set) is one token of the tokenizer: checked before any shard work."""
         from tokenizers import Tokenizer
 
-        verified_inputs(mix.storage, SEPARATOR_IN_VOCAB, ["tokenizer"])
+        verified_inputs(mix.storage, SEPARATOR_IN_VOCAB, ["tokenizer"], context)
         sep = mix.spec.packing.separator
         tok = Tokenizer.from_file(mix.storage.local_path(layout.TOKENIZER_FILE))
         try:
@@ -89,7 +90,7 @@ def build_tokens_assets(spec: MixSpec) -> list:
         with run_lock(context, mix.storage, "token_shards"):  # it rewrites mix/train, mix/val, mix/doc_index
             s = mix.spec
             inputs = verified_inputs(mix.storage, "token_shards",
-                                     ["tokenizer", "validation_split", *(raw_name(x.name) for x in s.sources)])
+                                     ["tokenizer", "validation_split", *(raw_name(x.name) for x in s.sources)], context)
             t0 = time.perf_counter()
             # tokenising runs as map tasks on the engine (in process or Ray); budget fill and packing here
             res = build_token_shards(mix.storage, s, scratch_dir=_scratch(s), eng=engine.engine, log=context.log)
@@ -99,7 +100,7 @@ def build_tokens_assets(spec: MixSpec) -> list:
             shown = samples_lib.rendered_samples(mix.storage, s, files[layout.SHARD_STATS])
             reviewed = [layout.RENDERED_SAMPLES, *(layout.STREAM_DOCS.format(split=sp) for sp in samples_lib.SPLITS)]
             lin = recorded(mix.storage, "token_shards", {**files, **{k: mix.storage.sha256(k) for k in reviewed}},
-                           inputs)
+                           inputs, context)
         return with_lineage({**md.token_shards(mix.storage, layout.MIX_DIR, res, elapsed),
                              **md.rendered_samples(mix.storage, layout.RENDERED_SAMPLES, shown)}, lin)
 
@@ -107,7 +108,7 @@ def build_tokens_assets(spec: MixSpec) -> list:
     @gated
     def no_empty_shard(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
         """Both splits have shards, every shard holds >= 1 sample and its file has the recorded size."""
-        verified_inputs(mix.storage, NO_EMPTY_SHARD, ["token_shards"])
+        verified_inputs(mix.storage, NO_EMPTY_SHARD, ["token_shards"], context)
         st = _stats(mix)
         problems = shards_lib.shard_problems(st, mix.storage.exists)
         shards = [sh for sp in st["splits"].values() for sh in sp["shards"]]
@@ -123,7 +124,7 @@ def build_tokens_assets(spec: MixSpec) -> list:
     @gated
     def dropped_tail_and_seam_recorded(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
         """Per split: dropped tail < one sample, emitted = tokens + tail, seam rate = seam samples / samples."""
-        verified_inputs(mix.storage, DROPPED_TAIL_AND_SEAM_RECORDED, ["token_shards"])
+        verified_inputs(mix.storage, DROPPED_TAIL_AND_SEAM_RECORDED, ["token_shards"], context)
         st = _stats(mix)
         problems = shards_lib.tail_and_seam_problems(st)
         per_split = {}

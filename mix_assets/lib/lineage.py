@@ -5,7 +5,8 @@ Each asset writes, after its files, a record `lineage/<asset>.json`:
     {"format": ..., "asset": "dedup_keys",
      "outputs": {"dedup/dedup_keys.parquet": "<sha256>", ...},   # the files it wrote
      "data_version": "<sha256 over the sorted outputs>",
-     "inputs": {"raw/web": "<data_version of raw/web it read>", ...}}
+     "inputs": {"raw/web": "<data_version of raw/web it read>", ...},
+     "code_version": "<the producing asset's code_version: its code and the config sections it reads>"}
 
 Before a consumer reads its inputs it calls `verify_inputs`: each direct input's files must still hash
 to what its record says (a killed or hand-edited write is caught), and walking the records upstream,
@@ -13,8 +14,12 @@ every recorded input version must equal that input's current version. A source r
 `dedup_keys` was computed makes `dedup_keys` stale, and everything computed from it with it; the error
 names the stale assets in the order to re-materialise them. So no selection of materialisations (a
 refresh job, a partial selection in the UI, a retry) can combine artifacts computed from different
-bytes. The record is written last: a run killed before it leaves the old record, whose hashes no
-longer match the new files, so the half-done asset counts as changed, never as current.
+bytes. With `code_versions` (asset -> the code_version the current definitions give it), every record
+reached must also carry that code_version: an artifact materialised under another config or code (a
+field edited between runs, another run's config on the same root) is stale like a changed input, and a
+record without one (older code) too. The record is written last: a run killed before it leaves the
+old record, whose hashes no longer match the new files, so the half-done asset counts as changed,
+never as current.
 """
 
 from __future__ import annotations
@@ -64,12 +69,15 @@ def data_version(outputs: Mapping[str, str]) -> str:
 
 
 def write_record(store: Store, asset: str, outputs: Iterable[str] | Mapping[str, str],
-                 inputs: Mapping[str, str]) -> dict:
-    """Hash `outputs` (keys, or keys with their known sha256) and record them with the input versions."""
+                 inputs: Mapping[str, str], code_version: Optional[str] = None) -> dict:
+    """Hash `outputs` (keys, or keys with their known sha256) and record them with the input versions
+    and the code_version they were computed under (None: a record of no asset, e.g. a check's)."""
     if not isinstance(outputs, Mapping):
         outputs = {k: store.sha256(k) for k in outputs}
     rec = {"format": FORMAT, "asset": asset, "outputs": dict(sorted(outputs.items())),
            "data_version": data_version(outputs), "inputs": dict(sorted(inputs.items()))}
+    if code_version is not None:
+        rec["code_version"] = code_version
     store.write_text(record_key(asset), json.dumps(rec, indent=1, sort_keys=True))
     return rec
 
@@ -88,11 +96,14 @@ def _short(v: Any) -> str:
     return str(v)[:12]
 
 
-def verify_inputs(store: Store, consumer: str, inputs: Iterable[str], *, hash_files: bool = True) -> dict[str, str]:
+def verify_inputs(store: Store, consumer: str, inputs: Iterable[str], *, hash_files: bool = True,
+                  code_versions: Optional[Mapping[str, str]] = None) -> dict[str, str]:
     """The current data version of each input, once every input and its upstream chain is consistent.
 
     Raises `StaleInputError` naming each stale asset and what to re-materialise. `hash_files=False`
     trusts the direct inputs' records for their files (for callers that re-hash them anyway).
+    `code_versions`: the current code_version of each asset; every record reached whose name is in it
+    must carry exactly that one (names not in it, e.g. a check's record, are not versioned).
     """
     inputs = list(dict.fromkeys(inputs))
     records: dict[str, Optional[dict]] = {}
@@ -120,7 +131,8 @@ def verify_inputs(store: Store, consumer: str, inputs: Iterable[str], *, hash_fi
                     problems.append(f"{name}: {key} {what} (changed since {name} was materialised)")
                     stale.add(name)
                     break
-    # Walk upstream: every recorded input version must be the input's current version.
+    # Walk upstream: every recorded input version must be the input's current version, and every
+    # record's code_version the one its asset has now.
     edges: dict[str, list[str]] = {}
     todo, seen = [n for n in inputs if rec(n) is not None], set()
     while todo:
@@ -129,6 +141,14 @@ def verify_inputs(store: Store, consumer: str, inputs: Iterable[str], *, hash_fi
             continue
         seen.add(name)
         edges[name] = []
+        if code_versions is not None and name in code_versions:
+            want, got = code_versions[name], rec(name).get("code_version")
+            if got != want:
+                problems.append(
+                    f"{name} was materialised under another config or code: recorded code_version "
+                    f"{got if got is not None else 'none (a record written by older code)'}, current {want}; "
+                    f"re-materialise {name} with the current config")
+                stale.add(name)
         for up, version in rec(name)["inputs"].items():
             edges[name].append(up)
             cur = rec(up)

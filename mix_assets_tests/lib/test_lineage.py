@@ -73,3 +73,38 @@ def test_record_of_another_asset_is_refused(chain):
     chain.write_text(lineage.record_key("keys"), chain.read_text(lineage.record_key("raw")))
     with pytest.raises(ValueError, match="not a lineage record of keys"):
         lineage.verify_inputs(chain, "masks", ["keys"])
+
+
+def test_record_of_another_code_version_is_refused(tmp_path):
+    """Each record carries its asset's code_version; a consumer refuses one whose version is not the current
+    one (another config or code), anywhere upstream, and names it with what to redo, upstream first."""
+    st = Storage(str(tmp_path / "root"))
+    st.write_bytes("raw/x", b"docs")
+    lineage.write_record(st, "raw", ["raw/x"], {}, "r1")
+    keys = lineage.verify_inputs(st, "keys", ["raw"], code_versions={"raw": "r1"})
+    st.write_bytes("keys/x", b"keys")
+    lineage.write_record(st, "keys", ["keys/x"], keys, "k1")
+    assert lineage.read_record(st, "keys")["code_version"] == "k1"
+    now = {"raw": "r1", "keys": "k1"}
+    got = lineage.verify_inputs(st, "split", ["keys"], code_versions=now)
+    assert got == {"keys": lineage.read_record(st, "keys")["data_version"]}
+    with pytest.raises(lineage.StaleInputError) as e:
+        lineage.verify_inputs(st, "split", ["keys"], code_versions={**now, "raw": "r2"})  # raw's config edited
+    msg = str(e.value)
+    assert "raw was materialised under another config or code: recorded code_version r1, current r2" in msg
+    assert e.value.rematerialise == ["raw", "keys"]
+    with pytest.raises(lineage.StaleInputError, match="keys was materialised under another config or code"):
+        lineage.verify_inputs(st, "split", ["keys"], code_versions={**now, "keys": "k2"})
+    # names the consumer has no version for (a check's record) are not versioned
+    lineage.verify_inputs(st, "split", ["keys"], code_versions={"keys": "k1"})
+
+
+def test_record_without_code_version_counts_as_another(tmp_path):
+    st = Storage(str(tmp_path / "root"))
+    build(st, "raw", b"docs", [])  # written as older code did: no code_version
+    assert "code_version" not in lineage.read_record(st, "raw")
+    lineage.verify_inputs(st, "keys", ["raw"])  # without versions: as before
+    with pytest.raises(lineage.StaleInputError) as e:
+        lineage.verify_inputs(st, "keys", ["raw"], code_versions={"raw": "r1"})
+    assert "recorded code_version none (a record written by older code), current r1" in str(e.value)
+    assert e.value.rematerialise == ["raw"]
