@@ -216,7 +216,27 @@ def _not_grpc(sock: socket.socket, deadline: float) -> Optional[str]:
     return "closed the connection without a word" if closed else "sent nothing"
 
 
+# address -> (time.monotonic() of the failure, its error): Dagster initialises the engine resource again
+# in the same process after a run fails at resource init, and each init would wait out the deadline again.
+_UNREACHABLE: dict[str, tuple[float, Exception]] = {}
+
+
 def check_reachable(engine: Engine, sleep: Callable[[float], None] = time.sleep) -> None:
+    """`_check_reachable`, failing at once (same error) when this process found the address unreachable
+    less than `connect_timeout_s` ago."""
+    seen = _UNREACHABLE.get(engine.address or "")
+    if seen is not None and time.monotonic() - seen[0] < engine.connect_timeout_s:
+        ago = time.monotonic() - seen[0]
+        raise type(seen[1])(f"{seen[1]} (found {ago:.0f} s ago in this process; not waiting again)")
+    try:
+        _check_reachable(engine, sleep)
+    except (ConnectionError, NotRayError) as e:
+        _UNREACHABLE[engine.address or ""] = (time.monotonic(), e)
+        raise
+    _UNREACHABLE.pop(engine.address or "", None)
+
+
+def _check_reachable(engine: Engine, sleep: Callable[[float], None] = time.sleep) -> None:
     """Fail within `engine.connect_timeout_s` unless Ray answers at the address.
 
     `ray.init` on an address nobody listens at, or where something other than Ray listens (the

@@ -154,6 +154,25 @@ def test_check_reachable_waits_for_the_deadline_then_names_the_address():
     eng.check_reachable(eng.Engine(kind="ray"))  # a new local instance: nothing to reach
 
 
+def test_an_address_found_unreachable_fails_at_once_within_its_deadline():
+    # Dagster initialises the engine resource a second time in the process after a run failed at its
+    # init (seen through `dagster job execute`): the second check must not wait the deadline out again.
+    with _listener(SETTINGS_FRAME) as port:
+        pass
+    e = eng.Engine(kind="ray", address=f"127.0.0.1:{port}", connect_timeout_s=1.5)
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionError, match="nothing answered"):
+        eng.check_reachable(e)
+    t1 = time.monotonic()
+    with pytest.raises(ConnectionError, match=rf"nothing answered at 127.0.0.1:{port}.*not waiting again"):
+        eng.check_reachable(e)
+    assert t1 - t0 >= 1.5 and time.monotonic() - t1 < 0.5
+    time.sleep(1.6)  # past the deadline the address is tried again (a cluster may have come up)
+    with pytest.raises(ConnectionError) as again:
+        eng.check_reachable(e)
+    assert "not waiting again" not in str(again.value)
+
+
 @lru_cache(maxsize=None)
 def _corpus():
     model = gc.MarkovModel.from_files(sorted((FIXTURE / "sources").glob("*/*.txt")), order=1)
