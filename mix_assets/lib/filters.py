@@ -634,14 +634,26 @@ def _repeated_elements(lists: pl.Series) -> dict:
             "chars": np.bincount(d, weights=flat.str.len_chars().to_numpy()[rep], minlength=len(n))}
 
 
-def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFilter) -> tuple[pl.DataFrame, int, float]:
+def _paragraphs_and_lines(text: pl.Series) -> tuple[pl.Series, dict, dict]:
+    """(characters per document, `_repeated_elements` of its paragraphs, of its lines)."""
     t = pl.col("text")
     parts = pl.DataFrame({"text": text}).select(
         n=t.str.len_chars(),
         paras=t.str.strip_chars().str.replace_all(r"\n{2,}", _SEP).str.split(_SEP),
         lines=t.str.replace_all(r"\n+", "\n").str.split("\n"))
-    p, ln = _repeated_elements(parts["paras"]), _repeated_elements(parts["lines"])
-    st = pl.DataFrame({"n": parts["n"], "p_frac": p["rep"] / np.maximum(p["n"], 1), "p_chars": p["chars"],
+    return parts["n"], _repeated_elements(parts["paras"]), _repeated_elements(parts["lines"])
+
+
+def _token_ngrams(toks: pl.Series, ndoc: int) -> tuple[np.ndarray, _NGrams]:
+    """(document of every token, the tokens' `_NGrams`) over the exploded token lists."""
+    flat = toks.explode().drop_nulls()  # tokens are never null; an empty list may explode to one
+    doc = np.repeat(np.arange(ndoc, dtype=np.uint64), toks.list.len().fill_null(0).to_numpy())
+    return doc, _NGrams(doc, flat.hash().to_numpy(), flat.str.len_chars().to_numpy().astype(np.int64))
+
+
+def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFilter) -> tuple[pl.DataFrame, int, float]:
+    chars, p, ln = _paragraphs_and_lines(text)
+    st = pl.DataFrame({"n": chars, "p_frac": p["rep"] / np.maximum(p["n"], 1), "p_chars": p["chars"],
                        "l_frac": ln["rep"] / np.maximum(ln["n"], 1), "l_chars": ln["chars"]})
     c, n = pl.col, pl.col("n")
     out = st.select(
@@ -651,10 +663,8 @@ def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFi
         _gt(c("l_frac"), cfg.dup_line_frac).alias("gopher_repetition:dup_line_frac"),
         _gt(_ratio(c("l_chars"), n), cfg.dup_line_char_frac).alias("gopher_repetition:dup_line_char_frac"),
     )
-    ndoc, lens = len(st), st["n"].to_numpy()
-    flat = toks.explode().drop_nulls()  # tokens are never null; an empty list may explode to one
-    doc = np.repeat(np.arange(ndoc, dtype=np.uint64), toks.list.len().fill_null(0).to_numpy())
-    grams = _NGrams(doc, flat.hash().to_numpy(), flat.str.len_chars().to_numpy().astype(np.int64))
+    lens = st["n"].to_numpy()
+    doc, grams = _token_ngrams(toks, len(st))
     cap, cap_n = None, None  # the counts' bound of the last size, for the larger sizes after it
     for k, thr in cfg.top_n_grams:
         rows, key, chars = grams.grow(k)
@@ -672,22 +682,15 @@ def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFi
 def _repetition_values(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFilter) -> pl.DataFrame:
     """The figures `_gopher_repetition`'s rules compare with their thresholds, per document (exact: every
     document's n-grams counted and scanned; for the few documents the UI explains, not the bulk pass)."""
-    t = pl.col("text")
-    parts = pl.DataFrame({"text": text}).select(
-        n=t.str.len_chars(),
-        paras=t.str.strip_chars().str.replace_all(r"\n{2,}", _SEP).str.split(_SEP),
-        lines=t.str.replace_all(r"\n+", "\n").str.split("\n"))
-    p, ln = _repeated_elements(parts["paras"]), _repeated_elements(parts["lines"])
-    lens = parts["n"].to_numpy()
+    chars, p, ln = _paragraphs_and_lines(text)
+    lens = chars.to_numpy()
     per = np.maximum(lens, 1)
     cols = {"gopher_repetition:empty": [None] * len(lens),
             "gopher_repetition:dup_para_frac": p["rep"] / np.maximum(p["n"], 1),
             "gopher_repetition:dup_para_char_frac": p["chars"] / per,
             "gopher_repetition:dup_line_frac": ln["rep"] / np.maximum(ln["n"], 1),
             "gopher_repetition:dup_line_char_frac": ln["chars"] / per}
-    flat = toks.explode().drop_nulls()
-    doc = np.repeat(np.arange(len(lens), dtype=np.uint64), toks.list.len().fill_null(0).to_numpy())
-    grams = _NGrams(doc, flat.hash().to_numpy(), flat.str.len_chars().to_numpy().astype(np.int64))
+    doc, grams = _token_ngrams(toks, len(lens))
     for k, _ in cfg.top_n_grams:
         rows, key, chars = grams.grow(k)
         cols[f"gopher_repetition:top_{k}_gram"] = _top_ngram_chars(key, doc[rows].astype(np.int64), chars, k,

@@ -180,6 +180,11 @@ def s3_missing(err: BaseException) -> bool:
     return s3_error_code(err) in {"404", "NoSuchKey", "NotFound"}
 
 
+def s3_condition_failed(err: BaseException) -> bool:
+    """A conditional request (If-Match, If-None-Match, CopySourceIfMatch) whose condition did not hold."""
+    return s3_error_code(err) in {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
+
+
 # -- the protocol --------------------------------------------------------------------------------------------
 class Location:
     """A root holding objects under relative keys. Subclasses: LocalLocation, S3Location, HubLocation."""
@@ -577,7 +582,7 @@ class S3Location(Location):
             with ThreadPoolExecutor(PARTS_IN_FLIGHT) as pool:
                 while data := f.read(PART):
                     h.update(data)
-                    cs = base64.b64encode(hashlib.sha256(data).digest()).decode("ascii")
+                    cs = _b64(hashlib.sha256(data).hexdigest())
                     part = {"PartNumber": len(parts) + 1, "ChecksumSHA256": cs}
                     parts.append(part)
                     inflight.append((part, pool.submit(self.client.upload_part, Bucket=self.bucket, Key=k,
@@ -606,10 +611,9 @@ class S3Location(Location):
                                    Metadata={"sha256": hashlib.sha256(data).hexdigest()}, IfNoneMatch="*")
             return True
         except Exception as e:
-            code = s3_error_code(e)
-            if code in {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}:
+            if s3_condition_failed(e):
                 return False
-            if code in {"NotImplemented", "501"}:  # a server without conditional PUT: check, then put
+            if s3_error_code(e) in {"NotImplemented", "501"}:  # a server without conditional PUT: check, then put
                 if self.stat(key) is not None:
                     return False
                 self.put_bytes(key, data)
@@ -632,23 +636,28 @@ class S3Location(Location):
                              ExtraArgs={"Metadata": {"sha256": sha256}, "MetadataDirective": "REPLACE",
                                         **({"CopySourceIfMatch": src_version} if src_version else {})})
         except Exception as e:
-            code = s3_error_code(e)
-            if code in {"PreconditionFailed", "412"}:
+            if s3_condition_failed(e):
                 raise IntegrityError(f"{self.uri(key)}: refusing to store it: {src.uri(src_key)} changed after "
                                      f"its bytes were checked against sha256 {sha256} (another run rewrote it?)"
                                      ) from None
-            if code in {"AccessDenied", "403", "NotImplemented", "501"}:
+            if s3_error_code(e) in {"AccessDenied", "403", "NotImplemented", "501"}:
                 return False  # this identity cannot read the source: the caller uploads instead
             raise
         return True
 
-    def digest_versioned(self, key):
+    def _get_object(self, key: str) -> dict | None:
+        """GetObject's response for `key`, or None when absent."""
         try:
-            got = self.client.get_object(Bucket=self.bucket, Key=self.key(key))
+            return self.client.get_object(Bucket=self.bucket, Key=self.key(key))
         except Exception as e:
             if s3_missing(e):
                 return None
             raise
+
+    def digest_versioned(self, key):
+        got = self._get_object(key)
+        if got is None:
+            return None
         with contextlib.closing(got["Body"]) as body:
             sha, n = sha256_stream(body)
         return n, sha, got.get("ETag")
@@ -656,12 +665,9 @@ class S3Location(Location):
     # compare-and-swap by conditional requests: SeaweedFS (4.x, as the tests run it) and AWS S3 honour
     # If-None-Match: * and If-Match on PutObject and If-Match on DeleteObject (412 when they do not hold)
     def read_versioned(self, key):
-        try:
-            got = self.client.get_object(Bucket=self.bucket, Key=self.key(key))
-        except Exception as e:
-            if s3_missing(e):
-                return None
-            raise
+        got = self._get_object(key)
+        if got is None:
+            return None
         with contextlib.closing(got["Body"]) as body:
             return body.read(), got["ETag"]
 
@@ -671,7 +677,7 @@ class S3Location(Location):
                                    Metadata={"sha256": hashlib.sha256(data).hexdigest()})
             return True
         except Exception as e:
-            if s3_error_code(e) in {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"} or s3_missing(e):
+            if s3_condition_failed(e) or s3_missing(e):
                 return False
             self._refuse_unconditional(e, key, "PutObject If-Match")
             raise
@@ -687,7 +693,7 @@ class S3Location(Location):
             self.client.delete_object(Bucket=self.bucket, Key=self.key(key), IfMatch=version)
             return True
         except Exception as e:
-            if s3_error_code(e) in {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"} or s3_missing(e):
+            if s3_condition_failed(e) or s3_missing(e):
                 return False
             self._refuse_unconditional(e, key, "DeleteObject If-Match")
             raise
