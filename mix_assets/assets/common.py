@@ -145,7 +145,7 @@ LOCK_WAIT_ENV = "MIX_LOCK_WAIT_SECONDS"  # how long a step waits for another run
 LOCK_TTL_ENV = "MIX_LOCK_TTL_SECONDS"  # a lease whose heartbeat is older than this is taken over
 
 
-def _env_seconds(name: str, default: float) -> float:
+def _env_seconds(name: str, default: float, positive: bool = False) -> float:
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -153,9 +153,8 @@ def _env_seconds(name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise dg.Failure(description=f"{name}={raw!r}: not a number of seconds", allow_retries=False) from None
-    if value < 0 or (name == LOCK_TTL_ENV and value == 0):
-        raise dg.Failure(description=f"{name}={raw!r}: must be {'> 0' if name == LOCK_TTL_ENV else '>= 0'}",
-                         allow_retries=False)
+    if value < 0 or (positive and value == 0):
+        raise dg.Failure(description=f"{name}={raw!r}: must be {'> 0' if positive else '>= 0'}", allow_retries=False)
     return value
 
 
@@ -176,7 +175,7 @@ def run_lock(context, storage: Storage, step: str) -> Iterator[runlock.Lease]:
     if not storage.is_s3:  # the lease is written like a stage's files: never through a link out of the root
         local_key_path(storage.root, runlock.LEASE_KEY)
     try:
-        with runlock.holding(storage.location, who, ttl=_env_seconds(LOCK_TTL_ENV, runlock.DEFAULT_TTL),
+        with runlock.holding(storage.location, who, ttl=_env_seconds(LOCK_TTL_ENV, runlock.DEFAULT_TTL, positive=True),
                              wait_seconds=_env_seconds(LOCK_WAIT_ENV, 0.0), log=context.log.info) as lease:
             yield lease
     except (runlock.LeaseHeld, runlock.LeaseLost) as e:

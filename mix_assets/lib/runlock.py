@@ -105,9 +105,9 @@ class Lease:
             body = {**self.body, "heartbeat_at": time.time()}
             data = _encode(body)
             if self.loc.put_if_match(self.key, data, self.version):
-                got = self.loc.read_versioned(self.key)
-                if got is not None and _decode(got[0]).get("token") == body["token"]:
-                    self.body, self.version = body, got[1]
+                version = _ours(self.loc, self.key, body["token"])
+                if version is not None:
+                    self.body, self.version = body, version
                     return True
             cur = self.loc.read_versioned(self.key)
             holder = describe(_decode(cur[0])) if cur else "nobody (the lease was deleted)"
@@ -152,6 +152,12 @@ def _decode(data: bytes) -> dict:
     return out if isinstance(out, dict) else {}
 
 
+def _ours(loc: Location, key: str, token: str) -> str | None:
+    """The lease's version when it holds `token` (this holder's write is the one there), else None."""
+    got = loc.read_versioned(key)
+    return got[1] if got is not None and _decode(got[0]).get("token") == token else None
+
+
 def owner(run_id: str, step: str) -> dict:
     """The owner record of this process's step of `run_id`."""
     return {"run_id": run_id, "step": step, "host": socket.gethostname(), "pid": os.getpid()}
@@ -171,9 +177,9 @@ def acquire(loc: Location, who: dict, *, ttl: float = DEFAULT_TTL, wait_seconds:
                 "ttl_seconds": ttl}
         data = _encode(body)
         if loc.create_if_absent(key, data):
-            got = loc.read_versioned(key)
-            if got is not None and _decode(got[0]).get("token") == body["token"]:
-                return _started(Lease(loc, key, body, got[1], ttl))
+            version = _ours(loc, key, body["token"])
+            if version is not None:
+                return _started(Lease(loc, key, body, version, ttl))
             continue  # gone or replaced at once: look again
         cur = loc.read_versioned(key)
         if cur is None:
@@ -181,10 +187,10 @@ def acquire(loc: Location, who: dict, *, ttl: float = DEFAULT_TTL, wait_seconds:
         held = _decode(cur[0])
         if is_stale(held, now):
             if loc.put_if_match(key, data, cur[1]):
-                got = loc.read_versioned(key)
-                if got is not None and _decode(got[0]).get("token") == body["token"]:
+                version = _ours(loc, key, body["token"])
+                if version is not None:
                     log(f"{loc.uri(key)}: took over a stale lease of {describe(held, now)}")
-                    return _started(Lease(loc, key, body, got[1], ttl))
+                    return _started(Lease(loc, key, body, version, ttl))
             continue  # another run took it over first: look again
         if time.monotonic() >= deadline:
             how = f"after waiting {wait_seconds:.0f} s" if waited else "and this run does not wait"
