@@ -51,3 +51,15 @@ def test_the_body_counter_sees_a_fat_body(tmp_path):
     src = "import dagster as dg\n@dg.asset\ndef a():\n" + "    x = 1\n" * 41
     (fn,) = decorated_functions(ast.parse(src))
     assert _body_lines(fn) == 41
+
+
+def test_every_step_that_returns_a_gate_is_gated():
+    """A step whose result goes through `gate()` must be `@gated`, or a failed gate fails its run with
+    Dagster's generic message instead of the summary (which gate, why, held back, still published)."""
+    missing = []
+    for p in sorted((PACKAGE / "assets").glob("*.py")):
+        for fn in decorated_functions(ast.parse(p.read_text())):
+            calls = {_decorator_name(n) for n in ast.walk(fn) if isinstance(n, ast.Call)}
+            if "gate" in calls and "gated" not in {_decorator_name(d) for d in fn.decorator_list}:
+                missing.append(f"{p.name}:{fn.name}")
+    assert not missing, missing
