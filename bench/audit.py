@@ -144,7 +144,7 @@ def child_ours(threads: int) -> dict:
     sys.path.insert(0, str(REPO))
     import pyarrow as pa
 
-    from mix_assets.lib import contamination as ct
+    from mix_assets.stages.audit import contamination as ct
 
     docs, items = _load(None)
     t0 = time.perf_counter()

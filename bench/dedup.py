@@ -189,7 +189,7 @@ def _py_shingles(text: str) -> set[str]:
 
 # -- tools ------------------------------------------------------------------------------------------
 def sig_tool(name: str, texts: list[str]) -> dict:
-    from mix_assets.lib import minhash as mh
+    from mix_assets.stages.dedup import minhash as mh
 
     if name.startswith("ours"):
         threads = 2 if name.endswith("T2") else 1
@@ -252,7 +252,7 @@ def _replicated(sig: np.ndarray, keys: list[str], replicas: int):
 
 
 def cluster_tool(name: str, sig_file: str, replicas: int) -> dict:
-    from mix_assets.lib import lsh
+    from mix_assets.stages.dedup import lsh
 
     z = np.load(sig_file, allow_pickle=False)
     sig, keys = _replicated(z["sig"], z["keys"].tolist(), replicas)
@@ -372,8 +372,8 @@ def main() -> None:
             print(json.dumps(cluster_tool(name, str(work / "sig.npz"), int(a.child[2]))))
         return
 
-    from mix_assets.lib import lsh
-    from mix_assets.lib import minhash as mh
+    from mix_assets.stages.dedup import lsh
+    from mix_assets.stages.dedup import minhash as mh
 
     work.mkdir(parents=True, exist_ok=True)
     ids, texts, dup_of = build_corpus(Path(a.data))
@@ -396,7 +396,7 @@ def main() -> None:
         dup_of=np.array(dup_of),
     )
     # Estimate quality on the planted pairs: exact shingle Jaccard vs estimate.
-    from mix_assets.lib import textkeys as tk
+    from mix_assets.core import textkeys as tk
 
     pairs = [(i, d) for i, d in enumerate(dup_of) if d >= 0]
     wl = tk.words(texts)

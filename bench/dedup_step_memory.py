@@ -39,16 +39,16 @@ CAP = 600  # bytes per added document (issue 13, Targets)
 COPY = ["raw", "dedup/signatures", "lineage", "audit"]  # what dedup_keys and its lineage read
 # (module, attribute) wrapped as a phase; attributes a code tree lacks are skipped
 PHASES = [
-    ("mix_assets.assets.dedup", "verified_inputs", "verify"),
-    ("mix_assets.lib.dedup", "sign_sources", "sign"),
-    ("mix_assets.lib.dedup", "reduce_signatures", "reduce"),
-    ("mix_assets.lib.lsh", "dedup", "lsh"),
-    ("mix_assets.lib.dedup", "write_dedup_keys", "write"),
-    ("mix_assets.assets.dedup", "write_parquet", "write"),
-    ("mix_assets.assets.dedup", "recorded", "lineage"),
-    ("mix_assets.lib.dedup", "check_clusters", "check"),
-    ("mix_assets.lib.dedup", "check_clusters_file", "check"),
-    ("mix_assets.metadata", "dedup_keys", "metadata"),
+    ("mix_assets.stages.dedup.assets", "verified_inputs", "verify"),
+    ("mix_assets.stages.dedup.dedup", "sign_sources", "sign"),
+    ("mix_assets.stages.dedup.dedup", "reduce_signatures", "reduce"),
+    ("mix_assets.stages.dedup.lsh", "dedup", "lsh"),
+    ("mix_assets.stages.dedup.dedup", "write_dedup_keys", "write"),
+    ("mix_assets.stages.dedup.assets", "write_parquet", "write"),
+    ("mix_assets.stages.dedup.assets", "recorded", "lineage"),
+    ("mix_assets.stages.dedup.dedup", "check_clusters", "check"),
+    ("mix_assets.stages.dedup.dedup", "check_clusters_file", "check"),
+    ("mix_assets.console.metadata", "dedup_keys", "metadata"),
 ]
 ORDER = ["verify", "sign", "lsh", "reduce", "write", "lineage", "check", "metadata", "dagster"]
 
@@ -98,7 +98,7 @@ def child(cfg: Path) -> dict:
                        raise_on_error=False)
     secs = time.perf_counter() - t0
     ph._close("dagster")
-    from mix_assets.lib import layout
+    from mix_assets.core import layout
 
     root = Path(spec.storage.root)
     sha = hashlib.sha256((root / layout.DEDUP_KEYS).read_bytes()).hexdigest()

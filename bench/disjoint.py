@@ -1,8 +1,8 @@
-"""`val_disjoint_from_train`'s near-dup scan (lib/split.cross_split_near_dups) alone, on generated prose.
+"""`val_disjoint_from_train`'s near-dup scan (stages/split/split.cross_split_near_dups) alone, on generated prose.
 
     .venv/bin/python bench/disjoint.py --mb 25 100 [--folder /tmp/disjoint-bench] [--val 0.02] [--sign-here]
 
-Corpus: lib/gen_corpus.generate_bytes (order-2 Markov prose over the shared books, 10 % planted
+Corpus: ../mix_assets_tests/support/gen_corpus.generate_bytes (order-2 Markov prose over the shared books, 10 % planted
 near-copies at true Jaccard 0.80-0.85), spread over 3 sources as raw parquet files (doc_id, source,
 text, n_bytes), cached per size in --folder. Split: each document its own cluster, val when
 hash(seed, doc_id) < --val, so planted pairs straddle the split as often as chance allows (the scan
@@ -30,8 +30,8 @@ def build(folder: Path, mb: int, val: float) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from mix_assets.lib import gen_corpus as gc
-    from mix_assets.lib.split import assign_split
+    from mix_assets_tests.support import gen_corpus as gc
+    from mix_assets.stages.split.split import assign_split
     from mix_assets_tests.support.shared_data import FIXTURE, find_shared_data
 
     out = folder / f"{mb}mb"
@@ -61,7 +61,7 @@ def build(folder: Path, mb: int, val: float) -> Path:
 
 def sign(out: Path) -> float:
     """Signature files of the sources under out/signatures (what dedup_keys' map stores); seconds taken."""
-    from mix_assets.lib.split import sign_raw
+    from mix_assets.stages.split.split import sign_raw
 
     (out / "signatures").mkdir(exist_ok=True)
     t = time.perf_counter()
@@ -81,7 +81,7 @@ def measure(out: Path, sign_here: bool) -> dict:
 
     import pyarrow.parquet as pq
 
-    from mix_assets.lib.split import cross_split_near_dups
+    from mix_assets.stages.split.split import cross_split_near_dups
 
     split = pq.read_table(out / "split.parquet")
     sigs = None if sign_here else {s: str(out / "signatures" / f"{s}.parquet") for s in SOURCES}

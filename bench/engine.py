@@ -2,7 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python bench/engine.py [--mb 50] [--data ../shared/data] [--out /tmp/bench-engine] [--chunk-rows 2048]
 
-Corpus: `lib/gen_corpus.py` prose (order-2 Markov chain trained on `<data>/sources/*/*.txt`, seed 0,
+Corpus: `../mix_assets_tests/support/gen_corpus.py` prose (order-2 Markov chain trained on `<data>/sources/*/*.txt`, seed 0,
 10 % planted near-copies at Jaccard 0.80-0.85), about `--mb` MB of text dealt round-robin into two
 sources' raw parquet (doc_id, text, n_chars; row groups of 2,048 rows). Written once, reused.
 
@@ -31,7 +31,7 @@ def make_corpus(data: Path, out: Path, mb: float) -> dict[str, str]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from mix_assets.lib import gen_corpus as gc
+    from mix_assets_tests.support import gen_corpus as gc
 
     paths = {s: str(out / f"{s}.parquet") for s in ("src0", "src1")}
     if all(Path(p).exists() for p in paths.values()):
@@ -47,8 +47,9 @@ def make_corpus(data: Path, out: Path, mb: float) -> dict[str, str]:
 
 def one(paths: dict, kind: str, cpus: int, out: Path, chunk_rows: int) -> dict:
     """A single configuration (run in its own process)."""
-    from mix_assets.lib import dedup, engine, layout, tables
-    from mix_assets.lib.storage import Storage
+    from mix_assets.stages.dedup import dedup
+    from mix_assets.core import engine, layout, tables
+    from mix_assets.core.storage import Storage
 
     eng = engine.Engine(kind=kind, num_cpus=cpus, chunk_rows=chunk_rows)
     t0 = time.monotonic()

@@ -1,7 +1,7 @@
-"""Benchmark: the heuristic quality filters (lib/filters.py) beside datatrove's, same documents, same run.
+"""Benchmark: the heuristic quality filters (stages/filters/filters.py) beside datatrove's, same documents, same run.
 
 Corpus: the shared prose (every text file under ../shared/data/sources, paragraphs grouped into ~3 KB
-documents, hard-wrapped lines kept) plus generated prose (lib/gen_corpus.py, a Markov chain trained on
+documents, hard-wrapped lines kept) plus generated prose (../mix_assets_tests/support/gen_corpus.py, a Markov chain trained on
 the same files); a seeded share of the documents is made web-like so that every rule fires somewhere:
 navigation lines, cookie / terms footers, bullet lists, repeated lines, "Read more..." lines, hashtags,
 citations, JavaScript notices, lorem ipsum, code with braces, and very short documents.
@@ -93,7 +93,7 @@ def _webify(doc: str, rng: random.Random) -> str:
 
 def build_corpus(quick: bool, web_share: float, seed: int = 0) -> tuple[list[str], list[str]]:
     sys.path.insert(0, str(REPO))
-    from mix_assets.lib.gen_corpus import MarkovModel, generate_bytes
+    from mix_assets_tests.support.gen_corpus import MarkovModel, generate_bytes
     from mix_assets_tests.support.shared_data import find_shared_data
 
     shared = find_shared_data() or REPO.parent / "shared" / "data"
@@ -123,7 +123,7 @@ def child_ours(path: Path) -> dict:
     sys.path.insert(0, str(REPO))
     import pyarrow as pa
 
-    from mix_assets.lib.filters import FilterConfig, apply_filters
+    from mix_assets.stages.filters.filters import FilterConfig, apply_filters
 
     texts = pa.array([json.loads(x) for x in path.read_text().splitlines()], pa.large_string())
     out = {}

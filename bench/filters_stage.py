@@ -6,7 +6,7 @@
     ... bench/filters_stage.py --sizes 40 --workers 1 2 --compare e482587 --repeats 2 \
         --out bench/results/filters_stage_compare.md
 
-Corpus: lib/gen_corpus.py (order-2 Markov prose over the shared books, 10 % planted near-copies, as
+Corpus: ../mix_assets_tests/support/gen_corpus.py (order-2 Markov prose over the shared books, 10 % planted near-copies, as
 bench/graph.py and bench/raw_source.py make it), about `--sizes` MB of UTF-8 text, stripped as
 raw/<source> strips it, written as one source's documents parquet (doc_id, text, n_chars, n_bytes:
 the columns the stage reads) in row groups of at most 8 MiB of text, as raw/<source> writes them (a map
@@ -70,8 +70,8 @@ def child_gen(mb: int, folder: Path) -> None:
     import yaml
 
     corpus = generate(mb)  # bench/raw_source.py's corpus of the same size
-    from mix_assets.lib import tokenizer as tk
-    from mix_assets.lib.sources import ROW_GROUP_BYTES
+    from mix_assets.stages.tokens import tokenizer as tk
+    from mix_assets.stages.sources.sources import ROW_GROUP_BYTES
 
     texts = [t.strip() for t in corpus.texts]
     nb = np.array([len(t.encode()) for t in texts], np.int64)
@@ -107,9 +107,9 @@ def child_filters(folder: Path, workers: int, store: str = "storage") -> dict:
     import shutil
 
     from mix_assets.config import load_spec
-    from mix_assets.lib import docfilters as lib
-    from mix_assets.lib import engine
-    from mix_assets.lib.storage import Storage
+    from mix_assets.stages.filters import docfilters as lib
+    from mix_assets.core import engine
+    from mix_assets.core.storage import Storage
 
     spec = load_spec(folder / "mix.yaml")
     shutil.rmtree(folder / store, ignore_errors=True)  # no reuse of a previous run's decisions

@@ -21,8 +21,8 @@ code at REV (`git archive`) beside this checkout's, each repeat in two fresh pro
 interleaved (the order alternating); per run wall and CPU seconds of `write_contamination_report`
 alone, then the medians and new / old. Checked: the report, the contaminated and fuzzy-matched docs
 and the fuzzy report are the same bytes, and the signature files the same rows and columns (their
-metadata records a hash of the signing code's source, which any edit of lib/textkeys.py or
-lib/minhash.py changes: the data must not change).
+metadata records a hash of the signing code's source, which any edit of core/textkeys.py or
+stages/dedup/minhash.py changes: the data must not change).
 
     PYTHONPATH=. .venv/bin/python bench/fused_scan.py --run <graph run folder> --old main --repeats 3
 """
@@ -45,7 +45,9 @@ def _timed(fn) -> tuple[object, float, float]:
 
 def one(storage, spec, eng, fused: bool) -> tuple[dict, dict]:
     """{step: (wall s, cpu s)} and {file: sha256} of one way of running the two steps."""
-    from mix_assets.lib import audit, dedup, layout, tables
+    from mix_assets.stages.audit import audit
+    from mix_assets.stages.dedup import dedup
+    from mix_assets.core import layout, tables
 
     names = [s.name for s in spec.sources]
     for n in names:
@@ -77,10 +79,12 @@ def measure(run: Path, cpus: int) -> dict:
     import pyarrow.parquet as pq
 
     c0 = time.process_time()
-    from mix_assets.lib import audit, dedup, engine, layout
+    from mix_assets.stages.audit import audit
+    from mix_assets.stages.dedup import dedup
+    from mix_assets.core import engine, layout
     import_cpu = time.process_time() - c0
     from mix_assets.config import load_spec
-    from mix_assets.lib.storage import Storage
+    from mix_assets.core.storage import Storage
 
     spec = load_spec(run / "mix.yaml")
     names = [s.name for s in spec.sources]
@@ -158,8 +162,8 @@ def main() -> None:
         return
 
     from mix_assets.config import load_spec
-    from mix_assets.lib import engine
-    from mix_assets.lib.storage import Storage
+    from mix_assets.core import engine
+    from mix_assets.core.storage import Storage
 
     spec = load_spec(a.run / "mix.yaml")
     eng = engine.Engine(num_cpus=a.cpus)

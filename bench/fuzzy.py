@@ -1,4 +1,4 @@
-"""The fuzzy contamination advisory (lib/fuzzy.py) on planted edits and on clean prose.
+"""The fuzzy contamination advisory (stages/audit/fuzzy.py) on planted edits and on clean prose.
 
     .venv/bin/python bench/fuzzy.py [--shingles 2 3] [--per-task 300] [--clean-mb 5] [--mb 50]
 
@@ -6,8 +6,8 @@ Eval items: the non-test splits of the five shared eval tasks (configs/shared-sa
 in-repo fixture's when the shared data folder is absent). Recall: --per-task items of >= 8 words per
 task, each with 1 (then 2) words replaced by a word drawn from the generated prose's vocabulary, at
 uniformly drawn distinct positions, planted at a random word boundary of a generated document
-(lib/gen_corpus, order-2 Markov prose over the shared books); found = that document is matched to
-that task. The same planted documents go through the exact 13-gram scan (lib/contamination.py).
+(../mix_assets_tests/support/gen_corpus, order-2 Markov prose over the shared books); found = that document is matched to
+that task. The same planted documents go through the exact 13-gram scan (stages/audit/contamination.py).
 False positives: generated documents without plants (--clean-mb of text) matched to any item.
 Seconds: index build, and the scan of --mb of generated prose (one process, one thread).
 """
@@ -28,8 +28,8 @@ sys.path.insert(0, str(REPO))
 def main() -> None:
     import pyarrow as pa
 
-    from mix_assets.lib import contamination as ct
-    from mix_assets.lib import fuzzy
+    from mix_assets.stages.audit import contamination as ct
+    from mix_assets.stages.audit import fuzzy
     from mix_assets_tests.support.fuzzy_plants import eval_items, exact_found, found, plant, prose
 
     ap = argparse.ArgumentParser()

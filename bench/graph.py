@@ -3,7 +3,7 @@
     PYTHONPATH=$PWD MIX_SHARED_DATA=/work/shared/data .venv/bin/python bench/graph.py --sizes 100 400
     ... bench/graph.py --quick   # a 1 MB corpus, all four runs, report in bench/out/graph/quick.md
 
-Corpus: lib/gen_corpus.py (as bench/recall.py uses it), an order-2 word Markov chain over the shared
+Corpus: ../mix_assets_tests/support/gen_corpus.py (as bench/recall.py uses it), an order-2 word Markov chain over the shared
 books (Gutenberg, Sherlock Holmes, Botchan, State of the Union; the fixture's when the shared data
 is absent), log-normal lengths (median 330 words), 10 % of the documents with one planted near-copy
 at a true 5-word-shingle Jaccard drawn from [0.80, 0.85]; about `--sizes` MB of UTF-8 text spread
@@ -153,7 +153,7 @@ def eval_tasks(evals: Path) -> list[dict]:
 def child_gen(mb: int, folder: Path, seed: int, bpt: float, filters: bool = False, vocab: int = 4096) -> dict:
     import yaml
 
-    from mix_assets.lib import gen_corpus as gc
+    from mix_assets_tests.support import gen_corpus as gc
 
     data = shared_data()
     books = sorted(p for n in ("gutenberg", "sherlock_holmes", "botchan", "nltk_state_union")
@@ -404,7 +404,7 @@ def first_step_error(result) -> dict | None:
 
 
 def _storage(spec):
-    from mix_assets.lib.storage import Storage
+    from mix_assets.core.storage import Storage
 
     return Storage(spec.resolve(spec.storage.root))
 
@@ -413,7 +413,7 @@ def planted_recall(cfg: Path, spec) -> dict | None:
     """Planted pairs whose two documents both survived raw sampling: how many share a dedup cluster."""
     import pyarrow.parquet as pq
 
-    from mix_assets.lib import layout
+    from mix_assets.core import layout
 
     st = _storage(spec)
     kp = Path(st.local_path(layout.DEDUP_KEYS))
@@ -434,7 +434,7 @@ def planted_recall(cfg: Path, spec) -> dict | None:
 
 
 def shard_stats(spec) -> dict | None:
-    from mix_assets.lib import layout
+    from mix_assets.core import layout
 
     p = Path(_storage(spec).local_path(layout.SHARD_STATS))
     if not p.exists():
@@ -454,7 +454,7 @@ def outputs(spec) -> dict:
 
     import pyarrow.parquet as pq
 
-    from mix_assets.lib import layout
+    from mix_assets.core import layout
 
     st = _storage(spec)
     m, k = Path(st.local_path(layout.MANIFEST)), Path(st.local_path(layout.DEDUP_KEYS))
@@ -469,7 +469,7 @@ def child_encode(cfg: Path) -> dict:
     from tokenizers import Tokenizer
 
     from mix_assets.config import load_spec
-    from mix_assets.lib import layout
+    from mix_assets.core import layout
 
     spec = load_spec(cfg)
     tok = Path(_storage(spec).local_path(layout.TOKENIZER_FILE))

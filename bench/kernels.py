@@ -1,5 +1,5 @@
-"""Benchmark: the shared text kernels (lib/textkeys.py, lib/minhash.py, contamination's prefilter),
-the code as first written (mix_assets_tests/support/kernels_reference.py) beside the current code,
+"""Benchmark: the shared text kernels (core/textkeys.py, stages/dedup/minhash.py, contamination's prefilter),
+the code as first written (mix_assets_tests/oracles/kernels_reference.py) beside the current code,
 interleaved in the same run on the same rows; and the per-batch work of dedup_keys' signing
 (`minhash.sign_texts`, what `dedup.sign_chunk` runs on its rows) and of contamination_report's scan
 (`audit._scan_batch` over SCAN_BATCH_ROWS batches, what `audit.scan_chunk` runs, with the stored
@@ -41,7 +41,7 @@ def load_texts(path: Path, mb: float) -> list[str]:
                 if n >= mb * 1e6:
                     return out
         return out
-    from mix_assets.lib import gen_corpus
+    from mix_assets_tests.support import gen_corpus
     from mix_assets_tests.support.shared_data import find_shared_data
 
     books = sorted((find_shared_data() / "sources" / "sherlock_holmes").glob("*.txt"))
@@ -60,11 +60,11 @@ def best(fn, reps: int) -> tuple[float, object]:
 @contextlib.contextmanager
 def reference_kernels():
     """The reference kernels patched into the modules the map stages call through."""
-    from mix_assets.lib import contamination as ct
-    from mix_assets.lib import fuzzy
-    from mix_assets.lib import minhash as mh
-    from mix_assets.lib import textkeys as tk
-    from mix_assets_tests.support import kernels_reference as ref
+    from mix_assets.stages.audit import contamination as ct
+    from mix_assets.stages.audit import fuzzy
+    from mix_assets.stages.dedup import minhash as mh
+    from mix_assets.core import textkeys as tk
+    from mix_assets_tests.oracles import kernels_reference as ref
 
     saved = [(tk, n, getattr(tk, n)) for n in ("words", "word_hashes", "word_keys", "ngram_hashes", "normalise", "exact_keys")]
     saved += [(mh, n, getattr(mh, n)) for n in ("signatures_from_hashes", "shingle_sets")]
@@ -113,9 +113,11 @@ def main() -> None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from mix_assets.lib import audit, minhash as mh, textkeys as tk
-    from mix_assets.lib import contamination as ct
-    from mix_assets_tests.support import kernels_reference as ref
+    from mix_assets.stages.audit import audit
+    from mix_assets.stages.dedup import minhash as mh
+    from mix_assets.core import textkeys as tk
+    from mix_assets.stages.audit import contamination as ct
+    from mix_assets_tests.oracles import kernels_reference as ref
 
     texts = pa.array(load_texts(args.corpus, args.mb), pa.large_string())
     mb = pc.sum(pc.binary_length(texts)).as_py() / 1e6
@@ -130,7 +132,7 @@ def main() -> None:
     reg = None
     index = None
     if (args.storage / "audit").exists():
-        from mix_assets.lib.storage import Storage
+        from mix_assets.core.storage import Storage
 
         try:
             st = Storage(root=str(args.storage))
@@ -164,7 +166,7 @@ def main() -> None:
         kernels.append(("contamination._Bitmap.candidates",
                         each(lambda m, v: (bm_ref if m is ref else bm_new).candidates(v), w13s)))
     if index is not None:
-        from mix_assets.lib import fuzzy
+        from mix_assets.stages.audit import fuzzy
 
         fz = [tk.ngram_hashes(h, off, index.params.shingle) for h, off in hs]
         kernels.append(("fuzzy.candidates",
@@ -226,8 +228,10 @@ def main() -> None:
 def map_tasks(storage: Path, per_source: int) -> list[tuple]:
     """dedup.sign_chunk and audit.scan_chunk over the first chunks of every raw source, reference
     kernels vs current (each chunk run once first: the registry cache and code-point tables)."""
-    from mix_assets.lib import audit, dedup, engine
-    from mix_assets.lib.storage import Storage
+    from mix_assets.stages.audit import audit
+    from mix_assets.stages.dedup import dedup
+    from mix_assets.core import engine
+    from mix_assets.core.storage import Storage
 
     st = Storage(root=str(storage))
     reg = audit.RegistryLocation.of(st)

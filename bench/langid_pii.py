@@ -1,8 +1,8 @@
-"""Throughput of lib/langid.identify and lib/pii.scrub, and language-id accuracy on real / hand-made text.
+"""Throughput of stages/filters/langid.identify and core/pii.scrub, and language-id accuracy on real / hand-made text.
 
     .venv/bin/python bench/langid_pii.py [--mb 10] [--seed 1] [--others] [--max-chars 500,1000,2000]
 
-Corpus: lib/gen_corpus.py prose (order-2 word Markov chain over the shared books, log-normal lengths,
+Corpus: ../mix_assets_tests/support/gen_corpus.py prose (order-2 word Markov chain over the shared books, log-normal lengths,
 median ~330 words); for the scrub, one in ten documents gets an email, a public IPv4, a phone and a
 near-miss (date, ISBN, price, private IP) spliced in, so the replacement path runs.
 Accuracy: 2,000 English paragraphs (>= 200 chars) of the shared State of the Union, Sherlock Holmes
@@ -74,7 +74,7 @@ def shared_sets(data: Path, samples: dict) -> dict:
 
 
 def truncation(sets: dict, values: list[int]) -> None:
-    from mix_assets.lib import langid
+    from mix_assets.stages.filters import langid
 
     print(f"\n--max-chars: decisions on the first N characters vs the full text (load average "
           f"{os.getloadavg()[0]:.1f}); keep = top language en and score > 0.65")
@@ -149,8 +149,9 @@ def main() -> None:
     ap.add_argument("--max-chars", default="", help="comma-separated head lengths to compare with the full text")
     args = ap.parse_args()
 
-    from mix_assets.lib import gen_corpus as gc
-    from mix_assets.lib import langid, pii
+    from mix_assets_tests.support import gen_corpus as gc
+    from mix_assets.stages.filters import langid
+    from mix_assets.core import pii
     from mix_assets_tests.support.multilingual import SAMPLES
     from mix_assets_tests.support.shared_data import FIXTURE, find_shared_data
 

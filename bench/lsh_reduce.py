@@ -1,4 +1,4 @@
-"""dedup_keys' reduce (lib/dedup.reduce_signatures) over stored signature files: seconds and bytes per
+"""dedup_keys' reduce (stages/dedup/dedup.reduce_signatures) over stored signature files: seconds and bytes per
 document, the code at --old (`git archive`, main by default) beside this checkout with 1 and 2 workers.
 
     PYTHONPATH=$PWD .venv/bin/python bench/lsh_reduce.py --docs 100000 400000 [--folder /tmp/lsh-reduce]
@@ -36,8 +36,9 @@ def build(folder: Path, n: int) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from mix_assets.lib import dedup, engine
-    from mix_assets.lib.storage import Storage
+    from mix_assets.stages.dedup import dedup
+    from mix_assets.core import engine
+    from mix_assets.core.storage import Storage
 
     out = folder / f"{n}"
     if (out / "storage" / dedup.signatures_key(SOURCES[-1])).exists():
@@ -84,8 +85,9 @@ def measure(storage_root: Path, paths: dict, priorities: dict, workers: int) -> 
     import inspect
     import tempfile
 
-    from mix_assets.lib import dedup, engine, layout, tables
-    from mix_assets.lib.storage import Storage
+    from mix_assets.stages.dedup import dedup
+    from mix_assets.core import engine, layout, tables
+    from mix_assets.core.storage import Storage
 
     storage = Storage(str(storage_root))
     new = "eng" in inspect.signature(dedup.reduce_signatures).parameters

@@ -1,4 +1,4 @@
-"""lib/pii.scrub at one git revision against the working tree's, on all of the shared data's text, in one
+"""core/pii.scrub at one git revision against the working tree's, on all of the shared data's text, in one
 process: redactions per rule for each, every document whose output differs (to judge new hits), and the
 process CPU seconds of each scrub (CPU, not wall: the machine is shared), alternated over `--reps`.
 
@@ -52,7 +52,7 @@ def documents(data: Path) -> list[str]:
 
 
 def load_old(ref: str):
-    src = subprocess.run(["git", "-C", str(REPO), "show", f"{ref}:mix_assets/lib/pii.py"], check=True,
+    src = subprocess.run(["git", "-C", str(REPO), "show", f"{ref}:mix_assets/core/pii.py"], check=True,
                          capture_output=True, text=True).stdout
     path = Path(tempfile.mkdtemp()) / "pii_old.py"
     path.write_text(src)
@@ -82,7 +82,7 @@ def main() -> None:
     a = ap.parse_args()
     import pyarrow as pa
 
-    from mix_assets.lib import pii as new
+    from mix_assets.core import pii as new
 
     old = load_old(a.old)
     docs = documents(Path(a.data))

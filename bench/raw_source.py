@@ -2,7 +2,7 @@
 
     PYTHONPATH=$PWD MIX_SHARED_DATA=/work/shared/data .venv/bin/python bench/raw_source.py --sizes 50 200
 
-Corpus: lib/gen_corpus.py (order-2 Markov prose over the shared books, 10 % planted near-copies, as
+Corpus: ../mix_assets_tests/support/gen_corpus.py (order-2 Markov prose over the shared books, 10 % planted near-copies, as
 bench/graph.py makes it), about `--sizes` MB of UTF-8 text in one JSONL source. Config: one source,
 a trained tokenizer (so bytes per token is the fallback, no head read), target_tokens set so the raw
 budget is 80 % of the source's estimated tokens: the whole source is read (4 x budget is more than
@@ -14,13 +14,13 @@ checkout) first on its path, so the same corpus can be read by an older revision
 imports, before reading.
 
 `--modifiers none pii c4 pii,c4` reads the same corpus once per setting, the config given a `filters:`
-section with those text modifiers (lib/modifiers.py: PII redaction, C4 line modification), and prints
+section with those text modifiers (stages/sources/modifiers.py: PII redaction, C4 line modification), and prints
 the throughput (MB of source read per second) of each beside the others:
 
     PYTHONPATH=$PWD MIX_SHARED_DATA=/work/shared/data .venv/bin/python bench/raw_source.py --sizes 50 \
         --modifiers none pii c4 pii,c4
 
-`--compare CONFIG` reads every source of a mix config in ONE process with the old code (lib/sources.py
+`--compare CONFIG` reads every source of a mix config in ONE process with the old code (stages/sources/sources.py
 at `--old REV` (alias `--old-rev`), default main, loaded from git as a module beside the current one)
 and with this checkout's on 1 and 2 local threads (`--workers`; the old code on the same counts when
 its read_raw_source takes an engine, else once serially), interleaved `--repeats` times after an
@@ -59,9 +59,9 @@ def _status(key: str) -> float:
 
 
 def generate(mb: int):
-    """The bench corpus of about `mb` MB (lib/gen_corpus.Corpus), seeded by `mb` (also bench/filters_stage.py's)."""
+    """The bench corpus of about `mb` MB (../mix_assets_tests/support/gen_corpus.Corpus), seeded by `mb` (also bench/filters_stage.py's)."""
     sys.path.insert(0, str(REPO))
-    from mix_assets.lib import gen_corpus as gc
+    from mix_assets_tests.support import gen_corpus as gc
     from mix_assets_tests.support.shared_data import FIXTURE, find_shared_data
 
     data = find_shared_data() or FIXTURE
@@ -73,7 +73,7 @@ def generate(mb: int):
 def child_gen(mb: int, folder: Path) -> None:
     import yaml
 
-    from mix_assets.lib import gen_corpus as gc
+    from mix_assets_tests.support import gen_corpus as gc
 
     corpus = generate(mb)
     path = gc.write_jsonl_sources(corpus, folder / "corpus", ["prose"], seed=mb)["prose"]
@@ -109,14 +109,14 @@ def modifier_config(folder: Path, mods: str) -> Path:
 
 def child_read(folder: Path, config: Path, name: str = "prose", workers: int = 0, root: str = "") -> dict:
     from mix_assets.config import load_spec
-    from mix_assets.lib import sources as lib
-    from mix_assets.lib.storage import Storage
+    from mix_assets.stages.sources import sources as lib
+    from mix_assets.core.storage import Storage
 
     spec = load_spec(config)
     storage = Storage(root=root or spec.resolve(spec.storage.root))
     kw = {}
     if workers:  # the chunked reading's engine (older code has none)
-        from mix_assets.lib.engine import Engine
+        from mix_assets.core.engine import Engine
 
         kw["eng"] = Engine(num_cpus=workers)
     base = _status("VmRSS")
@@ -133,13 +133,13 @@ def child_read(folder: Path, config: Path, name: str = "prose", workers: int = 0
 
 
 def _old_sources(rev: str):
-    """lib/sources.py as of `rev`, imported as its own module (the rest of mix_assets is this checkout's)."""
+    """stages/sources/sources.py as of `rev`, imported as its own module (the rest of mix_assets is this checkout's)."""
     import types
 
-    text = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:mix_assets/lib/sources.py"], check=True,
+    text = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:mix_assets/stages/sources/sources.py"], check=True,
                           stdout=subprocess.PIPE, text=True).stdout
     mod = types.ModuleType("mix_assets.lib._sources_old")
-    mod.__file__ = f"{rev}:mix_assets/lib/sources.py"
+    mod.__file__ = f"{rev}:mix_assets/stages/sources/sources.py"
     sys.modules[mod.__name__] = mod  # dataclasses look their module up
     exec(compile(text, mod.__file__, "exec"), mod.__dict__)
     return mod
@@ -152,12 +152,12 @@ def compare(config: Path, old_rev: str, workers: list[int], repeats: int, rss: b
     import tempfile
 
     sys.path.insert(0, str(REPO))
-    from mix_assets import metadata as md
+    from mix_assets.console import metadata as md
     from mix_assets.config import load_spec
-    from mix_assets.lib import layout
-    from mix_assets.lib import sources as new
-    from mix_assets.lib.engine import Engine
-    from mix_assets.lib.storage import Storage
+    from mix_assets.core import layout
+    from mix_assets.stages.sources import sources as new
+    from mix_assets.core.engine import Engine
+    from mix_assets.core.storage import Storage
 
     spec, old = load_spec(config), _old_sources(old_rev)
     names = [s.name for s in spec.sources]
@@ -240,7 +240,7 @@ def main() -> None:
     ap.add_argument("--compare", type=Path, metavar="CONFIG",
                     help="old vs new code in one process on every source of this mix config")
     ap.add_argument("--old", "--old-rev", dest="old_rev", default="main",
-                    help="--compare: the revision of the old lib/sources.py")
+                    help="--compare: the revision of the old stages/sources/sources.py")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="--compare: local threads of the new code")
     ap.add_argument("--repeats", type=int, default=3, help="--compare: interleaved timed repeats")
     ap.add_argument("--rss", action="store_true",

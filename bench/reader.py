@@ -131,7 +131,7 @@ def side_ours(spec: dict, torch_views: bool) -> dict:
     if torch_views:
         from torch.utils.data import DataLoader
 
-        from mix_assets.torch_data import MixIterableDataset, MixMapDataset
+        from mix_assets.reader.torch_data import MixIterableDataset, MixMapDataset
 
         def open_epochs():
             ds = MixIterableDataset(spec["url"]["ours"], global_batch=B, **kw)
@@ -221,7 +221,7 @@ def run_side(name: str, spec_path: str) -> int:
         sys.path.insert(0, str(REPO))
         import mix_assets.reader  # noqa: F401
         if name == "ours_torch":
-            import mix_assets.torch_data  # noqa: F401
+            import mix_assets.reader.torch_data  # noqa: F401
     elif name == "streaming":
         streaming_base()
     else:

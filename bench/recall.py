@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/recall.py [--docs 20000] [--seed 1] [--order 2]
 
-Corpus: lib/gen_corpus.py, an order-2 word Markov chain over the shared books (Gutenberg, Sherlock
+Corpus: ../mix_assets_tests/support/gen_corpus.py, an order-2 word Markov chain over the shared books (Gutenberg, Sherlock
 Holmes, Botchan, State of the Union; the fixture's when the shared data is absent), log-normal
 lengths (median 330 words); 10 % of the documents get a near-copy at a true 5-word-shingle Jaccard
 drawn uniformly from [0.80, 0.85] (measured exactly), plus, as negative controls, `--controls` more
@@ -45,10 +45,10 @@ def main() -> None:
     ap.add_argument("--order", type=int, default=2, help="Markov order (1 for the small fixture)")
     a = ap.parse_args()
 
-    from mix_assets.lib import gen_corpus as gc
-    from mix_assets.lib import lsh
-    from mix_assets.lib import minhash as mh
-    from mix_assets.lib.dedup import DedupParams
+    from mix_assets_tests.support import gen_corpus as gc
+    from mix_assets.stages.dedup import lsh
+    from mix_assets.stages.dedup import minhash as mh
+    from mix_assets.stages.dedup.dedup import DedupParams
 
     t = time.time()
     model = gc.MarkovModel.from_files(books(), order=a.order)

@@ -3,7 +3,7 @@
     PYTHONPATH=$PWD MIX_SHARED_DATA=/work/shared/data .venv/bin/python bench/reduce_memory.py --sizes 25 100
     ... --before <git rev, default: merge-base with main>  --folder /tmp/reduce-memory  --out <report.md>
 
-Corpus per size: bench/graph.py's (lib/gen_corpus.py Markov prose over the shared books, 10 % planted
+Corpus per size: bench/graph.py's (../mix_assets_tests/support/gen_corpus.py Markov prose over the shared books, 10 % planted
 near-copies at Jaccard 0.80-0.85, four JSONL sources, its mix.yaml), kept in --folder between runs.
 The graph is materialised once per size with this checkout's code, in process, up to `manifest`
 (its upstream assets and their own checks; separate check steps such as zero_eval_overlap and
@@ -37,7 +37,7 @@ STEPS = [  # (label, asset key, check name or None)
     ("val_share_in_tolerance", "validation_split", "val_share_in_tolerance"),
     ("manifest_self_consistent", "manifest", "manifest_self_consistent"),
 ]
-WRITES = {"exclusion_masks": ["EXCLUSION_MASKS", "COMPOSITION"], "validation_split": ["VALIDATION_SPLIT"]}  # lib/layout
+WRITES = {"exclusion_masks": ["EXCLUSION_MASKS", "COMPOSITION"], "validation_split": ["VALIDATION_SPLIT"]}  # core/layout
 
 
 def _status(key: str) -> int:
@@ -97,7 +97,7 @@ def child_step(cfg: Path, label: str) -> dict:
     r = dg.materialize(assets, resources=defs.resources, instance=dg.DagsterInstance.ephemeral(), selection=sel,
                        raise_on_error=False)
     secs = time.perf_counter() - t0
-    from mix_assets.lib import layout
+    from mix_assets.core import layout
 
     root = Path(spec.storage.root)
     files = {k: hashlib.sha256((root / getattr(layout, k)).read_bytes()).hexdigest() for k in WRITES.get(label, [])}

@@ -10,7 +10,7 @@ before import; peak RSS = VmHWM of that process), tools interleaved per repetiti
 
   audit   = the full `audit_published` call, exactly as the check calls it (temporary cache dir)
   old     = the same call with the scanner as it was before the byte-table decoding
-            (mix_assets_tests/support/published_audit_ref.py, patched in): the before figure, in
+            (mix_assets_tests/oracles/published_audit_ref.py, patched in): the before figure, in
             the same run; its report must be byte-identical to `audit`'s (checked, else the run stops)
   decode  = the physical-limit reference: the same samples read through the same readers in the
             same chunks (`chunk_tokens // sample_len` samples) and `Tokenizer.decode_batch`ed whole,
@@ -130,11 +130,11 @@ def prepare(mb: int, corpus: Path, tok: Path, threads: int) -> Path:
 
 
 def build(root: Path) -> dict:
-    from mix_assets.lib import layout
-    from mix_assets.lib.manifest_builder import write_manifest
-    from mix_assets.lib.shards import build_token_shards
-    from mix_assets.lib.storage import Storage
-    from mix_assets.lib.tokenizer import build_tokenizer
+    from mix_assets.core import layout
+    from mix_assets.stages.manifest.manifest_builder import write_manifest
+    from mix_assets.stages.tokens.shards import build_token_shards
+    from mix_assets.core.storage import Storage
+    from mix_assets.stages.tokens.tokenizer import build_tokenizer
 
     spec = load_audit_spec(root)
     st = Storage(str(root))
@@ -163,10 +163,10 @@ def _spec_root(root: str):
 def audit(root: str, old: bool = False) -> dict:
     import contextlib
 
-    from mix_assets.lib import layout
-    from mix_assets.lib.published_audit import audit_published, dumps
-    from mix_assets.lib.storage import Storage
-    from mix_assets_tests.support import published_audit_ref
+    from mix_assets.core import layout
+    from mix_assets.stages.audit.published_audit import audit_published, dumps
+    from mix_assets.core.storage import Storage
+    from mix_assets_tests.oracles import published_audit_ref
 
     spec, path = _spec_root(root)
     st = Storage(str(path))
@@ -189,9 +189,9 @@ def decode(root: str, chunk_tokens: int = 1 << 20) -> dict:
     """The same samples, readers and chunks as audit_published; decode_batch of whole samples only."""
     from tokenizers import Tokenizer
 
-    from mix_assets.lib import layout
-    from mix_assets.lib.published_audit import SPLITS, TOKENIZER_FILE
-    from mix_assets.lib.storage import Storage
+    from mix_assets.core import layout
+    from mix_assets.stages.audit.published_audit import SPLITS, TOKENIZER_FILE
+    from mix_assets.core.storage import Storage
     from mix_assets.reader import open_mix
 
     st = Storage(str(_spec_root(root)[1]))
@@ -221,7 +221,7 @@ def decode(root: str, chunk_tokens: int = 1 << 20) -> dict:
 
 
 def reference(root: str) -> dict:
-    from mix_assets.lib.published_audit import load_reference
+    from mix_assets.stages.audit.published_audit import load_reference
 
     spec = _spec_root(root)[0]
     c0 = bt.cpu_s()
@@ -262,7 +262,7 @@ def main() -> None:
     ap.add_argument("--config", action="append", default=[],
                     help="audit the mix/ dir under this mix.yaml's storage root (old vs new only; repeatable)")
     ap.add_argument("--old", metavar="REV", help="old = the audit as git revision REV has it (default: this "
-                    "checkout with the scanner of mix_assets_tests/support/published_audit_ref.py)")
+                    "checkout with the scanner of mix_assets_tests/oracles/published_audit_ref.py)")
     ap.add_argument("--child", nargs=2)
     a = ap.parse_args()
     if a.child:

@@ -1,4 +1,4 @@
-"""Benchmark: token_shards (lib/shards.build_token_shards) of the code at REV beside this checkout's, and
+"""Benchmark: token_shards (stages/tokens/shards.build_token_shards) of the code at REV beside this checkout's, and
 raw `encode_batch_fast` of the same raw text (the whole-graph ratio's reference), fresh processes.
 
     PYTHONPATH=. .venv/bin/python bench/token_shards.py --run /tmp/lead21/bR/400mb/local-2-in_process-r1 \\
@@ -53,9 +53,9 @@ def _copy_inputs(run: Path, root: Path) -> None:
 def measure(run: Path, cpus: int) -> dict:
     """In this process (whichever mix_assets is on the path): token_shards on a copy of the run's inputs."""
     from mix_assets.config import load_spec
-    from mix_assets.lib import engine, layout
-    from mix_assets.lib.shards import build_token_shards
-    from mix_assets.lib.storage import Storage
+    from mix_assets.core import engine, layout
+    from mix_assets.stages.tokens.shards import build_token_shards
+    from mix_assets.core.storage import Storage
 
     spec = load_spec(run / "mix.yaml")
     with tempfile.TemporaryDirectory(prefix="bench-token-shards-") as tmp:

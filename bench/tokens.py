@@ -6,7 +6,7 @@ Corpus: the prose and GSM8K files of ../shared/data/sources cut into ~1.5-4 KB d
 > 6 KB cut at whitespace, like the perf-anchors corpus), repeated
 with small seeded edits (2 % of words replaced per copy) until the target size; written as
 raw/<source>/documents.parquet + dedup_keys + exclusion_masks + validation_split under bench/out/.
-Tokenizer: 32k byte-level BPE trained with lib/tokenizer.py on a seeded 8 MB sample.
+Tokenizer: 32k byte-level BPE trained with stages/tokens/tokenizer.py on a seeded 8 MB sample.
 Each measurement runs in a fresh subprocess (RAYON_NUM_THREADS fixed before import; peak RSS =
 VmHWM of that process); tools interleaved per repetition, medians reported.
   raw   = texts already in memory -> encode_batch_fast in batches of 1,000 docs (the physical limit)
@@ -80,9 +80,9 @@ def build_corpus(mb: int) -> Path:
     root = OUT / f"corpus_{mb}mb_v2"
     if (root / "done").exists():
         return root
-    from mix_assets.lib import layout
-    from mix_assets.lib.split import build_validation_split
-    from mix_assets.lib.storage import Storage
+    from mix_assets.core import layout
+    from mix_assets.stages.split.split import build_validation_split
+    from mix_assets.core.storage import Storage
 
     base = base_docs()
     words = sorted({w for docs in base.values() for d in docs[:2000] for w in d.split()})
@@ -132,8 +132,8 @@ def tokenizer_file(corpus: Path) -> Path:
     p = OUT / "tok32k" / "tokenizer.json"
     if p.exists():
         return p
-    from mix_assets.lib import layout
-    from mix_assets.lib.tokenizer import train_bpe, training_sample
+    from mix_assets.core import layout
+    from mix_assets.stages.tokens.tokenizer import train_bpe, training_sample
 
     raw = {s: str(corpus / layout.RAW_DOCS.format(source=s)) for s in ("math", "prose")}
     texts = training_sample(str(corpus / layout.VALIDATION_SPLIT), raw, {"prose": 0.65, "math": 0.35}, 8_000_000, 5)
@@ -150,7 +150,7 @@ def spec_for(corpus: Path, tok: Path):
     from tokenizers import Tokenizer
 
     from mix_assets.config import parse_spec
-    from mix_assets.lib import layout
+    from mix_assets.core import layout
 
     sp = pq.read_table(str(corpus / layout.VALIDATION_SPLIT))
     t = Tokenizer.from_file(str(tok))
@@ -215,7 +215,7 @@ def child(tool: str, corpus: str, tok: str) -> None:
     if tool == "raw":
         from tokenizers import Tokenizer
 
-        from mix_assets.lib import layout
+        from mix_assets.core import layout
 
         t = Tokenizer.from_file(tok)
         texts = []
@@ -231,8 +231,8 @@ def child(tool: str, corpus: str, tok: str) -> None:
         dt = time.perf_counter() - t0
         out = {"bytes": nbytes, "tokens": ntok, "secs": dt, "cpu": cpu_s() - c0, "rss_before_mb": rss_before}
     else:
-        from mix_assets.lib.shards import build_token_shards
-        from mix_assets.lib.storage import Storage
+        from mix_assets.stages.tokens.shards import build_token_shards
+        from mix_assets.core.storage import Storage
 
         spec = load_bench_spec(corpus_p)
         st = Storage(str(corpus_p))
@@ -274,8 +274,8 @@ def main() -> None:
     corpora = {mb: build_corpus(mb) for mb in a.sizes}
     tok = tokenizer_file(corpora[a.sizes[0]])
     print(f"tokenizer: {tok} (32k byte-level BPE), threads={a.threads}, reps={a.reps} (median)")
-    from mix_assets.lib.storage import Storage
-    from mix_assets.lib.tokenizer import build_tokenizer
+    from mix_assets.core.storage import Storage
+    from mix_assets.stages.tokens.tokenizer import build_tokenizer
 
     for corpus in corpora.values():  # the tokenizer asset's output: mix/tokenizer/ + identity
         build_tokenizer(Storage(str(corpus)), spec_for(corpus, tok))

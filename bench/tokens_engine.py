@@ -3,7 +3,7 @@
     PYTHONPATH=$PWD MIX_SHARED_DATA=/work/shared/data .venv/bin/python bench/tokens_engine.py --mb 50 \
         --before /tmp/old-checkout --reps 2
 
-Corpus and config: bench/graph.py's (lib/gen_corpus.py Markov prose, 10 % planted near-copies,
+Corpus and config: bench/graph.py's (../mix_assets_tests/support/gen_corpus.py Markov prose, 10 % planted near-copies,
 four sources, trained 4096-token BPE, `<|endoftext|>` separator, 1 Mi-token shards); the graph
 up to token_shards (raw, dedup, audit, masks, split, tokenizer) is built once in this checkout.
 Then each variant rebuilds token_shards (lib.shards.build_token_shards) in a fresh subprocess,
@@ -75,14 +75,15 @@ def peak_rss_mb(pid: int | str = "self") -> float:
 def child(variant: str, cfg: str, code: str) -> dict:
     sys.path.insert(0, code)
     from mix_assets.config import load_spec
-    from mix_assets.lib import layout, shards
-    from mix_assets.lib.storage import Storage
+    from mix_assets.core import layout
+    from mix_assets.stages.tokens import shards
+    from mix_assets.core.storage import Storage
 
     spec = load_spec(cfg)
     st = Storage(str(spec.resolve(spec.storage.root)), cache_dir=str(spec.resolve(spec.storage.cache_dir)))
     kw, ray_secs = {}, 0.0
     if variant != "before":
-        from mix_assets.lib import engine
+        from mix_assets.core import engine
 
         kind, n = variant.split("-")
         eng = engine.Engine(kind=kind, num_cpus=int(n))

@@ -1,4 +1,4 @@
-"""A data-parallel training loop (torch.distributed, gloo, CPU) on mix_assets.torch_data that checkpoints,
+"""A data-parallel training loop (torch.distributed, gloo, CPU) on mix_assets.reader.torch_data that checkpoints,
 is killed, and resumes on a different number of processes with the same per-step losses.
 
     python examples/ddp_train.py build/published/mix --world 2 --steps 40 --global-batch 12 \
@@ -40,7 +40,7 @@ def _rank(rank: int, a: argparse.Namespace, store: str) -> None:
     import torch.distributed as dist
     from torch.utils.data import DataLoader
 
-    from mix_assets.torch_data import MixIterableDataset
+    from mix_assets.reader.torch_data import MixIterableDataset
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=a.world)
     state, counts = None, None

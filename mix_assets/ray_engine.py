@@ -12,7 +12,7 @@ import dagster as dg
 import ray
 from dagster_ray import LocalRay
 
-from mix_assets.lib.engine import Engine, check_reachable, ray_address, ray_init_options
+from mix_assets.core.engine import Engine, check_reachable, ray_address, ray_init_options
 
 
 class RayAt(LocalRay):

@@ -13,8 +13,8 @@ from typing import Optional
 import dagster as dg
 
 from mix_assets.config import MixSpec, load_spec
-from mix_assets.lib.engine import Engine, RayNotInstalled, ray_missing_message
-from mix_assets.lib.storage import Storage
+from mix_assets.core.engine import Engine, RayNotInstalled, ray_missing_message
+from mix_assets.core.storage import Storage
 
 
 class MixResource(dg.ConfigurableResource):
@@ -57,7 +57,7 @@ _ENGINES: dict[str, "EngineResource"] = {}
 
 
 class EngineResource(dg.ConfigurableResource):
-    """Where map work runs (the spec's `engine` section, see lib/engine.py); `engine` is what lib takes.
+    """Where map work runs (the spec's `engine` section, see core/engine.py); `engine` is what lib takes.
 
     kind "local" costs nothing (ray is never imported). kind "ray" connects Ray for the step through
     dagster-ray (`mix_assets/ray_engine.py`: a LocalRay whose address is "local", i.e. always a new

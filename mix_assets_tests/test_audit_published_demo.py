@@ -19,11 +19,11 @@ import dagster as dg
 import pytest
 import yaml
 
-from mix_assets.assets.audit import EXCLUSION_MASKS_KEY, ZERO_EVAL_OVERLAP
-from mix_assets.assets.manifest import SHARDS_AUDIT_CLEAN
+from mix_assets.stages.audit.assets import EXCLUSION_MASKS_KEY, ZERO_EVAL_OVERLAP
+from mix_assets.stages.manifest.assets import SHARDS_AUDIT_CLEAN
 from mix_assets.config import REPO_ROOT, load_spec
 from mix_assets.definitions import build_definitions
-from mix_assets.lib import layout
+from mix_assets.core import layout
 
 pytestmark = pytest.mark.slow
 

@@ -2,7 +2,7 @@ import pytest
 
 from mix_assets.config import REPO_ROOT, MixConfigError, load_spec
 
-from .conftest import minimal_config, source, write_config
+from mix_assets_tests.conftest import minimal_config, source, write_config
 
 
 @pytest.mark.parametrize("name", ["demo.yaml", "shared-sample.yaml", "example-hub.yaml"])
@@ -182,7 +182,7 @@ def test_loader_encodings_and_doc_length_bounds_checked_at_load(tmp_path):
 
 def test_language_id_reads_the_measured_head_by_default():
     from mix_assets.config import LanguageSpec
-    from mix_assets.lib import langid
+    from mix_assets.stages.filters import langid
 
     assert LanguageSpec().max_chars == langid.DEFAULT_MAX_CHARS
 

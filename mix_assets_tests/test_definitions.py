@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 
 from mix_assets.config import REPO_ROOT, load_spec
 from mix_assets.definitions import build_definitions
-from mix_assets.lib import layout
+from mix_assets.core import layout
 from mix_assets_tests.support.shared_data import real_mix_config
 
 
@@ -76,7 +76,7 @@ def test_materialize_sources_real_data(tmp_path, real_data):
 
 
 def test_code_versions_cover_the_config_each_asset_reads(tmp_path):
-    """Consumers refuse records of another code_version (lib/lineage.py), so a config field that changes an
+    """Consumers refuse records of another code_version (core/lineage.py), so a config field that changes an
     asset's bytes must change some code_version on its chain: turning the filter cascade off (document_filters
     leaves the graph) changes dedup_keys' and exclusion_masks' (they read its decisions); the demo corpus's
     generator settings change raw/<source>'s and eval_registry's (they read its files)."""

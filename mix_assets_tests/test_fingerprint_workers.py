@@ -9,7 +9,7 @@ import yaml
 
 from mix_assets.config import REPO_ROOT, load_spec
 from mix_assets.definitions import build_definitions
-from mix_assets.lib import engine as eng
+from mix_assets.core import engine as eng
 from mix_assets_tests.support.ray_local import local_ray
 
 CONFIGS = REPO_ROOT / "configs"

@@ -18,10 +18,10 @@ import dagster as dg
 import pytest
 import yaml
 
-from mix_assets.assets.manifest import SHARDS_AUDIT_CLEAN
+from mix_assets.stages.manifest.assets import SHARDS_AUDIT_CLEAN
 from mix_assets.config import REPO_ROOT, load_spec
 from mix_assets.definitions import build_definitions
-from mix_assets.lib import demo_corpus
+from mix_assets.stages.sources import demo_corpus
 
 pytestmark = pytest.mark.slow
 

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from mix_assets.lib.progress import Progress
+from mix_assets.core.progress import Progress
 
 
 def test_progress_lines_reach_the_run_log():

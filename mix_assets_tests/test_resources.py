@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from mix_assets import config
-from mix_assets.lib import engine as eng
+from mix_assets.core import engine as eng
 from mix_assets.resources import MixResource
 from mix_assets_tests.conftest import minimal_config, source, write_config
 

@@ -28,8 +28,8 @@ import re
 
 import pytest
 
-from mix_assets.assets.common import FAILED_GATE_TAG, STILL_PUBLISHED_TAG
-from mix_assets.assets.reproducibility import FINGERPRINT_REPRODUCED
+from mix_assets.stages.common import FAILED_GATE_TAG, STILL_PUBLISHED_TAG
+from mix_assets.stages.publish.reproducibility import FINGERPRINT_REPRODUCED
 from mix_assets_tests.support import ui_harness as ui
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(900)]

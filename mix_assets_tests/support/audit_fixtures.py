@@ -1,7 +1,7 @@
 """A tiny mix with planted eval copies, and stand-ins for the assets around the audit.
 
 The stand-ins (raw/<source>, exclusion_masks, validation_split) honour the layout contract
-(lib/layout.py), so the audit runs in a real Dagster graph on a corpus whose plants are known
+(core/layout.py), so the audit runs in a real Dagster graph on a corpus whose plants are known
 exactly; `exclusion_masks` stands in for the dedup stage's asset (masks = contaminated docs when
 `audit.mask_contaminated`), as that stage declares it.
 """
@@ -18,10 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from mix_assets.assets.audit import CONTAMINATION_REPORT_KEY, EXCLUSION_MASKS_KEY
+from mix_assets.stages.audit.assets import CONTAMINATION_REPORT_KEY, EXCLUSION_MASKS_KEY
 from mix_assets.config import MixSpec, load_spec
-from mix_assets.lib import layout
-from mix_assets.lib.storage import Storage
+from mix_assets.core import layout
+from mix_assets.core.storage import Storage
 from mix_assets.resources import MixResource
 from mix_assets_tests.support.tokens_fixtures import stamp
 

@@ -1,8 +1,8 @@
 """Eval items with words changed, planted in generated prose: the fuzzy advisory's recall and
-false-positive material (mix_assets_tests/lib/test_fuzzy.py, bench/fuzzy.py).
+false-positive material (mix_assets_tests/stages/audit/test_fuzzy.py, bench/fuzzy.py).
 
 Items: the non-test splits of the shared data's five eval tasks (configs/shared-sample.yaml), or the
-in-repo fixture's task when the shared data folder is absent. Prose: lib/gen_corpus's order-2 Markov
+in-repo fixture's task when the shared data folder is absent. Prose: ../mix_assets_tests/support/gen_corpus's order-2 Markov
 chain over the same folder's books, without planted near-copies.
 """
 
@@ -21,9 +21,9 @@ def data_dir() -> Path:
 
 
 def eval_items(data: Path | None = None) -> dict[str, list[str]]:
-    """Every task's reference items, read by lib/evals (test splits refused) from `data`'s mix."""
+    """Every task's reference items, read by stages/audit/evals (test splits refused) from `data`'s mix."""
     from mix_assets.config import load_spec
-    from mix_assets.lib import evals
+    from mix_assets.stages.audit import evals
 
     data = data or data_dir()
     spec = load_spec(str(real_mix_config(Path(tempfile.mkdtemp(prefix="fuzzy-items-")), data)))
@@ -32,7 +32,7 @@ def eval_items(data: Path | None = None) -> dict[str, list[str]]:
 
 def prose(mb: float, seed: int, data: Path | None = None) -> list[str]:
     """About `mb` MB of generated documents (no near-copies)."""
-    from mix_assets.lib import gen_corpus as gc
+    from mix_assets_tests.support import gen_corpus as gc
 
     data = data or data_dir()
     books = sorted(p for n in ("gutenberg", "sherlock_holmes", "botchan", "nltk_state_union")
@@ -65,7 +65,7 @@ def plant(items: dict[str, list[str]], hosts: list[str], per_task: int, edits: i
 
 def found(index, docs: list[str], tasks: list[str]) -> np.ndarray:
     """Per planted document: the fuzzy scan matched it to an item of its task."""
-    from mix_assets.lib import fuzzy
+    from mix_assets.stages.audit import fuzzy
 
     m = fuzzy.scan_texts(index, docs)
     hit = np.zeros(len(docs), bool)
@@ -75,8 +75,8 @@ def found(index, docs: list[str], tasks: list[str]) -> np.ndarray:
 
 
 def exact_found(items: dict[str, list[str]], docs: list[str], tasks: list[str]) -> np.ndarray:
-    """Per planted document: the 13-gram audit (lib/contamination.py) counted an overlap with its task."""
-    from mix_assets.lib import contamination as ct
+    """Per planted document: the 13-gram audit (stages/audit/contamination.py) counted an overlap with its task."""
+    from mix_assets.stages.audit import contamination as ct
 
     reg = ct.Registry.build({t: ct.task_ngrams(v) for t, v in items.items()})
     counts = reg.scan_texts(docs)

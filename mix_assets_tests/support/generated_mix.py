@@ -1,4 +1,4 @@
-"""The fixture mix's settings over generated JSONL sources (lib/gen_corpus.write_jsonl_sources), for
+"""The fixture mix's settings over generated JSONL sources (../mix_assets_tests/support/gen_corpus.write_jsonl_sources), for
 end-to-end tests that run the real definitions to the published revision."""
 
 from __future__ import annotations

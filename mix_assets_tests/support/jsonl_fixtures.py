@@ -1,4 +1,4 @@
-"""A JSONL source with every kind of row raw/<source> drops (lib/test_sources.py, lib/test_engine.py)."""
+"""A JSONL source with every kind of row raw/<source> drops (stages/sources/test_sources.py, core/test_engine.py)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mix_assets.lib.manifest import FORMAT, INTERPRETATION_KEY, compute_fingerprint, file_entry, interpretation_sha256
+from mix_assets.format.manifest import FORMAT, INTERPRETATION_KEY, compute_fingerprint, file_entry, interpretation_sha256
 from mix_assets_tests.support.review_files import REVIEW_PATHS, write_review_files
 
 

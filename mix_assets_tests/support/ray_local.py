@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from mix_assets.lib import engine as eng
+from mix_assets.core import engine as eng
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mix_assets.lib.manifest import INTERPRETATION_KEY, interpretation_sha256
+from mix_assets.format.manifest import INTERPRETATION_KEY, interpretation_sha256
 from mix_assets_tests.support.review_files import REVIEW_PATHS, write_review_files
 
 

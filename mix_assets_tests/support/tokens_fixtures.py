@@ -1,5 +1,5 @@
 """Synthetic upstream files for the split/tokenizer/shards/manifest tests (the file contracts of
-raw/<source>, dedup_keys and exclusion_masks in lib/layout.py)."""
+raw/<source>, dedup_keys and exclusion_masks in core/layout.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mix_assets.lib import layout, lineage
-from mix_assets.lib.storage import Storage
+from mix_assets.core import layout, lineage
+from mix_assets.core.storage import Storage
 
 WORDS = (
     "the of and to in a is that for it as was with be by on not he this are or his from at which but "
@@ -22,7 +22,7 @@ WORDS = (
 
 
 def stamp(storage: Storage, asset: str, outputs: list[str], inputs: list[str] = ()) -> dict:
-    """The lineage record a real asset would write after these stand-in files (lib/lineage.py)."""
+    """The lineage record a real asset would write after these stand-in files (core/lineage.py)."""
     return lineage.write_record(storage, asset, outputs, lineage.verify_inputs(storage, asset, inputs))
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
-from mix_assets.assets.manifest import build_manifest_assets
-from mix_assets.assets.split import build_split_assets
-from mix_assets.assets.tokens import build_tokens_assets
+from mix_assets.stages.manifest.assets import build_manifest_assets
+from mix_assets.stages.split.assets import build_split_assets
+from mix_assets.stages.tokens.assets import build_tokens_assets
 from mix_assets.resources import MixResource
 from mix_assets_tests.support.tokens_fixtures import write_upstream
 from mix_assets_tests.support.tokens_spec import tiny_spec

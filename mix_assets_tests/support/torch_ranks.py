@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from mix_assets.torch_data import MixIterableDataset
+from mix_assets.reader.torch_data import MixIterableDataset
 
 
 def main(argv: list[str] | None = None) -> None:

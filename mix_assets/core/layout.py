@@ -1,0 +1,92 @@
+"""Where each asset's files live under the storage root: the contract between stages.
+
+Every key is relative to the storage root (see `core/storage.py`). The `mix/` prefix holds exactly
+what is published: shards, manifest.json and the review files the manifest lists.
+"""
+
+# raw/<source>: Parquet documents, columns
+#   doc_id (str, stable across rebuilds), source (str), text (str), row_index (int64, ordinal of the
+#   row/document in the source as read), origin (str, file:line or split:row), n_bytes (int64, UTF-8),
+#   n_chars (int64), est_tokens (int64)
+RAW_DOCS = "raw/{source}/documents.parquet"
+RAW_STATS = "raw/{source}/stats.json"
+
+# dedup_keys: doc_id, source, exact_key (hex sha256 of normalised text; of the raw text when it has no
+#   words), cluster_id (str: doc_id of the cluster's survivor), cluster_size (int), keep (bool), reason
+#   (null | "exact_dup" | "near_dup"),
+#   jaccard_to_kept (float32, exact shingle Jaccard), n_words (int64, normalised words)
+DEDUP_KEYS = "dedup/dedup_keys.parquet"
+# dedup_keys' map output per source (stages/dedup/signatures.py): doc_id, exact_key, n_shingles, n_chars, n_words,
+#   m000 .. m127 (uint32 MinHash values), raw row order; reused while raw/<source> and the dedup params hold
+DEDUP_SIGNATURES = "dedup/signatures/{source}.parquet"
+
+# document_filters (stages/filters/docfilters.py), per source in raw row order: doc_id, keep (bool), reason (first
+#   failing rule, null when kept: "gopher_quality:min_doc_words", "language:fr", ...), rules (list<str>, the
+#   first failing rule of every failing filter), language, language_score (float64), n_chars, n_bytes;
+#   reused while raw/<source>, the source's filter parameters and the filter code hold
+FILTER_DECISIONS = "filters/decisions/{source}.parquet"
+# kill rates per source x filter, the composition before/after (source x language x length bucket), domains
+FILTER_REPORT = "filters/report.json"
+
+# eval_registry: per task a sorted, unique uint64 array of hashed n-grams (numpy .npy) + denominators
+EVAL_NGRAMS = "audit/eval_registry/{task}.npy"
+EVAL_REGISTRY = "audit/eval_registry/registry.json"
+# per task, items shorter than the n-gram: uint64 (k, 3) [hash of first words, length, whole hash]
+EVAL_SHORT_ITEMS = "audit/eval_registry/{task}.short.npy"
+# every 8-word run of every reference item, hashed (audit_artifact_scrubbed looks leaks up in it)
+EVAL_SCRUB_NGRAMS = "audit/eval_registry/scrub-ngrams.npy"
+
+# contamination_report: counts per source x task (JSON) and the ids of contaminated documents
+CONTAMINATION_REPORT = "audit/contamination_report.json"
+CONTAMINATED_DOCS = "audit/contaminated_docs.parquet"  # doc_id, source, tasks (list<str>), overlap_ngrams, task_overlap_ngrams (list<int64>, per task)
+
+# no_fuzzy_eval_overlap (WARN check on contamination_report, stages/audit/fuzzy.py): advisory, excludes nothing.
+# The index (hashes and ints: per item its shingles, the argmin postings of its MinHash signature),
+# counts per source x task (JSON) and the matched doc ids: doc_id, source, tasks (list<str>),
+# task_items (list<int64>, items matched per task), max_jaccard (float64), exact_hit (bool)
+FUZZY_INDEX = "audit/fuzzy/index/{name}.npy"
+FUZZY_INDEX_META = "audit/fuzzy/index.json"
+FUZZY_REPORT = "audit/fuzzy_contamination.json"
+FUZZY_DOCS = "audit/fuzzy_matched_docs.parquet"
+
+# exclusion_masks: one row per excluded document: doc_id, source, reasons (list<str>), kept_doc_id (str|null)
+EXCLUSION_MASKS = "masks/exclusion_masks.parquet"
+COMPOSITION = "masks/composition.json"
+
+# validation_split: one row per KEPT document: doc_id, source, cluster_id, split ("train" | "val")
+VALIDATION_SPLIT = "split/validation_split.parquet"
+
+# tokenizer: the tokenizer file and its identity record
+TOKENIZER_FILE = "mix/tokenizer/tokenizer.json"
+TOKENIZER_IDENTITY = "tokenizer/identity.json"
+
+# token_shards and manifest: the publishable directory
+MIX_DIR = "mix"
+SHARD = "mix/{split}/{split}-{index:05d}.bin"
+# packing.doc_index: per shard, the token offsets of the document starts in it (format/docindex.py); outside
+#   train/ and val/ so manifest checkers that predate it still count only shards there
+DOC_INDEX_DIR = "mix/doc_index"
+DOC_INDEX = DOC_INDEX_DIR + "/{split}/{split}-{index:05d}.docs.npy"
+SHARD_STATS = "tokens/shard_stats.json"
+# ~30 samples read back from the shards and decoded (stages/tokens/samples.py); reviewed, never published
+RENDERED_SAMPLES = "tokens/rendered_samples.md"
+# token_shards: per split, every document appearance in stream order (start token, tokens, source, doc_id),
+#   so a sample's segments are labelled with their documents (stages/tokens/samples.py); reviewed, never published
+STREAM_DOCS = "tokens/stream_docs/{split}.parquet"
+MANIFEST = "mix/manifest.json"
+MIX_DEDUP_KEYS = "mix/review/dedup_keys.parquet"
+MIX_EXCLUSION_MASKS = "mix/review/exclusion_masks.parquet"
+MIX_CONTAMINATION_REPORT = "mix/review/contamination_report.json"
+MIX_CONFIG = "mix/review/mix_config.json"
+# when a source scrubs PII (filters.pii): the rules, their version and sha256, counts per source
+# (core/pii.py, stages/sources/modifiers.build_scrub_manifest); listed in the manifest's `review` as scrub_manifest
+MIX_SCRUB_MANIFEST = "mix/scrub_manifest.json"
+
+# shards_audit_clean (check on manifest): the 13-gram audit of the decoded shards, counts only
+SHARDS_AUDIT = "audit/shards_audit.json"
+
+# lineage/<asset>.json: what each artifact was computed from (core/lineage.py)
+LINEAGE = "lineage/{asset}.json"
+
+# published_revision: what was published where
+PUBLISHED = "publish/published_revision.json"

@@ -1,0 +1,587 @@
+"""The eval registry on disk and the scans against it: one hashing pass per task, shared by the
+in-graph audit (`eval_registry`, `contamination_report`, `zero_eval_overlap`) and the audit of a
+published revision (`stages/audit/published_audit.load_reference`). Counts and hashes only, never item text.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import io
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from mix_assets.config import HubDataset, MixSpec
+from mix_assets.stages.audit import contamination as ct
+from mix_assets.stages.dedup import dedup
+from mix_assets.core import engine, layout, lineage, tables
+from mix_assets.stages.audit import evals, fuzzy
+from mix_assets.stages.dedup import minhash as mh
+from mix_assets.stages.dedup import signatures as sig
+from mix_assets.core import textkeys as tk
+from mix_assets.core.progress import Progress
+from mix_assets.core.storage import Storage
+
+SCAN_BATCH_ROWS = 1024
+
+
+@dataclass
+class TaskReference:
+    """One eval task's hashed reference and the counts that make a zero meaningful."""
+
+    name: str
+    ngrams: ct.TaskNgrams
+    scrub: np.ndarray  # hashed scrub_words-word runs of its items
+    denominators: dict  # rows, items, n-grams, min_rows ... (what a report prints beside its counts)
+    details: dict  # dataset id, fields and the remaining counts the registry file records
+    words: tuple | None = None  # the items' word hashes and offsets, when asked for (the fuzzy index's input)
+
+
+def dataset_id(ds) -> str:
+    if isinstance(ds, HubDataset):
+        return f"hub:{ds.repo_id}@{ds.revision}" + (f"/{ds.config_name}" if ds.config_name else "")
+    return f"local:{ds.path}"
+
+
+def task_references(spec: MixSpec, keep_words: bool = False) -> Iterator[TaskReference]:
+    """Each task's audit splits hashed (test splits refused by stages/audit/evals); item text dropped after."""
+    for task in spec.audit.tasks:
+        yield _reference(spec, task, evals.load_task_items(task, spec.base_dir), keep_words)
+
+
+def _reference(spec: MixSpec, task, items: evals.TaskItems, keep_words: bool = False,
+               words: list | None = None, threads: int | None = None) -> TaskReference:
+    """A task's reference from its items (or their `contamination.item_words`, when already computed),
+    hashed on `threads` (default audit.threads)."""
+    audit = spec.audit
+    tn = ct.task_ngrams(items.items, audit.ngram, audit.short_item_min_words, scrub_k=audit.scrub_words,
+                        keep_words=keep_words, threads=threads or audit.threads, words=words)
+    denominators = {
+        "audit_splits": list(task.audit_splits),
+        "scored_split": task.scored_split,
+        "rows": items.rows,
+        "rows_per_split": dict(items.rows_per_split),
+        # absent when 0, so registries without such rows keep the bytes they had before the count
+        **({"empty_rows": items.empty_rows} if items.empty_rows else {}),
+        "min_rows": task.min_rows,
+        "strings": items.strings,
+        "items": tn.items,
+        "ngrams": tn.ngrams,
+        "short_items": tn.short_items,
+        "short_items_unmatched": tn.short_items_unmatched,
+    }
+    details = {"dataset": dataset_id(task.dataset), "fields": list(task.fields),
+               "empty_fields": items.empty_fields, "empty_items": tn.empty_items}
+    return TaskReference(task.name, tn, tn.scrub, denominators, details, tn.words)
+
+
+def merged_scrub(scrub: list[np.ndarray]) -> np.ndarray:
+    return ct.sorted_unique(np.concatenate(scrub)) if scrub else np.zeros(0, np.uint64)
+
+
+def scrub_hashes(spec: MixSpec) -> np.ndarray:
+    """The scrub set alone (every task's `scrub_words`-word runs, hashed): what a rendering of text is masked with."""
+    k = spec.audit.scrub_words
+    return merged_scrub([ct.scrub_ngrams(evals.load_task_items(t, spec.base_dir).items, k) for t in spec.audit.tasks])
+
+
+def scrub_set(storage, spec: MixSpec) -> np.ndarray:
+    """`scrub_hashes(spec)`, read from eval_registry's scrub-ngrams.npy when that file is the one its lineage
+    record lists and the registry was built for these tasks and `scrub_words` (re-hashing every eval item
+    costs a second or more per call, whatever the corpus size); else computed."""
+    rec = lineage.read_record(storage, "eval_registry")
+    key = layout.EVAL_SCRUB_NGRAMS
+    if rec is None or key not in rec["outputs"] or not storage.exists(layout.EVAL_REGISTRY):
+        return scrub_hashes(spec)
+    meta = json.loads(storage.read_text(layout.EVAL_REGISTRY))
+    built_for = {name: (t.get("dataset"), t.get("fields"), t.get("audit_splits")) for name, t in meta["tasks"].items()}
+    want = {t.name: (dataset_id(t.dataset), list(t.fields), list(t.audit_splits)) for t in spec.audit.tasks}
+    if meta.get("scrub_words") != spec.audit.scrub_words or built_for != want or storage.sha256(key) != rec["outputs"][key]:
+        return scrub_hashes(spec)
+    return load_npy(storage, key)
+
+
+def npy_bytes(a: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, a, allow_pickle=False)
+    return buf.getvalue()
+
+
+def load_npy(storage, key: str) -> np.ndarray:
+    return np.load(storage.local_path(key), allow_pickle=False)
+
+
+@dataclass
+class RegistryWritten:
+    tasks: dict[str, dict]  # task -> the registry file's entry (denominators + details + sha256)
+    files: list[str]  # storage keys written, registry JSON first
+
+    def denominator_rows(self) -> list[dict]:
+        """One row per task for the UI: the counts a zero is judged by."""
+        cols = ("rows", "empty_rows", "min_rows", "strings", "items", "ngrams", "short_items",
+                "short_items_unmatched")
+        return [{"task": t, **{c: m.get(c, 0) for c in cols}} for t, m in self.tasks.items()]
+
+
+def fuzzy_enabled(spec: MixSpec) -> bool:
+    """The fuzzy advisory runs (and eval_registry writes its index) when enabled and there are tasks."""
+    return spec.audit.fuzzy.enabled and bool(spec.audit.tasks)
+
+
+def write_registry(storage, spec: MixSpec, log=None) -> RegistryWritten:
+    """Hash every task and write its n-grams, short items, the merged scrub set and eval_registry.json;
+    with the fuzzy advisory on, its item index too (built here, from the items read once, for every
+    contamination_report map task to load). Each task is normalised and hashed on a pool thread while
+    this one parses the next task's rows (JSON parsing holds the GIL, Arrow and numpy release it); the
+    index is then built on a pool thread while this one writes each task's n-grams."""
+    audit = spec.audit
+    tasks, scrub, lines = {}, [], []
+    with ThreadPoolExecutor(max_workers=audit.threads) as pool:  # the scan-threads knob (default 2)
+        jobs = [pool.submit(_hashed, spec, t, evals.load_task_items(t, spec.base_dir)) for t in audit.tasks]
+        done = [j.result() for j in jobs]
+        index = pool.submit(fuzzy.build_index_from_words, {r.name: ct.joined_words(w) for r, w in done},
+                            fuzzy_params(spec)) if fuzzy_enabled(spec) else None
+        for ref, _ in done:
+            tasks[ref.name] = _write_task(storage, ref, lines.append)
+            scrub.append(ref.scrub)
+        index = index.result() if index is not None else None
+    if log and lines:  # one message: each Dagster log line is an event-log write (a SQLite commit)
+        log("\n".join(lines))
+    storage.write_bytes(layout.EVAL_SCRUB_NGRAMS, npy_bytes(merged_scrub(scrub)))
+    registry = {
+        "format": ct.REGISTRY_FORMAT,
+        "ngram": audit.ngram,
+        "short_item_min_words": audit.short_item_min_words,
+        "scrub_words": audit.scrub_words,
+        "short_item_rule": (
+            f"an item with {audit.short_item_min_words}..{audit.ngram - 1} words is one n-gram over all "
+            f"its words; fewer words: counted in short_items_unmatched, not matched"
+        ),
+        "tasks": tasks,
+    }
+    storage.write_text(layout.EVAL_REGISTRY, json.dumps(registry, indent=1, sort_keys=True))
+    files = [layout.EVAL_REGISTRY, layout.EVAL_SCRUB_NGRAMS]
+    for name in tasks:
+        files += [layout.EVAL_NGRAMS.format(task=name), layout.EVAL_SHORT_ITEMS.format(task=name)]
+    if index is not None:
+        files += write_fuzzy_index(storage, index)
+    return RegistryWritten(tasks, files)
+
+
+def _hashed(spec: MixSpec, task, items: evals.TaskItems) -> tuple[TaskReference, list]:
+    """A task's reference and its items' `contamination.item_words` (one thread; the item text is dropped after)."""
+    words = ct.item_words(items.items)
+    items.items.clear()
+    return _reference(spec, task, items, words=words, threads=1), words
+
+
+def _write_task(storage, ref: TaskReference, log=None) -> dict:
+    """Write one task's n-grams and short items; its registry entry (denominators, details, sha256)."""
+    blob = npy_bytes(ref.ngrams.hashes)
+    storage.write_bytes(layout.EVAL_NGRAMS.format(task=ref.name), blob)
+    storage.write_bytes(layout.EVAL_SHORT_ITEMS.format(task=ref.name), npy_bytes(ref.ngrams.short))
+    if log:
+        d, tn = ref.denominators, ref.ngrams
+        log(f"eval task {ref.name}: {d['rows']} rows (+{d.get('empty_rows', 0)} without audited text), "
+            f"{d['strings']} strings, {tn.items} items, {tn.ngrams} n-grams, {tn.short_items} short items "
+            f"(+{tn.short_items_unmatched} too short)")
+    return {**ref.denominators, **ref.details, "ngrams_sha256": hashlib.sha256(blob).hexdigest()}
+
+
+def load_registry(storage) -> tuple[ct.Registry, dict]:
+    """The registry written by `write_registry` (hashes + the registry JSON)."""
+    meta = json.loads(storage.read_text(layout.EVAL_REGISTRY))
+    per = {}
+    for task in meta["tasks"]:
+        per[task] = ct.TaskNgrams(
+            hashes=load_npy(storage, layout.EVAL_NGRAMS.format(task=task)),
+            short=load_npy(storage, layout.EVAL_SHORT_ITEMS.format(task=task)).reshape(-1, 3),
+            items=0, ngrams=0, short_items=0, short_items_unmatched=0, empty_items=0,
+        )
+    reg = ct.Registry.build(per, n=meta["ngram"], short_min=meta["short_item_min_words"])
+    return reg, meta
+
+
+# -- the scan as a map stage (core/engine.py) -------------------------------------------------------
+@dataclass(frozen=True)
+class RegistryLocation:
+    """Where a map task loads the registry from: the storage root and eval_registry's files, each with
+    its sha256 (the key of the per-process cache). Small and picklable; the arrays are never shipped."""
+
+    root: str
+    s3_endpoint_url: str | None
+    cache_dir: str | None
+    files: tuple[tuple[str, str], ...]  # (storage key, sha256), registry JSON first
+
+    @classmethod
+    def of(cls, storage) -> "RegistryLocation":
+        meta = json.loads(storage.read_text(layout.EVAL_REGISTRY))
+        keys = [layout.EVAL_REGISTRY]
+        for task in meta["tasks"]:
+            keys += [layout.EVAL_NGRAMS.format(task=task), layout.EVAL_SHORT_ITEMS.format(task=task)]
+        return cls.at(storage, keys)
+
+    @classmethod
+    def at(cls, storage, keys: Iterable[str]) -> "RegistryLocation":
+        return cls(storage.root, storage.s3_endpoint_url, storage.cache_dir,
+                   tuple((k, storage.sha256(k)) for k in keys))
+
+
+_REGISTRY_LOCK = threading.Lock()
+_REGISTRY_CACHE: dict[tuple, object] = {}  # per loader, the last location's value (a Ray worker's too)
+
+
+def _loaded(loc: RegistryLocation, load):
+    """`load(storage)` of the files at `loc`, once per process and loader, reused by every later task."""
+    with _REGISTRY_LOCK:
+        got = _REGISTRY_CACHE.get((load, loc))
+        if got is None:
+            for key in [k for k in _REGISTRY_CACHE if k[0] is load]:
+                del _REGISTRY_CACHE[key]
+            storage = Storage(root=loc.root, s3_endpoint_url=loc.s3_endpoint_url, cache_dir=loc.cache_dir)
+            got = _REGISTRY_CACHE[(load, loc)] = load(storage)
+        return got
+
+
+def _registry_only(storage) -> ct.Registry:
+    return load_registry(storage)[0]
+
+
+def registry_at(loc: RegistryLocation) -> ct.Registry:
+    """The registry at `loc`, loaded once per process and reused by every later task."""
+    return _loaded(loc, _registry_only)
+
+
+@dataclass
+class ScannedChunk:
+    """Per-document overlap counts of one row range and, with a fuzzy index, its verified fuzzy matches
+    (no text); when asked, the range's dedup signatures from the same normalised words."""
+
+    doc_ids: list
+    counts: np.ndarray  # int64 (n_docs, n_tasks)
+    text_bytes: int
+    fuzzy: fuzzy.Matches | None = None  # doc = row in the range
+    fuzzy_seconds: float = 0.0  # spent matching against the fuzzy index (past the shared normalisation)
+    signed: dedup.SignedChunk | None = None  # with `sign` (None too when a doc_id or text is null)
+
+
+@dataclass(frozen=True)
+class Signing:
+    """dedup_keys' signature parameters, for a scan that signs its rows too (`dedup.signing_plan`)."""
+
+    num_perm: int
+    shingle: int
+    seed: int
+
+
+def _scan_batch(reg: ct.Registry, index: fuzzy.Index | None, perms: tuple | None, texts) -> tuple:
+    """(13-gram counts, fuzzy matches or None, seconds of the fuzzy match, dedup signatures or None) of a
+    batch, normalised once; `perms`: (a, b, shingle) to sign it too."""
+    keys = tk.word_keys(texts)
+    h, off = keys.hashes, keys.offsets
+    counts = reg.scan_word_hashes(h, off)
+    signed = None if perms is None else sig.sign_words(keys, *perms)
+    if index is None:
+        return counts, None, 0.0, signed
+    t0 = time.perf_counter()
+    return counts, fuzzy.scan_word_hashes(index, h, off), time.perf_counter() - t0, signed
+
+
+def scan_chunk(rows: engine.RowRange, registry: RegistryLocation, threads: int = 1,
+               fuzzy_index: RegistryLocation | None = None, sign: Signing | None = None) -> ScannedChunk:
+    """The map work of the scan: read the rows, normalise each batch once, count each document's n-grams
+    in the registry and, with `fuzzy_index`, match it against the fuzzy advisory's index; with `sign`,
+    sign the same words for dedup_keys (`signatures.sign_words`) (pure)."""
+    reg = registry_at(registry)
+    index = _loaded(fuzzy_index, load_fuzzy_index) if fuzzy_index is not None else None
+    t = engine.read_rows(rows, ["doc_id", "text", "n_chars"] if sign else ["doc_id", "text"])
+    if sign and dedup.null_field(t, rows):
+        sign = None  # dedup_keys signs this source itself and names the bad row
+    perms = (*mh.permutations(sign.num_perm, sign.seed), sign.shingle) if sign else None
+    text = t.column("text").combine_chunks() if t.num_rows else pa.array([], pa.string())
+    starts = range(0, len(text), SCAN_BATCH_ROWS)
+    got = list(ct.ordered_map(functools.partial(_scan_batch, reg, index, perms),
+                              [text.slice(i, SCAN_BATCH_ROWS) for i in starts], threads))
+    counts = [g[0] for g in got]
+    out = ScannedChunk(t.column("doc_id").to_pylist(),
+                       np.concatenate(counts) if counts else np.zeros((0, len(reg.tasks)), np.int64),
+                       int(pc.sum(pc.binary_length(text)).as_py() or 0))
+    if sign:
+        out.signed = dedup.signed_chunk(t, [g[3] for g in got], sign.num_perm)
+    if index is not None:
+        parts = [fuzzy.Matches(m.doc + i, m.item, m.jaccard) for i, (_, m, _, _) in zip(starts, got)]
+        out.fuzzy = fuzzy.Matches(*(np.concatenate([getattr(p, f) for p in parts])
+                                    for f in ("doc", "item", "jaccard"))) if parts else fuzzy.Matches.empty()
+        out.fuzzy_seconds = sum(g[2] for g in got)
+    return out
+
+
+def _scan_task(task: tuple, **kwargs) -> ScannedChunk:
+    """`scan_chunk` of a (row range, `Signing` or None) map task."""
+    return scan_chunk(task[0], sign=task[1], **kwargs)
+
+
+@dataclass
+class SourcesScanned:
+    tally: ct.Tally
+    fuzzy: fuzzy.Tally | None = None  # with a fuzzy index: its verified matches per source
+    fuzzy_seconds: float = 0.0  # summed over the map tasks
+    signed_sources: list = field(default_factory=list)  # whose dedup signatures this pass wrote
+
+
+class _Unsigned(Exception):
+    """A chunk of a source being signed came back without signatures (a null doc_id or text)."""
+
+
+def scan_sources(storage, sources: Iterable[str], eng: engine.Engine = engine.Engine(), threads: int = 2,
+                 log=None, label: str = "contamination scan", fuzzy_index: RegistryLocation | None = None,
+                 sign: tuple[dedup.DedupParams, dict[str, dict]] | None = None) -> SourcesScanned:
+    """Scan every source's documents against the registry (and the fuzzy index at `fuzzy_index`).
+
+    Map: `scan_chunk` over `eng.chunk_rows` row ranges on `eng` (in process or Ray tasks); gathered in
+    chunk order into one Tally, so the counts and hits do not depend on the engine or the chunk size.
+    `sign`: (dedup params, `dedup.signing_plan`): the planned sources' chunks are signed from the same
+    words and each such source's signature file written as dedup_keys writes it, streamed."""
+    loc = RegistryLocation.of(storage)
+    reg = registry_at(loc)  # loaded here once: the in-process engine's tasks reuse it
+    index = _loaded(fuzzy_index, load_fuzzy_index) if fuzzy_index is not None else None
+    inner = 1 if eng.kind == "ray" or eng.num_cpus > 1 else threads
+    out = SourcesScanned(ct.Tally(tasks=reg.tasks), fuzzy.Tally(index.tasks) if index is not None else None)
+    sources = list(sources)
+    for s in sources:
+        out.tally.add(s, [], np.zeros((0, len(reg.tasks)), np.int64))  # a source with no docs still reports
+        if index is not None:
+            out.fuzzy.add(s, [], fuzzy.Matches.empty(), index.item_task)
+    params, plan = sign or (None, {})
+    signing = {s: Signing(params.num_perm, params.shingle, params.seed) for s in plan}
+    fn = functools.partial(_scan_task, registry=loc, threads=inner, fuzzy_index=fuzzy_index)
+    near = (lambda: f"; {len(out.fuzzy.hits):,} near an eval item") if index is not None else (lambda: "")
+
+    def add(s: str, got: ScannedChunk) -> None:
+        out.tally.add(s, got.doc_ids, got.counts)
+        if index is not None:
+            out.fuzzy.add(s, got.doc_ids, got.fuzzy, index.item_task)
+            out.fuzzy_seconds += got.fuzzy_seconds
+
+    results = _map_sources(storage, sources, eng, fn, log, label,
+                           lambda: f"{sum(out.tally.contaminated.values()):,} contaminated{near()}", signing)
+    for s, group in itertools.groupby(results, key=lambda r: r[0]):
+        if s in plan:
+            try:
+                dedup.write_signatures(storage, s, plan[s], params.num_perm, _signed(group, add))
+                out.signed_sources.append(s)
+            except _Unsigned:
+                pass  # left to dedup_keys; the rest of the source is still scanned below
+        for _, got in group:
+            add(s, got)
+    return out
+
+
+def _signed(group, add) -> Iterator:
+    """The signatures of a source's chunk results, each result tallied (`add`) as it passes."""
+    for s, got in group:
+        add(s, got)
+        if got.signed is None:
+            raise _Unsigned(s)
+        yield got.signed
+
+
+def _map_sources(storage, sources: list[str], eng: engine.Engine, fn, log, label: str, summary,
+                 signing: dict) -> Iterator:
+    """(source, fn(chunk)) for every `eng.chunk_rows` row range of every source's raw documents, in order,
+    on `eng`, a chunk being (row range, `signing.get(source)`); progress lines count the results' doc_ids
+    and text_bytes, the last line adds `summary()`."""
+    chunks = [(s, rng) for s in sources
+              for rng in tables.row_ranges(storage, layout.RAW_DOCS.format(source=s), eng.chunk_rows)]
+    total = sum(r.stop - r.start for _, r in chunks)
+    prog = Progress(log, label, total_docs=total) if log else None
+    tasks = [(r, signing.get(s)) for s, r in chunks]
+    for (s, _), got in zip(chunks, engine.map_chunks(fn, tasks, eng)):
+        if prog:
+            prog.update(docs=len(got.doc_ids), bytes=got.text_bytes)
+        yield s, got
+    if prog:
+        prog.done(f"{summary()} of {total:,}")
+
+
+# -- contamination_report and zero_eval_overlap ---------------------------------------------------
+
+
+@dataclass
+class Scan:
+    """A scan of the sources against the registry: counts per source x task, no text."""
+
+    tally: ct.Tally
+    registry_ngrams: dict[str, int]  # per task: the denominator printed beside each count
+    registry_bytes: int
+    masked_docs: int = 0  # documents left out of the scan (the exclusion masks)
+    contaminated: pa.Table | None = None  # the contaminated doc ids written (contamination_report only)
+    fuzzy: "FuzzyWritten | None" = None  # the fuzzy advisory's outputs (contamination_report, fuzzy on)
+    signed_sources: list = field(default_factory=list)  # whose dedup signatures the pass wrote (a cache)
+
+    def rows(self) -> list[dict]:
+        return [{**r, "registry_ngrams": self.registry_ngrams[r["task"]]} for r in self.tally.rows()]
+
+    def overlapping_sources(self) -> list[str]:
+        return [s for s, v in self.tally.overlap_ngrams.items() if v.sum()]
+
+
+REPORT_DENOMINATORS = ("rows", "empty_rows", "strings", "items", "ngrams", "short_items", "short_items_unmatched")
+
+
+def write_contamination_report(storage, spec: MixSpec, eng: engine.Engine = engine.Engine(),
+                               log=None, raw_versions: dict[str, str] | None = None) -> tuple[Scan, dict]:
+    """Scan every source on `eng`, write the report JSON and the contaminated doc ids; (scan, report).
+
+    With the fuzzy advisory on, the same map pass matches eval_registry's fuzzy index too, and the
+    advisory's report and matched doc ids are written here for no_fuzzy_eval_overlap to read. With
+    `raw_versions` ({source: raw data version}), the pass also signs the sources `dedup.signing_plan`
+    names and writes their dedup signature files (a cache dedup_keys reuses; not an output here)."""
+    meta = json.loads(storage.read_text(layout.EVAL_REGISTRY))
+    reg = registry_at(RegistryLocation.of(storage))  # built once: scan_sources' tasks reuse it
+    floc = RegistryLocation.at(storage, fuzzy_index_keys()) if fuzzy_enabled(spec) else None
+    names, params = [s.name for s in spec.sources], dedup.dedup_params(spec)
+    files = tables.raw_files(storage, names)
+    plan = dedup.signing_plan(storage, files, raw_versions, params) if raw_versions else {}
+    scanned = scan_sources(storage, names, eng, spec.audit.threads, log=log, label="contamination_report",
+                           fuzzy_index=floc, sign=(params, plan))
+    tally = scanned.tally
+    denominators = {t: {k: m[k] for k in REPORT_DENOMINATORS if k in m} for t, m in meta["tasks"].items()}
+    report = tally.report(spec.audit.ngram, denominators)
+    storage.write_text(layout.CONTAMINATION_REPORT, json.dumps(report, indent=1, sort_keys=True))
+    hits = sorted(tally.hits, key=lambda h: (h[1], h[0]))
+    table = pa.table({
+        "doc_id": pa.array([h[0] for h in hits], pa.string()),
+        "source": pa.array([h[1] for h in hits], pa.string()),
+        "tasks": pa.array([h[2] for h in hits], pa.list_(pa.string())),
+        "overlap_ngrams": pa.array([h[3] for h in hits], pa.int64()),
+        "task_overlap_ngrams": pa.array([h[4] for h in hits], pa.list_(pa.int64())),  # aligned with tasks
+    })
+    with storage.writing(layout.CONTAMINATED_DOCS) as tmp:
+        pq.write_table(table, tmp)
+    ngrams = {t: d["ngrams"] for t, d in denominators.items()}
+    fz = None if floc is None else _write_fuzzy(storage, scanned, set(table.column("doc_id").to_pylist()),
+                                                  _loaded(floc, load_fuzzy_index))
+    signed = scanned.signed_sources
+    return Scan(tally, ngrams, reg.nbytes, contaminated=table, fuzzy=fz, signed_sources=signed), report
+
+
+class AuditInputError(ValueError):
+    """contamination_report's outputs cannot answer for the current mix (the message names file and field)."""
+
+
+def kept_overlap(storage, spec: MixSpec) -> Scan:
+    """The overlap the exclusion masks keep, from contamination_report's outputs (no re-scan).
+
+    The report lists every document with >= 1 hit, with its per-task counts (`contaminated_docs`);
+    lineage (checked by the caller) proves it was computed from the current raw sources and eval
+    registry. A kept document overlaps iff it is in that list and its doc_id is not masked."""
+    meta = json.loads(storage.read_text(layout.EVAL_REGISTRY))
+    report = json.loads(storage.read_text(layout.CONTAMINATION_REPORT))
+    names = [s.name for s in spec.sources]
+    missing = [s for s in names if s not in report["sources"]]
+    if missing:
+        raise AuditInputError(f"{storage.uri(layout.CONTAMINATION_REPORT)}: sources {missing} were not scanned; "
+                              "re-materialise contamination_report")
+    masks = tables.read_parquet(storage, layout.EXCLUSION_MASKS)
+    for col in ("doc_id", "source"):
+        if col not in masks.column_names:
+            raise AuditInputError(f"{storage.uri(layout.EXCLUSION_MASKS)}: missing column {col!r}")
+    masked = dict(zip(masks.column("doc_id").to_pylist(), masks.column("source").to_pylist()))
+    hits = tables.read_parquet(storage, layout.CONTAMINATED_DOCS)
+    if "task_overlap_ngrams" not in hits.column_names:
+        raise AuditInputError(f"{storage.uri(layout.CONTAMINATED_DOCS)}: missing column 'task_overlap_ngrams' "
+                              "(written before the per-task counts); re-materialise contamination_report")
+    tasks = list(meta["tasks"])
+    col = {t: i for i, t in enumerate(tasks)}
+    tally = ct.Tally(tasks=tasks)
+    kept: dict[str, tuple[list, list]] = {s: ([], []) for s in names}
+    for r in hits.to_pylist():
+        if r["doc_id"] not in masked and r["source"] in kept:
+            row = np.zeros(len(tasks), np.int64)
+            row[[col[t] for t in r["tasks"]]] = r["task_overlap_ngrams"]
+            kept[r["source"]][0].append(r["doc_id"])
+            kept[r["source"]][1].append(row)
+    n_masked = {s: 0 for s in names}
+    for s in masked.values():
+        n_masked[s] = n_masked.get(s, 0) + 1
+    for s, (ids, rows) in kept.items():
+        tally.add(s, ids, np.array(rows, np.int64).reshape(len(ids), len(tasks)))
+        tally.docs_scanned[s] = report["sources"][s]["docs_scanned"] - n_masked[s]  # every kept doc, not only hits
+    return Scan(tally, {t: m["ngrams"] for t, m in meta["tasks"].items()}, 0, len(masked))
+
+
+# -- the fuzzy advisory (stages/audit/fuzzy.py) --------------------------------------------------------------
+
+
+def fuzzy_params(spec: MixSpec) -> fuzzy.Params:
+    f = spec.audit.fuzzy
+    return fuzzy.Params(shingle=f.shingle, num_perm=f.num_perm, threshold=f.threshold,
+                        min_words=spec.audit.short_item_min_words)
+
+
+def fuzzy_index_keys() -> list[str]:
+    return [layout.FUZZY_INDEX_META, *(layout.FUZZY_INDEX.format(name=n) for n in fuzzy.INDEX_ARRAYS)]
+
+
+def write_fuzzy_index(storage, index: fuzzy.Index) -> list[str]:
+    """Write the index of every task's items (`fuzzy.build_index_from_words` of the registry's word
+    hashes); the storage keys written."""
+    for name, a in index.arrays().items():
+        storage.write_bytes(layout.FUZZY_INDEX.format(name=name), npy_bytes(a))
+    storage.write_text(layout.FUZZY_INDEX_META, fuzzy.dumps(index.meta()))
+    return fuzzy_index_keys()
+
+
+def load_fuzzy_index(storage) -> fuzzy.Index:
+    meta = json.loads(storage.read_text(layout.FUZZY_INDEX_META))
+    return fuzzy.Index.from_files(meta, {n: load_npy(storage, layout.FUZZY_INDEX.format(name=n))
+                                         for n in fuzzy.INDEX_ARRAYS})
+
+
+@dataclass
+class FuzzyWritten:
+    report: dict
+    docs: pa.Table
+    files: list[str]  # the index files, the report, the matched doc ids
+    seconds: float = 0.0  # the fuzzy match's share of contamination_report's map pass
+
+    @property
+    def outputs(self) -> list[str]:
+        """What contamination_report writes for the advisory (the index is eval_registry's)."""
+        return [layout.FUZZY_REPORT, layout.FUZZY_DOCS]
+
+
+def _write_fuzzy(storage, scanned: SourcesScanned, exact: set[str], index: fuzzy.Index) -> FuzzyWritten:
+    """The advisory's report JSON and matched doc ids; `exact_hit` / `fuzzy_only_docs` against `exact`
+    (contamination_report's contaminated doc ids)."""
+    report, docs = scanned.fuzzy.report(exact, index.denominators, index.params), scanned.fuzzy.table(exact)
+    storage.write_text(layout.FUZZY_REPORT, fuzzy.dumps(report))
+    with storage.writing(layout.FUZZY_DOCS) as tmp:
+        pq.write_table(docs, tmp)
+    return FuzzyWritten(report, docs, [*fuzzy_index_keys(), layout.FUZZY_REPORT, layout.FUZZY_DOCS],
+                        scanned.fuzzy_seconds)
+
+
+def read_fuzzy_report(storage, spec: MixSpec) -> FuzzyWritten:
+    """The advisory's outputs contamination_report wrote; AuditInputError when they are absent or were
+    computed with other fuzzy settings than `spec`'s (the message names the file and field)."""
+    if not storage.exists(layout.FUZZY_REPORT):
+        raise AuditInputError(f"{storage.uri(layout.FUZZY_REPORT)}: missing; re-materialise eval_registry and "
+                              "contamination_report with audit.fuzzy enabled")
+    report = json.loads(storage.read_text(layout.FUZZY_REPORT))
+    if report.get("params") != fuzzy_params(spec).__dict__:
+        raise AuditInputError(f"{storage.uri(layout.FUZZY_REPORT)}: params {report.get('params')} differ from the "
+                              f"config's audit.fuzzy; re-materialise eval_registry and contamination_report")
+    docs = tables.read_parquet(storage, layout.FUZZY_DOCS)
+    return FuzzyWritten(report, docs, [*fuzzy_index_keys(), layout.FUZZY_REPORT, layout.FUZZY_DOCS])

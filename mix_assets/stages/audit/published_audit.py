@@ -1,0 +1,607 @@
+"""The 13-gram audit of a PUBLISHED revision: its token shards decoded back to text, no Dagster.
+
+    report = audit_published("build/published/latest", load_spec("configs/demo.yaml"))
+
+Reads the revision through `mix_assets.reader.open_mix` (local, s3://, hf://), gets the revision's
+own `tokenizer/tokenizer.json` through the same reader (size and sha256 checked against the
+manifest), builds the eval registry from the NON-test splits of the config's tasks (`stages/audit/evals`,
+which refuses test splits before any I/O) and counts overlaps with `contamination.Registry` — the
+same normalisation, hashing and short-item rule as the in-graph audit.
+
+Map/reduce: every shard is a map task (`audit_range`, on `core/engine.map_chunks`: in process or as
+Ray tasks) that reads its samples in storage order, `chunk_tokens` at a time, so a task's memory is
+one chunk plus the tail of the open document (at most `max_carry_tokens` tokens). A task starts in
+the state a scan from the split's first sample would have there: it reads back the open document's
+tail from the samples before its shard (`SplitScanner.resume_at`). The tallies are gathered in
+shard order and summed, so the report is the same whatever the engine, worker count or shard cut.
+In process, each map thread keeps one reader per split for all its tasks (`ThreadReaders`: one
+manifest check per thread, not per shard; the reader is closed after each task, which unmaps its
+shards); a Ray task opens its own.
+
+Documents. With a separator token, the token stream is cut at every separator: a window never spans
+two documents, as in the graph's audit. Without one (`packing.separator: null`) document boundaries
+are not in the published bytes: consecutive documents are scanned as one text, so a window spanning
+the seam between two documents is counted if it matches (a model trained on the bytes sees it too).
+
+Sample boundaries. A document continues across samples (and chunks). Each (sample, document) piece
+is decoded together with a carry: the last tokens of the same document before the sample (at least
+n + 1 words of it, or the whole document so far). Windows are counted in the piece holding their
+last word: piece counts = windows of (carry + piece) minus windows of the carry's words except its
+last (which the piece's first token may complete); a piece continued in the next sample leaves out
+its own last word, which may be cut mid-word. So every window of a document is counted exactly once
+whatever the sample boundaries, provided the tokenizer's decoding is local (true of byte-level BPE,
+Metaspace and WordPiece decoders); boundaries where the document tail held fewer than n + 1 words
+within `max_carry_tokens` tokens are counted as `short_carries` (a window there may be missed).
+
+Decoding. A byte-level BPE tokenizer (decoder `ByteLevel` alone, every token checked at load:
+`stages/tokens/bytelevel.ByteDecoder.of`) decodes a chunk's (carry + piece) rows as one Arrow `take` over a
+per-token byte table, straight into the Arrow strings `textkeys.words` reads; rows that are not valid
+UTF-8 on their own (a character cut at a seam) and every other tokenizer go through
+`Tokenizer.decode_batch`. Same strings either way (the old scanner is pinned in
+mix_assets_tests/oracles/published_audit_ref.py); no Python list of ids or str per row, and no
+tokenizers call holding the GIL while the other map thread waits.
+
+Output: counts only. The report carries task, split and file names and integers; it is checked
+before it is returned for any `audit.scrub_words` consecutive words of a reference item.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mix_assets.config import MixSpec
+from mix_assets.stages.audit import contamination as ct
+from mix_assets.stages.audit import audit as audit_lib
+from mix_assets.core import engine
+from mix_assets.stages.tokens.bytelevel import ByteDecoder
+from mix_assets.core import textkeys as tk
+from mix_assets.core.progress import Progress
+
+REPORT_FORMAT = "mix_assets.published_audit/1"
+TOKENIZER_FILE = "tokenizer/tokenizer.json"
+EXIT_OVERLAP = 1  # exit-code bits of `exit_code`
+EXIT_DENOMINATOR = 4
+SPLITS = ("train", "val")
+
+
+class PublishedAuditError(RuntimeError):
+    """The revision cannot be audited as asked (the message names the file or field, never text)."""
+
+
+# -- the eval registry ---------------------------------------------------------------------------
+
+
+@dataclass
+class EvalReference:
+    registry: ct.Registry
+    denominators: dict[str, dict]  # task -> rows, items, n-grams, min_rows ... (counts only)
+    scrub: np.ndarray  # hashed `scrub_words`-word runs of every item (for the report's self-check)
+
+
+def load_reference(spec: MixSpec) -> EvalReference:
+    """Registry and denominators of every task's audit splits (test splits refused by stages/audit/evals)."""
+    per, denoms, scrub = {}, {}, []
+    for ref in audit_lib.task_references(spec):
+        per[ref.name], denoms[ref.name] = ref.ngrams, ref.denominators
+        scrub.append(ref.scrub)
+    reg = ct.Registry.build(per, n=spec.audit.ngram, short_min=spec.audit.short_item_min_words)
+    return EvalReference(registry=reg, denominators=denoms, scrub=audit_lib.merged_scrub(scrub))
+
+
+def denominator_problems(denominators: dict[str, dict]) -> list[str]:
+    """Why the denominators make a zero meaningless (task names and counts only)."""
+    if not denominators:
+        return ["the eval registry has no tasks: an audit against nothing proves nothing"]
+    out = []
+    for task, d in denominators.items():
+        if d["rows"] < d["min_rows"]:
+            out.append(f"task {task}: {d['rows']} rows read, below min_rows {d['min_rows']}")
+        if d["ngrams"] == 0:
+            out.append(f"task {task}: 0 reference n-grams")
+    return out
+
+
+# -- streaming one split -------------------------------------------------------------------------
+
+
+_FAR = -(1 << 50)  # a document start so far back that the tail no longer reaches it
+
+
+def _tails(at: np.ndarray, start: np.ndarray, sample_len: int, cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens of a document's tail before positions `at` (split positions, sample starts), for a document
+    starting at `start`, and whether that tail still begins at the document's first token.
+
+    The tail is the document's per-sample parts (its first, then whole samples), the oldest dropped
+    while the others still hold `cap` tokens: at least `cap` tokens, whole parts (as the old `_Tail`,
+    pinned in mix_assets_tests/oracles/published_audit_ref.py)."""
+    whole = (at - (start // sample_len + 1) * sample_len) // sample_len  # whole samples after the first part
+    dropped = whole * sample_len >= cap
+    kept = -(-cap // sample_len) * sample_len  # once parts are dropped: the fewest whole samples holding cap
+    return np.where(dropped, kept, at - start), ~dropped
+
+
+def _gather(buf: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """buf[lo[i]:hi[i]] for every i, concatenated, and the row bounds (int64)."""
+    bounds = np.zeros(len(lo) + 1, np.int64)
+    np.cumsum(hi - lo, out=bounds[1:])
+    # one slice per row (a few thousand a chunk): ~7x faster than a repeat/arange index over every token
+    return np.concatenate([buf[a:b] for a, b in zip(lo.tolist(), hi.tolist())] or [buf[:0]]), bounds
+
+
+@dataclass
+class SplitTally:
+    """Counts of one split (no text)."""
+
+    split: str
+    tasks: list[str]
+    samples_scanned: int = 0
+    tokens_scanned: int = 0
+    separators: int = 0
+    documents: int = 0  # pieces that start a document (with no separator: 1, the whole stream)
+    pieces: int = 0  # (sample, document) pieces decoded
+    continued_pieces: int = 0  # pieces decoded with a carry from the previous sample
+    short_carries: int = 0  # carries with fewer than n + 1 words within max_carry_tokens
+    words_scanned: int = 0
+    text_bytes: int = 0  # UTF-8 bytes decoded, carries included (progress lines only, not in the report)
+    hits: dict[int, np.ndarray] = field(default_factory=dict)  # sample -> overlap n-grams per task
+
+    def merge(self, other: "SplitTally") -> None:
+        """Add the counts of a later range of the same split (a sample's hits may come from both)."""
+        for f in ("samples_scanned", "tokens_scanned", "separators", "documents", "pieces", "continued_pieces",
+                  "short_carries", "words_scanned", "text_bytes"):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+        for sample, v in other.hits.items():
+            self.hits[sample] = self.hits[sample] + v if sample in self.hits else v
+
+    def to_json(self, separator: bool, denominators: dict[str, dict]) -> dict:
+        per = np.zeros(len(self.tasks), np.int64)
+        with_overlap = np.zeros(len(self.tasks), np.int64)
+        for v in self.hits.values():
+            per += v
+            with_overlap += v > 0
+        return {
+            "samples_scanned": self.samples_scanned,
+            "tokens_scanned": self.tokens_scanned,
+            "words_scanned": self.words_scanned,
+            "documents": self.documents if separator else None,
+            "pieces": self.pieces,
+            "continued_pieces": self.continued_pieces,
+            "short_carries": self.short_carries,
+            "samples_with_overlap": len(self.hits),
+            "overlap_ngrams": int(per.sum()),
+            "tasks": {
+                t: {
+                    "samples_scanned": self.samples_scanned,
+                    "samples_with_overlap": int(with_overlap[i]),
+                    "overlap_ngrams": int(per[i]),
+                    "eval_rows": denominators[t]["rows"],
+                    "eval_items": denominators[t]["items"],
+                    "eval_ngrams": denominators[t]["ngrams"],
+                    "min_rows": denominators[t]["min_rows"],
+                }
+                for i, t in enumerate(self.tasks)
+            },
+        }
+
+
+class SplitScanner:
+    """Feeds a split's samples in storage order; decodes and scans them chunk by chunk.
+
+    A chunk is cut into pieces (one per sample and document) with numpy: no Python per sample. State
+    between chunks: whether a document is open, where it started, and its tail (`_tails`)."""
+
+    def __init__(self, split: str, tokenizer, registry: ct.Registry, separator_id: Optional[int],
+                 total_samples: int, max_carry_tokens: int = 1 << 16, decoder: Optional[ByteDecoder] = None):
+        self.tok = tokenizer
+        self.dec = decoder  # the tokenizer's byte table (`ByteDecoder.of`), None: decode with the tokenizer
+        self.reg = registry
+        self.sep = separator_id
+        self.total = total_samples
+        self.n = registry.n
+        self.cap = max_carry_tokens
+        self.open = False  # a document is open at the end of the previous sample
+        self.doc_start = 0  # split position of the open document's first token (`_FAR`: beyond its tail)
+        self.tail = np.zeros(0, np.int64)  # the open document's tail (`_tails` tokens)
+        self.tally = SplitTally(split=split, tasks=list(registry.tasks))
+
+    def resume_at(self, first: int, read) -> None:
+        """The state a scan from sample 0 has before sample `first`, from the samples just before it.
+
+        `read(k)` gives sample k. A document is open unless sample first - 1 ends with the separator;
+        its tail is read back until the document's start or until one more part than the tail keeps."""
+        if first == 0:
+            return
+        prev = read(first - 1)
+        self.open = self.sep is None or prev[-1] != self.sep
+        if not self.open:
+            return
+        parts, kept, k, found = [], 0, first - 1, False
+        while True:
+            x = prev if k == first - 1 else read(k)
+            cuts = np.flatnonzero(x == self.sep) if self.sep is not None else np.zeros(0, np.int64)
+            parts.append(x[cuts[-1] + 1:] if len(cuts) else x)
+            found = bool(len(cuts)) or k == 0
+            if found or kept >= self.cap:
+                break  # the document starts here, or the earliest part read is one the tail drops
+            kept += len(parts[-1])
+            k -= 1
+        tokens = np.concatenate(parts[::-1])
+        at = first * len(prev)
+        self.doc_start = at - len(tokens) if found else _FAR
+        n, _ = _tails(np.array([at]), np.array([self.doc_start]), len(prev), self.cap)
+        self.tail = tokens[len(tokens) - int(n[0]):]
+
+    def feed(self, first: int, samples: np.ndarray) -> None:
+        """Samples [first, first + len(samples)) of the split, in storage order."""
+        t = self.tally
+        samples = np.asarray(samples)
+        count, slen = samples.shape
+        flat = samples.reshape(-1)
+        t.samples_scanned += count
+        t.tokens_scanned += flat.size
+        # pieces: from each sample start and each token after a separator (unless it starts the next
+        # sample) to the next separator or sample end
+        seps = np.flatnonzero(flat == self.sep) if self.sep is not None else np.zeros(0, np.int64)
+        t.separators += len(seps)
+        after = seps + 1
+        begin = np.sort(np.concatenate([np.arange(0, flat.size, slen), after[after % slen != 0]]))
+        sample_end = (begin // slen + 1) * slen
+        end = np.minimum(np.append(seps, flat.size)[np.searchsorted(seps, begin)], sample_end)
+        j = begin // slen
+        open_at = np.ones(count, bool)  # a document is open at each sample's start
+        open_at[0] = self.open
+        if self.sep is not None:
+            open_at[1:] = flat[slen - 1:-1:slen] != self.sep
+        continued = (begin % slen == 0) & open_at[j]
+        keep = continued | (end > begin)  # an empty piece only finishes the previous sample's document
+        begin, end, sample_end, j, continued = begin[keep], end[keep], sample_end[keep], j[keep], continued[keep]
+        g = first + j
+        continues = (end == sample_end) & (g != self.total - 1)  # only a sample's trailing piece goes on
+        t.documents += int((~continued).sum())
+        # each piece's document start: its own, or that of the last piece starting one (or the open one)
+        pos = first * slen + begin
+        doc = np.where(continued, np.iinfo(np.int64).min, pos)
+        doc = np.maximum.accumulate(np.concatenate([[self.doc_start], doc]))[1:]
+        size, from_start = _tails(pos, doc, slen, self.cap)
+        size = np.where(continued, size, 0)
+        buf = np.concatenate([self.tail, flat]) if self.open and len(self.tail) else flat
+        shift = len(buf) - flat.size  # buf index of flat[0]
+        if len(begin):
+            carry, cwords = self._carries(buf, begin + shift, size, from_start)
+            self._scan(buf, begin + shift, end + shift, carry, cwords, continues, np.where(end > begin, g, g - 1))
+        self.open = (self.sep is None or flat[-1] != self.sep) and first + count != self.total
+        if self.open:  # the last piece goes on: keep its document's tail
+            self.doc_start = int(doc[-1])
+            n, _ = _tails(np.array([first * slen + flat.size]), doc[-1:], slen, self.cap)
+            self.tail = buf[len(buf) - int(n[0]):].copy()
+
+    # -- decoding and scanning -------------------------------------------------------------------
+
+    def _decode(self, ids: np.ndarray, bounds: np.ndarray) -> pa.LargeStringArray:
+        """Row i: the decoding of ids[bounds[i]:bounds[i + 1]] (the tokenizer's own `decode_batch`, or the
+        same strings from its byte table, without Python lists or strings)."""
+        if self.dec is not None:
+            return self.dec.texts(ids, bounds)
+        seqs = [ids[a:b].tolist() for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+        return pa.array(self.tok.decode_batch(seqs, skip_special_tokens=False), pa.large_string())
+
+    def _carries(self, buf, at, size, from_start) -> tuple[np.ndarray, np.ndarray]:
+        """Per piece (starting at buf index `at`, its document's tail `size` tokens): the carry's length
+        in tokens and in words (0 for a piece starting a document)."""
+        carry = np.zeros(len(at), np.int64)
+        words = np.zeros(len(at), np.int64)
+        want = self.n + 1
+        # 2 (n + 1) tokens hold n + 1 words almost always (about 1.2 tokens a word); a longer carry only
+        # adds words before the windows counted (any carry of n + 1 words gives the same counts)
+        todo = np.flatnonzero(size > 0)
+        k = np.full(len(todo), 2 * want, np.int64)
+        while len(todo):
+            c = np.minimum(k, size[todo])
+            wl = tk.words(self._decode(*_gather(buf, at[todo] - c, at[todo])))
+            # an empty carry has no word list (null): 0 words
+            got = pc.list_value_length(wl).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            carry[todo], words[todo] = c, got
+            whole = k >= size[todo]  # the carry is the whole tail
+            done = (got >= want) | (whole & from_start[todo])
+            self.tally.short_carries += int((~done & whole).sum())
+            more = ~done & ~whole
+            todo, k = todo[more], k[more] * 4
+        return carry, words
+
+    def _scan(self, buf, at, end, carry, cwords, cont, sample) -> None:
+        """Count the windows of pieces buf[at:end] (with their carries), attributed to `sample`."""
+        t = self.tally
+        m = len(at)
+        arr = self._decode(*_gather(buf, at - carry, end))
+        t.text_bytes += int(pc.sum(pc.binary_length(arr)).as_py() or 0)
+        h, off = tk.word_hashes(tk.words(arr))
+        del arr
+        starts = off[:-1]
+        nwords = np.diff(off)
+        has_carry = carry > 0
+        stop = np.maximum(nwords - cont, 0)  # a piece going on next sample leaves its last word out
+        pre = np.where(has_carry, np.minimum(np.maximum(cwords - 1, 0), stop), 0)  # counted before
+        # rows in place (no copy of the hashes): each piece's counted words, then the word it leaves out
+        rows = np.append(np.stack([starts, starts + stop], axis=1).reshape(-1), off[-1])
+        net = self.reg.scan_word_hashes(h, rows)[::2]
+        carried = np.flatnonzero(pre > 0)  # the carries' windows, counted before: subtracted
+        if len(carried):
+            net[carried] -= self.reg.scan_word_hashes(*_gather(h, starts[carried], starts[carried] + pre[carried]))
+        if (net < 0).any():  # windows of a prefix are windows of the whole: cannot happen
+            raise PublishedAuditError(f"split {t.split}: negative window count after carry subtraction")
+        t.pieces += m
+        t.continued_pieces += int(has_carry.sum())
+        t.words_scanned += int((stop - pre).sum())
+        for i in np.flatnonzero(net.any(axis=1)):
+            s = int(sample[i])
+            t.hits[s] = t.hits.get(s, np.zeros(len(t.tasks), np.int64)) + net[i]
+
+
+# -- the audit -----------------------------------------------------------------------------------
+
+
+def _load_tokenizer(path: str):
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as e:
+        raise PublishedAuditError(f"{TOKENIZER_FILE}: cannot be loaded by tokenizers ({type(e).__name__})") from None
+
+
+_TOKENIZER_LOCK = threading.Lock()
+# sha256 of tokenizer.json -> (Tokenizer, its ByteDecoder or None): one per process (a Ray worker's too)
+_TOKENIZERS: dict[str, tuple[Any, Optional[ByteDecoder]]] = {}
+
+
+def _reader_decoding(reader) -> tuple[Any, Optional[ByteDecoder]]:
+    """The revision's tokenizer and byte table, fetched, loaded and checked once per process."""
+    sha = reader.manifest["tokenizer"]["files"].get(TOKENIZER_FILE)
+    with _TOKENIZER_LOCK:
+        if sha not in _TOKENIZERS:
+            _TOKENIZERS.clear()
+            tok = _load_tokenizer(reader.file_path(TOKENIZER_FILE))
+            _TOKENIZERS[sha] = (tok, ByteDecoder.of(tok))
+        return _TOKENIZERS[sha]
+
+
+def _reader_tokenizer(reader):
+    return _reader_decoding(reader)[0]
+
+
+@dataclass(frozen=True)
+class SampleRange:
+    """Samples [start, stop) of one split, in storage order: one shard, the map chunk of the audit."""
+
+    split: str
+    start: int
+    stop: int
+
+
+def shard_ranges(reader) -> list[SampleRange]:
+    """One range per non-empty shard of the reader's split."""
+    out, first = [], 0
+    for e in reader.manifest["splits"][reader.split]["shards"]:
+        if e["samples"]:
+            out.append(SampleRange(reader.split, first, first + e["samples"]))
+        first += e["samples"]
+    return out
+
+
+class ThreadReaders:
+    """One open reader per (thread, split) for the map tasks of one scan in this process: a task opens
+    (and checks the manifest of) no reader of its own, and shards a thread verified stay verified.
+    `MixReader.close` after each task releases its shard maps (reads re-open them), so memory stays
+    one task's; `close_all` closes every reader at the end of the scan."""
+
+    def __init__(self, location: Any, cache_dir: Optional[str], open_kwargs: dict):
+        self.args = (location, cache_dir, open_kwargs)
+        self.readers: dict[tuple[int, str], Any] = {}
+        self.lock = threading.Lock()
+
+    def get(self, split: str):
+        key = (threading.get_ident(), split)
+        with self.lock:
+            r = self.readers.get(key)
+        if r is None:
+            r = _open_split(*self.args, split)
+            with self.lock:
+                self.readers[key] = r
+        return r
+
+    def close_all(self) -> None:
+        with self.lock:
+            readers, self.readers = list(self.readers.values()), {}
+        for r in readers:
+            r.close()
+
+
+def _open_split(location: Any, cache_dir: Optional[str], open_kwargs: dict, split: str):
+    from mix_assets.reader import open_mix
+
+    return open_mix(location, cache_dir, split=split, shuffle=False, epochs=1, **open_kwargs)
+
+
+def audit_range(rng: SampleRange, *, location: Any, cache_dir: Optional[str], open_kwargs: dict,
+                registry: ct.Registry, separator_id: Optional[int], chunk_tokens: int,
+                max_carry_tokens: int, readers: Optional[ThreadReaders] = None) -> SplitTally:
+    """The map work: scan one range of a split as a scan from the split's first sample would (pure).
+
+    The scanner starts in the state it has at `rng.start` (`SplitScanner.resume_at` reads back the
+    open document's tail), so the range's counts do not depend on where the ranges are cut. `readers`
+    (in-process engines): this thread's reader, else one opened for the task."""
+    r = readers.get(rng.split) if readers is not None else _open_split(location, cache_dir, open_kwargs, rng.split)
+    with r:  # closing releases the shards this task mapped; a thread's reader stays usable
+        step = max(1, chunk_tokens // r.sample_len)
+        head = r.samples(rng.start, min(step, rng.stop - rng.start))  # the first chunk (a whole shard, mostly)
+        if r.has_doc_index:
+            check_doc_index(r, rng, separator_id, head)
+        tok, dec = _reader_decoding(r)
+        scanner = SplitScanner(rng.split, tok, registry, separator_id, len(r), max_carry_tokens, decoder=dec)
+        scanner.resume_at(rng.start, r.sample)
+        for first in range(rng.start, rng.stop, step):
+            scanner.feed(first, head if first == rng.start else r.samples(first, min(step, rng.stop - first)))
+        return scanner.tally
+
+
+def check_doc_index(r, rng: SampleRange, separator_id: Optional[int], head: Optional[np.ndarray] = None) -> None:
+    """The document index of the range's shard, fetched and verified by the reader (size, sha256, shape;
+    ShardCorruptError names the file); with a separator, each start follows one, but for at most one
+    budget-cut appearance per source in train (format/docindex.py). `head`: the range's first samples, used
+    when they are the whole shard (not read twice)."""
+    from bisect import bisect_right
+
+    from mix_assets.format import docindex
+
+    entries = r.manifest["splits"][rng.split]["shards"]
+    firsts = np.cumsum([0] + [e["samples"] for e in entries])
+    si = bisect_right(firsts.tolist(), rng.start) - 1
+    starts = r.shard_doc_index(si)
+    if separator_id is None:
+        return
+    whole = head is not None and int(firsts[si]) == rng.start and len(head) == entries[si]["samples"]
+    tokens = (head if whole else r.samples(int(firsts[si]), entries[si]["samples"])).reshape(-1)
+    prev = int(r.sample(int(firsts[si]) - 1)[-1]) if si else None
+    bad = docindex.unexplained_starts(starts, tokens, separator_id, prev)
+    allowed = len(r.manifest.get("sources") or {}) if rng.split == "train" else 0
+    if len(bad) > allowed:
+        raise PublishedAuditError(
+            f"{entries[si]['doc_index']['path']}: document start at offset {int(bad[0])} does not follow the "
+            f"separator (id {separator_id}); {len(bad)} such starts, at most {allowed} expected")
+
+
+def scan_ranges(ranges: list[SampleRange], eng: engine.Engine, log=None, label: str = "published audit",
+                **job) -> dict[str, SplitTally]:
+    """`audit_range` over `ranges` on `eng`, gathered in range order into one tally per split."""
+    # threads of this process share nothing but may each keep a reader; Ray tasks open their own
+    readers = ThreadReaders(job["location"], job["cache_dir"], job["open_kwargs"]) if eng.kind == "local" else None
+    fn = functools.partial(audit_range, readers=readers, **job)
+    prog = Progress(log, label, total_docs=sum(r.stop - r.start for r in ranges), item="samples") if log else None
+    out: dict[str, SplitTally] = {}
+    try:
+        for rng, got in zip(ranges, engine.map_chunks(fn, ranges, eng)):
+            if rng.split in out:
+                out[rng.split].merge(got)
+            else:
+                out[rng.split] = got
+            if prog:
+                prog.update(docs=got.samples_scanned, bytes=got.text_bytes, tokens=got.tokens_scanned)
+    finally:
+        if readers is not None:
+            readers.close_all()
+    if prog:
+        prog.done(f"{sum(len(t.hits) for t in out.values()):,} samples with overlap")
+    return out
+
+
+def audit_published(
+    location: Any,
+    spec: MixSpec,
+    cache_dir: Optional[str] = None,
+    *,
+    chunk_tokens: int = 1 << 20,
+    max_carry_tokens: int = 1 << 16,
+    reference: Optional[EvalReference] = None,
+    eng: engine.Engine = engine.Engine(),
+    log=None,
+    label: str = "published audit",
+    **open_kwargs,
+) -> dict:
+    """The report (counts only) of the published revision at `location` against `spec`'s registry.
+
+    Each shard is a map task on `eng` (`audit_range`; in process or Ray); `log` gets progress lines.
+    The report does not depend on the engine, its worker count or the shard cut."""
+    from mix_assets.reader import open_mix
+
+    ref = reference or load_reference(spec)
+    readers = {s: open_mix(location, cache_dir, split=s, shuffle=False, epochs=1, **open_kwargs) for s in SPLITS}
+    manifest = readers["train"].manifest
+    packing = manifest["packing"]
+    tok = _reader_tokenizer(readers["train"])
+    sep_id = packing.get("separator_id")
+    if packing.get("separator") is not None:
+        got = tok.token_to_id(packing["separator"])
+        if got is None or got != sep_id:
+            raise PublishedAuditError(
+                f"manifest.json packing.separator {packing['separator']!r} has id {sep_id}, the revision's "
+                f"{TOKENIZER_FILE} gives {got}"
+            )
+    ranges = [rng for r in readers.values() for rng in shard_ranges(r)]
+    for r in readers.values():
+        r.close()
+    tallies = scan_ranges(ranges, eng, log, label, location=location, cache_dir=cache_dir,
+                          open_kwargs=open_kwargs, registry=ref.registry, separator_id=sep_id,
+                          chunk_tokens=chunk_tokens, max_carry_tokens=max_carry_tokens)
+    splits = {s: tallies[s].to_json(sep_id is not None, ref.denominators) for s in SPLITS}
+    problems = denominator_problems(ref.denominators)
+    total = sum(v["overlap_ngrams"] for v in splits.values())
+    report = {
+        "format": REPORT_FORMAT,
+        "location": str(location),
+        "mix": manifest.get("name"),
+        "fingerprint": manifest["fingerprint"],
+        "tokenizer": {"file": TOKENIZER_FILE, "sha256": manifest["tokenizer"]["files"].get(TOKENIZER_FILE),
+                      "vocab_size": manifest["tokenizer"]["vocab_size"]},
+        "packing": {"separator_id": sep_id, "sample_len": packing["sample_len"],
+                    "document_boundaries": "separator token" if sep_id is not None else
+                    "none in the published bytes: windows spanning the seam of two documents are counted"},
+        "ngram": spec.audit.ngram,
+        "short_item_min_words": spec.audit.short_item_min_words,
+        "denominators": ref.denominators,
+        "splits": splits,
+        "rows": [
+            {"split": s, "task": t, **v}
+            for s, sv in splits.items() for t, v in sv["tasks"].items()
+        ],
+        "overlap_total": total,
+        "samples_with_overlap": sum(v["samples_with_overlap"] for v in splits.values()),
+        "denominator_problems": problems,
+        "passed": total == 0 and not problems,
+    }
+    leaks = ct.leaking_strings(list(ct.json_strings(report)), ref.scrub, spec.audit.scrub_words)
+    if leaks:  # task names or a location that quote an item: refuse to hand the report out
+        raise PublishedAuditError(f"the report would carry {len(leaks)} string(s) quoting a reference item; "
+                                  "rename the task or location")
+    return report
+
+
+def exit_code(report: dict) -> int:
+    """0 clean; bit 1: overlap > 0; bit 4: a denominator below min_rows (or no n-grams, no tasks)."""
+    return (EXIT_OVERLAP if report["overlap_total"] > 0 else 0) | (
+        EXIT_DENOMINATOR if report["denominator_problems"] else 0)
+
+
+def format_report(report: dict) -> str:
+    """A plain-text table of the report (counts only)."""
+    head = ("split", "task", "samples", "samples_w_overlap", "overlap_ngrams", "eval_rows", "min_rows",
+            "eval_items", "eval_ngrams")
+    rows = [head] + [
+        (r["split"], r["task"], r["samples_scanned"], r["samples_with_overlap"], r["overlap_ngrams"],
+         r["eval_rows"], r["min_rows"], r["eval_items"], r["eval_ngrams"]) for r in report["rows"]
+    ]
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(head))]
+    lines = [f"published audit of {report['location']} (fingerprint {report['fingerprint'][:16]}, "
+             f"{report['ngram']}-grams; document boundaries: {report['packing']['document_boundaries']})"]
+    lines += ["  ".join(str(v).rjust(w) if i >= 2 else str(v).ljust(w) for i, (v, w) in enumerate(zip(r, widths)))
+              for r in rows]
+    for s, v in report["splits"].items():
+        lines.append(f"{s}: {v['tokens_scanned']} tokens, {v['words_scanned']} words, documents "
+                     f"{v['documents']}, {v['continued_pieces']} sample-boundary carries, "
+                     f"{v['short_carries']} short carries")
+    lines.append(f"overlap_total {report['overlap_total']}; samples with overlap {report['samples_with_overlap']}")
+    for p in report["denominator_problems"]:
+        lines.append(f"DENOMINATOR: {p}")
+    lines.append("PASS" if report["passed"] else "FAIL")
+    return "\n".join(lines)
+
+
+def dumps(report: dict) -> str:
+    return json.dumps(report, indent=1, sort_keys=True)

@@ -1,0 +1,288 @@
+"""Small helpers shared by the stage modules: asset keys, code versions, lineage, gate results."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import inspect
+import os
+import warnings
+from collections.abc import Iterator
+
+import dagster as dg
+
+from mix_assets.console import metadata as md
+from mix_assets.core import lineage, runlock
+from mix_assets.core.tables import read_parquet, write_parquet  # noqa: F401  (the stages' Parquet I/O)
+from mix_assets.core.storage import Storage, local_key_path
+
+
+# The engine resource is bound on the assets that map over chunks (resource_defs), so that a
+# `materialize(..., resources={"mix": ...})` needs nothing more; Dagster 1.13 marks that parameter beta and
+# would print the warning at every code-location load (the README promises a start without warnings).
+warnings.filterwarnings("ignore", message=r"Parameter `resource_defs` of function `asset` is currently in beta")
+
+
+def raw_key(source: str) -> dg.AssetKey:
+    return dg.AssetKey(["raw", source])
+
+
+def code_version(*parts: object) -> str:
+    """A code_version from the source of the given functions/modules and any config values.
+
+    A changed stage or changed config then marks the asset stale in the UI.
+    """
+    h = hashlib.sha256()
+    for p in parts:
+        if inspect.ismodule(p) or inspect.isfunction(p) or inspect.isclass(p):
+            h.update(inspect.getsource(p).encode())
+        else:
+            h.update(repr(p).encode())
+    return h.hexdigest()[:12]
+
+
+def demo_corpus_parts(spec) -> tuple:
+    """The embedded demo corpus's settings when the spec generates it (its files are what raw/<source> and
+    eval_registry read), for their code_version; nothing otherwise."""
+    return (spec.demo_corpus.model_dump_json(),) if spec.demo_corpus else ()
+
+
+def raw_name(source: str) -> str:
+    """The lineage name of `raw/<source>` (its asset key as the UI writes it)."""
+    return f"raw/{source}"
+
+
+def current_code_versions(context) -> dict[str, str]:
+    """Every asset's code_version in the current definitions, by lineage name (`raw/web`, `manifest`).
+
+    From the graph the run's job was built from (the whole code location's, whatever the selection):
+    a step's subset job holds only the selected assets and their direct parents."""
+    graph = context.job_def.asset_layer.asset_graph.source_asset_graph
+    out = {}
+    for key in graph.get_all_asset_keys():
+        version = graph.get(key).code_version
+        if version is not None:
+            out[key.to_user_string()] = version
+    return out
+
+
+def verified_inputs(storage: Storage, consumer: str, inputs: list[str], context) -> dict[str, str]:
+    """Data versions of `inputs` once lineage proves they belong together, each computed under its
+    asset's current code_version (so under the current config); a dg.Failure names what to redo."""
+    try:
+        return lineage.verify_inputs(storage, consumer, inputs, code_versions=current_code_versions(context))
+    except lineage.StaleInputError as e:
+        raise dg.Failure(
+            description=str(e),
+            metadata={"stale_assets": ", ".join(e.rematerialise) or "none",
+                      "problems": dg.MetadataValue.md("\n".join(f"- {p}" for p in e.problems))},
+            allow_retries=False,
+        ) from None
+
+
+def recorded(storage: Storage, asset: str, outputs, inputs: dict[str, str], context) -> dict:
+    """Write `asset`'s lineage record (last, after its files) with its current code_version (none for a
+    check's record); return the Dagster side of it.
+
+    The result goes into `MaterializeResult(**recorded(...))` merged with the asset's metadata: its
+    data version (the UI marks children of a changed version stale) and what it was computed from.
+    """
+    rec = lineage.write_record(storage, asset, outputs, inputs, current_code_versions(context).get(asset))
+    return {
+        "data_version": dg.DataVersion(rec["data_version"][:16]),
+        "metadata": {"computed_from": dg.MetadataValue.json({k: v[:16] for k, v in rec["inputs"].items()})},
+    }
+
+
+def with_lineage(result_metadata: dict, lineage_result: dict, **kwargs) -> dg.MaterializeResult:
+    """A MaterializeResult carrying the asset's metadata plus its lineage (see `recorded`) and the step
+    process's peak RSS (`md.peak_rss`: the step's own only when it has a process to itself)."""
+    return dg.MaterializeResult(
+        metadata={**result_metadata, **lineage_result["metadata"], **md.peak_rss()},
+        data_version=lineage_result["data_version"],
+        **kwargs,
+    )
+
+
+def held_back(context, key: dg.AssetKey) -> list[str]:
+    """Every asset downstream of `key` that this run would have materialized (what a failed gate holds back)."""
+    layer = context.job_def.asset_layer
+    graph, planned = layer.asset_graph, layer.selected_asset_keys  # the run's subset of the job
+    seen: set[dg.AssetKey] = set()
+    todo = [key]
+    while todo:
+        for child in graph.get(todo.pop()).child_entity_keys:
+            if isinstance(child, dg.AssetKey) and child not in seen:
+                seen.add(child)
+                todo.append(child)
+    return sorted(k.to_user_string() for k in seen if k in planned)
+
+
+HELD_BACK = "Held back (not run): "
+
+
+def _held_note(names: list[str]) -> str:
+    return f"{HELD_BACK}{', '.join(names)}." if names else "Nothing downstream in this run was held back."
+
+
+def gate(context, key: dg.AssetKey, result: dg.AssetCheckResult) -> dg.AssetCheckResult:
+    """A blocking check's result; when it fails with ERROR, its description names what it held back.
+
+    The UI shows the skipped downstream assets as failed while the gated asset stays green, so the
+    failing check itself says which assets did not run because of it. Idempotent.
+    """
+    if result.passed or result.severity != dg.AssetCheckSeverity.ERROR:
+        return result
+    note = _held_note(held_back(context, key))
+    desc = result.description or ""
+    if desc.endswith(note):
+        return result
+    return result._replace(description=f"{desc.rstrip('.')}. {note}" if desc else note)
+
+
+LOCK_WAIT_ENV = "MIX_LOCK_WAIT_SECONDS"  # how long a step waits for another run's lease (default 0: fail at once)
+LOCK_TTL_ENV = "MIX_LOCK_TTL_SECONDS"  # a lease whose heartbeat is older than this is taken over
+
+
+def _env_seconds(name: str, default: float, positive: bool = False) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise dg.Failure(description=f"{name}={raw!r}: not a number of seconds", allow_retries=False) from None
+    if value < 0 or (positive and value == 0):
+        raise dg.Failure(description=f"{name}={raw!r}: must be {'> 0' if positive else '>= 0'}", allow_retries=False)
+    return value
+
+
+@contextlib.contextmanager
+def run_lock(context, storage: Storage, step: str) -> Iterator[runlock.Lease]:
+    """Hold the storage root's run lease (core/runlock.py) for this step; a dg.Failure naming the holder
+    when another run has it.
+
+    Which steps take it: the ones that write `mix/` (tokenizer, token_shards, manifest) and the ones that
+    publish from it or move `latest` (published_revision and its gate). A lease per step, not per run:
+    Dagster has no hook at a run's end in every executor (the multiprocess executor starts a process per
+    step), so a run-long lease could not be released when the run ends or fails, and the next run would
+    wait for its TTL. Between two steps of one run another run may therefore write `mix/`; what a later
+    step reads is still verified (its checks re-hash against the manifest and fail cleanly, and publishing
+    stores only bytes hashing to the manifest's sha256), so an interleaving fails a run, never publishes.
+    """
+    who = runlock.owner(context.run.run_id, step)
+    if not storage.is_s3:  # the lease is written like a stage's files: never through a link out of the root
+        local_key_path(storage.root, runlock.LEASE_KEY)
+    try:
+        with runlock.holding(storage.location, who, ttl=_env_seconds(LOCK_TTL_ENV, runlock.DEFAULT_TTL, positive=True),
+                             wait_seconds=_env_seconds(LOCK_WAIT_ENV, 0.0), log=context.log.info) as lease:
+            yield lease
+    except (runlock.LeaseHeld, runlock.LeaseLost) as e:
+        raise dg.Failure(description=str(e), allow_retries=False) from None
+
+
+# -- one summary of a failed gate, where the run page shows it first ------------------------------
+# A failed blocking check makes Dagster fail the step with "1 blocking asset check failed with ERROR
+# severity: <asset>: <check>", and that message is what the run's RUN_FAILURE event (at the end of
+# the run log, which the UI opens scrolled to) repeats. `gated` fails the step itself, after its
+# results are recorded, with a summary instead: which gate, why, what was held back, what is still
+# published. Nothing else changes: the check evaluations and the materialization are recorded
+# first, and the step fails as it would have, so Dagster skips everything downstream.
+FAILED_GATE_TAG = "mix/failed_gate"
+STILL_PUBLISHED_TAG = "mix/still_published"
+
+
+def gated(fn):
+    """Decorate a step function (asset or asset check) whose gates go through `gate()`: a failed blocking
+    gate fails the step with `gate_summary`'s text (dg.Failure) and tags the run with the gate and
+    the revision still published (the Runs list shows user tags)."""
+
+    @functools.wraps(fn)
+    def step(context, *args, **kwargs):
+        result = fn(context, *args, **kwargs)
+        failed = failed_gates(context, result)
+        if not failed:
+            return result
+        failure = gate_failure(context, failed, kwargs.get("mix"))  # every gated step takes `mix: MixResource`
+
+        def results_then_failure():  # a returned generator: Dagster records what it yields, then the failure
+            yield result
+            raise failure
+
+        return results_then_failure()
+
+    return step
+
+
+def failed_gates(context, result) -> list[tuple[dg.AssetCheckKey, dg.AssetCheckResult]]:
+    """The results in `result` (a MaterializeResult or an AssetCheckResult) of blocking checks that failed
+    with ERROR severity: the ones that make Dagster fail the step."""
+    if isinstance(result, dg.MaterializeResult):
+        results = list(result.check_results or [])
+    elif isinstance(result, dg.AssetCheckResult):
+        results = [result]
+    else:
+        return []
+    specs = list(context.op_execution_context.assets_def.check_specs)
+    out = []
+    for r in results:
+        if r.passed or r.severity != dg.AssetCheckSeverity.ERROR:
+            continue
+        spec = next((s for s in specs if (r.check_name in (None, s.name)) and r.asset_key in (None, s.asset_key)), None)
+        if spec is not None and spec.blocking:
+            out.append((spec.key, r))
+    return out
+
+
+def published_now(mix, held: list[str]) -> tuple[str | None, str]:
+    """(the revision the publish target's `latest` names, or None; a sentence saying so). "Still
+    published ... this run published nothing" only when the run held `published_revision` back."""
+    from mix_assets.stages.publish.assets import PUBLISHED_REVISION_KEY, write_target
+    from mix_assets.stages.publish import publish as pub
+
+    if mix is None:
+        return None, "Published revision: unknown (no mix resource)."
+    url = mix.spec.resolve(mix.spec.publish.url)
+    try:
+        rev = pub.read_latest(write_target(mix.spec))
+    except Exception as e:  # a summary must not hide the gate behind an unreadable target
+        return None, f"Published revision: unknown ({url}/latest cannot be read: {type(e).__name__}: {e})."
+    held_publish = PUBLISHED_REVISION_KEY.to_user_string() in held
+    if rev is None:
+        return None, f"Nothing is published at {url} yet (no latest)."
+    if held_publish:
+        return rev, f"Still published: {rev} ({url}/latest); this run published nothing."
+    return rev, f"Published now: {rev} ({url}/latest)."
+
+
+def gate_summary(failed: list[tuple[dg.AssetCheckKey, str]], held: list[str], published: str) -> str:
+    """'Gate <asset>:<check> failed: <why>. Held back (not run): <assets>. Still published: <revision> (...).'"""
+    names = ", ".join(k.asset_key.to_user_string() + ":" + k.name for k, _ in failed)
+    if len(failed) == 1:
+        why = failed[0][1]
+    else:
+        why = "; ".join(f"{k.name}: {w}" for k, w in failed)
+    head = f"Gate{'s' if len(failed) > 1 else ''} {names} failed" + (f": {why.rstrip('.')}." if why else ".")
+    return f"{head} {_held_note(held)} {published}"
+
+
+def gate_failure(context, failed: list[tuple[dg.AssetCheckKey, dg.AssetCheckResult]], mix) -> dg.Failure:
+    """The step's failure for its failed gates (one summary; the run is tagged with the gates)."""
+    key = failed[0][0].asset_key
+    held = held_back(context, key)
+    note = _held_note(held)
+    whys = [(k, (r.description or "").removesuffix(note).strip()) for k, r in failed]
+    rev, published = published_now(mix, held)
+    summary = gate_summary(whys, held, published)
+    gates = ", ".join(f"{k.asset_key.to_user_string()}:{k.name}" for k, _ in failed)
+    run_id = context.run.run_id
+    prev = (context.instance.get_run_by_id(run_id).tags or {}).get(FAILED_GATE_TAG)
+    context.instance.add_run_tags(run_id, {FAILED_GATE_TAG: f"{prev}, {gates}" if prev else gates,
+                                           STILL_PUBLISHED_TAG: rev or "none"})
+    return dg.Failure(
+        description=summary,
+        metadata={"failed_gates": gates, "held_back": ", ".join(held) or "none",
+                  "still_published": rev or "none"},
+        allow_retries=False,
+    )

@@ -1,0 +1,772 @@
+"""The dedup stage over the merged pool, and the exclusion masks built from it (no Dagster here).
+
+`dedup_keys_table` is a map and a reduce. Map (`sign_sources`): each source's documents parquet in
+row-range chunks (doc_id, text, n_chars read; the text dropped after signing), written per source
+to `dedup/signatures/<source>.parquet` (stages/dedup/signatures.py) and reused while the source's raw data
+and the parameters are unchanged. Reduce (`reduce_signatures`): LSH band by band over those files
+(one band's columns in memory per band task), then a pass reading the text of the documents in
+candidate pairs only (one task per raw row group), whose shingle sets (8 B per distinct shingle of
+those documents, spilled to disk) verify every candidate by exact Jaccard (chunks of pairs as
+tasks); clusters and the keep rule in this process. The tasks run on the same engine as the map,
+results taken in task order, so the bytes do not depend on the worker count.
+
+exclusion_masks streams: `exclusion_batches` reads dedup_keys (sorted by doc_id) a batch at a time
+and unions each document's reasons (dedup's, contaminated, the filters' rules from `Rejections`;
+`union_reasons` is the one place) into
+one row per excluded document; `composition` compares every source before and after, a raw batch
+at a time; `reject_samples` keeps only each reason's best candidates. Held per document: the ids
+of excluded and contaminated documents (`IdSet`, the id's bytes + 1 each), nothing per kept
+document. Text of a document flagged contaminated is never read into a sample.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import json
+import tempfile
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from mix_assets.core import engine, layout, tables
+from mix_assets.stages.dedup import lsh
+from mix_assets.core import textkeys as tk
+from mix_assets.stages.audit.contamination import ordered_map
+from mix_assets.core.idset import UNSORTED, IdSet, unsorted_row
+from mix_assets.stages.dedup import signatures as sig
+from mix_assets.stages.dedup import minhash as mh
+from mix_assets.core.progress import Progress, reused_line
+from mix_assets.core.storage import Storage
+
+DEDUP_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("source", pa.string()),
+        ("exact_key", pa.string()),
+        ("cluster_id", pa.string()),
+        ("cluster_size", pa.int64()),
+        ("keep", pa.bool_()),
+        ("reason", pa.string()),
+        ("jaccard_to_kept", pa.float32()),
+        ("n_words", pa.int64()),
+    ]
+)
+EXCLUSION_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("source", pa.string()),
+        ("reasons", pa.list_(pa.string())),
+        ("kept_doc_id", pa.string()),
+    ]
+)
+
+
+READ_BATCH_ROWS = 8192  # raw rows per text batch when candidate documents' texts are read
+
+
+class DedupInputError(ValueError):
+    """Raw documents that cannot be deduplicated; the message names file, row and field."""
+
+
+@dataclass
+class DedupParams:
+    """What the stage needs from the mix spec (kept separate so lib code takes no pydantic model)."""
+
+    shingle: int = 5
+    num_perm: int = 128
+    threshold: float = 0.8
+    fp_weight: float = 0.05
+    fn_weight: float = 0.95
+    seed: int = mh.DEFAULT_SEED
+    threads: int = 2
+
+    @property
+    def bands_rows(self) -> tuple[int, int]:
+        return lsh.recall_params(self.threshold, self.num_perm, self.fp_weight, self.fn_weight)
+
+
+def _check_columns(path, source: str) -> None:
+    with engine.open_parquet(path) as f:
+        missing = {"doc_id", "text", "n_chars"} - set(f.schema_arrow.names)
+    if missing:
+        raise DedupInputError(f"{path}: missing column(s) {sorted(missing)} (source {source})")
+
+
+@dataclass(frozen=True)
+class SignChunk:
+    """One map task of dedup_keys: rows of one source's documents parquet, and how to sign them."""
+
+    source: str
+    rows: engine.RowRange
+    num_perm: int
+    shingle: int
+    seed: int
+    threads: int  # signature threads inside the task (1 when the engine runs chunks in parallel)
+
+
+@dataclass
+class SignedChunk:
+    doc_ids: pa.Array
+    exact_keys: list
+    signatures: np.ndarray
+    n_words: np.ndarray
+    n_shingles: np.ndarray
+    n_chars: np.ndarray
+    text_bytes: int = 0  # UTF-8 bytes of the chunk's texts (progress only)
+
+
+def sign_chunk(chunk: SignChunk) -> SignedChunk:
+    """The per-document map work: read the rows, normalise, exact key, MinHash signature (pure)."""
+    t = engine.read_rows(chunk.rows, ["doc_id", "text", "n_chars"])
+    bad = null_field(t, chunk.rows)
+    if bad:
+        raise DedupInputError(f"{bad} (source {chunk.source})")
+    text = t.column("text").combine_chunks()
+    a, b = mh.permutations(chunk.num_perm, chunk.seed)
+    batches = [text.slice(s, e - s) for s, e in mh._batches(text, mh.BATCH_BYTES)]  # ~1 MB of text each
+    sign = functools.partial(sign_texts, a=a, b=b, shingle=chunk.shingle)
+    return signed_chunk(t, list(ordered_map(sign, batches, chunk.threads)), chunk.num_perm)
+
+
+def null_field(t: pa.Table, rows: engine.RowRange) -> Optional[str]:
+    """"<file>: row <n>: field 'x' is null" for the first null doc_id or text of rows `rows` (read as `t`)."""
+    for field in ("doc_id", "text"):
+        col = t.column(field)
+        if col.null_count:
+            bad = rows.start + int(np.flatnonzero(np.asarray(col.is_null()))[0])
+            return f"{rows.path}: row {bad}: field {field!r} is null"
+    return None
+
+
+def sign_texts(texts: pa.Array, a: np.ndarray, b: np.ndarray, shingle: int) -> mh.Batch:
+    """Normalise a batch of texts and sign it (`signatures.sign_words`)."""
+    return sig.sign_words(tk.word_keys(texts), a, b, shingle)
+
+
+def signed_chunk(t: pa.Table, parts: list[mh.Batch], num_perm: int) -> SignedChunk:
+    """A chunk's signatures from its rows `t` (doc_id, text, n_chars) and its batches' `sign_words`
+    results, in row order."""
+    if not parts:
+        none = np.zeros(0, np.int64)
+        parts = [mh.Batch(np.zeros((0, num_perm), np.uint32), none, none, [])]
+    cat = {f: np.concatenate([getattr(p, f) for p in parts]) for f in ("signatures", "n_words", "n_shingles")}
+    keys = [k for p in parts for k in p.exact_keys]
+    return SignedChunk(t.column("doc_id").combine_chunks().cast(pa.string()), keys,
+                       cat["signatures"], cat["n_words"], cat["n_shingles"],
+                       np.asarray(t.column("n_chars").fill_null(0), dtype=np.int64),
+                       int(pc.sum(pc.binary_length(t.column("text"))).as_py() or 0))
+
+
+def sign_chunks(sources: Mapping[str, str | engine.FileAt], params: DedupParams,
+                eng: engine.Engine) -> list[SignChunk]:
+    """The map tasks, sources in sorted order (one map over all of them), each file cut into
+    `eng.chunk_rows` row ranges; a `FileAt` (tables.raw_files) names where any worker reads it."""
+    parallel = eng.kind == "ray" or eng.num_cpus > 1
+    out = []
+    for name in sorted(sources):
+        _check_columns(sources[name], name)
+        out += [SignChunk(name, rng, params.num_perm, params.shingle, params.seed, 1 if parallel else params.threads)
+                for rng in engine.row_ranges(sources[name], eng.chunk_rows)]
+    return out
+
+
+def dedup_keys_table(
+    sources: Mapping[str, str], priorities: Mapping[str, int], params: DedupParams,
+    eng: engine.Engine = engine.Engine(), log=None, storage=None, raw_versions: Optional[Mapping[str, str]] = None,
+    rejected: Optional[pa.Array] = None,
+) -> tuple[pa.Table, dict]:
+    """Dedup keys for every document of every source ({source: documents parquet path or `engine.FileAt`}).
+
+    Map (`sign_sources`): `sign_chunk` over bounded row ranges on `eng` (in process or Ray tasks),
+    written per source to `storage` (layout.DEDUP_SIGNATURES; a temporary folder without one);
+    a source whose `raw_versions` entry and parameters match its stored file is not signed again.
+    Reduce (`reduce_signatures`): LSH band by band from the stored files and exact verification
+    (both as tasks on `eng` too), then clusters and the keep rule in this process. Returns the table (DEDUP_SCHEMA, rows sorted by doc_id) and stage
+    statistics. With `log` (an object with `info`), the map logs progress lines. `rejected`: doc ids
+    the filters rejected (document_filters); they rank below every other member in the keep rule.
+    """
+    if storage is None:
+        with tempfile.TemporaryDirectory(prefix="dedup-signatures-") as tmp:
+            return dedup_keys_table(sources, priorities, params, eng, log, Storage(tmp), rejected=rejected)
+    reused = sign_sources(storage, sources, raw_versions or {}, params, eng, log)
+    table, stats = reduce_signatures(storage, sources, priorities, params, rejected, eng)
+    return table, dict(stats, reused_sources=reused)
+
+
+def signatures_key(source: str) -> str:
+    return layout.DEDUP_SIGNATURES.format(source=source)
+
+
+def sign_sources(storage, sources: Mapping[str, str], raw_versions: Mapping[str, str], params: DedupParams,
+                 eng: engine.Engine, log=None) -> list[str]:
+    """Write each source's signature file unless the stored one matches; returns the reused sources
+    (signed by an earlier dedup_keys or by contamination_report's pass, `signing_plan`)."""
+    names = sorted(sources)
+    reused = sorted(stored_signatures(storage, sources, raw_versions, params))
+    todo = [n for n in names if n not in reused]
+    if log and reused:
+        log.info(reused_line("dedup_keys signatures", "signatures", {n: _raw_rows(sources[n]) for n in reused},
+                             "raw data and parameters unchanged; signed by an earlier dedup_keys or by "
+                             "contamination_report's pass"))
+    chunks = sign_chunks({n: sources[n] for n in todo}, params, eng)
+    results = engine.map_chunks(sign_chunk, chunks, eng)
+    n_docs = sum(c.rows.stop - c.rows.start for c in chunks)
+    # a progress line only for work done: with everything reused it would read "0 docs, 0B | 0 docs/s"
+    prog = Progress(log, "dedup_keys signatures", total_docs=n_docs) if log and todo else None
+    for name in todo:
+        def signed(k: int = sum(c.source == name for c in chunks)):
+            for got in itertools.islice(results, k):
+                if prog:
+                    prog.update(docs=len(got.exact_keys), bytes=got.text_bytes)
+                yield got
+
+        meta = signature_meta(raw_versions.get(name), params)
+        write_signatures(storage, name, meta, params.num_perm, signed())
+    if prog:
+        prog.done()
+    return reused
+
+
+def _raw_rows(source) -> int:
+    """Rows of a raw documents file (a stored signature file has one per raw row)."""
+    with engine.open_parquet(source) as f:
+        return f.metadata.num_rows
+
+
+def signature_meta(raw_version: Optional[str], params: DedupParams) -> dict:
+    """What a source's signature file records it was computed from (`signatures.describe`)."""
+    return sig.describe(raw_version, params.num_perm, params.shingle, params.seed)
+
+
+def write_signatures(storage, name: str, meta: dict, num_perm: int, signed: Iterable[SignedChunk]) -> None:
+    """A source's signature file from its chunks' results in row order, GROUP_ROWS rows per row group,
+    holding one group at a time (dedup_keys' map and contamination_report's pass write the same bytes)."""
+    schema = sig.schema(num_perm, meta)
+    parts = (sig.table(s.doc_ids, s.exact_keys, s.n_shingles, s.n_chars, s.n_words, s.signatures, schema)
+             for s in signed)
+    groups = sig.regroup(parts, sig.GROUP_ROWS, schema)
+    tables.write_parquet_groups(storage, signatures_key(name), schema, groups)
+
+
+def signing_plan(storage, sources: Mapping[str, str], raw_versions: Mapping[str, str],
+                 params: DedupParams) -> dict[str, dict]:
+    """{source: `signature_meta`} of the sources another pass over the same text (contamination_report's)
+    signs for dedup_keys: the stored file does not match, and is absent or computed from another raw
+    version. A file computed from the current raw version with other parameters or code stays: a
+    dedup_keys whose lineage still holds may have been computed from it, and only dedup_keys replaces
+    it. A source without a raw version or an n_chars column is left to dedup_keys (and its errors)."""
+    stored = stored_signatures(storage, sources, raw_versions, params)
+    out = {}
+    for n in sorted(sources):
+        key, raw = signatures_key(n), raw_versions.get(n)
+        if n in stored or raw is None:
+            continue
+        if storage.exists(key) and (sig.stored_meta(storage.source(key)) or {}).get("raw") == raw:
+            continue
+        with engine.open_parquet(sources[n]) as f:
+            if "n_chars" in f.schema_arrow.names:
+                out[n] = signature_meta(raw, params)
+    return out
+
+
+def stored_signatures(storage, sources: Mapping[str, str], raw_versions: Mapping[str, str],
+                      params: DedupParams) -> dict:
+    """{source: readable signature file} of the sources whose stored file was computed from their current
+    raw version ({source: data version}) with these parameters and has a row per raw row."""
+    out = {}
+    for n in sorted(sources):
+        key = signatures_key(n)
+        want = signature_meta(raw_versions.get(n), params)
+        with engine.open_parquet(sources[n]) as f:
+            rows = f.metadata.num_rows
+        if storage.exists(key) and sig.matches(storage.source(key), want, rows):
+            out[n] = storage.source(key)
+    return out
+
+
+def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[str, int],
+                      params: DedupParams, rejected: Optional[pa.Array] = None,
+                      eng: Optional[engine.Engine] = None) -> tuple[pa.Table, dict]:
+    """LSH banding over the stored signature files (one band's columns at a time), then clusters.
+    The bands, the candidates' text pass (read + shingle sets, one task per raw row group) and the
+    verification's chunks run as tasks on `eng` (default: this thread); the bytes do not depend on it.
+
+    Held per document: doc_id and exact_key (Arrow), a few int64 arrays and the keep rule's sort
+    keys; never the signature matrix (docs/scale.md gives the measured bytes per document).
+    """
+    b, r = params.bands_rows
+    names = sorted(sources)
+    stored = sig.Stored([tables.file_at(storage, signatures_key(n)) for n in names], params.num_perm)
+    meta = stored.read(sig.SCALARS)
+    src = np.repeat(np.arange(len(names), dtype=np.int16), stored.rows)
+    first_row = dict(zip(names, np.r_[0, np.cumsum(stored.rows)[:-1]].tolist()))
+    doc_ids = meta.column("doc_id").combine_chunks()
+    labels = lsh.key_groups(meta.column("exact_key").combine_chunks())  # the key strings are read again below
+    nsh, nch = (meta.column(c).to_numpy() for c in ("n_shingles", "n_chars"))
+    del meta
+    prio = np.asarray([priorities.get(n, 0) for n in names], dtype=np.int64)[src]
+    demoted = None if rejected is None else pc.is_in(doc_ids, value_set=rejected).to_numpy(zero_copy_only=False)
+    with tempfile.TemporaryDirectory(prefix="dedup-shingles-") as spill:  # candidates' shingle sets, on disk
+        sets = sig.shingle_reader(sources, first_row, params.shingle, spill, READ_BATCH_ROWS, eng)
+        res = lsh.dedup(doc_ids, labels, stored, nsh, nch, prio, b, r, params.threshold, shingle_sets=sets,
+                        demoted=demoted, eng=eng)
+    # documents without words (so without a shingle) are keyed on their raw text: copies of it dropped
+    wordless_exact_dup = int(np.count_nonzero(res.code[nsh == 0] == lsh.EXACT_DUP))
+    del prio, nsh, nch, labels, demoted
+    tables.release_unused()  # the bands' and verification's freed pages, before the table is built
+    canon = pa.array(np.asarray(pc.sort_indices(doc_ids), dtype=np.int64))  # = by doc_id (ids are unique)
+    cols = {"doc_id": doc_ids.take(canon), "source": pa.array(names, pa.string()).take(pa.array(src).take(canon))}
+    cols["exact_key"] = stored.read(["exact_key"]).column(0).take(canon).combine_chunks()
+    cols["cluster_id"] = doc_ids.take(pa.array(res.kept_index).take(canon))
+    del doc_ids
+    for name, values in (("cluster_size", res.cluster_size), ("keep", res.keep), ("reason", res.code),
+                         ("jaccard_to_kept", res.jaccard_to_kept)):
+        cols[name] = pa.array(values).take(canon)
+    cols["reason"] = pa.array(list(lsh.REASONS), pa.string()).take(cols["reason"])
+    cols["n_words"] = stored.read(["n_words"]).column(0).take(canon).combine_chunks()
+    table = pa.table(cols, schema=DEDUP_SCHEMA)
+    stats = dict(res.stats, bands=b, rows=r, threshold=params.threshold, num_perm=params.num_perm)
+    stats["per_source"] = _per_source_kills(names, src, res.code)
+    stats["wordless_exact_dup"] = wordless_exact_dup
+    del cols, res, canon
+    tables.release_unused()
+    return table, stats
+
+
+def _per_source_kills(names: list[str], src: np.ndarray, code: np.ndarray) -> dict:
+    """{source: documents, exact_dup, near_dup} from per-document source indices and lsh codes."""
+    counts = np.zeros((len(names), 3), np.int64)
+    np.add.at(counts, (src.astype(np.int64), code.astype(np.int64)), 1)
+    return {n: {"documents": int(counts[k].sum()), "exact_dup": int(counts[k, lsh.EXACT_DUP]),
+                "near_dup": int(counts[k, lsh.NEAR_DUP])} for k, n in enumerate(names) if counts[k].sum()}
+
+
+def check_clusters(table: pa.Table, limit: int = 20) -> list[str]:
+    """Problems with a dedup keys table (empty list = consistent), at most `limit`: doc_id uniqueness, then
+    per cluster in order of first appearance its id, kept count and sizes, then its members' reasons in
+    row order, then exact keys spread over several clusters. Columns as numpy arrays, no per-document
+    Python objects; Arrow's freed pages are returned after each hash or sort, so its peak is one of them
+    over the table (bench/dedup_step_memory.py)."""
+    n = table.num_rows
+    doc = table.column("doc_id").combine_chunks()
+    problems = [] if _unique(doc) else ["doc_id is not unique"]
+    code, clusters = _codes(table.column("cluster_id"))
+    keep = np.asarray(table.column("keep").fill_null(False).to_numpy(), bool)
+    size = np.bincount(code, minlength=len(clusters))
+    # each cluster id's row (a doc_id twice: its last row)
+    at = pc.index_in(clusters, value_set=doc.take(pa.array(np.arange(n - 1, -1, -1, dtype=np.int64))))
+    found = at.is_valid().to_numpy(zero_copy_only=False)
+    row = np.where(found, n - 1 - at.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), 0)
+    bad_id = ~found | ~keep[row] if n else found
+    bad_kept = np.bincount(code, weights=keep, minlength=len(clusters)) != 1
+    cs = np.asarray(table.column("cluster_size").fill_null(-1).to_numpy(), np.int64)
+    bad_size = np.bincount(code, weights=cs != size[code], minlength=len(clusters)) > 0
+    key = table.column("exact_key").combine_chunks()
+    kc = lsh.key_groups(key) if not key.null_count else _codes(table.column("exact_key"))[0]  # as the reduce's
+    del key
+    tables.release_unused()
+    same = (kc == kc[row[code]]) & found[code]
+    want = np.where(keep, 0, np.where(same, 1, 2))  # REASON_NAMES
+    reason = table.column("reason")
+    got = np.select([reason.is_null().to_numpy(zero_copy_only=False),
+                     pc.equal(reason, "exact_dup").fill_null(False).to_numpy(zero_copy_only=False),
+                     pc.equal(reason, "near_dup").fill_null(False).to_numpy(zero_copy_only=False)], [0, 1, 2], 3)
+    bad_rows = np.flatnonzero(got != want)
+    # problems in table order: (cluster, kind, row), kinds 0-2 per cluster, 3 per member
+    ks = [np.flatnonzero(b) for b in (bad_id, bad_kept, bad_size)] + [code[bad_rows]]
+    kinds = np.repeat(np.arange(4), [len(k) for k in ks])
+    rows = np.concatenate([np.zeros(sum(len(k) for k in ks[:3]), np.int64), bad_rows])
+    clus = np.concatenate(ks)
+    for i in np.lexsort((rows, kinds, clus))[:limit].tolist():
+        c, kind, r = clusters[int(clus[i])].as_py(), int(kinds[i]), int(rows[i])
+        if kind == 0:
+            problems.append(f"cluster {c}: its id is not a kept document")
+        elif kind == 1:
+            problems.append(f"cluster {c}: {int(keep[code == clus[i]].sum())} kept members (expected 1)")
+        elif kind == 2:
+            problems.append(f"cluster {c}: cluster_size differs from its {int(size[clus[i]])} members")
+        else:
+            problems.append(f"doc {doc[r].as_py()}: reason {reason[r].as_py()!r}, "
+                            f"expected {REASON_NAMES[int(want[r])]!r}")
+    some = np.zeros(int(kc.max()) + 1 if n else 0, np.int64)
+    some[kc] = code  # one member's cluster per exact key (any member: a key is split iff others differ)
+    split = int((np.bincount(kc[code != some[kc]], minlength=len(some)) > 0).sum())
+    if split:
+        problems.append(f"{split} exact key(s) spread over several clusters")
+    tables.release_unused()
+    return problems[:limit]
+
+
+REASON_NAMES = (None, "exact_dup", "near_dup")
+
+
+def _codes(col) -> tuple[np.ndarray, pa.Array]:
+    """(int64 code per row, the distinct values in order of first appearance; null is a value)."""
+    enc = pc.dictionary_encode(col.combine_chunks(), null_encoding="encode")
+    out = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary
+    del enc
+    tables.release_unused()  # the hash table's pages
+    return out
+
+
+def _unique(values: pa.Array) -> bool:
+    """No value twice (null is a value), by sorting: cheaper than a hash table of every value."""
+    if values.null_count > 1:
+        return False
+    s = values.take(pc.sort_indices(values))  # nulls last
+    return len(s) < 2 or not pc.any(pc.equal(s.slice(1), s.slice(0, len(s) - 1))).as_py()
+
+
+# -- exclusion masks ---------------------------------------------------------------------------
+KEY_BATCH_ROWS = 8192  # dedup_keys rows per batch of the exclusion pass (it never holds the whole table)
+SAMPLE_REASONS = ("exact_dup", "near_dup")
+PER_REASON = ("exact_dup", "near_dup", "contaminated")  # excluded_docs/<reason> in the metadata
+
+
+def union_reasons(flags: Mapping[str, np.ndarray]) -> tuple[np.ndarray, pa.Array]:
+    """The one place reasons are unioned: {reason: bool per row} -> (rows with at least one reason,
+    their `reasons` lists, each in sorted reason order)."""
+    names = sorted(flags)
+    n = len(next(iter(flags.values()))) if flags else 0
+    m = np.column_stack([np.asarray(flags[r], bool) for r in names]) if names else np.zeros((n, 0), bool)
+    rows = np.flatnonzero(m.any(axis=1))
+    _, col = np.nonzero(m[rows])
+    offsets = np.r_[0, np.cumsum(m[rows].sum(axis=1))].astype(np.int32)
+    values = pa.array(names, pa.string()).take(pa.array(col, pa.int64()))
+    return rows, pa.ListArray.from_arrays(pa.array(offsets), values)
+
+
+def _key_batches(keys, columns: list[str]):
+    """dedup_keys as record batches (a table, or a Parquet file read one batch at a time)."""
+    if isinstance(keys, pa.Table):
+        return keys.select(columns).to_batches(KEY_BATCH_ROWS)
+    return tables.iter_batches(keys, columns, KEY_BATCH_ROWS)
+
+
+@dataclass
+class Rejections:
+    """The documents the filters rejected (document_filters) and each one's first failing rule: an `IdSet`
+    and a reason code per id in its order (held per rejected document only)."""
+
+    ids: IdSet
+    code: np.ndarray
+    reasons: list
+
+    @classmethod
+    def of(cls, doc_ids, reasons) -> "Rejections":
+        ids = pa.array(doc_ids, pa.string()) if not isinstance(doc_ids, (pa.Array, pa.ChunkedArray)) else doc_ids
+        enc = pc.dictionary_encode(pa.array(reasons, pa.string()) if isinstance(reasons, list) else reasons)
+        enc = enc.combine_chunks() if isinstance(enc, pa.ChunkedArray) else enc
+        got = IdSet(ids)
+        code = np.zeros(len(got), np.int64)
+        code[got.index(ids)] = enc.indices.to_numpy(zero_copy_only=False)
+        return cls(got, code, enc.dictionary.to_pylist())
+
+    def flags(self, doc: pa.Array, found: np.ndarray) -> dict[str, np.ndarray]:
+        """{rule: bool per id of `doc`} for the rejected ids among them; marks them in `found`."""
+        pos = self.ids.index(doc)
+        hit = pos >= 0
+        found[pos[hit]] = True
+        code = np.where(hit, self.code[np.maximum(pos, 0)], -1)
+        return {self.reasons[k]: code == k for k in np.unique(code[hit]).tolist()}
+
+
+@dataclass
+class Exclusions:
+    """What the exclusion pass saw: documents in dedup_keys, excluded ids, excluded documents per reason."""
+
+    documents: int = 0
+    excluded: Optional[IdSet] = None
+    per_reason: Optional[dict] = None
+
+
+def exclusion_batches(keys, contaminated: Optional[IdSet], seen: Exclusions, where: str = "dedup_keys",
+                      rejected: Optional[Rejections] = None):
+    """The rows of `exclusion_table`, one table per batch of dedup_keys (a table or a Parquet file sorted
+    by doc_id). Fills `seen`; a contaminated or rejected id missing from dedup_keys is an error at the end.
+    `rejected`: every document the filters rejected gets a row whose reasons include its rule."""
+    found = np.zeros(len(contaminated) if contaminated is not None else 0, bool)
+    found_r = np.zeros(len(rejected.ids) if rejected is not None else 0, bool)
+    last, row, excluded = None, 0, []
+    counts = dict.fromkeys(PER_REASON + (("filtered",) if rejected is not None else ()), 0)
+    for b in _key_batches(keys, ["doc_id", "source", "reason", "cluster_id"]):
+        doc = b.column(0).cast(pa.string())
+        bad = unsorted_row(doc, last, row)
+        if bad is not None:
+            raise DedupInputError(f"{where}: row {bad}: field 'doc_id' is {UNSORTED}")
+        last, row = (doc[-1].as_py() if len(doc) else last), row + len(doc)
+        reason = b.column(2).cast(pa.string())
+        enc = pc.dictionary_encode(reason)
+        code = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+        flags = {r: code == k for k, r in enumerate(enc.dictionary.to_pylist())}
+        if contaminated is not None:
+            pos = contaminated.index(doc)
+            found[pos[pos >= 0]] = True
+            flags["contaminated"] = flags.get("contaminated", np.zeros(len(doc), bool)) | (pos >= 0)
+        if rejected is not None:
+            ruled = rejected.flags(doc, found_r)
+            counts["filtered"] += int(sum(ruled.values(), np.zeros(len(doc), bool)).sum())
+            for r, f in ruled.items():
+                flags[r] = flags[r] | f if r in flags else f
+        rows, reasons = union_reasons(flags)
+        for r in PER_REASON:
+            counts[r] += int(flags[r][rows].sum()) if r in flags else 0
+        take = pa.array(rows, pa.int64())
+        kept = pc.if_else(reason.is_valid(), b.column(3).cast(pa.string()), pa.scalar(None, pa.string()))
+        out = pa.table({"doc_id": doc.take(take), "source": b.column(1).cast(pa.string()).take(take),
+                        "reasons": reasons, "kept_doc_id": kept.take(take)}, schema=EXCLUSION_SCHEMA)
+        excluded.append(out.column("doc_id"))
+        yield out
+    if not found.all():
+        missing = contaminated.ids()[int(np.flatnonzero(~found)[0])]
+        raise DedupInputError(f"contaminated_docs: doc_id {missing!r} is not in the dedup keys")
+    if not found_r.all():
+        missing = rejected.ids.ids()[int(np.flatnonzero(~found_r)[0])]
+        raise DedupInputError(f"filter decisions: doc_id {missing!r} is not in the dedup keys")
+    seen.documents, seen.per_reason = row, counts
+    seen.excluded = IdSet(pa.chunked_array(excluded, pa.string()))
+
+
+def exclusion_table(dedup_keys: pa.Table, contaminated: Optional[pa.Table],
+                    rejected: Optional[Mapping[str, str]] = None) -> pa.Table:
+    """One row per excluded document: doc_id, source, reasons (sorted list), kept_doc_id.
+
+    `contaminated` (doc_id, source, ...) or None when contaminated documents are not masked. A
+    contaminated survivor is excluded too; its cluster is then not re-elected (its duplicates
+    carry the same text and stay excluded as duplicates). `rejected`: {doc_id: first failing rule} of
+    the documents the filters rejected. `exclusion_batches` is the streaming form.
+    """
+    keys = dedup_keys.sort_by("doc_id")
+    ids = IdSet(contaminated.column("doc_id")) if contaminated is not None else None
+    rej = Rejections.of(list(rejected), list(rejected.values())) if rejected else None
+    return pa.concat_tables(list(exclusion_batches(keys, ids, Exclusions(), rejected=rej))
+                            or [EXCLUSION_SCHEMA.empty_table()])
+
+
+def composition(docs, excluded: IdSet, sources: Iterable[str]) -> list[dict]:
+    """Per source before/after: documents, bytes, est. tokens, token share of the mix. `docs`: tables or
+    record batches of doc_id, source, n_bytes, est_tokens (e.g. `docs_meta`), one at a time."""
+    agg = {s: dict(source=s, docs_before=0, docs_after=0, bytes_before=0, bytes_after=0,
+                   tokens_before=0, tokens_after=0) for s in sources}
+    for b in docs:
+        kept = ~excluded.contains(b.column("doc_id").cast(pa.string()))
+        src = pc.dictionary_encode(b.column("source").cast(pa.string()))
+        src = src.combine_chunks() if isinstance(src, pa.ChunkedArray) else src
+        code = src.indices.to_numpy(zero_copy_only=False)
+        nb, nt = (np.asarray(b.column(c), np.int64) for c in ("n_bytes", "est_tokens"))
+        for k, s in enumerate(src.dictionary.to_pylist()):
+            a = agg.setdefault(s, dict(source=s, docs_before=0, docs_after=0, bytes_before=0, bytes_after=0,
+                                       tokens_before=0, tokens_after=0))
+            mine = code == k
+            after = mine & kept
+            a["docs_before"] += int(mine.sum())
+            a["bytes_before"] += int(nb[mine].sum())
+            a["tokens_before"] += int(nt[mine].sum())
+            a["docs_after"] += int(after.sum())
+            a["bytes_after"] += int(nb[after].sum())
+            a["tokens_after"] += int(nt[after].sum())
+    tb = sum(a["tokens_before"] for a in agg.values()) or 1
+    ta = sum(a["tokens_after"] for a in agg.values()) or 1
+    out = []
+    for s in sorted(agg):
+        a = agg[s]
+        a["share_before"] = a["tokens_before"] / tb
+        a["share_after"] = a["tokens_after"] / ta
+        a["lost_token_share"] = 1 - a["tokens_after"] / a["tokens_before"] if a["tokens_before"] else 0.0
+        out.append(a)
+    return out
+
+
+def _rank(doc_id: str) -> str:
+    # A stable pseudo-random order: the sample does not depend on input order or worker count.
+    return hashlib.sha256(doc_id.encode()).hexdigest()
+
+
+def reject_samples(
+    dedup_keys, contaminated_ids, per_reason: int = 5
+) -> dict[str, list[tuple[str, str, float]]]:
+    """Per dedup reason up to `per_reason` (excluded doc_id, kept doc_id, est. Jaccard) pairs.
+
+    `dedup_keys`: a table or a Parquet file, read a batch at a time (only each reason's best
+    `per_reason` candidates are held); `contaminated_ids`: an `IdSet` (or any iterable of ids).
+    Pairs where either side is contaminated are left out here (they are listed by id only).
+    """
+    cont = contaminated_ids if isinstance(contaminated_ids, IdSet) else IdSet(contaminated_ids)
+    half = per_reason // 2 + per_reason % 2
+    # near-dups show the least similar first (the ones a reviewer must judge), then random; exact: random
+    low: list = []  # near_dup: the `half` smallest by (jaccard, rank)
+    by_rank: dict[str, list] = {r: [] for r in SAMPLE_REASONS}  # each reason's `per_reason` smallest ranks
+    for b in _key_batches(dedup_keys, ["doc_id", "reason", "cluster_id", "jaccard_to_kept"]):
+        doc, kept = b.column(0).cast(pa.string()), b.column(2).cast(pa.string())
+        ok = ~cont.contains(doc) & ~cont.contains(kept)
+        for reason in SAMPLE_REASONS:
+            sel = np.flatnonzero(pc.equal(b.column(1), reason).fill_null(False).to_numpy(zero_copy_only=False) & ok)
+            if not len(sel):
+                continue
+            idx = pa.array(sel, pa.int64())
+            cand = [(_rank(d), d, k, float(j)) for d, k, j in zip(
+                doc.take(idx).to_pylist(), kept.take(idx).to_pylist(), b.column(3).take(idx).to_pylist())]
+            by_rank[reason] = sorted(by_rank[reason] + cand)[:per_reason]
+            if reason == "near_dup":
+                low = sorted(low + cand, key=lambda x: (x[3], x[0]))[:half]
+    out = {"exact_dup": [(d, k, j) for _, d, k, j in by_rank["exact_dup"]]}
+    first = {x[1] for x in low}
+    rest = [x for x in by_rank["near_dup"] if x[1] not in first][: per_reason - half]
+    out["near_dup"] = [(d, k, j) for _, d, k, j in low + rest]
+    return out
+
+
+def snippets(paths: Mapping[str, str], wanted: set[str], chars: int = 240) -> dict[str, str]:
+    """First `chars` characters (whitespace collapsed) of the wanted documents' texts."""
+    return {doc: snippet(text, chars) for doc, text in texts(paths, wanted).items()}
+
+
+def snippet(text: str, chars: int = 240) -> str:
+    """The first `chars` characters of `text`, whitespace collapsed, "…" when cut."""
+    flat = " ".join(text.split())
+    return flat[:chars] + ("…" if len(flat) > chars else "")
+
+
+def texts(paths: Mapping[str, str], wanted: set[str]) -> dict[str, str]:
+    """The wanted documents' whole texts (None as "").
+
+    Reads each row group's doc_ids and the text of only the row groups holding a wanted document
+    (a handful of the corpus: samples name ~10 documents)."""
+    out: dict[str, str] = {}
+    if not wanted:
+        return out
+    want = pa.array(sorted(wanted), pa.string())
+    for name in sorted(paths):
+        f = paths[name] if isinstance(paths[name], pq.ParquetFile) else pq.ParquetFile(paths[name])
+        for i in range(f.metadata.num_row_groups):
+            mask = pc.is_in(f.read_row_group(i, ["doc_id"], use_threads=False).column(0).cast(pa.string()),
+                            value_set=want)
+            if not pc.any(mask).as_py():
+                continue
+            sel = f.read_row_group(i, ["doc_id", "text"], use_threads=False).filter(mask)
+            for doc, text in zip(sel.column("doc_id").to_pylist(), sel.column("text").to_pylist()):
+                out[doc] = text or ""
+    return out
+
+
+# -- the exclusion_masks stage ---------------------------------------------------------------------
+
+
+def dedup_params(spec) -> DedupParams:
+    """The stage's parameters from the mix spec's `dedup` section."""
+    d = spec.dedup
+    return DedupParams(shingle=d.shingle_words, num_perm=d.num_perm, threshold=d.threshold,
+                       fp_weight=d.lsh_fp_weight, fn_weight=d.lsh_fn_weight, threads=d.threads)
+
+
+def docs_meta(paths: Mapping[str, str]) -> Iterable[pa.RecordBatch]:
+    """doc_id, source, n_bytes, est_tokens of every raw document, a batch at a time (nulls refused,
+    naming file, row and field)."""
+    cols = ["doc_id", "source", "n_bytes", "est_tokens"]
+    for name in sorted(paths):
+        row = 0
+        for b in tables.iter_batches(paths[name], cols, READ_BATCH_ROWS):
+            for c in ("n_bytes", "est_tokens"):
+                if b.column(c).null_count:
+                    bad = row + int(np.flatnonzero(b.column(c).is_null().to_numpy(zero_copy_only=False))[0])
+                    raise DedupInputError(f"{paths[name]}: row {bad}: field {c!r} is null (source {name})")
+            row += b.num_rows
+            yield b
+
+
+def read_contaminated_ids(storage) -> Optional[IdSet]:
+    """The doc ids of contamination_report's contaminated_docs.parquet, or None when it was never written."""
+    if not storage.exists(layout.CONTAMINATED_DOCS):
+        return None
+    f = pq.ParquetFile(storage.source(layout.CONTAMINATED_DOCS))
+    if "doc_id" not in f.schema_arrow.names:
+        raise DedupInputError(f"{storage.uri(layout.CONTAMINATED_DOCS)}: missing column 'doc_id'")
+    return IdSet(f.read(columns=["doc_id"]).column(0).cast(pa.string()))
+
+
+@dataclass
+class RejectSample:
+    reason: str
+    excluded: str
+    kept: str
+    jaccard: float
+    excluded_text: str
+    kept_text: str
+
+
+@dataclass
+class Masks:
+    """What exclusion_masks wrote and what its checks judge (ids and counts; dup snippets only)."""
+
+    excluded_docs: int  # rows written to exclusion_masks.parquet (EXCLUSION_SCHEMA)
+    documents: int  # documents before the masks (rows of dedup_keys)
+    composition: list[dict]  # per source before/after, see `composition`
+    per_reason: dict[str, int]  # excluded documents per reason
+    samples: list[RejectSample]
+    contaminated_ids: list[str]  # the first CONTAMINATED_SHOWN, sorted; their text is never read
+    contaminated_docs: int
+    minimum_tokens: dict[str, int]  # per configured source
+    mask_contaminated: bool
+
+    @property
+    def vanished(self) -> list[str]:
+        return [a["source"] for a in self.composition if a["docs_after"] == 0]
+
+    @property
+    def short(self) -> dict[str, tuple[int, int]]:
+        """Sources keeping fewer tokens than their minimum: {source: (kept, minimum)}."""
+        return {a["source"]: (a["tokens_after"], self.minimum_tokens[a["source"]]) for a in self.composition
+                if a["source"] in self.minimum_tokens and a["tokens_after"] < self.minimum_tokens[a["source"]]}
+
+    def lossy(self, limit: float) -> dict[str, float]:
+        return {a["source"]: a["lost_token_share"] for a in self.composition if a["lost_token_share"] > limit}
+
+
+CONTAMINATED_SHOWN = 50  # contaminated ids listed in the metadata (by id only)
+
+
+def build_exclusion_masks(storage, spec) -> Masks:
+    """Write the exclusion masks and the composition before/after them; pick reject samples.
+
+    Streams dedup_keys (sorted by doc_id) a batch at a time and each raw file a batch at a time;
+    held per document: the excluded ids and the contaminated ids (`IdSet`, ~30 B per id), nothing
+    per kept document.
+    """
+    contaminated = read_contaminated_ids(storage)
+    mask = spec.audit.mask_contaminated
+    if mask and contaminated is None:
+        raise FileNotFoundError(
+            f"{storage.uri(layout.CONTAMINATED_DOCS)}: not found; audit.mask_contaminated is on, so "
+            "contamination_report must be materialised first"
+        )
+    from mix_assets.stages.filters import docfilters
+
+    keys, seen = storage.source(layout.DEDUP_KEYS), Exclusions()
+    batches = exclusion_batches(keys, contaminated if mask else None, seen, storage.uri(layout.DEDUP_KEYS),
+                                docfilters.rejections(storage, docfilters.filtered_sources(spec)))
+    tables.write_parquet_groups(storage, layout.EXCLUSION_MASKS, EXCLUSION_SCHEMA,
+                                sig.regroup(batches, tables.ROW_GROUP_ROWS, EXCLUSION_SCHEMA))
+    names = [s.name for s in spec.sources]
+    paths = tables.raw_paths(storage, names)
+    comp = composition(docs_meta(paths), seen.excluded, names)
+    storage.write_text(layout.COMPOSITION, json.dumps(comp, indent=1, sort_keys=True))
+    contaminated = contaminated if contaminated is not None else IdSet()
+    return Masks(len(seen.excluded), seen.documents, comp, seen.per_reason,
+                 _samples(keys, contaminated, paths, spec.dedup.samples_per_reason),
+                 contaminated.ids(CONTAMINATED_SHOWN), len(contaminated), {s: spec.minimum_tokens(s) for s in names},
+                 mask)
+
+
+def _samples(keys, contaminated: IdSet, paths, per_reason: int) -> list[RejectSample]:
+    picked = reject_samples(keys, contaminated, per_reason)
+    wanted = {x for pairs in picked.values() for p in pairs for x in p[:2]}
+    assert not contaminated.contains(pa.array(sorted(wanted), pa.string())).any()  # contaminated text is never read
+    snip = snippets(paths, wanted)
+    return [RejectSample(reason, ex, kept, j, snip.get(ex, ""), snip.get(kept, ""))
+            for reason, pairs in picked.items() for ex, kept, j in pairs]

@@ -1,0 +1,153 @@
+"""manifest: manifest.json describing the mix directory, proven self-consistent before publishing."""
+
+import json
+import tempfile
+import time
+from typing import BinaryIO
+
+import dagster as dg
+
+from mix_assets.console import metadata as md
+from mix_assets.stages.common import (
+    code_version,
+    gate,
+    gated,
+    raw_key,
+    raw_name,
+    recorded,
+    run_lock,
+    verified_inputs,
+    with_lineage,
+)
+from mix_assets.config import MixSpec
+from mix_assets.core import layout
+from mix_assets.stages.manifest import manifest_builder
+from mix_assets.stages.sources import modifiers
+from mix_assets.stages.audit import published_audit
+from mix_assets.format.manifest import ManifestError, check_manifest
+from mix_assets.stages.manifest.manifest_builder import write_manifest
+from mix_assets.core.storage import Storage
+from mix_assets.reader import ReaderError
+from mix_assets.resources import EngineResource, MixResource
+
+GROUP = "tokens"
+MANIFEST_SELF_CONSISTENT = "manifest_self_consistent"
+SHARDS_AUDIT_CLEAN = "shards_audit_clean"
+# the lineage name of the audit record: published_revision refuses a manifest without a clean one
+SHARDS_AUDIT_RECORD = f"manifest/{SHARDS_AUDIT_CLEAN}"
+MANIFEST_KEY = dg.AssetKey("manifest")
+MANIFEST_INPUTS = ["token_shards", "tokenizer", "dedup_keys", "exclusion_masks", "contamination_report"]
+
+
+class _MixDir:
+    """The root's `mix/` folder as the checker's file source, through `Storage` (local or S3 alike)."""
+
+    def __init__(self, storage: Storage):
+        self.storage = storage
+
+    def open(self, rel: str) -> BinaryIO:
+        return self.storage.open(f"{layout.MIX_DIR}/{rel}")
+
+    def list(self) -> list[str]:  # every file but manifest.json, so an unlisted one is reported
+        keys = self.storage.list(layout.MIX_DIR)
+        return [k.removeprefix(layout.MIX_DIR + "/") for k in keys if k != layout.MANIFEST]
+
+
+def build_manifest_assets(spec: MixSpec) -> list:
+    scrubbing = modifiers.scrub_sources(spec)  # their raw stats give the scrub manifest
+
+    @dg.asset(
+        name="manifest",
+        group_name=GROUP,
+        kinds={"json"},
+        owners=spec.owners,
+        code_version=code_version(manifest_builder, *((modifiers.build_scrub_manifest,) if scrubbing else ())),
+        deps=[dg.AssetKey("token_shards"), dg.AssetKey("tokenizer"), dg.AssetKey("dedup_keys"),
+              dg.AssetKey("exclusion_masks"), dg.AssetKey("contamination_report"),
+              *map(raw_key, scrubbing)],
+    )
+    def manifest(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
+        """manifest.json: token counts, shards, tokenizer identity, packing, review files, fingerprint."""
+        s = mix.spec
+        scrubbed = [raw_name(x) for x in modifiers.scrub_sources(s)]
+        with run_lock(context, mix.storage, "manifest"):  # it writes mix/manifest.json and mix/review/
+            inputs = verified_inputs(mix.storage, "manifest", MANIFEST_INPUTS + scrubbed, context)
+            m = write_manifest(mix.storage, name=s.name, seed=s.seed, spec_dump=s.model_dump(mode="json"),
+                               scrub=modifiers.build_scrub_manifest(mix.storage, s) if scrubbed else None)
+            lin = recorded(mix.storage, "manifest",
+                           [layout.MANIFEST, *([layout.MIX_SCRUB_MANIFEST] if scrubbed else [])], inputs, context)
+        return with_lineage(md.manifest(mix.storage, layout.MANIFEST, m), lin)
+
+    @dg.asset_check(asset=manifest, name=MANIFEST_SELF_CONSISTENT, blocking=True)
+    @gated
+    def manifest_self_consistent(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
+        """Totals equal the sum of parts, shards match the file listing, every size and sha256 recomputed."""
+        st = mix.storage
+        verified_inputs(st, MANIFEST_SELF_CONSISTENT, ["manifest"], context)
+        m = json.loads(st.read_text(layout.MANIFEST))
+        problems = check_manifest(m, _MixDir(st), strict=False)
+        return gate(context, MANIFEST_KEY, dg.AssetCheckResult(
+            passed=not problems,
+            metadata={"files": len(m.get("files", [])), "fingerprint": str(m.get("fingerprint")),
+                      **md.problems(problems, shown=50)},
+            description=f"{len(problems)} problem(s); first: {problems[0]}" if problems else None,
+        ))
+
+    @dg.asset_check(asset=manifest, name=SHARDS_AUDIT_CLEAN, blocking=True,
+                    resource_defs={"engine": EngineResource.from_spec(spec)})  # every engine: the same report
+    @gated
+    def shards_audit_clean(context: dg.AssetCheckExecutionContext, mix: MixResource,
+                           engine: EngineResource) -> dg.AssetCheckResult:
+        """The bytes to publish: train and val shards decoded with the mix's tokenizer, 0 eval 13-grams.
+
+        Each shard is a map task on `engine` (in process or Ray)."""
+        st, s = mix.storage, mix.spec
+        inputs = verified_inputs(st, SHARDS_AUDIT_CLEAN, ["manifest"], context)
+        t0 = time.perf_counter()
+        try:
+            with tempfile.TemporaryDirectory(prefix="shards-audit-", dir=_cache_dir(st)) as cache:
+                report = published_audit.audit_published(st.uri(layout.MIX_DIR), s, cache, eng=engine.engine,
+                                                         log=context.log, label=SHARDS_AUDIT_CLEAN,
+                                                         s3_endpoint_url=st.s3_endpoint_url)
+        except (ManifestError, ReaderError, FileNotFoundError) as e:  # mix/ is not what the manifest lists
+            report = unreadable_mix_report(json.loads(st.read_text(layout.MANIFEST)), e)
+        secs = time.perf_counter() - t0
+        st.write_text(layout.SHARDS_AUDIT, published_audit.dumps(report))
+        recorded(st, SHARDS_AUDIT_RECORD, [layout.SHARDS_AUDIT], inputs, context)
+        if "unreadable" in report:
+            return gate(context, MANIFEST_KEY, dg.AssetCheckResult(
+                passed=False, description=report["unreadable"], metadata={"fingerprint": report["fingerprint"]}))
+        return gate(context, MANIFEST_KEY, shards_audit_result(report, secs))
+
+    return [manifest, manifest_self_consistent, shards_audit_clean]
+
+
+def unreadable_mix_report(manifest: dict, err: Exception) -> dict:
+    """The audit record of a mix/ the reader refuses (files missing or not what the manifest lists): a failed
+    audit of this fingerprint, so published_revision refuses it, with a description a reviewer can act on."""
+    problems = getattr(err, "problems", None) or [str(err)]
+    first = "; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "")
+    return {"fingerprint": manifest.get("fingerprint"), "passed": False, "overlap_total": None,
+            "unreadable": f"mix/ does not hold the files manifest.json lists, so its shards cannot be audited: "
+                          f"{first}. Was mix/ rewritten after this manifest (another run on the same storage "
+                          "root)? Re-materialise token_shards and manifest."}
+
+
+def _cache_dir(storage: Storage) -> str | None:
+    import os
+
+    if storage.cache_dir:
+        os.makedirs(storage.cache_dir, exist_ok=True)
+    return storage.cache_dir
+
+
+def shards_audit_result(report: dict, seconds: float) -> dg.AssetCheckResult:
+    """The check result of a published-audit report: counts per split x task, denominators beside them."""
+    tokens = sum(v["tokens_scanned"] for v in report["splits"].values())
+    problems = report["denominator_problems"]
+    desc = (f"0 eval {report['ngram']}-grams in {tokens:,} decoded tokens" if report["passed"] else
+            f"{report['overlap_total']:,} overlapping {report['ngram']}-grams in {report['samples_with_overlap']:,} "
+            "published samples" + (f"; {'; '.join(problems)}" if problems else "")
+            + ". Re-materialise from the stale or failing stage.")
+    return dg.AssetCheckResult(passed=bool(report["passed"]), description=desc,
+                               metadata=md.shards_audit(report, seconds))

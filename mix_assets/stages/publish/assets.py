@@ -1,0 +1,155 @@
+"""published_revision: the mix at its publish target as an immutable revision, verified as a stranger reads it.
+
+Guards against publishing past a failed gate:
+  * in a run: every upstream gate is a blocking check, so a failure skips this step;
+  * in automation: `all_deps_blocking_checks_passed()` is part of the automation condition;
+  * always: the manifest checker runs on the local mix and `publish()` re-hashes every local file
+    against the manifest; either refuses on any mismatch.
+A re-publish of an existing revision re-hashes its objects and repairs what is missing or damaged.
+
+Every byte published is hashed as it is written and refused unless it is what the manifest lists, and
+`latest` moves only when the gate `published_readable_from_empty_cache` has read the revision back and
+found it whole. Both steps hold the storage root's run lease (`common.run_lock`), so no other run rewrites
+`mix/` while this one copies it or compares it with the revision.
+"""
+
+
+import json
+import os
+
+import dagster as dg
+
+from mix_assets.console import metadata as md
+from mix_assets.stages.common import code_version, gate, gated, recorded, run_lock, verified_inputs, with_lineage
+from mix_assets.stages.manifest.assets import SHARDS_AUDIT_CLEAN, SHARDS_AUDIT_RECORD
+from mix_assets.config import MixSpec
+from mix_assets.core import layout
+from mix_assets.stages.publish import publish as pub
+from mix_assets.format.manifest import check_manifest
+from mix_assets.core.transport import Location
+from mix_assets.reader import open_mix
+from mix_assets.resources import MixResource
+
+PUBLISHED_READABLE = "published_readable_from_empty_cache"
+GROUP = "publish"
+PUBLISHED_REVISION_KEY = dg.AssetKey("published_revision")
+
+
+def write_target(spec: MixSpec):
+    """The publish target with write access (ambient AWS_* credentials / HF_TOKEN)."""
+    p = spec.publish
+    return pub.make_target(spec.resolve(p.url), s3_endpoint_url=p.s3_endpoint_url, s3_region=p.s3_region)
+
+
+def read_only_target(spec: MixSpec, env: dict | None = None):
+    """The same target as a stranger sees it: read-only credentials or anonymous."""
+    env = os.environ if env is None else env
+    p = spec.publish
+    url = spec.resolve(p.url)
+    prefix = p.read_credentials_env
+    if url.startswith("s3://"):
+        key = env.get(f"{prefix}_ACCESS_KEY_ID") if prefix else None
+        secret = env.get(f"{prefix}_SECRET_ACCESS_KEY") if prefix else None
+        if prefix and not (key and secret):
+            raise pub.PublishError(f"publish.read_credentials_env={prefix!r}: set {prefix}_ACCESS_KEY_ID and "
+                                   f"{prefix}_SECRET_ACCESS_KEY (or unset it for anonymous reads)")
+        client = pub.s3_client(p.s3_endpoint_url, p.s3_region, access_key=key, secret_key=secret,
+                               anonymous=not key)
+        return pub.S3Target(url, client)
+    if url.startswith("hf://"):
+        from huggingface_hub import HfApi
+
+        token = env.get(prefix) if prefix else None
+        return pub.HubTarget(url, api=HfApi(token=token or False))
+    return pub.LocalTarget(url)
+
+
+def _mix_dir(storage) -> Location:
+    """The storage root's mix folder, read in place (an S3 root to an S3 target on its endpoint: copied there)."""
+    return storage.sub(layout.MIX_DIR)
+
+
+def _target_kind(url: str) -> str:
+    return "s3" if url.startswith("s3://") else "huggingface" if url.startswith("hf://") else "file"
+
+
+def build_publish_assets(spec: MixSpec) -> list:
+    """`published_revision` and its blocking check `published_readable_from_empty_cache`."""
+
+    @dg.asset(
+        name="published_revision",
+        group_name=GROUP,
+        deps=[dg.AssetKey("manifest")],
+        kinds={"json", _target_kind(spec.publish.url)},
+        owners=list(spec.owners),
+        code_version=code_version(pub, spec.publish.model_dump_json()),
+        automation_condition=dg.AutomationCondition.eager()
+        & dg.AutomationCondition.all_deps_blocking_checks_passed(),
+    )
+    def published_revision(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
+        """The mix as an immutable revision at the publish target (local dir, s3:// or the hub)."""
+        with run_lock(context, mix.storage, "published_revision"):  # mix/ must not change while it is copied
+            inputs = verified_inputs(mix.storage, "published_revision", ["manifest", SHARDS_AUDIT_RECORD], context)
+            manifest = pub.load_manifest(_mix_dir(mix.storage))
+            _require_clean_audit(mix.storage, manifest)
+            _check_manifest_contract(manifest, _mix_dir(mix.storage))
+            # `latest` stays where it is: the gate moves it once a stranger's read of the revision passes
+            result = pub.publish(_mix_dir(mix.storage), write_target(mix.spec), log=context.log.info,
+                                 point_latest=False)
+            mix.storage.write_text(layout.PUBLISHED, json.dumps(result.to_json(), indent=2, sort_keys=True))
+            lin = recorded(mix.storage, "published_revision", [layout.PUBLISHED], {"manifest": inputs["manifest"]},
+                           context)
+        return with_lineage(md.published_revision(result), lin)
+
+    @dg.asset_check(
+        asset=published_revision,
+        name=PUBLISHED_READABLE,
+        blocking=True,
+        description="An empty cache with read-only access downloads the revision, every sha256 and the "
+                    "fingerprint match the manifest, and the reader's samples equal the local shards; "
+                    "only then does the target's `latest` name it.",
+    )
+    @gated
+    def published_readable_from_empty_cache(context: dg.AssetCheckExecutionContext,
+                                            mix: MixResource) -> dg.AssetCheckResult:
+        """A stranger's read of the revision: every file re-hashed, the reader's samples equal the local ones;
+        then `latest` names it."""
+        with run_lock(context, mix.storage, PUBLISHED_READABLE):  # compares with mix/, moves `latest`
+            verified_inputs(mix.storage, PUBLISHED_READABLE, ["published_revision"], context)
+            record = json.loads(mix.storage.read_text(layout.PUBLISHED))
+            v = pub.verify(read_only_target(mix.spec), record["revision"], _mix_dir(mix.storage),
+                           open_reader=open_mix)
+            latest = {}
+            if v.passed:
+                write_target(mix.spec).point_latest(record["revision"], record["fingerprint"])
+                latest = {"latest": dg.MetadataValue.text(record["revision"])}
+            else:
+                context.log.warning(f"{record['location']} did not verify: `latest` left where it was")
+        return gate(context, PUBLISHED_REVISION_KEY, dg.AssetCheckResult(
+            passed=v.passed, metadata={**md.published_readable(v), **latest},
+            description=v.summary() if v.passed else f"{v.summary()}; `latest` not moved to it",
+        ))
+
+    return [published_revision, published_readable_from_empty_cache]
+
+
+def _require_clean_audit(storage, manifest: dict) -> None:
+    """Publish only bytes whose decoded audit passed: whatever selection ran, the check's record must say so.
+
+    A blocking check stops the rest of its own run; this also covers a later run that selects
+    published_revision alone after the check failed (or never ran) on this manifest.
+    """
+    report = json.loads(storage.read_text(layout.SHARDS_AUDIT))
+    if report.get("fingerprint") != manifest["fingerprint"] or report.get("passed") is not True:
+        raise pub.PublishError(
+            f"the shards of manifest {manifest['fingerprint'][:16]} have no passing {SHARDS_AUDIT_CLEAN} "
+            f"(audited fingerprint {str(report.get('fingerprint'))[:16]}, overlap_total "
+            f"{report.get('overlap_total')}, passed {report.get('passed')}); materialise manifest with its checks"
+        )
+
+
+def _check_manifest_contract(manifest: dict, mix_dir: Location) -> None:
+    """Refuse to publish a manifest the shared checker rejects (in addition to the per-file re-hash)."""
+    problems = check_manifest(manifest, mix_dir.open, strict=False)
+    if problems:
+        raise pub.PublishError("manifest.json fails the manifest checker:\n  " + "\n  ".join(problems))

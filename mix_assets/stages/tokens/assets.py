@@ -1,0 +1,146 @@
+"""tokenizer and token_shards: tokenise the kept documents once and pack them into shards."""
+
+import json
+import os
+import time
+
+import dagster as dg
+
+from mix_assets.console import metadata as md
+from mix_assets.stages.common import code_version, gate, gated, raw_name, recorded, run_lock, verified_inputs, with_lineage
+from mix_assets.config import MixSpec
+from mix_assets.core import engine as engine_lib
+from mix_assets.core import layout
+from mix_assets.stages.tokens import packing as packing_lib
+from mix_assets.stages.tokens import samples as samples_lib
+from mix_assets.stages.tokens import shards as shards_lib
+from mix_assets.stages.tokens import tokenizer as tokenizer_lib
+from mix_assets.stages.tokens.shards import build_token_shards
+from mix_assets.stages.tokens.tokenizer import build_tokenizer
+from mix_assets.resources import EngineResource, MixResource
+
+GROUP = "tokens"
+SEPARATOR_IN_VOCAB = "separator_in_vocab"
+NO_EMPTY_SHARD = "no_empty_shard"
+DROPPED_TAIL_AND_SEAM_RECORDED = "dropped_tail_and_seam_recorded"
+TOKENIZER_KEY = dg.AssetKey("tokenizer")
+TOKEN_SHARDS_KEY = dg.AssetKey("token_shards")
+
+
+def _stats(mix: MixResource) -> dict:
+    return json.loads(mix.storage.read_text(layout.SHARD_STATS))
+
+
+def _tokenizer_inputs(spec: MixSpec) -> list[str]:
+    # only a tokenizer trained on the kept train text is computed from the data
+    return ["validation_split", *(raw_name(s.name) for s in spec.sources)] if spec.tokenizer.kind == "train" else []
+
+
+def build_tokens_assets(spec: MixSpec) -> list:
+    @dg.asset(
+        name="tokenizer",
+        group_name=GROUP,
+        kinds={"json"},
+        owners=spec.owners,
+        code_version=code_version(tokenizer_lib, spec.tokenizer, spec.seed, [s.share for s in spec.sources]),
+        deps=[dg.AssetKey("validation_split")],
+    )
+    def tokenizer(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
+        """The mix tokenizer (hub at a pinned revision, a local file, or BPE trained on kept train text)."""
+        with run_lock(context, mix.storage, "tokenizer"):  # it writes mix/tokenizer/
+            inputs = verified_inputs(mix.storage, "tokenizer", _tokenizer_inputs(mix.spec), context)
+            ident = build_tokenizer(mix.storage, mix.spec)
+            lin = recorded(mix.storage, "tokenizer", [layout.TOKENIZER_FILE, layout.TOKENIZER_IDENTITY], inputs,
+                           context)
+        return with_lineage(md.tokenizer(mix.storage, layout.TOKENIZER_FILE, ident), lin)
+
+    @dg.asset_check(asset=tokenizer, name=SEPARATOR_IN_VOCAB, blocking=True)
+    @gated
+    def separator_in_vocab(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
+        """packing.separator (when set) is one token of the tokenizer: checked before any shard work."""
+        from tokenizers import Tokenizer
+
+        verified_inputs(mix.storage, SEPARATOR_IN_VOCAB, ["tokenizer"], context)
+        sep = mix.spec.packing.separator
+        tok = Tokenizer.from_file(mix.storage.local_path(layout.TOKENIZER_FILE))
+        try:
+            sid = tokenizer_lib.separator_id(tok, sep)
+        except tokenizer_lib.TokenizerError as e:
+            return gate(context, TOKENIZER_KEY,
+                        dg.AssetCheckResult(passed=False, description=str(e), metadata={"separator": sep}))
+        return dg.AssetCheckResult(passed=True,
+                                   metadata={"separator": sep or "", "separator_id": -1 if sid is None else sid})
+
+    @dg.asset(
+        name="token_shards",
+        group_name=GROUP,
+        kinds={"numpy"},
+        owners=spec.owners,
+        # the engine section is not in it: every engine writes the same bytes
+        resource_defs={"engine": EngineResource.from_spec(spec)},
+        code_version=code_version(shards_lib, packing_lib, engine_lib, samples_lib, spec.packing, spec.seed,
+                                  spec.target_tokens, [(s.name, s.share, s.epochs) for s in spec.sources],
+                                  spec.audit.scrub_words, spec.audit.tasks),
+        deps=[dg.AssetKey("tokenizer"), dg.AssetKey("validation_split")],
+    )
+    def token_shards(context: dg.AssetExecutionContext, mix: MixResource,
+                     engine: EngineResource) -> dg.MaterializeResult:
+        """Train and val shards of fixed-length samples (raw little-endian token ids), budgets filled;
+        ~30 of them read back and decoded as the trainer reads them (`rendered_samples`)."""
+        with run_lock(context, mix.storage, "token_shards"):  # it rewrites mix/train, mix/val, mix/doc_index
+            s = mix.spec
+            inputs = verified_inputs(mix.storage, "token_shards",
+                                     ["tokenizer", "validation_split", *(raw_name(x.name) for x in s.sources)], context)
+            t0 = time.perf_counter()
+            # tokenising runs as map tasks on the engine (in process or Ray); budget fill and packing here
+            res = build_token_shards(mix.storage, s, scratch_dir=_scratch(s), eng=engine.engine, log=context.log)
+            elapsed = time.perf_counter() - t0
+            files = {layout.SHARD_STATS: mix.storage.sha256(layout.SHARD_STATS), **shards_lib.shard_files(_stats(mix))}
+            # the draw is seeded by the spec seed and this build (shard_stats.json holds every shard's sha256)
+            shown = samples_lib.rendered_samples(mix.storage, s, files[layout.SHARD_STATS])
+            reviewed = [layout.RENDERED_SAMPLES, *(layout.STREAM_DOCS.format(split=sp) for sp in samples_lib.SPLITS)]
+            lin = recorded(mix.storage, "token_shards", {**files, **{k: mix.storage.sha256(k) for k in reviewed}},
+                           inputs, context)
+        return with_lineage({**md.token_shards(mix.storage, layout.MIX_DIR, res, elapsed),
+                             **md.rendered_samples(mix.storage, layout.RENDERED_SAMPLES, shown)}, lin)
+
+    @dg.asset_check(asset=token_shards, name=NO_EMPTY_SHARD, blocking=True)
+    @gated
+    def no_empty_shard(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
+        """Both splits have shards, every shard holds >= 1 sample and its file has the recorded size."""
+        verified_inputs(mix.storage, NO_EMPTY_SHARD, ["token_shards"], context)
+        st = _stats(mix)
+        problems = shards_lib.shard_problems(st, mix.storage.exists)
+        shards = [sh for sp in st["splits"].values() for sh in sp["shards"]]
+        return gate(context, TOKEN_SHARDS_KEY, dg.AssetCheckResult(
+            passed=not problems,
+            metadata={"train_shards": len(st["splits"]["train"]["shards"]),
+                      "val_shards": len(st["splits"]["val"]["shards"]),
+                      "min_shard_samples": min((sh["samples"] for sh in shards), default=0), **md.problems(problems)},
+            description=f"{len(problems)} shard problem(s); first: {problems[0]}" if problems else None,
+        ))
+
+    @dg.asset_check(asset=token_shards, name=DROPPED_TAIL_AND_SEAM_RECORDED, blocking=True)
+    @gated
+    def dropped_tail_and_seam_recorded(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
+        """Per split: dropped tail < one sample, emitted = tokens + tail, seam rate = seam samples / samples."""
+        verified_inputs(mix.storage, DROPPED_TAIL_AND_SEAM_RECORDED, ["token_shards"], context)
+        st = _stats(mix)
+        problems = shards_lib.tail_and_seam_problems(st)
+        per_split = {}
+        for split, sp in st["splits"].items():
+            per_split |= {f"{split}_dropped_tail_tokens": sp["dropped_tail_tokens"], f"{split}_seam_samples":
+                          sp["seam_samples"], f"{split}_seam_share": md.share(sp["seam_rate"])}
+        return gate(context, TOKEN_SHARDS_KEY, dg.AssetCheckResult(
+            passed=not problems, metadata={**per_split, **md.problems(problems)},
+            description=f"{len(problems)} problem(s); first: {problems[0]}" if problems else None,
+        ))
+
+    return [tokenizer, separator_in_vocab, token_shards, no_empty_shard, dropped_tail_and_seam_recorded]
+
+
+def _scratch(spec: MixSpec) -> str:
+    """Local scratch for the token spill (deleted when the asset finishes)."""
+    d = spec.resolve(spec.storage.cache_dir)
+    os.makedirs(d, exist_ok=True)
+    return d

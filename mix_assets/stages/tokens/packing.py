@@ -1,0 +1,223 @@
+"""Budget fill, stream order and contiguous packing of token streams into fixed-length samples.
+
+Pure logic, no I/O besides the `write_shard` callback: the caller owns files.
+
+* Budget fill (per source): train documents in a seeded selection order; the unique set is the
+  shortest prefix holding >= N x share tokens; the stream repeats that set for `epochs` (a
+  fractional last epoch takes a prefix) and is cut at exactly N x share x epochs tokens, the last
+  appearance truncated. A source whose kept train tokens cannot reach N x share is an error.
+* Stream order: every (document, epoch) appearance sorted by hash(seed, doc_id, epoch), so
+  sources and epochs interleave deterministically. Appearances are numpy columns (a few tens of
+  bytes each), never per-document Python objects.
+* Packing: appearances are concatenated (plus the separator token when configured, counted as
+  part of its document), cut into samples of `sample_len` tokens, grouped into shards of
+  `shard_samples`; the tail that does not fill a sample is dropped and counted. A sample has a
+  seam when a document boundary falls strictly inside it. With `write_index`, each shard's document
+  start offsets are written beside it (format/docindex.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional
+
+import numpy as np
+import xxhash
+
+
+class ShortfallError(ValueError):
+    """A source whose kept documents cannot fill its token budget."""
+
+
+@dataclass(frozen=True)
+class Appearances:
+    """Columns of a source's appearances, in fill order (epoch-major, then selection order)."""
+
+    index: np.ndarray  # int64: position of the document in the source's selection order
+    epoch: np.ndarray  # int64
+    take: np.ndarray  # int64: tokens used (< the document's length only for the final, truncated one)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+def fill_budget(
+    source: str,
+    lengths: np.ndarray,
+    unique_budget: int,
+    stream_budget: int,
+    n_docs_available: Optional[int] = None,
+) -> tuple[int, Appearances]:
+    """(unique documents used, appearances) for one source; `lengths` in selection order."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    cum = np.cumsum(lengths)
+    have = int(cum[-1]) if len(cum) else 0
+    if have < unique_budget:
+        raise ShortfallError(
+            f"source {source!r} cannot fill its token budget: it needs {unique_budget:,} unique train "
+            f"tokens (N x share; {stream_budget:,} with epochs) but has {have:,} in "
+            f"{n_docs_available if n_docs_available is not None else len(lengths):,} kept train documents "
+            f"after dedup, exclusion masks and the validation split. The mix cannot be topped up after "
+            f"publication: raise the source's raw sample (headroom, or lower filters.keep_share to what "
+            f"its filters really keep) or lower its share."
+        )
+    n_unique = int(np.searchsorted(cum, unique_budget, side="left")) + 1 if unique_budget > 0 else 0
+    # every epoch walks the unique set in selection order, skipping empty documents; the last
+    # (partial) epoch takes the prefix reaching the budget, its final document truncated
+    nz = np.flatnonzero(lengths[:n_unique] > 0)
+    per_epoch = int(lengths[nz].sum())
+    full, rem = (divmod(max(stream_budget, 0), per_epoch) if per_epoch else (0, 0))
+    k = int(np.searchsorted(np.cumsum(lengths[nz]), rem, side="left")) + 1 if rem else 0
+    index = np.concatenate([np.tile(nz, full), nz[:k]])
+    epoch = np.concatenate([np.repeat(np.arange(full, dtype=np.int64), len(nz)), np.full(k, full, np.int64)])
+    take = lengths[index]
+    if k:
+        take[-1] = rem - (int(lengths[nz[: k - 1]].sum()))
+    return n_unique, Appearances(index.astype(np.int64, copy=False), epoch, take)
+
+
+def order_key(seed: int, doc_id: str, epoch: int) -> int:
+    return xxhash.xxh64_intdigest(f"{doc_id}\x00{epoch}".encode("utf-8"), seed=seed & 0xFFFFFFFFFFFFFFFF)
+
+
+def order_keys(seed: int, doc_ids: Iterable[str], epochs: Iterable[int], n: int) -> np.ndarray:
+    """uint64 stream-order keys of n (doc_id, epoch) appearances (iterables, consumed lazily)."""
+    return np.fromiter((order_key(seed, d, e) for d, e in zip(doc_ids, epochs)), np.uint64, n)
+
+
+def order_from_keys(keys: np.ndarray, epochs: np.ndarray, doc_id_rank: Callable[[], np.ndarray]) -> np.ndarray:
+    """Permutation sorting by (key, doc_id, epoch); `doc_id_rank()` -> each appearance's position in a
+    stable sort by doc_id, only called when two keys collide."""
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    if len(sk) > 1 and bool((sk[1:] == sk[:-1]).any()):
+        order = np.lexsort((np.asarray(epochs), doc_id_rank(), keys))
+    return order
+
+
+def stream_order(seed: int, doc_ids: list[str], epochs: np.ndarray) -> np.ndarray:
+    """Permutation putting appearances in stream order (hash, then doc_id and epoch on ties)."""
+    epochs = np.asarray(epochs, np.int64)
+    keys = order_keys(seed, doc_ids, epochs.tolist(), len(doc_ids))
+
+    def rank() -> np.ndarray:
+        r = np.empty(len(doc_ids), np.int64)
+        r[sorted(range(len(doc_ids)), key=doc_ids.__getitem__)] = np.arange(len(doc_ids))
+        return r
+
+    return order_from_keys(keys, epochs, rank)
+
+
+@dataclass
+class ShardRecord:
+    path: str  # relative to the mix directory
+    samples: int
+    bytes: int
+    sha256: str
+    doc_index: Optional[dict] = None  # {"path", "bytes", "sha256", "documents"} with packing.doc_index
+
+
+@dataclass
+class SplitStats:
+    sample_len: int
+    samples: int = 0
+    emitted_tokens: int = 0
+    dropped_tail_tokens: int = 0
+    seam_samples: int = 0
+    documents: int = 0
+    sources: dict[str, int] = field(default_factory=dict)
+    shards: list[ShardRecord] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> int:
+        return self.samples * self.sample_len
+
+    @property
+    def seam_rate(self) -> float:
+        return self.seam_samples / self.samples if self.samples else 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "samples": self.samples,
+            "tokens": self.tokens,
+            "emitted_tokens": self.emitted_tokens,
+            "dropped_tail_tokens": self.dropped_tail_tokens,
+            "seam_rate": self.seam_rate,
+            "seam_samples": self.seam_samples,
+            "documents": self.documents,
+            "sources": dict(sorted(self.sources.items())),
+            "shards": [{k: v for k, v in vars(s).items() if v is not None} for s in self.shards],
+        }
+
+
+# write_shard(index, tokens) -> ShardRecord; tokens is a 1-D array of whole samples.
+ShardWriter = Callable[[int, np.ndarray], ShardRecord]
+# write_index(index, starts) -> the record's doc_index entry; starts: int64 offsets of document starts
+IndexWriter = Callable[[int, np.ndarray], dict]
+
+
+class Packer:
+    """Streaming contiguous packer: memory is one shard buffer, whatever the stream length."""
+
+    def __init__(self, sample_len: int, shard_samples: int, dtype: str, write_shard: ShardWriter,
+                 write_index: Optional[IndexWriter] = None):
+        if shard_samples < 1:
+            raise ValueError("shard_samples must be >= 1")
+        self.L = sample_len
+        self.buf = np.empty(sample_len * shard_samples, dtype=np.dtype(dtype).newbyteorder("<"))
+        self.fill = 0
+        self.pos = 0  # tokens fed so far (global stream position)
+        self.write_shard = write_shard
+        self.write_index = write_index
+        self.starts: list[int] = []  # offsets in the shard buffer of the documents starting in it
+        self.stats = SplitStats(sample_len)
+        self._last_seam = -1
+        self._finished = False
+
+    def feed(self, tokens: np.ndarray, source: str) -> None:
+        """Append one document appearance."""
+        n = len(tokens)
+        if n == 0:
+            return
+        if self.pos and self.pos % self.L:  # a boundary strictly inside sample pos // L
+            s = self.pos // self.L
+            if s != self._last_seam:
+                self.stats.seam_samples += 1
+                self._last_seam = s
+        if self.write_index is not None:
+            self.starts.append(self.fill)  # < len(buf): a full buffer is flushed at once
+        self.stats.sources[source] = self.stats.sources.get(source, 0) + n
+        self.stats.emitted_tokens += n
+        self.pos += n
+        off = 0
+        while off < n:
+            k = min(n - off, len(self.buf) - self.fill)
+            self.buf[self.fill : self.fill + k] = tokens[off : off + k]
+            self.fill += k
+            off += k
+            if self.fill == len(self.buf):
+                self._flush(self.fill)
+
+    def _flush(self, n_tokens: int) -> None:
+        rec = self.write_shard(len(self.stats.shards), self.buf[:n_tokens])
+        if rec.samples * self.L != n_tokens or rec.samples == 0:
+            raise RuntimeError(f"{rec.path}: writer recorded {rec.samples} samples for {n_tokens} tokens")
+        if self.write_index is not None:
+            starts = np.asarray(self.starts, np.int64)
+            rec.doc_index = self.write_index(len(self.stats.shards), starts[starts < n_tokens])  # tail dropped
+            self.starts = []
+        self.stats.shards.append(rec)
+        self.stats.samples += rec.samples
+        self.fill = 0
+
+    def finish(self) -> SplitStats:
+        if self._finished:
+            return self.stats
+        self._finished = True
+        whole = (self.fill // self.L) * self.L
+        if whole:
+            self._flush(whole)
+        self.stats.dropped_tail_tokens = self.pos - self.stats.samples * self.L
+        if self._last_seam >= self.stats.samples:  # the seam fell in the dropped tail
+            self.stats.seam_samples -= 1
+        return self.stats

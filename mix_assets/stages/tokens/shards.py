@@ -1,0 +1,765 @@
+"""Tokenise kept documents once and write train/val token shards with bounded memory.
+
+Pass 1 (map/reduce on `core/engine`): per source and round, the wanted rows of its raw Parquet
+(val documents, then the train prefix the budget needs) are cut into `chunk_rows` row ranges;
+`encode_chunk` runs on each as a map task (in process or on Ray: pure, it loads the tokenizer by
+path + sha256 once per process) and returns the wanted documents' ids as one flat array + lengths;
+results come back in chunk order and the reduce appends them to a local spill file (one dtype array).
+Train documents are read in rounds: only as many as the budget fill needs (estimated from byte
+counts, then corrected with the observed bytes/token), so the excess headroom is not encoded;
+the final selection depends only on true token counts, never on the estimate.
+Pass 2 walks the appearances in stream order, reads each document's ids back from the spill
+with pread, and feeds the packer, which writes each shard atomically through `Storage`.
+Peak memory: the engine's window of chunk results + one shard buffer + O(documents) numpy/Arrow
+columns (doc ids stay in Arrow string arrays; raw rows, offsets, lengths, appearances and order keys
+are int64/uint64 arrays, a few tens of bytes per document): no Python object is held per document.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from tokenizers import Tokenizer
+
+from mix_assets.format import docindex
+from mix_assets.core import engine, layout, scratch, tables, transport
+from mix_assets.stages.tokens.packing import (
+    Appearances,
+    Packer,
+    ShardRecord,
+    SplitStats,
+    fill_budget,
+    order_from_keys,
+    order_keys,
+)
+from mix_assets.core.progress import Progress
+from mix_assets.stages.split.split import unit_hash
+
+
+@dataclass(frozen=True)
+class SourceBudget:
+    name: str
+    unique_budget: int  # N x share
+    stream_budget: int  # N x share x epochs
+    epochs: float
+
+
+@dataclass(frozen=True)
+class PackingPlan:
+    seq_len: int
+    sample_len: int
+    shard_tokens: int
+    separator_id: Optional[int]
+    encode_batch_docs: int = 1000
+    seed: int = 0
+    separator: Optional[str] = None
+    shifted_targets: bool = False
+    doc_index: bool = False  # write layout.DOC_INDEX beside each shard (not part of how samples are read)
+
+    def to_json(self) -> dict:
+        """The manifest's `packing` section."""
+        return {
+            "rule": "contiguous",
+            "separator": self.separator,
+            "separator_id": self.separator_id,
+            "seq_len": self.seq_len,
+            "sample_len": self.sample_len,
+            "shifted_targets": self.shifted_targets,
+        }
+
+    @property
+    def shard_samples(self) -> int:
+        return max(1, self.shard_tokens // self.sample_len)
+
+
+@dataclass
+class SourceResult:
+    unique_documents: int = 0
+    budget_tokens: int = 0
+    epochs: float = 1.0
+    train_tokens: int = 0
+    val_tokens: int = 0
+    encoded_train_documents: int = 0  # how many were encoded to find the unique set (>= unique)
+
+
+@dataclass
+class ShardsResult:
+    dtype: str
+    splits: dict[str, SplitStats]
+    sources: dict[str, SourceResult]
+    encoded_bytes: int = 0  # UTF-8 bytes of text encoded
+    encoded_tokens: int = 0  # ids produced by the tokenizer (separators excluded)
+    rounds: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self, packing: Optional[dict] = None) -> dict:
+        return {
+            "dtype": self.dtype,
+            "packing": packing,
+            "splits": {k: v.to_json() for k, v in self.splits.items()},
+            "sources": {
+                k: {
+                    "train_tokens": v.train_tokens,
+                    "val_tokens": v.val_tokens,
+                    "budget_tokens": v.budget_tokens,
+                    "epochs": v.epochs,
+                    "unique_documents": v.unique_documents,
+                }
+                for k, v in sorted(self.sources.items())
+            },
+        }
+
+
+class _Spill:
+    """Append-only local file of token ids; documents addressed by (offset, length) in tokens."""
+
+    def __init__(self, path: str, dtype: np.dtype):
+        self.path, self.dtype = path, dtype
+        self.f = open(path, "wb")
+        self.n = 0
+
+    def append(self, flat: np.ndarray) -> int:
+        off = self.n
+        self.f.write(flat.astype(self.dtype, copy=False).tobytes())
+        self.n += len(flat)
+        return off
+
+    def reader(self) -> "_SpillReader":
+        """A reader over the closed (flushed) spill."""
+        if not self.f.closed:
+            self.f.flush()
+        return _SpillReader(self.path, self.dtype)
+
+    def close(self) -> None:
+        self.f.close()
+
+
+@dataclass
+class _SourceDocs:
+    """One source's documents as columns: val documents first, then train in selection order."""
+
+    ids: pa.Array  # doc_id strings (Arrow: no Python object per document)
+    n_val: int
+    n_bytes: np.ndarray  # int64 UTF-8 bytes per document (val, then train in selection order)
+    rows: Optional[np.ndarray] = None  # int64 row of each document in the raw Parquet (read once)
+    offset: np.ndarray = field(init=False)  # int64 spill offset per document (-1 = not encoded)
+    length: np.ndarray = field(init=False)  # int64 tokens per document, separator included
+    apps: Optional[Appearances] = None  # the budget fill, positions in the train documents
+
+    def __post_init__(self):
+        self.offset = np.full(len(self.ids), -1, np.int64)
+        self.length = np.zeros(len(self.ids), np.int64)
+
+    @property
+    def sel_bytes(self) -> np.ndarray:
+        """n_bytes of the train documents, selection order."""
+        return self.n_bytes[self.n_val :]
+
+
+_CHUNK = 65536
+
+
+def _strings(arr) -> Iterator[str]:
+    """The values of an Arrow string array as Python str, converted one slice at a time."""
+    for i in range(0, len(arr), _CHUNK):
+        yield from arr.slice(i, _CHUNK).to_pylist()
+
+
+def _stable_rank(arr) -> np.ndarray:
+    """Each element's position in a stable sort of the strings (Arrow sorts UTF-8 bytes, which is
+    code point order, the order Python compares str in)."""
+    order = pc.sort_indices(arr).to_numpy()
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    return rank
+
+
+def _selection_order(seed: int, ids: pa.Array) -> np.ndarray:
+    """Train documents sorted by (unit_hash(seed, "sel:" + doc_id), doc_id), stable."""
+    u = np.fromiter((unit_hash(seed, f"sel:{d}") for d in _strings(ids)), np.float64, len(ids))
+    order = np.argsort(u, kind="stable")
+    su = u[order]
+    if len(su) > 1 and bool((su[1:] == su[:-1]).any()):  # equal hashes: doc_id decides
+        order = np.lexsort((_stable_rank(ids), u))
+    return order
+
+
+# Over-encoding margin of a round. Round 1 estimates bytes/token from the source's val documents
+# (hundreds of them at any real size, so the estimate is within ~1 %); every document encoded past
+# the budget is tokenised for nothing, which at +10 % cost a tenth of token_shards. A short round
+# is followed by a small one sized from the train documents' own ratio.
+ROUND_MARGIN = 1.02
+
+
+def _round_estimate(sd: _SourceDocs, done: int, val: tuple[int, int], mix_val: tuple[int, int],
+                    guess: float) -> float:
+    """Bytes per token for a source's next round: its own train documents' once some are encoded, else
+    its own val documents' (encoded in round 0), else every source's val documents', else the guess.
+    Never another source's train documents, so a source's rounds do not depend on the other sources."""
+    have = int(sd.length[sd.n_val : sd.n_val + done].sum())
+    if have:
+        return float(sd.sel_bytes[:done].sum()) / have
+    for nbytes, tokens in (val, mix_val):
+        if tokens:
+            return nbytes / tokens
+    return guess
+
+
+def _encode_sources(budgets, per_source: dict[str, _SourceDocs], raw_paths, enc: _EncodeMap,
+                    bytes_per_token_guess, result) -> None:
+    """Pass 1, in rounds, each ONE map over every source still short (chunks in source order, so
+    2 workers are not left idle at a source's tail): round 0 encodes every source's val documents;
+    round k >= 1 each source's next train prefix, sized from its own bytes/token estimate
+    (`_round_estimate`). A source whose kept train documents cannot fill its budget fails with
+    ShortfallError at the end of the round that exhausted it."""
+    names = sorted(budgets)
+    val = dict(zip(names, _read_sources(
+        [(raw_paths[s], per_source[s], np.arange(per_source[s].n_val, dtype=np.int64)) for s in names], enc)))
+    mix_val = tuple(int(sum(v[i] for v in val.values())) for i in (0, 1))
+    done, rounds, active = dict.fromkeys(names, 0), dict.fromkeys(names, 0), list(names)
+    while active:
+        reads = []
+        for s in active:
+            sd, n_sel = per_source[s], len(per_source[s].ids) - per_source[s].n_val
+            bpt = _round_estimate(sd, done[s], val[s], mix_val, bytes_per_token_guess)
+            need = budgets[s].unique_budget - int(sd.length[sd.n_val : sd.n_val + done[s]].sum())
+            if need <= 0 or done[s] == n_sel:
+                continue
+            # estimated docs to reach the budget, with a margin (ROUND_MARGIN); the final cut uses
+            # true counts only, never this estimate
+            est = np.cumsum(sd.sel_bytes[done[s]:] / bpt)
+            k = int(np.searchsorted(est, need * ROUND_MARGIN + 64, side="left")) + 1
+            upto = min(n_sel, done[s] + max(k, 16))
+            reads.append((s, upto, np.arange(sd.n_val + done[s], sd.n_val + upto, dtype=np.int64)))
+        if reads:
+            _read_sources([(raw_paths[s], per_source[s], wanted) for s, _, wanted in reads], enc)
+        for s, upto, _ in reads:
+            done[s], rounds[s] = upto, rounds[s] + 1
+        for s in [s for s in active if s not in {r[0] for r in reads}]:  # finished: budget met or exhausted
+            active.remove(s)
+            sd, b = per_source[s], budgets[s]
+            result.rounds[s] = rounds[s]
+            n_unique, sd.apps = fill_budget(s, sd.length[sd.n_val : sd.n_val + done[s]], b.unique_budget,
+                                            b.stream_budget, n_docs_available=len(sd.ids) - sd.n_val)
+            result.sources[s] = SourceResult(unique_documents=n_unique, budget_tokens=b.stream_budget,
+                                             epochs=b.epochs, encoded_train_documents=done[s])
+
+
+class _SpillReader:
+    def __init__(self, path: str, dtype: np.dtype):
+        self.fd = os.open(path, os.O_RDONLY)
+        self.dtype = dtype
+
+    def read(self, offset: int, n: int) -> np.ndarray:
+        isz = self.dtype.itemsize
+        b = os.pread(self.fd, n * isz, offset * isz)
+        if len(b) != n * isz:
+            raise IOError(f"spill file short read at token {offset} (+{n})")
+        return np.frombuffer(b, dtype=self.dtype)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+# An encode batch is also capped in characters: the tokenizer's Encoding objects cost ~100 bytes
+# per token, so a batch of 1,000 long documents would otherwise set the peak memory. 500 k rather than
+# 2 M: ~100 MB lower peak RSS, half the page faults and no more CPU at 400 MB (bench/results/token_shards.md).
+ENCODE_BATCH_CHARS = 500_000
+
+
+# -- the map: tokenise the wanted rows of one row range (core/engine.py) ------------------------------
+@dataclass(frozen=True)
+class TokenizerFile:
+    """Where a map task loads the tokenizer from: a tokenizer.json path and its sha256 (the key of the
+    per-process cache). Small and picklable; the tokenizer itself is never shipped."""
+
+    path: str  # a local path, or an s3:// URL (read through core/transport on any node)
+    sha256: str
+    endpoint_url: Optional[str] = None  # of an s3:// path
+
+    @classmethod
+    def of(cls, path: str, endpoint_url: Optional[str] = None) -> "TokenizerFile":
+        with transport.open_url(path, endpoint_url) as f:
+            return cls(path, hashlib.sha256(f.read()).hexdigest(), endpoint_url)
+
+
+_TOKENIZER_LOCK = threading.Lock()
+_TOKENIZER_CACHE: dict[TokenizerFile, Tokenizer] = {}  # one tokenizer per process (a Ray worker's too)
+
+
+def tokenizer_at(loc: TokenizerFile) -> Tokenizer:
+    """The tokenizer at `loc`, loaded once per process and reused by every later task."""
+    with _TOKENIZER_LOCK:
+        tok = _TOKENIZER_CACHE.get(loc)
+        if tok is None:
+            with transport.open_url(loc.path, loc.endpoint_url) as f:
+                data = f.read()
+            got = hashlib.sha256(data).hexdigest()
+            if got != loc.sha256:
+                raise ValueError(f"{loc.path}: sha256 {got} is not the tokenizer this build started with "
+                                 f"({loc.sha256}): the file changed during the build")
+            _TOKENIZER_CACHE.clear()
+            tok = _TOKENIZER_CACHE[loc] = Tokenizer.from_str(data.decode("utf-8"))
+        return tok
+
+
+@dataclass(frozen=True)
+class EncodeParams:
+    """What every encode task shares (bound once with functools.partial)."""
+
+    tokenizer: TokenizerFile
+    dtype: str  # the mix's token dtype (uint16 / uint32)
+    separator_id: Optional[int]
+    batch_docs: int
+    batch_chars: int = ENCODE_BATCH_CHARS
+
+
+@dataclass(frozen=True)
+class EncodeChunk:
+    """One map task of token_shards: the wanted rows of a row range (offsets from `rows.start`, ascending)."""
+
+    rows: engine.RowRange
+    wanted: np.ndarray  # int64
+
+
+@dataclass
+class EncodedChunk:
+    """The wanted documents' token ids in row order: each document's ids (+ separator) back to back."""
+
+    tokens: np.ndarray  # the mix's dtype, little-endian
+    lengths: np.ndarray  # int64 per document, separator included
+    text_bytes: int  # UTF-8 bytes encoded
+    encoded_tokens: int  # ids from the tokenizer (separators excluded)
+
+
+def _text_batches(texts: list[str], batch_docs: int, batch_chars: int) -> Iterator[list[str]]:
+    batch, chars = [], 0
+    for t in texts:
+        batch.append(t)
+        chars += len(t)
+        if len(batch) >= batch_docs or chars >= batch_chars:
+            yield batch
+            batch, chars = [], 0
+    if batch:
+        yield batch
+
+
+def encode_chunk(chunk: EncodeChunk, params: EncodeParams) -> EncodedChunk:
+    """The per-document map work of token_shards: read the row range, tokenise its wanted rows (pure).
+
+    The Rust thread count is the process's (RAYON_NUM_THREADS / TOKENIZERS_PARALLELISM): one on Ray
+    workers and while `build_shards` runs chunks on parallel local threads; token ids never depend on it."""
+    tok = tokenizer_at(params.tokenizer)
+    t = engine.read_rows(chunk.rows, ["doc_id", "text"]).take(pa.array(chunk.wanted))
+    texts = t.column("text")
+    if texts.null_count:
+        i = int(np.flatnonzero(texts.is_null().to_numpy(zero_copy_only=False))[0])
+        raise ValueError(f"{chunk.rows.path}: document {t.column('doc_id')[i].as_py()!r}: field text is null")
+    dtype = np.dtype(params.dtype).newbyteorder("<")
+    sep = params.separator_id
+    flats, lens = [], []
+    for batch in _text_batches(texts.to_pylist(), params.batch_docs, params.batch_chars):
+        # one flat list per batch, separators appended in place: each document's id list is freed
+        # at once (no list of lists for the cyclic GC to walk, no np.insert copy)
+        ids: list[int] = []
+        for e in tok.encode_batch_fast(batch, add_special_tokens=False):
+            doc = e.ids
+            ids += doc
+            lens.append(len(doc))
+            if sep is not None:
+                ids.append(sep)
+        flats.append(np.array(ids, dtype))
+    n = np.array(lens, np.int64)
+    flat = np.concatenate(flats) if flats else np.zeros(0, dtype)
+    if sep is not None:
+        n += 1
+    out = EncodedChunk(flat, n, int(pc.sum(pc.binary_length(texts)).as_py() or 0),
+                       len(flat) - (len(n) if sep is not None else 0))
+    del t, texts, flats
+    tables.release_unused()  # the encoder's freed pages, kept per thread by glibc, else grow with the run
+    return out
+
+
+# -- the reduce side of the map: spill the results in chunk order ------------------------------------
+class _EncodeMap:
+    """Runs `encode_chunk` over a file's wanted rows on the engine, appends the ids to the spill."""
+
+    def __init__(self, spill: _Spill, params: EncodeParams, eng: engine.Engine, log=None):
+        self.spill, self.eng = spill, eng
+        self.fn = functools.partial(encode_chunk, params=params)
+        self.bytes = 0
+        self.tokens = 0
+        self.row_ranges: dict = {}
+        self.progress = Progress(log, "token_shards encode", total_docs=0, total_bytes=0) if log else None
+
+    def encode(self, jobs: list[tuple]) -> list[tuple[np.ndarray, np.ndarray, int, int]]:
+        """For each (file, rows (raw rows, ascending, unique), n_bytes): (spill offset and length of each
+        row, text bytes, tokens). ONE map over the jobs' chunks, in job order then file order."""
+        chunks, job_of = [], []
+        for j, (path, rows, _) in enumerate(jobs):
+            for rng in self._ranges(path):
+                lo, hi = np.searchsorted(rows, [rng.start, rng.stop])
+                if hi > lo:
+                    chunks.append(EncodeChunk(rng, rows[lo:hi] - rng.start))
+                    job_of.append(j)
+        if self.progress:  # the ETA covers the rounds planned so far
+            self.progress.total_docs += sum(len(r) for _, r, _ in jobs)
+            self.progress.total_bytes += sum(n for _, _, n in jobs)
+        out = [(np.empty(len(r), np.int64), np.empty(len(r), np.int64), [0, 0, 0]) for _, r, _ in jobs]
+        for j, got in zip(job_of, engine.map_chunks(self.fn, chunks, self.eng)):
+            offsets, lengths, acc = out[j]
+            at, k = acc[0], len(got.lengths)
+            offsets[at : at + k] = self.spill.append(got.tokens) + np.cumsum(got.lengths) - got.lengths
+            lengths[at : at + k] = got.lengths
+            acc[0], acc[1], acc[2] = at + k, acc[1] + got.text_bytes, acc[2] + got.encoded_tokens
+            self.bytes += got.text_bytes
+            self.tokens += got.encoded_tokens
+            if self.progress:
+                self.progress.update(docs=k, bytes=got.text_bytes, tokens=got.encoded_tokens)
+        return [(o, n, acc[1], acc[2]) for o, n, acc in out]
+
+    def _ranges(self, path) -> list[engine.RowRange]:
+        """The file's row ranges (its footer read once per build, not once per round)."""
+        if path not in self.row_ranges:
+            self.row_ranges[path] = engine.row_ranges(path, self.eng.chunk_rows)
+        return self.row_ranges[path]
+
+    def done(self) -> None:
+        if self.progress:
+            self.progress.done()
+
+
+@contextlib.contextmanager
+def _one_rust_thread_per_task(eng: engine.Engine):
+    """Parallel local tasks encode with one Rust thread each (the engine's threads are the parallelism);
+    set before the pool starts and restored after it has joined."""
+    if eng.kind != "local" or eng.num_cpus <= 1:
+        yield
+        return
+    saved = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["TOKENIZERS_PARALLELISM"]
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = saved
+
+
+def _raw_rows(path, ids: pa.Array) -> np.ndarray:
+    """Each doc_id's row in the raw Parquet (-1 when absent; a doc_id twice in the file: its last row)."""
+    with engine.open_parquet(path) as f:
+        raw = f.read(columns=["doc_id"]).column(0).combine_chunks()
+    n = len(raw)
+    at = pc.index_in(ids, value_set=raw.take(pa.array(np.arange(n - 1, -1, -1, dtype=np.int64))))
+    return np.where(at.is_null().to_numpy(zero_copy_only=False), -1,
+                    n - 1 - at.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64))
+
+
+def _read_sources(reads: list[tuple], enc: _EncodeMap) -> list[tuple[int, int]]:
+    """Encode the wanted documents (positions in `sd.ids`) of each (file, sd, wanted), as ONE map in
+    read order then file order; record their spill offsets and lengths in each `sd`. Returns each
+    read's (text bytes, tokens)."""
+    jobs, plans = [], []
+    for path, sd, wanted in reads:
+        if not len(wanted):
+            plans.append(None)
+            continue
+        if sd.rows is None:
+            sd.rows = _raw_rows(path, sd.ids)
+        rows = sd.rows[wanted]
+        if (rows < 0).any():
+            missing = pc.unique(sd.ids.take(pa.array(wanted[rows < 0])))
+            raise ValueError(f"{path}: {len(missing)} document(s) of the validation split are not in this "
+                             f"file (e.g. {sorted(missing.to_pylist())[:3]}); the split is older than the raw "
+                             f"documents: rebuild validation_split")
+        unique_rows, first = np.unique(rows, return_index=True)
+        plans.append((unique_rows, rows))
+        jobs.append((path, unique_rows, int(sd.n_bytes[wanted[first]].sum())))
+    got = iter(enc.encode(jobs))
+    out = []
+    for (_, sd, wanted), plan in zip(reads, plans):
+        if plan is None:
+            out.append((0, 0))
+            continue
+        offsets, lengths, nbytes, tokens = next(got)
+        at = np.searchsorted(plan[0], plan[1])
+        sd.offset[wanted] = offsets[at]
+        sd.length[wanted] = lengths[at]
+        out.append((nbytes, tokens))
+    return out
+
+
+SPILL = "token_spill"
+
+
+def build_shards(
+    tokenizer: TokenizerFile,
+    split_path: str,
+    raw_paths: dict[str, str],
+    budgets: dict[str, SourceBudget],
+    plan: PackingPlan,
+    dtype: str,
+    storage,
+    scratch_dir: Optional[str] = None,
+    bytes_per_token_guess: float = 4.0,
+    eng: engine.Engine = engine.Engine(),
+    log=None,
+) -> ShardsResult:
+    """Encode (map tasks on `eng`), fill budgets, pack and write `mix/train/*.bin` and `mix/val/*.bin`
+    through `storage`. `raw_paths` values are local paths or `engine.FileAt`s (every task opens its own
+    file; an s3:// object is read by range GETs of the row groups its range needs)."""
+    np_dtype = np.dtype(dtype).newbyteorder("<")
+    # a batch at a time, not pq.read_table: that imports pyarrow.dataset and decodes row groups on threads,
+    # and the step's peak before the encode grew 26 MB from 38 k to 150 k kept documents (stop 23)
+    f = tables.parquet_file(split_path)
+    cols = ["doc_id", "source", "n_bytes", "split"]
+    split = pa.Table.from_batches(list(tables.iter_batches(f, cols, 8192)),
+                                  pa.schema([f.schema_arrow.field(c) for c in cols]))
+    missing = sorted(set(budgets) - set(raw_paths))
+    if missing:
+        raise ValueError(f"no raw documents for source(s) {missing}")
+    result = ShardsResult(dtype=dtype, splits={}, sources={})
+    # A rebuild never leaves shards of an older build beside the new ones, and the old manifest
+    # (the completion marker of the mix directory) goes first.
+    storage.delete(layout.MANIFEST)
+    for split_name in ("train", "val"):  # (with any .tmp shard a killed build left)
+        storage.delete_prefix(f"{layout.MIX_DIR}/{split_name}/")
+    storage.delete_prefix(f"{layout.DOC_INDEX_DIR}/")
+    # spill folders of killed builds (a concurrent build's is kept: its process is alive)
+    scratch.sweep(scratch_dir or tempfile.gettempdir(), SPILL)
+    with tempfile.TemporaryDirectory(prefix=scratch.owner_prefix(SPILL), dir=scratch_dir) as tmp:
+        spill = _Spill(os.path.join(tmp, "spill.bin"), np_dtype)
+        params = EncodeParams(tokenizer, dtype, plan.separator_id, plan.encode_batch_docs)
+        enc = _EncodeMap(spill, params, eng, log)
+
+        # per source: val documents (all), then train documents in selection order, as columns
+        per_source: dict[str, _SourceDocs] = {}
+        for s in sorted(budgets):
+            rows = split.filter(pc.equal(split.column("source"), s))
+            is_val = pc.equal(rows.column("split"), "val")
+            val_ids = rows.filter(is_val).column("doc_id").combine_chunks()
+            tr = rows.filter(pc.invert(is_val))
+            ids = tr.column("doc_id").combine_chunks()
+            nb = np.asarray(tr.column("n_bytes").to_numpy(zero_copy_only=False), np.int64)
+            val_nb = np.asarray(rows.filter(is_val).column("n_bytes").to_numpy(zero_copy_only=False),
+                                np.int64)
+            order = _selection_order(plan.seed, ids)
+            per_source[s] = _SourceDocs(pa.concat_arrays([val_ids, ids.take(pa.array(order))]), len(val_ids),
+                                        np.concatenate([val_nb, nb[order]]))
+        del split
+        tables.release_unused()  # the split table's and the selection sort's freed pages, before the encode
+
+        # pass 1: encode val + the train prefix the budget needs, round by round
+        try:
+            with _one_rust_thread_per_task(eng):
+                _encode_sources(budgets, per_source, raw_paths, enc, bytes_per_token_guess, result)
+            enc.done()
+        finally:
+            spill.close()
+        result.encoded_bytes, result.encoded_tokens = enc.bytes, enc.tokens
+        reader = spill.reader()
+
+        try:
+            # pass 2: train stream (budget fill) and val stream (all val documents, one epoch)
+            names = sorted(budgets)
+            train = [(per_source[s].n_val + per_source[s].apps.index, per_source[s].apps.epoch,
+                      per_source[s].apps.take) for s in names]
+            result.splits["train"] = _pack("train", per_source, names, train, reader, plan, dtype, storage)
+            val = [(np.arange(per_source[s].n_val, dtype=np.int64), np.zeros(per_source[s].n_val, np.int64),
+                    per_source[s].length[: per_source[s].n_val]) for s in names]
+            result.splits["val"] = _pack("val", per_source, names, val, reader, plan, dtype, storage)
+        finally:
+            reader.close()
+
+    for s, r in result.sources.items():
+        r.train_tokens = result.splits["train"].sources.get(s, 0)
+        r.val_tokens = result.splits["val"].sources.get(s, 0)
+    return result
+
+
+def _pack(split_name, per_source: dict[str, _SourceDocs], names: list[str], parts, reader, plan: PackingPlan,
+          dtype, storage):
+    """Pack one split. parts[i] = (document positions in per_source[names[i]], epochs, takes): the
+    appearances of source names[i], concatenated in `names` order before the stream-order sort."""
+
+    def write(index: int, tokens: np.ndarray) -> ShardRecord:
+        key = layout.SHARD.format(split=split_name, index=index)
+        data = tokens.tobytes()
+        with storage.writing(key) as tmp:
+            with open(tmp, "wb") as f:
+                f.write(data)
+        return ShardRecord(
+            path=key.removeprefix(layout.MIX_DIR + "/"),
+            samples=len(tokens) // plan.sample_len,
+            bytes=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+        )
+
+    def write_index(index: int, starts: np.ndarray) -> dict:
+        key = layout.DOC_INDEX.format(split=split_name, index=index)
+        data = docindex.to_bytes(starts)
+        with storage.writing(key) as tmp:
+            with open(tmp, "wb") as f:
+                f.write(data)
+        return {"path": key.removeprefix(layout.MIX_DIR + "/"), "bytes": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(), "documents": len(starts)}
+
+    def app_ids(i: int):
+        return per_source[names[i]].ids.take(pa.array(parts[i][0]))
+
+    n = sum(len(p[0]) for p in parts)
+    keys = np.empty(n, np.uint64)
+    at = 0
+    for i, (pos, ep, _) in enumerate(parts):
+        keys[at : at + len(pos)] = order_keys(plan.seed, _strings(app_ids(i)), ep.tolist(), len(pos))
+        at += len(pos)
+    epochs = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
+    offsets = np.concatenate([per_source[names[i]].offset[p[0]] for i, p in enumerate(parts)]) if parts else epochs
+    takes = np.concatenate([p[2] for p in parts]) if parts else epochs
+    src = np.repeat(np.arange(len(parts), dtype=np.int32), [len(p[0]) for p in parts])
+    order = order_from_keys(keys, epochs, lambda: _stable_rank(pa.concat_arrays([app_ids(i) for i in range(len(parts))])))
+    del keys
+
+    packer = Packer(plan.sample_len, plan.shard_samples, dtype, write, write_index if plan.doc_index else None)
+    for c in range(0, n, _CHUNK):
+        o = order[c : c + _CHUNK]
+        for off, take, si in zip(offsets[o].tolist(), takes[o].tolist(), src[o].tolist()):
+            packer.feed(reader.read(off, take), names[si])
+    stats = packer.finish()
+    _write_stream_docs(storage, split_name, order, takes, src, names,
+                       lambda: pa.concat_arrays([app_ids(i) for i in range(len(parts))]) if parts else pa.array([], pa.string()))
+    distinct = [per_source[names[i]].ids.take(pa.array(np.unique(p[0]))) for i, p in enumerate(parts)]
+    stats.documents = pc.count_distinct(pa.concat_arrays(distinct)).as_py() if distinct else 0
+    return stats
+
+
+STREAM_DOCS_SCHEMA = pa.schema([("start", pa.int64()), ("tokens", pa.int64()),
+                                ("source", pa.dictionary(pa.int32(), pa.string())), ("doc_id", pa.string())])
+
+
+def _write_stream_docs(storage, split_name: str, order: np.ndarray, takes: np.ndarray, src: np.ndarray,
+                       names: list[str], ids) -> None:
+    """layout.STREAM_DOCS: the split's document appearances in stream order (start token in the split's
+    stream, tokens, source, doc_id; empty appearances left out), so a sample's segments can name their
+    documents (stages/tokens/samples.py). Not published; columns, not a Python object per document."""
+    take = np.asarray(takes, np.int64)[order] if len(order) else np.zeros(0, np.int64)
+    start = np.concatenate([[0], np.cumsum(take)[:-1]]).astype(np.int64) if len(take) else take
+    keep = take > 0
+    sel = pa.array(np.asarray(order, np.int64)[keep])
+    t = pa.table({"start": start[keep], "tokens": take[keep],
+                  "source": pa.DictionaryArray.from_arrays(pa.array(np.asarray(src, np.int32)[order][keep]),
+                                                           pa.array(names, pa.string())),
+                  "doc_id": ids().cast(pa.string()).take(sel)}, schema=STREAM_DOCS_SCHEMA)
+    tables.write_parquet(storage, layout.STREAM_DOCS.format(split=split_name), t)
+
+
+def packing_plan(spec, tok: Tokenizer) -> PackingPlan:
+    from mix_assets.stages.tokens.tokenizer import separator_id
+
+    p = spec.packing
+    return PackingPlan(
+        seq_len=p.seq_len,
+        sample_len=p.sample_len,
+        shard_tokens=p.shard_tokens,
+        separator_id=separator_id(tok, p.separator),
+        encode_batch_docs=p.encode_batch_docs,
+        seed=spec.seed,
+        separator=p.separator,
+        shifted_targets=p.shifted_targets,
+        doc_index=p.doc_index,
+    )
+
+
+def build_token_shards(storage, spec, scratch_dir: Optional[str] = None, eng: engine.Engine = engine.Engine(),
+                       log=None) -> ShardsResult:
+    """Shards of the mix described by `spec` (a MixSpec) and `tokens/shard_stats.json`.
+
+    The per-document work runs as map tasks on `eng` (core/engine.py); with `log` (an object with
+    `info`) it logs progress lines. In-process tasks use `spec.packing.threads` Rust threads unless
+    RAYON_NUM_THREADS is already set (it only takes effect before the process's first parallel
+    encode), one each when the engine runs them in parallel; outputs do not depend on either.
+    """
+    import json
+
+    from mix_assets.core.storage import UPLOAD
+    from mix_assets.stages.tokens.tokenizer import dtype_for_vocab
+
+    os.environ.setdefault("RAYON_NUM_THREADS", str(spec.packing.threads))
+    tok_at = tables.file_at(storage, layout.TOKENIZER_FILE)
+    tokenizer = TokenizerFile.of(tok_at.path, tok_at.endpoint_url)
+    tok = tokenizer_at(tokenizer)  # loaded here once: the in-process engine's tasks reuse it
+    plan = packing_plan(spec, tok)
+    budgets = {
+        s.name: SourceBudget(s.name, spec.unique_budget(s.name), spec.stream_budget(s.name), s.epochs)
+        for s in spec.sources
+    }
+    # where any worker reads each raw file: a local path, or the s3:// object (range GETs, no download)
+    raw = tables.raw_files(storage, [s.name for s in spec.sources])
+    # local copies of S3 uploads a killed build left behind
+    scratch.sweep(storage.cache_dir or tempfile.gettempdir(), UPLOAD)
+    result = build_shards(
+        tokenizer, storage.source(layout.VALIDATION_SPLIT), raw, budgets, plan,
+        dtype_for_vocab(tok.get_vocab_size(with_added_tokens=True)), storage, scratch_dir,
+        bytes_per_token_guess=spec.tokenizer.bytes_per_token_fallback, eng=eng, log=log,
+    )
+    storage.write_text(layout.SHARD_STATS, json.dumps(result.to_json(plan.to_json()), indent=1) + "\n")
+    return result
+
+
+# -- the checks on shard_stats.json -----------------------------------------------------------------
+
+
+def shard_problems(stats: dict, exists: Callable[[str], bool]) -> list[str]:
+    """Why shard_stats.json's shards are not all present, non-empty and of their recorded size."""
+    isz = 2 if stats["dtype"] == "uint16" else 4
+    L = stats["packing"]["sample_len"]
+    problems = []
+    for split in ("train", "val"):
+        shards = stats["splits"][split]["shards"]
+        if not shards:
+            problems.append(f"{split}: no shard (0 samples)")
+        for sh in shards:
+            if sh["samples"] < 1:
+                problems.append(f"{sh['path']}: empty shard")
+            elif not exists(f"{layout.MIX_DIR}/{sh['path']}"):
+                problems.append(f"{sh['path']}: missing")
+            elif sh["bytes"] != sh["samples"] * L * isz:
+                problems.append(f"{sh['path']}: {sh['bytes']} bytes for {sh['samples']} samples")
+            ix = sh.get("doc_index")
+            if ix is not None and not exists(f"{layout.MIX_DIR}/{ix['path']}"):
+                problems.append(f"{ix['path']}: document index missing")
+    return problems
+
+
+def tail_and_seam_problems(stats: dict) -> list[str]:
+    """Per split: dropped tail < one sample, emitted = tokens + tail, seam rate = seam samples / samples."""
+    L = stats["packing"]["sample_len"]
+    problems = []
+    for split in ("train", "val"):
+        sp = stats["splits"][split]
+        if not 0 <= sp["dropped_tail_tokens"] < L:
+            problems.append(f"{split}: dropped tail {sp['dropped_tail_tokens']} not in [0, {L})")
+        if sp["emitted_tokens"] != sp["tokens"] + sp["dropped_tail_tokens"]:
+            problems.append(f"{split}: emitted {sp['emitted_tokens']} != tokens + dropped tail")
+        want = sp["seam_samples"] / sp["samples"] if sp["samples"] else 0.0
+        if not (0.0 <= sp["seam_rate"] <= 1.0 and abs(sp["seam_rate"] - want) < 1e-12):
+            problems.append(f"{split}: seam_rate {sp['seam_rate']} != {sp['seam_samples']}/{sp['samples']}")
+    return problems
+
+
+def shard_files(stats: dict) -> dict[str, str]:
+    """shard_stats.json's shards as storage keys with their sha256 (hashed as they were written)."""
+    return {f"{layout.MIX_DIR}/{f['path']}": f["sha256"]
+            for sp in stats["splits"].values() for sh in sp["shards"] for f in (sh, sh.get("doc_index")) if f}

@@ -1,0 +1,114 @@
+"""tokenizer -> token_shards -> manifest through Dagster (from a stand-in upstream), with their gates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dagster as dg
+
+from mix_assets.stages.manifest.assets import MANIFEST_SELF_CONSISTENT, SHARDS_AUDIT_CLEAN, build_manifest_assets
+from mix_assets.stages.split.assets import VAL_DISJOINT_FROM_TRAIN, VAL_SHARE_IN_TOLERANCE, build_split_assets
+from mix_assets.stages.tokens.assets import (
+    DROPPED_TAIL_AND_SEAM_RECORDED,
+    NO_EMPTY_SHARD,
+    SEPARATOR_IN_VOCAB,
+    build_tokens_assets,
+)
+from mix_assets.core import layout
+from mix_assets.stages.tokens import samples as samples_lib
+from mix_assets.resources import MixResource
+from mix_assets_tests.support.tokens_stage import checks, run, setup
+
+
+def test_stage_materialises_with_every_gate_green(tmp_path):
+    spec, assets, res = setup(tmp_path)
+    result = run(assets, res)
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    assert checks(result) == {VAL_DISJOINT_FROM_TRAIN: True, VAL_SHARE_IN_TOLERANCE: True, SEPARATOR_IN_VOCAB: True,
+                              NO_EMPTY_SHARD: True, DROPPED_TAIL_AND_SEAM_RECORDED: True, MANIFEST_SELF_CONSISTENT: True,
+                              SHARDS_AUDIT_CLEAN: True}
+    meta = result.asset_materializations_for_node("manifest")[0].metadata
+    manifest = json.loads((tmp_path / "storage" / layout.MANIFEST).read_text())
+    assert meta["fingerprint"].value == manifest["fingerprint"]
+    assert meta["train_tokens"].value == manifest["totals"]["train_tokens"] > 0
+    shards = result.asset_materializations_for_node("token_shards")[0].metadata
+    assert shards["dtype"].value == "uint16" and 0 <= shards["train_seam_share"].value <= 1
+    assert shards["doc_index_bytes"].value > 0  # packing.doc_index defaults to true
+    # the samples the trainer will read, in the UI and on disk (stages/tokens/samples.py), recorded in its lineage
+    rendered = (tmp_path / "storage" / layout.RENDERED_SAMPLES).read_text()
+    ui = shards["rendered_samples"].value  # the file's text, long lines broken for the UI
+    assert shards["shown_samples"].value == 30
+    assert ui.replace(samples_lib.WRAP_MARK + "\n", "").replace(samples_lib.UI_NOTE, "") == rendered
+    assert shards["scrubbed_words"].value == 0 and shards["withheld_samples"].value == 0
+    lineage = json.loads((tmp_path / "storage" / layout.LINEAGE.format(asset="token_shards")).read_text())
+    assert layout.RENDERED_SAMPLES in json.dumps(lineage)
+    assert not any(f["path"].endswith(".md") for f in manifest["files"])  # never published
+
+    # a shard corrupted after the fact: re-checking the manifest trips its gate, naming the file
+    shard = tmp_path / "storage" / "mix" / manifest["splits"]["train"]["shards"][0]["path"]
+    rel = str(shard.relative_to(tmp_path / "storage" / "mix"))
+    data = bytearray(shard.read_bytes())
+    data[7] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    gate = dg.AssetCheckKey(dg.AssetKey("manifest"), MANIFEST_SELF_CONSISTENT)
+    again = run(assets, res, selection=dg.AssetSelection.checks(gate))
+    assert not again.success
+    ev = next(e for e in again.get_asset_check_evaluations() if e.check_name == MANIFEST_SELF_CONSISTENT)
+    assert not ev.passed and rel in ev.metadata["problem_list"].value
+    # and rebuilding the manifest over it is refused by lineage: token_shards' file changed since it was built
+    rebuilt = run(assets, res, selection=[dg.AssetKey("manifest")])
+    assert not rebuilt.success
+    err = rebuilt.get_step_failure_events()[0].event_specific_data.error
+    assert "token_shards" in err.to_string() and rel in err.to_string()
+
+
+def test_shortfall_fails_token_shards_naming_the_source(tmp_path):
+    spec, assets, res = setup(tmp_path, shares={"a": 0.1, "b": 0.9}, target_tokens=200_000)
+    result = run(assets, res)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.is_step_failure and e.step_key == "token_shards")
+    err, messages = failure.event_specific_data.error, []
+    while err is not None:
+        messages.append(err.message)
+        err = err.cause
+    assert any("ShortfallError: source 'b' cannot fill its token budget: it needs 180,000" in m for m in messages)
+    assert result.asset_materializations_for_node("manifest") == []
+
+
+def test_stage_composes_with_sources_and_publish(tmp_path):
+    from mix_assets.stages.publish.assets import build_publish_assets
+    from mix_assets.stages.sources.assets import build_source_assets
+    from mix_assets.config import REPO_ROOT, load_spec
+
+    spec = load_spec(REPO_ROOT / "configs" / "demo.yaml")
+    defs = dg.Definitions(
+        assets=[*build_source_assets(spec), *build_split_assets(spec), *build_tokens_assets(spec),
+                *build_manifest_assets(spec), *build_publish_assets(spec)],
+        resources={"mix": MixResource(config_path=spec.config_path)},
+    )
+    dg.Definitions.validate_loadable(defs)
+    graph = defs.resolve_asset_graph()
+    parents = lambda k: {p.to_user_string() for p in graph.get(dg.AssetKey(k)).parent_keys}  # noqa: E731
+    assert parents("validation_split") >= {"exclusion_masks", "dedup_keys", *(f"raw/{s.name}" for s in spec.sources)}
+    assert parents("token_shards") == {"tokenizer", "validation_split"}
+    assert "token_shards" in parents("manifest") and "manifest" in parents("published_revision")
+    for key in ("validation_split", "tokenizer", "token_shards", "manifest"):
+        node = graph.get(dg.AssetKey(key))
+        assert node.owners == spec.owners and node.description and node.code_version
+
+
+def test_separator_not_in_the_tokenizer_fails_right_after_the_tokenizer(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "word": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "words.json"))
+    spec, assets, res = setup(tmp_path, tokenizer={"kind": "file", "path": "words.json"},
+                              packing={"separator": "<|endoftext|>"})
+    result = run(assets, res)
+    assert not result.success
+    ev = next(e for e in result.get_asset_check_evaluations() if e.check_name == SEPARATOR_IN_VOCAB)
+    assert not ev.passed and "'<|endoftext|>' is not a token of the tokenizer" in ev.description
+    assert not any(e.step_key == "token_shards" for e in result.all_events)  # never started
