@@ -136,10 +136,15 @@ def _old_sources(rev: str):
     """stages/sources/sources.py as of `rev`, imported as its own module (the rest of mix_assets is this checkout's)."""
     import types
 
-    text = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:mix_assets/stages/sources/sources.py"], check=True,
-                          stdout=subprocess.PIPE, text=True).stdout
-    mod = types.ModuleType("mix_assets.lib._sources_old")
-    mod.__file__ = f"{rev}:mix_assets/stages/sources/sources.py"
+    for path in ("mix_assets/stages/sources/sources.py", "mix_assets/lib/sources.py"):  # the latter before the stage layout
+        got = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{path}"], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+        if got.returncode == 0:
+            break
+    got.check_returncode()
+    text = got.stdout
+    mod = types.ModuleType("mix_assets.stages.sources._sources_old")
+    mod.__file__ = f"{rev}:{path}"
     sys.modules[mod.__name__] = mod  # dataclasses look their module up
     exec(compile(text, mod.__file__, "exec"), mod.__dict__)
     return mod
