@@ -16,18 +16,18 @@ Fetching: manifest.json is read and checked (structure, totals, fingerprint) at 
 only when a requested sample lives in it, and its size and sha256 are verified when it arrives (once per
 reader for files found already cached or local). Local shards are read in place. Remote files live in
 `cache_dir/objects/<sha256[:2]>/<sha256>`, which any number of processes may share (fcntl locks, see
-_SharedCache): `cache_bytes` bounds the whole directory, not one process's part, and it never goes over
+reader/cache.py): `cache_bytes` bounds the whole directory, not one process's part, and it never goes over
 (a reader that finds no room beside the files others hold, or no space on the cache's disk, reads that
 shard into its own memory instead); a file a reader has open or mapped is never removed; a file is
 downloaded by one process at a time. Shards
 in the cache or local are read through `numpy.memmap`. `prefetch_bytes=P` starts a thread that holds up to
-P bytes of the shards the next reads need (`prefetch`; batch/next_batch call it), see _Prefetcher.
+P bytes of the shards the next reads need (`prefetch`; batch/next_batch call it), see reader/prefetch.py.
 
 Order: train sample k is storage sample perm_e[k mod N] with e = k // N (N = len(r), samples per pass).
 Scheme "global" (default): perm_e is the argsort of splitmix64(i XOR base(shuffle_seed, e)) over i < N, a
 bijection, so no ties and nothing depends on numpy's RNG algorithms. Scheme "shard_window"
 (`shuffle_window=K`): shards in a seeded order, cut into windows of K shards, samples shuffled within each
-window (shard_window_permutation), so a batch touches a bounded number of shards.
+window (reader/shuffle.py), so a batch touches a bounded number of shards.
 `shuffle_perm_sha` = sha256 of perm_0 as little-endian uint64.
 Past one pass: by default (`epochs=1`) reading sample N raises `EndOfMix` (iteration stops); with
 `epochs=E` (None = unbounded) epoch e uses perm_e, and the state records `epoch` and `epoch_perm_sha`.

@@ -1,4 +1,6 @@
-"""Where a mix's files come from: a local directory, S3 (boto3) or the Hugging Face hub."""
+"""Where a mix's files come from: a local directory (_LocalBackend, read in place), or a remote location of
+core/transport.py (_RemoteBackend: _S3Backend through boto3, _HubBackend through huggingface_hub), and the
+choice of one from open_mix's location argument (_backend)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ from mix_assets.format.manifest import MANIFEST_NAME
 from mix_assets.reader.errors import _DISK_FULL, ReaderError
 
 
-# -- locations and backends -----------------------------------------------------------------------------------
 class _LocalBackend:
     remote = False
 

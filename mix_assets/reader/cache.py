@@ -1,4 +1,5 @@
-"""The cache of remote files shared by processes (cache_dir/objects, fcntl locks)."""
+"""The cache of remote files shared by any number of processes (_SharedCache): cache_dir/objects/<sha>,
+fcntl locks, one budget for the whole directory; what it asks of the reader that owns holds (_CacheOwner)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from mix_assets.format.manifest import sha256_stream
 from mix_assets.reader.errors import _raise_if_corrupt
@@ -18,7 +19,15 @@ from mix_assets.reader.errors import _raise_if_corrupt
 log = logging.getLogger("mix_assets.reader")
 
 
-# -- the cache shared by processes --------------------------------------------------------------------------------
+class _CacheOwner(Protocol):
+    """What _SharedCache asks of a reader's shards (shards._Shards) when it needs room: their holds, the
+    first to give up first, and giving one up."""
+
+    def own(self) -> list[str]: ...
+
+    def drop(self, sha: str) -> None: ...
+
+
 def _try_lock(f: BinaryIO, kind: int) -> bool:
     try:
         fcntl.flock(f, kind | fcntl.LOCK_NB)
@@ -95,7 +104,7 @@ class _SharedCache:
                 self.release(sha)
 
     def fetch(self, sha: str, nbytes: int, download: Callable[[Path], str | None], label: str,
-              owner: _Shards | None, over_ok: bool = False) -> BinaryIO | None:
+              owner: _CacheOwner | None, over_ok: bool = False) -> BinaryIO | None:
         """The file, held: downloaded (and verified) by this process, or by another one fetching it now.
         None when the directory has no room for it (unless over_ok: then it goes over by this file)."""
         while True:
@@ -189,7 +198,7 @@ class _SharedCache:
             log.debug("evicted %s", sha)
             return True
 
-    def _make_room(self, need: int, keep: str, owner: _Shards | None) -> bool:
+    def _make_room(self, need: int, keep: str, owner: _CacheOwner | None) -> bool:
         """Remove files until `need` more bytes fit; whether they do."""
         total, files = self._scan()
         size = {sha: n for _, sha, n in files}
@@ -209,7 +218,7 @@ class _SharedCache:
             return False
         return True
 
-    def make_room(self, need: int, keep: str, owner: _Shards | None) -> None:
+    def make_room(self, need: int, keep: str, owner: _CacheOwner | None) -> None:
         with self._locked():
             self._make_room(need, keep, owner)
 

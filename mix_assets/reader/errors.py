@@ -1,4 +1,5 @@
-"""The reader's errors, and the size/sha256 check that raises ShardCorruptError."""
+"""The reader's errors (ReaderError and its kinds, ResumeMismatchError, EndOfMix), the size/sha256 check that
+raises ShardCorruptError (_raise_if_corrupt), and the errnos that mean the cache's disk is full (_DISK_FULL)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import errno
 
 
 # Writing into the cache failed for lack of local space (disk or quota): the cache directory's fault, not the
-# remote object's; the shard is read into memory instead (_Shards._held)
+# remote object's; the shard is read into memory instead (shards._Shards._held)
 _DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 

@@ -1,4 +1,5 @@
-"""The positional reader (MixReader), open_mix, and the checked state_dict."""
+"""The reader of one split (MixReader), opening a mix from its location (open_mix: manifest checked, backend
+chosen), and the state's format and fields (STATE_FORMAT, _checked_state), as the package doc describes."""
 
 from __future__ import annotations
 
@@ -534,7 +535,7 @@ def open_mix(
     hub_endpoint: str | None = None,
     s3_client: Any = None,
 ) -> MixReader:
-    """Open one split of a published mix (see the module doc).
+    """Open one split of a published mix (see the package doc, mix_assets/reader/__init__.py).
 
     shuffle: default True for train, False for val. shuffle_window: None for one global permutation, or K for
     the shard_window scheme (windows of K shards; a batch touches at most 2K shards). prefetch_bytes: bound on

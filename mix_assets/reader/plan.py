@@ -1,4 +1,5 @@
-"""Which samples each rank and worker of one job reads at each global step (StepPlan)."""
+"""Which samples each rank and worker of one job reads at each global step (StepPlan); no torch needed,
+torch_data wraps it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from dataclasses import dataclass
 from mix_assets.reader.errors import PositionError
 
 
-# -- one job's global steps over ranks and workers ----------------------------------------------------------
 @dataclass(frozen=True)
 class StepPlan:
     """Which samples each rank and worker of one job reads at each global step (no torch needed).

@@ -1,4 +1,5 @@
-"""A background thread that fetches the shards the next reads need (_Prefetcher)."""
+"""The prefetcher (_Prefetcher): a daemon thread that fetches, within a byte bound, the shards the reader's
+next reads need, and keeps a failure for the read of that shard to raise."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The shards of one split: opened (memmap) on demand, fetched and verified, held in the cache."""
+"""The shards of one split (_Shards): fetched when a read needs them, their size and sha256 verified,
+memory-mapped (local files in place, remote ones in the shared cache, or read into memory when the cache has
+no room), and the prefetcher's holds ahead of the reads."""
 
 from __future__ import annotations
 
@@ -20,7 +22,6 @@ from mix_assets.reader.errors import _DISK_FULL, ReaderError, ShardCorruptError,
 log = logging.getLogger("mix_assets.reader")
 
 
-# -- the reader -------------------------------------------------------------------------------------------------
 class _Shards:
     """The shards of one split: memmaps opened on demand; remote files held in a _SharedCache."""
 

@@ -1,4 +1,6 @@
-"""Seeded permutations of a split's samples: the global scheme and the shard_window scheme."""
+"""The order of a split's samples: the shuffle schemes (SCHEMES), the global permutation of one epoch
+(`permutation`, splitmix64 keys, no numpy RNG), the shard_window one (`shard_window_permutation`) and the
+hash a state records of one (`perm_sha`)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ import numpy as np
 SCHEMES = ("global", "shard_window")
 
 
-# -- the permutation ----------------------------------------------------------------------------------------
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
