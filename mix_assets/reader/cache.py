@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from mix_assets.format.manifest import sha256_stream
+from mix_assets.core.transport import sha256_stream
 from mix_assets.reader.errors import _raise_if_corrupt
 
 

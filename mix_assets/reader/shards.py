@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from mix_assets.format.manifest import sha256_stream
+from mix_assets.core.transport import sha256_stream
 from mix_assets.reader.cache import _SharedCache
 from mix_assets.reader.errors import _DISK_FULL, ReaderError, ShardCorruptError, _raise_if_corrupt
 
