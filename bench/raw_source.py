@@ -8,7 +8,7 @@ a trained tokenizer (so bytes per token is the fallback, no head read), target_t
 budget is 80 % of the source's estimated tokens: the whole source is read (4 x budget is more than
 it holds) and about 80 % of it is kept and written to raw/<source>/documents.parquet.
 
-Each read runs `lib.sources.read_raw_source` in a fresh subprocess with `--code` (default: this
+Each read runs `stages/sources/sources.read_raw_source` in a fresh subprocess with `--code` (default: this
 checkout) first on its path, so the same corpus can be read by an older revision exported elsewhere
 (`git archive <rev> | tar -x -C DIR`). Peak RSS = VmHWM of that process; `base` = VmRSS after the
 imports, before reading.
