@@ -693,7 +693,7 @@ def build_token_shards(storage, spec, scratch_dir: Optional[str] = None, eng: en
     """
     import json
 
-    from mix_assets.core.storage import UPLOAD
+    from mix_assets.core.transport import UPLOAD
     from mix_assets.stages.tokens.tokenizer import dtype_for_vocab
 
     os.environ.setdefault("RAYON_NUM_THREADS", str(spec.packing.threads))
