@@ -21,7 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mix_assets.config import HubDataset, MixSpec
+from mix_assets.config import MixSpec
+from mix_assets.stages.sources.config import HubDataset
 from mix_assets.stages.audit import contamination as ct
 from mix_assets.stages.dedup import dedup
 from mix_assets.core import engine, layout, lineage, tables

@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterator, Optional, Sequence
 
-from mix_assets.config import (EvalTask, HubDataset, LocalEvalFiles, is_test_split, path_names_test_split,
-                               split_name_problem)
+from mix_assets.stages.audit.config import (EvalTask, LocalEvalFiles, is_test_split, path_names_test_split,
+                                            split_name_problem)
+from mix_assets.stages.sources.config import HubDataset
 
 
 class TestSplitRefused(ValueError):
