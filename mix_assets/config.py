@@ -1,5 +1,10 @@
 """The mix spec: one YAML file in `configs/` per mix, validated at load time.
 
+`MixSpec` composes the stage sections, each defined beside its stage (`stages/<stage>/config.py`:
+sources, dedup, audit, split, tokens, publish) on the base in `core/spec.py`; what lives here is what no
+stage owns (engine, storage, schedule), the checks across sections, and loading. No logic module imports
+this file: the assets hand each stage the spec or its section.
+
 `MIX_CONFIG` names the file (default `configs/demo.yaml`); `MIX_STORAGE_ROOT`, when set, overrides
 `storage.root`. Relative paths in the file resolve against the directory holding the file, so a
 config means the same thing whatever the working directory. A bad file raises `MixConfigError`

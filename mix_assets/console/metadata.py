@@ -1,4 +1,6 @@
-"""Every metadata value the UI shows, built here so asset modules stay thin and keys stay one vocabulary.
+"""The one vocabulary of the metadata the UI shows, and the builders every stage uses: tables, Markdown, charts,
+Parquet outputs, problem lists, peak memory. Each stage builds its own values from these in
+`stages/<stage>/metadata.py`, so asset modules stay thin; this module imports no stage.
 
 Key convention (`<noun>_<unit>`, snake_case, the unit last):
   * counts end in the thing counted: `docs`, `kept_docs`, `train_tokens`, `overlap_ngrams`, `shards`,

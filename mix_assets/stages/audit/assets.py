@@ -14,7 +14,6 @@ from mix_assets.stages.common import code_version, demo_corpus_parts, gate, gate
 from mix_assets.config import MixSpec
 from mix_assets.stages.audit import audit as lib
 from mix_assets.stages.audit import contamination as ct
-from mix_assets.console import charts
 from mix_assets.stages.sources import demo_corpus
 from mix_assets.stages.audit import evals
 from mix_assets.core import layout

@@ -99,7 +99,7 @@ def _rejects_md(m) -> str:
 
 
 def exclusion_masks(storage, key: str, m) -> dict:
-    """exclusion_masks (`lib.dedup.Masks`): exclusions per reason and the composition before/after."""
+    """exclusion_masks (`dedup.Masks`): exclusions per reason and the composition before/after."""
     n = max(m.documents, 1)
     comp = m.composition
     return {

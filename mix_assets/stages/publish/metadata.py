@@ -8,7 +8,7 @@ from mix_assets.console.metadata import problems, seconds
 
 
 def published_revision(result) -> dict:
-    """published_revision (`lib.publish` result): where, what and how much was uploaded."""
+    """published_revision (`publish.PublishResult`): where, what and how much was uploaded."""
     return {
         "revision": result.revision,
         "location": dg.MetadataValue.text(result.location),

@@ -18,7 +18,7 @@ def length_histogram(n_chars: np.ndarray) -> list[dict]:
 
 
 def raw_source(storage, key: str, raw) -> dict:
-    """raw/<source>: what was read, dropped and kept, against the budget (`lib.sources.RawSource`)."""
+    """raw/<source>: what was read, dropped and kept, against the budget (`sources.RawSource`)."""
     got, n_chars = raw.sample, raw.sample.n_chars  # the documents were streamed to `key`, not held
     md = {
         "path": dg.MetadataValue.path(storage.uri(key)), "dagster/row_count": raw.docs,

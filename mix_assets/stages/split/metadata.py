@@ -7,7 +7,7 @@ from mix_assets.stages.split.split import SPLIT_SCHEMA
 
 
 def validation_split(storage, key: str, split, v) -> dict:
-    """validation_split (`lib.split.SplitSummary` and `ValShare` of the written split): docs per side and
+    """validation_split (`split.SplitSummary` and `ValShare` of the written split): docs per side and
     per source."""
     per = split.per_source
     return {

@@ -22,7 +22,7 @@ def tokenizer(storage, key: str, ident) -> dict:
 
 
 def token_shards(storage, key: str, res, elapsed: float) -> dict:
-    """token_shards (`lib.shards` result): tokens, samples and shards per split, seams, throughput."""
+    """token_shards (`shards.ShardsResult`): tokens, samples and shards per split, seams, throughput."""
     tr, va = res.splits["train"], res.splits["val"]
     mb = res.encoded_bytes / 1e6
     return {
@@ -55,7 +55,7 @@ def per_source(sources: Mapping[str, Mapping]) -> dict:
 
 
 def rendered_samples(storage, key: str, r) -> dict:
-    """token_shards' samples as the trainer reads them (`lib.samples.Rendered`), scrubbed like every audit artifact."""
+    """token_shards' samples as the trainer reads them (`samples.Rendered`), scrubbed like every audit artifact."""
     return {
         "rendered_samples": dg.MetadataValue.md(r.ui_markdown),
         "rendered_samples_path": dg.MetadataValue.path(storage.uri(key)),
