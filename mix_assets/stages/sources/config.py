@@ -48,6 +48,7 @@ def template_fields(template: str) -> list[str]:
         raise ValueError("the template names no field, e.g. {question}")
     return sorted(set(names))
 
+
 class HubDataset(Strict):
     """A Hugging Face hub dataset at a pinned revision."""
 
