@@ -19,12 +19,12 @@ import os
 
 import dagster as dg
 
-from mix_assets.console import metadata as md
 from mix_assets.stages.common import code_version, gate, gated, recorded, run_lock, verified_inputs, with_lineage
 from mix_assets.stages.manifest.assets import SHARDS_AUDIT_CLEAN, SHARDS_AUDIT_RECORD
 from mix_assets.config import MixSpec
 from mix_assets.core import layout
 from mix_assets.stages.publish import publish as pub
+from mix_assets.stages.publish import metadata as md
 from mix_assets.format.manifest import check_manifest
 from mix_assets.core.transport import Location
 from mix_assets.reader import open_mix
