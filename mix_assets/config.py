@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from mix_assets.core import transport
 from mix_assets.core.spec import NAME
 from mix_assets.core.spec import Strict as _Strict  # the name the filters section below still uses
 from mix_assets.stages.audit.config import AuditSpec
@@ -255,7 +256,7 @@ class MixSpec(_Strict):
 
     def resolve(self, p: str) -> str:
         """A config path as an absolute local path (`~` expanded), or the URL unchanged."""
-        if "://" in p:
+        if transport.has_scheme(p):
             return p
         return str((self.base_dir / os.path.expanduser(p)).resolve())
 
@@ -326,12 +327,6 @@ def _is_within(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def _s3_within(url: str, root: str) -> bool:
-    (b1, _, k1), (b2, _, k2) = (u.removeprefix("s3://").partition("/") for u in (url, root))
-    k1, k2 = k1.strip("/"), k2.strip("/")
-    return b1 == b2 and (not k2 or k1 == k2 or k1.startswith(k2 + "/"))
-
-
 def location_problem(spec: "MixSpec") -> Optional[str]:
     """Why `storage.root` or `publish.url` cannot hold a mix (None when both can).
 
@@ -347,7 +342,7 @@ def location_problem(spec: "MixSpec") -> Optional[str]:
     fields = (("storage.root", spec.storage.root), ("publish.url", spec.publish.url))
     local = {}
     for field, value in fields:
-        if "://" in value:
+        if transport.has_scheme(value):
             continue
         path = Path(spec.resolve(value))
         local[field] = path
@@ -365,7 +360,7 @@ def location_problem(spec: "MixSpec") -> Optional[str]:
     if len(local) == 2:
         inside = _is_within(local["publish.url"], local["storage.root"])
     else:
-        inside = (pub.startswith("s3://") and root.startswith("s3://") and _s3_within(pub, root)
+        inside = (transport.is_s3(pub) and transport.is_s3(root) and transport.s3_url_within(pub, root)
                   and spec.publish.s3_endpoint_url == spec.storage.s3_endpoint_url)
     if inside:
         shown = {f: f" (= {local[f]})" if f in local and str(local[f]) != v else "" for f, v in fields}

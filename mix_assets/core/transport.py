@@ -117,9 +117,18 @@ S3, HUB, LOCAL = "s3", "hf", "file"
 SCHEMES = (S3, HUB)  # a location is a local path (or file://...), s3://bucket/prefix or hf://datasets/org/name[@rev][/dir]
 
 
+def has_scheme(location: str) -> bool:
+    """Whether `location` is written as a URL (`<scheme>://...`, file:// included) rather than a path."""
+    return "://" in location
+
+
 def is_url(location: str) -> bool:
     """Whether `location` names a remote scheme (anything with `://` but a file:// path)."""
-    return "://" in location and not location.startswith("file://")
+    return has_scheme(location) and not location.startswith("file://")
+
+
+def is_s3(location: str) -> bool:
+    return location.startswith(f"{S3}://")
 
 
 def scheme(location: str) -> str:

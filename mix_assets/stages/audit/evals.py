@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterator, Optional, Sequence
 
+from mix_assets.core import transport
 from mix_assets.stages.audit.config import (EvalTask, LocalEvalFiles, is_test_split, path_names_test_split,
                                             split_name_problem)
 
@@ -178,9 +179,6 @@ def _local_files(task: EvalTask, spec_dir: Path, splits: Sequence[str]) -> list[
     return out
 
 
-_HUB_URL = re.compile(r"^hf://datasets/.+?@[^/]+/(.*)$")
-
-
 def _hub_files(task: EvalTask, spec_dir: Path, splits: Sequence[str]) -> tuple[Any, list[_File]]:
     """The `datasets` builder and the data files of each split, without reading any of them."""
     ds = task.dataset
@@ -208,10 +206,10 @@ def _hub_files(task: EvalTask, spec_dir: Path, splits: Sequence[str]) -> tuple[A
             raise EvalDataError(f"eval task {task.name!r}: {ds.repo_id}@{ds.revision} has no data files for "
                                 f"split {split!r} (its splits: {sorted(have)})")
         for url in have[split]:
-            m = _HUB_URL.match(url)
-            rel = m.group(1) if m else os.path.relpath(url, repo)
+            hub = transport.scheme(url) == transport.HUB
+            rel = transport.split_hub_url(url).subdir if hub else os.path.relpath(url, repo)
             shown = f"{ds.repo_id}@{ds.revision}:{rel}"
-            parts = Path(rel).parts + (() if m else _symlinked_parts(Path(url)))
+            parts = Path(rel).parts + (() if hub else _symlinked_parts(Path(url)))
             _refuse_test_path(task, f"{shown} (split {split!r})", parts)
             out.append(_File(split, shown, url))
     return builder, out
