@@ -25,6 +25,11 @@ from pydantic import (
 )
 
 from mix_assets.stages.filters import filters as _filters
+from mix_assets.stages.filters.rules.c4 import C4Filter
+from mix_assets.stages.filters.rules.fineweb import FineWebFilter
+from mix_assets.stages.filters.rules.gopher_quality import GopherQualityFilter
+from mix_assets.stages.filters.rules.gopher_repetition import GopherRepetitionFilter
+from mix_assets.stages.filters.rules.sanity import SanityFilter
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "demo.yaml"
@@ -156,8 +161,8 @@ Loader = Annotated[Union[HubDataset, LocalJsonl, LocalParquet, TextFolder], Fiel
 # there). A filter runs when its section is present (`gopher_quality: {}` = the published defaults)
 # and `enabled` is not false; a config without `filters:` runs none of them, so its bytes and
 # fingerprint do not change.
-for _cls in (_filters.GopherQualityFilter, _filters.GopherRepetitionFilter, _filters.C4Filter,
-             _filters.FineWebFilter):
+for _cls in (GopherQualityFilter, GopherRepetitionFilter, C4Filter,
+             FineWebFilter):
     _cls.__pydantic_config__ = ConfigDict(extra="forbid")
 
 
@@ -199,10 +204,10 @@ class DomainGuardSpec(_Strict):
 class FiltersSpec(_Strict):
     """The `filters:` section (and each source's `filters:` override, merged over it field by field)."""
 
-    gopher_quality: Optional[_filters.GopherQualityFilter] = None
-    gopher_repetition: Optional[_filters.GopherRepetitionFilter] = None
-    c4: Optional[_filters.C4Filter] = None
-    fineweb: Optional[_filters.FineWebFilter] = None
+    gopher_quality: Optional[GopherQualityFilter] = None
+    gopher_repetition: Optional[GopherRepetitionFilter] = None
+    c4: Optional[C4Filter] = None
+    fineweb: Optional[FineWebFilter] = None
     language: Optional[LanguageSpec] = None
     pii: Optional[PiiSpec] = None
     expect: dict[str, FilterExpectation] = {}  # filter name -> expectation; absent: FilterExpectation()
@@ -241,10 +246,10 @@ class FiltersSpec(_Strict):
     def filter_config(self) -> "_filters.FilterConfig":
         """The stages/filters/filters.py configuration (sanity is applied by the raw stage from the source's limits)."""
         return _filters.FilterConfig(
-            sanity=_filters.SanityFilter(enabled=False),
-            **{n: (getattr(self, n) or getattr(_filters, cls)(enabled=False))
-               for n, cls in (("gopher_repetition", "GopherRepetitionFilter"), ("gopher_quality", "GopherQualityFilter"),
-                              ("c4", "C4Filter"), ("fineweb", "FineWebFilter"))})
+            sanity=SanityFilter(enabled=False),
+            **{n: (getattr(self, n) or cls(enabled=False))
+               for n, cls in (("gopher_repetition", GopherRepetitionFilter), ("gopher_quality", GopherQualityFilter),
+                              ("c4", C4Filter), ("fineweb", FineWebFilter))})
 
 
 def _deep_merge(base: dict, over: dict) -> dict:

@@ -10,11 +10,15 @@ import time
 import numpy as np
 import polars as pl
 
-from mix_assets.stages.filters.filters import (
-    _SEP, FILTER_ORDER, TOKEN_RE, C4Filter, FilterConfig, FilterResult, FineWebFilter, GopherRepetitionFilter,
-    _as_series, _dup_ngram_fails, _dups, _first_reason, _gopher_quality, _gt, _lt, _NGrams, _per_doc_max, _presplit,
-    _ratio, _repeated_elements, _sanity, _sentences, _splitlines, _TERMINAL_END, _tokens, _top_ngram_chars,
+from mix_assets.stages.filters.filters import FILTER_ORDER, FilterConfig, FilterResult, _as_series, _first_reason
+from mix_assets.stages.filters.kernels import _SEP, TOKEN_RE, _dups, _gt, _lt, _NGrams, _presplit, _ratio, _splitlines, _tokens
+from mix_assets.stages.filters.rules.c4 import C4Filter, _sentences
+from mix_assets.stages.filters.rules.fineweb import _TERMINAL_END, FineWebFilter
+from mix_assets.stages.filters.rules.gopher_quality import _gopher_quality
+from mix_assets.stages.filters.rules.gopher_repetition import (
+    GopherRepetitionFilter, _dup_ngram_fails, _per_doc_max, _repeated_elements, _top_ngram_chars,
 )
+from mix_assets.stages.filters.rules.sanity import _sanity
 
 
 def _top_ngram_fails(key: np.ndarray, doc: np.ndarray, chars: np.ndarray, n: int, limit: np.ndarray) -> np.ndarray:

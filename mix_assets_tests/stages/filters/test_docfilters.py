@@ -13,13 +13,14 @@ import pytest
 from mix_assets.stages.filters import docfilters as lib
 from mix_assets.core import engine as eng
 from mix_assets.stages.filters import filters
+from mix_assets.stages.filters.rules.sanity import SanityFilter
 from mix_assets_tests.support import gen_corpus as gc
 from mix_assets.stages.dedup import lsh
 from mix_assets.core.storage import Storage
 from mix_assets_tests.support.multilingual import SAMPLES
 from mix_assets_tests.support.shared_data import FIXTURE
 
-PARAMS = lib.FilterParams(filters.FilterConfig(sanity=filters.SanityFilter(enabled=False)), ("en",), 0.65, 2000, True)
+PARAMS = lib.FilterParams(filters.FilterConfig(sanity=SanityFilter(enabled=False)), ("en",), 0.65, 2000, True)
 
 
 @lru_cache(maxsize=None)

@@ -13,17 +13,13 @@ import itertools
 import pyarrow as pa
 import pytest
 
-from mix_assets.stages.filters.filters import (
-    C4Filter,
-    FilterConfig,
-    FineWebFilter,
-    GopherQualityFilter,
-    GopherRepetitionFilter,
-    SanityFilter,
-    _greedy_dup_chars,
-    _tokens,
-    apply_filters,
-)
+from mix_assets.stages.filters.filters import FilterConfig, apply_filters
+from mix_assets.stages.filters.kernels import _tokens
+from mix_assets.stages.filters.rules.c4 import C4Filter
+from mix_assets.stages.filters.rules.fineweb import FineWebFilter
+from mix_assets.stages.filters.rules.gopher_quality import GopherQualityFilter
+from mix_assets.stages.filters.rules.gopher_repetition import GopherRepetitionFilter, _greedy_dup_chars
+from mix_assets.stages.filters.rules.sanity import SanityFilter
 
 GOOD = "\n".join([
     "The river runs past the old mill and turns toward the quiet town.",

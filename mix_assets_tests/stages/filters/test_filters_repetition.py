@@ -15,16 +15,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from mix_assets.stages.filters import filters
-from mix_assets.stages.filters.filters import (
-    FilterConfig,
+from mix_assets.stages.filters import filters, kernels
+from mix_assets.stages.filters.filters import FilterConfig, apply_filters
+from mix_assets.stages.filters.kernels import _groups, _tokens
+from mix_assets.stages.filters.rules.gopher_repetition import (
     GopherRepetitionFilter,
     _greedy_dup_chars,
     _greedy_scan,
-    _groups,
-    _tokens,
     _top_ngram_chars,
-    apply_filters,
 )
 
 TOP = (2, 3, 4)
@@ -125,8 +123,8 @@ def test_groups_orders_colliding_high_bits_by_key(monkeypatch):
     rng = np.random.default_rng(0)
     key = rng.integers(0, 50, 2_000).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     want_rows = np.argsort(key, kind="stable")
-    for fmix in (filters._fmix, lambda x: x & np.uint64(0xFF)):  # the second: every key in one high-bit run
-        monkeypatch.setattr(filters, "_fmix", fmix)
+    for fmix in (kernels._fmix, lambda x: x & np.uint64(0xFF)):  # the second: every key in one high-bit run
+        monkeypatch.setattr(kernels, "_fmix", fmix)
         rows, starts = _groups(key)
         got = sorted(r.tolist() for r in np.split(rows, starts[1:]))
         assert got == sorted(r.tolist() for r in np.split(want_rows, np.flatnonzero(np.diff(key[want_rows])) + 1))

@@ -1,0 +1,75 @@
+"""FineWeb rules: Penedo et al. 2024, arXiv 2406.17557 section 3.6, as datatrove 0.10.1's `FineWebQualityFilter`
+has them (`pipeline/filters/fineweb_quality_filter.py`: duplicated-line character share 0.01, and the 0.3
+newlines-per-word rule the paper does not list)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import polars as pl
+
+from mix_assets.stages.filters.kernels import TERMINAL_PUNCTUATION, TOKEN_RE, _cls, _dups, _gt, _lt, _presplit, _ratio
+
+
+_TERMINAL_END = f"[{_cls(TERMINAL_PUNCTUATION)}]$"
+
+
+@dataclass(frozen=True)
+class FineWebFilter:
+    """FineWeb rules (arXiv 2406.17557 3.6): datatrove FineWebQualityFilter,
+    pipeline/filters/fineweb_quality_filter.py, same defaults. None switches a rule off."""
+
+    enabled: bool = True
+    line_punct_thr: Optional[float] = 0.12  # share of lines ending in terminal punctuation, below -> drop
+    line_punct_exclude_zero: bool = False
+    short_line_thr: Optional[float] = 0.67
+    short_line_length: int = 30
+    char_duplicates_ratio: Optional[float] = 0.01  # the paper's text says 0.1
+    new_line_ratio: Optional[float] = 0.3
+
+
+def _word_counts(out_text: pl.Series, text: pl.Series, toks: Optional[pl.Series]) -> pl.Series:
+    """`TOKEN_RE` matches per document of `out_text`: the lengths of `toks` (the tokens of `text`) where
+    the text is unchanged, counted only where the C4 modifier rewrote it (or without tokens)."""
+    def count(s: pl.Series) -> pl.Series:
+        return pl.DataFrame({"t": s}).select(_presplit(pl.col("t")).str.count_matches(TOKEN_RE)).to_series()
+
+    if toks is None:
+        return count(out_text)
+    n = toks.list.len()
+    if out_text is not text:
+        at = (out_text != text).arg_true()
+        n = n.scatter(at, count(out_text.gather(at))) if len(at) else n
+    return n
+
+
+def _fineweb(text: pl.Series, cfg: FineWebFilter, words: pl.Series, values: bool = False) -> pl.DataFrame:
+    """`words`: `TOKEN_RE` matches per document (`_word_counts`); `values`: the figures the rules compare."""
+    t = pl.col("text")
+    lines = t.str.split("\n").list.eval(pl.element().filter(pl.element().str.strip_chars() != ""))
+    nl = lines.list.len()
+    _, dup_chars = _dups(lines)
+    st = pl.DataFrame({"text": text, "words": words}).select(
+        nl=nl,
+        punct=lines.list.eval(pl.element().str.contains(_TERMINAL_END)).list.mean(),
+        short=lines.list.eval(pl.element().str.len_chars() <= cfg.short_line_length).list.mean(),
+        dup=_ratio(dup_chars, t.str.len_chars() - t.str.count_matches("\n", literal=True)),
+        newline=_ratio(t.str.count_matches("\n", literal=True), pl.col("words")),
+    )
+    c = pl.col
+    if values:
+        return st.select(pl.lit(None, pl.Float64).alias("fineweb:empty"),
+                         *(c(col).cast(pl.Float64).alias(f"fineweb:{rule}") for rule, col in (
+                             ("line_punct_ratio", "punct"), ("short_line_ratio", "short"),
+                             ("char_dup_ratio", "dup"), ("list_ratio", "newline"))))
+    punct = _lt(c("punct"), cfg.line_punct_thr)
+    if cfg.line_punct_exclude_zero:
+        punct = punct & (c("punct") != 0)
+    return st.select(
+        (c("nl") == 0).alias("fineweb:empty"),
+        punct.alias("fineweb:line_punct_ratio"),
+        _gt(c("short"), cfg.short_line_thr).alias("fineweb:short_line_ratio"),
+        _gt(c("dup"), cfg.char_duplicates_ratio).alias("fineweb:char_dup_ratio"),
+        _gt(c("newline"), cfg.new_line_ratio).alias("fineweb:list_ratio"),
+    )
