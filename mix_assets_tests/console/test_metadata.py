@@ -11,6 +11,7 @@ from markdown_it import MarkdownIt
 
 from mix_assets.console import metadata as md
 from mix_assets.console import charts
+from mix_assets.stages.filters import metadata as filters_md
 
 MAX_UI_COLUMNS = 3  # what the asset page shows of a table at 1,600 px (~450 px: kill_rates showed 3.5 of 8)
 _MD = MarkdownIt("commonmark").enable("table")  # the UI renders metadata Markdown with GFM (react-markdown)
@@ -56,14 +57,14 @@ def _sample(text: str, reason="gopher_quality:alpha_words 0.78 < 0.80", doc_id="
 
 
 def test_kill_rates_keep_the_deciding_columns_and_the_full_table_beside_them():
-    got = md.document_filters(_Storage(), _filter_summary(), ([], 0), [])
+    got = filters_md.document_filters(_Storage(), _filter_summary(), ([], 0), [])
     cols = _columns(got["kill_rates"])
     assert len(cols) <= MAX_UI_COLUMNS and cols[0] == "source" and "kill_share" in cols
-    assert _full_columns(got["kill_rates_md"]) == md.KILL_COLUMNS
+    assert _full_columns(got["kill_rates_md"]) == filters_md.KILL_COLUMNS
     assert len(_columns(got["domains"])) <= MAX_UI_COLUMNS and "kept_share" in _columns(got["domains"])
     assert isinstance(got["domains_md"], dg.MarkdownMetadataValue)
-    assert _full_columns(got["composition"]) == md.FILTER_COMPOSITION_COLUMNS  # Markdown only
-    assert _columns(md.kill_rates_expected(_filter_summary())["kill_rates"]) == cols
+    assert _full_columns(got["composition"]) == filters_md.FILTER_COMPOSITION_COLUMNS  # Markdown only
+    assert _columns(filters_md.kill_rates_expected(_filter_summary())["kill_rates"]) == cols
 
 
 def test_exclusion_masks_composition_keeps_what_its_gates_read(tmp_path):
@@ -167,7 +168,7 @@ def test_reject_samples_render_literally():
     rows = [_sample("object.__add__(self, other) returns *new* <b>x</b> | a `tick` [l](http://x)"),
             _sample("``` fenced? ```", reason="", doc_id="web_1__x__")]
     rows[1]["filter"] = "kept"
-    out = md.document_filters(_Storage(), _filter_summary(), (rows, 0), [])["rejects"].value
+    out = filters_md.document_filters(_Storage(), _filter_summary(), (rows, 0), [])["rejects"].value
     html = _MD.render(out)
     assert "<code>object.__add__(self, other) returns *new* &lt;b&gt;x&lt;/b&gt; | a `tick` [l](http://x)</code>" in html
     assert "<strong>add</strong>" not in html and "<em>new</em>" not in html and "<a href" not in html

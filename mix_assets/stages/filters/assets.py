@@ -9,11 +9,11 @@ import json
 
 import dagster as dg
 
-from mix_assets.console import metadata as md
 from mix_assets.stages.common import code_version, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.stages.dedup import dedup as dedup_lib
 from mix_assets.stages.filters import docfilters as lib
+from mix_assets.stages.filters import metadata as md
 from mix_assets.core import engine as engine_lib
 from mix_assets.core import layout, tables
 from mix_assets.resources import EngineResource, MixResource
