@@ -10,7 +10,7 @@ import time
 import numpy as np
 import polars as pl
 
-from mix_assets.stages.filters.filters import FILTER_ORDER, FilterConfig, FilterResult, _as_series, _first_reason
+from mix_assets.stages.filters.filters import FilterConfig, FilterResult, _as_series, _first_reason
 from mix_assets.stages.filters.kernels import _SEP, TOKEN_RE, _dups, _gt, _lt, _NGrams, _presplit, _ratio, _splitlines, _tokens
 from mix_assets.stages.filters.rules.c4 import C4Filter, _sentences
 from mix_assets.stages.filters.rules.fineweb import _TERMINAL_END, FineWebFilter
@@ -19,6 +19,9 @@ from mix_assets.stages.filters.rules.gopher_repetition import (
     GopherRepetitionFilter, _dup_ngram_fails, _per_doc_max, _repeated_elements, _top_ngram_chars,
 )
 from mix_assets.stages.filters.rules.sanity import _sanity
+
+
+FILTER_ORDER = ("sanity", "gopher_repetition", "gopher_quality", "c4", "fineweb")  # the cascade as first written
 
 
 def _top_ngram_fails(key: np.ndarray, doc: np.ndarray, chars: np.ndarray, n: int, limit: np.ndarray) -> np.ndarray:
@@ -142,8 +145,9 @@ def _fineweb(text: pl.Series, cfg: FineWebFilter) -> pl.DataFrame:
     )
 
 
-def apply_filters(texts, config: FilterConfig = FilterConfig()) -> FilterResult:
+def apply_filters(texts, config: FilterConfig | None = None) -> FilterResult:
     """Evaluate every enabled filter on every document of the batch (see the module docstring)."""
+    config = FilterConfig() if config is None else config
     text = _as_series(texts).fill_null("")
     n = len(text)
     frames, seconds, python_docs = [], {}, 0

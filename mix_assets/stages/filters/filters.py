@@ -1,54 +1,80 @@
-"""The filter cascade over a batch of texts (polars), no Dagster: each filter's rules are in rules/<name>.py,
-the kernels they share in kernels.py.
+"""The filter cascade over a batch of texts (polars), no Dagster: the filters are registry.py's, in its order,
+each one's rules in rules/<name>.py, the kernels they share in kernels.py.
 
-`apply_filters(texts, config)` runs sanity -> Gopher repetition -> Gopher quality -> C4 -> FineWeb
-(the order of datatrove's examples/fineweb.py@05194d39, which runs C4 with filter_no_terminal_punct
-off; the default here is the class default, on). Every filter is evaluated on every document; the
-document's reason is the first failing rule (`<filter>:<rule>`, an open set of strings), and the C4
-line modifier hands its rewritten text to FineWeb, as in the pipeline. `measure` gives the figures the
-rules compare with their thresholds, for the documents the UI explains.
+`apply_filters(texts, config)` runs every enabled filter of `config` on every document (the default
+registry: sanity -> Gopher repetition -> Gopher quality -> C4 -> FineWeb, the order of datatrove's
+examples/fineweb.py@05194d39, which runs C4 with filter_no_terminal_punct off; the default here is the
+class default, on). A document's reason is its first failing rule (`<filter>:<rule>`, an open set of
+strings), and a line modifier hands its rewritten text to the filters after it (C4 in mode "modify" to
+FineWeb), as in the pipeline. `measure` gives the figures the rules compare with their thresholds, for the
+documents the UI explains.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from dataclasses import dataclass, field, fields
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from mix_assets.stages.filters.kernels import _tokens
-from mix_assets.stages.filters.rules.sanity import SanityFilter, _sanity
-from mix_assets.stages.filters.rules.gopher_quality import GopherQualityFilter, _gopher_quality
-from mix_assets.stages.filters.rules.gopher_repetition import GopherRepetitionFilter, _gopher_repetition, _repetition_values
-from mix_assets.stages.filters.rules.c4 import C4Filter, _c4
-from mix_assets.stages.filters.rules.fineweb import FineWebFilter, _fineweb, _word_counts
+from mix_assets.stages.filters import registry
+from mix_assets.stages.filters.rule import Batch, Filter
 
-__all__ = [
-    "FilterConfig", "FilterResult", "apply_filters", "FILTER_ORDER",
-]
+__all__ = ["FilterConfig", "FilterResult", "Measure", "apply_filters", "measure", "thresholds"]
 
 
-@dataclass(frozen=True)
 class FilterConfig:
-    sanity: SanityFilter = field(default_factory=SanityFilter)
-    gopher_repetition: GopherRepetitionFilter = field(default_factory=GopherRepetitionFilter)
-    gopher_quality: GopherQualityFilter = field(default_factory=GopherQualityFilter)
-    c4: C4Filter = field(default_factory=C4Filter)
-    fineweb: FineWebFilter = field(default_factory=FineWebFilter)
+    """The cascade's settings: every filter registered when it is built (registry order), each with its
+    configuration; a filter not given keeps its defaults. Immutable: `replace` and `only` build new ones."""
+
+    def __init__(self, **given):
+        known = registry.filters()
+        unknown = sorted(set(given) - {f.name for f in known})
+        if unknown:
+            raise TypeError(f"unknown filter(s) {unknown}; known: {[f.name for f in known]}")
+        object.__setattr__(self, "_items", tuple((f, given[f.name] if f.name in given else f.config()) for f in known))
 
     @classmethod
     def only(cls, *names: str) -> "FilterConfig":
         """Defaults with every filter but `names` switched off."""
-        unknown = set(names) - set(FILTER_ORDER)
+        known = registry.names()
+        unknown = set(names) - set(known)
         if unknown:
-            raise ValueError(f"unknown filter(s) {sorted(unknown)}; known: {list(FILTER_ORDER)}")
-        return cls(**{f.name: f.default_factory(enabled=f.name in names) for f in fields(cls)})
+            raise ValueError(f"unknown filter(s) {sorted(unknown)}; known: {list(known)}")
+        return cls(**{f.name: f.config(enabled=f.name in names) for f in registry.filters()})
 
+    def replace(self, **changes) -> "FilterConfig":
+        """A copy with the named filters' configurations replaced."""
+        return FilterConfig(**{**{f.name: cfg for f, cfg in self}, **changes})
 
-FILTER_ORDER = ("sanity", "gopher_repetition", "gopher_quality", "c4", "fineweb")
+    def __iter__(self) -> Iterator[tuple[Filter, object]]:
+        return iter(self._items)
+
+    def __getattr__(self, name: str):
+        for f, cfg in self.__dict__.get("_items", ()):
+            if f.name == name:
+                return cfg
+        raise AttributeError(f"FilterConfig has no filter {name!r}")
+
+    def __setattr__(self, name, value):
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, FilterConfig) and self._items == other._items
+
+    def __hash__(self) -> int:
+        return hash(self._items)
+
+    def __repr__(self) -> str:
+        return "FilterConfig(" + ", ".join(f"{f.name}={cfg!r}" for f, cfg in self) + ")"
+
+    def describe(self) -> dict:
+        """{filter: its settings} as plain values (what a decisions file records)."""
+        return {f.name: dataclasses.asdict(cfg) for f, cfg in self}
 
 
 @dataclass
@@ -82,50 +108,31 @@ def _as_series(texts) -> pl.Series:
 # -- the cascade ---------------------------------------------------------------------------------------
 
 
-def apply_filters(texts, config: FilterConfig = FilterConfig()) -> FilterResult:
-    """Evaluate every enabled filter on every document of the batch (see the module docstring)."""
-    text = _as_series(texts).fill_null("")
-    n = len(text)
-    frames, seconds, python_docs = [], {}, 0
-    out_text = text
-    toks = None
-    for name in FILTER_ORDER:
-        cfg = getattr(config, name)
-        if not cfg.enabled:
-            continue
-        t0 = time.perf_counter()
-        if name in ("gopher_quality", "gopher_repetition") and toks is None:
-            toks = _tokens(text)
-        if name == "sanity":
-            frames.append(_sanity(text, cfg))
-        elif name == "gopher_quality":
-            frames.append(_gopher_quality(text, toks, cfg))
-        elif name == "gopher_repetition":
-            f, python_docs, seconds["gopher_repetition:python_scan"] = _gopher_repetition(text, toks, cfg)
-            frames.append(f)
-        elif name == "c4":
-            f, rewritten = _c4(text, cfg)
-            frames.append(f)
-            if cfg.mode == "modify":
-                c4_keep = ~f.select(pl.any_horizontal(pl.all())).to_series()
-                out_text = pl.select(pl.when(c4_keep).then(rewritten).otherwise(text)).to_series()
-        elif name == "fineweb":
-            frames.append(_fineweb(out_text, cfg, _word_counts(out_text, text, toks)))
-        seconds[name] = time.perf_counter() - t0
+def apply_filters(texts, config: Optional[FilterConfig] = None) -> FilterResult:
+    """Evaluate every enabled filter of `config` (default: every registered one) on every document."""
+    config = FilterConfig() if config is None else config
+    batch = Batch(_as_series(texts).fill_null(""))
+    n = len(batch.text)
+    frames, seconds = [], batch.seconds
+    for f, cfg in config:
+        if cfg.enabled:
+            t0 = time.perf_counter()
+            frames.append(f.rule(batch, cfg))
+            seconds[f.name] = time.perf_counter() - t0
     failed_df = pl.concat(frames, how="horizontal") if frames else pl.DataFrame(height=n)
     rules = failed_df.columns
     reason = _first_reason(failed_df, rules) if rules else pl.Series([None] * n, dtype=pl.String)
     filter_reason = {}
-    for name in FILTER_ORDER:
-        own = [r for r in rules if r.split(":")[0] == name]
+    for f, _ in config:
+        own = [r for r in rules if r.split(":")[0] == f.name]
         if own:
-            filter_reason[name] = _first_reason(failed_df, own).to_list()
+            filter_reason[f.name] = _first_reason(failed_df, own).to_list()
     failed = {r: failed_df[r].to_numpy() for r in rules}
     stats = {r: {"failed_documents": int(failed[r].sum()), "first_failure_documents": int((reason == r).sum())}
              for r in rules}
     return FilterResult(
-        keep=reason.is_null().to_numpy(), reason=reason.to_list(), texts=out_text.to_arrow(),
-        failed=failed, filter_reason=filter_reason, stats=stats, seconds=seconds, python_docs=python_docs)
+        keep=reason.is_null().to_numpy(), reason=reason.to_list(), texts=batch.text.to_arrow(),
+        failed=failed, filter_reason=filter_reason, stats=stats, seconds=seconds, python_docs=batch.python_docs)
 
 
 # -- why a document was rejected: the measured figure beside its threshold -------------------------------
@@ -160,67 +167,26 @@ def compared(value: float, threshold: float, op: str) -> str:
 
 
 def thresholds(config: FilterConfig) -> dict[str, tuple[str, Optional[float]]]:
-    """rule -> (op, threshold) of every rule of `config` (`sanity:control_chars`'s is per document)."""
-    sa, gq, gr, c4, fw = (config.sanity, config.gopher_quality, config.gopher_repetition, config.c4, config.fineweb)
-    out = {"sanity:empty": ("<", sa.min_chars), "sanity:binary": ("", None), "sanity:control_chars": (">", None),
-           "sanity:too_long": (">", sa.max_chars),
-           "gopher_quality:min_doc_words": ("<", gq.min_doc_words), "gopher_quality:max_doc_words": (">", gq.max_doc_words),
-           "gopher_quality:min_avg_word_length": ("<", gq.min_avg_word_length),
-           "gopher_quality:max_avg_word_length": (">", gq.max_avg_word_length),
-           "gopher_quality:hash_ratio": (">", gq.max_symbol_word_ratio),
-           "gopher_quality:ellipsis_ratio": (">", gq.max_symbol_word_ratio),
-           "gopher_quality:bullet_lines": (">", gq.max_bullet_lines_ratio),
-           "gopher_quality:ellipsis_lines": (">", gq.max_ellipsis_lines_ratio),
-           "gopher_quality:alpha_words": ("<", gq.min_alpha_words_ratio),
-           "gopher_quality:stop_words": ("<", gq.min_stop_words),
-           "gopher_repetition:empty": ("", None),
-           "gopher_repetition:dup_para_frac": (">", gr.dup_para_frac),
-           "gopher_repetition:dup_para_char_frac": (">", gr.dup_para_char_frac),
-           "gopher_repetition:dup_line_frac": (">", gr.dup_line_frac),
-           "gopher_repetition:dup_line_char_frac": (">", gr.dup_line_char_frac),
-           **{f"gopher_repetition:top_{k}_gram": (">", t) for k, t in gr.top_n_grams},
-           **{f"gopher_repetition:duplicated_{k}_n_grams": (">", t) for k, t in gr.dup_n_grams},
-           "c4:lorem_ipsum": ("", None), "c4:curly_bracket": ("", None),
-           "c4:too_few_sentences": ("<", c4.min_num_sentences),
-           "fineweb:empty": ("", None), "fineweb:line_punct_ratio": ("<", fw.line_punct_thr),
-           "fineweb:short_line_ratio": (">", fw.short_line_thr), "fineweb:char_dup_ratio": (">", fw.char_duplicates_ratio),
-           "fineweb:list_ratio": (">", fw.new_line_ratio)}
-    return out
+    """rule -> (op, threshold) of every rule of `config` (None where the threshold is per document)."""
+    return {rule: thr for f, cfg in config for rule, thr in f.thresholds(cfg).items()}
 
 
-def measure(texts, config: FilterConfig = FilterConfig()) -> list[dict[str, Measure]]:
+LIMIT = ":limit"  # a `values` column `<rule>:limit`: that rule's threshold per document
+
+
+def measure(texts, config: Optional[FilterConfig] = None) -> list[dict[str, Measure]]:
     """Per document, every enabled rule's `Measure`: the figure `apply_filters` compares with the rule's
-    threshold, computed the same way (FineWeb on the C4-rewritten text in mode "modify"). For the few
-    documents the UI explains: the repetition figures are exact per document, not the bulk pass's bounds."""
-    text = _as_series(texts).fill_null("")
-    frames, toks, out_text = [], None, text
-    for name in FILTER_ORDER:
-        cfg = getattr(config, name)
-        if not cfg.enabled:
-            continue
-        if name in ("gopher_quality", "gopher_repetition") and toks is None:
-            toks = _tokens(text)
-        if name == "sanity":
-            frames.append(_sanity(text, cfg, values=True))
-        elif name == "gopher_quality":
-            frames.append(_gopher_quality(text, toks, cfg, values=True))
-        elif name == "gopher_repetition":
-            frames.append(_repetition_values(text, toks, cfg))
-        elif name == "c4":
-            flags, rewritten = _c4(text, cfg)
-            frames.append(_c4(text, cfg, values=True)[0])
-            if cfg.mode == "modify":
-                c4_keep = ~flags.select(pl.any_horizontal(pl.all())).to_series()
-                out_text = pl.select(pl.when(c4_keep).then(rewritten).otherwise(text)).to_series()
-        elif name == "fineweb":
-            frames.append(_fineweb(out_text, cfg, _word_counts(out_text, text, toks), values=True))
+    threshold, computed the same way (on the text the filters before it handed on). For the few documents
+    the UI explains: the repetition figures are exact per document, not the bulk pass's bounds."""
+    config = FilterConfig() if config is None else config
+    batch = Batch(_as_series(texts).fill_null(""))
+    frames = [f.values(batch, cfg) for f, cfg in config if cfg.enabled]
     if not frames:
-        return [{} for _ in range(len(text))]
+        return [{} for _ in range(len(batch.text))]
     vals = pl.concat(frames, how="horizontal").to_dicts()
     thr = thresholds(config)
     out = []
     for row in vals:
-        limit = row.pop("sanity:control_chars:limit", None)
-        out.append({r: Measure(r, v, thr[r][0], limit if r == "sanity:control_chars" else thr[r][1])
-                    for r, v in row.items()})
+        limits = {r[:-len(LIMIT)]: row.pop(r) for r in [r for r in row if r.endswith(LIMIT)]}
+        out.append({r: Measure(r, v, thr[r][0], limits[r] if r in limits else thr[r][1]) for r, v in row.items()})
     return out

@@ -10,6 +10,8 @@ grouped by plain `np.sort`s (no group-bys, no stable argsorts).
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import polars as pl
 
@@ -124,6 +126,21 @@ def _lt(x, thr):
 
 def _tokens(text: pl.Series) -> pl.Series:
     return pl.DataFrame({"text": text}).select(_presplit(pl.col("text")).str.extract_all(TOKEN_RE)).to_series()
+
+
+def _word_counts(out_text: pl.Series, text: pl.Series, toks: Optional[pl.Series]) -> pl.Series:
+    """`TOKEN_RE` matches per document of `out_text`: the lengths of `toks` (the tokens of `text`) where
+    the text is unchanged, counted only where the C4 modifier rewrote it (or without tokens)."""
+    def count(s: pl.Series) -> pl.Series:
+        return pl.DataFrame({"t": s}).select(_presplit(pl.col("t")).str.count_matches(TOKEN_RE)).to_series()
+
+    if toks is None:
+        return count(out_text)
+    n = toks.list.len()
+    if out_text is not text:
+        at = (out_text != text).arg_true()
+        n = n.scatter(at, count(out_text.gather(at))) if len(at) else n
+    return n
 
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier of the rolling n-gram hash

@@ -3,10 +3,15 @@ the domains the guard watches, rejected samples beside kept ones (console/metada
 
 from __future__ import annotations
 
+from typing import Mapping, Optional
+
 import dagster as dg
+import numpy as np
 
 from mix_assets.console import charts
 from mix_assets.console.metadata import FULL_ROWS, by_name, markdown_table, share, wide_table
+from mix_assets.stages.audit import contamination as ct
+from mix_assets.stages.tokens.samples import scrub_text
 
 
 KILL_COLUMNS = ["source", "filter", "docs", "failed_docs", "kill_share", "killed_bytes_share", "first_failure_docs",
@@ -16,6 +21,20 @@ FILTER_COMPOSITION_COLUMNS = ["source", "language", "length_bucket", "docs_befor
                               "bytes_after", "kept_share"]
 DOMAIN_COLUMNS = ["kind", "domain", "docs_before", "docs_after", "kept_share"]
 DOMAIN_DECIDING = ["kind", "domain", "kept_share"]  # no_domain_vanished: a large domain's kept_share
+
+
+def sample_rows(picked, texts: Mapping[str, str], scrub: np.ndarray, k: int,
+                why: Optional[Mapping[str, str]] = None) -> tuple[list[dict], int]:
+    """Sample rows with text scrubbed as every audit artifact is (runs of `k` eval-item words masked; a text
+    still leaking is withheld whole); returns the rows and how many were withheld. `why`: `explain`'s
+    {doc_id: reason with its figures} (else the bare reason)."""
+    rows, withheld = [], 0
+    for src, f, d, r in picked:
+        text, _ = scrub_text(texts.get(d, ""), scrub, k)
+        if ct.leaking_strings([text], scrub, k):
+            text, withheld = "(withheld: eval text)", withheld + 1
+        rows.append({"source": src, "filter": f, "doc_id": d, "reason": (why or {}).get(d, r), "text": text})
+    return rows, withheld
 
 
 def _filter_samples_md(rows: list[dict], withheld: int) -> str:

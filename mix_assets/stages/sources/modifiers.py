@@ -57,7 +57,7 @@ class Modifiers:
 
 
 def _c4_config(c4: C4Filter) -> filters.FilterConfig:
-    return dataclasses.replace(filters.FilterConfig.only("c4"), c4=c4)
+    return filters.FilterConfig.only("c4").replace(c4=c4)
 
 
 def modify(texts: pa.Array, mods: Modifiers) -> tuple[pa.Array, dict]:

@@ -44,7 +44,7 @@ def failed(texts, rule: str, **cfg) -> list[bool]:
     name = rule.split(":")[0]
     base = FilterConfig.only(name)
     filt = getattr(base, name).__class__(**cfg)
-    r = apply_filters(texts, FilterConfig(**{**{f: getattr(base, f) for f in base.__dataclass_fields__}, name: filt}))
+    r = apply_filters(texts, base.replace(**{name: filt}))
     return [bool(x) for x in r.failed[rule]]
 
 
@@ -167,9 +167,7 @@ def test_c4_line_modifier():
     r = apply_filters([GOOD + "\n" + "\n".join(extra)], FilterConfig.only("c4"))
     assert r.keep.tolist() == [True]
     assert r.texts.to_pylist() == [GOOD + "\nCited here we are ."]  # "[3]" leaves "end. " without an end mark
-    same = apply_filters([GOOD + "\nMenu"], FilterConfig.only("c4").__class__(
-        **{**{f: getattr(FilterConfig.only("c4"), f) for f in FilterConfig.__dataclass_fields__},
-           "c4": C4Filter(mode="filter")}))
+    same = apply_filters([GOOD + "\nMenu"], FilterConfig.only("c4").replace(c4=C4Filter(mode="filter")))
     assert same.texts.to_pylist() == [GOOD + "\nMenu"] and same.keep.tolist() == [True]
     kept = apply_filters([GOOD + "\n" + "w" * 1000 + " is long."], FilterConfig.only("c4")).texts.to_pylist()
     assert kept == [GOOD + "\n" + "w" * 1000 + " is long."]

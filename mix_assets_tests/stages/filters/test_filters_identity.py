@@ -7,7 +7,6 @@ in both modes, several word / sentence minimums and with the Gopher filters (the
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -74,7 +73,7 @@ def test_c4_minimums_equal_the_first_version(words, sentences):
 
 @pytest.mark.parametrize("mode", ["filter", "modify"])
 def test_fineweb_without_the_gopher_tokens_equals_the_first_version(mode):
-    assert_same(adversarial(3), replace(F.FilterConfig.only("c4", "fineweb"), c4=C4Filter(mode=mode)))
+    assert_same(adversarial(3), F.FilterConfig.only("c4", "fineweb").replace(c4=C4Filter(mode=mode)))
 
 
 def test_generated_prose_equals_the_first_version():
@@ -91,4 +90,4 @@ def test_top_ngram_sizes_in_any_order_equal_the_first_version(top):
 
     rep = GopherRepetitionFilter(top_n_grams=top, dup_n_grams=())
     assert_same(varied_docs(5, count=150) + adversarial(4, 60),
-                replace(F.FilterConfig.only("gopher_repetition"), gopher_repetition=rep))
+                F.FilterConfig.only("gopher_repetition").replace(gopher_repetition=rep))

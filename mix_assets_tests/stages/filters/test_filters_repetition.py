@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -92,7 +91,7 @@ def test_bulk_repetition_rules_equal_the_per_document_reference(seed, scale):
         dup_line_frac=d.dup_line_frac * scale, dup_line_char_frac=d.dup_line_char_frac * scale,
         top_n_grams=tuple((n, thr * scale) for n, thr in d.top_n_grams),
         dup_n_grams=tuple((n, thr * scale) for n, thr in d.dup_n_grams))
-    r = apply_filters(docs, replace(FilterConfig.only("gopher_repetition"), gopher_repetition=cfg))
+    r = apply_filters(docs, FilterConfig.only("gopher_repetition").replace(gopher_repetition=cfg))
     got, want = r.failed, ref_fails(docs, cfg)
     assert 0 < r.python_docs < len(docs)  # the bounds clear some documents, the scan decides others
     for rule, w in want.items():

@@ -22,7 +22,7 @@ FINE = [f"This is sentence number {i} of the page, and it reads well enough." fo
 
 
 def _c4(texts, c4=C4Filter()):
-    return filters.apply_filters(texts, dataclasses.replace(filters.FilterConfig.only("c4"), c4=c4))
+    return filters.apply_filters(texts, filters.FilterConfig.only("c4").replace(c4=c4))
 
 
 def test_pii_then_c4_rewrites_only_documents_c4_keeps_and_counts_exactly():

@@ -10,6 +10,7 @@ from typing import Optional
 import polars as pl
 
 from mix_assets.stages.filters.kernels import TERMINAL_PUNCTUATION, TOKEN_RE, _cls, _lt, _presplit, _splitlines
+from mix_assets.stages.filters.rule import Batch, Filter
 
 
 _SENT_END = f"^[{_cls(TERMINAL_PUNCTUATION)}]$"
@@ -110,3 +111,30 @@ def _c4(text: pl.Series, cfg: C4Filter, values: bool = False) -> tuple[pl.DataFr
         _lt(pl.col("sent").fill_null(0), cfg.min_num_sentences).alias("c4:too_few_sentences"),
     )
     return out, docs["out"].fill_null("").str.strip_chars()
+
+
+def _hand_on(batch: Batch, cfg: C4Filter, failed: pl.DataFrame, rewritten: pl.Series) -> None:
+    """Mode "modify": the documents C4 keeps read as their kept lines from the next filter on."""
+    if cfg.mode == "modify":
+        batch.rewrite(~failed.select(pl.any_horizontal(pl.all())).to_series(), rewritten)
+
+
+def rule(batch: Batch, cfg: C4Filter) -> pl.DataFrame:
+    failed, rewritten = _c4(batch.text, cfg)
+    _hand_on(batch, cfg, failed, rewritten)
+    return failed
+
+
+def values(batch: Batch, cfg: C4Filter) -> pl.DataFrame:
+    failed, rewritten = _c4(batch.text, cfg)
+    figures = _c4(batch.text, cfg, values=True)[0]
+    _hand_on(batch, cfg, failed, rewritten)
+    return figures
+
+
+def thresholds(cfg: C4Filter) -> dict:
+    return {"c4:lorem_ipsum": ("", None), "c4:curly_bracket": ("", None),
+            "c4:too_few_sentences": ("<", cfg.min_num_sentences)}
+
+
+FILTER = Filter("c4", C4Filter, rule, values, thresholds, length_rules=("c4:too_few_sentences",))

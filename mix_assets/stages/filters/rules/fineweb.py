@@ -10,6 +10,7 @@ from typing import Optional
 import polars as pl
 
 from mix_assets.stages.filters.kernels import TERMINAL_PUNCTUATION, TOKEN_RE, _cls, _dups, _gt, _lt, _presplit, _ratio
+from mix_assets.stages.filters.rule import Batch, Filter
 
 
 _TERMINAL_END = f"[{_cls(TERMINAL_PUNCTUATION)}]$"
@@ -27,21 +28,6 @@ class FineWebFilter:
     short_line_length: int = 30
     char_duplicates_ratio: Optional[float] = 0.01  # the paper's text says 0.1
     new_line_ratio: Optional[float] = 0.3
-
-
-def _word_counts(out_text: pl.Series, text: pl.Series, toks: Optional[pl.Series]) -> pl.Series:
-    """`TOKEN_RE` matches per document of `out_text`: the lengths of `toks` (the tokens of `text`) where
-    the text is unchanged, counted only where the C4 modifier rewrote it (or without tokens)."""
-    def count(s: pl.Series) -> pl.Series:
-        return pl.DataFrame({"t": s}).select(_presplit(pl.col("t")).str.count_matches(TOKEN_RE)).to_series()
-
-    if toks is None:
-        return count(out_text)
-    n = toks.list.len()
-    if out_text is not text:
-        at = (out_text != text).arg_true()
-        n = n.scatter(at, count(out_text.gather(at))) if len(at) else n
-    return n
 
 
 def _fineweb(text: pl.Series, cfg: FineWebFilter, words: pl.Series, values: bool = False) -> pl.DataFrame:
@@ -73,3 +59,21 @@ def _fineweb(text: pl.Series, cfg: FineWebFilter, words: pl.Series, values: bool
         _gt(c("dup"), cfg.char_duplicates_ratio).alias("fineweb:char_dup_ratio"),
         _gt(c("newline"), cfg.new_line_ratio).alias("fineweb:list_ratio"),
     )
+
+
+def rule(batch: Batch, cfg: FineWebFilter) -> pl.DataFrame:
+    return _fineweb(batch.text, cfg, batch.word_counts())
+
+
+def values(batch: Batch, cfg: FineWebFilter) -> pl.DataFrame:
+    return _fineweb(batch.text, cfg, batch.word_counts(), values=True)
+
+
+def thresholds(cfg: FineWebFilter) -> dict:
+    return {"fineweb:empty": ("", None), "fineweb:line_punct_ratio": ("<", cfg.line_punct_thr),
+            "fineweb:short_line_ratio": (">", cfg.short_line_thr),
+            "fineweb:char_dup_ratio": (">", cfg.char_duplicates_ratio),
+            "fineweb:list_ratio": (">", cfg.new_line_ratio)}
+
+
+FILTER = Filter("fineweb", FineWebFilter, rule, values, thresholds)

@@ -10,6 +10,7 @@ from typing import Optional
 import polars as pl
 
 from mix_assets.stages.filters.kernels import PUNCTUATION_SET, _cls, _gt, _lt, _ratio, _splitlines
+from mix_assets.stages.filters.rule import Batch, Filter
 
 
 _NON_SYMBOL = f"[^{_cls(PUNCTUATION_SET)}]"  # a word with any character outside PUNCTUATION_SET
@@ -74,3 +75,28 @@ _QUALITY_STATS = {
     "gopher_quality:bullet_lines": "bullet", "gopher_quality:ellipsis_lines": "end_ellipsis",
     "gopher_quality:alpha_words": "alpha", "gopher_quality:stop_words": "stop",
 }
+
+
+def rule(batch: Batch, cfg: GopherQualityFilter) -> pl.DataFrame:
+    return _gopher_quality(batch.text, batch.tokens(), cfg)
+
+
+def values(batch: Batch, cfg: GopherQualityFilter) -> pl.DataFrame:
+    return _gopher_quality(batch.text, batch.tokens(), cfg, values=True)
+
+
+def thresholds(cfg: GopherQualityFilter) -> dict:
+    return {"gopher_quality:min_doc_words": ("<", cfg.min_doc_words),
+            "gopher_quality:max_doc_words": (">", cfg.max_doc_words),
+            "gopher_quality:min_avg_word_length": ("<", cfg.min_avg_word_length),
+            "gopher_quality:max_avg_word_length": (">", cfg.max_avg_word_length),
+            "gopher_quality:hash_ratio": (">", cfg.max_symbol_word_ratio),
+            "gopher_quality:ellipsis_ratio": (">", cfg.max_symbol_word_ratio),
+            "gopher_quality:bullet_lines": (">", cfg.max_bullet_lines_ratio),
+            "gopher_quality:ellipsis_lines": (">", cfg.max_ellipsis_lines_ratio),
+            "gopher_quality:alpha_words": ("<", cfg.min_alpha_words_ratio),
+            "gopher_quality:stop_words": ("<", cfg.min_stop_words)}
+
+
+FILTER = Filter("gopher_quality", GopherQualityFilter, rule, values, thresholds,
+                length_rules=("gopher_quality:min_doc_words",))

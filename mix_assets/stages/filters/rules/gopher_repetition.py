@@ -19,6 +19,7 @@ import polars as pl
 import pyarrow as pa
 
 from mix_assets.stages.filters.kernels import _MIX, _NGrams, _SEP, _groups, _gt, _later_repeats, _ratio
+from mix_assets.stages.filters.rule import Batch, Filter
 
 
 @dataclass(frozen=True)
@@ -301,3 +302,26 @@ def _repetition_values(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFi
         cols[f"gopher_repetition:duplicated_{k}_n_grams"] = np.array(
             [_greedy_dup_chars(w or [], k) for w in words], np.float64) / per
     return pl.DataFrame({r: pl.Series(v, dtype=pl.Float64) for r, v in cols.items()})
+
+
+def rule(batch: Batch, cfg: GopherRepetitionFilter) -> pl.DataFrame:
+    out, python_docs, batch.seconds["gopher_repetition:python_scan"] = _gopher_repetition(batch.text, batch.tokens(), cfg)
+    batch.python_docs += python_docs
+    return out
+
+
+def values(batch: Batch, cfg: GopherRepetitionFilter) -> pl.DataFrame:
+    return _repetition_values(batch.text, batch.tokens(), cfg)
+
+
+def thresholds(cfg: GopherRepetitionFilter) -> dict:
+    return {"gopher_repetition:empty": ("", None),
+            "gopher_repetition:dup_para_frac": (">", cfg.dup_para_frac),
+            "gopher_repetition:dup_para_char_frac": (">", cfg.dup_para_char_frac),
+            "gopher_repetition:dup_line_frac": (">", cfg.dup_line_frac),
+            "gopher_repetition:dup_line_char_frac": (">", cfg.dup_line_char_frac),
+            **{f"gopher_repetition:top_{k}_gram": (">", t) for k, t in cfg.top_n_grams},
+            **{f"gopher_repetition:duplicated_{k}_n_grams": (">", t) for k, t in cfg.dup_n_grams}}
+
+
+FILTER = Filter("gopher_repetition", GopherRepetitionFilter, rule, values, thresholds)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from mix_assets.stages.filters.rule import Batch, Filter
+
 
 # The raw stage's control-character rule (stages/sources/sources.py imports these: config.py imports this module)
 CONTROL_SHARE_MAX = 0.01
@@ -45,3 +47,20 @@ def _sanity(text: pl.Series, cfg: SanityFilter, values: bool = False) -> pl.Data
         (ctrl > pl.max_horizontal(pl.lit(cfg.control_allowed), cfg.max_control_share * n)).alias("sanity:control_chars"),
         (n > cfg.max_chars).alias("sanity:too_long"),
     )
+
+
+def rule(batch: Batch, cfg: SanityFilter) -> pl.DataFrame:
+    return _sanity(batch.text, cfg)
+
+
+def values(batch: Batch, cfg: SanityFilter) -> pl.DataFrame:
+    return _sanity(batch.text, cfg, values=True)
+
+
+def thresholds(cfg: SanityFilter) -> dict:
+    # control_chars's threshold is per document (its `:limit` column)
+    return {"sanity:empty": ("<", cfg.min_chars), "sanity:binary": ("", None), "sanity:control_chars": (">", None),
+            "sanity:too_long": (">", cfg.max_chars)}
+
+
+FILTER = Filter("sanity", SanityFilter, rule, values, thresholds, length_rules=("sanity:empty",), section=False)
