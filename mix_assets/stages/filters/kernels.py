@@ -41,7 +41,7 @@ PUNCTUATION_SET = frozenset(_DT_PUNCTUATION + "".join(
     chr(x) for a, b in ((0, 9), (11, 13), (13, 32), (127, 160)) for x in range(a, b)) + TERMINAL_PUNCTUATION)
 
 
-def _cls(chars) -> str:
+def char_class(chars) -> str:
     """A regex character class body matching exactly these characters (each one \\x{..}-escaped)."""
     return "".join(f"\\x{{{ord(c):X}}}" for c in sorted(set(chars)))
 
@@ -52,11 +52,11 @@ _ABBREV = (
     "Ind Jan Jr Jul Jun Kan Kans Ky La Ltd Mar Mass Md Messrs Mich Minn Miss Mo Mont Mr Mrs Ms Mt Neb Nebr "
     "Nev Nov Oct Okla Ore Pa Prof Rep Rev Sen Sep Sept St Tenn Va Wash Wis co vs"
 ).split()
-# One pass over the text (after `_presplit`) gives spaCy-like tokens: URLs; contraction suffixes and
+# One pass over the text (after `presplit`) gives spaCy-like tokens: URLs; contraction suffixes and
 # 'em 'cause ("'tis" is "'" + "tis"); dotted acronyms, abbreviations, single letters with a dot ("p.", "J."); "..."
 # is one token; "1.B." keeps its dot (spaCy splits a final "." only after a lower-case letter, a digit
 # or two capitals); letters and digits joined by . : + & ' , by / and , before a digit, and by (,)-- where
-# _presplit left them ("body,--for") stay one word, with hyphens at either end ("-word", "yet--");
+# presplit left them ("body,--for") stay one word, with hyphens at either end ("-word", "yet--");
 # "@,@" and runs of @ - / ^ ~ | \ are one token; any other non-space character is a token of its own
 # (so "_", brackets and quotes split off, as spaCy's prefix/suffix rules do).
 TOKEN_RE = (
@@ -87,7 +87,7 @@ _PRESPLIT = (
 )
 
 
-def _presplit(col: pl.Expr) -> pl.Expr:
+def presplit(col: pl.Expr) -> pl.Expr:
     """Spaces where spaCy splits inside a word ("don't" -> "do n't", "co-op" -> "co - op")."""
     for pat, rep in _PRESPLIT:
         col = col.str.replace_all(pat, rep)
@@ -96,43 +96,43 @@ def _presplit(col: pl.Expr) -> pl.Expr:
 
 # str.splitlines() boundaries (it also drops one trailing empty line)
 _LINE_BOUNDARY = "\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]"
-_SEP = "\ue000"  # private-use separator for regex splits (polars str.split is literal)
+SEP = "\ue000"  # private-use separator for regex splits (polars str.split is literal)
 
 
-def _splitlines(col: pl.Expr) -> pl.Expr:
+def splitlines(col: pl.Expr) -> pl.Expr:
     return col.str.replace_all(_LINE_BOUNDARY, "\n").str.replace(r"\n$", "").str.split("\n")
 
 
-def _dups(lst: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+def dups(lst: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
     """(repeated elements, their characters): every occurrence after an element's first."""
     rep = lst.list.eval(pl.element().is_first_distinct().not_())
     chars = lst.list.eval(pl.element().filter(pl.element().is_first_distinct().not_()).str.len_chars())
     return rep.list.sum(), chars.list.sum()
 
 
-def _ratio(a: pl.Expr, b: pl.Expr) -> pl.Expr:
+def ratio(a: pl.Expr, b: pl.Expr) -> pl.Expr:
     """a / b, null where b is 0 (a rule on a ratio never fires on an empty denominator)."""
     return pl.when(b > 0).then(a / b)
 
 
-def _gt(x, thr):
+def gt(x, thr):
     """x > thr as bool (null -> False); thr None -> never."""
     return pl.lit(False) if thr is None else (x > thr).fill_null(False)
 
 
-def _lt(x, thr):
+def lt(x, thr):
     return pl.lit(False) if thr is None else (x < thr).fill_null(False)
 
 
-def _tokens(text: pl.Series) -> pl.Series:
-    return pl.DataFrame({"text": text}).select(_presplit(pl.col("text")).str.extract_all(TOKEN_RE)).to_series()
+def tokens(text: pl.Series) -> pl.Series:
+    return pl.DataFrame({"text": text}).select(presplit(pl.col("text")).str.extract_all(TOKEN_RE)).to_series()
 
 
-def _word_counts(out_text: pl.Series, text: pl.Series, toks: Optional[pl.Series]) -> pl.Series:
+def word_counts(out_text: pl.Series, text: pl.Series, toks: Optional[pl.Series]) -> pl.Series:
     """`TOKEN_RE` matches per document of `out_text`: the lengths of `toks` (the tokens of `text`) where
     the text is unchanged, counted only where the C4 modifier rewrote it (or without tokens)."""
     def count(s: pl.Series) -> pl.Series:
-        return pl.DataFrame({"t": s}).select(_presplit(pl.col("t")).str.count_matches(TOKEN_RE)).to_series()
+        return pl.DataFrame({"t": s}).select(presplit(pl.col("t")).str.count_matches(TOKEN_RE)).to_series()
 
     if toks is None:
         return count(out_text)
@@ -143,10 +143,10 @@ def _word_counts(out_text: pl.Series, text: pl.Series, toks: Optional[pl.Series]
     return n
 
 
-_MIX = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier of the rolling n-gram hash
+MIX = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier of the rolling n-gram hash
 
 
-class _NGrams:
+class NGrams:
     """Rolling 64-bit keys of every token n-gram of a batch (numpy, wrapping arithmetic), the document
     mixed in, so equal keys mean equal n-grams of the same document (bar a 2^-64 collision). Tokens are
     flat arrays grouped by document in order."""
@@ -157,7 +157,7 @@ class _NGrams:
 
     def _start(self) -> np.ndarray:
         with np.errstate(over="ignore"):
-            return self.h ^ (self.doc * _MIX)  # the document mixed in: equal keys, same document
+            return self.h ^ (self.doc * MIX)  # the document mixed in: equal keys, same document
 
     def grow(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(start rows, keys, characters of the n tokens) of the n-grams inside one document."""
@@ -166,7 +166,7 @@ class _NGrams:
         with np.errstate(over="ignore"):
             while self.n < n:
                 m = len(self.key) - 1
-                self.key = self.key[:m] * _MIX + self.h[self.n:self.n + m]
+                self.key = self.key[:m] * MIX + self.h[self.n:self.n + m]
                 self.chars = self.chars[:m] + self.tlen[self.n:self.n + m]
                 self.n += 1
         m = len(self.key)
@@ -174,7 +174,7 @@ class _NGrams:
         return rows, self.key[rows], self.chars[rows]
 
 
-def _fmix(x: np.ndarray) -> np.ndarray:
+def fmix(x: np.ndarray) -> np.ndarray:
     """MurmurHash3's 64-bit finaliser (a bijection): spreads a difference in the low bits to the high ones."""
     with np.errstate(over="ignore"):
         x = (x ^ (x >> np.uint64(33))) * np.uint64(0xFF51AFD7ED558CCD)
@@ -182,14 +182,14 @@ def _fmix(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(33))
 
 
-def _groups(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def key_groups(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(rows, starts): the rows of `key` ordered so that equal keys are consecutive, in row order within
     a run, and the index in `rows` where each run starts. One plain sort of (the key's high bits, row),
     ~10x faster than a stable argsort; runs of equal high bits holding unequal keys (a few per million)
     are then ordered by (key, row)."""
     n = len(key)
     rb = np.uint64(max(1, n.bit_length()))
-    s = np.sort((_fmix(key) >> rb << rb) | np.arange(n, dtype=np.uint64))
+    s = np.sort((fmix(key) >> rb << rb) | np.arange(n, dtype=np.uint64))
     rows, high = (s & ((np.uint64(1) << rb) - np.uint64(1))).astype(np.int64), s >> rb
     k = key[rows]
     new = k[1:] != k[:-1]
@@ -203,9 +203,9 @@ def _groups(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rows, np.flatnonzero(np.concatenate([[n > 0], new]))
 
 
-def _later_repeats(key: np.ndarray) -> np.ndarray:
+def later_repeats(key: np.ndarray) -> np.ndarray:
     """True where an equal key occurs earlier in the array (every occurrence of a key but its first)."""
-    rows, starts = _groups(key)
+    rows, starts = key_groups(key)
     out = np.ones(len(key), dtype=bool)
     out[rows[starts]] = False
     return out

@@ -8,7 +8,7 @@ from typing import Callable, Optional
 
 import polars as pl
 
-from mix_assets.stages.filters.kernels import _tokens, _word_counts
+from mix_assets.stages.filters import kernels
 
 
 class Batch:
@@ -28,15 +28,15 @@ class Batch:
         """`kernels.TOKEN_RE` tokens (spaCy-like words and punctuation) of every document of `text`, split once
         for every rule that reads them."""
         if self._tokens is None or self._tokens[0] is not self.text:
-            self._tokens = (self.text, _tokens(self.text))
+            self._tokens = (self.text, kernels.tokens(self.text))
         return self._tokens[1]
 
     def word_counts(self) -> pl.Series:
         """`TOKEN_RE` matches per document of `text`: from the tokens already split where a modifier left the
         text unchanged, counted afresh elsewhere (or everywhere when no rule split them)."""
         if self._tokens is None:
-            return _word_counts(self.text, self.text, None)
-        return _word_counts(self.text, *self._tokens)
+            return kernels.word_counts(self.text, self.text, None)
+        return kernels.word_counts(self.text, *self._tokens)
 
     def rewrite(self, keep: pl.Series, rewritten: pl.Series) -> None:
         """A line modifier's output: the documents it keeps (`keep`) read as `rewritten` from the next filter on."""

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from mix_assets.stages.filters.filters import FilterConfig, apply_filters
-from mix_assets.stages.filters.kernels import _tokens
+from mix_assets.stages.filters.kernels import tokens
 from mix_assets.stages.filters.rules.c4 import C4Filter
 from mix_assets.stages.filters.rules.fineweb import FineWebFilter
 from mix_assets.stages.filters.rules.gopher_quality import GopherQualityFilter
@@ -104,7 +104,7 @@ def test_gopher_quality_line_shares():
 def test_gopher_quality_alpha_and_stop_words():
     # tokens with a letter / all tokens: punctuation and numbers count against (spaCy-style tokens)
     drops_first_keeps_second("gopher_quality:alpha_words", words(79) + " 1" * 21, words(80) + " 1" * 20)
-    assert _tokens(__import__("polars").Series(["Don't stop, Mr. Smith."])).to_list() == [
+    assert tokens(__import__("polars").Series(["Don't stop, Mr. Smith."])).to_list() == [
         ["Do", "n't", "stop", ",", "Mr.", "Smith", "."]]
     drops_first_keeps_second("gopher_quality:stop_words", words(60) + " the the", words(60) + " the and")
     drops_first_keeps_second("gopher_quality:stop_words", words(60) + " The And", words(60) + " of with")

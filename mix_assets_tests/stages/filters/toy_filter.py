@@ -9,7 +9,7 @@ from typing import Optional
 
 import polars as pl
 
-from mix_assets.stages.filters.kernels import _gt, _lt, _ratio
+from mix_assets.stages.filters.kernels import gt, lt, ratio
 from mix_assets.stages.filters.rule import Batch, Filter
 
 
@@ -26,14 +26,14 @@ def _figures(text: pl.Series) -> pl.DataFrame:
     t = pl.col("text")
     return pl.DataFrame({"text": text}).select(
         words=t.str.count_matches(r"\S+"),
-        upper=_ratio(t.str.count_matches(r"\p{Lu}"), t.str.count_matches(r"\p{L}")))
+        upper=ratio(t.str.count_matches(r"\p{Lu}"), t.str.count_matches(r"\p{L}")))
 
 
 def rule(batch: Batch, cfg: ToyFilter) -> pl.DataFrame:
     """One bool column per rule, True where the document fails it, in the order the rules are tried."""
     c = pl.col
-    return _figures(batch.text).select(_lt(c("words"), cfg.min_words).alias("toy:few_words"),
-                                       _gt(c("upper"), cfg.max_upper_share).alias("toy:shouting"))
+    return _figures(batch.text).select(lt(c("words"), cfg.min_words).alias("toy:few_words"),
+                                       gt(c("upper"), cfg.max_upper_share).alias("toy:shouting"))
 
 
 def values(batch: Batch, cfg: ToyFilter) -> pl.DataFrame:

@@ -9,11 +9,11 @@ from typing import Optional
 
 import polars as pl
 
-from mix_assets.stages.filters.kernels import TERMINAL_PUNCTUATION, TOKEN_RE, _cls, _lt, _presplit, _splitlines
+from mix_assets.stages.filters.kernels import TERMINAL_PUNCTUATION, TOKEN_RE, char_class, lt, presplit, splitlines
 from mix_assets.stages.filters.rule import Batch, Filter
 
 
-_SENT_END = f"^[{_cls(TERMINAL_PUNCTUATION)}]$"
+_SENT_END = f"^[{char_class(TERMINAL_PUNCTUATION)}]$"
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class C4Filter:
 def _sentences(lines: pl.DataFrame) -> pl.DataFrame:
     """Sentences per line as spaCy's sentencizer counts them: a new one starts at each word token that
     follows a terminal-punctuation token (with only punctuation tokens between)."""
-    tok = (lines.select("lid", tok=_presplit(pl.col("line")).str.extract_all(TOKEN_RE)).explode("tok").drop_nulls("tok")
+    tok = (lines.select("lid", tok=presplit(pl.col("line")).str.extract_all(TOKEN_RE)).explode("tok").drop_nulls("tok")
            .with_columns(end=pl.col("tok").str.contains(_SENT_END),
                          word=pl.col("tok").str.contains(r"[^\p{P}]")))
     tok = tok.with_columns(cum=pl.col("end").cum_sum().over("lid")).filter("word")
@@ -55,8 +55,8 @@ def _sentences(lines: pl.DataFrame) -> pl.DataFrame:
 
 # A sentence starts at a word token (one with a character outside \p{P}; tokens hold no whitespace) after
 # a token that is one terminal character: a line without a terminal character followed, anywhere later, by
-# a character outside \p{P} and \s has no second sentence (`_presplit` only inserts spaces).
-_MAY_START_SENTENCE = f"(?s)[{_cls(TERMINAL_PUNCTUATION)}].*[^\\p{{P}}\\s]"
+# a character outside \p{P} and \s has no second sentence (`presplit` only inserts spaces).
+_MAY_START_SENTENCE = f"(?s)[{char_class(TERMINAL_PUNCTUATION)}].*[^\\p{{P}}\\s]"
 
 
 def _few_words(line: pl.Expr, k: Optional[int]) -> pl.Expr:
@@ -71,7 +71,7 @@ def _c4(text: pl.Series, cfg: C4Filter, values: bool = False) -> tuple[pl.DataFr
     (sentences of the kept lines; lorem ipsum and curly brackets are yes/no) instead of the rule columns."""
     ndoc = len(text)
     lines = (pl.DataFrame({"text": text}).with_row_index("doc")
-             .select("doc", line=_splitlines(pl.col("text"))).explode("line")
+             .select("doc", line=splitlines(pl.col("text"))).explode("line")
              .with_row_index("lid").with_columns(pl.col("line").str.strip_chars()))
     s = pl.col("line")
     long_word = pl.lit(False) if cfg.max_word_length is None else s.str.contains(f"\\S{{{cfg.max_word_length + 1}}}")
@@ -108,7 +108,7 @@ def _c4(text: pl.Series, cfg: C4Filter, values: bool = False) -> tuple[pl.DataFr
     out = docs.select(
         (lo.is_not_null() & (cu.is_null() | (lo <= cu))).alias("c4:lorem_ipsum"),
         (cu.is_not_null() & (lo.is_null() | (cu < lo))).alias("c4:curly_bracket"),
-        _lt(pl.col("sent").fill_null(0), cfg.min_num_sentences).alias("c4:too_few_sentences"),
+        lt(pl.col("sent").fill_null(0), cfg.min_num_sentences).alias("c4:too_few_sentences"),
     )
     return out, docs["out"].fill_null("").str.strip_chars()
 

@@ -9,11 +9,11 @@ from typing import Optional
 
 import polars as pl
 
-from mix_assets.stages.filters.kernels import TERMINAL_PUNCTUATION, TOKEN_RE, _cls, _dups, _gt, _lt, _presplit, _ratio
+from mix_assets.stages.filters.kernels import TERMINAL_PUNCTUATION, TOKEN_RE, char_class, dups, gt, lt, presplit, ratio
 from mix_assets.stages.filters.rule import Batch, Filter
 
 
-_TERMINAL_END = f"[{_cls(TERMINAL_PUNCTUATION)}]$"
+_TERMINAL_END = f"[{char_class(TERMINAL_PUNCTUATION)}]$"
 
 
 @dataclass(frozen=True)
@@ -31,17 +31,17 @@ class FineWebFilter:
 
 
 def _fineweb(text: pl.Series, cfg: FineWebFilter, words: pl.Series, values: bool = False) -> pl.DataFrame:
-    """`words`: `TOKEN_RE` matches per document (`_word_counts`); `values`: the figures the rules compare."""
+    """`words`: `TOKEN_RE` matches per document (`word_counts`); `values`: the figures the rules compare."""
     t = pl.col("text")
     lines = t.str.split("\n").list.eval(pl.element().filter(pl.element().str.strip_chars() != ""))
     nl = lines.list.len()
-    _, dup_chars = _dups(lines)
+    _, dup_chars = dups(lines)
     st = pl.DataFrame({"text": text, "words": words}).select(
         nl=nl,
         punct=lines.list.eval(pl.element().str.contains(_TERMINAL_END)).list.mean(),
         short=lines.list.eval(pl.element().str.len_chars() <= cfg.short_line_length).list.mean(),
-        dup=_ratio(dup_chars, t.str.len_chars() - t.str.count_matches("\n", literal=True)),
-        newline=_ratio(t.str.count_matches("\n", literal=True), pl.col("words")),
+        dup=ratio(dup_chars, t.str.len_chars() - t.str.count_matches("\n", literal=True)),
+        newline=ratio(t.str.count_matches("\n", literal=True), pl.col("words")),
     )
     c = pl.col
     if values:
@@ -49,15 +49,15 @@ def _fineweb(text: pl.Series, cfg: FineWebFilter, words: pl.Series, values: bool
                          *(c(col).cast(pl.Float64).alias(f"fineweb:{rule}") for rule, col in (
                              ("line_punct_ratio", "punct"), ("short_line_ratio", "short"),
                              ("char_dup_ratio", "dup"), ("list_ratio", "newline"))))
-    punct = _lt(c("punct"), cfg.line_punct_thr)
+    punct = lt(c("punct"), cfg.line_punct_thr)
     if cfg.line_punct_exclude_zero:
         punct = punct & (c("punct") != 0)
     return st.select(
         (c("nl") == 0).alias("fineweb:empty"),
         punct.alias("fineweb:line_punct_ratio"),
-        _gt(c("short"), cfg.short_line_thr).alias("fineweb:short_line_ratio"),
-        _gt(c("dup"), cfg.char_duplicates_ratio).alias("fineweb:char_dup_ratio"),
-        _gt(c("newline"), cfg.new_line_ratio).alias("fineweb:list_ratio"),
+        gt(c("short"), cfg.short_line_thr).alias("fineweb:short_line_ratio"),
+        gt(c("dup"), cfg.char_duplicates_ratio).alias("fineweb:char_dup_ratio"),
+        gt(c("newline"), cfg.new_line_ratio).alias("fineweb:list_ratio"),
     )
 
 

@@ -9,11 +9,11 @@ from typing import Optional
 
 import polars as pl
 
-from mix_assets.stages.filters.kernels import PUNCTUATION_SET, _cls, _gt, _lt, _ratio, _splitlines
+from mix_assets.stages.filters.kernels import PUNCTUATION_SET, char_class, gt, lt, ratio, splitlines
 from mix_assets.stages.filters.rule import Batch, Filter
 
 
-_NON_SYMBOL = f"[^{_cls(PUNCTUATION_SET)}]"  # a word with any character outside PUNCTUATION_SET
+_NON_SYMBOL = f"[^{char_class(PUNCTUATION_SET)}]"  # a word with any character outside PUNCTUATION_SET
 
 
 @dataclass(frozen=True)
@@ -36,15 +36,15 @@ class GopherQualityFilter:
 
 def _gopher_quality(text: pl.Series, toks: pl.Series, cfg: GopherQualityFilter, values: bool = False) -> pl.DataFrame:
     t, w = pl.col("text"), pl.col("toks")
-    lines = _splitlines(t)
+    lines = splitlines(t)
     nonsym_len = w.list.eval(pl.element().filter(pl.element().str.contains(_NON_SYMBOL)).str.len_chars())
     n_words = w.list.len()
     stats = pl.DataFrame({"text": text, "toks": toks}).select(
         n_words=n_words,
         n_nonsym=nonsym_len.list.len(),
         avg_len=nonsym_len.list.mean(),
-        hash_ratio=_ratio(t.str.count_matches("#", literal=True), n_words),
-        ellipsis_ratio=_ratio(t.str.count_matches("...", literal=True) + t.str.count_matches("…", literal=True), n_words),
+        hash_ratio=ratio(t.str.count_matches("#", literal=True), n_words),
+        ellipsis_ratio=ratio(t.str.count_matches("...", literal=True) + t.str.count_matches("…", literal=True), n_words),
         bullet=lines.list.eval(pl.element().str.contains(r"^\s*[•\-]")).list.mean(),
         end_ellipsis=lines.list.eval(pl.element().str.contains(r"(?:\.\.\.|…)\s*$")).list.mean(),
         alpha=w.list.eval(pl.element().str.contains(r"\p{L}")).list.mean(),
@@ -54,16 +54,16 @@ def _gopher_quality(text: pl.Series, toks: pl.Series, cfg: GopherQualityFilter, 
     if values:
         return stats.select(*(c(col).cast(pl.Float64).alias(rule) for rule, col in _QUALITY_STATS.items()))
     return stats.select(
-        _lt(c("n_nonsym"), cfg.min_doc_words).alias("gopher_quality:min_doc_words"),
-        _gt(c("n_nonsym"), cfg.max_doc_words).alias("gopher_quality:max_doc_words"),
-        _lt(c("avg_len"), cfg.min_avg_word_length).alias("gopher_quality:min_avg_word_length"),
-        _gt(c("avg_len"), cfg.max_avg_word_length).alias("gopher_quality:max_avg_word_length"),
-        _gt(c("hash_ratio"), cfg.max_symbol_word_ratio).alias("gopher_quality:hash_ratio"),
-        _gt(c("ellipsis_ratio"), cfg.max_symbol_word_ratio).alias("gopher_quality:ellipsis_ratio"),
-        _gt(c("bullet"), cfg.max_bullet_lines_ratio).alias("gopher_quality:bullet_lines"),
-        _gt(c("end_ellipsis"), cfg.max_ellipsis_lines_ratio).alias("gopher_quality:ellipsis_lines"),
-        _lt(c("alpha"), cfg.min_alpha_words_ratio).alias("gopher_quality:alpha_words"),
-        _lt(c("stop"), cfg.min_stop_words).alias("gopher_quality:stop_words"),
+        lt(c("n_nonsym"), cfg.min_doc_words).alias("gopher_quality:min_doc_words"),
+        gt(c("n_nonsym"), cfg.max_doc_words).alias("gopher_quality:max_doc_words"),
+        lt(c("avg_len"), cfg.min_avg_word_length).alias("gopher_quality:min_avg_word_length"),
+        gt(c("avg_len"), cfg.max_avg_word_length).alias("gopher_quality:max_avg_word_length"),
+        gt(c("hash_ratio"), cfg.max_symbol_word_ratio).alias("gopher_quality:hash_ratio"),
+        gt(c("ellipsis_ratio"), cfg.max_symbol_word_ratio).alias("gopher_quality:ellipsis_ratio"),
+        gt(c("bullet"), cfg.max_bullet_lines_ratio).alias("gopher_quality:bullet_lines"),
+        gt(c("end_ellipsis"), cfg.max_ellipsis_lines_ratio).alias("gopher_quality:ellipsis_lines"),
+        lt(c("alpha"), cfg.min_alpha_words_ratio).alias("gopher_quality:alpha_words"),
+        lt(c("stop"), cfg.min_stop_words).alias("gopher_quality:stop_words"),
     )
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from mix_assets.stages.filters.kernels import _MIX, _NGrams, _SEP, _groups, _gt, _later_repeats, _ratio
+from mix_assets.stages.filters.kernels import MIX, NGrams, SEP, key_groups, gt, later_repeats, ratio
 from mix_assets.stages.filters.rule import Batch, Filter
 
 
@@ -38,7 +38,7 @@ class GopherRepetitionFilter:
 
 def _top_ngram_chars(key: np.ndarray, doc: np.ndarray, chars: np.ndarray, n: int, ndoc: int) -> np.ndarray:
     """Per document: len(" ".join(g)) * count of its most frequent n-gram g (ties: the first seen)."""
-    rows, starts = _groups(key)
+    rows, starts = key_groups(key)
     cnt = np.diff(np.append(starts, len(key)))
     first = rows[starts]
     d = doc[first]
@@ -147,8 +147,8 @@ def _greedy_scan(toks: pl.Series, need: dict) -> dict:
             while m < n:
                 key = key[:-1] * pw[m:] + th[m:]
                 m += 1
-            mixed = key ^ (doc[:len(key)] * _MIX)  # n-grams crossing into the next document are never read
-        later = _later_repeats(mixed)
+            mixed = key ^ (doc[:len(key)] * MIX)  # n-grams crossing into the next document are never read
+        later = later_repeats(mixed)
         cand = np.flatnonzero(later)
         ds = need[n]
         s = start[np.searchsorted(docs, ds)]
@@ -179,7 +179,7 @@ def _covered_chars(starts: np.ndarray, n: int, doc: np.ndarray, cs: np.ndarray, 
     return np.bincount(doc[starts].astype(np.int64), weights=cs[starts + span] - cs[starts], minlength=ndoc)
 
 
-def _dup_ngram_fails(grams: _NGrams, toks: pl.Series, lens: np.ndarray, dup_n_grams) -> tuple[dict, int, float]:
+def _dup_ngram_fails(grams: NGrams, toks: pl.Series, lens: np.ndarray, dup_n_grams) -> tuple[dict, int, float]:
     """The duplicate n-gram rules: ({column: fails per document}, documents scanned, scan seconds).
 
     The greedy scan counts an n-gram seen before and jumps past it, so what it counts are disjoint
@@ -194,7 +194,7 @@ def _dup_ngram_fails(grams: _NGrams, toks: pl.Series, lens: np.ndarray, dup_n_gr
     n0 = min(k for k, _ in dup_n_grams)
     r0, key0, _ = grams.grow(n0)
     later = np.zeros(len(doc), dtype=bool)
-    later[r0[_later_repeats(key0)]] = True
+    later[r0[later_repeats(key0)]] = True
     pos = np.arange(len(doc))
     run = np.minimum.accumulate(np.where(later, len(doc), pos)[::-1])[::-1] - pos  # repeated n0-grams from here on
     cs = np.concatenate([[0], np.cumsum(grams.tlen)])
@@ -206,11 +206,11 @@ def _dup_ngram_fails(grams: _NGrams, toks: pl.Series, lens: np.ndarray, dup_n_gr
         mine = np.zeros(ndoc, dtype=bool)
         mine[some] = True
         mine = mine[doc]
-        sub = _NGrams(doc[mine], grams.h[mine], grams.tlen[mine])
+        sub = NGrams(doc[mine], grams.h[mine], grams.tlen[mine])
         cs = np.concatenate([[0], np.cumsum(sub.tlen)])
         for k, thr in sorted(dup_n_grams):
             r, key, _ = sub.grow(k)
-            ub = _covered_chars(r[_later_repeats(key)], k, sub.doc, cs, ndoc)
+            ub = _covered_chars(r[later_repeats(key)], k, sub.doc, cs, ndoc)
             need[k] = need[k][ub[need[k]] > thr * lens[need[k]]]
     cand = np.unique(np.concatenate(list(need.values())))
     t0 = time.perf_counter()
@@ -230,7 +230,7 @@ def _repeated_elements(lists: pl.Series) -> dict:
     flat = lists.explode().drop_nulls()  # a split never yields null elements
     doc = np.repeat(np.arange(len(n), dtype=np.uint64), n)
     with np.errstate(over="ignore"):
-        rep = _later_repeats(flat.hash().to_numpy() ^ (doc * _MIX))
+        rep = later_repeats(flat.hash().to_numpy() ^ (doc * MIX))
     d = doc[rep].astype(np.int64)
     return {"n": n, "rep": np.bincount(d, minlength=len(n)),
             "chars": np.bincount(d, weights=flat.str.len_chars().to_numpy()[rep], minlength=len(n))}
@@ -241,16 +241,16 @@ def _paragraphs_and_lines(text: pl.Series) -> tuple[pl.Series, dict, dict]:
     t = pl.col("text")
     parts = pl.DataFrame({"text": text}).select(
         n=t.str.len_chars(),
-        paras=t.str.strip_chars().str.replace_all(r"\n{2,}", _SEP).str.split(_SEP),
+        paras=t.str.strip_chars().str.replace_all(r"\n{2,}", SEP).str.split(SEP),
         lines=t.str.replace_all(r"\n+", "\n").str.split("\n"))
     return parts["n"], _repeated_elements(parts["paras"]), _repeated_elements(parts["lines"])
 
 
-def _token_ngrams(toks: pl.Series, ndoc: int) -> tuple[np.ndarray, _NGrams]:
-    """(document of every token, the tokens' `_NGrams`) over the exploded token lists."""
+def _token_ngrams(toks: pl.Series, ndoc: int) -> tuple[np.ndarray, NGrams]:
+    """(document of every token, the tokens' `NGrams`) over the exploded token lists."""
     flat = toks.explode().drop_nulls()  # tokens are never null; an empty list may explode to one
     doc = np.repeat(np.arange(ndoc, dtype=np.uint64), toks.list.len().fill_null(0).to_numpy())
-    return doc, _NGrams(doc, flat.hash().to_numpy(), flat.str.len_chars().to_numpy().astype(np.int64))
+    return doc, NGrams(doc, flat.hash().to_numpy(), flat.str.len_chars().to_numpy().astype(np.int64))
 
 
 def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFilter) -> tuple[pl.DataFrame, int, float]:
@@ -260,10 +260,10 @@ def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFi
     c, n = pl.col, pl.col("n")
     out = st.select(
         (n == 0).alias("gopher_repetition:empty"),  # datatrove 0.10.1 returns "empty" first
-        _gt(c("p_frac"), cfg.dup_para_frac).alias("gopher_repetition:dup_para_frac"),
-        _gt(_ratio(c("p_chars"), n), cfg.dup_para_char_frac).alias("gopher_repetition:dup_para_char_frac"),
-        _gt(c("l_frac"), cfg.dup_line_frac).alias("gopher_repetition:dup_line_frac"),
-        _gt(_ratio(c("l_chars"), n), cfg.dup_line_char_frac).alias("gopher_repetition:dup_line_char_frac"),
+        gt(c("p_frac"), cfg.dup_para_frac).alias("gopher_repetition:dup_para_frac"),
+        gt(ratio(c("p_chars"), n), cfg.dup_para_char_frac).alias("gopher_repetition:dup_para_char_frac"),
+        gt(c("l_frac"), cfg.dup_line_frac).alias("gopher_repetition:dup_line_frac"),
+        gt(ratio(c("l_chars"), n), cfg.dup_line_char_frac).alias("gopher_repetition:dup_line_char_frac"),
     )
     lens = st["n"].to_numpy()
     doc, grams = _token_ngrams(toks, len(st))
