@@ -243,7 +243,7 @@ def length_buckets(n_chars: np.ndarray, edges: list[int]) -> np.ndarray:
 
 @dataclass
 class Guard:
-    """The gates' settings (config.DomainGuardSpec and per source FilterExpectation, as plain values)."""
+    """The gates' settings (stages/filters/config.py DomainGuardSpec and per source FilterExpectation, as plain values)."""
 
     min_share: float = 0.05
     min_kept: float = 0.2

@@ -9,7 +9,7 @@ from typing import Optional
 
 import polars as pl
 
-from mix_assets.stages.filters.kernels import TERMINAL_PUNCTUATION, TOKEN_RE, char_class, dups, gt, lt, presplit, ratio
+from mix_assets.stages.filters.kernels import TERMINAL_PUNCTUATION, char_class, dups, gt, lt, ratio
 from mix_assets.stages.filters.rule import Batch, Filter
 
 

@@ -10,7 +10,7 @@ import polars as pl
 from mix_assets.stages.filters.rule import Batch, Filter
 
 
-# The raw stage's control-character rule (stages/sources/sources.py imports these: config.py imports this module)
+# The raw stage's control-character rule (stages/sources/sources.py applies it with these)
 CONTROL_SHARE_MAX = 0.01
 CONTROL_ALLOWED = 2
 
