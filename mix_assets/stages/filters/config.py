@@ -116,6 +116,9 @@ class FiltersSpec(_Strict):
         if not isinstance(data, dict):
             return handler(data)
         model = _sections_model(registry.sections())
+        clash = sorted(set(model.model_fields) & set(cls.model_fields))
+        if clash:
+            raise TypeError(f"registered filter(s) {clash} are named as fields of the filters: section")
         given = {k: v for k, v in data.items() if k in model.model_fields}
         errors, sections, spec = [], None, None
         try:

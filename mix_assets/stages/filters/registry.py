@@ -19,6 +19,8 @@ def register(f: Filter, after: Optional[str] = None) -> None:
     """Add `f` to the cascade: last, or right after the filter named `after`. Names are unique."""
     if f.name in names() or f.name == "language":
         raise ValueError(f"a filter named {f.name!r} is registered already")
+    if after is not None and after not in names():
+        raise ValueError(f"no filter named {after!r} to register {f.name!r} after; registered: {list(names())}")
     at = len(_FILTERS) if after is None else names().index(after) + 1
     _FILTERS.insert(at, f)
 
