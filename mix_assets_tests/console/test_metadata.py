@@ -7,6 +7,7 @@ import dagster as dg
 
 from mix_assets.console import metadata as md
 from mix_assets.console import charts
+from mix_assets.stages.filters import metadata as filters_md
 from mix_assets_tests.support.metadata_views import MARKDOWN, MAX_UI_COLUMNS, FakeStorage, columns, full_columns
 
 
@@ -29,14 +30,14 @@ def _sample(text: str, reason="gopher_quality:alpha_words 0.78 < 0.80", doc_id="
 
 
 def test_kill_rates_keep_the_deciding_columns_and_the_full_table_beside_them():
-    got = md.document_filters(FakeStorage(), _filter_summary(), ([], 0), [])
+    got = filters_md.document_filters(FakeStorage(), _filter_summary(), ([], 0), [])
     cols = columns(got["kill_rates"])
     assert len(cols) <= MAX_UI_COLUMNS and cols[0] == "source" and "kill_share" in cols
-    assert full_columns(got["kill_rates_md"]) == md.KILL_COLUMNS
+    assert full_columns(got["kill_rates_md"]) == filters_md.KILL_COLUMNS
     assert len(columns(got["domains"])) <= MAX_UI_COLUMNS and "kept_share" in columns(got["domains"])
     assert isinstance(got["domains_md"], dg.MarkdownMetadataValue)
-    assert full_columns(got["composition"]) == md.FILTER_COMPOSITION_COLUMNS  # Markdown only
-    assert columns(md.kill_rates_expected(_filter_summary())["kill_rates"]) == cols
+    assert full_columns(got["composition"]) == filters_md.FILTER_COMPOSITION_COLUMNS  # Markdown only
+    assert columns(filters_md.kill_rates_expected(_filter_summary())["kill_rates"]) == cols
 
 
 def test_every_table_is_narrow_enough_and_formats_its_numbers():
@@ -66,7 +67,7 @@ def test_reject_samples_render_literally():
     rows = [_sample("object.__add__(self, other) returns *new* <b>x</b> | a `tick` [l](http://x)"),
             _sample("``` fenced? ```", reason="", doc_id="web_1__x__")]
     rows[1]["filter"] = "kept"
-    out = md.document_filters(FakeStorage(), _filter_summary(), (rows, 0), [])["rejects"].value
+    out = filters_md.document_filters(FakeStorage(), _filter_summary(), (rows, 0), [])["rejects"].value
     html = MARKDOWN.render(out)
     assert "<code>object.__add__(self, other) returns *new* &lt;b&gt;x&lt;/b&gt; | a `tick` [l](http://x)</code>" in html
     assert "<strong>add</strong>" not in html and "<em>new</em>" not in html and "<a href" not in html

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from mix_assets.stages.filters import docfilters as lib
+from mix_assets.stages.filters import registry
 
 
 def summarise(decisions: Mapping[str, pa.Table], guard: lib.Guard) -> lib.Summary:
@@ -30,7 +31,7 @@ def summarise(decisions: Mapping[str, pa.Table], guard: lib.Guard) -> lib.Summar
                           "first_failure_docs": int(first.sum()),
                           "max_kill_share": guard.max_kill_rate.get((src, f), 0.5)})
         short = nch < guard.brevity_chars.get(src, 200)
-        for rule in lib.LENGTH_RULES:
+        for rule in registry.length_rules():
             hit = np.array([rule in rs for rs in rules], bool) & short & ~keep
             if hit.any():
                 brevity.append({"source": src, "rule": rule, "short_docs": int(short.sum()), "removed_docs": int(hit.sum()),
@@ -86,6 +87,7 @@ def pick_samples(decisions: Mapping[str, pa.Table], per_filter: int, never: set[
         for d, r in zip(ids, reason):
             if d not in never:
                 by.setdefault("kept" if r is None else lib.filter_of(r), []).append((d, r))
-        for f in sorted(by, key=lambda f: (f == "kept", lib.CASCADE.index(f) if f in lib.CASCADE else len(lib.CASCADE), f)):
+        order = lib.cascade()
+        for f in sorted(by, key=lambda f: (f == "kept", order.index(f) if f in order else len(order), f)):
             out += [(src, f, d, r or "") for d, r in sorted(by[f], key=lambda x: _rank(x[0]))[:per_filter]]
     return out

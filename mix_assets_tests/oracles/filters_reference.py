@@ -10,11 +10,18 @@ import time
 import numpy as np
 import polars as pl
 
-from mix_assets.stages.filters.filters import (
-    _SEP, FILTER_ORDER, TOKEN_RE, C4Filter, FilterConfig, FilterResult, FineWebFilter, GopherRepetitionFilter,
-    _as_series, _dup_ngram_fails, _dups, _first_reason, _gopher_quality, _gt, _lt, _NGrams, _per_doc_max, _presplit,
-    _ratio, _repeated_elements, _sanity, _sentences, _splitlines, _TERMINAL_END, _tokens, _top_ngram_chars,
+from mix_assets.stages.filters.filters import FilterConfig, FilterResult, _as_series, _first_reason
+from mix_assets.stages.filters.kernels import SEP, TOKEN_RE, dups, gt, lt, NGrams, presplit, ratio, splitlines, tokens
+from mix_assets.stages.filters.rules.c4 import C4Filter, _sentences
+from mix_assets.stages.filters.rules.fineweb import _TERMINAL_END, FineWebFilter
+from mix_assets.stages.filters.rules.gopher_quality import _gopher_quality
+from mix_assets.stages.filters.rules.gopher_repetition import (
+    GopherRepetitionFilter, _dup_ngram_fails, _per_doc_max, _repeated_elements, _top_ngram_chars,
 )
+from mix_assets.stages.filters.rules.sanity import _sanity
+
+
+FILTER_ORDER = ("sanity", "gopher_repetition", "gopher_quality", "c4", "fineweb")  # the cascade as first written
 
 
 def _top_ngram_fails(key: np.ndarray, doc: np.ndarray, chars: np.ndarray, n: int, limit: np.ndarray) -> np.ndarray:
@@ -42,7 +49,7 @@ def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFi
     t = pl.col("text")
     parts = pl.DataFrame({"text": text}).select(
         n=t.str.len_chars(),
-        paras=t.str.strip_chars().str.replace_all(r"\n{2,}", _SEP).str.split(_SEP),
+        paras=t.str.strip_chars().str.replace_all(r"\n{2,}", SEP).str.split(SEP),
         lines=t.str.replace_all(r"\n+", "\n").str.split("\n"))
     p, ln = _repeated_elements(parts["paras"]), _repeated_elements(parts["lines"])
     st = pl.DataFrame({"n": parts["n"], "p_frac": p["rep"] / np.maximum(p["n"], 1), "p_chars": p["chars"],
@@ -50,15 +57,15 @@ def _gopher_repetition(text: pl.Series, toks: pl.Series, cfg: GopherRepetitionFi
     c, n = pl.col, pl.col("n")
     out = st.select(
         (n == 0).alias("gopher_repetition:empty"),  # datatrove 0.10.1 returns "empty" first
-        _gt(c("p_frac"), cfg.dup_para_frac).alias("gopher_repetition:dup_para_frac"),
-        _gt(_ratio(c("p_chars"), n), cfg.dup_para_char_frac).alias("gopher_repetition:dup_para_char_frac"),
-        _gt(c("l_frac"), cfg.dup_line_frac).alias("gopher_repetition:dup_line_frac"),
-        _gt(_ratio(c("l_chars"), n), cfg.dup_line_char_frac).alias("gopher_repetition:dup_line_char_frac"),
+        gt(c("p_frac"), cfg.dup_para_frac).alias("gopher_repetition:dup_para_frac"),
+        gt(ratio(c("p_chars"), n), cfg.dup_para_char_frac).alias("gopher_repetition:dup_para_char_frac"),
+        gt(c("l_frac"), cfg.dup_line_frac).alias("gopher_repetition:dup_line_frac"),
+        gt(ratio(c("l_chars"), n), cfg.dup_line_char_frac).alias("gopher_repetition:dup_line_char_frac"),
     )
     ndoc, lens = len(st), st["n"].to_numpy()
     flat = toks.explode().drop_nulls()  # tokens are never null; an empty list may explode to one
     doc = np.repeat(np.arange(ndoc, dtype=np.uint64), toks.list.len().fill_null(0).to_numpy())
-    grams = _NGrams(doc, flat.hash().to_numpy(), flat.str.len_chars().to_numpy().astype(np.int64))
+    grams = NGrams(doc, flat.hash().to_numpy(), flat.str.len_chars().to_numpy().astype(np.int64))
     for k, thr in cfg.top_n_grams:
         rows, key, chars = grams.grow(k)
         fails = _top_ngram_fails(key, doc[rows].astype(np.int64), chars, k, thr * np.maximum(lens, 1))
@@ -74,7 +81,7 @@ def _c4(text: pl.Series, cfg: C4Filter) -> tuple[pl.DataFrame, pl.Series]:
     """(rule columns, the kept lines joined by newlines per document)."""
     ndoc = len(text)
     lines = (pl.DataFrame({"text": text}).with_row_index("doc")
-             .select("doc", line=_splitlines(pl.col("text"))).explode("line")
+             .select("doc", line=splitlines(pl.col("text"))).explode("line")
              .with_row_index("lid").with_columns(pl.col("line").str.strip_chars()))
     s = pl.col("line")
     words = s.str.count_matches(r"\S+")
@@ -108,7 +115,7 @@ def _c4(text: pl.Series, cfg: C4Filter) -> tuple[pl.DataFrame, pl.Series]:
     out = docs.select(
         (lo.is_not_null() & (cu.is_null() | (lo <= cu))).alias("c4:lorem_ipsum"),
         (cu.is_not_null() & (lo.is_null() | (cu < lo))).alias("c4:curly_bracket"),
-        _lt(pl.col("sent").fill_null(0), cfg.min_num_sentences).alias("c4:too_few_sentences"),
+        lt(pl.col("sent").fill_null(0), cfg.min_num_sentences).alias("c4:too_few_sentences"),
     )
     return out, docs["out"].fill_null("").str.strip_chars()
 
@@ -117,29 +124,30 @@ def _fineweb(text: pl.Series, cfg: FineWebFilter) -> pl.DataFrame:
     t = pl.col("text")
     lines = t.str.split("\n").list.eval(pl.element().filter(pl.element().str.strip_chars() != ""))
     nl = lines.list.len()
-    _, dup_chars = _dups(lines)
+    _, dup_chars = dups(lines)
     st = pl.DataFrame({"text": text}).select(
         nl=nl,
         punct=lines.list.eval(pl.element().str.contains(_TERMINAL_END)).list.mean(),
         short=lines.list.eval(pl.element().str.len_chars() <= cfg.short_line_length).list.mean(),
-        dup=_ratio(dup_chars, t.str.len_chars() - t.str.count_matches("\n", literal=True)),
-        newline=_ratio(t.str.count_matches("\n", literal=True), _presplit(t).str.count_matches(TOKEN_RE)),
+        dup=ratio(dup_chars, t.str.len_chars() - t.str.count_matches("\n", literal=True)),
+        newline=ratio(t.str.count_matches("\n", literal=True), presplit(t).str.count_matches(TOKEN_RE)),
     )
     c = pl.col
-    punct = _lt(c("punct"), cfg.line_punct_thr)
+    punct = lt(c("punct"), cfg.line_punct_thr)
     if cfg.line_punct_exclude_zero:
         punct = punct & (c("punct") != 0)
     return st.select(
         (c("nl") == 0).alias("fineweb:empty"),
         punct.alias("fineweb:line_punct_ratio"),
-        _gt(c("short"), cfg.short_line_thr).alias("fineweb:short_line_ratio"),
-        _gt(c("dup"), cfg.char_duplicates_ratio).alias("fineweb:char_dup_ratio"),
-        _gt(c("newline"), cfg.new_line_ratio).alias("fineweb:list_ratio"),
+        gt(c("short"), cfg.short_line_thr).alias("fineweb:short_line_ratio"),
+        gt(c("dup"), cfg.char_duplicates_ratio).alias("fineweb:char_dup_ratio"),
+        gt(c("newline"), cfg.new_line_ratio).alias("fineweb:list_ratio"),
     )
 
 
-def apply_filters(texts, config: FilterConfig = FilterConfig()) -> FilterResult:
+def apply_filters(texts, config: FilterConfig | None = None) -> FilterResult:
     """Evaluate every enabled filter on every document of the batch (see the module docstring)."""
+    config = FilterConfig() if config is None else config
     text = _as_series(texts).fill_null("")
     n = len(text)
     frames, seconds, python_docs = [], {}, 0
@@ -151,7 +159,7 @@ def apply_filters(texts, config: FilterConfig = FilterConfig()) -> FilterResult:
             continue
         t0 = time.perf_counter()
         if name in ("gopher_quality", "gopher_repetition") and toks is None:
-            toks = _tokens(text)
+            toks = tokens(text)
         if name == "sanity":
             frames.append(_sanity(text, cfg))
         elif name == "gopher_quality":

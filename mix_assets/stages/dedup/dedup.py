@@ -41,6 +41,7 @@ from mix_assets.stages.audit.contamination import ordered_map
 from mix_assets.core.idset import UNSORTED, IdSet, unsorted_row
 from mix_assets.stages.dedup import signatures as sig
 from mix_assets.stages.dedup import minhash as mh
+from mix_assets.stages.filters import docfilters
 from mix_assets.core.progress import Progress, reused_line
 from mix_assets.core.storage import Storage
 
@@ -745,11 +746,10 @@ def build_exclusion_masks(storage, spec) -> Masks:
             f"{storage.uri(layout.CONTAMINATED_DOCS)}: not found; audit.mask_contaminated is on, so "
             "contamination_report must be materialised first"
         )
-    from mix_assets.stages.filters import docfilters
-
     keys, seen = storage.source(layout.DEDUP_KEYS), Exclusions()
+    rejected = docfilters.rejected_reasons(storage, docfilters.filtered_sources(spec))
     batches = exclusion_batches(keys, contaminated if mask else None, seen, storage.uri(layout.DEDUP_KEYS),
-                                docfilters.rejections(storage, docfilters.filtered_sources(spec)))
+                                Rejections.of(*rejected) if rejected is not None else None)
     tables.write_parquet_groups(storage, layout.EXCLUSION_MASKS, EXCLUSION_SCHEMA,
                                 sig.regroup(batches, tables.ROW_GROUP_ROWS, EXCLUSION_SCHEMA))
     names = [s.name for s in spec.sources]

@@ -9,11 +9,12 @@ import json
 
 import dagster as dg
 
-from mix_assets.console import metadata as md
 from mix_assets.stages.common import code_version, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
+from mix_assets.stages.audit.audit import scrub_hashes
 from mix_assets.stages.dedup import dedup as dedup_lib
 from mix_assets.stages.filters import docfilters as lib
+from mix_assets.stages.filters import metadata as md
 from mix_assets.core import engine as engine_lib
 from mix_assets.core import layout, tables
 from mix_assets.resources import EngineResource, MixResource
@@ -86,8 +87,6 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
 
 def _samples(storage, spec: MixSpec, sources: list[str]) -> tuple[list[dict], int]:
     """Rejected documents beside kept ones, scrubbed like every audit artifact; contaminated ones never."""
-    from mix_assets.stages.audit.audit import scrub_hashes
-
     contaminated = dedup_lib.read_contaminated_ids(storage)
     never = set(contaminated.ids()) if contaminated is not None else set()
     k = spec.filters.samples_per_filter if spec.filters is not None else 3
@@ -95,7 +94,7 @@ def _samples(storage, spec: MixSpec, sources: list[str]) -> tuple[list[dict], in
     whole = dedup_lib.texts(tables.raw_paths(storage, sorted(sources)), {p[2] for p in picked})
     why = lib.explain(picked, whole, {s: lib.filter_params(spec.filters_for(s)) for s in sources})
     texts = {d: dedup_lib.snippet(t) for d, t in whole.items()}
-    return lib.sample_rows(picked, texts, scrub_hashes(spec), spec.audit.scrub_words, why)
+    return md.sample_rows(picked, texts, scrub_hashes(spec), spec.audit.scrub_words, why)
 
 
 def _checks(s: lib.Summary, keep: tuple[list[dict], list[dict]]) -> list[dg.AssetCheckResult]:

@@ -27,7 +27,7 @@ import inspect
 import itertools
 import json
 import operator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Iterable, Iterator, Mapping, Optional
 
 import numpy as np
@@ -36,7 +36,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mix_assets.core import engine, layout, tables
-from mix_assets.stages.filters import filters, langid
+from mix_assets.stages.filters import filters, kernels, langid, registry
+from mix_assets.stages.filters import rule as filter_rule
 from mix_assets.stages.dedup import signatures as sig
 from mix_assets.core.progress import Progress, reused_line
 
@@ -52,9 +53,11 @@ DECISIONS_SCHEMA = pa.schema([
     ("n_chars", pa.int64()),
     ("n_bytes", pa.int64()),
 ])
-CASCADE = (*filters.FILTER_ORDER, "language")
-# Rules that judge a document by its length: the "brevity killed" WARN watches them.
-LENGTH_RULES = ("gopher_quality:min_doc_words", "c4:too_few_sentences", "sanity:empty")
+
+
+def cascade() -> tuple[str, ...]:
+    """The filters in the order they decide: the registered ones (registry.py), then language ID."""
+    return (*registry.names(), "language")
 
 
 def filter_of(rule: str) -> str:
@@ -77,7 +80,8 @@ class FilterParams:
     language_filter: bool = False  # False: language recorded, never a reason to drop
 
     def describe(self) -> dict:
-        return json.loads(json.dumps(asdict(self), default=list))
+        plain = {f.name: getattr(self, f.name) for f in fields(self)}
+        return json.loads(json.dumps({**plain, "config": self.config.describe()}, default=list))
 
 
 def filter_params(fspec) -> FilterParams:
@@ -88,10 +92,17 @@ def filter_params(fspec) -> FilterParams:
                         lang.min_score if on else langid.DEFAULT_MIN_SCORE, lang.max_chars if lang else langid.DEFAULT_MAX_CHARS, on)
 
 
-@functools.cache
 def _code() -> str:
-    """The code that decides: stages/filters/filters.py, stages/filters/langid.py, this module and the language model's package."""
-    src = "".join(inspect.getsource(m) for m in (filters, langid, inspect.getmodule(_code)))
+    """The code that decides: the cascade (filters.py, rule.py, kernels.py, registry.py), every registered
+    filter's module, langid.py, this module and the language model's package."""
+    return _code_of(registry.filters())
+
+
+@functools.cache
+def _code_of(registered: tuple) -> str:
+    mods = (filters, filter_rule, kernels, registry, *(inspect.getmodule(f.rule) for f in registered), langid,
+            inspect.getmodule(_code_of))
+    src = "".join(inspect.getsource(m) for m in mods)
     return hashlib.sha256((src + importlib.metadata.version(langid.MODEL_DIST)).encode()).hexdigest()[:16]
 
 
@@ -123,7 +134,7 @@ def decide_chunk(chunk: FilterChunk) -> pa.Table:
     p, text = chunk.params, t.column("text")
     res = filters.apply_filters(text, p.config)
     lang = langid.LanguageFilter(p.languages, p.min_score, p.max_chars).apply(text)
-    per_filter = [res.filter_reason[n] for n in filters.FILTER_ORDER if n in res.filter_reason]
+    per_filter = list(res.filter_reason.values())  # cascade order
     if p.language_filter:
         per_filter.append(lang.column("reason").to_pylist())
     rules = [[r for r in rs if r is not None] for rs in zip(*per_filter)] if per_filter else [[]] * t.num_rows
@@ -198,17 +209,15 @@ def rejected_ids(storage, sources) -> dict[str, str]:
     return out
 
 
-def rejections(storage, sources):
-    """dedup.Rejections of every document the filters rejected (ids and rules only), None when no source
-    has decisions (no filters: the masks are the ones from before filters existed)."""
-    from mix_assets.stages.dedup.dedup import Rejections
-
+def rejected_reasons(storage, sources) -> Optional[tuple[pa.Array, pa.Array]]:
+    """(doc ids, first failing rule) of every document the filters rejected (exclusion_masks' `Rejections`),
+    None when no source has decisions (no filters: the masks are the ones from before filters existed)."""
     dec = read_decisions(storage, sources, ["doc_id", "keep", "reason"])
     if not dec:
         return None
     t = pa.concat_tables(dec.values())
     t = t.filter(pc.invert(t.column("keep")))
-    return Rejections.of(t.column("doc_id").combine_chunks(), t.column("reason").combine_chunks())
+    return t.column("doc_id").combine_chunks(), t.column("reason").combine_chunks()
 
 
 def rejected_array(storage, sources) -> Optional[pa.Array]:
@@ -234,7 +243,7 @@ def length_buckets(n_chars: np.ndarray, edges: list[int]) -> np.ndarray:
 
 @dataclass
 class Guard:
-    """The gates' settings (config.DomainGuardSpec and per source FilterExpectation, as plain values)."""
+    """The gates' settings (stages/filters/config.py DomainGuardSpec and per source FilterExpectation, as plain values)."""
 
     min_share: float = 0.05
     min_kept: float = 0.2
@@ -313,7 +322,7 @@ class SummaryBuilder:
             first = first_filter == first_names.index(f) if f in first_names else np.zeros(n, bool)
             a = self.kills.setdefault((src, f), [0, 0, 0])
             a[0], a[1], a[2] = a[0] + int(own.sum()), a[1] + int(nb[own].sum()), a[2] + int(first.sum())
-        for rule in LENGTH_RULES:
+        for rule in registry.length_rules():
             hit = np.zeros(n, bool)
             hit[parent[pc.equal(flat, rule).fill_null(False).to_numpy(zero_copy_only=False)]] = True
             removed = int((hit & short & ~keep).sum())
@@ -336,7 +345,7 @@ class SummaryBuilder:
                  for src in sorted(self.totals) for f in g.active.get(src, []) for a in [self.kills[(src, f)]]]
         brevity = [{"source": src, "rule": rule, "short_docs": self.totals[src][2], "removed_docs": removed,
                     "removed_share": removed / max(self.totals[src][2], 1), "warn_share": g.brevity_warn.get(src, 0.5)}
-                   for src in sorted(self.totals) for rule in LENGTH_RULES
+                   for src in sorted(self.totals) for rule in registry.length_rules()
                    for removed in [self.brevity.get((src, rule), 0)] if removed]
         composition = [{"source": s, "language": lang, "length_bucket": labels[b], "docs_before": a[0],
                         "docs_after": a[2], "bytes_before": a[1], "bytes_after": a[3], "kept_share": a[2] / max(a[0], 1)}
@@ -433,7 +442,8 @@ def pick_groups(groups: Iterable[tuple[str, pa.Table]], per_filter: int, never: 
     out = []
     for src in sorted({s for s, _ in best}):
         mine = [f for s, f in best if s == src]
-        for f in sorted(mine, key=lambda f: (f == "kept", CASCADE.index(f) if f in CASCADE else len(CASCADE), f)):
+        order = cascade()
+        for f in sorted(mine, key=lambda f: (f == "kept", order.index(f) if f in order else len(order), f)):
             out += [(src, f, d, r or "") for d, r in zip(*best[(src, f)][2:])]
     return out
 
@@ -462,23 +472,6 @@ def explain(picked, texts: Mapping[str, str], params: Mapping[str, FilterParams]
                 m = measured[i].get(r)
                 out[d] = str(m) if m is not None else r
     return out
-
-
-def sample_rows(picked, texts: Mapping[str, str], scrub: np.ndarray, k: int,
-                why: Optional[Mapping[str, str]] = None) -> tuple[list[dict], int]:
-    """Sample rows with text scrubbed as every audit artifact is (runs of `k` eval-item words masked; a text
-    still leaking is withheld whole); returns the rows and how many were withheld. `why`: `explain`'s
-    {doc_id: reason with its figures} (else the bare reason)."""
-    from mix_assets.stages.audit import contamination as ct
-    from mix_assets.stages.tokens.samples import scrub_text
-
-    rows, withheld = [], 0
-    for src, f, d, r in picked:
-        text, _ = scrub_text(texts.get(d, ""), scrub, k)
-        if ct.leaking_strings([text], scrub, k):
-            text, withheld = "(withheld: eval text)", withheld + 1
-        rows.append({"source": src, "filter": f, "doc_id": d, "reason": (why or {}).get(d, r), "text": text})
-    return rows, withheld
 
 
 def filtered_sources(spec) -> list[str]:

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mix_assets.stages.filters import filters
+from mix_assets.stages.filters.rules.c4 import C4Filter
 from mix_assets.core import layout, pii
 
 
@@ -32,7 +33,7 @@ class Modifiers:
     """What one source's text goes through in raw/<source> (None parts are off)."""
 
     pii_rules: Optional[tuple] = None  # core/pii.PiiRule, in the order they run
-    c4: Optional[filters.C4Filter] = None  # mode "modify"
+    c4: Optional[C4Filter] = None  # mode "modify"
 
     @classmethod
     def for_source(cls, spec, name: str) -> Optional["Modifiers"]:
@@ -55,8 +56,8 @@ class Modifiers:
         return json.loads(json.dumps(out))  # tuples as lists, as stats.json reads back
 
 
-def _c4_config(c4: filters.C4Filter) -> filters.FilterConfig:
-    return dataclasses.replace(filters.FilterConfig.only("c4"), c4=c4)
+def _c4_config(c4: C4Filter) -> filters.FilterConfig:
+    return filters.FilterConfig.only("c4").replace(c4=c4)
 
 
 def modify(texts: pa.Array, mods: Modifiers) -> tuple[pa.Array, dict]:

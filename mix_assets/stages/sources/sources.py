@@ -37,7 +37,7 @@ import pyarrow.json as pj
 from mix_assets.core import layout, tables
 from mix_assets.core.engine import Engine, map_chunks
 from mix_assets.stages.sources.config import HubDataset, LocalJsonl, LocalParquet, SourceSpec, TextFolder
-from mix_assets.stages.filters.filters import CONTROL_ALLOWED, CONTROL_SHARE_MAX
+from mix_assets.stages.filters.rules.sanity import CONTROL_ALLOWED, CONTROL_SHARE_MAX
 from mix_assets.stages.sources.modifiers import ModifierCounts, Modifiers, modify_table
 
 DOC_SCHEMA = pa.schema([

@@ -12,14 +12,16 @@ import pytest
 
 from mix_assets.stages.filters import docfilters as lib
 from mix_assets.core import engine as eng
-from mix_assets.stages.filters import filters
+from mix_assets.stages.filters import filters, registry
+from mix_assets.stages.filters import metadata as filters_md
+from mix_assets.stages.filters.rules.sanity import SanityFilter
 from mix_assets_tests.support import gen_corpus as gc
 from mix_assets.stages.dedup import lsh
 from mix_assets.core.storage import Storage
 from mix_assets_tests.support.multilingual import SAMPLES
 from mix_assets_tests.support.shared_data import FIXTURE
 
-PARAMS = lib.FilterParams(filters.FilterConfig(sanity=filters.SanityFilter(enabled=False)), ("en",), 0.65, 2000, True)
+PARAMS = lib.FilterParams(filters.FilterConfig(sanity=SanityFilter(enabled=False)), ("en",), 0.65, 2000, True)
 
 
 @lru_cache(maxsize=None)
@@ -151,7 +153,7 @@ def test_samples_skip_contaminated_documents_and_scrub_eval_text():
     from mix_assets.stages.audit import contamination as ct
     item = "the quick brown fox jumps over the lazy dog near the old mill today"
     scrub = ct.scrub_ngrams([item], 8)
-    rows, withheld = lib.sample_rows([("web", "kept", "d2", "")], {"d2": f"Intro words. {item}. Outro."}, scrub, 8)
+    rows, withheld = filters_md.sample_rows([("web", "kept", "d2", "")], {"d2": f"Intro words. {item}. Outro."}, scrub, 8)
     assert "quick brown fox jumps over the lazy dog" not in rows[0]["text"] and withheld == 0
 
 
@@ -186,7 +188,7 @@ def _generated_decisions(tmp_path) -> tuple[Storage, dict]:
 
 GUARD = lib.Guard(min_share=0.05, min_kept=0.9, length_buckets=[300, 1500, 4000], brevity_chars={"a": 400, "b": 150},
                   brevity_warn={"a": 0.1}, max_kill_rate={("a", "gopher_repetition"): 0.01},
-                  active={"a": [*filters.FILTER_ORDER[1:], "language"], "b": ["gopher_quality", "c4", "language"]})
+                  active={"a": [*registry.names()[1:], "language"], "b": ["gopher_quality", "c4", "language"]})
 
 
 def test_summary_and_samples_match_the_per_document_reference_a_row_group_at_a_time(tmp_path):

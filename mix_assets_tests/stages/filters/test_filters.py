@@ -13,17 +13,13 @@ import itertools
 import pyarrow as pa
 import pytest
 
-from mix_assets.stages.filters.filters import (
-    C4Filter,
-    FilterConfig,
-    FineWebFilter,
-    GopherQualityFilter,
-    GopherRepetitionFilter,
-    SanityFilter,
-    _greedy_dup_chars,
-    _tokens,
-    apply_filters,
-)
+from mix_assets.stages.filters.filters import FilterConfig, apply_filters
+from mix_assets.stages.filters.kernels import tokens
+from mix_assets.stages.filters.rules.c4 import C4Filter
+from mix_assets.stages.filters.rules.fineweb import FineWebFilter
+from mix_assets.stages.filters.rules.gopher_quality import GopherQualityFilter
+from mix_assets.stages.filters.rules.gopher_repetition import GopherRepetitionFilter, _greedy_dup_chars
+from mix_assets.stages.filters.rules.sanity import SanityFilter
 
 GOOD = "\n".join([
     "The river runs past the old mill and turns toward the quiet town.",
@@ -48,7 +44,7 @@ def failed(texts, rule: str, **cfg) -> list[bool]:
     name = rule.split(":")[0]
     base = FilterConfig.only(name)
     filt = getattr(base, name).__class__(**cfg)
-    r = apply_filters(texts, FilterConfig(**{**{f: getattr(base, f) for f in base.__dataclass_fields__}, name: filt}))
+    r = apply_filters(texts, base.replace(**{name: filt}))
     return [bool(x) for x in r.failed[rule]]
 
 
@@ -108,7 +104,7 @@ def test_gopher_quality_line_shares():
 def test_gopher_quality_alpha_and_stop_words():
     # tokens with a letter / all tokens: punctuation and numbers count against (spaCy-style tokens)
     drops_first_keeps_second("gopher_quality:alpha_words", words(79) + " 1" * 21, words(80) + " 1" * 20)
-    assert _tokens(__import__("polars").Series(["Don't stop, Mr. Smith."])).to_list() == [
+    assert tokens(__import__("polars").Series(["Don't stop, Mr. Smith."])).to_list() == [
         ["Do", "n't", "stop", ",", "Mr.", "Smith", "."]]
     drops_first_keeps_second("gopher_quality:stop_words", words(60) + " the the", words(60) + " the and")
     drops_first_keeps_second("gopher_quality:stop_words", words(60) + " The And", words(60) + " of with")
@@ -171,9 +167,7 @@ def test_c4_line_modifier():
     r = apply_filters([GOOD + "\n" + "\n".join(extra)], FilterConfig.only("c4"))
     assert r.keep.tolist() == [True]
     assert r.texts.to_pylist() == [GOOD + "\nCited here we are ."]  # "[3]" leaves "end. " without an end mark
-    same = apply_filters([GOOD + "\nMenu"], FilterConfig.only("c4").__class__(
-        **{**{f: getattr(FilterConfig.only("c4"), f) for f in FilterConfig.__dataclass_fields__},
-           "c4": C4Filter(mode="filter")}))
+    same = apply_filters([GOOD + "\nMenu"], FilterConfig.only("c4").replace(c4=C4Filter(mode="filter")))
     assert same.texts.to_pylist() == [GOOD + "\nMenu"] and same.keep.tolist() == [True]
     kept = apply_filters([GOOD + "\n" + "w" * 1000 + " is long."], FilterConfig.only("c4")).texts.to_pylist()
     assert kept == [GOOD + "\n" + "w" * 1000 + " is long."]

@@ -7,12 +7,14 @@ in both modes, several word / sentence minimums and with the Gopher filters (the
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from mix_assets.stages.filters import filters as F
+from mix_assets.stages.filters.rules.c4 import C4Filter
+from mix_assets.stages.filters.rules.fineweb import FineWebFilter
+from mix_assets.stages.filters.rules.gopher_repetition import GopherRepetitionFilter
 from mix_assets_tests.oracles import filters_reference as ref
 
 SENT = [
@@ -60,24 +62,24 @@ def assert_same(texts, config: F.FilterConfig) -> None:
 @pytest.mark.parametrize("mode", ["filter", "modify"])
 @pytest.mark.parametrize("newlines", [0.3, 0.1])  # 0.1: the newlines-per-word rule fires on rewritten texts too
 def test_cascade_equals_the_first_version(seed, mode, newlines):
-    assert_same(adversarial(seed), F.FilterConfig(c4=F.C4Filter(mode=mode), fineweb=F.FineWebFilter(new_line_ratio=newlines)))
+    assert_same(adversarial(seed), F.FilterConfig(c4=C4Filter(mode=mode), fineweb=FineWebFilter(new_line_ratio=newlines)))
 
 
 @pytest.mark.parametrize("words,sentences", [(None, 5), (0, 1), (1, 2), (2, 3), (5, 8), (3, None)])
 def test_c4_minimums_equal_the_first_version(words, sentences):
-    c4 = F.C4Filter(min_words_per_line=words, min_num_sentences=sentences, filter_no_terminal_punct=words != 2)
+    c4 = C4Filter(min_words_per_line=words, min_num_sentences=sentences, filter_no_terminal_punct=words != 2)
     assert_same(adversarial(7), F.FilterConfig(c4=c4))
 
 
 @pytest.mark.parametrize("mode", ["filter", "modify"])
 def test_fineweb_without_the_gopher_tokens_equals_the_first_version(mode):
-    assert_same(adversarial(3), replace(F.FilterConfig.only("c4", "fineweb"), c4=F.C4Filter(mode=mode)))
+    assert_same(adversarial(3), F.FilterConfig.only("c4", "fineweb").replace(c4=C4Filter(mode=mode)))
 
 
 def test_generated_prose_equals_the_first_version():
     from mix_assets_tests.stages.filters.test_filters_repetition import varied_docs
 
-    assert_same(varied_docs(11, count=200), F.FilterConfig(c4=F.C4Filter(mode="modify")))
+    assert_same(varied_docs(11, count=200), F.FilterConfig(c4=C4Filter(mode="modify")))
 
 
 @pytest.mark.parametrize("top", [((2, 0.2), (3, 0.18), (4, 0.16)), ((2, 0.05), (3, 0.03), (4, 0.02)),
@@ -86,6 +88,6 @@ def test_top_ngram_sizes_in_any_order_equal_the_first_version(top):
     """The count bound of a smaller size clears documents of the larger sizes after it (never before)."""
     from mix_assets_tests.stages.filters.test_filters_repetition import varied_docs
 
-    rep = F.GopherRepetitionFilter(top_n_grams=top, dup_n_grams=())
+    rep = GopherRepetitionFilter(top_n_grams=top, dup_n_grams=())
     assert_same(varied_docs(5, count=150) + adversarial(4, 60),
-                replace(F.FilterConfig.only("gopher_repetition"), gopher_repetition=rep))
+                F.FilterConfig.only("gopher_repetition").replace(gopher_repetition=rep))

@@ -10,6 +10,7 @@ import random
 import pytest
 
 from mix_assets.stages.filters import docfilters, filters
+from mix_assets.stages.filters import metadata as filters_md
 from mix_assets_tests.stages.filters.test_filters import GOOD, UNIQUE
 
 _OPS = {"<": operator.lt, ">": operator.gt}
@@ -72,7 +73,7 @@ def test_explain_names_the_measured_figure_of_each_picked_rejection():
     for _, _, d, rule in picked[:-1]:
         m = filters.measure([texts[d]])[0][rule]
         assert why[d] == str(m) and why[d].startswith(rule + " ") and m.op in why[d], why
-    rows, _ = docfilters.sample_rows(picked, texts, __import__("numpy").zeros(0, "uint64"), 8, why)
+    rows, _ = filters_md.sample_rows(picked, texts, __import__("numpy").zeros(0, "uint64"), 8, why)
     assert [r["reason"] for r in rows] == [why["a"], why["b"], ""]
 
 

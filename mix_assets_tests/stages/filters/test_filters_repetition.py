@@ -10,21 +10,18 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
-from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from mix_assets.stages.filters import filters
-from mix_assets.stages.filters.filters import (
-    FilterConfig,
+from mix_assets.stages.filters import filters, kernels
+from mix_assets.stages.filters.filters import FilterConfig, apply_filters
+from mix_assets.stages.filters.kernels import key_groups, tokens
+from mix_assets.stages.filters.rules.gopher_repetition import (
     GopherRepetitionFilter,
     _greedy_dup_chars,
     _greedy_scan,
-    _groups,
-    _tokens,
     _top_ngram_chars,
-    apply_filters,
 )
 
 TOP = (2, 3, 4)
@@ -67,7 +64,7 @@ def ref_dups(elements: list) -> tuple[int, int]:
 
 
 def ref_fails(docs: list[str], cfg: GopherRepetitionFilter) -> dict:
-    toks = _tokens(filters._as_series(docs)).to_list()
+    toks = tokens(filters._as_series(docs)).to_list()
     out = {}
     for what, split, frac, char_frac in (
             ("para", lambda t: re.split(r"\n{2,}", t.strip()), cfg.dup_para_frac, cfg.dup_para_char_frac),
@@ -94,7 +91,7 @@ def test_bulk_repetition_rules_equal_the_per_document_reference(seed, scale):
         dup_line_frac=d.dup_line_frac * scale, dup_line_char_frac=d.dup_line_char_frac * scale,
         top_n_grams=tuple((n, thr * scale) for n, thr in d.top_n_grams),
         dup_n_grams=tuple((n, thr * scale) for n, thr in d.dup_n_grams))
-    r = apply_filters(docs, replace(FilterConfig.only("gopher_repetition"), gopher_repetition=cfg))
+    r = apply_filters(docs, FilterConfig.only("gopher_repetition").replace(gopher_repetition=cfg))
     got, want = r.failed, ref_fails(docs, cfg)
     assert 0 < r.python_docs < len(docs)  # the bounds clear some documents, the scan decides others
     for rule, w in want.items():
@@ -105,7 +102,7 @@ def test_bulk_repetition_rules_equal_the_per_document_reference(seed, scale):
 
 def test_greedy_scan_equals_the_string_scan():
     docs = varied_docs(5, 60, collide=True) + ["ab c d e f a bc d e f " * 3, "a " * 40]
-    toks = _tokens(filters._as_series(docs))
+    toks = tokens(filters._as_series(docs))
     words = toks.to_list()
     need = {n: np.arange(len(docs)) for n in DUP}
     got = _greedy_scan(toks, need)
@@ -125,8 +122,8 @@ def test_groups_orders_colliding_high_bits_by_key(monkeypatch):
     rng = np.random.default_rng(0)
     key = rng.integers(0, 50, 2_000).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     want_rows = np.argsort(key, kind="stable")
-    for fmix in (filters._fmix, lambda x: x & np.uint64(0xFF)):  # the second: every key in one high-bit run
-        monkeypatch.setattr(filters, "_fmix", fmix)
-        rows, starts = _groups(key)
+    for fmix in (kernels.fmix, lambda x: x & np.uint64(0xFF)):  # the second: every key in one high-bit run
+        monkeypatch.setattr(kernels, "fmix", fmix)
+        rows, starts = key_groups(key)
         got = sorted(r.tolist() for r in np.split(rows, starts[1:]))
         assert got == sorted(r.tolist() for r in np.split(want_rows, np.flatnonzero(np.diff(key[want_rows])) + 1))

@@ -10,6 +10,7 @@ import pytest
 
 from mix_assets.config import load_spec
 from mix_assets.stages.filters import filters
+from mix_assets.stages.filters.rules.c4 import C4Filter
 from mix_assets.core import layout, pii
 from mix_assets.stages.sources.modifiers import ModifierCounts, Modifiers, modify
 from mix_assets.stages.sources.sources import read_raw_source
@@ -20,21 +21,21 @@ from mix_assets_tests.conftest import minimal_config, source, write_config
 FINE = [f"This is sentence number {i} of the page, and it reads well enough." for i in range(6)]
 
 
-def _c4(texts, c4=filters.C4Filter()):
-    return filters.apply_filters(texts, dataclasses.replace(filters.FilterConfig.only("c4"), c4=c4))
+def _c4(texts, c4=C4Filter()):
+    return filters.apply_filters(texts, filters.FilterConfig.only("c4").replace(c4=c4))
 
 
 def test_pii_then_c4_rewrites_only_documents_c4_keeps_and_counts_exactly():
     kept = "\n".join(["Mail jane.doe@example.com or 8.8.8.8 today.", "Home", *FINE])
     dropped = "Call (415) 555-2671 now.\nMenu"  # C4 drops it (too few sentences): only PII touches it
     plain = "\n".join(FINE)
-    out, counts = modify(pa.array([kept, dropped, plain]), Modifiers(pii.RULES, filters.C4Filter()))
+    out, counts = modify(pa.array([kept, dropped, plain]), Modifiers(pii.RULES, C4Filter()))
     assert out.to_pylist() == ["\n".join(["Mail <EMAIL> or <IPV4> today.", *FINE]),
                                "Call <PHONE> now.\nMenu", plain]
     assert counts["pii"].to_pydict() == {"email": [1, 0, 0], "ipv6": [0, 0, 0], "ipv4": [1, 0, 0], "phone": [0, 1, 0]}
     assert counts["c4_changed"].tolist() == [True, False, False]
     assert counts["c4_removed_chars"].tolist() == [5, 0, 0]  # "Home" and its newline
-    total = ModifierCounts(Modifiers(pii.RULES, filters.C4Filter()))
+    total = ModifierCounts(Modifiers(pii.RULES, C4Filter()))
     total.add(3, counts)
     total.add(3, counts)
     st = total.stats()
@@ -51,7 +52,7 @@ def test_modifiers_follow_the_config_and_its_per_source_overrides(tmp_path):
     c["filters"] = {"pii": {"enabled": False}, "c4": {"enabled": False}}
     spec = load_spec(write_config(tmp_path, minimal_config(sources=[a, b, c], filters={"pii": {}, "c4": {}})))
     ma, mb = Modifiers.for_source(spec, "a"), Modifiers.for_source(spec, "b")
-    assert [r.name for r in ma.pii_rules] == ["email", "ipv6", "ipv4", "phone"] and ma.c4 == filters.C4Filter()
+    assert [r.name for r in ma.pii_rules] == ["email", "ipv6", "ipv4", "phone"] and ma.c4 == C4Filter()
     assert [r.name for r in mb.pii_rules] == ["email"] and mb.c4 is None  # "filter" mode changes no text
     assert Modifiers.for_source(spec, "c") is None
     none = load_spec(write_config(tmp_path, minimal_config(sources=[source("a", {"kind": "jsonl", "paths": ["x"]})])))
@@ -60,7 +61,7 @@ def test_modifiers_follow_the_config_and_its_per_source_overrides(tmp_path):
 
 
 @pytest.mark.shared_data
-@pytest.mark.parametrize("c4", [filters.C4Filter()])
+@pytest.mark.parametrize("c4", [C4Filter()])
 def test_c4_modify_is_idempotent_on_web_like_documents(c4):
     """The document filter stage re-evaluates C4 on the text raw wrote: same text, same decision."""
     from bench.filters import build_corpus
@@ -81,7 +82,7 @@ def test_c4_modify_is_not_idempotent_where_citation_removal_shortens_a_line():
     first = _c4([doc])
     again = _c4(first.texts)
     assert first.keep.tolist() == [True] and again.reason == ["c4:too_few_sentences"]
-    no_punct = filters.C4Filter(filter_no_terminal_punct=False)  # FineWeb's setting
+    no_punct = C4Filter(filter_no_terminal_punct=False)  # FineWeb's setting
     doc = "\n".join(["A line with a citation. [2]", *FINE])
     first = _c4([doc], no_punct)
     assert first.texts.to_pylist()[0].startswith("A line with a citation. \n")

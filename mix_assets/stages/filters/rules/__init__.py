@@ -1,0 +1,1 @@
+"""One module per document filter: its configuration, its rules and the figures they compare."""
