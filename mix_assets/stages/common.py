@@ -16,6 +16,8 @@ from mix_assets.console import metadata as md
 from mix_assets.core import lineage, runlock
 from mix_assets.core.tables import read_parquet, write_parquet  # noqa: F401  (the stages' Parquet I/O)
 from mix_assets.core.storage import Storage, local_key_path
+from mix_assets.stages.publish import publish as pub
+from mix_assets.stages.publish.target import PUBLISHED_REVISION, write_target
 
 
 # The engine resource is bound on the assets that map over chunks (resource_defs), so that a
@@ -238,9 +240,6 @@ def failed_gates(context, result) -> list[tuple[dg.AssetCheckKey, dg.AssetCheckR
 def published_now(mix, held: list[str]) -> tuple[str | None, str]:
     """(the revision the publish target's `latest` names, or None; a sentence saying so). "Still
     published ... this run published nothing" only when the run held `published_revision` back."""
-    from mix_assets.stages.publish.assets import PUBLISHED_REVISION_KEY, write_target
-    from mix_assets.stages.publish import publish as pub
-
     if mix is None:
         return None, "Published revision: unknown (no mix resource)."
     url = mix.spec.resolve(mix.spec.publish.url)
@@ -248,7 +247,7 @@ def published_now(mix, held: list[str]) -> tuple[str | None, str]:
         rev = pub.read_latest(write_target(mix.spec))
     except Exception as e:  # a summary must not hide the gate behind an unreadable target
         return None, f"Published revision: unknown ({url}/latest cannot be read: {type(e).__name__}: {e})."
-    held_publish = PUBLISHED_REVISION_KEY.to_user_string() in held
+    held_publish = PUBLISHED_REVISION in held
     if rev is None:
         return None, f"Nothing is published at {url} yet (no latest)."
     if held_publish:

@@ -15,7 +15,6 @@ found it whole. Both steps hold the storage root's run lease (`common.run_lock`)
 
 
 import json
-import os
 
 import dagster as dg
 
@@ -25,6 +24,7 @@ from mix_assets.stages.manifest.assets import SHARDS_AUDIT_CLEAN, SHARDS_AUDIT_R
 from mix_assets.config import MixSpec
 from mix_assets.core import layout
 from mix_assets.stages.publish import publish as pub
+from mix_assets.stages.publish.target import PUBLISHED_REVISION, read_only_target, write_target
 from mix_assets.format.manifest import check_manifest
 from mix_assets.core.transport import Location
 from mix_assets.reader import open_mix
@@ -32,36 +32,7 @@ from mix_assets.resources import MixResource
 
 PUBLISHED_READABLE = "published_readable_from_empty_cache"
 GROUP = "publish"
-PUBLISHED_REVISION_KEY = dg.AssetKey("published_revision")
-
-
-def write_target(spec: MixSpec):
-    """The publish target with write access (ambient AWS_* credentials / HF_TOKEN)."""
-    p = spec.publish
-    return pub.make_target(spec.resolve(p.url), s3_endpoint_url=p.s3_endpoint_url, s3_region=p.s3_region)
-
-
-def read_only_target(spec: MixSpec, env: dict | None = None):
-    """The same target as a stranger sees it: read-only credentials or anonymous."""
-    env = os.environ if env is None else env
-    p = spec.publish
-    url = spec.resolve(p.url)
-    prefix = p.read_credentials_env
-    if url.startswith("s3://"):
-        key = env.get(f"{prefix}_ACCESS_KEY_ID") if prefix else None
-        secret = env.get(f"{prefix}_SECRET_ACCESS_KEY") if prefix else None
-        if prefix and not (key and secret):
-            raise pub.PublishError(f"publish.read_credentials_env={prefix!r}: set {prefix}_ACCESS_KEY_ID and "
-                                   f"{prefix}_SECRET_ACCESS_KEY (or unset it for anonymous reads)")
-        client = pub.s3_client(p.s3_endpoint_url, p.s3_region, access_key=key, secret_key=secret,
-                               anonymous=not key)
-        return pub.S3Target(url, client)
-    if url.startswith("hf://"):
-        from huggingface_hub import HfApi
-
-        token = env.get(prefix) if prefix else None
-        return pub.HubTarget(url, api=HfApi(token=token or False))
-    return pub.LocalTarget(url)
+PUBLISHED_REVISION_KEY = dg.AssetKey(PUBLISHED_REVISION)
 
 
 def _mix_dir(storage) -> Location:
