@@ -32,9 +32,13 @@ class Import:
     in_function: bool
 
 
+def package_modules(root: Path | None = None, package: str = PACKAGE) -> dict[str, Path]:
+    """Every module of `package` under `root` (default ROOT), by full name (a package by its `__init__.py`)."""
+    return dict(_modules(ROOT if root is None else root, package))
+
+
 @functools.lru_cache(maxsize=None)
-def package_modules(root: Path = ROOT, package: str = PACKAGE) -> dict[str, Path]:
-    """Every module of `package` under `root`, by full name (a package by its `__init__.py`)."""
+def _modules(root: Path, package: str) -> dict[str, Path]:
     out = {}
     for path in sorted((root / package).rglob("*.py")):
         parts = path.relative_to(root).with_suffix("").parts
@@ -72,10 +76,14 @@ def _module_imports(name: str, path: Path, modules: dict[str, Path]) -> list[Imp
     return list(dict.fromkeys(out))  # `from m import a, b` is one import of m
 
 
+def imports(root: Path | None = None, package: str = PACKAGE) -> tuple[Import, ...]:
+    """Every import statement of every module of `package` under `root` (default ROOT; read once per process)."""
+    return _imports(ROOT if root is None else root, package)
+
+
 @functools.lru_cache(maxsize=None)
-def imports(root: Path = ROOT, package: str = PACKAGE) -> tuple[Import, ...]:
-    """Every import statement of every module of `package` (read once per process)."""
-    modules = package_modules(root, package)
+def _imports(root: Path, package: str) -> tuple[Import, ...]:
+    modules = _modules(root, package)
     return tuple(i for name, path in modules.items() for i in _module_imports(name, path, modules))
 
 
@@ -84,14 +92,15 @@ def _packages(name: str) -> list[str]:
     return [".".join(parts[:n]) for n in range(1, len(parts))]
 
 
-def reached(module: str, root: Path = ROOT, package: str = PACKAGE) -> list[str]:
+def reached(module: str, root: Path | None = None, package: str = PACKAGE) -> list[str]:
     """`module` and every project module it imports, transitively (module level and inside functions), with
     the packages holding them (their `__init__` runs first), sorted."""
-    modules = package_modules(root, package)
+    root = ROOT if root is None else root
+    modules = _modules(root, package)
     if module not in modules:
         raise KeyError(f"{module}: no such module under {root / package}")
     edges: dict[str, set[str]] = {}
-    for i in imports(root, package):
+    for i in _imports(root, package):
         if i.target in modules:
             edges.setdefault(i.importer, set()).add(i.target)
     seen, todo = {module}, [module]
@@ -103,11 +112,16 @@ def reached(module: str, root: Path = ROOT, package: str = PACKAGE) -> list[str]
     return sorted(seen | {p for m in seen for p in _packages(m) if p in modules})
 
 
-@functools.lru_cache(maxsize=None)
-def source_version(module: str, root: Path = ROOT, package: str = PACKAGE) -> str:
+def source_version(module: str, root: Path | None = None, package: str = PACKAGE) -> str:
     """sha256 over the name and source bytes of every module `reached` from `module`: the same in every
-    process for the same files, another one after an edit (even a comment) to any of them."""
-    modules = package_modules(root, package)
+    process for the same files wherever they are, another one after an edit (even a comment) to any of
+    them. Read once per process and root: an edit made while the process runs is not seen."""
+    return _source_version(module, ROOT if root is None else root, package)
+
+
+@functools.lru_cache(maxsize=None)
+def _source_version(module: str, root: Path, package: str) -> str:
+    modules = _modules(root, package)
     h = hashlib.sha256()
     for name in reached(module, root, package):
         h.update(f"{name}\n{hashlib.sha256(modules[name].read_bytes()).hexdigest()}\n".encode())

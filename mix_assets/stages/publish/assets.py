@@ -53,7 +53,7 @@ def build_publish_assets(spec: MixSpec) -> list:
         deps=[dg.AssetKey("manifest")],
         kinds={"json", _target_kind(spec.publish.url)},
         owners=list(spec.owners),
-        code_version=code_version(pub, spec.publish.model_dump_json()),
+        code_version=code_version(__name__, spec.publish.model_dump_json()),
         automation_condition=dg.AutomationCondition.eager()
         & dg.AutomationCondition.all_deps_blocking_checks_passed(),
     )

@@ -6,8 +6,7 @@ from mix_assets.console import metadata as md
 from mix_assets.stages.common import code_version, demo_corpus_parts, gate, gated, raw_key, raw_name, recorded, with_lineage
 from mix_assets.config import MixSpec, SourceSpec
 from mix_assets.stages.sources import demo_corpus, modifiers
-from mix_assets.stages.filters import filters
-from mix_assets.core import layout, pii
+from mix_assets.core import layout
 from mix_assets.stages.sources import sources as lib
 from mix_assets.core.engine import Engine
 from mix_assets.core.progress import Progress
@@ -27,7 +26,7 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
     # What raw writes depends on its modifiers (PII, C4 lines in mode modify), not on the rest of the
     # source's `filters:` (thresholds document_filters judges by): only the former marks raw stale.
     mods = modifiers.Modifiers.for_source(spec, src.name)
-    mod_parts = (modifiers, pii, *((filters,) if mods.c4 else ()), mods.identity()) if mods else ()
+    mod_parts = (mods.identity(),) if mods else ()
 
     @dg.asset(
         key=key,
@@ -35,7 +34,7 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
         description=src.rationale,
         kinds={"parquet", src.loader.kind},
         owners=spec.owners,
-        code_version=code_version(lib, src.model_dump_json(exclude={"filters"}), spec.seed, target,
+        code_version=code_version(__name__, src.model_dump_json(exclude={"filters"}), spec.seed, target,
                                   spec.tokenizer.model_dump_json(), *mod_parts, *demo_corpus_parts(spec)),
         metadata={"license": src.license, "loader": src.loader.kind, "share": src.share, "epochs": src.epochs},
         check_specs=[
