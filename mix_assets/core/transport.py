@@ -2,7 +2,7 @@
 revision) holding objects under relative `/`-separated keys.
 
 Every reader and writer of the project goes through it: `core/storage.Storage` (the build's artifacts),
-the publish targets of `stages/publish/publish.py`, and the reader's backends (`mix_assets/reader/__init__.py`).
+the publish targets of `stages/publish/publish.py`, and the reader's backends (`mix_assets/reader/backends.py`).
 
   open(key)              a seekable binary file; on S3 every read is an HTTP range GET, so
                          `pq.ParquetFile(loc.open(key))` reads the footer and the row groups it needs,

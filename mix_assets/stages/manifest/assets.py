@@ -26,7 +26,7 @@ from mix_assets.stages.audit import published_audit
 from mix_assets.format.manifest import ManifestError, check_manifest
 from mix_assets.stages.manifest.manifest_builder import write_manifest
 from mix_assets.core.storage import Storage
-from mix_assets.reader import ReaderError
+from mix_assets.reader.errors import ReaderError
 from mix_assets.resources import EngineResource, MixResource
 
 GROUP = "tokens"

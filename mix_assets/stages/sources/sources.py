@@ -55,7 +55,8 @@ SCAN_FACTOR = 4.0
 # `write_table` of the whole sample gave, so a sample under both bounds is written byte for byte as
 # before), and a bound on the text held for one row group, which keeps a large source's memory flat
 # (measured: peak RSS about 150 MB over the imports with 8 MiB, 240 MB with 32 MiB, at any source
-# size; Parquet compresses per page, so smaller groups cost little; docs/scale.md "Bounded memory").
+# size; Parquet compresses per page, so smaller groups cost little; bench/results/journal/scale.md,
+# "Bounded memory: raw/<source>").
 ROW_GROUP_ROWS = 1024 * 1024
 ROW_GROUP_BYTES = 8 * 1024 * 1024
 # Drop reasons: the row rules use stages/filters/filters.py's `sanity:` names (one open set of reasons with the
