@@ -157,7 +157,7 @@ def compare(config: Path, old_rev: str, workers: list[int], repeats: int, rss: b
     import tempfile
 
     sys.path.insert(0, str(REPO))
-    from mix_assets.console import metadata as md
+    from mix_assets.stages.sources import metadata as md
     from mix_assets.config import load_spec
     from mix_assets.core import layout
     from mix_assets.stages.sources import sources as new

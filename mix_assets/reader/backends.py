@@ -11,7 +11,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mix_assets.core.transport import HubLocation, Location, S3Location, s3_client, split_s3_url
+from mix_assets.core.transport import (HUB, S3, HubLocation, Location, S3Location, local_path, s3_client, scheme,
+                                       split_hub_url, split_s3_url)
 from mix_assets.format.manifest import MANIFEST_NAME
 from mix_assets.reader.errors import _DISK_FULL, ReaderError
 
@@ -87,7 +88,7 @@ class _S3Backend(_RemoteBackend):
         except ValueError as e:
             raise ReaderError(str(e)) from None
         self.client = client if client is not None else s3_client(endpoint_url, anonymous=anonymous)
-        super().__init__(S3Location(url, self.client), f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}")
+        super().__init__(S3Location(url, self.client), f"{S3}://{bucket}/{prefix}" if prefix else f"{S3}://{bucket}")
 
 
 class _HubBackend(_RemoteBackend):
@@ -96,17 +97,14 @@ class _HubBackend(_RemoteBackend):
     verb = "fetch"
 
     def __init__(self, url: str, cache_dir: Path, endpoint: str | None):
-        rest = url[len("hf://"):]
-        if not rest.startswith("datasets/"):
-            raise ReaderError(f"{url}: expected hf://datasets/org/name@revision[/subdir]")
-        parts = rest[len("datasets/"):].split("/")
-        if len(parts) < 2 or "@" not in parts[1]:
+        try:
+            hub = split_hub_url(url)
+        except ValueError as e:
+            raise ReaderError(str(e)) from None
+        if hub.revision is None:
             raise ReaderError(f"{url}: a hub location needs a pinned revision: hf://datasets/org/name@revision")
-        name, _, revision = parts[1].partition("@")
-        if not revision:
-            raise ReaderError(f"{url}: empty revision after '@'")
-        loc = HubLocation(f"{parts[0]}/{name}", revision, endpoint=endpoint, cache_dir=str(cache_dir / "hub"),
-                          subdir="/".join(p for p in parts[2:] if p))
+        loc = HubLocation(hub.repo_id, hub.revision, endpoint=endpoint, cache_dir=str(cache_dir / "hub"),
+                          subdir=hub.subdir)
         super().__init__(loc, url)
 
     def _failed(self, rel: str, e: Exception) -> ReaderError:
@@ -142,10 +140,12 @@ class _HubBackend(_RemoteBackend):
 def _backend(location: Any, cache_dir: Path, s3_endpoint_url: str | None, anonymous: bool | None,
              hub_endpoint: str | None, s3_client: Any):
     loc = os.fspath(location)
-    if loc.startswith("s3://"):
+    try:
+        kind = scheme(loc)
+    except ValueError as e:
+        raise ReaderError(str(e)) from None
+    if kind == S3:
         return _S3Backend(loc, cache_dir, s3_endpoint_url, anonymous, s3_client)
-    if loc.startswith("hf://"):
+    if kind == HUB:
         return _HubBackend(loc, cache_dir, hub_endpoint)
-    if "://" in loc and not loc.startswith("file://"):
-        raise ReaderError(f"{loc}: unsupported location (a local path, s3://bucket/prefix or hf://datasets/...)")
-    return _LocalBackend(loc.removeprefix("file://"))
+    return _LocalBackend(local_path(loc))

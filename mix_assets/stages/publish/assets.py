@@ -18,14 +18,15 @@ import json
 
 import dagster as dg
 
-from mix_assets.console import metadata as md
 from mix_assets.stages.common import code_version, gate, gated, recorded, run_lock, verified_inputs, with_lineage
 from mix_assets.stages.manifest.assets import SHARDS_AUDIT_CLEAN, SHARDS_AUDIT_RECORD
 from mix_assets.config import MixSpec
 from mix_assets.core import layout
 from mix_assets.stages.publish import publish as pub
 from mix_assets.stages.publish.target import PUBLISHED_REVISION, read_only_target, write_target
+from mix_assets.stages.publish import metadata as md
 from mix_assets.format.manifest import check_manifest
+from mix_assets.core import transport
 from mix_assets.core.transport import Location
 from mix_assets.reader import open_mix
 from mix_assets.resources import MixResource
@@ -41,7 +42,7 @@ def _mix_dir(storage) -> Location:
 
 
 def _target_kind(url: str) -> str:
-    return "s3" if url.startswith("s3://") else "huggingface" if url.startswith("hf://") else "file"
+    return {transport.S3: "s3", transport.HUB: "huggingface"}.get(transport.scheme(url), "file")
 
 
 def build_publish_assets(spec: MixSpec) -> list:

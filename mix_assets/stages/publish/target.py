@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+from mix_assets.core import transport
 from mix_assets.stages.publish import publish as pub
 
 PUBLISHED_REVISION = "published_revision"  # the asset that publishes to the target (stages/publish/assets.py)
@@ -23,8 +24,8 @@ def read_only_target(spec, env: dict | None = None) -> pub.Target:
     env = os.environ if env is None else env
     p = spec.publish
     url = spec.resolve(p.url)
-    prefix = p.read_credentials_env
-    if url.startswith("s3://"):
+    prefix, kind = p.read_credentials_env, transport.scheme(url)
+    if kind == transport.S3:
         key = env.get(f"{prefix}_ACCESS_KEY_ID") if prefix else None
         secret = env.get(f"{prefix}_SECRET_ACCESS_KEY") if prefix else None
         if prefix and not (key and secret):
@@ -33,7 +34,7 @@ def read_only_target(spec, env: dict | None = None) -> pub.Target:
         client = pub.s3_client(p.s3_endpoint_url, p.s3_region, access_key=key, secret_key=secret,
                                anonymous=not key)
         return pub.S3Target(url, client)
-    if url.startswith("hf://"):
+    if kind == transport.HUB:
         from huggingface_hub import HfApi  # only for a hub target
 
         token = env.get(prefix) if prefix else None

@@ -45,7 +45,7 @@ from mix_assets.stages.tokens.packing import (
     order_keys,
 )
 from mix_assets.core.progress import Progress
-from mix_assets.core.storage import UPLOAD
+from mix_assets.core.transport import UPLOAD
 from mix_assets.stages.split.split import unit_hash
 from mix_assets.stages.tokens.tokenizer import dtype_for_vocab, separator_id
 
