@@ -59,7 +59,7 @@ def executor_from_env() -> dg.ExecutorDefinition:
     if kind == "in_process":
         return dg.in_process_executor
     if kind == "k8s":
-        from dagster_k8s import k8s_job_executor
+        from dagster_k8s import k8s_job_executor  # optional: installed only where runs go to Kubernetes
 
         return k8s_job_executor
     raise ValueError(f"MIX_EXECUTOR={kind!r}: expected one of {', '.join(EXECUTORS)}")

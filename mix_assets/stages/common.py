@@ -13,9 +13,11 @@ from collections.abc import Iterator
 import dagster as dg
 
 from mix_assets.console import metadata as md
-from mix_assets.core import lineage, runlock
+from mix_assets.core import imports, lineage, runlock
 from mix_assets.core.tables import read_parquet, write_parquet  # noqa: F401  (the stages' Parquet I/O)
 from mix_assets.core.storage import Storage, local_key_path
+from mix_assets.stages.publish import publish as pub
+from mix_assets.stages.publish.target import PUBLISHED_REVISION, write_target
 
 
 # The engine resource is bound on the assets that map over chunks (resource_defs), so that a
@@ -28,17 +30,21 @@ def raw_key(source: str) -> dg.AssetKey:
     return dg.AssetKey(["raw", source])
 
 
-def code_version(*parts: object) -> str:
-    """A code_version from the source of the given functions/modules and any config values.
+def code_version(module: str, *config: object) -> str:
+    """The code_version of an asset defined in `module` (its `__name__`) that reads the values `config`.
 
-    A changed stage or changed config then marks the asset stale in the UI.
+    The code is derived, not listed: the source of `module` and of every project module it imports,
+    transitively (core/imports.py, read once per process); the config values (sections, fields: data)
+    are hashed by their repr. An edit to any code the asset runs, or to a value it reads, marks it
+    stale in the UI, and consumers refuse its older lineage records (core/lineage.py).
     """
-    h = hashlib.sha256()
-    for p in parts:
+    for p in config:
         if inspect.ismodule(p) or inspect.isfunction(p) or inspect.isclass(p):
-            h.update(inspect.getsource(p).encode())
-        else:
-            h.update(repr(p).encode())
+            raise TypeError(f"code_version({module!r}, ...): {p!r} is code, which is derived from the module's "
+                            "imports; pass only the config it reads")
+    h = hashlib.sha256(imports.source_version(module).encode())
+    for p in config:
+        h.update(repr(p).encode())
     return h.hexdigest()[:12]
 
 
@@ -238,9 +244,6 @@ def failed_gates(context, result) -> list[tuple[dg.AssetCheckKey, dg.AssetCheckR
 def published_now(mix, held: list[str]) -> tuple[str | None, str]:
     """(the revision the publish target's `latest` names, or None; a sentence saying so). "Still
     published ... this run published nothing" only when the run held `published_revision` back."""
-    from mix_assets.stages.publish.assets import PUBLISHED_REVISION_KEY, write_target
-    from mix_assets.stages.publish import publish as pub
-
     if mix is None:
         return None, "Published revision: unknown (no mix resource)."
     url = mix.spec.resolve(mix.spec.publish.url)
@@ -248,7 +251,7 @@ def published_now(mix, held: list[str]) -> tuple[str | None, str]:
         rev = pub.read_latest(write_target(mix.spec))
     except Exception as e:  # a summary must not hide the gate behind an unreadable target
         return None, f"Published revision: unknown ({url}/latest cannot be read: {type(e).__name__}: {e})."
-    held_publish = PUBLISHED_REVISION_KEY.to_user_string() in held
+    held_publish = PUBLISHED_REVISION in held
     if rev is None:
         return None, f"Nothing is published at {url} yet (no latest)."
     if held_publish:

@@ -1,8 +1,19 @@
-"""stages/common.py: what every materialisation carries besides the stage's own metadata."""
+"""stages/common.py: what every materialisation carries besides the stage's own metadata, and code versions."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import dagster as dg
+import pytest
 
-from mix_assets.stages.common import with_lineage
+from mix_assets.config import REPO_ROOT, load_spec
+from mix_assets.core import imports
+from mix_assets.definitions import build_definitions
+from mix_assets.stages.common import code_version, with_lineage
 
 
 def _vm_hwm_mb() -> float:
@@ -18,3 +29,58 @@ def test_with_lineage_carries_the_process_peak_rss():
     peak = res.metadata["peak_rss_mb"]
     assert peak >= 200 and abs(peak - _vm_hwm_mb()) < 5, (peak, _vm_hwm_mb())
     assert res.metadata["docs"] == 3 and "computed_from" in res.metadata
+
+
+# -- code_version: derived from the asset module's imports, plus the config it reads ---------------
+TOKENS = "mix_assets.stages.tokens.assets"
+DEMO = REPO_ROOT / "configs" / "demo.yaml"
+
+
+def _code_versions() -> dict[str, str]:
+    graph = build_definitions(load_spec(DEMO)).resolve_asset_graph()
+    return {k.to_user_string(): graph.get(k).code_version for k in graph.get_all_asset_keys()}
+
+
+def _copy_package(dst: Path) -> Path:
+    shutil.copytree(imports.ROOT / "mix_assets", dst / "mix_assets", ignore=shutil.ignore_patterns("__pycache__"))
+    return dst
+
+
+def test_an_edit_to_a_core_module_the_token_stage_imports_changes_token_shards_code_version(tmp_path, monkeypatch):
+    """core/tables.py is reached from stages/tokens/assets.py only through other modules (shards, packing,
+    ...): a comment added to it marks token_shards stale; one added to the reader, which the token stage
+    never imports, does not. Each edit is in its own copy of the package (versions are read once per root)."""
+    roots = {name: _copy_package(tmp_path / name) for name in ("copy", "tables", "reader")}
+    with open(roots["tables"] / "mix_assets" / "core" / "tables.py", "a") as f:
+        f.write("# an edit\n")
+    with open(roots["reader"] / "mix_assets" / "reader" / "__init__.py", "a") as f:
+        f.write("# an edit\n")
+    here = _code_versions()
+    seen = {}
+    for name, root in roots.items():
+        monkeypatch.setattr(imports, "ROOT", root)
+        seen[name] = _code_versions()
+    assert seen["copy"] == here  # the same files elsewhere: the same versions (no path in them)
+    assert seen["tables"]["token_shards"] != here["token_shards"]
+    assert seen["tables"]["tokenizer"] != here["tokenizer"]  # the same module: its assets share the code
+    assert seen["reader"]["token_shards"] == here["token_shards"]
+    assert seen["reader"]["manifest"] != here["manifest"]  # the manifest's checks read it back through the reader
+    reached = imports.reached(TOKENS)
+    assert "mix_assets.core.tables" in reached and not any(m.startswith("mix_assets.reader") for m in reached)
+
+
+def test_code_versions_are_the_same_in_another_process():
+    """The hash of the sources and of the config values' repr, nothing of the process (not its hash seed)."""
+    script = ("import json; from mix_assets_tests.stages.test_common import _code_versions; "
+              "print(json.dumps(_code_versions()))")
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONHASHSEED": "12345"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.splitlines()[-1]) == _code_versions()
+
+
+def test_code_version_takes_config_not_code():
+    """The code is derived; a module or function passed as a part (the old hand-kept list) is refused."""
+    assert code_version(TOKENS, {"a": 1}) == code_version(TOKENS, {"a": 1}) != code_version(TOKENS, {"a": 2})
+    with pytest.raises(TypeError, match="derived from the module's imports"):
+        code_version(TOKENS, imports)

@@ -15,12 +15,9 @@ from mix_assets.config import MixSpec
 from mix_assets.stages.audit import audit as lib
 from mix_assets.stages.audit import contamination as ct
 from mix_assets.stages.sources import demo_corpus
-from mix_assets.stages.audit import evals
 from mix_assets.core import layout
-from mix_assets.stages.audit import fuzzy as fuzzy_lib
 from mix_assets.stages.audit.published_audit import denominator_problems
 from mix_assets.stages.audit import metadata as md
-from mix_assets.core import engine as engine_lib
 from mix_assets.resources import EngineResource, MixResource
 
 GROUP = "audit"
@@ -42,11 +39,10 @@ def build_audit_assets(spec: MixSpec) -> list:
     """eval_registry, contamination_report (+ their checks) and zero_eval_overlap on exclusion_masks."""
     # eval_registry and contamination_report compute the fuzzy advisory's index and matches when it is on
     fuzzy = [_no_fuzzy_eval_overlap(spec)] if lib.fuzzy_enabled(spec) else []
-    version = code_version(ct, evals, lib, engine_lib, *((fuzzy_lib, spec.audit.model_dump_json()) if fuzzy else
-                                                         (spec.audit.model_dump_json(exclude={"fuzzy"}),)))
+    section = spec.audit.model_dump_json(exclude=None if fuzzy else {"fuzzy"})
     # the demo's eval task is generated with its corpus
-    return [_eval_registry(spec, code_version(version, *demo_corpus_parts(spec)) if spec.demo_corpus else version),
-            _contamination_report(spec, version), _zero_eval_overlap(spec), *fuzzy]
+    return [_eval_registry(spec, code_version(__name__, section, *demo_corpus_parts(spec))),
+            _contamination_report(spec, code_version(__name__, section)), _zero_eval_overlap(spec), *fuzzy]
 
 
 # -- eval_registry ---------------------------------------------------------------------------------

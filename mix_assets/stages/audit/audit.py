@@ -28,7 +28,6 @@ from mix_assets.stages.dedup import dedup
 from mix_assets.core import engine, layout, lineage, tables
 from mix_assets.stages.audit import evals, fuzzy
 from mix_assets.stages.dedup import minhash as mh
-from mix_assets.stages.dedup import signatures as sig
 from mix_assets.core import textkeys as tk
 from mix_assets.core.progress import Progress
 from mix_assets.core.storage import Storage
@@ -291,7 +290,7 @@ def _scan_batch(reg: ct.Registry, index: fuzzy.Index | None, perms: tuple | None
     keys = tk.word_keys(texts)
     h, off = keys.hashes, keys.offsets
     counts = reg.scan_word_hashes(h, off)
-    signed = None if perms is None else sig.sign_words(keys, *perms)
+    signed = None if perms is None else mh.sign_words(keys, *perms)
     if index is None:
         return counts, None, 0.0, signed
     t0 = time.perf_counter()
@@ -302,7 +301,7 @@ def scan_chunk(rows: engine.RowRange, registry: RegistryLocation, threads: int =
                fuzzy_index: RegistryLocation | None = None, sign: Signing | None = None) -> ScannedChunk:
     """The map work of the scan: read the rows, normalise each batch once, count each document's n-grams
     in the registry and, with `fuzzy_index`, match it against the fuzzy advisory's index; with `sign`,
-    sign the same words for dedup_keys (`signatures.sign_words`) (pure)."""
+    sign the same words for dedup_keys (`minhash.sign_words`) (pure)."""
     reg = registry_at(registry)
     index = _loaded(fuzzy_index, load_fuzzy_index) if fuzzy_index is not None else None
     t = engine.read_rows(rows, ["doc_id", "text", "n_chars"] if sign else ["doc_id", "text"])

@@ -301,7 +301,7 @@ def _heavy_postings(index: Index, pos: np.ndarray, r: np.ndarray, soff: np.ndarr
     doc = np.searchsorted(soff, pos, side="right") - 1
     with np.errstate(over="ignore"):
         doc_hash = (doc.astype(np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
-    from mix_assets.core import kernels_jit
+    from mix_assets.core import kernels_jit  # numba loads only in processes that run a kernel (core/kernels_jit.py)
     return kernels_jit.heavy_postings(pos, r, doc_hash, index.post_off, index.post_hash, index.post_weight,
                                       float(need), bits)
 

@@ -17,9 +17,7 @@ from mix_assets.stages.common import (
 from mix_assets.stages.filters.assets import filter_deps
 from mix_assets.config import MixSpec
 from mix_assets.stages.filters import docfilters
-from mix_assets.core import engine as engine_lib
 from mix_assets.core import layout, tables
-from mix_assets.stages.dedup import lsh, minhash, signatures
 from mix_assets.stages.dedup import dedup as lib
 from mix_assets.stages.dedup import metadata as md
 from mix_assets.resources import EngineResource, MixResource
@@ -53,7 +51,7 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
         owners=spec.owners,
         # the engine section is not in it: every engine writes the same bytes
         resource_defs={"engine": EngineResource.from_spec(spec)},
-        code_version=code_version(lib, lsh, minhash, signatures, engine_lib, json.dumps(dedup_fields, sort_keys=True),
+        code_version=code_version(__name__, json.dumps(dedup_fields, sort_keys=True),
                                   {s.name: s.priority for s in spec.sources}, *((filtered,) if filtered else ())),
         check_specs=[
             dg.AssetCheckSpec(
@@ -107,7 +105,7 @@ def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
         deps=[DEDUP_KEYS, CONTAMINATION_REPORT, *filter_deps(spec)],
         kinds={"parquet"},
         owners=spec.owners,
-        code_version=code_version(lib, spec.audit.mask_contaminated, spec.split.val_fraction,
+        code_version=code_version(__name__, spec.audit.mask_contaminated, spec.split.val_fraction,
                                   {s.name: s.share for s in spec.sources}, spec.target_tokens,
                                   *((filtered,) if filtered else ())),
         check_specs=[

@@ -146,8 +146,8 @@ def null_field(t: pa.Table, rows: engine.RowRange) -> Optional[str]:
 
 
 def sign_texts(texts: pa.Array, a: np.ndarray, b: np.ndarray, shingle: int) -> mh.Batch:
-    """Normalise a batch of texts and sign it (`signatures.sign_words`)."""
-    return sig.sign_words(tk.word_keys(texts), a, b, shingle)
+    """Normalise a batch of texts and sign it (`minhash.sign_words`)."""
+    return mh.sign_words(tk.word_keys(texts), a, b, shingle)
 
 
 def signed_chunk(t: pa.Table, parts: list[mh.Batch], num_perm: int) -> SignedChunk:

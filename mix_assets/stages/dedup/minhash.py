@@ -73,7 +73,7 @@ def signatures_from_hashes(h32: np.ndarray, offsets: np.ndarray, a: np.ndarray, 
     n_docs = len(offsets) - 1
     out = np.full((n_docs, len(a)), EMPTY, dtype=np.uint32)
     if n_docs and int(offsets[-1]):
-        from mix_assets.core import kernels_jit
+        from mix_assets.core import kernels_jit  # numba loads only in processes that run a kernel (core/kernels_jit.py)
         kernels_jit.minhash_rows(np.ascontiguousarray(h32, dtype=np.uint32), offsets,
                                  np.ascontiguousarray(a, dtype=np.uint32), np.ascontiguousarray(b, dtype=np.uint32), out)
     return out
@@ -97,10 +97,17 @@ def sign_batch(
     return _sign(texts, a, b, shingle)
 
 
-def _sign(texts, a: np.ndarray, b: np.ndarray, shingle: int) -> Batch:
-    from mix_assets.stages.dedup import signatures
+def sign_words(keys: textkeys.WordKeys, a: np.ndarray, b: np.ndarray, shingle: int) -> Batch:
+    """Signature, word and shingle counts and exact key (`WordKeys.dedup_keys`) of each document, from
+    its normalised words (`textkeys.word_keys`); `a`, `b`: `permutations`. The same values `sign_batch`
+    gives for the texts."""
+    sh, soff = textkeys.ngram_hashes(keys.hashes, keys.offsets, shingle, short="whole")
+    sigs = signatures_from_hashes(shingle_hash32(sh), soff, a, b)
+    return Batch(sigs, np.diff(keys.offsets), np.diff(soff), keys.dedup_keys())
 
-    return signatures.sign_words(textkeys.word_keys(texts), a, b, shingle)
+
+def _sign(texts, a: np.ndarray, b: np.ndarray, shingle: int) -> Batch:
+    return sign_words(textkeys.word_keys(texts), a, b, shingle)
 
 
 def _batches(texts: pa.Array, batch_bytes: int) -> Iterator[tuple[int, int]]:

@@ -8,7 +8,7 @@ key-value metadata (META_KEY) records what it was computed from: raw/<source>'s 
 num_perm, shingle, seed and a hash of the signing code; `matches` compares it, so a source whose
 raw data and dedup parameters are unchanged keeps its signatures.
 
-`sign_words` is the one per-document signing function, on words already normalised: dedup_keys' map
+`minhash.sign_words` is the one per-document signing function, on words already normalised: dedup_keys' map
 (`dedup.sign_chunk`) calls it, and so does contamination_report's map pass (`audit.scan_chunk`), which
 normalises each text once for its 13-gram scan and, when a source's stored file is missing or was
 computed from an older raw version, writes that file for dedup_keys (`dedup.write_signatures`; the
@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from mix_assets.core import engine, textkeys
 from mix_assets.stages.dedup import minhash
+from mix_assets.stages.dedup.lsh import set_jaccard
 
 FORMAT = "mix_assets.signatures/1"
 META_KEY = b"mix_assets.signatures"
@@ -42,20 +43,11 @@ TEXT_ROWS = 256  # most texts per batch of the verification's text reads (~0.6 M
 SCALARS = ["doc_id", "exact_key", "n_shingles", "n_chars", "n_words"]
 
 
-def sign_words(keys: textkeys.WordKeys, a: np.ndarray, b: np.ndarray, shingle: int) -> minhash.Batch:
-    """Signature, word and shingle counts and exact key (`WordKeys.dedup_keys`) of each document, from
-    its normalised words (`textkeys.word_keys`); `a`, `b`: `minhash.permutations`. The same values
-    `minhash.sign_batch` gives for the texts."""
-    sh, soff = textkeys.ngram_hashes(keys.hashes, keys.offsets, shingle, short="whole")
-    sigs = minhash.signatures_from_hashes(minhash.shingle_hash32(sh), soff, a, b)
-    return minhash.Batch(sigs, np.diff(keys.offsets), np.diff(soff), keys.dedup_keys())
-
-
 # The code that decides a signature's bits: a change there invalidates every stored file.
 # (kernels_jit's text is read from its file: importing it would load numba in every process)
 _CODE = hashlib.sha256((inspect.getsource(minhash) + inspect.getsource(textkeys)
                         + Path(importlib.util.find_spec("mix_assets.core.kernels_jit").origin).read_text("utf-8")
-                        + inspect.getsource(sign_words)).encode()).hexdigest()[:16]
+                        ).encode()).hexdigest()[:16]
 
 
 def perm_columns(num_perm: int) -> list[str]:
@@ -210,8 +202,6 @@ class SpilledSets:
 
 
 def _jaccard_task(part: tuple) -> np.ndarray:
-    from mix_assets.stages.dedup.lsh import set_jaccard
-
     return set_jaccard(*part)
 
 

@@ -15,7 +15,6 @@ from mix_assets.stages.audit.audit import scrub_hashes
 from mix_assets.stages.dedup import dedup as dedup_lib
 from mix_assets.stages.filters import docfilters as lib
 from mix_assets.stages.filters import metadata as md
-from mix_assets.core import engine as engine_lib
 from mix_assets.core import layout, tables
 from mix_assets.resources import EngineResource, MixResource
 
@@ -48,7 +47,7 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
         kinds={"parquet"},
         owners=spec.owners,
         resource_defs={"engine": EngineResource.from_spec(spec)},
-        code_version=code_version(lib, engine_lib, json.dumps(configured, sort_keys=True)),
+        code_version=code_version(__name__, json.dumps(configured, sort_keys=True)),
         check_specs=[
             dg.AssetCheckSpec(NO_DOMAIN_VANISHED, asset=DOCUMENT_FILTERS, blocking=True,
                               description="No source, language or length bucket holding >= guard.min_share of the "

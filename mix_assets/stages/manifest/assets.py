@@ -21,7 +21,6 @@ from mix_assets.stages.common import (
 )
 from mix_assets.config import MixSpec
 from mix_assets.core import layout
-from mix_assets.stages.manifest import manifest_builder
 from mix_assets.stages.sources import modifiers
 from mix_assets.stages.audit import published_audit
 from mix_assets.format.manifest import ManifestError, check_manifest
@@ -62,7 +61,7 @@ def build_manifest_assets(spec: MixSpec) -> list:
         group_name=GROUP,
         kinds={"json"},
         owners=spec.owners,
-        code_version=code_version(manifest_builder, *((modifiers.build_scrub_manifest,) if scrubbing else ())),
+        code_version=code_version(__name__, scrubbing),
         deps=[dg.AssetKey("token_shards"), dg.AssetKey("tokenizer"), dg.AssetKey("dedup_keys"),
               dg.AssetKey("exclusion_masks"), dg.AssetKey("contamination_report"),
               *map(raw_key, scrubbing)],

@@ -15,7 +15,6 @@ found it whole. Both steps hold the storage root's run lease (`common.run_lock`)
 
 
 import json
-import os
 
 import dagster as dg
 
@@ -24,6 +23,7 @@ from mix_assets.stages.manifest.assets import SHARDS_AUDIT_CLEAN, SHARDS_AUDIT_R
 from mix_assets.config import MixSpec
 from mix_assets.core import layout
 from mix_assets.stages.publish import publish as pub
+from mix_assets.stages.publish.target import PUBLISHED_REVISION, read_only_target, write_target
 from mix_assets.stages.publish import metadata as md
 from mix_assets.format.manifest import check_manifest
 from mix_assets.core import transport
@@ -33,36 +33,7 @@ from mix_assets.resources import MixResource
 
 PUBLISHED_READABLE = "published_readable_from_empty_cache"
 GROUP = "publish"
-PUBLISHED_REVISION_KEY = dg.AssetKey("published_revision")
-
-
-def write_target(spec: MixSpec):
-    """The publish target with write access (ambient AWS_* credentials / HF_TOKEN)."""
-    p = spec.publish
-    return pub.make_target(spec.resolve(p.url), s3_endpoint_url=p.s3_endpoint_url, s3_region=p.s3_region)
-
-
-def read_only_target(spec: MixSpec, env: dict | None = None):
-    """The same target as a stranger sees it: read-only credentials or anonymous."""
-    env = os.environ if env is None else env
-    p = spec.publish
-    url = spec.resolve(p.url)
-    prefix, kind = p.read_credentials_env, transport.scheme(url)
-    if kind == transport.S3:
-        key = env.get(f"{prefix}_ACCESS_KEY_ID") if prefix else None
-        secret = env.get(f"{prefix}_SECRET_ACCESS_KEY") if prefix else None
-        if prefix and not (key and secret):
-            raise pub.PublishError(f"publish.read_credentials_env={prefix!r}: set {prefix}_ACCESS_KEY_ID and "
-                                   f"{prefix}_SECRET_ACCESS_KEY (or unset it for anonymous reads)")
-        client = pub.s3_client(p.s3_endpoint_url, p.s3_region, access_key=key, secret_key=secret,
-                               anonymous=not key)
-        return pub.S3Target(url, client)
-    if kind == transport.HUB:
-        from huggingface_hub import HfApi
-
-        token = env.get(prefix) if prefix else None
-        return pub.HubTarget(url, api=HfApi(token=token or False))
-    return pub.LocalTarget(url)
+PUBLISHED_REVISION_KEY = dg.AssetKey(PUBLISHED_REVISION)
 
 
 def _mix_dir(storage) -> Location:
@@ -83,7 +54,7 @@ def build_publish_assets(spec: MixSpec) -> list:
         deps=[dg.AssetKey("manifest")],
         kinds={"json", _target_kind(spec.publish.url)},
         owners=list(spec.owners),
-        code_version=code_version(pub, spec.publish.model_dump_json()),
+        code_version=code_version(__name__, spec.publish.model_dump_json()),
         automation_condition=dg.AutomationCondition.eager()
         & dg.AutomationCondition.all_deps_blocking_checks_passed(),
     )

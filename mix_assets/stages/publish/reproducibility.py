@@ -19,9 +19,11 @@ from typing import Optional
 
 import dagster as dg
 
+from mix_assets.console.metadata import markdown_table, table
 from mix_assets.stages.common import gate, gated
 from mix_assets.core import layout
 from mix_assets.stages.publish.drift import compare_manifests
+from mix_assets.stages.publish.target import write_target
 from mix_assets.resources import MixResource
 
 FINGERPRINT_REPRODUCED = "fingerprint_reproduced"
@@ -40,8 +42,6 @@ CHECK_DESCRIPTION = (
 
 def _published_manifest(mix, record: dict) -> dict | None:
     """The manifest of the recorded revision, read from the publish target (None if it is gone)."""
-    from mix_assets.stages.publish.assets import write_target
-
     raw = write_target(mix.spec).read(f"{record['revision']}/{MANIFEST_FILE}")
     return None if raw is None else json.loads(raw)
 
@@ -91,8 +91,6 @@ def build_reproducibility_checks(asset_keys: set[dg.AssetKey]) -> list:
         meta["n_drifts"] = len(cmp.drifts)
         meta["n_files_changed"] = sum(d.kind.startswith("file_") for d in cmp.drifts)
         if cmp.drifts:
-            from mix_assets.console.metadata import markdown_table, table
-
             rows = [d.as_row() for d in cmp.drifts]
             meta["drift"] = table(rows[:200], columns=["kind", "what", "published", "rebuilt"])
             meta["drift_md"] = markdown_table(rows, columns=["kind", "what", "published", "rebuilt"])

@@ -6,9 +6,7 @@ from mix_assets.stages.common import code_version, demo_corpus_parts, gate, gate
 from mix_assets.config import MixSpec
 from mix_assets.stages.sources.config import SourceSpec
 from mix_assets.stages.sources import demo_corpus, modifiers
-from mix_assets.stages.filters import filters, kernels
-from mix_assets.stages.filters.rules import c4 as c4_rule
-from mix_assets.core import layout, pii
+from mix_assets.core import layout
 from mix_assets.stages.sources import sources as lib
 from mix_assets.stages.sources import metadata as md
 from mix_assets.core.engine import Engine
@@ -29,7 +27,7 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
     # What raw writes depends on its modifiers (PII, C4 lines in mode modify), not on the rest of the
     # source's `filters:` (thresholds document_filters judges by): only the former marks raw stale.
     mods = modifiers.Modifiers.for_source(spec, src.name)
-    mod_parts = (modifiers, pii, *((filters, c4_rule, kernels) if mods.c4 else ()), mods.identity()) if mods else ()
+    mod_parts = (mods.identity(),) if mods else ()
 
     @dg.asset(
         key=key,
@@ -37,7 +35,7 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
         description=src.rationale,
         kinds={"parquet", src.loader.kind},
         owners=spec.owners,
-        code_version=code_version(lib, src.model_dump_json(exclude={"filters"}), spec.seed, target,
+        code_version=code_version(__name__, src.model_dump_json(exclude={"filters"}), spec.seed, target,
                                   spec.tokenizer.model_dump_json(), *mod_parts, *demo_corpus_parts(spec)),
         metadata={"license": src.license, "loader": src.loader.kind, "share": src.share, "epochs": src.epochs},
         check_specs=[

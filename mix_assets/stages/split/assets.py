@@ -6,7 +6,6 @@ from mix_assets.stages.common import code_version, gate, gated, raw_key, raw_nam
 from mix_assets.config import MixSpec
 from mix_assets.stages.dedup import dedup as dedup_lib
 from mix_assets.core import layout, lineage, tables
-from mix_assets.stages.split import split as split_lib
 from mix_assets.stages.split import metadata as md
 from mix_assets.stages.split.split import (
     build_validation_split,
@@ -31,7 +30,7 @@ def build_split_assets(spec: MixSpec) -> list:
         group_name=GROUP,
         kinds={"parquet"},
         owners=spec.owners,
-        code_version=code_version(split_lib, spec.seed, spec.split),
+        code_version=code_version(__name__, spec.seed, spec.split),
         deps=deps,
     )
     def validation_split(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:

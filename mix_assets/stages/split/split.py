@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
 
-from mix_assets.core import engine, tables
+from mix_assets.core import engine, layout, tables
 from mix_assets.stages.dedup import lsh
 from mix_assets.stages.dedup import minhash as mh
 from mix_assets.stages.dedup import signatures as sig
@@ -317,8 +317,6 @@ SPLIT_GROUP_ROWS = KEY_BATCH_ROWS
 def build_validation_split(storage, sources: list[str], seed: int, val_fraction: float) -> SplitSummary:
     """Read raw/<source>, dedup_keys and exclusion_masks through `storage`; write the split file a row
     group of SPLIT_GROUP_ROWS rows at a time."""
-    from mix_assets.core import layout
-
     raw = {s: storage.source(layout.RAW_DOCS.format(source=s)) for s in sources}
     summary = SplitSummary(per_source={})
 

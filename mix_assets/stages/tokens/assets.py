@@ -9,9 +9,7 @@ import dagster as dg
 from mix_assets.console import metadata as console_md
 from mix_assets.stages.common import code_version, gate, gated, raw_name, recorded, run_lock, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
-from mix_assets.core import engine as engine_lib
 from mix_assets.core import layout
-from mix_assets.stages.tokens import packing as packing_lib
 from mix_assets.stages.tokens import samples as samples_lib
 from mix_assets.stages.tokens import shards as shards_lib
 from mix_assets.stages.tokens import tokenizer as tokenizer_lib
@@ -43,7 +41,7 @@ def build_tokens_assets(spec: MixSpec) -> list:
         group_name=GROUP,
         kinds={"json"},
         owners=spec.owners,
-        code_version=code_version(tokenizer_lib, spec.tokenizer, spec.seed, [s.share for s in spec.sources]),
+        code_version=code_version(__name__, spec.tokenizer, spec.seed, [s.share for s in spec.sources]),
         deps=[dg.AssetKey("validation_split")],
     )
     def tokenizer(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
@@ -79,9 +77,9 @@ def build_tokens_assets(spec: MixSpec) -> list:
         owners=spec.owners,
         # the engine section is not in it: every engine writes the same bytes
         resource_defs={"engine": EngineResource.from_spec(spec)},
-        code_version=code_version(shards_lib, packing_lib, engine_lib, samples_lib, spec.packing, spec.seed,
-                                  spec.target_tokens, [(s.name, s.share, s.epochs) for s in spec.sources],
-                                  spec.audit.scrub_words, spec.audit.tasks),
+        code_version=code_version(__name__, spec.packing, spec.seed, spec.target_tokens,
+                                  [(s.name, s.share, s.epochs) for s in spec.sources], spec.audit.scrub_words,
+                                  spec.audit.tasks),
         deps=[dg.AssetKey("tokenizer"), dg.AssetKey("validation_split")],
     )
     def token_shards(context: dg.AssetExecutionContext, mix: MixResource,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
 import tempfile
 import threading
@@ -44,7 +45,9 @@ from mix_assets.stages.tokens.packing import (
     order_keys,
 )
 from mix_assets.core.progress import Progress
+from mix_assets.core.transport import UPLOAD
 from mix_assets.stages.split.split import unit_hash
+from mix_assets.stages.tokens.tokenizer import dtype_for_vocab, separator_id
 
 
 @dataclass(frozen=True)
@@ -666,8 +669,6 @@ def _write_stream_docs(storage, split_name: str, order: np.ndarray, takes: np.nd
 
 
 def packing_plan(spec, tok: Tokenizer) -> PackingPlan:
-    from mix_assets.stages.tokens.tokenizer import separator_id
-
     p = spec.packing
     return PackingPlan(
         seq_len=p.seq_len,
@@ -691,11 +692,6 @@ def build_token_shards(storage, spec, scratch_dir: Optional[str] = None, eng: en
     RAYON_NUM_THREADS is already set (it only takes effect before the process's first parallel
     encode), one each when the engine runs them in parallel; outputs do not depend on either.
     """
-    import json
-
-    from mix_assets.core.transport import UPLOAD
-    from mix_assets.stages.tokens.tokenizer import dtype_for_vocab
-
     os.environ.setdefault("RAYON_NUM_THREADS", str(spec.packing.threads))
     tok_at = tables.file_at(storage, layout.TOKENIZER_FILE)
     tokenizer = TokenizerFile.of(tok_at.path, tok_at.endpoint_url)

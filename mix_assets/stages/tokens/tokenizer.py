@@ -9,8 +9,10 @@ count. Identity = kind, repo, revision, vocab size, special tokens, sha256 of ev
 from __future__ import annotations
 
 import bisect
+import json
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
@@ -20,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from mix_assets.core import tables
+from mix_assets.core import layout, tables
 from mix_assets.stages.split.split import unit_hash
 from mix_assets.core.transport import sha256_file
 
@@ -198,11 +200,6 @@ def separator_id(tok: Tokenizer, separator: Optional[str]) -> Optional[int]:
 
 def build_tokenizer(storage, spec) -> TokenizerIdentity:
     """Get the configured tokenizer into `mix/tokenizer/` and write its identity record."""
-    import json
-    import tempfile
-
-    from mix_assets.core import layout
-
     ts = spec.tokenizer
     with tempfile.TemporaryDirectory(prefix="tokenizer_") as out:
         if ts.kind == "hub":

@@ -10,7 +10,8 @@ import dagster as dg
 import pytest
 
 from mix_assets.stages.manifest.assets import SHARDS_AUDIT_RECORD
-from mix_assets.stages.publish.assets import PUBLISHED_READABLE, build_publish_assets, read_only_target
+from mix_assets.stages.publish.assets import PUBLISHED_READABLE, build_publish_assets
+from mix_assets.stages.publish.target import read_only_target
 from mix_assets.config import parse_spec
 from mix_assets.core import layout
 from mix_assets.stages.publish import publish as pub
