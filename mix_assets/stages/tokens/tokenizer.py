@@ -52,11 +52,6 @@ class TokenizerIdentity:
         }
 
 
-def dtype_for_vocab(vocab_size: int) -> str:
-    """uint16 when every id fits, else uint32."""
-    return "uint16" if vocab_size <= 1 << 16 else "uint32"
-
-
 def special_tokens_of(tok: Tokenizer) -> dict[str, int]:
     return {
         t.content: int(i)

@@ -227,7 +227,7 @@ _KILLED_MID_PACK = """
 import os, sys, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])
-from mix_assets.lib import shards
+from mix_assets.stages.tokens import shards
 from mix_assets.core.storage import Storage
 from mix_assets_tests.support.tokens_spec import tiny_spec
 root, real_replace = Path(sys.argv[1]), os.replace
