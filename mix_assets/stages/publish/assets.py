@@ -25,7 +25,7 @@ from mix_assets.stages.manifest.assets import SHARDS_AUDIT_CLEAN, SHARDS_AUDIT_R
 from mix_assets.config import MixSpec
 from mix_assets.core import layout
 from mix_assets.stages.publish import publish as pub
-from mix_assets.format.manifest import check_manifest
+from mix_assets.format.checker import check_manifest
 from mix_assets.core.transport import Location
 from mix_assets.reader import open_mix
 from mix_assets.resources import MixResource

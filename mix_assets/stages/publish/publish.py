@@ -47,13 +47,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mix_assets.format.manifest import (
-    INTERPRETATION_KEY,
-    LocalDir,
-    UnsafePathError,
-    manifest_problems,
-    safe_path,
-)
+from mix_assets.format.checker import manifest_problems
+from mix_assets.format.manifest import INTERPRETATION_KEY
+from mix_assets.format.mixdir import LocalDir
+from mix_assets.format.paths import UnsafePathError, safe_path
 from mix_assets.core.transport import (  # noqa: F401 -- s3_client re-exported for callers of this module
     HubLocation,
     IntegrityError,

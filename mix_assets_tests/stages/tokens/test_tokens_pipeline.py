@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mix_assets.format.manifest import ManifestError, check_manifest, compute_fingerprint
+from mix_assets.format.checker import check_manifest
+from mix_assets.format.manifest import ManifestError, compute_fingerprint
 from mix_assets.stages.manifest.manifest_builder import fingerprint, write_manifest
 from mix_assets.stages.tokens.packing import ShortfallError
 from mix_assets.stages.tokens.shards import build_token_shards
