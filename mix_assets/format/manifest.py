@@ -17,8 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mix_assets.core.transport import sha256_stream  # noqa: F401 -- re-exported (reader, checks)
-
+from mix_assets.core.transport import sha256_stream
 
 FORMAT = "mix_assets.manifest/1"
 MANIFEST_NAME = "manifest.json"
@@ -77,12 +76,6 @@ def compute_fingerprint(files: Iterable[Mapping[str, Any] | str]) -> str:
     for f in files:
         h.update((f if isinstance(f, str) else f["sha256"]).encode("utf-8"))
     return h.hexdigest()
-
-
-def itemsize(dtype: str) -> int:
-    if dtype not in DTYPES:
-        raise ManifestError([f"dtype: {dtype!r} is not one of {sorted(DTYPES)}"])
-    return DTYPES[dtype]
 
 
 def file_entry(root: str | os.PathLike, path: str) -> dict:

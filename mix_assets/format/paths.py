@@ -89,3 +89,14 @@ def manifest_paths(m: Mapping[str, Any]) -> list[tuple[str, Any]]:
         if p is not None:
             out.append((f"review.{k}", p))
     return out
+
+
+def path_problems(m: Mapping[str, Any]) -> tuple[list[str], set]:
+    """(a problem per unsafe path the manifest names, the set of those paths): they are never opened."""
+    problems, unsafe = [], set()
+    for where, p in manifest_paths(m):
+        why = path_problem(p)
+        if why is not None:
+            problems.append(f"{where}: {p!r}: {why}")
+            unsafe.add(p if isinstance(p, str) else None)
+    return problems, unsafe

@@ -10,7 +10,7 @@ import pytest
 
 from mix_assets.format.checks.review import review_count_problems
 from mix_assets.format.mixdir import LocalDir
-from mix_assets.stages.split.split import unit_hash
+from mix_assets.core.seeded import unit_hash
 
 
 def _counts_reference(keys: pa.Table, masks: pa.Table, seed: int, val_fraction: float) -> tuple[dict, dict]:

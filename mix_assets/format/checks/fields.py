@@ -11,6 +11,8 @@ def is_int(v: Any) -> bool:
 
 
 class Checker:
+    """The problems found so far, and reads of fields that add one when a field is missing or mistyped."""
+
     def __init__(self, m: Mapping[str, Any]):
         self.m = m
         self.problems: list[str] = []

@@ -15,7 +15,7 @@ _BATCH_ROWS = 8192  # rows of the review files decoded into Python objects at a 
 def review_count_problems(m: Mapping[str, Any], src: Any, cfg: Mapping[str, Any], skip: set = frozenset()) -> list[str]:
     """Document counts against the review files: kept documents = dedup_keys rows minus the doc_ids of
     exclusion_masks; a kept document is val when hash(seed, cluster_id) < split.val_fraction (the rule
-    of stages/split/split.assign_split). splits.val.documents must equal the kept val documents, and each
+    of stages/split/split.assign_split, core/seeded.unit_hash). splits.val.documents must equal the kept val documents, and each
     source's unique_documents cannot exceed its kept train documents. Without a separator a unique document
     of no token is left out of splits.train.documents; only a document without words (dedup_keys n_words 0)
     can encode to none, so train documents are at least the unique ones less the kept train documents
@@ -23,6 +23,7 @@ def review_count_problems(m: Mapping[str, Any], src: Any, cfg: Mapping[str, Any]
     time on this thread (`tables.iter_batches`, the freed pages returned after each): a whole-file or
     threaded read left more memory resident the larger the corpus (issue 13; docs/scale.md). Held: the
     excluded ids (`IdSet`), nothing per kept document."""
+    # pyarrow only when review counts are checked: the reader imports the checker and never needs them
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -30,7 +31,7 @@ def review_count_problems(m: Mapping[str, Any], src: Any, cfg: Mapping[str, Any]
 
     from mix_assets.core import tables
     from mix_assets.core.idset import IdSet
-    from mix_assets.stages.split.split import unit_hash
+    from mix_assets.core.seeded import unit_hash
 
     review = m.get("review") if isinstance(m.get("review"), Mapping) else {}
     keys_path, masks_path = review.get("dedup_keys"), review.get("exclusion_masks")

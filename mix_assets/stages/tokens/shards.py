@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from tokenizers import Tokenizer
 
 from mix_assets.core import engine, layout, scratch, tables, transport
+from mix_assets.core.seeded import unit_hash
 from mix_assets.format.shards import ShardWriter, dtype_for_vocab, shard_bytes, token_dtype
 from mix_assets.stages.tokens.packing import (
     Appearances,
@@ -43,7 +44,6 @@ from mix_assets.stages.tokens.packing import (
     order_keys,
 )
 from mix_assets.core.progress import Progress
-from mix_assets.stages.split.split import unit_hash
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from mix_assets.core import tables
-from mix_assets.stages.split.split import unit_hash
+from mix_assets.core.seeded import unit_hash
 from mix_assets.core.transport import sha256_file
 
 # Files taken from a hub repo besides tokenizer.json, when the repo has them.

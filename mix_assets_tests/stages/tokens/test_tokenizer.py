@@ -130,7 +130,7 @@ def _training_sample_reference(split_path, raw_paths, shares, sample_bytes, seed
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from mix_assets.stages.split.split import unit_hash
+    from mix_assets.core.seeded import unit_hash
 
     split = pq.read_table(split_path, columns=["doc_id", "source", "n_bytes", "split"])
     split = split.filter(pc.equal(split.column("split"), "train"))
