@@ -50,6 +50,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -64,6 +65,8 @@ from mix_assets.core import engine
 from mix_assets.stages.tokens.bytelevel import ByteDecoder
 from mix_assets.core import textkeys as tk
 from mix_assets.core.progress import Progress
+from mix_assets.format import docindex
+from mix_assets.reader import open_mix
 
 REPORT_FORMAT = "mix_assets.published_audit/1"
 TOKENIZER_FILE = "tokenizer/tokenizer.json"
@@ -425,8 +428,6 @@ class ThreadReaders:
 
 
 def _open_split(location: Any, cache_dir: Optional[str], open_kwargs: dict, split: str):
-    from mix_assets.reader import open_mix
-
     return open_mix(location, cache_dir, split=split, shuffle=False, epochs=1, **open_kwargs)
 
 
@@ -457,10 +458,6 @@ def check_doc_index(r, rng: SampleRange, separator_id: Optional[int], head: Opti
     ShardCorruptError names the file); with a separator, each start follows one, but for at most one
     budget-cut appearance per source in train (format/docindex.py). `head`: the range's first samples, used
     when they are the whole shard (not read twice)."""
-    from bisect import bisect_right
-
-    from mix_assets.format import docindex
-
     entries = r.manifest["splits"][rng.split]["shards"]
     firsts = np.cumsum([0] + [e["samples"] for e in entries])
     si = bisect_right(firsts.tolist(), rng.start) - 1
@@ -519,8 +516,6 @@ def audit_published(
 
     Each shard is a map task on `eng` (`audit_range`; in process or Ray); `log` gets progress lines.
     The report does not depend on the engine, its worker count or the shard cut."""
-    from mix_assets.reader import open_mix
-
     ref = reference or load_reference(spec)
     readers = {s: open_mix(location, cache_dir, split=s, shuffle=False, epochs=1, **open_kwargs) for s in SPLITS}
     manifest = readers["train"].manifest
