@@ -104,8 +104,9 @@ def test_no_module_outside_format_encodes_or_decodes_shard_bytes():
 
 
 def test_only_format_names_the_shard_dtype_and_writes_shard_files():
-    """The little-endian token dtype and the shard / document index file keys appear in format/ alone."""
-    needles = ('newbyteorder("<")', "layout.SHARD.", "layout.DOC_INDEX.")
+    """The little-endian token dtype, its item size and the shard / document index file keys appear in
+    format/ alone."""
+    needles = ('newbyteorder("<")', '== "uint16"', "layout.SHARD.", "layout.DOC_INDEX.")
     found = [f"{p.relative_to(PACKAGE)}:{i}: {line.strip()}"
              for p in _sources(".") if PACKAGE / "format" not in p.parents
              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)

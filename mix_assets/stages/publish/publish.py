@@ -52,6 +52,7 @@ from mix_assets.format.card import dataset_card
 from mix_assets.format.checker import manifest_problems
 from mix_assets.format.mixdir import LocalDir
 from mix_assets.format.paths import UnsafePathError, safe_path
+from mix_assets.format.shards import read_row
 from mix_assets.core.transport import (  # noqa: F401 -- s3_client re-exported for callers of this module
     HubLocation,
     IntegrityError,
@@ -725,8 +726,8 @@ def verify(target: Target, revision: str, local_mix: str | os.PathLike | Locatio
 
 
 def _compare_raw_samples(manifest, root: Path, source: Location, n_random, seed, problems, uri) -> int:
-    """Sample k of a split read from the downloaded shards == the same bytes of the local shards."""
-    sample_bytes = manifest["packing"]["sample_len"] * (2 if manifest["dtype"] == "uint16" else 4)
+    """Sample k of a split read from the downloaded shards == the same sample of the local shards."""
+    L, dtype = manifest["packing"]["sample_len"], manifest["dtype"]
     compared = 0
     for split, s in manifest["splits"].items():
         starts, acc = [], 0
@@ -736,11 +737,12 @@ def _compare_raw_samples(manifest, root: Path, source: Location, n_random, seed,
         for k in _sample_indices(acc, n_random, seed):
             i = max(j for j, st in enumerate(starts) if st <= k)
             sh = s["shards"][i]
-            off = (k - starts[i]) * sample_bytes
             with open(root / sh["path"], "rb") as a, source.open(sh["path"]) as b:
-                a.seek(off)
-                b.seek(off)
-                if a.read(sample_bytes) != b.read(sample_bytes):
+                try:
+                    same = (read_row(a, k - starts[i], dtype, L) == read_row(b, k - starts[i], dtype, L)).all()
+                except ValueError:  # a short read: the sizes were checked, so a file changed meanwhile
+                    same = False
+                if not same:
                     problems.append(f"{uri(sh['path'])}: {split} sample {k} differs from the local shard")
             compared += 1
     return compared
