@@ -1,4 +1,4 @@
-"""Benchmark: dedup_keys (lib.dedup.dedup_keys_table) in process vs on a local Ray instance.
+"""Benchmark: dedup_keys (stages/dedup/dedup.dedup_keys_table) in process vs on a local Ray instance.
 
     PYTHONPATH=. .venv/bin/python bench/engine.py [--mb 50] [--data ../shared/data] [--out /tmp/bench-engine] [--chunk-rows 2048]
 

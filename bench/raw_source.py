@@ -8,7 +8,7 @@ a trained tokenizer (so bytes per token is the fallback, no head read), target_t
 budget is 80 % of the source's estimated tokens: the whole source is read (4 x budget is more than
 it holds) and about 80 % of it is kept and written to raw/<source>/documents.parquet.
 
-Each read runs `lib.sources.read_raw_source` in a fresh subprocess with `--code` (default: this
+Each read runs `stages/sources/sources.read_raw_source` in a fresh subprocess with `--code` (default: this
 checkout) first on its path, so the same corpus can be read by an older revision exported elsewhere
 (`git archive <rev> | tar -x -C DIR`). Peak RSS = VmHWM of that process; `base` = VmRSS after the
 imports, before reading.
@@ -136,10 +136,15 @@ def _old_sources(rev: str):
     """stages/sources/sources.py as of `rev`, imported as its own module (the rest of mix_assets is this checkout's)."""
     import types
 
-    text = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:mix_assets/stages/sources/sources.py"], check=True,
-                          stdout=subprocess.PIPE, text=True).stdout
-    mod = types.ModuleType("mix_assets.lib._sources_old")
-    mod.__file__ = f"{rev}:mix_assets/stages/sources/sources.py"
+    for path in ("mix_assets/stages/sources/sources.py", "mix_assets/lib/sources.py"):  # the latter before the stage layout
+        got = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{path}"], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+        if got.returncode == 0:
+            break
+    got.check_returncode()
+    text = got.stdout
+    mod = types.ModuleType("mix_assets.stages.sources._sources_old")
+    mod.__file__ = f"{rev}:{path}"
     sys.modules[mod.__name__] = mod  # dataclasses look their module up
     exec(compile(text, mod.__file__, "exec"), mod.__dict__)
     return mod
@@ -152,7 +157,7 @@ def compare(config: Path, old_rev: str, workers: list[int], repeats: int, rss: b
     import tempfile
 
     sys.path.insert(0, str(REPO))
-    from mix_assets.console import metadata as md
+    from mix_assets.stages.sources import metadata as md
     from mix_assets.config import load_spec
     from mix_assets.core import layout
     from mix_assets.stages.sources import sources as new

@@ -2,7 +2,7 @@
 
     PYTHONPATH=$PWD /work/main/.venv/bin/python bench/shards_audit.py --sizes 100 400 --reps 3 --threads 2
 
-What the check runs is `lib.published_audit.audit_published(<root>/mix, spec, cache_dir)`: open the
+What the check runs is `stages/audit/published_audit.audit_published(<root>/mix, spec, cache_dir)`: open the
 train and val splits with `reader.open_mix` (manifest check, shard sha256 on first use), build the eval
 registry from the config's tasks (non-test splits), decode every sample with the mix's tokenizer and
 count 13-gram overlaps. This script measures, each in a fresh subprocess (RAYON_NUM_THREADS fixed

@@ -10,7 +10,7 @@ Tokenizer: 32k byte-level BPE trained with stages/tokens/tokenizer.py on a seede
 Each measurement runs in a fresh subprocess (RAYON_NUM_THREADS fixed before import; peak RSS =
 VmHWM of that process); tools interleaved per repetition, medians reported.
   raw   = texts already in memory -> encode_batch_fast in batches of 1,000 docs (the physical limit)
-  e2e   = lib.shards.build_token_shards: parquet read + encode + spill + budget fill + pack + sha256
+  e2e   = stages/tokens/shards.build_token_shards: parquet read + encode + spill + budget fill + pack + sha256
           + atomic shard writes (exactly what the token_shards asset runs)
 """
 

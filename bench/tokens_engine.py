@@ -6,7 +6,7 @@
 Corpus and config: bench/graph.py's (../mix_assets_tests/support/gen_corpus.py Markov prose, 10 % planted near-copies,
 four sources, trained 4096-token BPE, `<|endoftext|>` separator, 1 Mi-token shards); the graph
 up to token_shards (raw, dedup, audit, masks, split, tokenizer) is built once in this checkout.
-Then each variant rebuilds token_shards (lib.shards.build_token_shards) in a fresh subprocess,
+Then each variant rebuilds token_shards (stages/tokens/shards.build_token_shards) in a fresh subprocess,
 variants interleaved per repetition, RAYON_NUM_THREADS=--threads:
   before   = `--before`'s mix_assets (e.g. a `git archive` of the previous commit), its own call
   local-N  = this checkout, engine kind local, num_cpus N (threads in the step's process)

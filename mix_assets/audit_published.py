@@ -26,7 +26,7 @@ from mix_assets.core import engine
 from mix_assets.stages.audit import published_audit as pa_
 from mix_assets.stages.audit.evals import EvalDataError, TestSplitRefused
 from mix_assets.format.manifest import ManifestError
-from mix_assets.reader import ReaderError
+from mix_assets.reader.errors import ReaderError
 
 EXIT_ERROR = 2
 

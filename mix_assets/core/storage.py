@@ -18,17 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterator, Optional
 
-from mix_assets.core.transport import (  # noqa: F401 -- re-exported: the names callers import from here
-    UPLOAD,
-    LocalLocation,
-    Location,
-    S3Location,
-    atomic_path,
-    atomic_write_bytes,
-    s3_client,
-    sha256_file,
-    split_s3_url,
-)
+from mix_assets.core.transport import S3, LocalLocation, Location, S3Location, s3_client, scheme, split_s3_url
 
 _MISSING = " (was the upstream asset materialised?)"
 
@@ -69,7 +59,7 @@ class Storage:
 
     @property
     def is_s3(self) -> bool:
-        return self.root.startswith("s3://")
+        return scheme(self.root) == S3
 
     @property
     def location(self) -> Location:

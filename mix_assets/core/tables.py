@@ -10,7 +10,7 @@ from typing import Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mix_assets.core import engine, layout
+from mix_assets.core import engine, layout, transport
 
 
 # Fixed writer options and no timestamps: the same table gives the same bytes on every build.
@@ -65,7 +65,7 @@ def parquet_file(source) -> pq.ParquetFile:
     """A `pq.ParquetFile` over a path (buffered: READ_BUFFER_BYTES), an open file, or itself."""
     if isinstance(source, pq.ParquetFile):
         return source
-    if isinstance(source, (str, os.PathLike)) and not str(source).startswith("s3://"):
+    if isinstance(source, (str, os.PathLike)) and transport.scheme(str(source)) != transport.S3:
         return pq.ParquetFile(source, buffer_size=READ_BUFFER_BYTES, pre_buffer=False)
     return pq.ParquetFile(source)
 

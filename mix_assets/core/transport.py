@@ -2,7 +2,7 @@
 revision) holding objects under relative `/`-separated keys.
 
 Every reader and writer of the project goes through it: `core/storage.Storage` (the build's artifacts),
-the publish targets of `stages/publish/publish.py`, and the reader's backends (`mix_assets/reader/__init__.py`).
+the publish targets of `stages/publish/publish.py`, and the reader's backends (`mix_assets/reader/backends.py`).
 
   open(key)              a seekable binary file; on S3 every read is an HTTP range GET, so
                          `pq.ParquetFile(loc.open(key))` reads the footer and the row groups it needs,
@@ -40,6 +40,7 @@ import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -111,10 +112,74 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         Path(tmp).write_bytes(data)
 
 
+# -- locations: the one place that knows the URL schemes --------------------------------------------------
+S3, HUB, LOCAL = "s3", "hf", "file"
+SCHEMES = (S3, HUB)  # a location is a local path (or file://...), s3://bucket/prefix or hf://datasets/org/name[@rev][/dir]
+
+
+def has_scheme(location: str) -> bool:
+    """Whether `location` is written as a URL (`<scheme>://...`, file:// included) rather than a path."""
+    return "://" in location
+
+
+def is_url(location: str) -> bool:
+    """Whether `location` names a remote scheme (anything with `://` but a file:// path)."""
+    return has_scheme(location) and not location.startswith("file://")
+
+
+def is_s3(location: str) -> bool:
+    return location.startswith(f"{S3}://")
+
+
+def scheme(location: str) -> str:
+    """S3, HUB or LOCAL; ValueError naming the location for any other `<scheme>://`."""
+    for name in SCHEMES:
+        if location.startswith(f"{name}://"):
+            return name
+    if is_url(location):
+        raise ValueError(f"{location}: unsupported location (use a local path, s3://bucket/prefix "
+                         "or hf://datasets/org/name)")
+    return LOCAL
+
+
+def local_path(location: str) -> str:
+    """A LOCAL location as a path (`file://` dropped)."""
+    return location.removeprefix("file://")
+
+
+@dataclass(frozen=True)
+class HubUrl:
+    """`hf://datasets/<repo_id>[@<revision>][/<subdir>]`."""
+
+    repo_id: str
+    revision: str | None
+    subdir: str
+
+
+def split_hub_url(url: str) -> HubUrl:
+    """Parse a hub dataset URL; ValueError naming the URL when it is not `hf://datasets/<org>/<name>...`."""
+    rest = url.removeprefix(f"{HUB}://")
+    if not rest.startswith("datasets/"):
+        raise ValueError(f"{url}: expected hf://datasets/org/name[@revision][/subdir]")
+    parts = rest.removeprefix("datasets/").split("/")
+    if len(parts) < 2 or not parts[0] or not parts[1]:
+        raise ValueError(f"{url}: expected hf://datasets/org/name[@revision][/subdir]")
+    name, at, revision = parts[1].partition("@")
+    if at and not revision:
+        raise ValueError(f"{url}: empty revision after '@'")
+    return HubUrl(f"{parts[0]}/{name}", revision or None, "/".join(p for p in parts[2:] if p))
+
+
+def s3_url_within(url: str, root: str) -> bool:
+    """Whether s3 `url` is `root` or under it (bucket and key prefix compared, not strings)."""
+    (b1, k1), (b2, k2) = split_s3_url(url), split_s3_url(root)
+    return b1 == b2 and (not k2 or k1 == k2 or k1.startswith(k2 + "/"))
+
+
 # -- S3 clients: the one factory ----------------------------------------------------------------------------
 def split_s3_url(url: str) -> tuple[str, str]:
     """`s3://bucket/a/b` -> ("bucket", "a/b")."""
-    rest = url.removeprefix("s3://")
+    rest = url.removeprefix(f"{S3}://")
     bucket, _, prefix = rest.partition("/")
     if not bucket:
         raise ValueError(f"{url}: an S3 URL needs a bucket, e.g. s3://bucket/prefix")

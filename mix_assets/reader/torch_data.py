@@ -47,7 +47,8 @@ except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError("mix_assets.reader.torch_data needs torch: pip install 'mix_assets[torch]' "
                       "(mix_assets.reader works without it)") from e
 
-from mix_assets.reader import MixReader, StepPlan, open_mix
+from mix_assets.reader.mix import MixReader, open_mix
+from mix_assets.reader.plan import StepPlan
 
 
 def rank_and_world(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:

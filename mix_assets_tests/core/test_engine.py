@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mix_assets.console import metadata as md
+from mix_assets.stages.audit import metadata as audit_md
 from mix_assets.stages.dedup import assets as dedup_assets
 from mix_assets.stages.filters.assets import build_filter_assets
 from mix_assets.stages.sources.assets import build_source_assets
@@ -240,7 +240,7 @@ def _contamination_bytes(storage, spec, engine) -> tuple[bytes, bytes, dict]:
     kept = audit.kept_overlap(storage, spec)
     assert log.lines[-1].startswith("contamination_report: ") and "done in" in log.lines[-1]
     return (storage.read_bytes(layout.CONTAMINATION_REPORT), storage.read_bytes(layout.CONTAMINATED_DOCS),
-            {k: repr(v) for k, v in md.zero_eval_overlap(kept).items()})
+            {k: repr(v) for k, v in audit_md.zero_eval_overlap(kept).items()})
 
 
 @pytest.mark.ray

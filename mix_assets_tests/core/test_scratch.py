@@ -35,7 +35,8 @@ def test_sweep_removes_only_entries_of_exited_processes_of_this_host(tmp_path):
 
 
 def test_s3_uploads_go_through_an_owner_named_local_file(tmp_path):
-    from mix_assets.core.storage import UPLOAD, Storage
+    from mix_assets.core.storage import Storage
+    from mix_assets.core.transport import UPLOAD
     from mix_assets.core.transport import S3Location
 
     names, sent = [], []

@@ -4,7 +4,8 @@ import textwrap
 
 import pytest
 
-from mix_assets.core.storage import Storage, atomic_path, split_s3_url
+from mix_assets.core.storage import Storage
+from mix_assets.core.transport import atomic_path, split_s3_url
 
 from mix_assets_tests.conftest import REPO
 
@@ -36,7 +37,7 @@ def test_killed_writer_never_leaves_a_complete_looking_file(tmp_path):
     target = tmp_path / "shard.bin"
     code = textwrap.dedent(f"""
         import os
-        from mix_assets.core.storage import atomic_path
+        from mix_assets.core.transport import atomic_path
         with atomic_path({str(target)!r}) as tmp:
             with open(tmp, "wb") as f:
                 f.write(b"x" * 1000)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mix_assets.core.storage import Storage, split_s3_url
+from mix_assets.core.storage import Storage
+from mix_assets.core.transport import split_s3_url
 from mix_assets_tests.support.s3server import WRITER
 
 pytestmark = pytest.mark.s3

@@ -20,9 +20,8 @@ from mix_assets.reader import (
     ResumeMismatchError,
     ShardCorruptError,
     open_mix,
-    perm_sha,
-    permutation,
 )
+from mix_assets.reader.shuffle import perm_sha, permutation
 from mix_assets_tests.support.fakeremotes import FakeHub, FakeS3Client
 from mix_assets_tests.support.mixfactory import all_tokens, write_manifest, write_test_mix
 
@@ -428,7 +427,7 @@ def test_s3_corrupt_shard_raises_naming_the_file_and_is_not_cached(mix, tmp_path
 
 
 def test_s3_client_is_built_from_endpoint_argument_or_env(monkeypatch, tmp_path):
-    from mix_assets.reader import _S3Backend
+    from mix_assets.reader.backends import _S3Backend
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
     b = _S3Backend("s3://bkt/p", tmp_path, None, True, None)
@@ -462,7 +461,8 @@ def test_hub_reads_through_huggingface_hub_then_offline_from_cache(mix, tmp_path
     # Offline (HF_HUB_OFFLINE=1, no server): the cached shards read, an uncached one fails clearly.
     code = f"""
 import json, sys
-from mix_assets.reader import open_mix, ReaderError
+from mix_assets.reader import open_mix
+from mix_assets.reader.errors import ReaderError
 r = open_mix({loc!r}, cache_dir={str(cache)!r}, shuffle_seed={SEED})
 r.load_state_dict(json.loads({json.dumps(json.dumps(state))}))
 ks = [k for k in range(len(r)) if r.storage_index(k) < 14]
@@ -483,7 +483,7 @@ except ReaderError as e:
 
 
 def test_hub_location_needs_a_revision(tmp_path):
-    from mix_assets.reader import ReaderError
+    from mix_assets.reader.errors import ReaderError
 
     with pytest.raises(ReaderError, match="pinned revision"):
         open_mix("hf://datasets/org/name", cache_dir=tmp_path)

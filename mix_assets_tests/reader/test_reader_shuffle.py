@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from mix_assets.reader import STATE_FORMAT_1, ResumeMismatchError, open_mix, perm_sha, shard_window_permutation
+from mix_assets.reader import ResumeMismatchError, open_mix
+from mix_assets.reader.mix import STATE_FORMAT_1
+from mix_assets.reader.shuffle import perm_sha, shard_window_permutation
 from mix_assets_tests.support.fakeremotes import FakeS3Client
 from mix_assets_tests.support.mixfactory import all_tokens, write_test_mix
 from mix_assets_tests.reader.test_reader import _splitmix64_py

@@ -9,17 +9,17 @@ metadata. The logic is in `stages/audit/audit.py`, `stages/audit/evals.py` and `
 
 import dagster as dg
 
-from mix_assets.console import metadata as md
+from mix_assets.console import metadata as console_md
 from mix_assets.stages.common import code_version, demo_corpus_parts, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.stages.audit import audit as lib
 from mix_assets.stages.audit import contamination as ct
-from mix_assets.console import charts
 from mix_assets.stages.sources import demo_corpus
 from mix_assets.stages.audit import evals
 from mix_assets.core import layout
 from mix_assets.stages.audit import fuzzy as fuzzy_lib
 from mix_assets.stages.audit.published_audit import denominator_problems
+from mix_assets.stages.audit import metadata as md
 from mix_assets.core import engine as engine_lib
 from mix_assets.resources import EngineResource, MixResource
 
@@ -120,7 +120,7 @@ def _contamination_report(spec: MixSpec, version: str) -> dg.AssetsDefinition:
                                                           *(scan.fuzzy.outputs if scan.fuzzy else [])], inputs, context)
         metadata = md.contamination_report(storage, layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS, scan, report)
         if scan.fuzzy:  # no_fuzzy_eval_overlap reports it as its elapsed_seconds
-            metadata[FUZZY_SECONDS] = md.seconds(scan.fuzzy.seconds)
+            metadata[FUZZY_SECONDS] = console_md.seconds(scan.fuzzy.seconds)
         metadata["dedup_signatures_written_sources"] = ", ".join(scan.signed_sources) or "none"
         context.log.info(f"scanned {report['docs_scanned']:,} docs: {report['contaminated_docs']:,} contaminated, "
                          f"overlap_total {scan.tally.overlap_total:,}")

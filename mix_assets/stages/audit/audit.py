@@ -1,6 +1,8 @@
 """The eval registry on disk and the scans against it: one hashing pass per task, shared by the
 in-graph audit (`eval_registry`, `contamination_report`, `zero_eval_overlap`) and the audit of a
 published revision (`stages/audit/published_audit.load_reference`). Counts and hashes only, never item text.
+`spec` is the mix spec (`mix_assets/config.py`), read here (its `audit` section, sources, base_dir), never
+imported: a stage imports only its own config section (`stages/audit/config.py`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mix_assets.config import HubDataset, MixSpec
 from mix_assets.stages.audit import contamination as ct
 from mix_assets.stages.dedup import dedup
 from mix_assets.core import engine, layout, lineage, tables
@@ -48,18 +49,18 @@ class TaskReference:
 
 
 def dataset_id(ds) -> str:
-    if isinstance(ds, HubDataset):
+    if ds.kind == "hub":
         return f"hub:{ds.repo_id}@{ds.revision}" + (f"/{ds.config_name}" if ds.config_name else "")
     return f"local:{ds.path}"
 
 
-def task_references(spec: MixSpec, keep_words: bool = False) -> Iterator[TaskReference]:
+def task_references(spec, keep_words: bool = False) -> Iterator[TaskReference]:
     """Each task's audit splits hashed (test splits refused by stages/audit/evals); item text dropped after."""
     for task in spec.audit.tasks:
         yield _reference(spec, task, evals.load_task_items(task, spec.base_dir), keep_words)
 
 
-def _reference(spec: MixSpec, task, items: evals.TaskItems, keep_words: bool = False,
+def _reference(spec, task, items: evals.TaskItems, keep_words: bool = False,
                words: list | None = None, threads: int | None = None) -> TaskReference:
     """A task's reference from its items (or their `contamination.item_words`, when already computed),
     hashed on `threads` (default audit.threads)."""
@@ -89,13 +90,13 @@ def merged_scrub(scrub: list[np.ndarray]) -> np.ndarray:
     return ct.sorted_unique(np.concatenate(scrub)) if scrub else np.zeros(0, np.uint64)
 
 
-def scrub_hashes(spec: MixSpec) -> np.ndarray:
+def scrub_hashes(spec) -> np.ndarray:
     """The scrub set alone (every task's `scrub_words`-word runs, hashed): what a rendering of text is masked with."""
     k = spec.audit.scrub_words
     return merged_scrub([ct.scrub_ngrams(evals.load_task_items(t, spec.base_dir).items, k) for t in spec.audit.tasks])
 
 
-def scrub_set(storage, spec: MixSpec) -> np.ndarray:
+def scrub_set(storage, spec) -> np.ndarray:
     """`scrub_hashes(spec)`, read from eval_registry's scrub-ngrams.npy when that file is the one its lineage
     record lists and the registry was built for these tasks and `scrub_words` (re-hashing every eval item
     costs a second or more per call, whatever the corpus size); else computed."""
@@ -133,12 +134,12 @@ class RegistryWritten:
         return [{"task": t, **{c: m.get(c, 0) for c in cols}} for t, m in self.tasks.items()]
 
 
-def fuzzy_enabled(spec: MixSpec) -> bool:
+def fuzzy_enabled(spec) -> bool:
     """The fuzzy advisory runs (and eval_registry writes its index) when enabled and there are tasks."""
     return spec.audit.fuzzy.enabled and bool(spec.audit.tasks)
 
 
-def write_registry(storage, spec: MixSpec, log=None) -> RegistryWritten:
+def write_registry(storage, spec, log=None) -> RegistryWritten:
     """Hash every task and write its n-grams, short items, the merged scrub set and eval_registry.json;
     with the fuzzy advisory on, its item index too (built here, from the items read once, for every
     contamination_report map task to load). Each task is normalised and hashed on a pool thread while
@@ -178,7 +179,7 @@ def write_registry(storage, spec: MixSpec, log=None) -> RegistryWritten:
     return RegistryWritten(tasks, files)
 
 
-def _hashed(spec: MixSpec, task, items: evals.TaskItems) -> tuple[TaskReference, list]:
+def _hashed(spec, task, items: evals.TaskItems) -> tuple[TaskReference, list]:
     """A task's reference and its items' `contamination.item_words` (one thread; the item text is dropped after)."""
     words = ct.item_words(items.items)
     items.items.clear()
@@ -439,7 +440,7 @@ class Scan:
 REPORT_DENOMINATORS = ("rows", "empty_rows", "strings", "items", "ngrams", "short_items", "short_items_unmatched")
 
 
-def write_contamination_report(storage, spec: MixSpec, eng: engine.Engine = engine.Engine(),
+def write_contamination_report(storage, spec, eng: engine.Engine = engine.Engine(),
                                log=None, raw_versions: dict[str, str] | None = None) -> tuple[Scan, dict]:
     """Scan every source on `eng`, write the report JSON and the contaminated doc ids; (scan, report).
 
@@ -480,7 +481,7 @@ class AuditInputError(ValueError):
     """contamination_report's outputs cannot answer for the current mix (the message names file and field)."""
 
 
-def kept_overlap(storage, spec: MixSpec) -> Scan:
+def kept_overlap(storage, spec) -> Scan:
     """The overlap the exclusion masks keep, from contamination_report's outputs (no re-scan).
 
     The report lists every document with >= 1 hit, with its per-task counts (`contaminated_docs`);
@@ -524,7 +525,7 @@ def kept_overlap(storage, spec: MixSpec) -> Scan:
 # -- the fuzzy advisory (stages/audit/fuzzy.py) --------------------------------------------------------------
 
 
-def fuzzy_params(spec: MixSpec) -> fuzzy.Params:
+def fuzzy_params(spec) -> fuzzy.Params:
     f = spec.audit.fuzzy
     return fuzzy.Params(shingle=f.shingle, num_perm=f.num_perm, threshold=f.threshold,
                         min_words=spec.audit.short_item_min_words)
@@ -573,7 +574,7 @@ def _write_fuzzy(storage, scanned: SourcesScanned, exact: set[str], index: fuzzy
                         scanned.fuzzy_seconds)
 
 
-def read_fuzzy_report(storage, spec: MixSpec) -> FuzzyWritten:
+def read_fuzzy_report(storage, spec) -> FuzzyWritten:
     """The advisory's outputs contamination_report wrote; AuditInputError when they are absent or were
     computed with other fuzzy settings than `spec`'s (the message names the file and field)."""
     if not storage.exists(layout.FUZZY_REPORT):

@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterator, Optional, Sequence
 
-from mix_assets.config import (EvalTask, HubDataset, LocalEvalFiles, is_test_split, path_names_test_split,
-                               split_name_problem)
+from mix_assets.core import transport
+from mix_assets.stages.audit.config import (EvalTask, LocalEvalFiles, is_test_split, path_names_test_split,
+                                            split_name_problem)
 
 
 class TestSplitRefused(ValueError):
@@ -178,13 +179,10 @@ def _local_files(task: EvalTask, spec_dir: Path, splits: Sequence[str]) -> list[
     return out
 
 
-_HUB_URL = re.compile(r"^hf://datasets/.+?@[^/]+/(.*)$")
-
-
 def _hub_files(task: EvalTask, spec_dir: Path, splits: Sequence[str]) -> tuple[Any, list[_File]]:
     """The `datasets` builder and the data files of each split, without reading any of them."""
     ds = task.dataset
-    assert isinstance(ds, HubDataset)
+    assert ds.kind == "hub"
     import datasets
 
     repo = ds.repo_id
@@ -208,10 +206,10 @@ def _hub_files(task: EvalTask, spec_dir: Path, splits: Sequence[str]) -> tuple[A
             raise EvalDataError(f"eval task {task.name!r}: {ds.repo_id}@{ds.revision} has no data files for "
                                 f"split {split!r} (its splits: {sorted(have)})")
         for url in have[split]:
-            m = _HUB_URL.match(url)
-            rel = m.group(1) if m else os.path.relpath(url, repo)
+            hub = transport.scheme(url) == transport.HUB
+            rel = transport.split_hub_url(url).subdir if hub else os.path.relpath(url, repo)
             shown = f"{ds.repo_id}@{ds.revision}:{rel}"
-            parts = Path(rel).parts + (() if m else _symlinked_parts(Path(url)))
+            parts = Path(rel).parts + (() if hub else _symlinked_parts(Path(url)))
             _refuse_test_path(task, f"{shown} (split {split!r})", parts)
             out.append(_File(split, shown, url))
     return builder, out
@@ -326,7 +324,7 @@ def _rows(task: EvalTask, builder: Any, files: Sequence[_File], pos: _Pos) -> It
 
 def iter_rows(task: EvalTask, spec_dir: str | os.PathLike, split: str) -> Iterator[tuple[str, int, dict]]:
     """(file, row number, row) for one audit split; refusals happen in this call, before any I/O."""
-    pos, hub = _Pos(task.name), isinstance(task.dataset, HubDataset)
+    pos, hub = _Pos(task.name), task.dataset.kind == "hub"
     with _safe_errors(pos, hub):
         builder, files = _plan(task, Path(spec_dir), [split])
 
@@ -420,7 +418,7 @@ def load_task_items(task: EvalTask, spec_dir: str | os.PathLike) -> TaskItems:
     Every test split, and every file whose path names one, is refused before any file is read;
     any error is an EvalDataError or TestSplitRefused naming task, file, row and field, never text.
     """
-    pos, hub = _Pos(task.name), isinstance(task.dataset, HubDataset)
+    pos, hub = _Pos(task.name), task.dataset.kind == "hub"
     out = TaskItems(task=task.name)
     with _safe_errors(pos, hub):
         splits = refuse_test_splits(task)

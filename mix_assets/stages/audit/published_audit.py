@@ -58,7 +58,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mix_assets.config import MixSpec
 from mix_assets.stages.audit import contamination as ct
 from mix_assets.stages.audit import audit as audit_lib
 from mix_assets.core import engine
@@ -89,7 +88,7 @@ class EvalReference:
     scrub: np.ndarray  # hashed `scrub_words`-word runs of every item (for the report's self-check)
 
 
-def load_reference(spec: MixSpec) -> EvalReference:
+def load_reference(spec) -> EvalReference:
     """Registry and denominators of every task's audit splits (test splits refused by stages/audit/evals)."""
     per, denoms, scrub = {}, {}, []
     for ref in audit_lib.task_references(spec):
@@ -501,7 +500,7 @@ def scan_ranges(ranges: list[SampleRange], eng: engine.Engine, log=None, label: 
 
 def audit_published(
     location: Any,
-    spec: MixSpec,
+    spec,
     cache_dir: Optional[str] = None,
     *,
     chunk_tokens: int = 1 << 20,

@@ -10,7 +10,7 @@ import time
 
 import dagster as dg
 
-from mix_assets.console import metadata as md
+from mix_assets.console import metadata as console_md
 from mix_assets.stages.common import (
     code_version, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage, write_parquet,
 )
@@ -21,6 +21,7 @@ from mix_assets.core import engine as engine_lib
 from mix_assets.core import layout, tables
 from mix_assets.stages.dedup import lsh, minhash, signatures
 from mix_assets.stages.dedup import dedup as lib
+from mix_assets.stages.dedup import metadata as md
 from mix_assets.resources import EngineResource, MixResource
 
 GROUP = "dedup"
@@ -88,7 +89,7 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
         context.log.info(f"dedup_keys: {st['documents']:,} documents in {elapsed:.1f} s on engine {engine.kind}")
         problems = lib.check_clusters(table)
         check = dg.AssetCheckResult(check_name=CLUSTERS_CONSISTENT, passed=not problems,
-                                    metadata={"clusters": st["clusters"], **md.problems(problems)},
+                                    metadata={"clusters": st["clusters"], **console_md.problems(problems)},
                                     description=f"{len(problems):,} inconsistent cluster(s)" if problems else None)
         return with_lineage(md.dedup_keys(storage, layout.DEDUP_KEYS, table, st, elapsed, names), lin,
                             check_results=[gate(context, DEDUP_KEYS, check)])

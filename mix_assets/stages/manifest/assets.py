@@ -7,7 +7,7 @@ from typing import BinaryIO
 
 import dagster as dg
 
-from mix_assets.console import metadata as md
+from mix_assets.console import metadata as console_md
 from mix_assets.stages.common import (
     code_version,
     gate,
@@ -27,8 +27,9 @@ from mix_assets.stages.audit import published_audit
 from mix_assets.format.checker import check_manifest
 from mix_assets.format.manifest import ManifestError
 from mix_assets.stages.manifest.manifest_builder import write_manifest
+from mix_assets.stages.manifest import metadata as md
 from mix_assets.core.storage import Storage
-from mix_assets.reader import ReaderError
+from mix_assets.reader.errors import ReaderError
 from mix_assets.resources import EngineResource, MixResource
 
 GROUP = "tokens"
@@ -90,7 +91,7 @@ def build_manifest_assets(spec: MixSpec) -> list:
         return gate(context, MANIFEST_KEY, dg.AssetCheckResult(
             passed=not problems,
             metadata={"files": len(m.get("files", [])), "fingerprint": str(m.get("fingerprint")),
-                      **md.problems(problems, shown=50)},
+                      **console_md.problems(problems, shown=50)},
             description=f"{len(problems)} problem(s); first: {problems[0]}" if problems else None,
         ))
 

@@ -19,13 +19,14 @@ import os
 
 import dagster as dg
 
-from mix_assets.console import metadata as md
 from mix_assets.stages.common import code_version, gate, gated, recorded, run_lock, verified_inputs, with_lineage
 from mix_assets.stages.manifest.assets import SHARDS_AUDIT_CLEAN, SHARDS_AUDIT_RECORD
 from mix_assets.config import MixSpec
 from mix_assets.core import layout
 from mix_assets.stages.publish import publish as pub
+from mix_assets.stages.publish import metadata as md
 from mix_assets.format.checker import check_manifest
+from mix_assets.core import transport
 from mix_assets.core.transport import Location
 from mix_assets.reader import open_mix
 from mix_assets.resources import MixResource
@@ -46,8 +47,8 @@ def read_only_target(spec: MixSpec, env: dict | None = None):
     env = os.environ if env is None else env
     p = spec.publish
     url = spec.resolve(p.url)
-    prefix = p.read_credentials_env
-    if url.startswith("s3://"):
+    prefix, kind = p.read_credentials_env, transport.scheme(url)
+    if kind == transport.S3:
         key = env.get(f"{prefix}_ACCESS_KEY_ID") if prefix else None
         secret = env.get(f"{prefix}_SECRET_ACCESS_KEY") if prefix else None
         if prefix and not (key and secret):
@@ -56,7 +57,7 @@ def read_only_target(spec: MixSpec, env: dict | None = None):
         client = pub.s3_client(p.s3_endpoint_url, p.s3_region, access_key=key, secret_key=secret,
                                anonymous=not key)
         return pub.S3Target(url, client)
-    if url.startswith("hf://"):
+    if kind == transport.HUB:
         from huggingface_hub import HfApi
 
         token = env.get(prefix) if prefix else None
@@ -70,7 +71,7 @@ def _mix_dir(storage) -> Location:
 
 
 def _target_kind(url: str) -> str:
-    return "s3" if url.startswith("s3://") else "huggingface" if url.startswith("hf://") else "file"
+    return {transport.S3: "s3", transport.HUB: "huggingface"}.get(transport.scheme(url), "file")
 
 
 def build_publish_assets(spec: MixSpec) -> list:

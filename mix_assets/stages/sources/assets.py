@@ -2,13 +2,14 @@
 
 import dagster as dg
 
-from mix_assets.console import metadata as md
 from mix_assets.stages.common import code_version, demo_corpus_parts, gate, gated, raw_key, raw_name, recorded, with_lineage
-from mix_assets.config import MixSpec, SourceSpec
+from mix_assets.config import MixSpec
+from mix_assets.stages.sources.config import SourceSpec
 from mix_assets.stages.sources import demo_corpus, modifiers
 from mix_assets.stages.filters import filters
 from mix_assets.core import layout, pii
 from mix_assets.stages.sources import sources as lib
+from mix_assets.stages.sources import metadata as md
 from mix_assets.core.engine import Engine
 from mix_assets.core.progress import Progress
 from mix_assets.resources import MixResource

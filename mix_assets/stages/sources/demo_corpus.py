@@ -20,7 +20,7 @@ import random
 import re
 from pathlib import Path
 
-from mix_assets.core.storage import atomic_write_bytes
+from mix_assets.core.transport import atomic_write_bytes
 
 GENERATOR_VERSION = 4
 

@@ -7,6 +7,9 @@ undecodable bytes without failing, and both are required of this stage (a bad ro
 and field; undecodable bytes are counted, never fatal). A JSONL source is read in chunks of whole
 lines as map tasks (`core/engine.map_chunks`), each parsed by pyarrow's JSON reader where that reads
 as `json.loads` does, else line by line as above (see "JSONL in chunks" below).
+
+`spec` is the mix spec (`mix_assets/config.py`): read here for its paths, seed, tokenizer and budgets, never
+imported (a stage imports only its own config section, `stages/sources/config.py`).
 """
 
 from __future__ import annotations
@@ -31,9 +34,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from mix_assets.config import HubDataset, LocalJsonl, LocalParquet, MixSpec, SourceSpec, TextFolder
 from mix_assets.core import layout, tables
 from mix_assets.core.engine import Engine, map_chunks
+from mix_assets.stages.sources.config import HubDataset, LocalJsonl, LocalParquet, SourceSpec, TextFolder
 from mix_assets.stages.filters.filters import CONTROL_ALLOWED, CONTROL_SHARE_MAX
 from mix_assets.stages.sources.modifiers import ModifierCounts, Modifiers, modify_table
 
@@ -55,7 +58,8 @@ SCAN_FACTOR = 4.0
 # `write_table` of the whole sample gave, so a sample under both bounds is written byte for byte as
 # before), and a bound on the text held for one row group, which keeps a large source's memory flat
 # (measured: peak RSS about 150 MB over the imports with 8 MiB, 240 MB with 32 MiB, at any source
-# size; Parquet compresses per page, so smaller groups cost little; docs/scale.md "Bounded memory").
+# size; Parquet compresses per page, so smaller groups cost little; bench/results/journal/scale.md,
+# "Bounded memory: raw/<source>").
 ROW_GROUP_ROWS = 1024 * 1024
 ROW_GROUP_BYTES = 8 * 1024 * 1024
 # Drop reasons: the row rules use stages/filters/filters.py's `sanity:` names (one open set of reasons with the
@@ -139,7 +143,7 @@ def _glob(pattern: str) -> list[str]:
     return [q for d in parents for q in _entries(d, tail, dirs_too=True)]
 
 
-def _expand(spec: MixSpec, src: SourceSpec, patterns: list[str], folder_ok: bool) -> tuple[list[Path], Path]:
+def _expand(spec, src: SourceSpec, patterns: list[str], folder_ok: bool) -> tuple[list[Path], Path]:
     files: list[Path] = []
     for pat in patterns:
         p = spec.resolve(pat)
@@ -207,7 +211,7 @@ def _render(src: SourceSpec, row: dict, where: str) -> str:
     return src.template.format(**{f: "" if row[f] is None else row[f] for f in fields})
 
 
-def _read_jsonl(spec: MixSpec, src: SourceSpec, loader: LocalJsonl) -> Iterator[Row]:
+def _read_jsonl(spec, src: SourceSpec, loader: LocalJsonl) -> Iterator[Row]:
     files, base = _expand(spec, src, loader.paths, folder_ok=False)
     i = 0
     for f in files:
@@ -269,7 +273,7 @@ def _units(data: bytes, unit: str) -> list[bytes]:
 
 
 def _read_text(
-    spec: MixSpec, src: SourceSpec, loader: TextFolder, fallback_used: list[str]
+    spec, src: SourceSpec, loader: TextFolder, fallback_used: list[str]
 ) -> Iterator[Row]:
     files, base = _expand(spec, src, loader.paths, folder_ok=True)
     i = 0
@@ -326,7 +330,7 @@ def _read_datasets(src: SourceSpec, loader, split: str) -> Iterator[Row]:
 PLACEHOLDER_REVISION = "0" * 40
 
 
-def iter_rows(spec: MixSpec, src: SourceSpec, fallback_used: Optional[list[str]] = None) -> Iterator[Row]:
+def iter_rows(spec, src: SourceSpec, fallback_used: Optional[list[str]] = None) -> Iterator[Row]:
     """Rows of a source in source order (`fallback_used` collects rows decoded with the fallback)."""
     loader = src.loader
     if isinstance(loader, LocalJsonl):
@@ -407,7 +411,7 @@ def _classify(row: Row, src: SourceSpec, bytes_per_token: float) -> tuple:
     return None, "", text, nb, max(1, int(round(nb / bytes_per_token)))
 
 
-def _candidates(spec: MixSpec, src: SourceSpec, bytes_per_token: float, limit_tokens: float,
+def _candidates(spec, src: SourceSpec, bytes_per_token: float, limit_tokens: float,
                 out: SourceSample, progress: Optional[Callable[[int, int], None]] = None) -> Iterator[tuple[Row, str, int, int]]:
     """(row, stripped text, n_bytes, est_tokens) of every row that passes the filters, in source order,
     counting rows read and dropped into `out`; stops once `limit_tokens` have been seen."""
@@ -467,7 +471,7 @@ class JsonlChunk:
             return fh.read(self.stop - self.start)
 
 
-def jsonl_chunks(spec: MixSpec, src: SourceSpec, chunk_bytes: Optional[int] = None) -> Iterator[JsonlChunk]:
+def jsonl_chunks(spec, src: SourceSpec, chunk_bytes: Optional[int] = None) -> Iterator[JsonlChunk]:
     """The source's files cut into chunks of whole lines, lazily (reading stops with the caller)."""
     chunk_bytes = chunk_bytes or JSONL_CHUNK_BYTES
     files, base = _expand(spec, src, src.loader.paths, folder_ok=False)
@@ -685,7 +689,7 @@ def _plan_chunk(src: SourceSpec, seed: int, bytes_per_token: float, chunk: Jsonl
                       s.digest, cand, s.arrow)
 
 
-def _plan_jsonl(spec: MixSpec, src: SourceSpec, bytes_per_token: float, limit_tokens: float,
+def _plan_jsonl(spec, src: SourceSpec, bytes_per_token: float, limit_tokens: float,
                 out: SourceSample, eng: Engine,
                 progress: Optional[Callable[[int, int], None]] = None) -> tuple[list, list, list, list]:
     """Pass 1 over chunks: (sample keys, n_bytes, est_tokens) of the candidates, and per chunk read
@@ -758,7 +762,7 @@ def _docs_chunk(src: SourceSpec, bytes_per_token: float, job: _DocsJob) -> pa.Ta
     return pa.Table.from_arrays(columns, schema=DOC_SCHEMA)
 
 
-def _sample_jsonl(spec: MixSpec, src: SourceSpec, bytes_per_token: float, plan: "SamplePlan",
+def _sample_jsonl(spec, src: SourceSpec, bytes_per_token: float, plan: "SamplePlan",
                   eng: Engine) -> Iterator[pa.Table]:
     """Pass 2 over chunks: the kept documents of each chunk holding any, in source order."""
     def jobs() -> Iterator[_DocsJob]:
@@ -803,7 +807,7 @@ class SamplePlan:
     chunks: Optional[list] = None
 
 
-def plan_sample(spec: MixSpec, src: SourceSpec, bytes_per_token: float, budget_tokens: int,
+def plan_sample(spec, src: SourceSpec, bytes_per_token: float, budget_tokens: int,
                 progress: Optional[Callable[[int, int], None]] = None,
                 eng: Optional[Engine] = None) -> tuple[SourceSample, SamplePlan]:
     """Pass 1: read the source keeping 24 bytes per candidate (sample key, n_bytes, est_tokens), and
@@ -842,7 +846,7 @@ def plan_sample(spec: MixSpec, src: SourceSpec, bytes_per_token: float, budget_t
     return out, SamplePlan(keep, key.copy(), chunks)
 
 
-def iter_sample(spec: MixSpec, src: SourceSpec, bytes_per_token: float, plan: SamplePlan,
+def iter_sample(spec, src: SourceSpec, bytes_per_token: float, plan: SamplePlan,
                 group_rows: Optional[int] = None, group_bytes: Optional[int] = None,
                 eng: Optional[Engine] = None) -> Iterator[pa.Table]:
     """Pass 2: read the source again and yield the kept documents in source order, as tables of at most
@@ -882,7 +886,7 @@ def iter_sample(spec: MixSpec, src: SourceSpec, bytes_per_token: float, plan: Sa
 
 
 def sample_source(
-    spec: MixSpec,
+    spec,
     src: SourceSpec,
     bytes_per_token: float,
     budget_tokens: int,
@@ -900,7 +904,7 @@ def sample_source(
     return out
 
 
-def bytes_per_token(spec: MixSpec, texts: list[str]) -> tuple[float, str]:
+def bytes_per_token(spec, texts: list[str]) -> tuple[float, str]:
     """Estimated bytes per token and how it was obtained (recorded beside every estimate)."""
     tok = spec.tokenizer
     path = None
@@ -981,7 +985,7 @@ class RawSource:
         }
 
 
-def read_raw_source(storage, spec: MixSpec, name: str, progress: Optional[Callable[[int, int], None]] = None,
+def read_raw_source(storage, spec, name: str, progress: Optional[Callable[[int, int], None]] = None,
                     eng: Optional[Engine] = None) -> RawSource:
     """Sample source `name` to its raw budget; write its documents parquet and stats.json (a JSONL
     source read in chunks on `eng`, default one at a time in this thread: the same bytes on any)."""

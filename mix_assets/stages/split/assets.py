@@ -2,12 +2,12 @@
 
 import dagster as dg
 
-from mix_assets.console import metadata as md
 from mix_assets.stages.common import code_version, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.stages.dedup import dedup as dedup_lib
 from mix_assets.core import layout, lineage, tables
 from mix_assets.stages.split import split as split_lib
+from mix_assets.stages.split import metadata as md
 from mix_assets.stages.split.split import (
     build_validation_split,
     cross_split_near_dups,

@@ -6,7 +6,7 @@ import time
 
 import dagster as dg
 
-from mix_assets.console import metadata as md
+from mix_assets.console import metadata as console_md
 from mix_assets.stages.common import code_version, gate, gated, raw_name, recorded, run_lock, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.core import engine as engine_lib
@@ -17,6 +17,7 @@ from mix_assets.stages.tokens import shards as shards_lib
 from mix_assets.stages.tokens import tokenizer as tokenizer_lib
 from mix_assets.stages.tokens.shards import build_token_shards
 from mix_assets.stages.tokens.tokenizer import build_tokenizer
+from mix_assets.stages.tokens import metadata as md
 from mix_assets.resources import EngineResource, MixResource
 
 GROUP = "tokens"
@@ -116,7 +117,7 @@ def build_tokens_assets(spec: MixSpec) -> list:
             passed=not problems,
             metadata={"train_shards": len(st["splits"]["train"]["shards"]),
                       "val_shards": len(st["splits"]["val"]["shards"]),
-                      "min_shard_samples": min((sh["samples"] for sh in shards), default=0), **md.problems(problems)},
+                      "min_shard_samples": min((sh["samples"] for sh in shards), default=0), **console_md.problems(problems)},
             description=f"{len(problems)} shard problem(s); first: {problems[0]}" if problems else None,
         ))
 
@@ -130,9 +131,9 @@ def build_tokens_assets(spec: MixSpec) -> list:
         per_split = {}
         for split, sp in st["splits"].items():
             per_split |= {f"{split}_dropped_tail_tokens": sp["dropped_tail_tokens"], f"{split}_seam_samples":
-                          sp["seam_samples"], f"{split}_seam_share": md.share(sp["seam_rate"])}
+                          sp["seam_samples"], f"{split}_seam_share": console_md.share(sp["seam_rate"])}
         return gate(context, TOKEN_SHARDS_KEY, dg.AssetCheckResult(
-            passed=not problems, metadata={**per_split, **md.problems(problems)},
+            passed=not problems, metadata={**per_split, **console_md.problems(problems)},
             description=f"{len(problems)} problem(s); first: {problems[0]}" if problems else None,
         ))
 

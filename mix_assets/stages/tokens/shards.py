@@ -672,7 +672,7 @@ def build_token_shards(storage, spec, scratch_dir: Optional[str] = None, eng: en
     """
     import json
 
-    from mix_assets.core.storage import UPLOAD
+    from mix_assets.core.transport import UPLOAD
 
     os.environ.setdefault("RAYON_NUM_THREADS", str(spec.packing.threads))
     tok_at = tables.file_at(storage, layout.TOKENIZER_FILE)

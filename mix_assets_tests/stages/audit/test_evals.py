@@ -6,7 +6,8 @@ import traceback
 import pytest
 from pydantic import ValidationError
 
-from mix_assets.config import EvalTask, HubDataset, LocalEvalFiles, is_test_split
+from mix_assets.stages.audit.config import EvalTask, LocalEvalFiles, is_test_split
+from mix_assets.stages.sources.config import HubDataset
 from mix_assets.stages.audit import evals as E
 from mix_assets_tests.support.audit_fixtures import BAD_ROWS, CANARY, GOOD_ROW, write_card_repo
 

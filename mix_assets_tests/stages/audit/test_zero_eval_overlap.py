@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mix_assets.console import metadata as md
+from mix_assets.stages.audit import metadata as md
 from mix_assets.stages.audit import assets as A
 from mix_assets.stages.audit import audit
 from mix_assets.core import engine, layout, tables

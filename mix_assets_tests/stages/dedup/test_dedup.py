@@ -333,7 +333,7 @@ def test_distinct_documents_without_words_are_not_exact_duplicates(tmp_path):
     assert r["s-00000"]["cluster_id"] == "s-00004" and r["s-00000"]["exact_key"] == r["s-00004"]["exact_key"]
     assert stats["no_shingle_documents"] == 5 and stats["wordless_exact_dup"] == 1
     assert lib.check_clusters(table) == []
-    from mix_assets.console import metadata as md
+    from mix_assets.stages.dedup import metadata as md
     from mix_assets.core.storage import Storage
     lib_storage = Storage(str(tmp_path))
     pq.write_table(table, tmp_path / "keys.parquet")

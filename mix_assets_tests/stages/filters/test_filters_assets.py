@@ -134,14 +134,14 @@ def test_demo_masks_explain_every_rejected_document_and_every_gate_is_green(tmp_
     split = set(pq.read_table(storage.source(layout.VALIDATION_SPLIT)).column("doc_id").to_pylist())
     assert not split & set(rejected)
     # the samples beside the rejects hold no run of scrub_words eval-item words
-    from mix_assets.console import metadata as md
+    from mix_assets.stages.audit import metadata as audit_md
     from mix_assets.stages.audit import contamination as ct
     from mix_assets.stages.audit.audit import scrub_hashes
 
     meta = next(m.materialization.metadata for m in res.get_asset_materialization_events()
                 if m.asset_key.path == ["document_filters"])
     assert "kept" in meta["rejects"].value and "gopher_quality" in meta["rejects"].value
-    texts = [t for _, t in md.metadata_strings(meta)]
+    texts = [t for _, t in audit_md.metadata_strings(meta)]
     assert ct.leaking_strings(texts, scrub_hashes(spec), spec.audit.scrub_words) == []
 
 

@@ -1,0 +1,66 @@
+"""The UI metadata of tokenizer, token_shards and the rendered samples (keys: console/metadata.py's convention)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import dagster as dg
+
+from mix_assets.console.metadata import seconds, share, wide_table
+
+
+def tokenizer(storage, key: str, ident) -> dict:
+    return {
+        "path": dg.MetadataValue.path(storage.uri(key)),
+        "kind": ident.kind,
+        "repo_id": ident.repo_id or "",
+        "revision": ident.revision or "",
+        "vocab_size": ident.vocab_size,
+        "special_tokens": dg.MetadataValue.json(ident.special_tokens),
+        "files": dg.MetadataValue.json(ident.files),
+    }
+
+
+def token_shards(storage, key: str, res, elapsed: float) -> dict:
+    """token_shards (`shards.ShardsResult`): tokens, samples and shards per split, seams, throughput."""
+    tr, va = res.splits["train"], res.splits["val"]
+    mb = res.encoded_bytes / 1e6
+    return {
+        "path": dg.MetadataValue.path(storage.uri(key)),
+        "dtype": res.dtype,
+        "train_tokens": tr.tokens,
+        "val_tokens": va.tokens,
+        "train_samples": tr.samples,
+        "val_samples": va.samples,
+        "shards": len(tr.shards) + len(va.shards),
+        "dropped_tail_tokens": tr.dropped_tail_tokens + va.dropped_tail_tokens,
+        # packing.doc_index: bytes of the per-shard document indexes (0 without them)
+        "doc_index_bytes": sum(sh.doc_index["bytes"] for sp in (tr, va) for sh in sp.shards if sh.doc_index),
+        "train_seam_share": share(tr.seam_rate),
+        "val_seam_share": share(va.seam_rate),
+        "encoded_mb": round(mb, 3),
+        "encode_mb_per_second": round(mb / elapsed, 3) if elapsed else 0.0,
+        "elapsed_seconds": seconds(elapsed),
+        **per_source(res.to_json()["sources"]),
+    }
+
+
+PER_SOURCE_COLUMNS = ["source", "train_tokens", "val_tokens", "budget_tokens", "epochs", "unique_documents"]
+
+
+def per_source(sources: Mapping[str, Mapping]) -> dict:
+    """token_shards' and manifest's tokens per source ({source: shard_stats' per-source record}) as a table."""
+    rows = [{"source": s, **{c: v.get(c) for c in PER_SOURCE_COLUMNS[1:]}} for s, v in sources.items()]
+    return wide_table("per_source", rows, PER_SOURCE_COLUMNS, ["source", "train_tokens", "budget_tokens"])
+
+
+def rendered_samples(storage, key: str, r) -> dict:
+    """token_shards' samples as the trainer reads them (`samples.Rendered`), scrubbed like every audit artifact."""
+    return {
+        "rendered_samples": dg.MetadataValue.md(r.ui_markdown),
+        "rendered_samples_path": dg.MetadataValue.path(storage.uri(key)),
+        "shown_samples": r.samples,
+        "scrubbed_words": r.scrubbed_words,
+        "withheld_samples": r.withheld_samples,
+        "draw_seed": str(r.seed),
+    }
