@@ -50,6 +50,7 @@ from pathlib import Path
 from mix_assets.format import card as card_format
 from mix_assets.format.card import dataset_card
 from mix_assets.format.checker import manifest_problems
+from mix_assets.format.manifest import FORMAT, compute_fingerprint
 from mix_assets.format.mixdir import LocalDir
 from mix_assets.format.paths import UnsafePathError, safe_path
 from mix_assets.format.shards import read_row
@@ -89,11 +90,6 @@ def revision_id(fingerprint: str) -> str:
         raise PublishError(str(e)) from None
 
 
-def fingerprint_of(files: list[dict]) -> str:
-    """The content fingerprint of the contract: sha256 over the concatenated per-file sha256 hex strings."""
-    return hashlib.sha256("".join(f["sha256"] for f in files).encode("utf-8")).hexdigest()
-
-
 def manifest_bytes(manifest: dict) -> bytes:
     return json.dumps(manifest, indent=2, sort_keys=False).encode("utf-8") + b"\n"
 
@@ -108,13 +104,13 @@ def check_local_mix(manifest: dict, source: Location, versions: dict | None = No
     file is re-hashed from its bytes (on an S3 storage root: streamed, not downloaded). `versions`, when
     given, receives each file's version as hashed (S3 ETag), so a server-side copy copies those bytes only."""
     problems = []
-    if manifest.get("format") != "mix_assets.manifest/1":
-        problems.append(f"{MANIFEST}: format {manifest.get('format')!r} != 'mix_assets.manifest/1'")
+    if manifest.get("format") != FORMAT:
+        problems.append(f"{MANIFEST}: format {manifest.get('format')!r} != {FORMAT!r}")
     files = manifest.get("files") or []
     if not files:
         problems.append(f"{MANIFEST}: lists no files")
-    if files and fingerprint_of(files) != manifest.get("fingerprint"):
-        problems.append(f"{MANIFEST}: fingerprint {manifest.get('fingerprint')} != {fingerprint_of(files)} "
+    if files and compute_fingerprint(files) != manifest.get("fingerprint"):
+        problems.append(f"{MANIFEST}: fingerprint {manifest.get('fingerprint')} != {compute_fingerprint(files)} "
                         "recomputed from the listed sha256s")
     for f in files:
         p = f.get("path")
