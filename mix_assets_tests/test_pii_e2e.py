@@ -19,7 +19,7 @@ from mix_assets.config import load_spec
 from mix_assets.definitions import build_definitions
 from mix_assets_tests.support import gen_corpus as gc
 from mix_assets.core import layout, pii
-from mix_assets.format.manifest import check_manifest
+from mix_assets.format.checker import check_manifest
 from mix_assets.core.storage import Storage
 from mix_assets_tests.support.generated_mix import fixture_mix_over
 from mix_assets_tests.support.shared_data import FIXTURE

@@ -11,7 +11,7 @@ import pytest
 from mix_assets.config import load_spec
 from mix_assets.definitions import build_definitions
 from mix_assets.core import layout
-from mix_assets.format.manifest import check_manifest
+from mix_assets.format.checker import check_manifest
 from mix_assets.core.transport import split_s3_url
 from mix_assets.resources import storage_for
 from mix_assets_tests.support.s3server import WRITER

@@ -371,7 +371,7 @@ class LocalLocation(Location):
     def __init__(self, root: str | os.PathLike, confine: Callable[[str, Path], Path] | None = None):
         self.root = Path(root)
         self.url = str(root)
-        self.confine = confine  # e.g. format/manifest.safe_path: refuse keys (or symlinks) leading out of root
+        self.confine = confine  # e.g. format/paths.safe_path: refuse keys (or symlinks) leading out of root
 
     def path(self, key: str) -> Path:
         return self.confine(key, self.root) if self.confine else self.root / key

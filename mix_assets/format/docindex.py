@@ -78,39 +78,3 @@ def unexplained_starts(starts: np.ndarray, tokens: np.ndarray, separator_id: int
     if len(s) and s[0] == 0 and prev_token is not None and prev_token != separator_id:
         bad = np.concatenate([[0], bad])
     return bad
-
-
-def revision_problems(m, open_file) -> list[str]:
-    """Each shard's index read back: shape and `documents` count, and with a separator, every start
-    follows one (at most one exception per source in train: its budget-truncated last appearance)."""
-    itemsize = 2 if m["dtype"] == "uint16" else 4
-    L = m["packing"]["sample_len"]
-    sep = m["packing"].get("separator_id") if m["packing"].get("separator") is not None else None
-    out: list[str] = []
-    for split, s in m["splits"].items():
-        prev, unexplained = None, []
-        for sh in s["shards"]:
-            ix = sh["doc_index"]
-            with open_file(ix["path"]) as f:
-                data = f.read()
-            try:
-                starts = from_bytes(data, ix["path"], sh["samples"] * L)
-            except ValueError as e:
-                out.append(str(e))
-                prev = None
-                continue
-            if len(starts) != ix["documents"]:
-                out.append(f"{ix['path']}: {len(starts)} document starts, manifest says {ix['documents']}")
-            if sep is None:
-                continue
-            with open_file(sh["path"]) as f:  # one shard in memory at a time (<= shard_tokens)
-                tokens = np.frombuffer(f.read(), np.dtype(f"<u{itemsize}"))
-            unexplained += [(ix["path"], int(o)) for o in unexplained_starts(starts, tokens, sep, prev)]
-            prev = int(tokens[-1]) if len(tokens) else prev
-        allowed = len(m.get("sources") or {}) if split == "train" else 0
-        if len(unexplained) > allowed:
-            path, off = unexplained[0]
-            out.append(f"{path}: document start at offset {off} does not follow the separator (id {sep}); "
-                       f"{len(unexplained)} such starts in {split}, at most {allowed} (budget-truncated "
-                       "appearances) expected")
-    return out

@@ -17,15 +17,11 @@ from typing import Any
 import numpy as np
 
 from mix_assets.format import docindex
-from mix_assets.format.manifest import (
-    DTYPES,
-    INTERPRETATION_KEY,
-    MANIFEST_NAME,
-    ManifestError,
-    check_manifest,
-    interpretation_problems,
-    safe_path,
-)
+from mix_assets.format.checker import check_manifest
+from mix_assets.format.checks.config import interpretation_problems
+from mix_assets.format.manifest import DTYPES, INTERPRETATION_KEY, MANIFEST_NAME, ManifestError
+from mix_assets.format.paths import safe_path
+from mix_assets.format.shards import token_dtype
 from mix_assets.reader.backends import _backend
 from mix_assets.reader.errors import (
     EndOfMix,
@@ -125,7 +121,7 @@ class MixReader:
         self.fingerprint: str = manifest["fingerprint"]
         self.seq_len: int = manifest["packing"]["seq_len"]
         self.sample_len: int = manifest["packing"]["sample_len"]
-        self.dtype = np.dtype(manifest["dtype"]).newbyteorder("<")
+        self.dtype = token_dtype(manifest["dtype"])
         self.shuffle_seed = int(shuffle_seed)
         self.shuffle = bool(shuffle)
         if shuffle_window is not None and (not _is_int(shuffle_window) or shuffle_window < 1):

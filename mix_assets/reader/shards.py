@@ -1,6 +1,6 @@
 """The shards of one split (_Shards): fetched when a read needs them, their size and sha256 verified,
 memory-mapped (local files in place, remote ones in the shared cache, or read into memory when the cache has
-no room), and the prefetcher's holds ahead of the reads."""
+no room: the bytes decoded by format/shards.map_rows / rows), and the prefetcher's holds ahead of the reads."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from mix_assets.core.transport import sha256_stream
+from mix_assets.format import shards as shard_format
 from mix_assets.reader.cache import _SharedCache
 from mix_assets.reader.errors import _DISK_FULL, ReaderError, ShardCorruptError, _raise_if_corrupt
 
@@ -128,9 +129,7 @@ class _Shards:
         return self._map(i, src)
 
     def _map(self, i: int, src: Any) -> np.ndarray:
-        e = self.entries[i]
-        mm = np.memmap(src, dtype=self.dtype, mode="r", shape=(e["samples"], self.sample_len))
-        self.maps[i] = mm.view(np.ndarray)  # plain ndarray view: same mapping, cheaper indexing
+        self.maps[i] = shard_format.map_rows(src, self.dtype, self.sample_len, self.entries[i]["samples"])
         return self.maps[i]
 
     def _read_private(self, i: int, disk_full: bool = False) -> np.ndarray:
@@ -149,7 +148,7 @@ class _Shards:
         data = self.backend.read_private(e["path"])
         _raise_if_corrupt(label, len(data), hashlib.sha256(data).hexdigest(), e["bytes"], e["sha256"])
         self.private, self.private_reads = {i}, self.private_reads + 1
-        self.maps[i] = np.frombuffer(data, dtype=self.dtype).reshape(e["samples"], self.sample_len)
+        self.maps[i] = shard_format.rows(data, self.dtype, self.sample_len, label)
         return self.maps[i]
 
     def prefetch_one(self, i: int) -> bool:

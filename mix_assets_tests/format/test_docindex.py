@@ -9,8 +9,10 @@ import pytest
 
 from mix_assets.format import docindex
 from mix_assets.stages.audit import published_audit as P
-from mix_assets.format.manifest import check_manifest, compute_fingerprint
-from mix_assets.stages.tokens.packing import Packer, ShardRecord
+from mix_assets.format.checker import check_manifest
+from mix_assets.format.manifest import compute_fingerprint
+from mix_assets.format.shards import ShardRecord
+from mix_assets.stages.tokens.packing import Packer
 from mix_assets.reader import NoDocIndexError, ShardCorruptError, open_mix
 from mix_assets_tests.stages.tokens.test_tokens_pipeline import build
 

@@ -10,19 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from mix_assets.format.checker import check_manifest, manifest_problems
 from mix_assets.format.manifest import (
     FORMAT,
     INTERPRETATION_KEY,
-    LocalDir,
     ManifestError,
-    UnsafePathError,
-    check_manifest,
     compute_fingerprint,
     interpretation_sha256,
-    load_manifest,
-    manifest_problems,
-    safe_path,
 )
+from mix_assets.format.mixdir import LocalDir, load_manifest
+from mix_assets.format.paths import UnsafePathError, safe_path
 from mix_assets_tests.support.fakeremotes import FakeS3Client
 from mix_assets_tests.support.mixfactory import write_manifest, write_test_mix
 
@@ -386,7 +383,7 @@ def test_scrub_manifest_is_listed_exactly_when_the_config_scrubs_and_its_counts_
     import pyarrow as pa
 
     from mix_assets.core import pii
-    from mix_assets.format.manifest import pii_sources, scrub_problems
+    from mix_assets.format.checks.pii import pii_sources, scrub_problems
 
     cfg = {"filters": {"pii": {"enabled": True, "rules": ["email", "phone"]}, "c4": None},
            "sources": [{"name": "a"}, {"name": "b", "filters": {"pii": {"enabled": False}}}, {"name": "c"}]}

@@ -8,8 +8,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from mix_assets.format.manifest import LocalDir, review_count_problems
-from mix_assets.stages.split.split import unit_hash
+from mix_assets.format.checks.review import review_count_problems
+from mix_assets.format.mixdir import LocalDir
+from mix_assets.core.seeded import unit_hash
 
 
 def _counts_reference(keys: pa.Table, masks: pa.Table, seed: int, val_fraction: float) -> tuple[dict, dict]:

@@ -17,10 +17,10 @@ import xxhash
 from tokenizers import Tokenizer
 
 from mix_assets.core import layout
-from mix_assets.stages.tokens.packing import Packer, ShardRecord
+from mix_assets.format.shards import ShardRecord, dtype_for_vocab
+from mix_assets.stages.tokens.packing import Packer
 from mix_assets.stages.tokens.shards import packing_plan
-from mix_assets.stages.split.split import unit_hash
-from mix_assets.stages.tokens.tokenizer import dtype_for_vocab
+from mix_assets.core.seeded import unit_hash
 
 
 def ref_fill_budget(lengths, unique_budget: int, stream_budget: int):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mix_assets.stages.split.split import unit_hash
+from mix_assets.core.seeded import unit_hash
 
 REVIEW = {
     "dedup_keys": "review/dedup_keys.parquet",

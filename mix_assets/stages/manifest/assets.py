@@ -23,7 +23,8 @@ from mix_assets.config import MixSpec
 from mix_assets.core import layout
 from mix_assets.stages.sources import modifiers
 from mix_assets.stages.audit import published_audit
-from mix_assets.format.manifest import ManifestError, check_manifest
+from mix_assets.format.checker import check_manifest
+from mix_assets.format.manifest import ManifestError
 from mix_assets.stages.manifest.manifest_builder import write_manifest
 from mix_assets.stages.manifest import metadata as md
 from mix_assets.core.storage import Storage

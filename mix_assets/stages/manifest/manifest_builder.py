@@ -1,5 +1,5 @@
 """Build manifest.json (format `mix_assets.manifest/1`) from the shard stats, the tokenizer
-identity and the review files. The checker is `mix_assets.format.manifest.check_manifest`.
+identity and the review files. The checker is `mix_assets.format.checker.check_manifest`.
 `fingerprint` covers the files' bytes; `interpretation_sha256` covers how to read them
 (`mix_assets.format.manifest.interpretation`), so editing e.g. seq_len changes it.
 
@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from typing import Callable
 
-from mix_assets.format.manifest import INTERPRETATION_KEY, interpretation_sha256
+from mix_assets.core import layout
+from mix_assets.format.manifest import FORMAT, INTERPRETATION_KEY, compute_fingerprint, interpretation_sha256
 
-FORMAT = "mix_assets.manifest/1"
 # review name -> path relative to the mix dir, in the order they are listed in `files`
 REVIEW_FILES = {
     "dedup_keys": "review/dedup_keys.parquet",
@@ -39,10 +40,6 @@ def review_config_json(spec_dump: dict) -> str:
     if isinstance(packing, dict) and packing.get("doc_index") is False:  # as configs before the option:
         content["packing"] = {k: v for k, v in packing.items() if k != "doc_index"}  # the same bytes
     return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
-
-
-def fingerprint(files: list[dict]) -> str:
-    return hashlib.sha256("".join(f["sha256"] for f in files).encode("utf-8")).hexdigest()
 
 
 def build_manifest(
@@ -129,7 +126,7 @@ def build_manifest(
         },
         "review": review,
         "files": files,
-        "fingerprint": fingerprint(files),
+        "fingerprint": compute_fingerprint(files),
     }
     manifest[INTERPRETATION_KEY] = interpretation_sha256(manifest)
     return manifest
@@ -146,10 +143,6 @@ def write_manifest(storage, *, name: str, seed: int, spec_dump: dict, scrub: dic
 
     Reads the shard stats and tokenizer identity written by the upstream assets through `storage`.
     """
-    import shutil
-
-    from mix_assets.core import layout
-
     loc = storage.location
     for src, dst in (
         (layout.DEDUP_KEYS, layout.MIX_DEDUP_KEYS),

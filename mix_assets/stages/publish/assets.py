@@ -25,7 +25,7 @@ from mix_assets.core import layout
 from mix_assets.stages.publish import publish as pub
 from mix_assets.stages.publish.target import PUBLISHED_REVISION, read_only_target, write_target
 from mix_assets.stages.publish import metadata as md
-from mix_assets.format.manifest import check_manifest
+from mix_assets.format.checker import check_manifest
 from mix_assets.core import transport
 from mix_assets.core.transport import Location
 from mix_assets.reader import open_mix

@@ -24,7 +24,7 @@ files already there (same size and sha256) and finishes. Publishing the same man
 every object of the existing revision and re-uploads only what is missing or differs (a shard deleted
 or damaged at the target), the card too, then points `latest`; an intact revision is left untouched.
 A different manifest under an existing revision id is refused (RevisionConflict).
-Every path taken from a manifest (local or remote) goes through `format/manifest.safe_path`.
+Every path taken from a manifest (local or remote) goes through `format/paths.safe_path`.
 On the hub the files go up in commits within the hub's documented limits (at most 100 files each), the
 previous manifest deleted by the first; the last commit adds only the card and manifest.json and is the
 revision, tagged `rev-<fp16>` so that a re-publish finds it.
@@ -47,13 +47,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mix_assets.format.manifest import (
-    INTERPRETATION_KEY,
-    LocalDir,
-    UnsafePathError,
-    manifest_problems,
-    safe_path,
-)
+from mix_assets.format import card as card_format
+from mix_assets.format.card import dataset_card
+from mix_assets.format.checker import manifest_problems
+from mix_assets.format.manifest import FORMAT, compute_fingerprint
+from mix_assets.format.mixdir import LocalDir
+from mix_assets.format.paths import UnsafePathError, safe_path
+from mix_assets.format.shards import read_row
 from mix_assets.core.transport import (  # noqa: F401 -- s3_client re-exported for callers of this module
     HubLocation,
     IntegrityError,
@@ -68,7 +68,6 @@ from mix_assets.core.transport import (  # noqa: F401 -- s3_client re-exported f
 MANIFEST = "manifest.json"
 README = "README.md"
 LATEST = "latest"
-REV_PREFIX = "rev-"
 _CHUNK = 1 << 22
 
 
@@ -84,92 +83,15 @@ class RevisionConflict(PublishError):
 
 
 def revision_id(fingerprint: str) -> str:
-    """The immutable revision id of a manifest fingerprint (local and S3 targets; the hub tag)."""
-    if len(fingerprint) < 16 or any(c not in "0123456789abcdef" for c in fingerprint):
-        raise PublishError(f"manifest fingerprint {fingerprint!r} is not a lowercase hex sha256")
-    return f"{REV_PREFIX}{fingerprint[:16]}"
-
-
-def fingerprint_of(files: list[dict]) -> str:
-    """The content fingerprint of the contract: sha256 over the concatenated per-file sha256 hex strings."""
-    return hashlib.sha256("".join(f["sha256"] for f in files).encode("utf-8")).hexdigest()
+    """The immutable revision id of a manifest fingerprint (format/card.revision_id), or PublishError."""
+    try:
+        return card_format.revision_id(fingerprint)
+    except ValueError as e:
+        raise PublishError(str(e)) from None
 
 
 def manifest_bytes(manifest: dict) -> bytes:
     return json.dumps(manifest, indent=2, sort_keys=False).encode("utf-8") + b"\n"
-
-
-def dataset_card(manifest: dict) -> str:
-    """A README.md dataset card, a pure function of the manifest (no time, no target)."""
-    fp = manifest["fingerprint"]
-    tok = manifest.get("tokenizer", {})
-    pk = manifest.get("packing", {})
-    splits = manifest.get("splits", {})
-    lines = [
-        "---",
-        f"pretty_name: {manifest.get('name', 'mix')}",
-        "tags:",
-        "- pretraining",
-        "- tokenized",
-        "---",
-        "",
-        f"# {manifest.get('name', 'mix')}",
-        "",
-        "A tokenised pretraining mix built by `mix_assets`. Every number below is read from `manifest.json`,",
-        "which lists each file with its size and sha256.",
-        "",
-        f"- revision: `{revision_id(fp)}`",
-        f"- content fingerprint (sha256 over the ordered per-file sha256s): `{fp}`",
-        (f"- interpretation sha256 (dtype, packing, tokenizer identity, split shard samples): "
-         f"`{manifest.get(INTERPRETATION_KEY)}`"),
-        f"- seed: {manifest.get('seed')}, config sha256: `{manifest.get('config_sha256')}`",
-        f"- dtype: `{manifest.get('dtype')}` little-endian, raw arrays without header",
-        (f"- packing: {pk.get('rule')}, seq_len {pk.get('seq_len')}, sample_len {pk.get('sample_len')}, "
-         f"separator {pk.get('separator')!r}, shifted targets {pk.get('shifted_targets')}"),
-        f"- tokenizer: {tok.get('kind')} {tok.get('repo_id') or ''} {tok.get('revision') or ''}".rstrip()
-        + f", vocab size {tok.get('vocab_size')}",
-        "",
-        "## Splits",
-        "",
-        "| split | samples | tokens | shards | dropped tail tokens | seam rate | documents |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for name, s in splits.items():
-        lines.append(
-            f"| {name} | {s.get('samples')} | {s.get('tokens')} | {len(s.get('shards', []))} | "
-            f"{s.get('dropped_tail_tokens')} | {s.get('seam_rate')} | {s.get('documents')} |"
-        )
-    lines += [
-        "",
-        "## Sources",
-        "",
-        "| source | train tokens | val tokens | budget tokens | epochs | unique documents |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for name, s in manifest.get("sources", {}).items():
-        lines.append(
-            f"| {name} | {s.get('train_tokens')} | {s.get('val_tokens')} | {s.get('budget_tokens')} | "
-            f"{s.get('epochs')} | {s.get('unique_documents')} |"
-        )
-    lines += ["", "## Review files", ""]
-    lines += [f"- `{k}`: `{v}`" for k, v in manifest.get("review", {}).items()]
-    if "scrub_manifest" in manifest.get("review", {}):
-        lines += ["", "PII (emails, IP addresses, phone numbers, as configured) was replaced by placeholders "
-                  f"such as `<EMAIL>` before tokenisation; `{manifest['review']['scrub_manifest']}` lists the "
-                  "rules, their version and sha256, and the redactions per source and rule."]
-    lines += [
-        "",
-        "## Reading it",
-        "",
-        "```python",
-        "from mix_assets.reader import open_mix",
-        'reader = open_mix("<this revision>", cache_dir="/tmp/mix-cache", shuffle_seed=0)  # reader.sample(k)',
-        "```",
-        "",
-        "The reader downloads only the shards it needs and checks each shard's sha256 against the manifest.",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 def published_paths(manifest: dict) -> list[str]:
@@ -182,13 +104,13 @@ def check_local_mix(manifest: dict, source: Location, versions: dict | None = No
     file is re-hashed from its bytes (on an S3 storage root: streamed, not downloaded). `versions`, when
     given, receives each file's version as hashed (S3 ETag), so a server-side copy copies those bytes only."""
     problems = []
-    if manifest.get("format") != "mix_assets.manifest/1":
-        problems.append(f"{MANIFEST}: format {manifest.get('format')!r} != 'mix_assets.manifest/1'")
+    if manifest.get("format") != FORMAT:
+        problems.append(f"{MANIFEST}: format {manifest.get('format')!r} != {FORMAT!r}")
     files = manifest.get("files") or []
     if not files:
         problems.append(f"{MANIFEST}: lists no files")
-    if files and fingerprint_of(files) != manifest.get("fingerprint"):
-        problems.append(f"{MANIFEST}: fingerprint {manifest.get('fingerprint')} != {fingerprint_of(files)} "
+    if files and compute_fingerprint(files) != manifest.get("fingerprint"):
+        problems.append(f"{MANIFEST}: fingerprint {manifest.get('fingerprint')} != {compute_fingerprint(files)} "
                         "recomputed from the listed sha256s")
     for f in files:
         p = f.get("path")
@@ -343,7 +265,7 @@ class Target:
 
 
 class LocalTarget(Target):
-    """A local directory; every key is confined to it (`format/manifest.safe_path`, symlinks resolved)."""
+    """A local directory; every key is confined to it (`format/paths.safe_path`, symlinks resolved)."""
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
@@ -800,8 +722,8 @@ def verify(target: Target, revision: str, local_mix: str | os.PathLike | Locatio
 
 
 def _compare_raw_samples(manifest, root: Path, source: Location, n_random, seed, problems, uri) -> int:
-    """Sample k of a split read from the downloaded shards == the same bytes of the local shards."""
-    sample_bytes = manifest["packing"]["sample_len"] * (2 if manifest["dtype"] == "uint16" else 4)
+    """Sample k of a split read from the downloaded shards == the same sample of the local shards."""
+    L, dtype = manifest["packing"]["sample_len"], manifest["dtype"]
     compared = 0
     for split, s in manifest["splits"].items():
         starts, acc = [], 0
@@ -811,11 +733,12 @@ def _compare_raw_samples(manifest, root: Path, source: Location, n_random, seed,
         for k in _sample_indices(acc, n_random, seed):
             i = max(j for j, st in enumerate(starts) if st <= k)
             sh = s["shards"][i]
-            off = (k - starts[i]) * sample_bytes
             with open(root / sh["path"], "rb") as a, source.open(sh["path"]) as b:
-                a.seek(off)
-                b.seek(off)
-                if a.read(sample_bytes) != b.read(sample_bytes):
+                try:
+                    same = (read_row(a, k - starts[i], dtype, L) == read_row(b, k - starts[i], dtype, L)).all()
+                except ValueError:  # a short read: the sizes were checked, so a file changed meanwhile
+                    same = False
+                if not same:
                     problems.append(f"{uri(sh['path'])}: {split} sample {k} differs from the local shard")
             compared += 1
     return compared

@@ -17,13 +17,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import xxhash
 
 from mix_assets.core import engine, layout, tables
 from mix_assets.stages.dedup import lsh
 from mix_assets.stages.dedup import minhash as mh
 from mix_assets.stages.dedup import signatures as sig
 from mix_assets.core.idset import UNSORTED, IdSet, unsorted_row
+from mix_assets.core.seeded import unit_hash
 
 SPLIT_SCHEMA = pa.schema(
     [
@@ -153,11 +153,6 @@ def kept_documents(raw_paths: dict[str, str], dedup_keys_path: str, exclusion_ma
     table (`kept_batches` is the stream)."""
     schema = pa.schema([(c, pa.int64() if c == "n_bytes" else pa.string()) for c in KEPT_COLUMNS])
     return pa.concat_tables([schema.empty_table(), *kept_batches(raw_paths, dedup_keys_path, exclusion_masks_path)])
-
-
-def unit_hash(seed: int, key: str) -> float:
-    """A uniform number in [0, 1) that depends only on (seed, key)."""
-    return xxhash.xxh64_intdigest(key.encode("utf-8"), seed=seed & 0xFFFFFFFFFFFFFFFF) / 2.0**64
 
 
 def assign_split(kept: pa.Table, seed: int, val_fraction: float) -> pa.Table:

@@ -24,6 +24,8 @@ from typing import Callable, Iterable, Optional
 import numpy as np
 import xxhash
 
+from mix_assets.format.shards import ShardRecord, token_dtype
+
 
 class ShortfallError(ValueError):
     """A source whose kept documents cannot fill its token budget."""
@@ -109,15 +111,6 @@ def stream_order(seed: int, doc_ids: list[str], epochs: np.ndarray) -> np.ndarra
 
 
 @dataclass
-class ShardRecord:
-    path: str  # relative to the mix directory
-    samples: int
-    bytes: int
-    sha256: str
-    doc_index: Optional[dict] = None  # {"path", "bytes", "sha256", "documents"} with packing.doc_index
-
-
-@dataclass
 class SplitStats:
     sample_len: int
     samples: int = 0
@@ -150,9 +143,10 @@ class SplitStats:
         }
 
 
-# write_shard(index, tokens) -> ShardRecord; tokens is a 1-D array of whole samples.
+# write_shard(index, tokens) -> ShardRecord; tokens is a 1-D array of whole samples (format/shards.ShardWriter.shard).
 ShardWriter = Callable[[int, np.ndarray], ShardRecord]
 # write_index(index, starts) -> the record's doc_index entry; starts: int64 offsets of document starts
+#   (format/shards.ShardWriter.doc_index)
 IndexWriter = Callable[[int, np.ndarray], dict]
 
 
@@ -164,7 +158,7 @@ class Packer:
         if shard_samples < 1:
             raise ValueError("shard_samples must be >= 1")
         self.L = sample_len
-        self.buf = np.empty(sample_len * shard_samples, dtype=np.dtype(dtype).newbyteorder("<"))
+        self.buf = np.empty(sample_len * shard_samples, dtype=token_dtype(dtype))
         self.fill = 0
         self.pos = 0  # tokens fed so far (global stream position)
         self.write_shard = write_shard

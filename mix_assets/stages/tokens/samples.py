@@ -1,8 +1,8 @@
 """Read what the trainer reads: a seeded draw of samples from the written shards, decoded and marked.
 
 `token_shards` shows ~30 samples exactly as the trainer will see them: each is read back from its shard
-file (`sample_len` little-endian ids at row r, the bytes `reader.MixReader` serves for that storage
-index), decoded with the mix tokenizer (special tokens kept), the separator token shown as `⟦SEP⟧` so
+file (`sample_len` little-endian ids at row r, read by `format/shards.read_row`: the bytes
+`reader.MixReader` serves for that storage index), decoded with the mix tokenizer (special tokens kept), the separator token shown as `⟦SEP⟧` so
 document seams are visible. The draw is seeded by the spec seed and the build (the sha256 of
 `tokens/shard_stats.json`, which holds every shard's sha256): the same build renders the same samples,
 any change to the data renews them. Validation samples are drawn too (a fifth of the draw).
@@ -30,6 +30,7 @@ from mix_assets.stages.audit import contamination as ct
 from mix_assets.core import layout, tables
 from mix_assets.console.charts import code_span
 from mix_assets.core import textkeys as tk
+from mix_assets.format.shards import read_row
 
 SEP = "⟦SEP⟧"
 SPLITS = ("train", "val")
@@ -146,8 +147,7 @@ def draw(samples_per_split: dict[str, int], seed: int, n: int = DEFAULT_SAMPLES)
 # -- reading and decoding -------------------------------------------------------------------------------
 def read_samples(stats: dict, picks: dict[str, list[int]], open_key: Callable[[str], BinaryIO]) -> list[tuple]:
     """(split, index, shard path, row, ids) of each pick, read from the shard files (one open per shard)."""
-    L = stats["packing"]["sample_len"]
-    dtype = np.dtype(stats["dtype"]).newbyteorder("<")
+    L, dtype = stats["packing"]["sample_len"], stats["dtype"]
     out = []
     for split in SPLITS:
         shards = stats["splits"][split]["shards"]
@@ -160,11 +160,7 @@ def read_samples(stats: dict, picks: dict[str, list[int]], open_key: Callable[[s
             with open_key(f"{layout.MIX_DIR}/{path}") as f:
                 for g in idx:
                     row = g - starts[si]
-                    f.seek(row * L * dtype.itemsize)
-                    data = f.read(L * dtype.itemsize)
-                    if len(data) != L * dtype.itemsize:
-                        raise ValueError(f"{path}: short read at sample row {row} ({len(data)} bytes)")
-                    out.append((split, g, path, row, np.frombuffer(data, dtype)))
+                    out.append((split, g, path, row, read_row(f, row, dtype, L, path)))
     return out
 
 

@@ -33,12 +33,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tokenizers import Tokenizer
 
-from mix_assets.format import docindex
 from mix_assets.core import engine, layout, scratch, tables, transport
+from mix_assets.core.seeded import unit_hash
+from mix_assets.format.shards import ShardWriter, dtype_for_vocab, shard_bytes, token_dtype
 from mix_assets.stages.tokens.packing import (
     Appearances,
     Packer,
-    ShardRecord,
     SplitStats,
     fill_budget,
     order_from_keys,
@@ -46,8 +46,7 @@ from mix_assets.stages.tokens.packing import (
 )
 from mix_assets.core.progress import Progress
 from mix_assets.core.transport import UPLOAD
-from mix_assets.stages.split.split import unit_hash
-from mix_assets.stages.tokens.tokenizer import dtype_for_vocab, separator_id
+from mix_assets.stages.tokens.tokenizer import separator_id
 
 
 @dataclass(frozen=True)
@@ -368,7 +367,7 @@ def encode_chunk(chunk: EncodeChunk, params: EncodeParams) -> EncodedChunk:
     if texts.null_count:
         i = int(np.flatnonzero(texts.is_null().to_numpy(zero_copy_only=False))[0])
         raise ValueError(f"{chunk.rows.path}: document {t.column('doc_id')[i].as_py()!r}: field text is null")
-    dtype = np.dtype(params.dtype).newbyteorder("<")
+    dtype = token_dtype(params.dtype)
     sep = params.separator_id
     flats, lens = [], []
     for batch in _text_batches(texts.to_pylist(), params.batch_docs, params.batch_chars):
@@ -523,7 +522,7 @@ def build_shards(
     """Encode (map tasks on `eng`), fill budgets, pack and write `mix/train/*.bin` and `mix/val/*.bin`
     through `storage`. `raw_paths` values are local paths or `engine.FileAt`s (every task opens its own
     file; an s3:// object is read by range GETs of the row groups its range needs)."""
-    np_dtype = np.dtype(dtype).newbyteorder("<")
+    np_dtype = token_dtype(dtype)
     # a batch at a time, not pq.read_table: that imports pyarrow.dataset and decodes row groups on threads,
     # and the step's peak before the encode grew 26 MB from 38 k to 150 k kept documents (stop 23)
     f = tables.parquet_file(split_path)
@@ -597,28 +596,6 @@ def _pack(split_name, per_source: dict[str, _SourceDocs], names: list[str], part
     """Pack one split. parts[i] = (document positions in per_source[names[i]], epochs, takes): the
     appearances of source names[i], concatenated in `names` order before the stream-order sort."""
 
-    def write(index: int, tokens: np.ndarray) -> ShardRecord:
-        key = layout.SHARD.format(split=split_name, index=index)
-        data = tokens.tobytes()
-        with storage.writing(key) as tmp:
-            with open(tmp, "wb") as f:
-                f.write(data)
-        return ShardRecord(
-            path=key.removeprefix(layout.MIX_DIR + "/"),
-            samples=len(tokens) // plan.sample_len,
-            bytes=len(data),
-            sha256=hashlib.sha256(data).hexdigest(),
-        )
-
-    def write_index(index: int, starts: np.ndarray) -> dict:
-        key = layout.DOC_INDEX.format(split=split_name, index=index)
-        data = docindex.to_bytes(starts)
-        with storage.writing(key) as tmp:
-            with open(tmp, "wb") as f:
-                f.write(data)
-        return {"path": key.removeprefix(layout.MIX_DIR + "/"), "bytes": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(), "documents": len(starts)}
-
     def app_ids(i: int):
         return per_source[names[i]].ids.take(pa.array(parts[i][0]))
 
@@ -635,7 +612,9 @@ def _pack(split_name, per_source: dict[str, _SourceDocs], names: list[str], part
     order = order_from_keys(keys, epochs, lambda: _stable_rank(pa.concat_arrays([app_ids(i) for i in range(len(parts))])))
     del keys
 
-    packer = Packer(plan.sample_len, plan.shard_samples, dtype, write, write_index if plan.doc_index else None)
+    writer = ShardWriter(storage, split_name, plan.sample_len, dtype)
+    packer = Packer(plan.sample_len, plan.shard_samples, dtype, writer.shard,
+                    writer.doc_index if plan.doc_index else None)
     for c in range(0, n, _CHUNK):
         o = order[c : c + _CHUNK]
         for off, take, si in zip(offsets[o].tolist(), takes[o].tolist(), src[o].tolist()):
@@ -719,7 +698,6 @@ def build_token_shards(storage, spec, scratch_dir: Optional[str] = None, eng: en
 
 def shard_problems(stats: dict, exists: Callable[[str], bool]) -> list[str]:
     """Why shard_stats.json's shards are not all present, non-empty and of their recorded size."""
-    isz = 2 if stats["dtype"] == "uint16" else 4
     L = stats["packing"]["sample_len"]
     problems = []
     for split in ("train", "val"):
@@ -731,7 +709,7 @@ def shard_problems(stats: dict, exists: Callable[[str], bool]) -> list[str]:
                 problems.append(f"{sh['path']}: empty shard")
             elif not exists(f"{layout.MIX_DIR}/{sh['path']}"):
                 problems.append(f"{sh['path']}: missing")
-            elif sh["bytes"] != sh["samples"] * L * isz:
+            elif sh["bytes"] != shard_bytes(sh["samples"], L, stats["dtype"]):
                 problems.append(f"{sh['path']}: {sh['bytes']} bytes for {sh['samples']} samples")
             ix = sh.get("doc_index")
             if ix is not None and not exists(f"{layout.MIX_DIR}/{ix['path']}"):

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from mix_assets.core import layout, tables
-from mix_assets.stages.split.split import unit_hash
+from mix_assets.core.seeded import unit_hash
 from mix_assets.core.transport import sha256_file
 
 # Files taken from a hub repo besides tokenizer.json, when the repo has them.
@@ -52,11 +52,6 @@ class TokenizerIdentity:
             "special_tokens": dict(self.special_tokens),
             "files": dict(self.files),
         }
-
-
-def dtype_for_vocab(vocab_size: int) -> str:
-    """uint16 when every id fits, else uint32."""
-    return "uint16" if vocab_size <= 1 << 16 else "uint32"
 
 
 def special_tokens_of(tok: Tokenizer) -> dict[str, int]:

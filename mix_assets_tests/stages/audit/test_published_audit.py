@@ -19,10 +19,10 @@ import pytest
 from mix_assets.config import REPO_ROOT
 from mix_assets.stages.audit import contamination as ct
 from mix_assets.stages.audit import published_audit as P
+from mix_assets.format.checker import check_manifest
 from mix_assets.format.manifest import (
     FORMAT,
     INTERPRETATION_KEY,
-    check_manifest,
     compute_fingerprint,
     file_entry,
     interpretation_sha256,

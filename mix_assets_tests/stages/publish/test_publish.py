@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mix_assets.stages.publish import publish as pub
-from mix_assets.format.manifest import UnsafePathError
+from mix_assets.format.paths import UnsafePathError
 from mix_assets_tests.support.synthetic_mix import build_synthetic_mix
 
 
@@ -138,7 +138,7 @@ def test_local_two_revisions_coexist_and_latest_moves(tmp_path):
 
 def test_published_revision_passes_the_manifest_checker_with_hashes(synthetic_mix, tmp_path):
     """Before: `README.md: present ... but not listed in files` on every untouched published revision."""
-    from mix_assets.format.manifest import check_manifest
+    from mix_assets.format.checker import check_manifest
 
     target = pub.LocalTarget(tmp_path / "published")
     res = pub.publish(synthetic_mix, target)

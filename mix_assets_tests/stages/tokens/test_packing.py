@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
+from mix_assets.format.shards import ShardRecord
 from mix_assets.stages.tokens.packing import (
     Packer,
-    ShardRecord,
     ShortfallError,
     fill_budget,
     order_from_keys,

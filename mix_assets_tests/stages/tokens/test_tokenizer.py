@@ -13,7 +13,6 @@ from mix_assets.stages.split.split import build_validation_split
 from mix_assets.stages.tokens.tokenizer import (
     TokenizerError,
     build_tokenizer,
-    dtype_for_vocab,
     fetch_hub,
     identity_of,
     train_bpe,
@@ -28,10 +27,6 @@ def _trained(tmp_path):
     texts = [f"the river number {i} runs under the stone bridge" for i in range(300)]
     train_bpe(texts, 300, ["<|endoftext|>", "<|pad|>"], str(tmp_path / "t"))
     return tmp_path / "t" / "tokenizer.json"
-
-
-def test_dtype_for_vocab():
-    assert dtype_for_vocab(65536) == "uint16" and dtype_for_vocab(65537) == "uint32"
 
 
 def test_train_identity_and_special_tokens(tmp_path):
@@ -135,7 +130,7 @@ def _training_sample_reference(split_path, raw_paths, shares, sample_bytes, seed
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from mix_assets.stages.split.split import unit_hash
+    from mix_assets.core.seeded import unit_hash
 
     split = pq.read_table(split_path, columns=["doc_id", "source", "n_bytes", "split"])
     split = split.filter(pc.equal(split.column("split"), "train"))

@@ -24,7 +24,7 @@ from mix_assets.stages.split.assets import build_split_assets
 from mix_assets.stages.tokens.assets import build_tokens_assets
 from mix_assets.config import REPO_ROOT, load_spec
 from mix_assets.core import layout
-from mix_assets.format.manifest import check_manifest
+from mix_assets.format.checker import check_manifest
 from mix_assets.core.storage import Storage
 from mix_assets.resources import MixResource
 from mix_assets_tests.support.shared_data import real_mix_config

@@ -1,0 +1,1 @@
+"""The manifest checker's concerns, composed by format/checker.manifest_problems."""

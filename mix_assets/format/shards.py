@@ -1,0 +1,120 @@
+"""The token shard of the published mix: its bytes, the one writer and the one reader.
+
+A shard (`<split>/<split>-NNNNN.bin` in the mix directory: core/layout.SHARD) is a raw array without
+header: `samples x sample_len` token ids, little-endian, of the manifest's `dtype` (`uint16` when every
+id of the vocabulary fits, else `uint32`: `dtype_for_vocab`). Sample r of a shard is its tokens
+[r x sample_len, (r + 1) x sample_len); a split's samples are its shards' samples in manifest order.
+Beside each shard, with `packing.doc_index`, its document index (core/layout.DOC_INDEX, format/docindex.py).
+
+Writing: `ShardWriter` writes a split's shards and document indexes through a Storage and returns the
+manifest's records (the token stage's packer hands it whole samples). Reading: `rows` (a shard's bytes
+in memory), `map_rows` (a local file, memory-mapped) and `read_row` (one sample of an open file) give
+samples as arrays; every reader of shard bytes (the trainer's reader, the rendered samples, the checker)
+goes through them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Optional
+
+import numpy as np
+
+from mix_assets.core import layout
+from mix_assets.format import docindex
+from mix_assets.format.manifest import DTYPES
+
+_LITTLE = {name: np.dtype(name).newbyteorder("<") for name in DTYPES}
+
+
+def token_dtype(dtype: str | np.dtype) -> np.dtype:
+    """The little-endian numpy dtype of a manifest dtype ("uint16", "uint32", or such a numpy dtype)."""
+    if isinstance(dtype, str):
+        if dtype in _LITTLE:
+            return _LITTLE[dtype]
+    else:
+        for dt in _LITTLE.values():
+            if np.dtype(dtype).str == dt.str:
+                return dt
+    raise ValueError(f"dtype: {dtype!r} is not one of {sorted(DTYPES)}")
+
+
+def dtype_for_vocab(vocab_size: int) -> str:
+    """uint16 when every id fits, else uint32."""
+    return "uint16" if vocab_size <= 1 << 16 else "uint32"
+
+
+def shard_bytes(samples: int, sample_len: int, dtype: str | np.dtype) -> int:
+    """The size of a shard of `samples` samples: samples x sample_len x itemsize."""
+    return samples * sample_len * token_dtype(dtype).itemsize
+
+
+# -- writing ------------------------------------------------------------------------------------------
+@dataclass
+class ShardRecord:
+    """A shard's entry in the manifest's `splits.<split>.shards`."""
+
+    path: str  # relative to the mix directory
+    samples: int
+    bytes: int
+    sha256: str
+    doc_index: Optional[dict] = None  # {"path", "bytes", "sha256", "documents"} with packing.doc_index
+
+
+def to_bytes(tokens: np.ndarray, dtype: str | np.dtype) -> bytes:
+    """The bytes of a shard holding `tokens` (whole samples), little-endian `dtype`."""
+    return np.asarray(tokens).astype(token_dtype(dtype), copy=False).tobytes()
+
+
+class ShardWriter:
+    """Writes one split's shards and their document indexes through `storage` (atomic per file, at
+    layout.SHARD / layout.DOC_INDEX); each call returns what the manifest records of the file."""
+
+    def __init__(self, storage: Any, split: str, sample_len: int, dtype: str | np.dtype):
+        self.storage, self.split, self.sample_len, self.dtype = storage, split, sample_len, token_dtype(dtype)
+
+    def _write(self, key: str, data: bytes) -> tuple[str, str]:
+        self.storage.write_bytes(key, data)
+        return key.removeprefix(layout.MIX_DIR + "/"), hashlib.sha256(data).hexdigest()
+
+    def shard(self, index: int, tokens: np.ndarray) -> ShardRecord:
+        """Shard `index` of the split: `tokens` is a 1-D array of whole samples."""
+        if len(tokens) % self.sample_len:
+            raise ValueError(f"{self.split} shard {index}: {len(tokens)} tokens are not whole samples of "
+                             f"{self.sample_len}")
+        data = to_bytes(tokens, self.dtype)
+        path, sha = self._write(layout.SHARD.format(split=self.split, index=index), data)
+        return ShardRecord(path=path, samples=len(tokens) // self.sample_len, bytes=len(data), sha256=sha)
+
+    def doc_index(self, index: int, starts: np.ndarray) -> dict:
+        """The document index of shard `index` (format/docindex.py) and its manifest entry."""
+        data = docindex.to_bytes(starts)
+        path, sha = self._write(layout.DOC_INDEX.format(split=self.split, index=index), data)
+        return {"path": path, "bytes": len(data), "sha256": sha, "documents": len(starts)}
+
+
+# -- reading ------------------------------------------------------------------------------------------
+def rows(data: bytes | memoryview, dtype: str | np.dtype, sample_len: int, label: str = "shard") -> np.ndarray:
+    """A shard's bytes as its (samples, sample_len) array (read-only, no copy); ValueError naming `label`
+    unless they are whole samples."""
+    dt = token_dtype(dtype)
+    if len(data) % (sample_len * dt.itemsize):
+        raise ValueError(f"{label}: {len(data)} bytes are not whole samples of {sample_len} x {dt.itemsize} bytes")
+    return np.frombuffer(data, dt).reshape(-1, sample_len)
+
+
+def map_rows(src: Any, dtype: str | np.dtype, sample_len: int, samples: int) -> np.ndarray:
+    """A local shard file (a path or an open file) memory-mapped as its (samples, sample_len) array."""
+    mm = np.memmap(src, dtype=token_dtype(dtype), mode="r", shape=(samples, sample_len))
+    return mm.view(np.ndarray)  # plain ndarray view: same mapping, cheaper indexing
+
+
+def read_row(f: BinaryIO, row: int, dtype: str | np.dtype, sample_len: int, label: str = "shard") -> np.ndarray:
+    """Sample `row` of an open shard file (one seek and read); ValueError naming `label` on a short read."""
+    n = sample_len * token_dtype(dtype).itemsize
+    f.seek(row * n)
+    data = f.read(n)
+    if len(data) != n:
+        raise ValueError(f"{label}: short read at sample row {row} ({len(data)} bytes)")
+    return rows(data, dtype, sample_len, label)[0]
