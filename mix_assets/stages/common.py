@@ -14,7 +14,6 @@ import dagster as dg
 
 from mix_assets.console import metadata as md
 from mix_assets.core import imports, lineage, runlock
-from mix_assets.core.tables import read_parquet, write_parquet  # noqa: F401  (the stages' Parquet I/O)
 from mix_assets.core.storage import Storage, local_key_path
 from mix_assets.stages.publish import publish as pub
 from mix_assets.stages.publish.target import PUBLISHED_REVISION, write_target

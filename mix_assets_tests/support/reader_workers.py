@@ -18,7 +18,7 @@ def remote(spec: tuple) -> dict:
         return {"s3_client": FakeS3Client(*spec[1:])}
     if spec[0] == "hub":
         return {"hub_endpoint": spec[1]}
-    from mix_assets.stages.publish.publish import s3_client
+    from mix_assets.core.transport import s3_client
 
     return {"s3_client": s3_client(spec[1], access_key=spec[2], secret_key=spec[3])}
 

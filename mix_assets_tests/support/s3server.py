@@ -54,7 +54,7 @@ class SeaweedS3:
 
     def client(self, role: str = "writer"):
         """A boto3 client: role "writer", "reader" (read-only identity) or "anonymous"."""
-        from mix_assets.stages.publish.publish import s3_client
+        from mix_assets.core.transport import s3_client
 
         if role == "anonymous":
             return s3_client(self.endpoint, anonymous=True)

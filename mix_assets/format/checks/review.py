@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from mix_assets.core.seeded import unit_hash
 from mix_assets.format.checks.fields import is_int
 
 
@@ -31,7 +32,6 @@ def review_count_problems(m: Mapping[str, Any], src: Any, cfg: Mapping[str, Any]
 
     from mix_assets.core import tables
     from mix_assets.core.idset import IdSet
-    from mix_assets.core.seeded import unit_hash
 
     review = m.get("review") if isinstance(m.get("review"), Mapping) else {}
     keys_path, masks_path = review.get("dedup_keys"), review.get("exclusion_masks")

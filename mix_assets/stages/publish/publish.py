@@ -54,7 +54,8 @@ from mix_assets.format.manifest import FORMAT, compute_fingerprint
 from mix_assets.format.mixdir import LocalDir
 from mix_assets.format.paths import UnsafePathError, safe_path
 from mix_assets.format.shards import read_row
-from mix_assets.core.transport import (  # noqa: F401 -- s3_client re-exported for callers of this module
+from mix_assets.core import transport
+from mix_assets.core.transport import (
     HubLocation,
     IntegrityError,
     LocalLocation,
@@ -429,11 +430,14 @@ class HubTarget(Target):
     revision_is_fingerprint = False
 
     def __init__(self, url: str, api=None, token: str | bool | None = None):
-        rest = url.removeprefix("hf://")
-        if not rest.startswith("datasets/") or rest.count("/") != 2:
+        try:
+            hub = transport.split_hub_url(url)
+        except ValueError:
+            hub = None
+        if hub is None or hub.revision is not None or hub.subdir:
             raise PublishError(f"{url}: a hub publish URL looks like hf://datasets/<org>/<name>")
         self.url = url.rstrip("/")
-        self.repo_id = rest.removeprefix("datasets/").strip("/")
+        self.repo_id = hub.repo_id
         if api is None:
             from huggingface_hub import HfApi
 
@@ -565,14 +569,16 @@ def _check_hub_folders(manifest: dict) -> None:
 def make_target(url: str, *, s3_endpoint_url: str | None = None, s3_region: str | None = None,
                 s3_client_=None, hf_api=None) -> Target:
     """The target a publish URL names (write access from the environment's credentials)."""
-    if url.startswith("s3://"):
-        return S3Target(url, s3_client_ or s3_client(s3_endpoint_url, s3_region))
-    if url.startswith("hf://"):
-        return HubTarget(url, api=hf_api)
-    if "://" in url:
+    try:
+        kind = transport.scheme(url)
+    except ValueError:
         raise PublishError(f"{url}: unsupported publish URL (use a local path, s3://bucket/prefix "
-                           "or hf://datasets/org/name)")
-    return LocalTarget(url)
+                           "or hf://datasets/org/name)") from None
+    if kind == transport.S3:
+        return S3Target(url, s3_client_ or s3_client(s3_endpoint_url, s3_region))
+    if kind == transport.HUB:
+        return HubTarget(url, api=hf_api)
+    return LocalTarget(transport.local_path(url))
 
 
 # -- verification ----------------------------------------------------------------------------------

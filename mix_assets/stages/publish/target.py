@@ -31,7 +31,7 @@ def read_only_target(spec, env: dict | None = None) -> pub.Target:
         if prefix and not (key and secret):
             raise pub.PublishError(f"publish.read_credentials_env={prefix!r}: set {prefix}_ACCESS_KEY_ID and "
                                    f"{prefix}_SECRET_ACCESS_KEY (or unset it for anonymous reads)")
-        client = pub.s3_client(p.s3_endpoint_url, p.s3_region, access_key=key, secret_key=secret,
+        client = transport.s3_client(p.s3_endpoint_url, p.s3_region, access_key=key, secret_key=secret,
                                anonymous=not key)
         return pub.S3Target(url, client)
     if kind == transport.HUB:

@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from mix_assets.stages.audit import contamination as ct
+from mix_assets.stages.audit.audit import scrub_set
 from mix_assets.core import layout, tables
 from mix_assets.console.charts import code_span
 from mix_assets.core import textkeys as tk
@@ -323,8 +324,6 @@ def rendered_samples(storage, spec, build: str, n: int = DEFAULT_SAMPLES) -> Ren
     import json
 
     from tokenizers import Tokenizer
-
-    from mix_assets.stages.audit.audit import scrub_set
 
     stats = json.loads(storage.read_text(layout.SHARD_STATS))
     tok = Tokenizer.from_file(storage.local_path(layout.TOKENIZER_FILE))
