@@ -12,12 +12,13 @@ import dagster as dg
 
 from mix_assets.console import metadata as console_md
 from mix_assets.stages.common import (
-    code_version, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage, write_parquet,
+    code_version, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage,
 )
 from mix_assets.stages.filters.assets import filter_deps
 from mix_assets.config import MixSpec
 from mix_assets.stages.filters import docfilters
 from mix_assets.core import layout, tables
+from mix_assets.core.tables import write_parquet
 from mix_assets.stages.dedup import dedup as lib
 from mix_assets.stages.dedup import metadata as md
 from mix_assets.resources import EngineResource, MixResource
