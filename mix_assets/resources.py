@@ -57,7 +57,7 @@ _ENGINES: dict[str, "EngineResource"] = {}
 
 
 class EngineResource(dg.ConfigurableResource):
-    """Where map work runs (the spec's `engine` section, see core/engine.py); `engine` is what lib takes.
+    """Where map work runs (the spec's `engine` section, see core/engine.py); `engine` is what the stages' logic takes.
 
     kind "local" costs nothing (ray is never imported). kind "ray" connects Ray for the step through
     dagster-ray (`mix_assets/ray_engine.py`: a LocalRay whose address is "local", i.e. always a new

@@ -37,7 +37,7 @@ def pytest_runtest_setup(item):
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """The shared data folder (lib/shared_data.py says how it is found)."""
+    """The shared data folder (support/shared_data.py says how it is found)."""
     return shared_data_dir()
 
 

@@ -2,7 +2,7 @@
 
 README.md, bench/README.md and docs/*.md name files of this repository: `mix_assets/...py`,
 `mix_assets_tests/...py`, `bench/...`, short paths inside the package or the tests (`core/transport.py`,
-`stages/dedup/lsh.py`, `stages/dedup/test_lsh.py`, `format/manifest.safe_path`), test ids
+`stages/dedup/lsh.py`, `stages/dedup/test_lsh.py`, `format/paths.safe_path`), test ids
 (`path.py::test_name`) and relative Markdown links. A module moves or a test is renamed and the page
 still points at the old place: this test names the page, the line and the reference.
 """

@@ -96,7 +96,7 @@ def _ray_map(fn, chunks, engine: Engine) -> Iterator:
 
     if not ray.is_initialized():
         raise RuntimeError("engine.kind is 'ray' but Ray is not connected: run the step with the engine "
-                           "resource (or inside lib.engine.ray_session)")
+                           "resource (or inside core.engine.ray_session)")
     # `fn` may be a functools.partial (a map function with its fixed arguments): put once, applied per task
     task, fn_ref = ray.remote(num_cpus=1, max_retries=engine.max_retries)(_apply), ray.put(fn)
     yield from _ordered_window(lambda c: task.remote(fn_ref, c), ray.get, chunks, engine.window)

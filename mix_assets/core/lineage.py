@@ -36,7 +36,7 @@ RECORD = "lineage/{asset}.json"  # = layout.LINEAGE
 
 
 class Store(Protocol):
-    """What lineage needs of `lib.storage.Storage`."""
+    """What lineage needs of `core/storage.Storage`."""
 
     def sha256(self, key: str) -> str: ...
     def exists(self, key: str) -> bool: ...

@@ -15,7 +15,7 @@ The lease is one small JSON object, `locks/run.lease` under the storage root:
   raises LeaseLost: what the step wrote may be mixed with another run's writes;
 * release deletes it only if it is still this holder's version (S3 `DeleteObject If-Match`).
 
-SeaweedFS (4.48, the tests' S3 server on loopback, checked by tests/lib/test_runlock.py) and AWS S3 honour
+SeaweedFS (4.48, the tests' S3 server on loopback, checked by mix_assets_tests/core/test_runlock.py) and AWS S3 honour
 those conditional requests (412 when they do not hold). A server that answers 501 to If-Match fails the
 lease with a NotImplementedError naming it rather than locking unsafely; one that answers 501 to
 If-None-Match gets `create_if_absent`'s check-then-put fallback (transport.py), which two runs starting in

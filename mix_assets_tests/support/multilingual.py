@@ -1,7 +1,7 @@
 """Hand-written multilingual samples (the shared data is English only): language -> [short, sentence, paragraph].
 
 The same three texts (a timetable line, a walk by a river, a committee postponing a budget decision)
-in 22 languages, written for these tests; used by stages/filters/test_langid.py and bench/langid.py.
+in 22 languages, written for these tests; used by stages/filters/test_langid.py and bench/langid_pii.py.
 """
 
 SAMPLES = {

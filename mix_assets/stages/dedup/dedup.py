@@ -77,7 +77,7 @@ class DedupInputError(ValueError):
 
 @dataclass
 class DedupParams:
-    """What the stage needs from the mix spec (kept separate so lib code takes no pydantic model)."""
+    """What the stage needs from the mix spec (kept separate so the logic takes no pydantic model)."""
 
     shingle: int = 5
     num_perm: int = 128

@@ -1,4 +1,4 @@
-"""The serial steps' faster code against the code as first written (support/serial_reference.py)."""
+"""The serial steps' faster code against the code as first written (oracles/serial_reference.py)."""
 
 import random
 

@@ -1,4 +1,4 @@
-"""stages/filters/filters.py's faster cascade decides exactly as its first version (support/filters_reference.py):
+"""stages/filters/filters.py's faster cascade decides exactly as its first version (oracles/filters_reference.py):
 every rule column, reason, per-filter reason, stat and rewritten text, on adversarial batches (unicode,
 empty and whitespace-only texts, very long lines, repeated paragraphs, lines that open with end marks,
 one-sentence lines, citations, every line boundary str.splitlines knows) and generated prose, for C4

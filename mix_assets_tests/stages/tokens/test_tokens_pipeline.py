@@ -1,4 +1,4 @@
-"""split -> tokenizer -> shards -> manifest through lib/, on synthetic upstream files."""
+"""split -> tokenizer -> shards -> manifest through the stages' logic (no Dagster), on synthetic upstream files."""
 
 import hashlib
 import json
