@@ -4,11 +4,14 @@ README.md, bench/README.md and docs/*.md name files of this repository: `mix_ass
 `mix_assets_tests/...py`, `bench/...`, short paths inside the package or the tests (`core/transport.py`,
 `stages/dedup/lsh.py`, `stages/dedup/test_lsh.py`, `format/paths.safe_path`), test ids
 (`path.py::test_name`) and relative Markdown links. A module moves or a test is renamed and the page
-still points at the old place: this test names the page, the line and the reference.
+still points at the old place: this test names the page, the line and the reference. A dotted tail must be
+a name that module defines itself (not one it imports), so a function that moved is not found at its old home.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import re
 from pathlib import Path
 
@@ -51,6 +54,28 @@ def _exists(p: Path) -> bool:
     return p.exists()
 
 
+@functools.lru_cache(maxsize=None)
+def _defined(path: Path) -> frozenset[str]:
+    """The names a module defines at its top level (functions, classes, assignments), not those it imports:
+    `format/manifest.safe_path` must name safe_path's own module."""
+    out = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                out |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return frozenset(out)
+
+
+def _attribute(ref: str) -> str | None:
+    """The module attribute a dotted tail names (`stages/dedup/dedup.sign_chunk` -> sign_chunk), else None."""
+    last = ref.rsplit("/", 1)[-1]
+    if ref.endswith((".py", ".md", ".txt", ".yaml", ".json")) or "." not in last:
+        return None
+    return last.split(".")[1]
+
+
 def _has_test(path: Path, names: str) -> bool:
     src = path.read_text()
     return all(re.search(rf"^\s*(?:async\s+)?(?:def|class)\s+{re.escape(n.split('[')[0])}\b", src, re.M)
@@ -68,6 +93,8 @@ def problems(page: Path, text: str) -> list[str]:
                 found.append(f"{where}:{lineno}: {ref} does not exist")
             elif test and hits[0].is_file() and not _has_test(hits[0], test):
                 found.append(f"{where}:{lineno}: {ref} has no {test}")
+            elif (attr := _attribute(ref)) and hits[0].suffix == ".py" and attr not in _defined(hits[0]):
+                found.append(f"{where}:{lineno}: {ref}: {hits[0].relative_to(ROOT)} defines no {attr}")
         for m in BARE_TEST.finditer(line):
             if line[max(0, m.start() - 1):m.start()] == "/":
                 continue
@@ -103,7 +130,8 @@ def test_a_bad_path_is_caught():
         "`mix_assets/core/engine.py` and `stages/dedup/lsh.py` and `core/transport.open_url` exist,",
         "`stages/dedup/test_lsh.py` too; `mix_assets/lib/engine.py` does not,",
         "nor `stages/dedup/test_lsh.py::test_no_such_test`, `lib/filters.py`, `bench/results/nope.md`,",
-        "`test_reader.py` (it is reader/test_reader.py) or [a link](nope.md).",
+        "`test_reader.py` (it is reader/test_reader.py) or [a link](nope.md),",
+        "nor `format/manifest.safe_path` (format/paths.py defines it; format/manifest.py does not).",
     ])
     bad = problems(page, text)
     assert [b.split(": ", 1)[1] for b in bad] == [
@@ -113,4 +141,5 @@ def test_a_bad_path_is_caught():
         "bench/results/nope.md does not exist",
         "test_reader.py is not mix_assets_tests/test_reader.py (name a test by its path under mix_assets_tests/)",
         "link nope.md does not exist",
+        "format/manifest.safe_path: mix_assets/format/manifest.py defines no safe_path",
     ], bad
