@@ -15,7 +15,7 @@ manifest.json. A revision exists exactly when its manifest.json exists:
      verifies: by `publish()` after re-hashing every object at the target, or (`point_latest=False`, the
      asset) by the blocking gate after a stranger's read passes (`Target.point_latest`).
 
-Every byte is hashed as it is written (`core/transport.put_file` / `copy_from`) and refused when it is not
+Every byte is hashed as it is written (`core/transport.Location.put_file` / `copy_from`) and refused when it is not
 what the manifest lists, so a mix rewritten between its check and its copy (another run on the same
 storage root) is never stored under a revision that vouches for other bytes.
 
