@@ -1,0 +1,12 @@
+"""The tokens stage: `tokenizer` and `token_shards`, the kept documents tokenised once and packed into the
+published shards (their bytes are format/shards.py's).
+
+  assets.py     the two assets and their checks
+  config.py     `tokenizer:` and `packing:`
+  metadata.py   what the UI shows, with the rendered samples
+  tokenizer.py  the mix tokenizer: from the hub, a local file, or trained
+  shards.py     encode (map) and pack (reduce) into train/val shards, bounded memory
+  packing.py    budget fill, stream order and contiguous packing into fixed-length samples
+  samples.py    the seeded samples read back from the shards, decoded and marked, for the UI
+  bytelevel.py  byte-level BPE decoding as a table gather
+"""
