@@ -84,8 +84,11 @@ def _array_io_calls(path: Path) -> list[str]:
     def visit(node, scope):
         for ch in ast.iter_child_nodes(node):
             inner = scope + [ch.name] if isinstance(ch, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else scope
-            if isinstance(ch, ast.Call) and isinstance(ch.func, ast.Attribute) and ch.func.attr in ARRAY_IO:
-                out.append((".".join(scope), f"{ch.func.attr} (line {ch.lineno})"))
+            if isinstance(ch, ast.Call):
+                # np.frombuffer(...), frombuffer(...) after `from numpy import frombuffer`, np.ndarray(buffer=...)
+                name = ch.func.attr if isinstance(ch.func, ast.Attribute) else getattr(ch.func, "id", None)
+                if name in ARRAY_IO or any(k.arg == "buffer" for k in ch.keywords):
+                    out.append((".".join(scope), f"{name} (line {ch.lineno})"))
             visit(ch, inner)
 
     visit(ast.parse(path.read_text(encoding="utf-8")), [])
@@ -95,6 +98,18 @@ def _array_io_calls(path: Path) -> list[str]:
 def _sources(*under: str) -> list[Path]:
     files = [p for u in under for p in ([PACKAGE / u] if u.endswith(".py") else (PACKAGE / u).rglob("*.py"))]
     return sorted(p for p in files if p.exists())
+
+
+def test_the_scan_sees_each_way_of_reading_array_bytes(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text("import numpy as np\nfrom numpy import frombuffer, memmap\n"
+                 "def a(b):\n    return np.frombuffer(b, '<u2')\n"
+                 "def b(b):\n    return frombuffer(b, '<u2')\n"
+                 "def c(f):\n    return memmap(f, '<u2')\n"
+                 "def d(b):\n    return np.ndarray((4,), '<u2', buffer=b)\n"
+                 "def e(x, f):\n    x.tofile(f)\n"
+                 "def f(x):\n    return np.asarray(x).sum()\n")
+    assert [scope for scope, _ in _array_io_calls(p)] == ["a", "b", "c", "d", "e"]
 
 
 def test_no_module_outside_format_encodes_or_decodes_shard_bytes():
