@@ -37,11 +37,30 @@ def test_s3_within_compares_bucket_and_key_prefix():
 
 def scheme_tests(source: str) -> list[tuple[int, str]]:
     """Places that decide a location's kind from its text: a string holding '://' given to
-    startswith/removeprefix/partition/split/index/find, or tested with `in`."""
+    startswith/removeprefix/partition/split/index/find or a regular expression's match/search/fullmatch,
+    tested with `in`, or compared with ==/!= (`url[:5] == "s3://"`); or a parsed URL's `.scheme`
+    compared with a string (`urlparse(url).scheme == "s3"`)."""
     found = []
+
+    def texts(nodes):
+        consts = [n for n in nodes if isinstance(n, ast.Constant)]
+        consts += [e for n in nodes if isinstance(n, (ast.Tuple, ast.List, ast.Set)) for e in n.elts
+                   if isinstance(e, ast.Constant)]
+        return [c.value for c in consts if isinstance(c.value, str)]
+
     for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops):
+            sides = [node.left, *node.comparators]
+            if any("://" in v for v in texts(sides)):
+                found.append((node.lineno, "== '...://'"))
+                continue
+        if isinstance(node, ast.Compare) and any(isinstance(a, ast.Attribute) and a.attr == "scheme"
+                                                 for a in (node.left, *node.comparators)) and texts(
+                [node.left, *node.comparators]):
+            found.append((node.lineno, ".scheme compared with a string"))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
-                "startswith", "removeprefix", "partition", "split", "index", "find"):
+                "startswith", "removeprefix", "partition", "split", "index", "find", "match", "search",
+                "fullmatch"):
             args = [a for a in node.args if isinstance(a, ast.Constant)]
             args += [e for a in node.args if isinstance(a, ast.Tuple) for e in a.elts if isinstance(e, ast.Constant)]
             args += [v for a in node.args if isinstance(a, ast.JoinedStr) for v in a.values
@@ -56,8 +75,10 @@ def scheme_tests(source: str) -> list[tuple[int, str]]:
 
 def test_the_checker_sees_each_way_of_testing_a_scheme():
     src = ('a = u.startswith("s3://")\nb = u.removeprefix("hf://")\nc = "://" in u\n'
-           'd = u.startswith(("s3://", "gs://"))\ne = "x" in u\nf = u.startswith("s3")\n')
-    assert [line for line, _ in scheme_tests(src)] == [1, 2, 3, 4]
+           'd = u.startswith(("s3://", "gs://"))\ne = "x" in u\nf = u.startswith("s3")\n'
+           'g = u[:5] == "s3://"\nh = re.match(r"hf://", u)\ni = urlparse(u).scheme in ("s3", "gs")\n'
+           'j = u == v\nk = transport.scheme(u) == transport.S3\n')
+    assert [line for line, _ in scheme_tests(src)] == [1, 2, 3, 4, 7, 8, 9]
 
 
 # (file, what): why it is not a storage location
