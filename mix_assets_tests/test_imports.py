@@ -135,7 +135,8 @@ def stage_logic_imports_config(g: Graph) -> list[str]:
     out = []
     for i in g.imports:
         parts = i.importer.split(".")
-        logic = len(parts) == 4 and parts[1] == "stages" and parts[3] not in STAGE_EDGE_MODULES
+        # stages.<stage>.<module>, or deeper (stages.filters.rules.c4): logic unless an edge module
+        logic = len(parts) >= 4 and parts[1] == "stages" and parts[3] not in STAGE_EDGE_MODULES
         if logic and _under(i.target, _p(g, "config")):
             out.append(f"{i.importer} imports {i.target} at line {i.line}: a stage's logic takes its config "
                        f"section as an argument (only its {', '.join(sorted(STAGE_EDGE_MODULES))} modules import config)")
@@ -263,10 +264,13 @@ def test_a_stage_logic_module_importing_config_is_reported(tmp_path):
         "stages/audit/config.py": "from mix_assets import config\n",
         "stages/audit/metadata.py": "import mix_assets.config\n",
         "stages/common.py": "from mix_assets.config import MixSpec\n",  # the kit is not a stage's logic
+        "stages/filters/rules/toy.py": "from mix_assets.config import MixSpec\n",  # a sub-package is logic too
     })
+    why = (": a stage's logic takes its config section as an argument (only its assets, config, metadata modules "
+           "import config)")
     assert stage_logic_imports_config(g) == [
-        "mix_assets.stages.audit.evals imports mix_assets.config at line 2: a stage's logic takes its config section "
-        "as an argument (only its assets, config, metadata modules import config)"]
+        "mix_assets.stages.audit.evals imports mix_assets.config at line 2" + why,
+        "mix_assets.stages.filters.rules.toy imports mix_assets.config at line 1" + why]
 
 
 def test_lazy_imports_of_the_allowed_modules_pass(tmp_path):
