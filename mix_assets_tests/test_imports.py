@@ -6,13 +6,16 @@ Rules (each failure names the modules and the chain of imports, with lines):
   * the core, the format package and the reader reach no stage and import no dagster (dagster_*);
   * a stage's logic modules (stages/<stage>/*.py but assets, config, metadata) import no config;
   * no mix_assets module is imported inside a function (to dodge a cycle), but the few in
-    LAZY_IMPORTS, each for an optional or heavy dependency.
+    LAZY_IMPORTS, each for an optional or heavy dependency;
+  * no module re-exports a project name (imports it at module level and never uses it), but the
+    public faces in PUBLIC_FACES (mix_assets.reader).
 "Reach" follows imports transitively, module level and inside functions alike: the code that runs.
 Each rule is also run on a small package written to tmp_path, to see it fail.
 """
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from collections import deque
 from pathlib import Path
@@ -48,7 +51,8 @@ class Graph:
 
     def __init__(self, root: Path, package: str = im.PACKAGE):
         self.package = package
-        self.modules = set(im.package_modules(root, package))
+        self.paths = im.package_modules(root, package)
+        self.modules = set(self.paths)
         self.imports = im.imports(root, package)
         self.edges: dict[str, list[im.Import]] = {}
         self.module_edges: dict[str, list[im.Import]] = {}
@@ -150,8 +154,29 @@ def imports_in_functions(g: Graph) -> list[str]:
             for i in g.imports if i.in_function and i.target in g.modules and i.target not in lazy]
 
 
+PUBLIC_FACES = {"reader"}  # packages whose __init__ gathers their modules' public names for callers
+
+
+def re_exports(g: Graph) -> list[str]:
+    """A project name imported at module level and never used there is only passed on to the module's
+    importers (a re-export or a compatibility shim): they must import it from where it is defined."""
+    faces = {_p(g, f) for f in PUBLIC_FACES}
+    out = []
+    for name, path in sorted(g.paths.items()):
+        if name in faces:
+            continue
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == g.package):
+                out += [f"{name} imports {a.asname or a.name} from {node.module or '.'} at line {node.lineno} and "
+                        "never uses it (a re-export: import it from its own module)"
+                        for a in node.names if (a.asname or a.name) not in used]
+    return out
+
+
 RULES = [cycles, core_reaches_the_spec, core_format_reader_reach_a_stage, core_format_reader_import_dagster,
-         stage_logic_imports_config, imports_in_functions]
+         stage_logic_imports_config, imports_in_functions, re_exports]
 
 
 @pytest.fixture(scope="module")
@@ -282,3 +307,14 @@ def test_lazy_imports_of_the_allowed_modules_pass(tmp_path):
     })
     assert imports_in_functions(g) == []
     assert [r(g) for r in RULES] == [[]] * len(RULES)
+
+
+def test_a_re_export_is_reported(tmp_path):
+    g = write_package(tmp_path, {
+        "core/paths.py": "def safe_path(p):\n    return p\n",
+        "format/manifest.py": "from mix_assets.core.paths import safe_path  # kept for old callers\n",
+        "format/checker.py": "from mix_assets.core.paths import safe_path\n\ndef check(p):\n    return safe_path(p)\n",
+        "reader/__init__.py": "from mix_assets.core.paths import safe_path\n",  # the reader's public face
+    })
+    assert re_exports(g) == ["mix_assets.format.manifest imports safe_path from mix_assets.core.paths at line 1 and "
+                             "never uses it (a re-export: import it from its own module)"]
