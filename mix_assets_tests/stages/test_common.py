@@ -1,5 +1,6 @@
 """stages/common.py: what every materialisation carries besides the stage's own metadata, and code versions."""
 
+import ast
 import json
 import os
 import shutil
@@ -84,3 +85,29 @@ def test_code_version_takes_config_not_code():
     assert code_version(TOKENS, {"a": 1}) == code_version(TOKENS, {"a": 1}) != code_version(TOKENS, {"a": 2})
     with pytest.raises(TypeError, match="derived from the module's imports"):
         code_version(TOKENS, imports)
+
+
+def hand_listed_code(source: str) -> list[int]:
+    """Lines of `code_version(...)` calls that name code by hand: a first argument other than `__name__`
+    (another module's source standing for the asset's), or a string naming a project module or file."""
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "code_version":
+            first = node.args[0] if node.args else None
+            named = [a.value for a in ast.walk(node) if isinstance(a, ast.Constant) and isinstance(a.value, str)
+                     and (a.value.startswith("mix_assets.") or a.value.endswith(".py"))]
+            if not (isinstance(first, ast.Name) and first.id == "__name__") or named:
+                bad.append(node.lineno)
+    return bad
+
+
+def test_no_code_version_call_lists_modules_by_hand():
+    src = ('a = code_version(__name__, spec.seed)\nb = code_version("mix_assets.stages.tokens.shards", s)\n'
+           'c = code_version(__name__, "mix_assets.core.tables")\nd = common.code_version(__name__, "engine.py")\n')
+    assert hand_listed_code(src) == [2, 3, 4]
+    pkg = Path(imports.ROOT) / "mix_assets"
+    found = [f"{p.relative_to(pkg)}:{line}" for p in sorted(pkg.rglob("*.py")) if p.name != "common.py"
+             for line in hand_listed_code(p.read_text())]
+    calls = sum(p.read_text().count("code_version(__name__") for p in pkg.glob("stages/*/assets.py"))
+    assert calls >= 8, calls  # the scan reads the asset modules
+    assert found == [], f"code_version(__name__, <config values>) only; code is derived from the imports: {found}"
