@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mix_assets.format import shards as shard_format
 from mix_assets.format.manifest import FORMAT, INTERPRETATION_KEY, compute_fingerprint, file_entry, interpretation_sha256
 from mix_assets_tests.support.review_files import REVIEW_PATHS, write_review_files
 
@@ -38,7 +39,7 @@ def write_test_mix(
     seq_len: int = 16,
     samples_per_seq: int = 1,
     shifted_targets: bool = False,
-    dtype: str = "uint16",
+    dtype: str | None = None,  # None: the format's dtype for vocab_size (format/shards.dtype_for_vocab)
     vocab_size: int = 97,
     seed: int = 0,
     sources: Sequence[str] = ("web", "books"),
@@ -57,7 +58,7 @@ def write_test_mix(
     root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     sample_len = seq_len + 1 if shifted_targets else seq_len * samples_per_seq
-    np_dtype = np.dtype(dtype).newbyteorder("<")
+    dtype = shard_format.dtype_for_vocab(vocab_size) if dtype is None else dtype
     splits: dict = {}
     shard_files: list[str] = []
     for split, counts, dropped in (("train", train_shards, dropped_tail[0]), ("val", val_shards, dropped_tail[1])):
@@ -66,7 +67,7 @@ def write_test_mix(
             rel = f"{split}/{split}-{i:05d}.bin"
             (root / split).mkdir(exist_ok=True)
             toks = _tokens(rng, n * sample_len, vocab_size) if markov else rng.integers(0, vocab_size, n * sample_len)
-            (root / rel).write_bytes(toks.astype(np_dtype).tobytes())
+            (root / rel).write_bytes(shard_format.to_bytes(toks, dtype))
             e = file_entry(root, rel)
             shards.append({"path": rel, "samples": n, "bytes": e["bytes"], "sha256": e["sha256"]})
             shard_files.append(rel)

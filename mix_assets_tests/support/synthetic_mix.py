@@ -1,7 +1,7 @@
 """A small mix directory in the manifest contract (mix_assets.manifest/1), built without the pipeline.
 
-`build_synthetic_mix(dir, seed=...)` writes train/val shards of random uint16 tokens, a tokenizer file,
-the four review files and a manifest.json whose sizes, sha256s, totals and fingerprint are computed
+`build_synthetic_mix(dir, seed=...)` writes train/val shards of random tokens (format/shards.py's bytes, the
+dtype for `vocab`), a tokenizer file, the four review files and a manifest.json whose sizes, sha256s, totals and fingerprint are computed
 here from the bytes written. The fixture `synthetic_mix` gives a fresh one per test.
 """
 
@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mix_assets.format import shards as shard_format
 from mix_assets.format.manifest import INTERPRETATION_KEY, interpretation_sha256
 from mix_assets_tests.support.review_files import REVIEW_PATHS, write_review_files
 
@@ -30,6 +31,7 @@ def build_synthetic_mix(mix_dir: Path, *, seed: int = 0, seq_len: int = 16, voca
     budgets: the config's per-source train budgets (default: this mix's own, so it is consistent)."""
     mix_dir = Path(mix_dir)
     rng = np.random.default_rng(seed)
+    dtype = shard_format.dtype_for_vocab(vocab)  # the token stage's rule
     sources = {"web": 0.7, "math": 0.3}
     splits, files = {}, []
     for split, counts in (("train", train_shards), ("val", val_shards)):
@@ -38,7 +40,7 @@ def build_synthetic_mix(mix_dir: Path, *, seed: int = 0, seq_len: int = 16, voca
             rel = f"{split}/{split}-{i:05d}.bin"
             p = mix_dir / rel
             p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_bytes(rng.integers(0, vocab, size=n * seq_len, dtype=np.uint16).astype("<u2").tobytes())
+            p.write_bytes(shard_format.to_bytes(rng.integers(0, vocab, size=n * seq_len, dtype=np.uint16), dtype))
             shards.append({"path": rel, "samples": n, "bytes": p.stat().st_size, "sha256": _sha(p)})
             files.append({"path": rel, "bytes": p.stat().st_size, "sha256": _sha(p)})
         samples = sum(counts)
@@ -66,7 +68,7 @@ def build_synthetic_mix(mix_dir: Path, *, seed: int = 0, seq_len: int = 16, voca
                       "special_tokens": {"<|endoftext|>": 0},
                       "files": {"tokenizer/tokenizer.json": _sha(tok)}},
         "packing": packing,
-        "dtype": "uint16",
+        "dtype": dtype,
         "splits": splits,
         "sources": rv["sources"],
         "totals": {"train_tokens": tr["tokens"], "val_tokens": va["tokens"], "train_samples": tr["samples"],
