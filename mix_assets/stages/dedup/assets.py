@@ -1,7 +1,7 @@
 """dedup_keys and exclusion_masks: duplicate clusters over the merged pool, then every exclusion.
 
 Thin asset functions over `stages/dedup/dedup.py` (streams the raw parquet, builds the masks), `stages/dedup/minhash.py`
-and `stages/dedup/lsh.py`. The `zero_eval_overlap` gate on exclusion_masks lives in the audit module.
+and `stages/dedup/lsh.py`. The `zero_eval_overlap` gate on exclusion_masks lives in stages/audit/assets.py.
 """
 
 

@@ -1,7 +1,7 @@
 """Gopher repetition rules: Rae et al. 2021, arXiv 2112.11446, Table A1 (the thresholds that datatrove 0.10.1's
 `gopher_repetition_filter.py` quotes in its docstring).
 
-Its n-grams are rolling 64-bit keys over one flat token array of the batch (kernels.py). Its duplicate 5- to
+Its n-grams are rolling 64-bit keys over one flat token array of the batch (stages/filters/kernels.py). Its duplicate 5- to
 10-gram rule is a greedy left-to-right scan that skips past each repeat, which has no bulk form: bulk upper
 bounds (the characters of the tokens covered by repeated n-grams) clear most documents, and the scan runs per
 document, on hashed n-grams, only for the rest (`FilterResult.python_docs`, timed in
