@@ -1,4 +1,5 @@
-"""The code's shape, checked: thin asset and check bodies, one way to reach the resource."""
+"""The code's shape, checked: a docstring on every module and package, thin asset and check bodies, one way to
+reach the resource."""
 
 import ast
 from pathlib import Path
@@ -25,6 +26,13 @@ def decorated_functions(tree: ast.AST):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             if any(_decorator_name(d) in DECORATORS for d in node.decorator_list):
                 yield node
+
+
+def test_every_module_and_package_says_what_it_holds():
+    """A docstring on every module, and on every package's __init__.py (stages/<stage>/ says which file is which)."""
+    bare = [str(p.relative_to(PACKAGE.parent)) for p in sorted(PACKAGE.rglob("*.py"))
+            if not ast.get_docstring(ast.parse(p.read_text(encoding="utf-8")))]
+    assert not bare, f"modules without a docstring: {bare}"
 
 
 def test_every_asset_and_check_body_is_at_most_40_lines():
