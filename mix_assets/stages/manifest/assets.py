@@ -1,6 +1,7 @@
 """manifest: manifest.json describing the mix directory, proven self-consistent before publishing."""
 
 import json
+import os
 import tempfile
 import time
 from typing import BinaryIO
@@ -135,8 +136,6 @@ def unreadable_mix_report(manifest: dict, err: Exception) -> dict:
 
 
 def _cache_dir(storage: Storage) -> str | None:
-    import os
-
     if storage.cache_dir:
         os.makedirs(storage.cache_dir, exist_ok=True)
     return storage.cache_dir

@@ -16,6 +16,7 @@ after masking is withheld whole.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import unicodedata
 from bisect import bisect_right
@@ -321,8 +322,6 @@ def rendered_samples(storage, spec, build: str, n: int = DEFAULT_SAMPLES) -> Ren
 
     `build` identifies the build (the sha256 of shard_stats.json); the scrub set is the eval items'
     `audit.scrub_words`-word runs, hashed as `audit_artifact_scrubbed` hashes them (`audit.scrub_set`)."""
-    import json
-
     from tokenizers import Tokenizer
 
     stats = json.loads(storage.read_text(layout.SHARD_STATS))
