@@ -1,4 +1,6 @@
-"""Small helpers shared by the stage modules: asset keys, code versions, lineage, gate results."""
+"""The asset kit every stages/<stage>/assets.py uses (Dagster side): raw asset keys and lineage names, the
+derived code_version, verified inputs and recorded lineage, gates (`gate`, `@gated`, the failure summary
+naming what was held back) and the run lease (`run_lock`)."""
 
 from __future__ import annotations
 
