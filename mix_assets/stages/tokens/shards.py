@@ -9,7 +9,8 @@ Train documents are read in rounds: only as many as the budget fill needs (estim
 counts, then corrected with the observed bytes/token), so the excess headroom is not encoded;
 the final selection depends only on true token counts, never on the estimate.
 Pass 2 walks the appearances in stream order, reads each document's ids back from the spill
-with pread, and feeds the packer, which writes each shard atomically through `Storage`.
+with pread, and feeds the packer (packing.py), whose shards format/shards.ShardWriter writes atomically
+through `Storage` (the one encoder of the shard bytes).
 Peak memory: the engine's window of chunk results + one shard buffer + O(documents) numpy/Arrow
 columns (doc ids stay in Arrow string arrays; raw rows, offsets, lengths, appearances and order keys
 are int64/uint64 arrays, a few tens of bytes per document): no Python object is held per document.
