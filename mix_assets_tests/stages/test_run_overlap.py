@@ -74,7 +74,7 @@ def test_a_second_run_fails_fast_naming_the_holder_and_takes_over_a_stale_lease(
 
     _lease(storage, "run-B-long-dead", heartbeat_age=3600.0)  # its heartbeat is older than its TTL
     took = run(assets, res, selection=[dg.AssetKey("token_shards")])
-    assert took.success, _failure_text(took)  # the stale lease was taken over (lib: test_runlock.py)
+    assert took.success, _failure_text(took)  # the stale lease was taken over (core/test_runlock.py)
     assert not (storage / runlock.LEASE_KEY).exists()  # released at the end of the step
 
 

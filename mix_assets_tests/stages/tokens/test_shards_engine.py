@@ -2,7 +2,7 @@
 
 The tokenising runs as map tasks (`encode_chunk` over row ranges); shard files and shard_stats.json
 must not depend on the engine, its worker count or the chunk size. One local Ray instance (2 CPUs)
-for the module, as in test_engine.py; "Ray 1" is the engine with num_cpus 1 on it (a window of 2).
+for the module, as in core/test_engine.py; "Ray 1" is the engine with num_cpus 1 on it (a window of 2).
 """
 
 from __future__ import annotations
