@@ -11,6 +11,14 @@ manifest's records (the token stage's packer hands it whole samples). Reading: `
 in memory), `map_rows` (a local file, memory-mapped) and `read_row` (one sample of an open file) give
 samples as arrays; every reader of shard bytes (the trainer's reader, the rendered samples, the checker)
 goes through them.
+
+Changing the format (say, uint32 whatever the vocabulary) is an edit here: the token stage, the reader,
+the rendered samples, the test fixtures and the checker's dtype rule (format/checks/files.py calls
+`dtype_for_vocab`) all follow. What does not follow by itself: a revision published under the old rule
+then fails the checker (`dtype: 'uint16', but tokenizer.vocab_size ... is stored as 'uint32'`), so if old
+revisions must stay readable the change is a new manifest FORMAT (format/manifest.py); and the tests that
+pin the bytes (mix_assets_tests/format/test_shards.py, the sizes in format/test_manifest.py and
+reader/test_reader.py, the demo fingerprint) change with it.
 """
 
 from __future__ import annotations
