@@ -29,7 +29,8 @@ def decorated_functions(tree: ast.AST):
 
 
 def test_every_module_and_package_says_what_it_holds():
-    """A docstring on every module, and on every package's __init__.py (stages/<stage>/ says which file is which)."""
+    """A docstring on every module, and on every package's __init__.py (stages/<stage>/ says which file
+    is which)."""
     bare = [str(p.relative_to(PACKAGE.parent)) for p in sorted(PACKAGE.rglob("*.py"))
             if not ast.get_docstring(ast.parse(p.read_text(encoding="utf-8")))]
     assert not bare, f"modules without a docstring: {bare}"
