@@ -1,0 +1,3 @@
+"""One folder per stage of the graph, each of the same shape: config.py (its config section), assets.py
+(thin assets and checks), metadata.py (what the UI shows) and its pure logic modules. common.py is the
+asset kit every stage uses: gates, lineage records, derived code versions, the run lease."""
