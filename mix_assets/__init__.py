@@ -1,5 +1,6 @@
-"""mix_assets: a Dagster project that builds an LLM pretraining token mix (README.md).
+"""mix_assets: the Dagster project that builds an LLM pretraining token mix, with a gate on every promise.
 
-definitions.py, jobs.py and resources.py wire it; config.py is the mix spec; core/ is shared, format/ the
-published mix, console/ the UI helpers, stages/<stage>/ one folder per stage, reader/ the trainer's reader.
+`definitions.py` is the Dagster entry point; `config.py` the mix spec; `core/` the shared I/O, engine and
+text kernels; `format/` the published mix's format; `stages/<stage>/` one folder per stage; `reader/`
+the trainer's reader (README.md, "Layout").
 """

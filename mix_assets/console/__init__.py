@@ -1,3 +1,2 @@
-"""What the Dagster UI shows, shared by the stages (no stage imported): metadata.py the metadata
-vocabulary and builders, charts.py PNG charts and Markdown tables. Each stage's own values are built in
-stages/<stage>/metadata.py."""
+"""What the Dagster UI shows, shared by the stages: metadata vocabulary and builders (metadata.py) and
+PNG charts and Markdown tables (charts.py). Each stage's own metadata is in its stages/<stage>/metadata.py."""
