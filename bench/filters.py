@@ -1,4 +1,4 @@
-"""Benchmark: the heuristic quality filters (stages/filters/filters.py) beside datatrove's, same documents, same run.
+"""Benchmark: the heuristic quality filters (stages/filters/cascade.py) beside datatrove's, same documents, same run.
 
 Corpus: the shared prose (every text file under ../shared/data/sources, paragraphs grouped into ~3 KB
 documents, hard-wrapped lines kept) plus generated prose (../mix_assets_tests/support/gen_corpus.py, a Markov chain trained on
@@ -123,7 +123,7 @@ def child_ours(path: Path) -> dict:
     sys.path.insert(0, str(REPO))
     import pyarrow as pa
 
-    from mix_assets.stages.filters.filters import FilterConfig, apply_filters
+    from mix_assets.stages.filters.cascade import FilterConfig, apply_filters
 
     texts = pa.array([json.loads(x) for x in path.read_text().splitlines()], pa.large_string())
     out = {}

@@ -107,7 +107,7 @@ def child_filters(folder: Path, workers: int, store: str = "storage") -> dict:
     import shutil
 
     from mix_assets.config import load_spec
-    from mix_assets.stages.filters import docfilters as lib
+    from mix_assets.stages.filters import decisions as lib
     from mix_assets.core import engine
     from mix_assets.core.storage import Storage
 

@@ -6,7 +6,7 @@
 source and eval_registry's files (with the fuzzy index) are copied into a temporary storage root.
 Each repeat, in the same process and interleaved (so both see the same machine load):
 
-- separate (the graph before the fusion): `audit.write_contamination_report` scanning only, then
+- separate (the graph before the fusion): `eval_scan.write_contamination_report` scanning only, then
   `dedup.dedup_keys_table`, which signs every source itself and reduces;
 - fused: the signature files deleted, `write_contamination_report` with the raw versions (its map
   pass signs every source and writes the signature files), then `dedup_keys_table`, which finds them
@@ -45,7 +45,7 @@ def _timed(fn) -> tuple[object, float, float]:
 
 def one(storage, spec, eng, fused: bool) -> tuple[dict, dict]:
     """{step: (wall s, cpu s)} and {file: sha256} of one way of running the two steps."""
-    from mix_assets.stages.audit import audit
+    from mix_assets.stages.audit import eval_scan
     from mix_assets.stages.dedup import dedup
     from mix_assets.core import layout, tables
 
@@ -54,7 +54,7 @@ def one(storage, spec, eng, fused: bool) -> tuple[dict, dict]:
         if storage.exists(dedup.signatures_key(n)):
             storage.delete(dedup.signatures_key(n))
     versions = {n: f"bench-{n}" for n in names}
-    _, w1, c1 = _timed(lambda: audit.write_contamination_report(storage, spec, eng,
+    _, w1, c1 = _timed(lambda: eval_scan.write_contamination_report(storage, spec, eng,
                                                                 raw_versions=versions if fused else None))
     (table, _), w2, c2 = _timed(lambda: dedup.dedup_keys_table(
         tables.raw_files(storage, names), {s.name: s.priority for s in spec.sources}, dedup.dedup_params(spec), eng,
@@ -79,7 +79,7 @@ def measure(run: Path, cpus: int) -> dict:
     import pyarrow.parquet as pq
 
     c0 = time.process_time()
-    from mix_assets.stages.audit import audit
+    from mix_assets.stages.audit import eval_scan
     from mix_assets.stages.dedup import dedup
     from mix_assets.core import engine, layout
     import_cpu = time.process_time() - c0
@@ -92,7 +92,7 @@ def measure(run: Path, cpus: int) -> dict:
         _copy_inputs(run, Path(tmp))
         storage = Storage(tmp)
         versions = {n: f"bench-{n}" for n in names}
-        _, wall, cpu = _timed(lambda: audit.write_contamination_report(storage, spec, engine.Engine(num_cpus=cpus),
+        _, wall, cpu = _timed(lambda: eval_scan.write_contamination_report(storage, spec, engine.Engine(num_cpus=cpus),
                                                                        raw_versions=versions))
         same = [layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS, layout.FUZZY_REPORT, layout.FUZZY_DOCS]
         digests = {k: hashlib.sha256(storage.read_bytes(k)).hexdigest() for k in same if storage.exists(k)}

@@ -2,7 +2,7 @@
 the code as first written (mix_assets_tests/oracles/kernels_reference.py) beside the current code,
 interleaved in the same run on the same rows; and the per-batch work of dedup_keys' signing
 (`minhash.sign_texts`, what `dedup.sign_chunk` runs on its rows) and of contamination_report's scan
-(`audit._scan_batch` over SCAN_BATCH_ROWS batches, what `audit.scan_chunk` runs, with the stored
+(`eval_scan._scan_batch` over SCAN_BATCH_ROWS batches, what `eval_scan.scan_chunk` runs, with the stored
 registry and fuzzy index when --storage has them), once with the reference kernels patched in, once
 with the current ones. Every pair is also checked for equal outputs.
 
@@ -102,7 +102,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="2 MB, 2 repetitions")
     ap.add_argument("--chunks", type=int, default=0,
-                    help="also run the map tasks dedup.sign_chunk and audit.scan_chunk on the first N raw "
+                    help="also run the map tasks dedup.sign_chunk and eval_scan.scan_chunk on the first N raw "
                          "chunks (engine.chunk_rows rows) of every source in --storage, old vs new per chunk")
     ap.add_argument("--out", type=Path, help="write the table here (markdown)")
     args = ap.parse_args()
@@ -113,7 +113,7 @@ def main() -> None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from mix_assets.stages.audit import audit
+    from mix_assets.stages.audit import eval_scan
     from mix_assets.stages.dedup import minhash as mh
     from mix_assets.core import textkeys as tk
     from mix_assets.stages.audit import contamination as ct
@@ -136,9 +136,9 @@ def main() -> None:
 
         try:
             st = Storage(root=str(args.storage))
-            reg = audit.load_registry(st)[0]
+            reg = eval_scan.load_registry(st)[0]
             try:
-                index = audit.load_fuzzy_index(st)
+                index = eval_scan.load_fuzzy_index(st)
             except Exception:  # noqa: BLE001 - a storage without the fuzzy advisory
                 index = None
         except Exception as e:  # noqa: BLE001
@@ -176,12 +176,12 @@ def main() -> None:
         return mh.sign_texts(texts, threads=1)
 
     def scan():
-        return [audit._scan_batch(reg, index, None, texts.slice(i, audit.SCAN_BATCH_ROWS))[:2]
-                for i in range(0, len(texts), audit.SCAN_BATCH_ROWS)]
+        return [eval_scan._scan_batch(reg, index, None, texts.slice(i, eval_scan.SCAN_BATCH_ROWS))[:2]
+                for i in range(0, len(texts), eval_scan.SCAN_BATCH_ROWS)]
 
     stages = [("dedup signing (minhash.sign_texts, 1 thread)", sign)]
     if reg is not None:
-        stages.append(("contamination scan (audit._scan_batch" + (" + fuzzy" if index is not None else "") + ")", scan))
+        stages.append(("contamination scan (eval_scan._scan_batch" + (" + fuzzy" if index is not None else "") + ")", scan))
 
     rows = []
     print(f"{len(texts)} docs, {mb:.1f} MB in {len(batches)} batches, {ascii_docs:.0%} ASCII-only docs, "
@@ -226,20 +226,20 @@ def main() -> None:
 
 
 def map_tasks(storage: Path, per_source: int) -> list[tuple]:
-    """dedup.sign_chunk and audit.scan_chunk over the first chunks of every raw source, reference
+    """dedup.sign_chunk and eval_scan.scan_chunk over the first chunks of every raw source, reference
     kernels vs current (each chunk run once first: the registry cache and code-point tables)."""
-    from mix_assets.stages.audit import audit
+    from mix_assets.stages.audit import eval_scan
     from mix_assets.stages.dedup import dedup
     from mix_assets.core import engine
     from mix_assets.core.storage import Storage
 
     st = Storage(root=str(storage))
-    reg = audit.RegistryLocation.of(st)
-    fz = audit.RegistryLocation.at(st, audit.fuzzy_index_keys())
+    reg = eval_scan.RegistryLocation.of(st)
+    fz = eval_scan.RegistryLocation.at(st, eval_scan.fuzzy_index_keys())
     chunks = [rng for p in sorted(storage.glob("raw/*/documents.parquet"))
               for rng in engine.row_ranges(str(p), engine.Engine().chunk_rows)[:per_source]]
     tasks = [("dedup.sign_chunk", lambda rng: dedup.sign_chunk(dedup.SignChunk("bench", rng, 128, 5, 1, 1))),
-             ("audit.scan_chunk (13-grams + fuzzy)", lambda rng: audit.scan_chunk(rng, reg, 1, fz))]
+             ("eval_scan.scan_chunk (13-grams + fuzzy)", lambda rng: eval_scan.scan_chunk(rng, reg, 1, fz))]
     out = []
     for name, fn in tasks:
         told = tnew = 0.0

@@ -2,7 +2,7 @@
 
     PYTHONPATH=$PWD /work/main/.venv/bin/python bench/shards_audit.py --sizes 100 400 --reps 3 --threads 2
 
-What the check runs is `stages/audit/published_audit.audit_published(<root>/mix, spec, cache_dir)`: open the
+What the check runs is `stages/audit/published.audit_published(<root>/mix, spec, cache_dir)`: open the
 train and val splits with `reader.open_mix` (manifest check, shard sha256 on first use), build the eval
 registry from the config's tasks (non-test splits), decode every sample with the mix's tokenizer and
 count 13-gram overlaps. This script measures, each in a fresh subprocess (RAYON_NUM_THREADS fixed
@@ -131,7 +131,7 @@ def prepare(mb: int, corpus: Path, tok: Path, threads: int) -> Path:
 
 def build(root: Path) -> dict:
     from mix_assets.core import layout
-    from mix_assets.stages.manifest.manifest_builder import write_manifest
+    from mix_assets.stages.manifest.builder import write_manifest
     from mix_assets.stages.tokens.shards import build_token_shards
     from mix_assets.core.storage import Storage
     from mix_assets.stages.tokens.tokenizer import build_tokenizer
@@ -164,7 +164,7 @@ def audit(root: str, old: bool = False) -> dict:
     import contextlib
 
     from mix_assets.core import layout
-    from mix_assets.stages.audit.published_audit import audit_published, dumps
+    from mix_assets.stages.audit.published import audit_published, dumps
     from mix_assets.core.storage import Storage
     from mix_assets_tests.oracles import published_audit_ref
 
@@ -190,7 +190,7 @@ def decode(root: str, chunk_tokens: int = 1 << 20) -> dict:
     from tokenizers import Tokenizer
 
     from mix_assets.core import layout
-    from mix_assets.stages.audit.published_audit import SPLITS, TOKENIZER_FILE
+    from mix_assets.stages.audit.published import SPLITS, TOKENIZER_FILE
     from mix_assets.core.storage import Storage
     from mix_assets.reader import open_mix
 
@@ -221,7 +221,7 @@ def decode(root: str, chunk_tokens: int = 1 << 20) -> dict:
 
 
 def reference(root: str) -> dict:
-    from mix_assets.stages.audit.published_audit import load_reference
+    from mix_assets.stages.audit.published import load_reference
 
     spec = _spec_root(root)[0]
     c0 = bt.cpu_s()

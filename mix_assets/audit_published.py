@@ -23,7 +23,7 @@ from pathlib import Path
 from mix_assets.config import MixConfigError, load_spec
 from mix_assets.stages.sources import demo_corpus
 from mix_assets.core import engine
-from mix_assets.stages.audit import published_audit as pa_
+from mix_assets.stages.audit import published as pa_
 from mix_assets.stages.audit.evals import EvalDataError, TestSplitRefused
 from mix_assets.format.manifest import ManifestError
 from mix_assets.reader.errors import ReaderError

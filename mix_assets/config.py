@@ -22,7 +22,7 @@ from typing import Literal, Optional
 
 import yaml
 from pydantic import (
-    ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, field_validator, model_serializer,
+    Field, SerializerFunctionWrapHandler, ValidationError, model_serializer,
     model_validator,
 )
 

@@ -20,7 +20,7 @@ DEDUP_KEYS = "dedup/dedup_keys.parquet"
 #   m000 .. m127 (uint32 MinHash values), raw row order; reused while raw/<source> and the dedup params hold
 DEDUP_SIGNATURES = "dedup/signatures/{source}.parquet"
 
-# document_filters (stages/filters/docfilters.py), per source in raw row order: doc_id, keep (bool), reason (first
+# document_filters (stages/filters/decisions.py), per source in raw row order: doc_id, keep (bool), reason (first
 #   failing rule, null when kept: "gopher_quality:min_doc_words", "language:fr", ...), rules (list<str>, the
 #   first failing rule of every failing filter), language, language_score (float64), n_chars, n_bytes;
 #   reused while raw/<source>, the source's filter parameters and the filter code hold

@@ -23,7 +23,7 @@ from mix_assets.stages.dedup import assets as dedup_assets
 from mix_assets.stages.filters.assets import build_filter_assets
 from mix_assets.stages.sources.assets import build_source_assets
 from mix_assets.config import REPO_ROOT, load_spec
-from mix_assets.stages.audit import audit
+from mix_assets.stages.audit import eval_scan
 from mix_assets.stages.dedup import dedup as lib
 from mix_assets.core import engine as eng
 from mix_assets_tests.support import gen_corpus as gc
@@ -225,7 +225,7 @@ def test_dedup_keys_asset_on_ray_writes_the_demo_bytes(ray_instance, tmp_path):
     assert (tmp_path / "storage" / layout.DEDUP_KEYS).read_bytes() == local
 
 
-# -- the contamination scan (stages/audit/audit.scan_chunk) ---------------------------------------------------
+# -- the contamination scan (stages/audit/eval_scan.scan_chunk) ---------------------------------------------------
 class _Lines:
     def __init__(self):
         self.lines: list[str] = []
@@ -236,8 +236,8 @@ class _Lines:
 
 def _contamination_bytes(storage, spec, engine) -> tuple[bytes, bytes, dict]:
     log = _Lines()
-    audit.write_contamination_report(storage, spec, engine, log=log)
-    kept = audit.kept_overlap(storage, spec)
+    eval_scan.write_contamination_report(storage, spec, engine, log=log)
+    kept = eval_scan.kept_overlap(storage, spec)
     assert log.lines[-1].startswith("contamination_report: ") and "done in" in log.lines[-1]
     return (storage.read_bytes(layout.CONTAMINATION_REPORT), storage.read_bytes(layout.CONTAMINATED_DOCS),
             {k: repr(v) for k, v in audit_md.zero_eval_overlap(kept).items()})
@@ -250,7 +250,7 @@ def test_contamination_outputs_bytes_identical_in_process_and_on_ray(ray_instanc
     corpus = audit_fx.make_corpus(n_web=300, n_books=500)  # planted eval copies in both sources
     for s in spec.sources:
         audit_fx.write_docs(storage, s.name, corpus.docs[s.name])
-    audit.write_registry(storage, spec)
+    eval_scan.write_registry(storage, spec)
     # masked: 2 of web's 3 planted docs and a clean books doc; web-0007 and books-0005 stay kept
     masked = ["web-0003", "web-0011", "books-0009"]
     with storage.writing(layout.EXCLUSION_MASKS) as tmp:
@@ -263,10 +263,10 @@ def test_contamination_outputs_bytes_identical_in_process_and_on_ray(ray_instanc
         assert _contamination_bytes(storage, spec, e) == want, e
 
 
-# -- the fuzzy advisory (in stages/audit/audit.scan_chunk's pass) ---------------------------------------------
+# -- the fuzzy advisory (in stages/audit/eval_scan.scan_chunk's pass) ---------------------------------------------
 def _fuzzy_bytes(storage, spec, engine) -> tuple[bytes, ...]:
     log = _Lines()
-    scan, _ = audit.write_contamination_report(storage, spec, engine, log=log)
+    scan, _ = eval_scan.write_contamination_report(storage, spec, engine, log=log)
     assert log.lines[-1].startswith("contamination_report: ") and "near an eval item" in log.lines[-1]
     return tuple(storage.read_bytes(k) for k in [layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS,
                                                  *scan.fuzzy.files])
@@ -279,7 +279,7 @@ def test_fuzzy_outputs_bytes_identical_in_process_and_on_ray(ray_instance, tmp_p
     corpus = audit_fx.make_corpus(n_web=300, n_books=500, near_copy=True)
     for s in spec.sources:
         audit_fx.write_docs(storage, s.name, corpus.docs[s.name])
-    audit.write_registry(storage, spec)  # with the fuzzy index
+    eval_scan.write_registry(storage, spec)  # with the fuzzy index
     want = _fuzzy_bytes(storage, spec, LOCAL1)
     report = json.loads(want[-2])
     assert report["docs_matched"] == 5 and report["fuzzy_only_docs"] == 1
@@ -287,19 +287,19 @@ def test_fuzzy_outputs_bytes_identical_in_process_and_on_ray(ray_instance, tmp_p
         assert _fuzzy_bytes(storage, spec, e) == want, e
 
 
-# -- the filter cascade (stages/filters/docfilters.decide_chunk) --------------------------------------------------
+# -- the filter cascade (stages/filters/decisions.decide_chunk) --------------------------------------------------
 @pytest.mark.ray
 def test_filter_decisions_bytes_identical_in_process_and_on_ray(ray_instance, tmp_path):
-    from mix_assets.stages.filters import docfilters
-    from mix_assets_tests.stages.filters.test_docfilters import PARAMS, _texts, write_source
+    from mix_assets.stages.filters import decisions
+    from mix_assets_tests.stages.filters.test_decisions import PARAMS, _texts, write_source
 
     texts = _texts()
     sources = {"a": write_source(tmp_path, "a", texts[:230]), "b": write_source(tmp_path, "b", texts[230:])}
 
     def decided(engine, out) -> dict:
         storage = Storage(root=str(tmp_path / out))
-        assert docfilters.decide_sources(storage, sources, {"a": "v", "b": "v"}, {"a": PARAMS, "b": PARAMS}, engine) == []
-        return {n: storage.read_bytes(docfilters.decisions_key(n)) for n in sources}
+        assert decisions.decide_sources(storage, sources, {"a": "v", "b": "v"}, {"a": PARAMS, "b": PARAMS}, engine) == []
+        return {n: storage.read_bytes(decisions.decisions_key(n)) for n in sources}
 
     want = decided(LOCAL1, "local1")
     assert decided(RAY2, "ray2") == want
@@ -327,7 +327,7 @@ def test_raw_source_bytes_identical_in_process_and_on_ray(ray_instance, tmp_path
     assert read(RAY2, "ray2") == read(LOCAL1, "local1") == read(LOCAL2, "local2")
 
 
-# -- contamination_report's pass signs for dedup_keys (stages/audit/audit.scan_chunk with `sign`) ---------------
+# -- contamination_report's pass signs for dedup_keys (stages/audit/eval_scan.scan_chunk with `sign`) ---------------
 def _write_raw(storage, source: str, docs: list[tuple[str, str]], null_text_at: int | None = None) -> None:
     texts = [None if i == null_text_at else t for i, (_, t) in enumerate(docs)]
     t = pa.table({"doc_id": [d for d, _ in docs], "text": pa.array(texts, pa.string()),
@@ -342,7 +342,7 @@ def _fused_storage(tmp_path, null_text_at=None):
     corpus = audit_fx.make_corpus(n_web=300, n_books=500)  # planted eval copies in both sources
     for k, s in enumerate(spec.sources):
         _write_raw(storage, s.name, corpus.docs[s.name], null_text_at if k == 0 else None)
-    audit.write_registry(storage, spec)
+    eval_scan.write_registry(storage, spec)
     return spec, storage, [s.name for s in spec.sources]
 
 
@@ -350,7 +350,7 @@ def _report_and_signatures(storage, spec, names, engine, versions) -> tuple[list
     for n in names:
         if storage.exists(lib.signatures_key(n)):
             storage.delete(lib.signatures_key(n))
-    scan, _ = audit.write_contamination_report(storage, spec, engine, log=_Lines(), raw_versions=versions)
+    scan, _ = eval_scan.write_contamination_report(storage, spec, engine, log=_Lines(), raw_versions=versions)
     report = {k: storage.read_bytes(k) for k in (layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS)}
     return scan.signed_sources, report, {n: storage.read_bytes(lib.signatures_key(n)) for n in names
                                          if storage.exists(lib.signatures_key(n))}
@@ -364,7 +364,7 @@ def test_the_contamination_pass_writes_dedup_keys_signature_bytes_in_process_and
     ref = Storage(root=str(tmp_path / "ref"))  # dedup_keys' own signing
     assert lib.sign_sources(ref, files, versions, params, LOCAL1) == []
     want_sigs = {n: ref.read_bytes(lib.signatures_key(n)) for n in names}
-    audit.write_contamination_report(storage, spec, LOCAL1)  # without signing: the report's reference bytes
+    eval_scan.write_contamination_report(storage, spec, LOCAL1)  # without signing: the report's reference bytes
     want_report = {k: storage.read_bytes(k) for k in (layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS)}
     assert json.loads(want_report[layout.CONTAMINATION_REPORT])["contaminated_docs"] == 4
     for e in (LOCAL1, LOCAL2, eng.Engine(num_cpus=2, chunk_rows=37), RAY2):
@@ -385,7 +385,7 @@ def test_the_cross_split_scan_is_the_same_with_its_bands_as_ray_tasks(ray_instan
 def test_a_null_text_leaves_the_source_to_dedup_keys_and_the_report_unchanged(tmp_path):
     spec, storage, names = _fused_storage(tmp_path, null_text_at=200)
     versions = {n: f"version-of-{n}" for n in names}
-    audit.write_contamination_report(storage, spec, LOCAL2)
+    eval_scan.write_contamination_report(storage, spec, LOCAL2)
     want = {k: storage.read_bytes(k) for k in (layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS)}
     signed, report, sigs = _report_and_signatures(storage, spec, names, eng.Engine(num_cpus=2, chunk_rows=64), versions)
     assert signed == names[1:] and report == want and list(sigs) == names[1:]

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mix_assets.stages.audit import audit
+from mix_assets.stages.audit import eval_scan
 from mix_assets.stages.dedup import dedup
 from mix_assets.core import layout, tables
 from mix_assets.stages.tokens import shards
@@ -49,7 +49,7 @@ def _mix(storage: Storage, spec) -> None:
     corpus = fx.make_corpus(n_web=300, n_books=500)  # planted eval copies in both sources
     for s in spec.sources:
         fx.write_docs(storage, s.name, corpus.docs[s.name])
-    audit.write_registry(storage, spec)
+    eval_scan.write_registry(storage, spec)
 
 
 def _read_in_worker(rng: eng.RowRange) -> tuple[int, list[str]]:
@@ -69,8 +69,8 @@ def test_ray_workers_read_s3_chunks_and_the_scan_writes_the_local_bytes(s3_ray, 
     got = list(eng.map_chunks(_read_in_worker, chunks, RAY2))
     assert [d for _, ids in got for d in ids] == [f"books-{i:04d}" for i in range(500)]
     assert os.getpid() not in {pid for pid, _ in got}  # read in the workers, from S3
-    audit.write_contamination_report(local, spec, eng.Engine(num_cpus=1))
-    audit.write_contamination_report(remote, spec, RAY2)
+    eval_scan.write_contamination_report(local, spec, eng.Engine(num_cpus=1))
+    eval_scan.write_contamination_report(remote, spec, RAY2)
     for k in (layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS):
         assert remote.read_bytes(k) == local.read_bytes(k), k
     # the raw documents were never downloaded into the step's cache: only ranges were read

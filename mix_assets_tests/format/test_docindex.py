@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mix_assets.format import docindex
-from mix_assets.stages.audit import published_audit as P
+from mix_assets.stages.audit import published as P
 from mix_assets.format.checker import check_manifest
 from mix_assets.format.manifest import compute_fingerprint
 from mix_assets.format.shards import ShardRecord

@@ -1,4 +1,4 @@
-"""stages/filters/filters.py's cascade as first written (issue 14), kept verbatim where a faster version replaced it:
+"""stages/filters/cascade.py's cascade as first written (issue 14), kept verbatim where a faster version replaced it:
 the oracle the current `apply_filters` must match exactly (mix_assets_tests/stages/filters/test_filters_identity.py)
 and the "old" side of bench/filters_stage.py --compare's identity check. Unchanged helpers come from
 the library itself."""
@@ -10,7 +10,7 @@ import time
 import numpy as np
 import polars as pl
 
-from mix_assets.stages.filters.filters import FilterConfig, FilterResult, _as_series, _first_reason
+from mix_assets.stages.filters.cascade import FilterConfig, FilterResult, _as_series, _first_reason
 from mix_assets.stages.filters.kernels import SEP, TOKEN_RE, dups, gt, lt, NGrams, presplit, ratio, splitlines, tokens
 from mix_assets.stages.filters.rules.c4 import C4Filter, _sentences
 from mix_assets.stages.filters.rules.fineweb import _TERMINAL_END, FineWebFilter

@@ -1,5 +1,5 @@
 """The published audit's scanner as it was before the byte-table decoding (commit 322cffc), kept as the
-reference the new `stages/audit/published_audit.SplitScanner` is pinned against (its tallies must be equal).
+reference the new `stages/audit/published.SplitScanner` is pinned against (its tallies must be equal).
 
 Decodes every (carry + piece) with `Tokenizer.decode_batch` from Python lists; otherwise the same
 piece, carry and window rules. Do not optimise this file: its job is to stay the old code.
@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from mix_assets.stages.audit import contamination as ct
 from mix_assets.core import textkeys as tk
-from mix_assets.stages.audit.published_audit import PublishedAuditError, SplitTally
+from mix_assets.stages.audit.published import PublishedAuditError, SplitTally
 
 
 class _Tail:
@@ -208,12 +208,12 @@ class SplitScanner:
 
 @contextlib.contextmanager
 def patched():
-    """`lib.published_audit` scanning with this reference scanner (the audit as it ran before)."""
-    from mix_assets.stages.audit import published_audit
+    """`stages/audit/published.py` scanning with this reference scanner (the audit as it ran before)."""
+    from mix_assets.stages.audit import published
 
-    new = published_audit.SplitScanner
-    published_audit.SplitScanner = lambda *a, decoder=None, **k: SplitScanner(*a, **k)
+    new = published.SplitScanner
+    published.SplitScanner = lambda *a, decoder=None, **k: SplitScanner(*a, **k)
     try:
         yield
     finally:
-        published_audit.SplitScanner = new
+        published.SplitScanner = new

@@ -13,7 +13,7 @@ from mix_assets.format.paths import safe_path
 
 
 _MISSING = object()
-SCRUB_KEY = "scrub_manifest"  # review key of the PII scrub manifest (stages/manifest/manifest_builder.SCRUB_MANIFEST)
+SCRUB_KEY = "scrub_manifest"  # review key of the PII scrub manifest (stages/manifest/builder.SCRUB_MANIFEST)
 
 
 def pii_sources(cfg: Mapping[str, Any]) -> list[str]:

@@ -5,9 +5,9 @@
   config.py           `audit:` (eval tasks, n-gram rules, fuzzy advisory)
   metadata.py         what the UI shows
   evals.py            the eval loader (non-test splits only)
-  audit.py            the registry on disk and the scans against it
+  eval_scan.py        the eval registry on disk and the scans against it
   contamination.py    the 13-gram scan
   fuzzy.py            the MinHash near-copy advisory
-  published_audit.py  the audit of a published revision's shards (the shards_audit_clean check,
+  published.py        the audit of a published revision's shards (the shards_audit_clean check,
                       mix_assets/audit_published.py)
 """

@@ -2,7 +2,7 @@
 
 Counts and ids only: no item text, matched n-gram or document text goes into any file, metadata
 value, log line or exception raised here; `audit_artifact_scrubbed` proves it for files and
-metadata. The logic is in `stages/audit/audit.py`, `stages/audit/evals.py` and `stages/audit/contamination.py`.
+metadata. The logic is in `stages/audit/eval_scan.py`, `stages/audit/evals.py` and `stages/audit/contamination.py`.
 """
 
 
@@ -12,11 +12,11 @@ import dagster as dg
 from mix_assets.console import metadata as console_md
 from mix_assets.stages.common import code_version, demo_corpus_parts, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
-from mix_assets.stages.audit import audit as lib
+from mix_assets.stages.audit import eval_scan as lib
 from mix_assets.stages.audit import contamination as ct
 from mix_assets.stages.sources import demo_corpus
 from mix_assets.core import layout
-from mix_assets.stages.audit.published_audit import denominator_problems
+from mix_assets.stages.audit.published import denominator_problems
 from mix_assets.stages.audit import metadata as md
 from mix_assets.resources import EngineResource, MixResource
 

@@ -16,7 +16,7 @@ from mix_assets.stages.common import (
 )
 from mix_assets.stages.filters.assets import filter_deps
 from mix_assets.config import MixSpec
-from mix_assets.stages.filters import docfilters
+from mix_assets.stages.filters import decisions
 from mix_assets.core import layout, tables
 from mix_assets.core.tables import write_parquet
 from mix_assets.stages.dedup import dedup as lib
@@ -42,7 +42,7 @@ def build_dedup_assets(spec: MixSpec) -> list:
 def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
     dedup_fields = spec.dedup.model_dump(exclude={"threads", "samples_per_reason", "max_loss_share_warn"})
     # which sources' filter decisions it reads: document_filters may vanish from the graph (filters off)
-    filtered = docfilters.filtered_sources(spec)
+    filtered = decisions.filtered_sources(spec)
 
     @dg.asset(
         key=DEDUP_KEYS,
@@ -80,7 +80,7 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
                                          {s.name: s.priority for s in spec_now.sources}, lib.dedup_params(spec_now),
                                          engine.engine, log=context.log, storage=storage,
                                          raw_versions={s: inputs[raw_name(s)] for s in names},
-                                         rejected=docfilters.rejected_array(storage, docfilters.filtered_sources(spec_now)) if filtered else None)
+                                         rejected=decisions.rejected_array(storage, decisions.filtered_sources(spec_now)) if filtered else None)
         elapsed = time.monotonic() - started
         write_parquet(storage, layout.DEDUP_KEYS, table)
         lin = recorded(storage, "dedup_keys", [layout.DEDUP_KEYS, *map(lib.signatures_key, sorted(names))], inputs,
@@ -98,7 +98,7 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
 
 # -- exclusion_masks -----------------------------------------------------------------------------
 def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
-    filtered = docfilters.filtered_sources(spec)  # their rejections are exclusions (as in dedup_keys)
+    filtered = decisions.filtered_sources(spec)  # their rejections are exclusions (as in dedup_keys)
 
     @dg.asset(
         key=EXCLUSION_MASKS,

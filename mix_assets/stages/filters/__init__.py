@@ -8,7 +8,7 @@
                 there plus one line in registry.py (docs/filters.md)
   rule.py       what a filter is to the cascade (Filter, Batch)
   kernels.py    the text kernels the rules share
-  filters.py    the cascade over a batch (`apply_filters`)
+  cascade.py    the cascade over a batch (`apply_filters`, `measure`)
   langid.py     language identification (fastText lid.176.ftz from a wheel)
-  docfilters.py the cascade as a map stage: decisions per source, the summary the gates and the UI read
+  decisions.py  the cascade as a map stage: decisions per source, the summary the gates and the UI read
 """

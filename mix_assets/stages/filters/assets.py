@@ -1,6 +1,6 @@
 """document_filters: the filter cascade (heuristic quality rules, language ID) over every raw source.
 
-Thin asset over `stages/filters/docfilters.py` (a map stage on the engine, decisions per source) and its gates.
+Thin asset over `stages/filters/decisions.py` (a map stage on the engine, decisions per source) and its gates.
 The asset exists only when some source runs filters (the mix's `filters:` or a source's override);
 without one the graph is the one before filters existed, byte for byte.
 """
@@ -11,9 +11,9 @@ import dagster as dg
 
 from mix_assets.stages.common import code_version, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
-from mix_assets.stages.audit.audit import scrub_hashes
+from mix_assets.stages.audit.eval_scan import scrub_hashes
 from mix_assets.stages.dedup import dedup as dedup_lib
-from mix_assets.stages.filters import docfilters as lib
+from mix_assets.stages.filters import decisions as lib
 from mix_assets.stages.filters import metadata as md
 from mix_assets.core import layout, tables
 from mix_assets.resources import EngineResource, MixResource

@@ -1,5 +1,5 @@
 """The `filters:` section of the mix spec (and each source's `filters:` override): the filter cascade
-(stages/filters/filters.py, stages/filters/langid.py, core/pii.py, docs/filters.md), its gates and its samples.
+(stages/filters/cascade.py, stages/filters/langid.py, core/pii.py, docs/filters.md), its gates and its samples.
 
 The document filters' sections are the registry's (stages/filters/registry.py): one optional key per
 registered filter that has a section, whose fields and defaults are its config dataclass (the published
@@ -20,7 +20,7 @@ from pydantic import (
 
 from mix_assets.core.spec import Strict
 from mix_assets.stages.filters import registry
-from mix_assets.stages.filters.filters import FilterConfig
+from mix_assets.stages.filters.cascade import FilterConfig
 from mix_assets.stages.filters.rule import Filter
 
 

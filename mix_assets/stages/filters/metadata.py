@@ -53,7 +53,7 @@ def _filter_samples_md(rows: list[dict], withheld: int) -> str:
 
 
 def document_filters(storage, s, samples: tuple[list[dict], int], reused: list[str]) -> dict:
-    """document_filters (`stages/filters/docfilters.Summary`): kill rates per filter x source, the composition
+    """document_filters (`stages/filters/decisions.Summary`): kill rates per filter x source, the composition
     before/after by source x language x length bucket, rejected samples beside kept ones."""
     rows, withheld = samples
     first = {}

@@ -1,7 +1,7 @@
 """The document filters, in cascade order: one line per filter (the `FILTER` of its rules/<name>.py).
 
 The cascade (filters.py), the `filters:` config section (config.py), the kill-rate and brevity tables and
-the samples' order (docfilters.py, metadata.py) are all read from here. The order is datatrove's
+the samples' order (decisions.py, metadata.py) are all read from here. The order is datatrove's
 examples/fineweb.py@05194d39: sanity, Gopher repetition, Gopher quality, C4, FineWeb.
 """
 

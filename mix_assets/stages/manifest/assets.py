@@ -23,10 +23,10 @@ from mix_assets.stages.common import (
 from mix_assets.config import MixSpec
 from mix_assets.core import layout
 from mix_assets.stages.sources import modifiers
-from mix_assets.stages.audit import published_audit
+from mix_assets.stages.audit import published
 from mix_assets.format.checker import check_manifest
 from mix_assets.format.manifest import ManifestError
-from mix_assets.stages.manifest.manifest_builder import write_manifest
+from mix_assets.stages.manifest.builder import write_manifest
 from mix_assets.stages.manifest import metadata as md
 from mix_assets.core.storage import Storage
 from mix_assets.reader.errors import ReaderError
@@ -108,13 +108,13 @@ def build_manifest_assets(spec: MixSpec) -> list:
         t0 = time.perf_counter()
         try:
             with tempfile.TemporaryDirectory(prefix="shards-audit-", dir=_cache_dir(st)) as cache:
-                report = published_audit.audit_published(st.uri(layout.MIX_DIR), s, cache, eng=engine.engine,
+                report = published.audit_published(st.uri(layout.MIX_DIR), s, cache, eng=engine.engine,
                                                          log=context.log, label=SHARDS_AUDIT_CLEAN,
                                                          s3_endpoint_url=st.s3_endpoint_url)
         except (ManifestError, ReaderError, FileNotFoundError) as e:  # mix/ is not what the manifest lists
             report = unreadable_mix_report(json.loads(st.read_text(layout.MANIFEST)), e)
         secs = time.perf_counter() - t0
-        st.write_text(layout.SHARDS_AUDIT, published_audit.dumps(report))
+        st.write_text(layout.SHARDS_AUDIT, published.dumps(report))
         recorded(st, SHARDS_AUDIT_RECORD, [layout.SHARDS_AUDIT], inputs, context)
         if "unreadable" in report:
             return gate(context, MANIFEST_KEY, dg.AssetCheckResult(

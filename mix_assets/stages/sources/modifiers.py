@@ -2,7 +2,7 @@
 
 In order, over a whole row group at once (Arrow / polars kernels, no Python loop per document):
   1. PII redaction (core/pii.py `scrub`) when the source's `filters.pii` is enabled, with its rules;
-  2. C4 line modification (stages/filters/filters.py, the C4 rules alone) when `filters.c4` is enabled in mode
+  2. C4 line modification (stages/filters/cascade.py, the C4 rules alone) when `filters.c4` is enabled in mode
      "modify": a document C4 keeps becomes its kept lines, as `apply_filters` rewrites it. A document
      C4 would drop keeps its text: dropping is the document filter stage's decision, made again
      downstream on the text written here.
@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mix_assets.stages.filters import filters
+from mix_assets.stages.filters import cascade
 from mix_assets.stages.filters.rules.c4 import C4Filter
 from mix_assets.core import layout, pii
 
@@ -56,8 +56,8 @@ class Modifiers:
         return json.loads(json.dumps(out))  # tuples as lists, as stats.json reads back
 
 
-def _c4_config(c4: C4Filter) -> filters.FilterConfig:
-    return filters.FilterConfig.only("c4").replace(c4=c4)
+def _c4_config(c4: C4Filter) -> cascade.FilterConfig:
+    return cascade.FilterConfig.only("c4").replace(c4=c4)
 
 
 def modify(texts: pa.Array, mods: Modifiers) -> tuple[pa.Array, dict]:
@@ -68,7 +68,7 @@ def modify(texts: pa.Array, mods: Modifiers) -> tuple[pa.Array, dict]:
         out, counts["pii"] = pii.scrub(out, mods.pii_rules)
     if mods.c4:
         before = out
-        res = filters.apply_filters(before, _c4_config(mods.c4))
+        res = cascade.apply_filters(before, _c4_config(mods.c4))
         # apply_filters rewrites only the documents C4 keeps; the others come back as they were
         out = res.texts.cast(pa.large_string())
         changed = pc.fill_null(pc.not_equal(pc.cast(before, pa.large_string()), out), False)

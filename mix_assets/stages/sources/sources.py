@@ -62,7 +62,7 @@ SCAN_FACTOR = 4.0
 # "Bounded memory: raw/<source>").
 ROW_GROUP_ROWS = 1024 * 1024
 ROW_GROUP_BYTES = 8 * 1024 * 1024
-# Drop reasons: the row rules use stages/filters/filters.py's `sanity:` names (one open set of reasons with the
+# Drop reasons: the row rules use stages/filters/cascade.py's `sanity:` names (one open set of reasons with the
 # filter cascade); `sanity:undecodable` is the raw stage's own (bytes that are no text never reach a filter).
 EMPTY, UNDECODABLE, BINARY = "sanity:empty", "sanity:undecodable", "sanity:binary"
 CONTROL_CHARS, TOO_LONG, SAMPLED_OUT = "sanity:control_chars", "sanity:too_long", "sampled_out"

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from mix_assets.stages.audit import contamination as ct
-from mix_assets.stages.audit.audit import scrub_set
+from mix_assets.stages.audit.eval_scan import scrub_set
 from mix_assets.core import layout, tables
 from mix_assets.console.charts import code_span
 from mix_assets.core import textkeys as tk

@@ -19,7 +19,6 @@ from typing import Iterable, Iterator, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from mix_assets.core import layout, tables

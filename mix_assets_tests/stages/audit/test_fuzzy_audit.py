@@ -7,9 +7,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from mix_assets.stages.audit import assets as A
-from mix_assets.stages.audit import audit as audit_lib
+from mix_assets.stages.audit import eval_scan as audit_lib
 from mix_assets.core import layout, lineage
-from mix_assets.stages.manifest.manifest_builder import review_config_json
+from mix_assets.stages.manifest.builder import review_config_json
 from mix_assets_tests.stages.audit.test_audit_assets import checks, run
 from mix_assets_tests.support.audit_fixtures import NEAR_COPY, Res, make_corpus, make_spec
 

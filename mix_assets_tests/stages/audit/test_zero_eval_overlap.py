@@ -9,7 +9,7 @@ import pytest
 
 from mix_assets.stages.audit import metadata as md
 from mix_assets.stages.audit import assets as A
-from mix_assets.stages.audit import audit
+from mix_assets.stages.audit import eval_scan
 from mix_assets.core import engine, layout, tables
 from mix_assets.stages.audit import contamination as ct
 from mix_assets.core.storage import Storage
@@ -26,17 +26,17 @@ def _two_task_spec(tmp_path):
     return fx.make_spec(tmp_path, tasks=[demo, other])
 
 
-def _rescan(storage, spec, masked: set) -> audit.Scan:
+def _rescan(storage, spec, masked: set) -> eval_scan.Scan:
     """The check as it was: every raw document scanned again, masked doc ids dropped."""
-    loc = audit.RegistryLocation.of(storage)
-    reg, meta = audit.load_registry(storage)
+    loc = eval_scan.RegistryLocation.of(storage)
+    reg, meta = eval_scan.load_registry(storage)
     tally = ct.Tally(tasks=reg.tasks)
     for s, path in tables.raw_paths(storage, [x.name for x in spec.sources]).items():
         for rng in engine.row_ranges(path, 7):
-            got = audit.scan_chunk(rng, loc)
+            got = eval_scan.scan_chunk(rng, loc)
             keep = [i for i, d in enumerate(got.doc_ids) if d not in masked]
             tally.add(s, [got.doc_ids[i] for i in keep], got.counts[keep])
-    return audit.Scan(tally, {t: m["ngrams"] for t, m in meta["tasks"].items()}, 0, len(masked))
+    return eval_scan.Scan(tally, {t: m["ngrams"] for t, m in meta["tasks"].items()}, 0, len(masked))
 
 
 def _write_masks(storage, ids):
@@ -55,13 +55,13 @@ def test_metadata_equals_the_rescan_of_the_kept_documents(tmp_path, masked):
     corpus = fx.make_corpus()
     for s in spec.sources:
         fx.write_docs(storage, s.name, corpus.docs[s.name])
-    audit.write_registry(storage, spec)
-    audit.write_contamination_report(storage, spec)
+    eval_scan.write_registry(storage, spec)
+    eval_scan.write_contamination_report(storage, spec)
     hits = pq.read_table(storage.local_path(layout.CONTAMINATED_DOCS)).to_pylist()
     assert any(len(h["tasks"]) == 2 for h in hits)
     assert all(sum(h["task_overlap_ngrams"]) == h["overlap_ngrams"] for h in hits)
     _write_masks(storage, masked)
-    got, want = audit.kept_overlap(storage, spec), _rescan(storage, spec, set(masked))
+    got, want = eval_scan.kept_overlap(storage, spec), _rescan(storage, spec, set(masked))
     assert md.zero_eval_overlap(got) == md.zero_eval_overlap(want)
     assert got.overlapping_sources() == want.overlapping_sources()
     assert np.array_equal(got.tally.overlap_ngrams["web"], want.tally.overlap_ngrams["web"])
@@ -73,12 +73,12 @@ def test_a_source_the_report_did_not_scan_is_refused(tmp_path):
     corpus = fx.make_corpus()
     for s in spec.sources:
         fx.write_docs(storage, s.name, corpus.docs[s.name])
-    audit.write_registry(storage, spec)
+    eval_scan.write_registry(storage, spec)
     only_web = spec.model_copy(update={"sources": spec.sources[:1]})
-    audit.write_contamination_report(storage, only_web)
+    eval_scan.write_contamination_report(storage, only_web)
     _write_masks(storage, ["web-0003", "web-0007", "web-0011", "books-0005"])
-    with pytest.raises(audit.AuditInputError, match=r"contamination_report.json: sources \['books'\]"):
-        audit.kept_overlap(storage, spec)
+    with pytest.raises(eval_scan.AuditInputError, match=r"contamination_report.json: sources \['books'\]"):
+        eval_scan.kept_overlap(storage, spec)
 
 
 def _masks_missing(spec, left_out: str):

@@ -11,7 +11,7 @@ from mix_assets.stages.dedup import assets
 from mix_assets.stages.filters.assets import build_filter_assets
 from mix_assets.stages.sources.assets import build_source_assets
 from mix_assets.config import REPO_ROOT, load_spec
-from mix_assets.stages.filters import docfilters
+from mix_assets.stages.filters import decisions
 from mix_assets.core import layout
 from mix_assets.core.storage import Storage
 from mix_assets.resources import MixResource
@@ -111,7 +111,7 @@ def _mask_run(spec, mix, storage: Path, contaminated: list[str] | None, **spec_u
 def test_exclusion_masks_reasons_composition_and_scrubbing(demo):
     spec, mix, storage, _ = demo
     keys = pq.read_table(storage / layout.DEDUP_KEYS).to_pydict()
-    rejected = docfilters.rejected_ids(Storage(str(storage)), [s.name for s in spec.sources])  # document_filters
+    rejected = decisions.rejected_ids(Storage(str(storage)), [s.name for s in spec.sources])  # document_filters
     near = [(d, c) for d, r, c in zip(keys["doc_id"], keys["reason"], keys["cluster_id"])
             if r == "near_dup" and d not in rejected]
     # Contaminate one near-dup's kept member and one document with no duplicate (neither one rejected).

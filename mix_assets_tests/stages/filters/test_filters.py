@@ -1,4 +1,4 @@
-"""stages/filters/filters.py: every rule drops a hand-made document and keeps its neighbour just inside the rule.
+"""stages/filters/cascade.py: every rule drops a hand-made document and keeps its neighbour just inside the rule.
 
 Each rule is read from `failed[rule]` (all rules are evaluated on their own), so a document only has
 to be built for the rule under test; `GOOD` passes every filter. Checked once by hand: datatrove
@@ -13,7 +13,7 @@ import itertools
 import pyarrow as pa
 import pytest
 
-from mix_assets.stages.filters.filters import FilterConfig, apply_filters
+from mix_assets.stages.filters.cascade import FilterConfig, apply_filters
 from mix_assets.stages.filters.kernels import tokens
 from mix_assets.stages.filters.rules.c4 import C4Filter
 from mix_assets.stages.filters.rules.fineweb import FineWebFilter

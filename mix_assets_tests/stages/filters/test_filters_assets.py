@@ -11,7 +11,7 @@ from mix_assets.stages.filters import assets as filter_assets
 from mix_assets.stages.dedup.assets import build_dedup_assets
 from mix_assets.stages.sources.assets import build_source_assets
 from mix_assets.config import load_spec
-from mix_assets.stages.filters import docfilters
+from mix_assets.stages.filters import decisions
 from mix_assets.core import layout
 from mix_assets.core.storage import Storage
 from mix_assets.resources import MixResource
@@ -71,18 +71,18 @@ def test_demo_cascade_is_green_and_an_edited_override_re_runs_only_its_source(tm
                                           filter_assets.BREVITY_KEPT, filter_assets.KEEP_SHARE_HELD,
                                           "clusters_consistent"))
     storage = Storage(root=str(tmp_path / "storage"))
-    dec = docfilters.read_decisions(storage, [s.name for s in spec.sources])
+    dec = decisions.read_decisions(storage, [s.name for s in spec.sources])
     assert set(dec) == {s.name for s in spec.sources}
     assert all(t.column("language").null_count == 0 for t in dec.values())  # a language on every document
     # the row-group-at-a-time report is the per-document reference's, byte for byte
-    from mix_assets_tests.oracles import docfilters_reference as ref
-    assert storage.read_text(layout.FILTER_REPORT) == docfilters.report_json(
-        ref.summarise(dec, docfilters.guard_for(spec)))
+    from mix_assets_tests.oracles import decisions_reference as ref
+    assert storage.read_text(layout.FILTER_REPORT) == decisions.report_json(
+        ref.summarise(dec, decisions.guard_for(spec)))
     keys = storage.read_bytes(layout.DEDUP_KEYS)
     # every rejected document has its dedup_keys row and never survives a cluster holding a kept one
     import pyarrow.parquet as pq
     dk = pq.read_table(storage.source(layout.DEDUP_KEYS)).to_pylist()
-    rejected = docfilters.rejected_ids(storage, list(dec))
+    rejected = decisions.rejected_ids(storage, list(dec))
     assert rejected and set(rejected) <= {r["doc_id"] for r in dk}
     survivors = {r["cluster_id"] for r in dk if r["doc_id"] not in rejected}
     assert not survivors & set(rejected)
@@ -128,7 +128,7 @@ def test_demo_masks_explain_every_rejected_document_and_every_gate_is_green(tmp_
                          selection=sel, raise_on_error=False)
     assert res.success and [c.check_name for c in res.get_asset_check_evaluations() if not c.passed] == []
     storage = Storage(root=str(tmp_path / "storage"))
-    rejected = docfilters.rejected_ids(storage, [s.name for s in spec.sources])
+    rejected = decisions.rejected_ids(storage, [s.name for s in spec.sources])
     masks = {r["doc_id"]: r["reasons"] for r in pq.read_table(storage.source(layout.EXCLUSION_MASKS)).to_pylist()}
     assert rejected and all(reason in masks[d] for d, reason in rejected.items())
     split = set(pq.read_table(storage.source(layout.VALIDATION_SPLIT)).column("doc_id").to_pylist())
@@ -136,7 +136,7 @@ def test_demo_masks_explain_every_rejected_document_and_every_gate_is_green(tmp_
     # the samples beside the rejects hold no run of scrub_words eval-item words
     from mix_assets.stages.audit import metadata as audit_md
     from mix_assets.stages.audit import contamination as ct
-    from mix_assets.stages.audit.audit import scrub_hashes
+    from mix_assets.stages.audit.eval_scan import scrub_hashes
 
     meta = next(m.materialization.metadata for m in res.get_asset_materialization_events()
                 if m.asset_key.path == ["document_filters"])

@@ -1,4 +1,4 @@
-"""stages/filters/filters.py's faster cascade decides exactly as its first version (oracles/filters_reference.py):
+"""stages/filters/cascade.py's faster cascade decides exactly as its first version (oracles/filters_reference.py):
 every rule column, reason, per-filter reason, stat and rewritten text, on adversarial batches (unicode,
 empty and whitespace-only texts, very long lines, repeated paragraphs, lines that open with end marks,
 one-sentence lines, citations, every line boundary str.splitlines knows) and generated prose, for C4
@@ -11,7 +11,7 @@ import random
 import numpy as np
 import pytest
 
-from mix_assets.stages.filters import filters as F
+from mix_assets.stages.filters import cascade as F
 from mix_assets.stages.filters.rules.c4 import C4Filter
 from mix_assets.stages.filters.rules.fineweb import FineWebFilter
 from mix_assets.stages.filters.rules.gopher_repetition import GopherRepetitionFilter

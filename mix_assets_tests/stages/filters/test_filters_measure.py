@@ -1,4 +1,4 @@
-"""stages/filters/filters.py `measure` and stages/filters/docfilters.py `explain`: the figure each rule compares with its threshold,
+"""stages/filters/cascade.py `measure` and stages/filters/decisions.py `explain`: the figure each rule compares with its threshold,
 shown beside a rejected sample (`gopher_quality:alpha_words 0.78 < 0.80`). The figure must be the one the
 decision used: on every document, a rule fires exactly when its measured value passes its threshold."""
 
@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from mix_assets.stages.filters import docfilters, filters
+from mix_assets.stages.filters import decisions, cascade
 from mix_assets.stages.filters import metadata as filters_md
 from mix_assets_tests.stages.filters.test_filters import GOOD, UNIQUE
 
@@ -39,8 +39,8 @@ def _corpus(n: int = 300, seed: int = 5) -> list[str]:
 
 def test_every_rule_fires_exactly_when_its_measured_figure_passes_its_threshold():
     texts = _corpus()
-    res = filters.apply_filters(texts)
-    got = filters.measure(texts)
+    res = cascade.apply_filters(texts)
+    got = cascade.measure(texts)
     assert len(got) == len(texts) and set(got[0]) == set(res.failed)
     compared = {r: 0 for r in res.failed}
     for i, per_rule in enumerate(got):
@@ -53,25 +53,25 @@ def test_every_rule_fires_exactly_when_its_measured_figure_passes_its_threshold(
             compared[rule] += 1
     fired_rules = {r for r in res.reason if r}
     assert len(fired_rules) >= 8, fired_rules  # the corpus exercises many rules, not one
-    assert all(compared[r] for r in fired_rules if filters.thresholds(filters.FilterConfig())[r][1] is not None)
+    assert all(compared[r] for r in fired_rules if cascade.thresholds(cascade.FilterConfig())[r][1] is not None)
 
 
 def test_the_shown_figure_reads_like_the_rule():
-    assert str(filters.Measure("gopher_quality:alpha_words", 0.78, "<", 0.8)) == "gopher_quality:alpha_words 0.78 < 0.80"
-    assert str(filters.Measure("gopher_quality:min_doc_words", 12.0, "<", 50)) == "gopher_quality:min_doc_words 12 < 50"
-    assert str(filters.Measure("fineweb:char_dup_ratio", 0.0134, ">", 0.01)) == "fineweb:char_dup_ratio 0.013 > 0.010"
-    assert str(filters.Measure("sanity:binary", None, "", None)) == "sanity:binary"
+    assert str(cascade.Measure("gopher_quality:alpha_words", 0.78, "<", 0.8)) == "gopher_quality:alpha_words 0.78 < 0.80"
+    assert str(cascade.Measure("gopher_quality:min_doc_words", 12.0, "<", 50)) == "gopher_quality:min_doc_words 12 < 50"
+    assert str(cascade.Measure("fineweb:char_dup_ratio", 0.0134, ">", 0.01)) == "fineweb:char_dup_ratio 0.013 > 0.010"
+    assert str(cascade.Measure("sanity:binary", None, "", None)) == "sanity:binary"
 
 
 def test_explain_names_the_measured_figure_of_each_picked_rejection():
     texts = {"a": "Short.", "b": "12 34 56 78 90 !! ?? " * 20, "k": GOOD}
-    params = {"web": docfilters.FilterParams(filters.FilterConfig())}
-    res = filters.apply_filters(list(texts.values()))
+    params = {"web": decisions.FilterParams(cascade.FilterConfig())}
+    res = cascade.apply_filters(list(texts.values()))
     picked = [("web", r.split(":")[0], d, r) for d, r in zip(texts, res.reason) if r] + [("web", "kept", "k", "")]
-    why = docfilters.explain(picked, texts, params)
+    why = decisions.explain(picked, texts, params)
     assert set(why) == {"a", "b"}  # kept documents have nothing to explain
     for _, _, d, rule in picked[:-1]:
-        m = filters.measure([texts[d]])[0][rule]
+        m = cascade.measure([texts[d]])[0][rule]
         assert why[d] == str(m) and why[d].startswith(rule + " ") and m.op in why[d], why
     rows, _ = filters_md.sample_rows(picked, texts, __import__("numpy").zeros(0, "uint64"), 8, why)
     assert [r["reason"] for r in rows] == [why["a"], why["b"], ""]
@@ -80,7 +80,7 @@ def test_explain_names_the_measured_figure_of_each_picked_rejection():
 @pytest.mark.parametrize("reason", ["language_score", "language:fr"])
 def test_explain_language_rules(reason):
     texts = {"d": "Le chat est sur la table et le chien dort dans le jardin depuis ce matin."}
-    params = {"web": docfilters.FilterParams(filters.FilterConfig.only(), languages=("en",), language_filter=True)}
-    why = docfilters.explain([("web", "language", "d", reason)], texts, params)["d"]
+    params = {"web": decisions.FilterParams(cascade.FilterConfig.only(), languages=("en",), language_filter=True)}
+    why = decisions.explain([("web", "language", "d", reason)], texts, params)["d"]
     assert why.startswith(reason + " ")
     assert ("≤ 0.65" in why) if reason == "language_score" else ("wanted: en" in why and "score" in why)

@@ -1,4 +1,4 @@
-"""stages/filters/filters.py Gopher repetition rules: the bulk path (sorts over a batch, bounds, the scan on
+"""stages/filters/cascade.py Gopher repetition rules: the bulk path (sorts over a batch, bounds, the scan on
 hashed n-grams) decides exactly as a per-document reference written the way datatrove 0.10.1 computes
 them (`find_duplicates` over paragraphs and lines, `find_top_duplicate` over " ".join n-grams,
 `find_all_duplicate` over "".join n-grams), on varied batches: small vocabularies (many repeats and
@@ -14,8 +14,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from mix_assets.stages.filters import filters, kernels
-from mix_assets.stages.filters.filters import FilterConfig, apply_filters
+from mix_assets.stages.filters import cascade, kernels
+from mix_assets.stages.filters.cascade import FilterConfig, apply_filters
 from mix_assets.stages.filters.kernels import key_groups, tokens
 from mix_assets.stages.filters.rules.gopher_repetition import (
     GopherRepetitionFilter,
@@ -64,7 +64,7 @@ def ref_dups(elements: list) -> tuple[int, int]:
 
 
 def ref_fails(docs: list[str], cfg: GopherRepetitionFilter) -> dict:
-    toks = tokens(filters._as_series(docs)).to_list()
+    toks = tokens(cascade._as_series(docs)).to_list()
     out = {}
     for what, split, frac, char_frac in (
             ("para", lambda t: re.split(r"\n{2,}", t.strip()), cfg.dup_para_frac, cfg.dup_para_char_frac),
@@ -102,7 +102,7 @@ def test_bulk_repetition_rules_equal_the_per_document_reference(seed, scale):
 
 def test_greedy_scan_equals_the_string_scan():
     docs = varied_docs(5, 60, collide=True) + ["ab c d e f a bc d e f " * 3, "a " * 40]
-    toks = tokens(filters._as_series(docs))
+    toks = tokens(cascade._as_series(docs))
     words = toks.to_list()
     need = {n: np.arange(len(docs)) for n in DUP}
     got = _greedy_scan(toks, need)

@@ -2,7 +2,7 @@
 registered by the `toy` fixture runs in the cascade at its place, has its `filters.toy` section in the YAML,
 its expectations, its measured figures, and its rows in document_filters' kill-rate and brevity tables and
 samples. Nothing else names it, so a per-filter list left anywhere in the cascade, the config section,
-docfilters or the metadata drops it and fails here; a last test reads the stage's modules for such lists."""
+decisions or the metadata drops it and fails here; a last test reads the stage's modules for such lists."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import yaml
 
 from mix_assets.config import MixConfigError, load_spec
 from mix_assets.core import engine as eng
-from mix_assets.stages.filters import docfilters, filters, registry
+from mix_assets.stages.filters import decisions, cascade, registry
 from mix_assets.stages.filters import metadata as filters_md
 from mix_assets.stages.filters.rules.gopher_quality import GopherQualityFilter
 from mix_assets_tests.stages.filters import toy_filter
-from mix_assets_tests.stages.filters.test_docfilters import write_source
+from mix_assets_tests.stages.filters.test_decisions import write_source
 from mix_assets_tests.stages.filters.test_filters import GOOD
 from mix_assets_tests.test_audit_published_demo import demo_config
 
@@ -68,24 +68,24 @@ def test_without_its_registry_line_the_toy_section_is_refused(tmp_path):
     with pytest.raises(MixConfigError, match="filters.toy: Extra inputs are not permitted"):
         _spec(tmp_path, {"toy": {}})
     with pytest.raises(TypeError, match="unknown filter"):
-        filters.FilterConfig(toy=toy_filter.ToyFilter())
+        cascade.FilterConfig(toy=toy_filter.ToyFilter())
 
 
 def test_the_cascade_runs_it_in_its_place_and_measures_it(toy):
     lorem = SHOUTING + "\nLOREM IPSUM DOLOR SIT AMET."  # fails C4 too, which comes after the toy
-    res = filters.apply_filters([GOOD, SHOUTING, FEW, lorem])
+    res = cascade.apply_filters([GOOD, SHOUTING, FEW, lorem])
     assert list(res.filter_reason) == ["sanity", "gopher_repetition", "gopher_quality", "toy", "c4", "fineweb"]
     assert list(res.seconds)[-3:] == ["toy", "c4", "fineweb"]
     assert res.reason == [None, "toy:shouting", "gopher_repetition:top_2_gram", "toy:shouting"]
     assert res.filter_reason["toy"] == [None, "toy:shouting", "toy:few_words", "toy:shouting"]
     assert res.filter_reason["c4"][3] == "c4:lorem_ipsum"
     assert res.stats["toy:shouting"] == {"failed_documents": 2, "first_failure_documents": 2}
-    assert not filters.apply_filters([SHOUTING], filters.FilterConfig.only("c4")).failed.get("toy:shouting")
-    measured = filters.measure([SHOUTING, FEW])
+    assert not cascade.apply_filters([SHOUTING], cascade.FilterConfig.only("c4")).failed.get("toy:shouting")
+    measured = cascade.measure([SHOUTING, FEW])
     shout = measured[0]["toy:shouting"]
     assert shout.value > 0.5 and str(shout) == f"toy:shouting {shout.value:.2f} > 0.50"  # its figure, its threshold
     assert (measured[1]["toy:few_words"].value, measured[1]["toy:few_words"].threshold) == (2, 3)
-    assert filters.thresholds(filters.FilterConfig())["toy:shouting"] == (">", 0.5)
+    assert cascade.thresholds(cascade.FilterConfig())["toy:shouting"] == (">", 0.5)
 
 
 def test_its_rejections_show_by_name_in_the_tables_and_samples(tmp_path, toy):
@@ -93,22 +93,22 @@ def test_its_rejections_show_by_name_in_the_tables_and_samples(tmp_path, toy):
                                                   "brevity_chars": 200, "brevity_warn": 0.5}})
     src = spec.sources[0].name
     fspec = spec.filters_for(src)
-    params = docfilters.filter_params(fspec)
+    params = decisions.filter_params(fspec)
     texts = [GOOD, SHOUTING, FEW, GOOD.replace("river", "stream"), GOOD + "\nlorem ipsum dolor sit amet."]
     path = write_source(tmp_path, src, texts)
-    t = docfilters.decide_chunk(docfilters.FilterChunk(src, eng.row_ranges(path, 100)[0], params))
+    t = decisions.decide_chunk(decisions.FilterChunk(src, eng.row_ranges(path, 100)[0], params))
     assert t.column("reason").to_pylist()[1] == "toy:shouting"
     assert "toy:few_words" in t.column("rules").to_pylist()[2]
-    guard = docfilters.guard_for(spec)
+    guard = decisions.guard_for(spec)
     assert "toy" in guard.active[src]
-    s = docfilters.summarise({src: t}, guard)
+    s = decisions.summarise({src: t}, guard)
     kills = {k["filter"]: k for k in s.kills}
     assert list(kills) == fspec.active() and kills["toy"]["first_failure_docs"] == 1
     assert {b["rule"] for b in s.brevity} >= {"toy:few_words"}  # a length rule: the brevity WARN watches it
-    picked = docfilters.pick_samples({src: t}, 3, set())
+    picked = decisions.pick_samples({src: t}, 3, set())
     assert list(dict.fromkeys(f for _, f, _, _ in picked)) == ["gopher_repetition", "toy", "c4", "kept"]  # cascade order
-    why = docfilters.explain(picked, dict(zip(t.column("doc_id").to_pylist(), texts)), {src: params})
-    shout = str(filters.measure([SHOUTING])[0]["toy:shouting"])
+    why = decisions.explain(picked, dict(zip(t.column("doc_id").to_pylist(), texts)), {src: params})
+    shout = str(cascade.measure([SHOUTING])[0]["toy:shouting"])
     assert why[f"{src}-00001"] == shout
 
     class Storage:
@@ -125,8 +125,8 @@ def test_its_rejections_show_by_name_in_the_tables_and_samples(tmp_path, toy):
 
 
 # -- no per-filter list left in the stage ------------------------------------------------------------------
-STAGE = Path(filters.__file__).parent
-ASKED = ("filters.py", "kernels.py", "rule.py", "docfilters.py", "metadata.py", "config.py", "assets.py")
+STAGE = Path(cascade.__file__).parent
+ASKED = ("cascade.py", "kernels.py", "rule.py", "decisions.py", "metadata.py", "config.py", "assets.py")
 
 
 def _code_strings(path: Path) -> list[tuple[int, str]]:

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from mix_assets.config import load_spec
-from mix_assets.stages.filters import filters
+from mix_assets.stages.filters import cascade
 from mix_assets.stages.filters.rules.c4 import C4Filter
 from mix_assets.core import layout, pii
 from mix_assets.stages.sources.modifiers import ModifierCounts, Modifiers, modify
@@ -22,7 +22,7 @@ FINE = [f"This is sentence number {i} of the page, and it reads well enough." fo
 
 
 def _c4(texts, c4=C4Filter()):
-    return filters.apply_filters(texts, filters.FilterConfig.only("c4").replace(c4=c4))
+    return cascade.apply_filters(texts, cascade.FilterConfig.only("c4").replace(c4=c4))
 
 
 def test_pii_then_c4_rewrites_only_documents_c4_keeps_and_counts_exactly():

@@ -13,8 +13,8 @@ from tokenizers import Tokenizer
 from mix_assets.stages.audit import contamination as ct
 from mix_assets.core import layout
 from mix_assets.stages.tokens import samples
-from mix_assets.stages.audit.audit import scrub_hashes
-from mix_assets.stages.manifest.manifest_builder import write_manifest
+from mix_assets.stages.audit.eval_scan import scrub_hashes
+from mix_assets.stages.manifest.builder import write_manifest
 from mix_assets.stages.tokens.shards import build_token_shards
 from mix_assets.stages.split.split import build_validation_split
 from mix_assets.stages.tokens.tokenizer import build_tokenizer

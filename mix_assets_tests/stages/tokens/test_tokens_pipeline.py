@@ -12,7 +12,7 @@ import pytest
 
 from mix_assets.format.checker import check_manifest
 from mix_assets.format.manifest import ManifestError, compute_fingerprint
-from mix_assets.stages.manifest.manifest_builder import write_manifest
+from mix_assets.stages.manifest.builder import write_manifest
 from mix_assets.stages.tokens.packing import ShortfallError
 from mix_assets.stages.tokens.shards import build_token_shards
 from mix_assets.stages.split.split import build_validation_split

@@ -1,4 +1,4 @@
-"""stages/audit/published_audit as a map stage: one task per shard on core/engine, the same report as one
+"""stages/audit/published as a map stage: one task per shard on core/engine, the same report as one
 sequential scan of each split, whatever the shard cut, the worker count or the engine (local, Ray)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import random
 import pytest
 
 from mix_assets.core import engine as eng
-from mix_assets.stages.audit import published_audit as P
+from mix_assets.stages.audit import published as P
 from mix_assets.stages.tokens.tokenizer import train_bpe
-from mix_assets_tests.stages.audit.test_published_audit import (ITEM0, ITEM2, SEP, _docs, _long_words_docs,
+from mix_assets_tests.stages.audit.test_published import (ITEM0, ITEM2, SEP, _docs, _long_words_docs,
                                                        tokenizer_dir, write_token_mix)  # noqa: F401 - fixture
 from mix_assets_tests.support.audit_fixtures import filler, make_spec
 from mix_assets_tests.support.ray_local import local_ray

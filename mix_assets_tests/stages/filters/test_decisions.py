@@ -1,4 +1,4 @@
-"""stages/filters/docfilters.py: decisions per document, the same bytes on every engine and chunking, reuse per
+"""stages/filters/decisions.py: decisions per document, the same bytes on every engine and chunking, reuse per
 source, and the gates' findings (summarise)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mix_assets.stages.filters import docfilters as lib
+from mix_assets.stages.filters import decisions as lib
 from mix_assets.core import engine as eng
-from mix_assets.stages.filters import filters, registry
+from mix_assets.stages.filters import cascade, registry
 from mix_assets.stages.filters import metadata as filters_md
 from mix_assets.stages.filters.rules.sanity import SanityFilter
 from mix_assets_tests.support import gen_corpus as gc
@@ -21,7 +21,7 @@ from mix_assets.core.storage import Storage
 from mix_assets_tests.support.multilingual import SAMPLES
 from mix_assets_tests.support.shared_data import FIXTURE
 
-PARAMS = lib.FilterParams(filters.FilterConfig(sanity=SanityFilter(enabled=False)), ("en",), 0.65, 2000, True)
+PARAMS = lib.FilterParams(cascade.FilterConfig(sanity=SanityFilter(enabled=False)), ("en",), 0.65, 2000, True)
 
 
 @lru_cache(maxsize=None)
@@ -88,7 +88,7 @@ def test_a_changed_override_re_runs_only_its_source(tmp_path):
     first, reused = _decide(tmp_path, sources, eng.Engine(num_cpus=1))
     assert reused == []
     assert _decide(tmp_path, sources, eng.Engine(num_cpus=1))[1] == ["a", "b"]
-    looser = lib.FilterParams(filters.FilterConfig.only("gopher_repetition"), ("en",), 0.65, 2000, True)
+    looser = lib.FilterParams(cascade.FilterConfig.only("gopher_repetition"), ("en",), 0.65, 2000, True)
     again, reused = _decide(tmp_path, sources, eng.Engine(num_cpus=1), params={"a": PARAMS, "b": looser})
     assert reused == ["a"] and again["a"] == first["a"] and again["b"] != first["b"]
     # a new raw version of a re-runs a alone
@@ -192,7 +192,7 @@ GUARD = lib.Guard(min_share=0.05, min_kept=0.9, length_buckets=[300, 1500, 4000]
 
 
 def test_summary_and_samples_match_the_per_document_reference_a_row_group_at_a_time(tmp_path):
-    from mix_assets_tests.oracles import docfilters_reference as ref
+    from mix_assets_tests.oracles import decisions_reference as ref
 
     storage, dec = _generated_decisions(tmp_path)
     assert all(t.num_rows > 100 for t in dec.values()) and sum(not k for t in dec.values()

@@ -59,7 +59,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mix_assets.stages.audit import contamination as ct
-from mix_assets.stages.audit import audit as audit_lib
+from mix_assets.stages.audit import eval_scan as audit_lib
 from mix_assets.core import engine
 from mix_assets.stages.tokens.bytelevel import ByteDecoder
 from mix_assets.core import textkeys as tk

@@ -18,7 +18,7 @@ import pytest
 
 from mix_assets.config import REPO_ROOT
 from mix_assets.stages.audit import contamination as ct
-from mix_assets.stages.audit import published_audit as P
+from mix_assets.stages.audit import published as P
 from mix_assets.format.checker import check_manifest
 from mix_assets.format.manifest import (
     FORMAT,

@@ -13,10 +13,10 @@ import pytest
 from tokenizers import Tokenizer, decoders
 
 from mix_assets.core import engine as eng
-from mix_assets.stages.audit import published_audit as P
+from mix_assets.stages.audit import published as P
 from mix_assets.stages.tokens.bytelevel import ByteDecoder
 from mix_assets.stages.tokens.tokenizer import train_bpe
-from mix_assets_tests.stages.audit.test_published_audit import ITEM0, ITEM2, SEP, write_token_mix
+from mix_assets_tests.stages.audit.test_published import ITEM0, ITEM2, SEP, write_token_mix
 from mix_assets_tests.oracles import published_audit_ref
 from mix_assets_tests.support.audit_fixtures import EVAL_ROWS, filler, make_spec
 

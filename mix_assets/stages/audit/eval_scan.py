@@ -1,6 +1,6 @@
 """The eval registry on disk and the scans against it: one hashing pass per task, shared by the
 in-graph audit (`eval_registry`, `contamination_report`, `zero_eval_overlap`) and the audit of a
-published revision (`stages/audit/published_audit.load_reference`). Counts and hashes only, never item text.
+published revision (`stages/audit/published.load_reference`). Counts and hashes only, never item text.
 `spec` is the mix spec (`mix_assets/config.py`), read here (its `audit` section, sources, base_dir), never
 imported: a stage imports only its own config section (`stages/audit/config.py`).
 """

@@ -1,5 +1,5 @@
 """The document_filters summary and sample pick as first written (a Python loop per document): the oracle
-stages/filters/docfilters.py's vectorised, row-group-at-a-time `summarise` / `pick_samples` must match exactly."""
+stages/filters/decisions.py's vectorised, row-group-at-a-time `summarise` / `pick_samples` must match exactly."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Mapping
 import numpy as np
 import pyarrow as pa
 
-from mix_assets.stages.filters import docfilters as lib
+from mix_assets.stages.filters import decisions as lib
 from mix_assets.stages.filters import registry
 
 
@@ -87,7 +87,7 @@ def pick_samples(decisions: Mapping[str, pa.Table], per_filter: int, never: set[
         for d, r in zip(ids, reason):
             if d not in never:
                 by.setdefault("kept" if r is None else lib.filter_of(r), []).append((d, r))
-        order = lib.cascade()
+        order = lib.filter_order()
         for f in sorted(by, key=lambda f: (f == "kept", order.index(f) if f in order else len(order), f)):
             out += [(src, f, d, r or "") for d, r in sorted(by[f], key=lambda x: _rank(x[0]))[:per_filter]]
     return out

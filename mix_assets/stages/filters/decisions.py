@@ -1,7 +1,7 @@
 """document_filters: the filter cascade as a map stage, its decisions per source, and what the UI reads.
 
 Map (`decide_sources`): each source's documents parquet in row-range chunks on the engine
-(core/engine.py); per chunk `decide_chunk` runs the source's stages/filters/filters.py configuration
+(core/engine.py); per chunk `decide_chunk` runs the source's stages/filters/cascade.py configuration
 (`apply_filters`) and language ID (stages/filters/langid.py) on EVERY document, so language and score are
 recorded for the composition table whether or not a document survives. Output per source:
 `filters/decisions/<source>.parquet` (layout.FILTER_DECISIONS, DECISIONS_SCHEMA, raw row order,
@@ -9,7 +9,7 @@ row groups of GROUP_ROWS whatever the chunk size, so the bytes are the same on e
 reused while raw/<source>'s data version, the source's filter parameters and this code are
 unchanged (the file's schema metadata records them, as dedup's signature files do).
 
-`reason` is the first failing rule in cascade order (stages/filters/filters.py's open vocabulary,
+`reason` is the first failing rule in cascade order (stages/filters/cascade.py's open vocabulary,
 `gopher_quality:min_doc_words`, then `language:fr` / `language_score`); `rules` holds the first
 failing rule of EVERY filter that fails, so a filter's kill rate on its own is read from it.
 `summarise_stored` turns the decisions into the UI's tables (kill rates per filter x source, the
@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mix_assets.core import engine, layout, tables
-from mix_assets.stages.filters import filters, kernels, langid, registry
+from mix_assets.stages.filters import cascade, kernels, langid, registry
 from mix_assets.stages.filters import rule as filter_rule
 from mix_assets.stages.dedup import signatures as sig
 from mix_assets.core.progress import Progress, reused_line
@@ -55,7 +55,7 @@ DECISIONS_SCHEMA = pa.schema([
 ])
 
 
-def cascade() -> tuple[str, ...]:
+def filter_order() -> tuple[str, ...]:
     """The filters in the order they decide: the registered ones (registry.py), then language ID."""
     return (*registry.names(), "language")
 
@@ -73,7 +73,7 @@ class FilterInputError(ValueError):
 class FilterParams:
     """What decides a source's documents (plain values: travels to Ray workers, hashed for reuse)."""
 
-    config: filters.FilterConfig
+    config: cascade.FilterConfig
     languages: Optional[tuple] = ("en",)  # None: any identified language
     min_score: float = langid.DEFAULT_MIN_SCORE
     max_chars: Optional[int] = None  # identify on the first characters only
@@ -93,14 +93,14 @@ def filter_params(fspec) -> FilterParams:
 
 
 def _code() -> str:
-    """The code that decides: the cascade (filters.py, rule.py, kernels.py, registry.py), every registered
+    """The code that decides: the cascade (cascade.py, rule.py, kernels.py, registry.py), every registered
     filter's module, langid.py, this module and the language model's package."""
     return _code_of(registry.filters())
 
 
 @functools.cache
 def _code_of(registered: tuple) -> str:
-    mods = (filters, filter_rule, kernels, registry, *(inspect.getmodule(f.rule) for f in registered), langid,
+    mods = (cascade, filter_rule, kernels, registry, *(inspect.getmodule(f.rule) for f in registered), langid,
             inspect.getmodule(_code_of))
     src = "".join(inspect.getsource(m) for m in mods)
     return hashlib.sha256((src + importlib.metadata.version(langid.MODEL_DIST)).encode()).hexdigest()[:16]
@@ -132,7 +132,7 @@ def decide_chunk(chunk: FilterChunk) -> pa.Table:
             bad = chunk.rows.start + int(np.flatnonzero(np.asarray(t.column(name).is_null()))[0])
             raise FilterInputError(f"{chunk.rows.path}: row {bad}: field {name!r} is null (source {chunk.source})")
     p, text = chunk.params, t.column("text")
-    res = filters.apply_filters(text, p.config)
+    res = cascade.apply_filters(text, p.config)
     lang = langid.LanguageFilter(p.languages, p.min_score, p.max_chars).apply(text)
     per_filter = list(res.filter_reason.values())  # cascade order
     if p.language_filter:
@@ -442,7 +442,7 @@ def pick_groups(groups: Iterable[tuple[str, pa.Table]], per_filter: int, never: 
     out = []
     for src in sorted({s for s, _ in best}):
         mine = [f for s, f in best if s == src]
-        order = cascade()
+        order = filter_order()
         for f in sorted(mine, key=lambda f: (f == "kept", order.index(f) if f in order else len(order), f)):
             out += [(src, f, d, r or "") for d, r in zip(*best[(src, f)][2:])]
     return out
@@ -450,7 +450,7 @@ def pick_groups(groups: Iterable[tuple[str, pa.Table]], per_filter: int, never: 
 
 def explain(picked, texts: Mapping[str, str], params: Mapping[str, FilterParams]) -> dict[str, str]:
     """{doc_id: its reason with the measured figure beside the threshold} of the picked rejected documents,
-    `gopher_quality:alpha_words 0.78 < 0.80` (stages/filters/filters.py `measure`; language ID re-run on those texts
+    `gopher_quality:alpha_words 0.78 < 0.80` (stages/filters/cascade.py `measure`; language ID re-run on those texts
     with the source's parameters): what the UI shows beside a rejected sample. `texts`: the documents' raw
     texts (whole: the figures are those of the whole document)."""
     out: dict[str, str] = {}
@@ -459,12 +459,12 @@ def explain(picked, texts: Mapping[str, str], params: Mapping[str, FilterParams]
         if not mine or src not in params:
             continue
         p, docs = params[src], [texts[d] for d, _ in mine]
-        measured = filters.measure(docs, p.config) if any(not r.startswith("language") for _, r in mine) else None
+        measured = cascade.measure(docs, p.config) if any(not r.startswith("language") for _, r in mine) else None
         lang = (langid.LanguageFilter(p.languages, p.min_score, p.max_chars).apply(docs)
                 if any(r.startswith("language") for _, r in mine) else None)
         for i, (d, r) in enumerate(mine):
             if r == "language_score":
-                out[d] = f"language_score {filters.compared(lang.column('language_score')[i].as_py(), p.min_score, '≤')}"
+                out[d] = f"language_score {cascade.compared(lang.column('language_score')[i].as_py(), p.min_score, '≤')}"
             elif r.startswith("language:"):
                 wanted = ", ".join(p.languages or ()) or "any"
                 out[d] = f"{r} (score {lang.column('language_score')[i].as_py():.2f}; wanted: {wanted})"
