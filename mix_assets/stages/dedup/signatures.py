@@ -18,20 +18,16 @@ same bytes dedup_keys writes, docs/scale.md).
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import importlib.util
-import inspect
 import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Optional
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mix_assets.core import engine, textkeys
+from mix_assets.core import engine, imports
 from mix_assets.stages.dedup import minhash
 from mix_assets.stages.dedup.lsh import set_jaccard
 
@@ -43,11 +39,9 @@ TEXT_ROWS = 256  # most texts per batch of the verification's text reads (~0.6 M
 SCALARS = ["doc_id", "exact_key", "n_shingles", "n_chars", "n_words"]
 
 
-# The code that decides a signature's bits: a change there invalidates every stored file.
-# (kernels_jit's text is read from its file: importing it would load numba in every process)
-_CODE = hashlib.sha256((inspect.getsource(minhash) + inspect.getsource(textkeys)
-                        + Path(importlib.util.find_spec("mix_assets.core.kernels_jit").origin).read_text("utf-8")
-                        ).encode()).hexdigest()[:16]
+# The code that decides a signature's bits (minhash and every project module it reaches: textkeys,
+# kernels_jit, ...): an edit there invalidates every stored file.
+_CODE = imports.source_version(minhash.__name__)[:16]
 
 
 def perm_columns(num_perm: int) -> list[str]:

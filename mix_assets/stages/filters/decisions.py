@@ -35,9 +35,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mix_assets.core import engine, layout, tables
-from mix_assets.stages.filters import cascade, kernels, langid, registry
-from mix_assets.stages.filters import rule as filter_rule
+from mix_assets.core import engine, imports, layout, tables
+from mix_assets.stages.filters import cascade, langid, registry
 from mix_assets.stages.dedup import signatures as sig
 from mix_assets.core.progress import Progress, reused_line
 
@@ -93,16 +92,17 @@ def filter_params(fspec) -> FilterParams:
 
 
 def _code() -> str:
-    """The code that decides: the cascade (cascade.py, rule.py, kernels.py, registry.py), every registered
-    filter's module, langid.py, this module and the language model's package."""
+    """The code that decides: this module and every project module it reaches (the cascade, the registry and
+    its rules, langid, ...), any registered filter's module from outside the package (a test's), and the
+    language model's package."""
     return _code_of(registry.filters())
 
 
 @functools.cache
 def _code_of(registered: tuple) -> str:
-    mods = (cascade, filter_rule, kernels, registry, *(inspect.getmodule(f.rule) for f in registered), langid,
-            inspect.getmodule(_code_of))
-    src = "".join(inspect.getsource(m) for m in mods)
+    outside = [inspect.getmodule(f.rule) for f in registered]
+    src = imports.source_version(__name__) + "".join(inspect.getsource(m) for m in outside
+                                                     if not m.__name__.startswith(imports.PACKAGE + "."))
     return hashlib.sha256((src + importlib.metadata.version(langid.MODEL_DIST)).encode()).hexdigest()[:16]
 
 

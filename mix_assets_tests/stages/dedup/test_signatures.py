@@ -68,3 +68,12 @@ def test_stored_columns_equal_with_the_files_held_open(tmp_path):
     assert stored._held is None  # closed on exit: later calls open their own
     for got, b in zip(held, (0, 4, 2)):
         assert (got == want[:, b:b + 4]).all() and (stored.columns(b, b + 4) == got).all()
+
+
+def test_the_signatures_reuse_key_covers_every_module_minhash_reaches():
+    from mix_assets.core import imports
+
+    # derived, not listed: an edit to textkeys or kernels_jit (reached through minhash) re-signs stored files
+    assert sig._CODE == imports.source_version("mix_assets.stages.dedup.minhash")[:16]
+    assert {"mix_assets.core.textkeys", "mix_assets.core.kernels_jit"} <= set(
+        imports.reached("mix_assets.stages.dedup.minhash"))
