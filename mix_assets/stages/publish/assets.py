@@ -23,6 +23,7 @@ from mix_assets.stages.manifest.assets import SHARDS_AUDIT_CLEAN, SHARDS_AUDIT_R
 from mix_assets.config import MixSpec
 from mix_assets.core import layout
 from mix_assets.stages.publish import publish as pub
+from mix_assets.stages.publish.input_keys import input_keys
 from mix_assets.stages.publish.target import PUBLISHED_REVISION, read_only_target, write_target
 from mix_assets.stages.publish import metadata as md
 from mix_assets.format.checker import check_manifest
@@ -68,7 +69,9 @@ def build_publish_assets(spec: MixSpec) -> list:
             # `latest` stays where it is: the gate moves it once a stranger's read of the revision passes
             result = pub.publish(_mix_dir(mix.storage), write_target(mix.spec), log=context.log.info,
                                  point_latest=False)
-            mix.storage.write_text(layout.PUBLISHED, json.dumps(result.to_json(), indent=2, sort_keys=True))
+            # the input keys go with the record in storage, not into the revision (its bytes stay as they were)
+            record = {**result.to_json(), "input_keys": input_keys(mix.storage)}
+            mix.storage.write_text(layout.PUBLISHED, json.dumps(record, indent=2, sort_keys=True))
             lin = recorded(mix.storage, "published_revision", [layout.PUBLISHED], {"manifest": inputs["manifest"]},
                            context)
         return with_lineage(md.published_revision(result), lin)

@@ -143,3 +143,65 @@ def compare_manifests(published: Mapping[str, Any], rebuilt: Mapping[str, Any]) 
     drifts.sort(key=lambda d: (order.get(d.kind, 9), d.what))
     return Comparison(str(published["fingerprint"]), str(rebuilt["fingerprint"]), comparable, reason,
                       tuple(drifts))
+
+
+# --- the revision diff: what a new revision changed, for `fingerprint_reproduced` and `python -m mix_assets.diff`
+
+DIFF_COLUMNS = ["source", "documents_before", "documents_after", "documents_added", "documents_removed",
+                "documents_changed", "train_tokens_before", "train_tokens_after", "val_tokens_before",
+                "val_tokens_after"]
+
+
+def documents_by_source(rows: list[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    """{source: {doc_id: exact_key}} of the review dedup keys' rows that dedup kept (the mix's documents)."""
+    out: dict[str, dict[str, str]] = {}
+    for r in rows:
+        if r.get("keep"):
+            out.setdefault(str(r["source"]), {})[str(r["doc_id"])] = str(r.get("exact_key"))
+    return out
+
+
+def revision_diff(before: Mapping[str, Any], after: Mapping[str, Any],
+                  docs_before: Mapping[str, Mapping[str, str]],
+                  docs_after: Mapping[str, Mapping[str, str]]) -> dict:
+    """Per source: documents (kept by dedup, by doc_id; changed = same id, other content hash) and tokens
+    per split, before and after; and the files added, removed and changed. JSON-ready."""
+    sources = []
+    names = sorted(set(before.get("sources") or {}) | set(after.get("sources") or {})
+                   | set(docs_before) | set(docs_after))
+    for s in names:
+        a, b = docs_before.get(s, {}), docs_after.get(s, {})
+        row = {"source": s, "documents_before": len(a), "documents_after": len(b),
+               "documents_added": len(b.keys() - a.keys()), "documents_removed": len(a.keys() - b.keys()),
+               "documents_changed": sum(a[k] != b[k] for k in a.keys() & b.keys())}
+        for split in ("train", "val"):
+            for label, m in (("before", before), ("after", after)):
+                row[f"{split}_tokens_{label}"] = _get(m, f"splits.{split}.sources.{s}")
+        sources.append(row)
+    fa, fb = _files(before, "before"), _files(after, "after")
+    files = {"added": sorted(fb.keys() - fa.keys()), "removed": sorted(fa.keys() - fb.keys()),
+             "changed": sorted(p for p in fa.keys() & fb.keys() if fa[p]["sha256"] != fb[p]["sha256"])}
+    return {"before": {"fingerprint": before.get("fingerprint"), "config_sha256": before.get("config_sha256")},
+            "after": {"fingerprint": after.get("fingerprint"), "config_sha256": after.get("config_sha256")},
+            "sources": sources, "files": files,
+            "totals": {k: {"before": _get(before, f"totals.{k}"), "after": _get(after, f"totals.{k}")}
+                       for k in ("train_tokens", "val_tokens", "train_samples", "val_samples")}}
+
+
+def diff_text(diff: Mapping[str, Any]) -> str:
+    """The revision diff as plain text (what the CLI prints)."""
+    b, a = diff["before"], diff["after"]
+    lines = [f"revision diff: {str(b['fingerprint'])[:16]} -> {str(a['fingerprint'])[:16]}"
+             + ("" if b["config_sha256"] == a["config_sha256"] else
+                f" (config {str(b['config_sha256'])[:12]} -> {str(a['config_sha256'])[:12]})")]
+    for r in diff["sources"]:
+        lines.append(f"  {r['source']}: documents {r['documents_before']} -> {r['documents_after']} "
+                     f"(+{r['documents_added']} -{r['documents_removed']} ~{r['documents_changed']}); "
+                     f"train tokens {r['train_tokens_before']} -> {r['train_tokens_after']}; "
+                     f"val tokens {r['val_tokens_before']} -> {r['val_tokens_after']}")
+    for k, v in diff["totals"].items():
+        lines.append(f"  totals.{k}: {v['before']} -> {v['after']}")
+    f = diff["files"]
+    lines.append(f"  files: {len(f['added'])} added, {len(f['removed'])} removed, {len(f['changed'])} changed")
+    lines += [f"    {kind} {p}" for kind in ("added", "removed", "changed") for p in f[kind]]
+    return "\n".join(lines) + "\n"

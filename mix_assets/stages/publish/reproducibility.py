@@ -1,28 +1,36 @@
-"""Check `fingerprint_reproduced` on `manifest`: a rebuild of the same config reproduces what was published.
+"""Check `fingerprint_reproduced` on `manifest`: the same input keys give the same fingerprint.
 
 The comparison point is the revision this deployment last published (`publish/published_revision.json`
-in the storage root, written by `published_revision`), read back from the publish target. In a
-`rebuild_mix` run the check runs after `manifest` and before `published_revision`, so it always
-compares with the previous publication. Outcomes:
-  * nothing published yet, or the config changed since (a new fingerprint is expected): skipped,
-    not passed: the check returns no result, so the UI shows it as *Skipped* (grey); the check's
-    description (the *About* section of its page) says when that happens, and the run log says which
-    case it was; nothing downstream is held back;
-  * same config, same fingerprint: passed;
-  * same config, different fingerprint: failed (blocking, ERROR) with a table naming every file
-    whose bytes changed and every count that moved, so nothing non-reproducible gets published.
+in the storage root, written by `published_revision` with the revision's input keys,
+stages/publish/input_keys.py), read back from the publish target. In a `rebuild_mix` run the check
+runs after `manifest` and before `published_revision`, so it always compares with the previous
+publication. Outcomes:
+  * nothing published yet: skipped, not passed: the check returns no result, so the UI shows it as
+    *Skipped* (grey); the check's description (the *About* section of its page) says when that
+    happens, and the run log says which case it was; nothing downstream is held back;
+  * same input keys (source data, eval registry, code of the chain) and config, same fingerprint: passed;
+  * same input keys and config, different fingerprint: failed (blocking, ERROR) with a table naming
+    every file whose bytes changed and every count that moved, so nothing non-reproducible gets published;
+  * changed input keys or config (new data in a source, say): passed with the revision diff as
+    metadata (per source: documents added/removed/changed, tokens per split; files added/removed/
+    changed); `published_revision` then publishes the rebuild as a new revision.
+A publication record without input keys (written before they were recorded) is compared as before:
+same config must give the same fingerprint, a changed config is skipped.
 """
 
 
+import io
 import json
 from typing import Optional
 
 import dagster as dg
+import pyarrow.parquet as pq
 
 from mix_assets.console.metadata import markdown_table, table
 from mix_assets.stages.common import gate, gated
 from mix_assets.core import layout
-from mix_assets.stages.publish.drift import compare_manifests
+from mix_assets.stages.publish.drift import DIFF_COLUMNS, compare_manifests, diff_text, documents_by_source, revision_diff
+from mix_assets.stages.publish.input_keys import changed_keys, input_keys
 from mix_assets.stages.publish.target import write_target
 from mix_assets.resources import MixResource
 
@@ -32,12 +40,14 @@ MANIFEST_FILE = "manifest.json"
 # Dagster shows a check that reported nothing as "Skipped" with no text of its own, so the reason
 # lives in the check's description, which its page shows under "About".
 CHECK_DESCRIPTION = (
-    "With an unchanged config, the rebuilt manifest's fingerprint equals the last published one; on drift, "
-    "names each changed file and count.\n\n"
+    "With the same input keys (each source's documents, the eval registry, the code of every stage) and "
+    "config, the rebuilt manifest's fingerprint equals the last published one; on drift, names each "
+    "changed file and count (blocking). Changed input keys (new data) pass with the revision diff as "
+    "metadata: per source documents added/removed/changed and tokens per split, files changed.\n\n"
     "Skipped (no result, grey) when there is nothing to compare with: nothing published yet from this "
-    "storage root (a first build), or the config changed since the last publication (a new fingerprint "
-    "is expected). Skipped is not a pass: nothing was compared. The run's log says which case it was "
-    "(`fingerprint_reproduced skipped: ...`); the next rebuild of an unchanged config is compared.")
+    "storage root (a first build), or, for a publication recorded without input keys, the config changed "
+    "since (a new fingerprint is expected). Skipped is not a pass: nothing was compared. The run's log says "
+    "which case it was (`fingerprint_reproduced skipped: ...`); the next rebuild is compared.")
 
 
 def _published_manifest(mix, record: dict) -> dict | None:
@@ -46,10 +56,38 @@ def _published_manifest(mix, record: dict) -> dict | None:
     return None if raw is None else json.loads(raw)
 
 
+def _documents(raw: bytes | None) -> dict[str, dict[str, str]]:
+    """The kept documents of a review/dedup_keys.parquet ({} when the revision has none)."""
+    if raw is None:
+        return {}
+    return documents_by_source(pq.read_table(io.BytesIO(raw), columns=["doc_id", "source", "exact_key", "keep"])
+                               .to_pylist())
+
+
 def _skipped(context: dg.AssetCheckExecutionContext, why: str) -> None:
     """Nothing to compare with: no result at all, which the UI shows as a skipped check, not a pass."""
     context.log.info(f"{FINGERPRINT_REPRODUCED} skipped: {why}")
     return None
+
+
+def _new_revision(context, mix, record: dict, published: dict, rebuilt: dict, moved: list[str], cmp,
+                  meta: dict) -> dg.AssetCheckResult:
+    """Changed inputs: a new revision is expected; pass with the revision diff as metadata."""
+    before = _documents(write_target(mix.spec).read(f"{record['revision']}/{layout.MIX_DEDUP_KEYS.removeprefix(layout.MIX_DIR + '/')}"))
+    after = _documents(mix.storage.read_bytes(layout.MIX_DEDUP_KEYS) if mix.storage.exists(layout.MIX_DEDUP_KEYS)
+                       else None)
+    diff = revision_diff(published, rebuilt, before, after)
+    meta["revision_diff"] = table(diff["sources"], columns=DIFF_COLUMNS)
+    meta["revision_diff_md"] = dg.MetadataValue.md("```\n" + diff_text(diff) + "```")
+    meta["revision_diff_json"] = dg.MetadataValue.json(diff)
+    why = ", ".join(moved) if moved else "the config"
+    context.log.info(f"{FINGERPRINT_REPRODUCED}: inputs changed ({why}): a new revision\n{diff_text(diff)}")
+    f = diff["files"]
+    return dg.AssetCheckResult(
+        passed=True, metadata=meta,
+        description=f"new revision: input keys changed ({why}); fingerprint {cmp.published_fingerprint[:16]} -> "
+                    f"{cmp.rebuilt_fingerprint[:16]}; {len(f['added'])} file(s) added, {len(f['removed'])} "
+                    f"removed, {len(f['changed'])} changed")
 
 
 def build_reproducibility_checks(asset_keys: set[dg.AssetKey]) -> list:
@@ -85,18 +123,24 @@ def build_reproducibility_checks(asset_keys: set[dg.AssetKey]) -> list:
                 description=f"revision {record.get('revision')} recorded as published, but its manifest.json "
                             f"is missing at {record.get('location')}"))
         cmp = compare_manifests(published, rebuilt)
-        if not cmp.comparable and not cmp.reproduced:
+        keys_then = record.get("input_keys")
+        moved = changed_keys(keys_then, input_keys(storage)) if keys_then else []
+        meta["input_keys_changed"] = dg.MetadataValue.text(", ".join(moved))
+        if keys_then is None and not cmp.comparable and not cmp.reproduced:
             return _skipped(context, cmp.summary())
         meta["published_fingerprint"] = dg.MetadataValue.text(cmp.published_fingerprint)
-        meta["n_drifts"] = len(cmp.drifts)
         meta["n_files_changed"] = sum(d.kind.startswith("file_") for d in cmp.drifts)
+        if keys_then is not None and (moved or not cmp.comparable) and not cmp.reproduced:
+            return _new_revision(context, mix, record, published, rebuilt, moved, cmp, meta)
+        meta["n_drifts"] = len(cmp.drifts)
         if cmp.drifts:
             rows = [d.as_row() for d in cmp.drifts]
             meta["drift"] = table(rows[:200], columns=["kind", "what", "published", "rebuilt"])
             meta["drift_md"] = markdown_table(rows, columns=["kind", "what", "published", "rebuilt"])
             for d in cmp.drifts[:20]:
                 context.log.error(f"fingerprint drift: {d.describe()}")
-        return gate(context, MANIFEST_KEY, dg.AssetCheckResult(passed=cmp.passed, metadata=meta, description=cmp.summary(),
+        summary = cmp.summary() + (" with the same input keys" if keys_then is not None and not cmp.passed else "")
+        return gate(context, MANIFEST_KEY, dg.AssetCheckResult(passed=cmp.passed, metadata=meta, description=summary,
                                                                severity=dg.AssetCheckSeverity.ERROR))
 
     return [fingerprint_reproduced]
