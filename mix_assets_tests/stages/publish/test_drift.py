@@ -2,7 +2,8 @@ import copy
 
 import pytest
 
-from mix_assets.stages.publish.drift import compare_manifests
+from mix_assets import diff as diff_cli
+from mix_assets.stages.publish.drift import compare_manifests, diff_text, documents_by_source, revision_diff
 
 
 def _manifest() -> dict:
@@ -53,3 +54,33 @@ def test_config_change_is_not_drift_and_bad_manifest_is_named():
     del new["files"][1]["sha256"]
     with pytest.raises(ValueError, match=r"rebuilt manifest: files\[1\] needs 'path' and 'sha256'"):
         compare_manifests(pub, new)
+
+
+def test_revision_diff_counts_documents_tokens_and_files():
+    before, after = _manifest(), _manifest()
+    after["splits"]["train"]["sources"]["web"] = 1600
+    after["files"][0] = {**after["files"][0], "sha256": "d" * 64}
+    after["files"].append({"path": "train/train-00001.bin", "bytes": 10, "sha256": "e" * 64})
+    docs_before = {"web": {"w1": "k1", "w2": "k2", "w3": "k3"}, "code": {"c1": "x"}}
+    docs_after = {"web": {"w1": "k1", "w2": "K2", "w4": "k4", "w5": "k5"}, "code": {"c1": "x"}}
+    d = revision_diff(before, after, docs_before, docs_after)
+    web = next(r for r in d["sources"] if r["source"] == "web")
+    assert web == {"source": "web", "documents_before": 3, "documents_after": 4, "documents_added": 2,
+                   "documents_removed": 1, "documents_changed": 1, "train_tokens_before": 1500,
+                   "train_tokens_after": 1600, "val_tokens_before": None, "val_tokens_after": None}
+    assert d["files"] == {"added": ["train/train-00001.bin"], "removed": [], "changed": ["train/train-00000.bin"]}
+    text = diff_text(d)
+    assert "  web: documents 3 -> 4 (+2 -1 ~1); train tokens 1500 -> 1600" in text
+    assert "  code: documents 1 -> 1 (+0 -0 ~0)" in text and "    added train/train-00001.bin" in text
+
+
+def test_documents_by_source_keeps_what_dedup_kept():
+    rows = [{"doc_id": "a", "source": "web", "exact_key": "1", "keep": True},
+            {"doc_id": "b", "source": "web", "exact_key": "1", "keep": False}]
+    assert documents_by_source(rows) == {"web": {"a": "1"}}
+
+
+def test_diff_cli_names_an_unreadable_revision(tmp_path, capsys):
+    assert diff_cli.main([str(tmp_path / "a"), str(tmp_path / "b")]) == diff_cli.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith(f"mix_assets.diff: {tmp_path / 'a'}: ") and "manifest.json: not found" in err, err

@@ -15,11 +15,15 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from mix_assets import diff as diff_cli
 from mix_assets.config import load_spec
 from mix_assets.definitions import build_definitions
+from mix_assets.core.seeded import unit_hash
 from mix_assets.jobs import REBUILD_JOB
 from mix_assets.stages.publish import publish as pub
+from mix_assets.stages.publish.drift import diff_text
 from mix_assets.stages.publish.reproducibility import FINGERPRINT_REPRODUCED
+from mix_assets.stages.split import split as split_logic
 from mix_assets_tests.support import gen_corpus as gc
 from mix_assets_tests.support.shared_data import FIXTURE
 
@@ -56,7 +60,7 @@ def _check(result) -> dg.AssetCheckEvaluation | None:
     return evs[0] if evs else None
 
 
-def test_new_documents_in_one_source_publish_a_new_revision_with_a_diff(tmp_path):
+def test_new_documents_in_one_source_publish_a_new_revision_with_a_diff(tmp_path, capsys):
     cfg = _fixture_copy(tmp_path)
     target = pub.LocalTarget(tmp_path / "published")
     with dg.instance_for_test() as instance:
@@ -83,3 +87,31 @@ def test_new_documents_in_one_source_publish_a_new_revision_with_a_diff(tmp_path
     rev_b = pub.read_latest(target)
     assert rev_b != rev_a and (tmp_path / "published" / rev_b / "manifest.json").is_file()
     assert meta["n_files_changed"] > 0
+
+    # the CLI prints the same diff from the two published revisions
+    a, b = (str(tmp_path / "published" / r) for r in (rev_a, rev_b))
+    assert diff_cli.main([a, b, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == meta["revision_diff_json"]
+    assert diff_cli.main([a, b]) == 0
+    text = capsys.readouterr().out
+    assert text == diff_text(meta["revision_diff_json"]) and f"  {SOURCE}: documents " in text, text
+
+
+def test_same_input_keys_with_other_bytes_still_fail_blocking(tmp_path, monkeypatch):
+    """Nothing changed in the data, the config or the code's source, yet the split assigns documents
+    differently (as an unpinned dependency might): the rebuild stops at the check, naming the files."""
+    cfg = _fixture_copy(tmp_path)
+    target = pub.LocalTarget(tmp_path / "published")
+    with dg.instance_for_test() as instance:
+        assert _rebuild(cfg, instance).success
+        rev_a = pub.read_latest(target)
+        monkeypatch.setattr(split_logic, "unit_hash", lambda seed, key: unit_hash(seed + 1, key))
+        second = _rebuild(cfg, instance)
+    ev = _check(second)
+    assert ev is not None and not ev.passed and ev.severity == dg.AssetCheckSeverity.ERROR, ev
+    assert "fingerprint drift" in ev.description and "with the same input keys" in ev.description, ev.description
+    meta = {k: v.value for k, v in ev.metadata.items()}
+    assert meta["input_keys_changed"] == "" and meta["n_files_changed"] > 0
+    assert "train/train-00000.bin" in meta["drift_md"], meta["drift_md"]
+    assert not second.success and pub.read_latest(target) == rev_a
+    assert sorted(p.name for p in (tmp_path / "published").glob("rev-*")) == [rev_a]
