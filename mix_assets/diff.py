@@ -12,16 +12,13 @@ be read (message on stderr).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import sys
-
-import pyarrow.parquet as pq
 
 from mix_assets.core import transport
 from mix_assets.format.manifest import ManifestError
 from mix_assets.format.mixdir import load_manifest
-from mix_assets.stages.publish.drift import diff_text, documents_by_source, revision_diff
+from mix_assets.stages.publish.drift import diff_text, documents_of_dedup_keys, revision_diff
 
 DEDUP_KEYS = "review/dedup_keys.parquet"
 EXIT_ERROR = 2
@@ -42,9 +39,8 @@ def read_revision(location: str) -> tuple[dict, dict[str, dict[str, str]]]:
         with open_file(DEDUP_KEYS) as f:
             raw = f.read()
     except FileNotFoundError:
-        return manifest, {}
-    rows = pq.read_table(io.BytesIO(raw), columns=["doc_id", "source", "exact_key", "keep"]).to_pylist()
-    return manifest, documents_by_source(rows)
+        raw = None
+    return manifest, documents_of_dedup_keys(raw)
 
 
 def main(argv: list[str] | None = None) -> int:

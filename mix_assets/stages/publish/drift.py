@@ -4,14 +4,18 @@ A scheduled rebuild of the same config on the same pinned inputs must reproduce 
 fingerprint (DESIGN: determinism). When it does not, a bare "fingerprint differs" is useless to the
 person on call; `compare_manifests` names every file whose bytes/sha256 differ, every file that
 appeared or vanished, and every count (totals, per split, per source) that moved, so the drift can
-be traced to a stage. Pure: no Dagster import, no I/O.
+be traced to a stage. `revision_diff` says what a new revision changed (documents, tokens, files).
+Pure: no Dagster import, no I/O (bytes in, dicts out).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+import io
 from dataclasses import dataclass
 from typing import Any
+
+import pyarrow.parquet as pq
 
 
 @dataclass(frozen=True)
@@ -153,12 +157,22 @@ DIFF_COLUMNS = ["source", "documents_before", "documents_after", "documents_adde
 
 
 def documents_by_source(rows: list[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
-    """{source: {doc_id: exact_key}} of the review dedup keys' rows that dedup kept (the mix's documents)."""
+    """{source: {doc_id: exact_key}} of the review dedup keys' rows that dedup kept (the mix's documents);
+    a row without `keep` counts as kept, one without `exact_key` cannot be seen to change."""
     out: dict[str, dict[str, str]] = {}
     for r in rows:
-        if r.get("keep"):
+        if r.get("keep", True):
             out.setdefault(str(r["source"]), {})[str(r["doc_id"])] = str(r.get("exact_key"))
     return out
+
+
+def documents_of_dedup_keys(data: bytes | None) -> dict[str, dict[str, str]]:
+    """`documents_by_source` of a review/dedup_keys.parquet's bytes ({} when the revision has none)."""
+    if data is None:
+        return {}
+    f = pq.ParquetFile(io.BytesIO(data))
+    columns = [c for c in ("doc_id", "source", "exact_key", "keep") if c in f.schema_arrow.names]
+    return documents_by_source(f.read(columns=columns).to_pylist())
 
 
 def revision_diff(before: Mapping[str, Any], after: Mapping[str, Any],

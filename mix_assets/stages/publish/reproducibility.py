@@ -19,17 +19,16 @@ same config must give the same fingerprint, a changed config is skipped.
 """
 
 
-import io
 import json
 from typing import Optional
 
 import dagster as dg
-import pyarrow.parquet as pq
 
 from mix_assets.console.metadata import markdown_table, table
 from mix_assets.stages.common import gate, gated
 from mix_assets.core import layout
-from mix_assets.stages.publish.drift import DIFF_COLUMNS, compare_manifests, diff_text, documents_by_source, revision_diff
+from mix_assets.stages.publish.drift import (DIFF_COLUMNS, compare_manifests, diff_text, documents_of_dedup_keys,
+                                             revision_diff)
 from mix_assets.stages.publish.input_keys import changed_keys, input_keys
 from mix_assets.stages.publish.target import write_target
 from mix_assets.resources import MixResource
@@ -56,14 +55,6 @@ def _published_manifest(mix, record: dict) -> dict | None:
     return None if raw is None else json.loads(raw)
 
 
-def _documents(raw: bytes | None) -> dict[str, dict[str, str]]:
-    """The kept documents of a review/dedup_keys.parquet ({} when the revision has none)."""
-    if raw is None:
-        return {}
-    return documents_by_source(pq.read_table(io.BytesIO(raw), columns=["doc_id", "source", "exact_key", "keep"])
-                               .to_pylist())
-
-
 def _skipped(context: dg.AssetCheckExecutionContext, why: str) -> None:
     """Nothing to compare with: no result at all, which the UI shows as a skipped check, not a pass."""
     context.log.info(f"{FINGERPRINT_REPRODUCED} skipped: {why}")
@@ -73,9 +64,10 @@ def _skipped(context: dg.AssetCheckExecutionContext, why: str) -> None:
 def _new_revision(context, mix, record: dict, published: dict, rebuilt: dict, moved: list[str], cmp,
                   meta: dict) -> dg.AssetCheckResult:
     """Changed inputs: a new revision is expected; pass with the revision diff as metadata."""
-    before = _documents(write_target(mix.spec).read(f"{record['revision']}/{layout.MIX_DEDUP_KEYS.removeprefix(layout.MIX_DIR + '/')}"))
-    after = _documents(mix.storage.read_bytes(layout.MIX_DEDUP_KEYS) if mix.storage.exists(layout.MIX_DEDUP_KEYS)
-                       else None)
+    in_revision = layout.MIX_DEDUP_KEYS.removeprefix(layout.MIX_DIR + "/")
+    before = documents_of_dedup_keys(write_target(mix.spec).read(f"{record['revision']}/{in_revision}"))
+    after = documents_of_dedup_keys(mix.storage.read_bytes(layout.MIX_DEDUP_KEYS)
+                                    if mix.storage.exists(layout.MIX_DEDUP_KEYS) else None)
     diff = revision_diff(published, rebuilt, before, after)
     meta["revision_diff"] = table(diff["sources"], columns=DIFF_COLUMNS)
     meta["revision_diff_md"] = dg.MetadataValue.md("```\n" + diff_text(diff) + "```")

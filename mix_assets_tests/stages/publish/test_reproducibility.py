@@ -6,8 +6,9 @@ import dagster as dg
 import pytest
 
 from mix_assets.stages.publish.reproducibility import FINGERPRINT_REPRODUCED, build_reproducibility_checks
-from mix_assets.core import layout
+from mix_assets.core import layout, lineage
 from mix_assets.stages.publish import publish as pub
+from mix_assets.stages.publish.input_keys import input_keys
 from mix_assets.resources import MixResource
 from mix_assets_tests.conftest import minimal_config, source, write_config
 from mix_assets_tests.support.synthetic_mix import build_synthetic_mix
@@ -131,3 +132,57 @@ def test_drift_fails_the_run_with_the_gate_summary(mix):
     rev = pub.read_latest(pub.LocalTarget(mix.spec.resolve(mix.spec.publish.url)))
     assert f"Gate manifest:{FINGERPRINT_REPRODUCED} failed: fingerprint drift: published " in err, err
     assert f"Published now: {rev} (" in err, err  # no published_revision in this run: nothing held back
+
+
+def _lineage(mix: MixResource, raw_version: str) -> None:
+    """A manifest chain in storage: raw/web (a root) -> manifest."""
+    lineage.write_record(mix.storage, "raw/web", {"raw/web/documents.parquet": raw_version}, {}, "code-raw")
+    rec = lineage.read_record(mix.storage, "raw/web")
+    lineage.write_record(mix.storage, "manifest", {layout.MANIFEST: "m"}, {"raw/web": rec["data_version"]},
+                         "code-manifest")
+
+
+def _publish_with_keys(mix: MixResource) -> None:
+    """As `published_revision` records it: the publication with the revision's input keys."""
+    _publish(mix)
+    record = json.loads(mix.storage.read_text(layout.PUBLISHED))
+    mix.storage.write_text(layout.PUBLISHED, json.dumps({**record, "input_keys": input_keys(mix.storage)}))
+
+
+def test_same_input_keys_and_other_bytes_fail_blocking(mix):
+    first = _build(mix, seed=0, train_shards=(5, 4, 3))
+    _lineage(mix, "a" * 64)
+    _publish_with_keys(mix)
+    budgets = {s: v["budget_tokens"] for s, v in first["sources"].items()}
+    _build(mix, seed=0, train_shards=(5, 4, 4), budgets=budgets)
+    ev = _evaluate(mix)
+    assert not ev.passed and ev.severity == dg.AssetCheckSeverity.ERROR
+    assert "count(s) differ with the same input keys" in ev.description, ev.description
+    assert _meta(ev, "input_keys_changed") == "" and "train/train-00002.bin" in _meta(ev, "drift_md")
+
+
+def test_changed_input_keys_pass_with_the_revision_diff(mix):
+    first = _build(mix, seed=0, train_shards=(5, 4, 3))
+    _lineage(mix, "a" * 64)
+    _publish_with_keys(mix)
+    budgets = {s: v["budget_tokens"] for s, v in first["sources"].items()}
+    _build(mix, seed=0, train_shards=(5, 4, 4), budgets=budgets)
+    _lineage(mix, "b" * 64)  # raw/web read other documents
+    ev = _evaluate(mix)
+    assert ev.passed and ev.description.startswith("new revision: input keys changed (raw/web)"), ev.description
+    assert _meta(ev, "input_keys_changed") == "raw/web"
+    diff = _meta(ev, "revision_diff_json")
+    assert "train/train-00002.bin" in diff["files"]["changed"] and _meta(ev, "n_files_changed") >= 1
+    assert {r.data["source"] for r in _meta(ev, "revision_diff").records} == {r["source"] for r in diff["sources"]}
+    assert "revision diff: " in _meta(ev, "revision_diff_md")
+
+
+def test_changed_config_with_input_keys_is_a_new_revision(mix, tmp_path):
+    _build(mix, seed=0)
+    _lineage(mix, "a" * 64)
+    _publish_with_keys(mix)
+    manifest = _build(mix, seed=1)
+    manifest["config_sha256"] = "1" * 64
+    (tmp_path / "storage" / layout.MANIFEST).write_text(json.dumps(manifest))
+    ev = _evaluate(mix)
+    assert ev.passed and "input keys changed (the config)" in ev.description, ev.description
