@@ -116,7 +116,7 @@ def build_reproducibility_checks(asset_keys: set[dg.AssetKey]) -> list:
                             f"is missing at {record.get('location')}"))
         cmp = compare_manifests(published, rebuilt)
         keys_then = record.get("input_keys")
-        moved = changed_keys(keys_then, input_keys(storage)) if keys_then else []
+        moved = changed_keys(keys_then, input_keys(storage)) if keys_then is not None else []
         meta["input_keys_changed"] = dg.MetadataValue.text(", ".join(moved))
         if keys_then is None and not cmp.comparable and not cmp.reproduced:
             return _skipped(context, cmp.summary())
