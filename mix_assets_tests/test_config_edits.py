@@ -11,8 +11,12 @@ Each case must end in one of two ways:
 (b) published: the revision's `review/mix_config.json` is the edited config, and a from-scratch build of
     that config gives the same fingerprint.
 
-Never a revision whose published config differs from the one that built it. Today all eight are refused; a
-control edit of a field no artifact's bytes depend on (`dedup.samples_per_reason`) takes path (b).
+Never a revision whose published config differs from the one that built it. Today all eight are refused; so
+is `name` edited then `published_revision` alone (manifest's code_version holds what it writes from the
+spec); a control edit of a field no artifact's bytes depend on (`dedup.samples_per_reason`) takes path (b).
+
+The last test is the general form: every config field an asset reads at run time must move a code_version
+on its chain, so that no edit of it can slip past the consumers' lineage walk.
 """
 
 from __future__ import annotations
