@@ -26,7 +26,7 @@ from mix_assets.stages.sources import modifiers
 from mix_assets.stages.audit import published
 from mix_assets.format.checker import check_manifest
 from mix_assets.format.manifest import ManifestError
-from mix_assets.stages.manifest.builder import write_manifest
+from mix_assets.stages.manifest.builder import review_config_json, write_manifest
 from mix_assets.stages.manifest import metadata as md
 from mix_assets.core.storage import Storage
 from mix_assets.reader.errors import ReaderError
@@ -57,13 +57,16 @@ class _MixDir:
 
 def build_manifest_assets(spec: MixSpec) -> list:
     scrubbing = modifiers.scrub_sources(spec)  # their raw stats give the scrub manifest
+    # what it writes from the spec: the name, the seed and the published config (review/mix_config.json),
+    # so a revision's manifest always belongs to the config that published it
+    published_config = review_config_json(spec.model_dump(mode="json"))
 
     @dg.asset(
         name="manifest",
         group_name=GROUP,
         kinds={"json"},
         owners=spec.owners,
-        code_version=code_version(__name__, scrubbing),
+        code_version=code_version(__name__, scrubbing, published_config),
         deps=[dg.AssetKey("token_shards"), dg.AssetKey("tokenizer"), dg.AssetKey("dedup_keys"),
               dg.AssetKey("exclusion_masks"), dg.AssetKey("contamination_report"),
               *map(raw_key, scrubbing)],
