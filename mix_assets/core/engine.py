@@ -346,7 +346,7 @@ def open_parquet(src):
 
 @contextlib.contextmanager
 def _parquet(path, endpoint_url: Optional[str]):
-    if isinstance(path, str) and transport.scheme(path) == transport.S3:
+    if isinstance(path, str) and transport.is_s3(path):
         with transport.open_url(path, endpoint_url) as f:
             yield pq.ParquetFile(f)
     else:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterator, Optional
 
-from mix_assets.core.transport import S3, LocalLocation, Location, S3Location, s3_client, scheme, split_s3_url
+from mix_assets.core.transport import LocalLocation, Location, S3Location, is_s3, s3_client, split_s3_url
 
 _MISSING = " (was the upstream asset materialised?)"
 
@@ -59,7 +59,7 @@ class Storage:
 
     @property
     def is_s3(self) -> bool:
-        return scheme(self.root) == S3
+        return is_s3(self.root)
 
     @property
     def location(self) -> Location:

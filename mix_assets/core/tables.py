@@ -65,7 +65,7 @@ def parquet_file(source) -> pq.ParquetFile:
     """A `pq.ParquetFile` over a path (buffered: READ_BUFFER_BYTES), an open file, or itself."""
     if isinstance(source, pq.ParquetFile):
         return source
-    if isinstance(source, (str, os.PathLike)) and transport.scheme(str(source)) != transport.S3:
+    if isinstance(source, (str, os.PathLike)) and not transport.is_s3(str(source)):
         return pq.ParquetFile(source, buffer_size=READ_BUFFER_BYTES, pre_buffer=False)
     return pq.ParquetFile(source)
 
