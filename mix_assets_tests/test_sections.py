@@ -1,41 +1,25 @@
 """Where config sections and UI metadata live (issue 26): each stage defines its config section and builds its
 metadata; `mix_assets/config.py` composes the sections and no logic module imports it; console/ imports no stage."""
 
-import ast
 from pathlib import Path
 
 import mix_assets
 from mix_assets import config
+from mix_assets.core import imports as im
 from mix_assets.core import spec
 
 PACKAGE = Path(mix_assets.__file__).parent
 STAGES = sorted(p.name for p in (PACKAGE / "stages").iterdir() if (p / "assets.py").exists())
 
 
-def imported_modules(path: Path, root: Path = PACKAGE.parent) -> set[str]:
-    """Every module `path` (a file under `root`) imports, at any depth (inside functions too), as dotted
-    names; a relative import (`from ..config import MixSpec`) is resolved against the file's package."""
-    here = list(path.relative_to(root).with_suffix("").parts)
-    here = here[:-1]  # the package holding the module (an __init__'s own package is its folder)
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = here[:len(here) - node.level + 1] if node.level else []
-            module = ".".join(base + ([node.module] if node.module else []))
-            if module:
-                out.add(module)
-                out |= {f"{module}.{a.name}" for a in node.names}
-    return out
+def imported_modules(path: Path) -> set[str]:
+    """Every module the module at `path` imports, at any depth (inside functions too), relative imports
+    resolved: the package's import graph (core/imports.py, the one the layering test reads)."""
+    name = _NAMES[path.resolve()]
+    return {i.target for i in im.imports() if i.importer == name}
 
 
-def test_a_relative_import_of_the_config_is_seen(tmp_path):
-    p = tmp_path / "mix_assets" / "format" / "x.py"
-    p.parent.mkdir(parents=True)
-    p.write_text("from ..config import MixSpec\nfrom . import shards\nfrom .. import config\n")
-    got = imported_modules(p, tmp_path)
-    assert {"mix_assets.config", "mix_assets.config.MixSpec", "mix_assets.format.shards"} <= got
+_NAMES = {path.resolve(): name for name, path in im.package_modules().items()}
 
 
 def _rel(path: Path) -> str:
