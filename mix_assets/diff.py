@@ -18,9 +18,9 @@ import sys
 from mix_assets.core import transport
 from mix_assets.format.manifest import ManifestError
 from mix_assets.format.mixdir import load_manifest
+from mix_assets.format.paths import safe_path
 from mix_assets.stages.publish.drift import diff_text, documents_of_dedup_keys, revision_diff
 
-DEDUP_KEYS = "review/dedup_keys.parquet"
 EXIT_ERROR = 2
 
 
@@ -35,11 +35,14 @@ def read_revision(location: str) -> tuple[dict, dict[str, dict[str, str]]]:
     """The manifest and the kept documents by source of the revision at `location`."""
     open_file = _opener(location)
     manifest = load_manifest(open_file)
-    try:
-        with open_file(DEDUP_KEYS) as f:
-            raw = f.read()
-    except FileNotFoundError:
-        raw = None
+    listed = (manifest.get("review") or {}).get("dedup_keys")  # where the revision says its dedup keys are
+    raw = None
+    if listed:
+        try:
+            with open_file(safe_path(listed)) as f:
+                raw = f.read()
+        except FileNotFoundError:
+            pass
     return manifest, documents_of_dedup_keys(raw)
 
 
