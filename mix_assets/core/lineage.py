@@ -6,7 +6,10 @@ Each asset writes, after its files, a record `lineage/<asset>.json`:
      "outputs": {"dedup/dedup_keys.parquet": "<sha256>", ...},   # the files it wrote
      "data_version": "<sha256 over the sorted outputs>",
      "inputs": {"raw/web": "<data_version of raw/web it read>", ...},
-     "code_version": "<the producing asset's code_version: its code and the config sections it reads>"}
+     "code_version": "<the producing asset's code_version: its code and the config sections it reads>",
+     "key": "<artifact key: core/keys.artifact_key(asset, code_version, input_keys)>",
+     "input_keys": {"raw/web": "<the key of raw/web it read>", "files": "<fingerprint of files read from
+                    outside the root, for a root>", ...}}
 
 Before a consumer reads its inputs it calls `verify_inputs`: each direct input's files must still hash
 to what its record says (a killed or hand-edited write is caught), and walking the records upstream,
@@ -19,7 +22,9 @@ reached must also carry that code_version: an artifact materialised under anothe
 field edited between runs, another run's config on the same root) is stale like a changed input, and a
 record without one (older code) too. The record is written last: a run killed before it leaves the
 old record, whose hashes no longer match the new files, so the half-done asset counts as changed,
-never as current.
+never as current. A record carrying a `key` must also name what produced it: with `code_versions`, its key
+must equal `artifact_key(asset, current code_version, its input_keys)` and each recorded input key the
+key that input's record carries now (records without a key, from older code, are checked as before).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ import os
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn, Optional, Protocol
+
+from mix_assets.core.keys import artifact_key
 
 FORMAT = "mix_assets.lineage/1"
 RECORD = "lineage/{asset}.json"  # = layout.LINEAGE
@@ -69,15 +76,20 @@ def data_version(outputs: Mapping[str, str]) -> str:
 
 
 def write_record(store: Store, asset: str, outputs: Iterable[str] | Mapping[str, str],
-                 inputs: Mapping[str, str], code_version: Optional[str] = None) -> dict:
+                 inputs: Mapping[str, str], code_version: Optional[str] = None, *,
+                 input_keys: Optional[Mapping[str, str]] = None) -> dict:
     """Hash `outputs` (keys, or keys with their known sha256) and record them with the input versions
-    and the code_version they were computed under (None: a record of no asset, e.g. a check's)."""
+    and the code_version they were computed under (None: a record of no asset, e.g. a check's).
+    `input_keys` given: the record also holds them and its artifact key (core/keys.py)."""
     if not isinstance(outputs, Mapping):
         outputs = {k: store.sha256(k) for k in outputs}
     rec = {"format": FORMAT, "asset": asset, "outputs": dict(sorted(outputs.items())),
            "data_version": data_version(outputs), "inputs": dict(sorted(inputs.items()))}
     if code_version is not None:
         rec["code_version"] = code_version
+    if input_keys is not None:
+        rec["input_keys"] = dict(sorted(input_keys.items()))
+        rec["key"] = artifact_key(asset, code_version, input_keys)
     store.write_text(record_key(asset), json.dumps(rec, indent=1, sort_keys=True))
     return rec
 
@@ -149,6 +161,11 @@ def verify_inputs(store: Store, consumer: str, inputs: Iterable[str], *, hash_fi
                     f"{got if got is not None else 'none (a record written by older code)'}, current {want}; "
                     f"re-materialise {name} with the current config")
                 stale.add(name)
+            elif rec(name).get("key") is not None:
+                key_problem = _key_problem(name, rec(name), want)
+                if key_problem:
+                    problems.append(key_problem)
+                    stale.add(name)
         for up, version in rec(name)["inputs"].items():
             edges[name].append(up)
             cur = rec(up)
@@ -160,10 +177,24 @@ def verify_inputs(store: Store, consumer: str, inputs: Iterable[str], *, hash_fi
                                 f"{_short(cur['data_version'])} (re-materialised since)")
                 stale.add(name)
             else:
+                recorded_key = (rec(name).get("input_keys") or {}).get(up)
+                if rec(name).get("key") is not None and cur.get("key") is not None and recorded_key != cur["key"]:
+                    problems.append(f"{name} was computed from {up} key {_short(recorded_key)}, but {up} is now "
+                                    f"key {_short(cur['key'])} (re-materialised since)")
+                    stale.add(name)
                 todo.append(up)
     if problems:
         _raise(consumer, problems, stale, edges, inputs)
     return {n: records[n]["data_version"] for n in inputs}
+
+
+def _key_problem(name: str, r: dict, code_version: str) -> Optional[str]:
+    """Why `r`'s artifact key is not the one its current code_version and recorded input keys give, or None."""
+    want = artifact_key(name, code_version, r.get("input_keys") or {})
+    if r["key"] == want:
+        return None
+    return (f"{name}'s artifact key {_short(r['key'])} is not the one its code_version and input keys give "
+            f"({_short(want)}): a hand-edited or foreign record; re-materialise {name}")
 
 
 def _current_hashes(store: Store, keys: list[str]) -> dict[str, Optional[str]]:

@@ -1,6 +1,7 @@
 """The asset kit every stages/<stage>/assets.py uses (Dagster side): raw asset keys and lineage names, the
-derived code_version, verified inputs and recorded lineage, gates (`gate`, `@gated`, the failure summary
-naming what was held back) and the run lease (`run_lock`)."""
+derived code_version, verified inputs and recorded lineage, artifact keys and their reuse from the object
+store (`reused`, core/keys.py, core/objects.py), gates (`gate`, `@gated`, the failure summary naming what
+was held back) and the run lease (`run_lock`)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import hashlib
 import inspect
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Optional
 
 import dagster as dg
+from dagster._core.definitions.metadata import normalize_metadata  # MaterializeResult's own normalisation
 
 from mix_assets.console import metadata as md
-from mix_assets.core import imports, lineage, runlock
+from mix_assets.core import imports, keys, layout, lineage, objects, runlock
 from mix_assets.core.storage import Storage, local_key_path
 from mix_assets.stages.publish import publish as pub
 from mix_assets.stages.publish.target import PUBLISHED_REVISION, write_target
@@ -90,26 +93,183 @@ def verified_inputs(storage: Storage, consumer: str, inputs: list[str], context)
 
 def recorded(storage: Storage, asset: str, outputs, inputs: dict[str, str], context) -> dict:
     """Write `asset`'s lineage record (last, after its files) with its current code_version (none for a
-    check's record); return the Dagster side of it.
+    check's record) and its artifact key; return the Dagster side of it.
 
-    The result goes into `MaterializeResult(**recorded(...))` merged with the asset's metadata: its
-    data version (the UI marks children of a changed version stale) and what it was computed from.
+    The result goes into `with_lineage(metadata, recorded(...))`: its data version (the artifact key, so a
+    reused artifact keeps it and the UI marks children stale exactly when a key changes), what it was
+    computed from, and what `with_lineage` files in the object store.
     """
-    rec = lineage.write_record(storage, asset, outputs, inputs, current_code_versions(context).get(asset))
+    code = current_code_versions(context).get(asset)
+    ikeys = _KEYS.pop((context.run.run_id, asset), None)  # what `reused` computed before the asset ran
+    if ikeys is None and inputs:
+        ikeys = input_keys(storage, inputs)
+    rec = lineage.write_record(storage, asset, outputs, inputs, code, input_keys=ikeys)
     return {
-        "data_version": dg.DataVersion(rec["data_version"][:16]),
+        "data_version": dg.DataVersion((rec.get("key") or rec["data_version"])[:16]),
         "metadata": {"computed_from": dg.MetadataValue.json({k: v[:16] for k, v in rec["inputs"].items()})},
+        "stash": {"storage": storage, "record": rec, "context": context} if rec.get("key") else None,
     }
 
 
 def with_lineage(result_metadata: dict, lineage_result: dict, **kwargs) -> dg.MaterializeResult:
     """A MaterializeResult carrying the asset's metadata plus its lineage (see `recorded`) and the step
-    process's peak RSS (`md.peak_rss`: the step's own only when it has a process to itself)."""
+    process's peak RSS (`md.peak_rss`: the step's own only when it has a process to itself).
+
+    Every keyed artifact is filed here, once per materialisation: its files in the object store and a
+    keyed record with this metadata and the check results (`reused` returns them on a hit)."""
+    metadata = {**result_metadata, **lineage_result["metadata"]}
+    if lineage_result.get("stash"):
+        _stash(metadata, list(kwargs.get("check_results") or []), **lineage_result["stash"])
     return dg.MaterializeResult(
-        metadata={**result_metadata, **lineage_result["metadata"], **md.peak_rss()},
+        metadata={**metadata, **md.peak_rss()},
         data_version=lineage_result["data_version"],
         **kwargs,
     )
+
+
+# -- artifact keys and reuse -------------------------------------------------------------------------------
+NO_REUSE_ENV = "MIX_NO_REUSE"  # "1": compute every asset (a full build's timing); artifacts are still filed
+_KEYS: dict[tuple[str, str], dict[str, str]] = {}  # (run id, asset) -> the input keys `reused` computed
+
+# Files an asset writes beyond its lineage record's outputs, filed and restored with them (manifest copies
+# the review files into mix/review/ and writes the published config there).
+EXTRA_OUTPUTS = {"manifest": (layout.MIX_DEDUP_KEYS, layout.MIX_EXCLUSION_MASKS, layout.MIX_CONTAMINATION_REPORT,
+                              layout.MIX_CONFIG)}
+# What an asset clears before it writes (read from its code: tokens/shards.py, tokens/tokenizer.py,
+# manifest/builder.py): a restore clears the same, so no file of another key stays beside the restored ones.
+OWNED_PREFIXES = {
+    "tokenizer": (layout.TOKENIZER_FILE.rsplit("/", 1)[0] + "/",),
+    "token_shards": (f"{layout.MIX_DIR}/train/", f"{layout.MIX_DIR}/val/", f"{layout.DOC_INDEX_DIR}/"),
+}
+CLEARS_MANIFEST = {"tokenizer", "token_shards"}  # the old manifest would describe other files
+OPTIONAL_OUTPUTS = {"manifest": (layout.MIX_SCRUB_MANIFEST,)}  # deleted when the restored outputs lack them
+
+
+def input_keys(storage: Storage, inputs: Mapping[str, str], roots: Optional[Mapping[str, str]] = None) -> dict:
+    """The artifact keys of `inputs` (from their lineage records; `data:<version>` for a record without a
+    key, written by older code) and the `roots`' fingerprints of what is read from outside the root."""
+    out = dict(roots or {})
+    for name, version in inputs.items():
+        rec = lineage.read_record(storage, name)
+        out[name] = rec["key"] if rec and rec.get("key") else f"data:{version}"
+    return out
+
+
+def reused(context, mix, asset: str, inputs: Mapping[str, str],
+           roots: Optional[Callable[[], Mapping[str, str]]] = None) -> Optional[dg.MaterializeResult]:
+    """The asset's MaterializeResult when its artifact key is already built, else None (compute it).
+
+    Called right after the asset verified its `inputs` (lineage name -> data version); `roots` gives the
+    fingerprints of what a root asset reads from outside the storage root. A hit: (a) the current lineage
+    record has the key and its files still hash right, or (b) the keyed record and all its blobs exist
+    and hash right: the outputs are restored into their working paths (atomically; what the asset would
+    have cleared is cleared first) and the lineage record written. Either way the stored metadata and
+    check results are returned, so gates evaluate as when the artifact was computed. A blob that no longer
+    hashes to its name is removed and the asset recomputes (saying why).
+    """
+    storage = mix.storage
+    try:
+        ikeys = input_keys(storage, inputs, roots() if roots else None)
+    except (OSError, ValueError) as e:  # the asset's own read reports it properly
+        context.log.info(f"{asset}: no artifact key ({type(e).__name__}: {e}); computing")
+        return None
+    _KEYS[(context.run.run_id, asset)] = ikeys
+    if os.environ.get(NO_REUSE_ENV, "").strip().lower() in ("1", "true", "yes"):
+        return None
+    code = current_code_versions(context).get(asset)
+    key = keys.artifact_key(asset, code, ikeys)
+    stored = objects.read_keyed(storage, asset, key)
+    if stored is None or stored.get("dagster") is None:
+        return None
+    outputs: dict[str, str] = stored["outputs"]
+    record_outputs = {k: v for k, v in outputs.items() if k not in EXTRA_OUTPUTS.get(asset, ())}
+    cur = lineage.read_record(storage, asset)
+    have = lineage._current_hashes(storage, list(outputs))
+    wrong = [p for p, sha in outputs.items() if have[p] != sha]
+    in_place = not wrong and cur is not None and cur.get("key") == key
+    restored = 0
+    if not in_place:
+        owned = OWNED_PREFIXES.get(asset, ())
+        todo = sorted(set(wrong) | ({p for p in outputs if p.startswith(owned)} if wrong and owned else set()))
+        problems = [(sha, why) for sha in sorted({outputs[p] for p in todo})
+                    if (why := objects.blob_problem(storage, sha))]
+        if problems:
+            for sha, _ in problems:  # a damaged blob goes, so the recomputed artifact files its bytes again
+                storage.delete(objects.object_key(sha))
+            context.log.warning(f"not reusing {asset} {key[:12]}: {problems[0][1]}"
+                                f"{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}; recomputing")
+            return None
+        if asset in CLEARS_MANIFEST and todo:
+            storage.delete(layout.MANIFEST)
+        if todo:
+            for prefix in owned:
+                storage.delete_prefix(prefix)
+        for p in OPTIONAL_OUTPUTS.get(asset, ()):
+            if p not in outputs:
+                storage.delete(p)
+        for p in todo:
+            objects.restore_object(storage, outputs[p], p, verify=False)  # checked just above
+        restored = len(todo)
+        lineage.write_record(storage, asset, record_outputs, dict(inputs), code, input_keys=ikeys)
+    _KEYS.pop((context.run.run_id, asset), None)
+    run, created = stored.get("run_id") or "?", stored.get("created") or "?"
+    context.log.info(f"reused {asset} {key[:12]} (computed by run {run[:8]} at {created}): {len(outputs)} files, "
+                     f"0 recomputed" + (f"; {restored} restored from the object store" if restored else ""))
+    metadata, checks = _load_dagster(stored["dagster"])
+    metadata["reused"] = dg.MetadataValue.json({"key": key, "computed_by_run": run, "created": created,
+                                                "files": len(outputs), "restored": restored})
+    metadata["computed_from"] = dg.MetadataValue.json({k: v[:16] for k, v in sorted(inputs.items())})
+    return dg.MaterializeResult(metadata={**metadata, **md.peak_rss()}, data_version=dg.DataVersion(key[:16]),
+                                check_results=checks or None)
+
+
+def _dump_dagster(metadata: dict, checks: list) -> Optional[str]:
+    """The materialisation's metadata and check results in dagster's serdes (check results as their fields:
+    AssetCheckResult itself is not serialisable); a value that does not serialise is left out, and named."""
+    def norm(m: dict) -> tuple[dict, list[str]]:
+        kept, dropped = {}, []
+        for k, v in normalize_metadata(m or {}, allow_invalid=True).items():
+            try:
+                dg.serialize_value(v)
+                kept[k] = v
+            except Exception:  # noqa: BLE001 - not serialisable: not stored (and said so)
+                dropped.append(k)
+        return kept, dropped
+
+    meta, dropped = norm({k: v for k, v in metadata.items() if k != "reused"})
+    out_checks = []
+    for c in checks:
+        cm, cd = norm(c.metadata)
+        dropped += [f"{c.check_name}:{k}" for k in cd]
+        out_checks.append({"passed": c.passed, "check_name": c.check_name, "asset_key": c.asset_key,
+                           "severity": c.severity.value, "description": c.description, "metadata": cm})
+    if dropped:
+        meta["not_stored_metadata"] = dg.MetadataValue.text(", ".join(dropped))
+    return dg.serialize_value({"metadata": meta, "checks": out_checks})
+
+
+def _load_dagster(text: str) -> tuple[dict, list[dg.AssetCheckResult]]:
+    d = dg.deserialize_value(text)
+    checks = [dg.AssetCheckResult(passed=c["passed"], check_name=c["check_name"], asset_key=c["asset_key"],
+                                  severity=dg.AssetCheckSeverity(c["severity"]), description=c["description"],
+                                  metadata=c["metadata"]) for c in d["checks"]]
+    return dict(d["metadata"]), checks
+
+
+def _stash(metadata: dict, checks: list, *, storage: Storage, record: dict, context) -> None:
+    """File the artifact just recorded: its files as blobs, then keyed/<asset>/<key>.json (core/objects.py).
+    A failure to file it is logged, never fails the asset (the artifact itself is complete)."""
+    asset = record["asset"]
+    try:
+        outputs = dict(record["outputs"])
+        for extra in EXTRA_OUTPUTS.get(asset, ()):
+            if storage.exists(extra):
+                outputs[extra] = storage.sha256(extra)
+        objects.stash(storage, asset, record["key"], outputs, input_keys=record.get("input_keys") or {},
+                      code_version=record.get("code_version"), run_id=context.run.run_id,
+                      dagster=_dump_dagster(metadata, checks))
+    except Exception as e:  # noqa: BLE001 - the object store is a cache beside the artifact
+        context.log.warning(f"{asset}: not filed in the object store ({type(e).__name__}: {e})")
 
 
 def held_back(context, key: dg.AssetKey) -> list[str]:

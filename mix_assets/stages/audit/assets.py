@@ -10,10 +10,11 @@ metadata. The logic is in `stages/audit/eval_scan.py`, `stages/audit/evals.py` a
 import dagster as dg
 
 from mix_assets.console import metadata as console_md
-from mix_assets.stages.common import code_version, demo_corpus_parts, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage
+from mix_assets.stages.common import code_version, demo_corpus_parts, gate, gated, raw_key, raw_name, recorded, reused, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.stages.audit import eval_scan as lib
 from mix_assets.stages.audit import contamination as ct
+from mix_assets.stages.audit import evals
 from mix_assets.stages.sources import demo_corpus
 from mix_assets.core import layout
 from mix_assets.stages.audit.published import denominator_problems
@@ -61,6 +62,9 @@ def _eval_registry(spec: MixSpec, version: str) -> dg.AssetsDefinition:
         """Hashed 13-gram reference of every eval task's non-test splits, with its denominators."""
         storage = mix.storage
         demo_corpus.ensure_for_spec(mix.spec)  # the embedded demo's eval task is generated with its corpus
+        if hit := reused(context, mix, "eval_registry", {},
+                         roots=lambda: evals.root_keys(mix.spec.audit.tasks, mix.spec.base_dir)):
+            return hit
         written = lib.write_registry(storage, mix.spec, log=context.log.info)
         lin = recorded(storage, "eval_registry", written.files, {}, context)
         rows = written.denominator_rows()
@@ -109,6 +113,8 @@ def _contamination_report(spec: MixSpec, version: str) -> dg.AssetsDefinition:
         s, storage = mix.spec, mix.storage
         inputs = verified_inputs(storage, "contamination_report",
                                  ["eval_registry", *(raw_name(x.name) for x in s.sources)], context)
+        if hit := reused(context, mix, "contamination_report", inputs):
+            return hit
         # the pass also writes dedup_keys' signature files it can (a cache keyed by content, not an output)
         versions = {x.name: inputs[raw_name(x.name)] for x in s.sources}
         scan, report = lib.write_contamination_report(storage, s, engine.engine, context.log, versions)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterator, Optional, Sequence
 
-from mix_assets.core import transport
+from mix_assets.core import keys, transport
 from mix_assets.stages.audit.config import (EvalTask, LocalEvalFiles, is_test_split, path_names_test_split,
                                             split_name_problem)
 
@@ -433,4 +433,22 @@ def load_task_items(task: EvalTask, spec_dir: str | os.PathLike) -> TaskItems:
                 out.rows_per_split[f.split] += 1
             else:
                 out.empty_rows += 1
+    return out
+
+
+def root_keys(tasks: Sequence[EvalTask], spec_dir: str | os.PathLike) -> dict[str, str]:
+    """eval_registry's input keys (core/keys.py): per task, a fingerprint of the local files it reads (a
+    local folder's `<split>.jsonl` of its audit splits; a hub repo that is a local folder: all its files);
+    a remote hub task reads what its repo id, revision and data files in the config name."""
+    out = {}
+    for task in tasks:
+        ds = task.dataset
+        if isinstance(ds, LocalEvalFiles):
+            folder = Path(ds.path) if Path(ds.path).is_absolute() else Path(spec_dir) / ds.path
+            files = [folder / f"{s}.jsonl" for s in task.audit_splits]
+        elif (Path(spec_dir) / ds.repo_id).is_dir():
+            files = keys.folder_files(Path(spec_dir) / ds.repo_id)
+        else:
+            continue
+        out[f"evals/{task.name}"] = keys.files_fingerprint(files)
     return out

@@ -12,7 +12,7 @@ import dagster as dg
 
 from mix_assets.console import metadata as console_md
 from mix_assets.stages.common import (
-    code_version, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage,
+    code_version, gate, gated, raw_key, raw_name, recorded, reused, verified_inputs, with_lineage,
 )
 from mix_assets.stages.filters.assets import filter_deps
 from mix_assets.config import MixSpec
@@ -75,6 +75,8 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
         names = [s.name for s in spec_now.sources]
         filtered = [k.to_user_string() for k in filter_deps(spec_now)]
         inputs = verified_inputs(storage, "dedup_keys", [raw_name(s) for s in names] + filtered, context)
+        if hit := reused(context, mix, "dedup_keys", inputs):
+            return hit
         started = time.monotonic()
         table, st = lib.dedup_keys_table(tables.raw_files(storage, names),
                                          {s.name: s.priority for s in spec_now.sources}, lib.dedup_params(spec_now),
@@ -130,6 +132,8 @@ def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
         if spec_now.audit.mask_contaminated or storage.exists(layout.CONTAMINATED_DOCS):
             upstream.append("contamination_report")
         inputs = verified_inputs(storage, "exclusion_masks", upstream, context)
+        if hit := reused(context, mix, "exclusion_masks", inputs):
+            return hit
         masks = lib.build_exclusion_masks(storage, spec_now)
         lin = recorded(storage, "exclusion_masks", [layout.EXCLUSION_MASKS, layout.COMPOSITION], inputs, context)
         checks = [gate(context, EXCLUSION_MASKS, r) for r in _mask_checks(masks, spec_now.dedup.max_loss_share_warn)]

@@ -10,6 +10,7 @@ import json
 import dagster as dg
 
 from mix_assets.stages.common import code_version, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage
+from mix_assets.stages.common import reused as artifact_reused  # `reused` names the decisions' reuse below
 from mix_assets.config import MixSpec
 from mix_assets.stages.audit.eval_scan import scrub_hashes
 from mix_assets.stages.dedup import dedup as dedup_lib
@@ -69,6 +70,8 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
         spec_now, storage = mix.spec, mix.storage
         srcs = lib.filtered_sources(spec_now)
         inputs = verified_inputs(storage, "document_filters", [raw_name(s) for s in srcs], context)
+        if hit := artifact_reused(context, mix, "document_filters", inputs):
+            return hit
         params = {s: lib.filter_params(spec_now.filters_for(s)) for s in srcs}
         reused = lib.decide_sources(storage, tables.raw_files(storage, srcs), {s: inputs[raw_name(s)] for s in srcs},
                                     params, engine.engine, log=context.log)

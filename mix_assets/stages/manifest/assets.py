@@ -16,6 +16,7 @@ from mix_assets.stages.common import (
     raw_key,
     raw_name,
     recorded,
+    reused,
     run_lock,
     verified_inputs,
     with_lineage,
@@ -77,6 +78,8 @@ def build_manifest_assets(spec: MixSpec) -> list:
         scrubbed = [raw_name(x) for x in modifiers.scrub_sources(s)]
         with run_lock(context, mix.storage, "manifest"):  # it writes mix/manifest.json and mix/review/
             inputs = verified_inputs(mix.storage, "manifest", MANIFEST_INPUTS + scrubbed, context)
+            if hit := reused(context, mix, "manifest", inputs):
+                return hit
             m = write_manifest(mix.storage, name=s.name, seed=s.seed, spec_dump=s.model_dump(mode="json"),
                                scrub=modifiers.build_scrub_manifest(mix.storage, s) if scrubbed else None)
             lin = recorded(mix.storage, "manifest",

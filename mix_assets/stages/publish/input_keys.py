@@ -3,7 +3,9 @@
 Derived from the lineage records in storage (core/lineage.py), walking upstream from `manifest`:
   * `roots`: the data_version of every record in the chain that has no inputs (raw/<source>, the
     documents read from each source's files, and eval_registry);
-  * `code`: the code_version of every record in the chain (its code and the config sections it reads).
+  * `code`: the code_version of every record in the chain (its code and the config sections it reads);
+  * `artifacts`: the artifact key of every record in the chain that has one (core/keys.py): what the
+    object store must keep for this revision (mix_assets/gc.py never removes them).
 With the manifest's `config_sha256` (the revision's own config), equal keys mean the same data went
 through the same code under the same config, so the bytes must be the same; changed keys make a new
 revision expected. The keys are stored with the publication record in storage
@@ -21,9 +23,11 @@ CHAIN_HEAD = "manifest"
 
 
 def input_keys(store: Store, head: str = CHAIN_HEAD) -> Optional[dict]:
-    """{"roots": {asset: data_version}, "code": {asset: code_version}} of `head`'s chain (None: no record)."""
+    """{"roots": {asset: data_version}, "code": {asset: code_version}, "artifacts": {asset: artifact key}} of
+    `head`'s chain (None: no record)."""
     roots: dict[str, str] = {}
     code: dict[str, str] = {}
+    artifacts: dict[str, str] = {}
     todo, seen = [head], set()
     while todo:
         name = todo.pop()
@@ -38,11 +42,14 @@ def input_keys(store: Store, head: str = CHAIN_HEAD) -> Optional[dict]:
             continue
         if rec.get("code_version") is not None:
             code[name] = str(rec["code_version"])
+        if rec.get("key") is not None:
+            artifacts[name] = str(rec["key"])
         if rec.get("inputs"):
             todo.extend(rec["inputs"])
         else:
             roots[name] = str(rec["data_version"])
-    return {"roots": dict(sorted(roots.items())), "code": dict(sorted(code.items()))}
+    return {"roots": dict(sorted(roots.items())), "code": dict(sorted(code.items())),
+            "artifacts": dict(sorted(artifacts.items()))}
 
 
 def changed_keys(published: Optional[dict], rebuilt: Optional[dict]) -> list[str]:

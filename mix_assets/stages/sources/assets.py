@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from mix_assets.stages.common import code_version, demo_corpus_parts, gate, gated, raw_key, raw_name, recorded, with_lineage
+from mix_assets.stages.common import code_version, demo_corpus_parts, gate, gated, raw_key, raw_name, recorded, reused, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.stages.sources.config import SourceSpec
 from mix_assets.stages.sources import demo_corpus, modifiers
@@ -50,6 +50,8 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
         """The source read, filtered and sampled to its raw token budget, as Parquet documents."""
         spec_now, storage = mix.spec, mix.storage
         demo_corpus.ensure_for_spec(spec_now)
+        if hit := reused(context, mix, raw_name(src.name), {}, roots=lambda: lib.root_keys(spec_now, src)):
+            return hit
         prog = Progress(context.log, f"raw/{src.name}", interval=10.0, item="rows")  # rows read, before filters
         seen = [0, 0]
 

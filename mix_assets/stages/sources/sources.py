@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from mix_assets.core import layout, tables
+from mix_assets.core import keys, layout, tables
 from mix_assets.core.engine import Engine, map_chunks
 from mix_assets.stages.sources.config import HubDataset, LocalJsonl, LocalParquet, SourceSpec, TextFolder
 from mix_assets.stages.filters.rules.sanity import CONTROL_ALLOWED, CONTROL_SHARE_MAX
@@ -354,6 +354,33 @@ def iter_rows(spec, src: SourceSpec, fallback_used: Optional[list[str]] = None) 
             loader = loader.model_copy(update={"repo_id": spec.resolve(repo)})
         return _read_datasets(src, loader, src.split)
     raise SourceError(f"source {src.name}: unknown loader {loader!r}")  # pragma: no cover - pydantic refuses
+
+
+def read_files(spec, src: SourceSpec) -> list[Path]:
+    """The local files `iter_rows` reads for `src` (the identity of a raw/<source> artifact's input,
+    stages/keyed.py): its JSONL/text files, its Parquet globs, a hub repo's files when it is a local folder;
+    none for a remote hub dataset (its repo id, revision, config and data files are in the config)."""
+    loader = src.loader
+    if isinstance(loader, LocalJsonl):
+        return _expand(spec, src, loader.paths, folder_ok=False)[0]
+    if isinstance(loader, TextFolder):
+        return _expand(spec, src, loader.paths, folder_ok=True)[0]
+    if isinstance(loader, LocalParquet):
+        return sorted({Path(f) for p in loader.paths for f in glob.glob(spec.resolve(p), recursive=True)})
+    if isinstance(loader, HubDataset) and loader.repo_id.startswith((".", "/")):
+        root = spec.resolve(loader.repo_id)
+        return [Path(d) / n for d in _walk_dirs(root) for n in sorted(os.listdir(d))
+                if not n.startswith(".") and os.path.isfile(os.path.join(d, n))]
+    return []
+
+
+def root_keys(spec, src: SourceSpec) -> dict[str, str]:
+    """raw/<source>'s input keys (core/keys.py): a fingerprint of the files it reads, and of the tokenizer
+    file its bytes-per-token estimate reads (tokenizer.kind file)."""
+    out = {"files": keys.files_fingerprint(read_files(spec, src))}
+    if spec.tokenizer.kind == "file" and spec.tokenizer.path:
+        out["tokenizer_file"] = keys.files_fingerprint([spec.resolve(spec.tokenizer.path)])
+    return out
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from mix_assets.stages.common import code_version, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage
+from mix_assets.stages.common import code_version, gate, gated, raw_key, raw_name, recorded, reused, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.stages.dedup import dedup as dedup_lib
 from mix_assets.core import layout, lineage, tables
@@ -38,6 +38,8 @@ def build_split_assets(spec: MixSpec) -> list:
         s = mix.spec
         inputs = verified_inputs(mix.storage, "validation_split",
                                  ["exclusion_masks", "dedup_keys", *(raw_name(x.name) for x in s.sources)], context)
+        if hit := reused(context, mix, "validation_split", inputs):
+            return hit
         split = build_validation_split(mix.storage, [x.name for x in s.sources], s.seed, s.split.val_fraction)
         lin = recorded(mix.storage, "validation_split", [layout.VALIDATION_SPLIT], inputs, context)
         share = split.share(s.split.val_fraction, s.split.tolerance)

@@ -7,7 +7,7 @@ import time
 import dagster as dg
 
 from mix_assets.console import metadata as console_md
-from mix_assets.stages.common import code_version, gate, gated, raw_name, recorded, run_lock, verified_inputs, with_lineage
+from mix_assets.stages.common import code_version, gate, gated, raw_name, recorded, reused, run_lock, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.core import layout
 from mix_assets.stages.tokens import samples as samples_lib
@@ -48,6 +48,8 @@ def build_tokens_assets(spec: MixSpec) -> list:
         """The mix tokenizer (hub at a pinned revision, a local file, or BPE trained on kept train text)."""
         with run_lock(context, mix.storage, "tokenizer"):  # it writes mix/tokenizer/
             inputs = verified_inputs(mix.storage, "tokenizer", _tokenizer_inputs(mix.spec), context)
+            if hit := reused(context, mix, "tokenizer", inputs, roots=lambda: tokenizer_lib.root_keys(mix.spec)):
+                return hit
             ident = build_tokenizer(mix.storage, mix.spec)
             lin = recorded(mix.storage, "tokenizer", [layout.TOKENIZER_FILE, layout.TOKENIZER_IDENTITY], inputs,
                            context)
@@ -90,6 +92,8 @@ def build_tokens_assets(spec: MixSpec) -> list:
             s = mix.spec
             inputs = verified_inputs(mix.storage, "token_shards",
                                      ["tokenizer", "validation_split", *(raw_name(x.name) for x in s.sources)], context)
+            if hit := reused(context, mix, "token_shards", inputs):
+                return hit
             t0 = time.perf_counter()
             # tokenising runs as map tasks on the engine (in process or Ray); budget fill and packing here
             res = build_token_shards(mix.storage, s, scratch_dir=_scratch(s), eng=engine.engine, log=context.log)

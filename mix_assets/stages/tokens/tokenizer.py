@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from mix_assets.core import layout, tables
+from mix_assets.core import keys, layout, tables
 from mix_assets.core.seeded import unit_hash
 from mix_assets.core.transport import sha256_file
 
@@ -190,6 +190,13 @@ def separator_id(tok: Tokenizer, separator: Optional[str]) -> Optional[int]:
     if i is None:
         raise TokenizerError(f"packing.separator {separator!r} is not a token of the tokenizer")
     return int(i)
+
+
+def root_keys(spec) -> dict[str, str]:
+    """The tokenizer's input keys from outside the root (core/keys.py): a fingerprint of the tokenizer file
+    of kind `file`; a hub tokenizer is named by its repo id and revision (config), a trained one by its inputs."""
+    ts = spec.tokenizer
+    return {"tokenizer_file": keys.files_fingerprint([spec.resolve(ts.path)])} if ts.kind == "file" and ts.path else {}
 
 
 def build_tokenizer(storage, spec) -> TokenizerIdentity:

@@ -1,0 +1,160 @@
+"""The content-addressed object store under a storage root, and keyed records (pure; no Dagster).
+
+    objects/<sha256[:2]>/<sha256>      a file's bytes, written once (atomically), never overwritten
+    keyed/<asset>/<key>.json           {"outputs": {layout path: sha256}, "input_keys", "code_version",
+                                        "created", "run_id", "dagster": the materialisation's metadata and
+                                        check results (dagster serdes, opaque here)}
+
+`stash` files an asset's just-written outputs under their sha256: on a local root a hard link to the file
+the asset wrote (every write under a root is temp + rename, so the linked inode is never written again),
+a copy when the link fails (another filesystem); on S3 a server-side copy. `restore` puts a keyed
+record's outputs back at their working paths (temp name, then rename; S3: server-side copy), each blob's
+bytes checked against its name first: a blob changed in the store is refused (`CorruptObject`), never
+restored. gc (mix_assets/gc.py) removes keyed records nothing needs, then the blobs no record names.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Optional
+
+from mix_assets.core import transport
+from mix_assets.core.transport import IntegrityError
+
+OBJECTS = "objects"
+KEYED = "keyed"
+FORMAT = "mix_assets.keyed/1"
+
+
+class CorruptObject(IntegrityError):
+    """A blob whose bytes no longer hash to its name (changed in the store): never restored."""
+
+
+def object_key(sha256: str) -> str:
+    return f"{OBJECTS}/{sha256[:2]}/{sha256}"
+
+
+def keyed_key(asset: str, key: str) -> str:
+    return f"{KEYED}/{asset}/{key}.json"
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _local_root(storage) -> Path:
+    return Path(storage.root)
+
+
+def put_object(storage, path: str, sha256: str) -> bool:
+    """File the working file `path` (whose sha256 the caller knows) as its blob; False if it was there."""
+    okey = object_key(sha256)
+    if storage.is_s3:
+        loc = storage.location
+        if loc.stat(okey) is not None:
+            return False
+        if not loc.copy_from(loc, path, okey, sha256):  # no server-side copy here: download, then upload
+            local = storage.local_path(path)
+            loc.put_file(okey, local, sha256)
+        return True
+    root = _local_root(storage)
+    dest = root / okey
+    if dest.exists():
+        return False
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    src = root / path
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    try:
+        try:
+            os.link(src, tmp)
+        except OSError:  # another filesystem (or no links): a copy, checked
+            shutil.copyfile(src, tmp)
+        if transport.sha256_file(tmp) != sha256:  # the working file changed since it was recorded
+            raise IntegrityError(f"{storage.uri(path)}: does not hash to its recorded {sha256[:12]}; not stored")
+        os.replace(tmp, dest)  # same bytes whoever wins a race: an existing blob is equal
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True
+
+
+def blob_problem(storage, sha256: str) -> Optional[str]:
+    """Why the blob `sha256` cannot be restored (missing, or its bytes hash otherwise), or None."""
+    okey = object_key(sha256)
+    got = storage.location.digest(okey)  # the bytes, re-hashed (not S3's recorded metadata)
+    if got is None:
+        return f"{storage.uri(okey)} is missing"
+    if got[1] != sha256:
+        return f"{storage.uri(okey)} hashes to {got[1][:12]}, not its name (changed in the object store)"
+    return None
+
+
+def restore_object(storage, sha256: str, path: str, verify: bool = True) -> None:
+    """Put blob `sha256` at the working path `path` atomically, refusing a blob whose bytes changed
+    (`verify=False`: the caller has just re-hashed it with `blob_problem`; a local link is not re-read)."""
+    okey = object_key(sha256)
+    if storage.is_s3:
+        loc = storage.location
+        try:
+            if loc.copy_from(loc, okey, path, sha256):  # hashes the blob, then copies exactly those bytes
+                return
+        except IntegrityError as e:
+            raise CorruptObject(str(e)) from None
+        with tempfile.TemporaryDirectory(dir=storage.cache_dir) as d:  # no server-side copy: through here
+            tmp = os.path.join(d, "blob")
+            try:
+                got = loc.download(okey, tmp)
+            except FileNotFoundError:
+                raise CorruptObject(f"{storage.uri(okey)} is missing") from None
+            if got != sha256:
+                raise CorruptObject(f"{storage.uri(okey)} hashes to {got[:12]}, not its name (changed in the "
+                                    "object store); not restored")
+            loc.put_file(path, tmp, sha256)
+        return
+    root = _local_root(storage)
+    src = root / okey
+    with storage.writing(path) as tmp:
+        os.unlink(tmp)  # atomic_path made it; the link takes its name
+        try:
+            os.link(src, tmp)
+        except FileNotFoundError:
+            raise CorruptObject(f"{storage.uri(okey)} is missing") from None
+        except OSError:
+            shutil.copyfile(src, tmp)
+        got = transport.sha256_file(tmp) if verify else sha256
+        if got != sha256:
+            raise CorruptObject(f"{storage.uri(okey)} hashes to {got[:12]}, not its name (changed in the "
+                                "object store); not restored")
+
+
+def write_keyed(storage, asset: str, key: str, outputs: Mapping[str, str], *, input_keys: Mapping[str, str],
+                code_version: Optional[str], run_id: str, dagster: Optional[str]) -> dict:
+    """Write `keyed/<asset>/<key>.json` (once: an existing record of the key is left as it is)."""
+    rec = {"format": FORMAT, "asset": asset, "key": key, "outputs": dict(sorted(outputs.items())),
+           "input_keys": dict(sorted(input_keys.items())), "code_version": code_version, "created": now(),
+           "run_id": run_id, "dagster": dagster}
+    storage.location.create_if_absent(keyed_key(asset, key), json.dumps(rec, indent=1, sort_keys=True).encode())
+    return rec
+
+
+def read_keyed(storage, asset: str, key: str) -> Optional[dict]:
+    k = keyed_key(asset, key)
+    try:
+        rec = json.loads(storage.read_bytes(k))
+    except FileNotFoundError:
+        return None
+    if rec.get("format") != FORMAT or rec.get("asset") != asset or rec.get("key") != key:
+        raise ValueError(f"{storage.uri(k)}: not the keyed record of {asset} {key[:12]}")
+    return rec
+
+
+def stash(storage, asset: str, key: str, outputs: Mapping[str, str], **record) -> dict:
+    """File every output as a blob, then write the keyed record (last: a record names only stored blobs)."""
+    for path, sha in outputs.items():
+        put_object(storage, path, sha)
+    return write_keyed(storage, asset, key, outputs, **record)
