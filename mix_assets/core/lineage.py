@@ -178,7 +178,8 @@ def verify_inputs(store: Store, consumer: str, inputs: Iterable[str], *, hash_fi
                 stale.add(name)
             else:
                 recorded_key = (rec(name).get("input_keys") or {}).get(up)
-                if rec(name).get("key") is not None and cur.get("key") is not None and recorded_key != cur["key"]:
+                if (code_versions is not None and rec(name).get("key") is not None and cur.get("key") is not None
+                        and recorded_key != cur["key"]):
                     problems.append(f"{name} was computed from {up} key {_short(recorded_key)}, but {up} is now "
                                     f"key {_short(cur['key'])} (re-materialised since)")
                     stale.add(name)
