@@ -50,7 +50,7 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
         """The source read, filtered and sampled to its raw token budget, as Parquet documents."""
         spec_now, storage = mix.spec, mix.storage
         demo_corpus.ensure_for_spec(spec_now)
-        if hit := reused(context, mix, raw_name(src.name), {}, roots=lambda: lib.root_keys(spec_now, src)):
+        if hit := reused(context, mix, raw_name(src.name), {}, roots=lambda: lib.root_keys(spec_now, src.name)):
             return hit
         prog = Progress(context.log, f"raw/{src.name}", interval=10.0, item="rows")  # rows read, before filters
         seen = [0, 0]

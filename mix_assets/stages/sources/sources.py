@@ -374,10 +374,10 @@ def read_files(spec, src: SourceSpec) -> list[Path]:
     return []
 
 
-def root_keys(spec, src: SourceSpec) -> dict[str, str]:
-    """raw/<source>'s input keys (core/keys.py): a fingerprint of the files it reads, and of the tokenizer
+def root_keys(spec, name: str) -> dict[str, str]:
+    """raw/<name>'s input keys (core/keys.py): a fingerprint of the files it reads, and of the tokenizer
     file its bytes-per-token estimate reads (tokenizer.kind file)."""
-    out = {"files": keys.files_fingerprint(read_files(spec, src))}
+    out = {"files": keys.files_fingerprint(read_files(spec, spec.source(name)))}
     if spec.tokenizer.kind == "file" and spec.tokenizer.path:
         out["tokenizer_file"] = keys.files_fingerprint([spec.resolve(spec.tokenizer.path)])
     return out
