@@ -52,6 +52,16 @@ def _local_root(storage) -> Path:
     return Path(storage.root)
 
 
+def _head(loc, key: str) -> Optional[dict]:
+    """An S3 object's HEAD (metadata, ETag), or None when absent."""
+    try:
+        return loc.client.head_object(Bucket=loc.bucket, Key=loc.key(key))
+    except Exception as e:  # noqa: BLE001 - botocore's ClientError; only "not found" means absent
+        if transport.s3_missing(e):
+            return None
+        raise
+
+
 def put_object(storage, path: str, sha256: str) -> bool:
     """File the working file `path` (whose sha256 the caller knows) as its blob; False if it was there."""
     okey = object_key(sha256)
@@ -59,7 +69,10 @@ def put_object(storage, path: str, sha256: str) -> bool:
         loc = storage.location
         if loc.stat(okey) is not None:
             return False
-        if not loc.copy_from(loc, path, okey, sha256):  # no server-side copy here: download, then upload
+        # the working object's recorded sha256 (what lineage trusts on S3) and its ETag pin the copied bytes
+        head = _head(loc, path)
+        version = head["ETag"] if head and head.get("Metadata", {}).get("sha256") == sha256 else None
+        if not loc.copy_from(loc, path, okey, sha256, version):  # no server-side copy here: download, upload
             local = storage.local_path(path)
             loc.put_file(okey, local, sha256)
         return True
@@ -100,8 +113,9 @@ def restore_object(storage, sha256: str, path: str, verify: bool = True) -> None
     okey = object_key(sha256)
     if storage.is_s3:
         loc = storage.location
+        head = None if verify else _head(loc, okey)  # verify: hash the blob, then copy exactly those bytes
         try:
-            if loc.copy_from(loc, okey, path, sha256):  # hashes the blob, then copies exactly those bytes
+            if loc.copy_from(loc, okey, path, sha256, head["ETag"] if head else None):
                 return
         except IntegrityError as e:
             raise CorruptObject(str(e)) from None
