@@ -156,7 +156,9 @@ def input_keys(storage: Storage, inputs: Mapping[str, str], roots: Optional[Mapp
 
 
 def reused(context, mix, asset: str, inputs: Mapping[str, str],
-           roots: Optional[Callable[[], Mapping[str, str]]] = None) -> Optional[dg.MaterializeResult]:
+           roots: Optional[Callable[[], Mapping[str, str]]] = None,
+           recheck: Optional[Mapping[str, Callable[[dict], dg.AssetCheckResult]]] = None
+           ) -> Optional[dg.MaterializeResult]:
     """The asset's MaterializeResult when its artifact key is already built, else None (compute it).
 
     Called right after the asset verified its `inputs` (lineage name -> data version); `roots` gives the
@@ -164,7 +166,9 @@ def reused(context, mix, asset: str, inputs: Mapping[str, str],
     record has the key and its files still hash right, or (b) the keyed record and all its blobs exist
     and hash right: the outputs are restored into their working paths (atomically; what the asset would
     have cleared is cleared first) and the lineage record written. Either way the stored metadata and
-    check results are returned, so gates evaluate as when the artifact was computed. A blob that no longer
+    check results are returned, so gates evaluate as when the artifact was computed; `recheck` names the
+    checks that look beyond the artifact (e.g. every file under audit/), evaluated again from the stored
+    metadata (check name -> function of it). A blob that no longer
     hashes to its name is removed and the asset recomputes (saying why).
     """
     storage = mix.storage
@@ -216,6 +220,7 @@ def reused(context, mix, asset: str, inputs: Mapping[str, str],
     context.log.info(f"reused {asset} {key[:12]} (computed by run {run[:8]} at {created}): {len(outputs)} files, "
                      f"0 recomputed" + (f"; {restored} restored from the object store" if restored else ""))
     metadata, checks = _load_dagster(stored["dagster"])
+    checks = [recheck[c.check_name](metadata) if recheck and c.check_name in recheck else c for c in checks]
     metadata["reused"] = dg.MetadataValue.json({"key": key, "computed_by_run": run, "created": created,
                                                 "files": len(outputs), "restored": restored})
     metadata["computed_from"] = dg.MetadataValue.json({k: v[:16] for k, v in sorted(inputs.items())})

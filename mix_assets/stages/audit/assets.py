@@ -113,7 +113,10 @@ def _contamination_report(spec: MixSpec, version: str) -> dg.AssetsDefinition:
         s, storage = mix.spec, mix.storage
         inputs = verified_inputs(storage, "contamination_report",
                                  ["eval_registry", *(raw_name(x.name) for x in s.sources)], context)
-        if hit := reused(context, mix, "contamination_report", inputs):
+        # the scrub check scans every file under audit/, not only this artifact's: evaluated again on a reuse
+        rescan = {AUDIT_ARTIFACT_SCRUBBED: lambda m: gate(context, CONTAMINATION_REPORT_KEY,
+                                                          _scrub_result(context, storage, m, s.audit.scrub_words))}
+        if hit := reused(context, mix, "contamination_report", inputs, recheck=rescan):
             return hit
         # the pass also writes dedup_keys' signature files it can (a cache keyed by content, not an output)
         versions = {x.name: inputs[raw_name(x.name)] for x in s.sources}
