@@ -198,6 +198,11 @@ def _key_problem(name: str, r: dict, code_version: str) -> Optional[str]:
             f"({_short(want)}): a hand-edited or foreign record; re-materialise {name}")
 
 
+def current_hashes(store: Store, keys: list[str]) -> dict[str, Optional[str]]:
+    """sha256 of each key now (None when absent): what `verify_inputs` compares records with."""
+    return _current_hashes(store, keys)
+
+
 def _current_hashes(store: Store, keys: list[str]) -> dict[str, Optional[str]]:
     """sha256 of each key (None when absent), files hashed on a few threads: hashlib releases the GIL
     on large buffers, and a step's inputs (raw parquet, shards) are hundreds of MB at scale."""

@@ -188,7 +188,7 @@ def reused(context, mix, asset: str, inputs: Mapping[str, str],
     outputs: dict[str, str] = stored["outputs"]
     record_outputs = {k: v for k, v in outputs.items() if k not in EXTRA_OUTPUTS.get(asset, ())}
     cur = lineage.read_record(storage, asset)
-    have = lineage._current_hashes(storage, list(outputs))
+    have = lineage.current_hashes(storage, list(outputs))
     wrong = [p for p, sha in outputs.items() if have[p] != sha]
     in_place = not wrong and cur is not None and cur.get("key") == key
     restored = 0
