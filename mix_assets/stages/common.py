@@ -168,8 +168,8 @@ def reused(context, mix, asset: str, inputs: Mapping[str, str],
     have cleared is cleared first) and the lineage record written. Either way the stored metadata and
     check results are returned, so gates evaluate as when the artifact was computed; `recheck` names the
     checks that look beyond the artifact (e.g. every file under audit/), evaluated again from the stored
-    metadata (check name -> function of it). A blob that no longer
-    hashes to its name is removed and the asset recomputes (saying why).
+    metadata (check name -> function of it). A blob that no longer hashes to its name is removed and the
+    asset recomputes (saying why).
     """
     storage = mix.storage
     try:
@@ -193,8 +193,10 @@ def reused(context, mix, asset: str, inputs: Mapping[str, str],
     in_place = not wrong and cur is not None and cur.get("key") == key
     restored = 0
     if not in_place:
+        # an asset that owns folders (token_shards: mix/train, ...) gets them cleared and refilled whole, so
+        # no file of another key stays there, even where the files it lists already hash right
         owned = OWNED_PREFIXES.get(asset, ())
-        todo = sorted(set(wrong) | ({p for p in outputs if p.startswith(owned)} if wrong and owned else set()))
+        todo = sorted(set(wrong) | ({p for p in outputs if p.startswith(owned)} if owned else set()))
         problems = [(sha, why) for sha in sorted({outputs[p] for p in todo})
                     if (why := objects.blob_problem(storage, sha))]
         if problems:
@@ -203,11 +205,10 @@ def reused(context, mix, asset: str, inputs: Mapping[str, str],
             context.log.warning(f"not reusing {asset} {key[:12]}: {problems[0][1]}"
                                 f"{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}; recomputing")
             return None
-        if asset in CLEARS_MANIFEST and todo:
+        if asset in CLEARS_MANIFEST:
             storage.delete(layout.MANIFEST)
-        if todo:
-            for prefix in owned:
-                storage.delete_prefix(prefix)
+        for prefix in owned:
+            storage.delete_prefix(prefix)
         for p in OPTIONAL_OUTPUTS.get(asset, ()):
             if p not in outputs:
                 storage.delete(p)
