@@ -6,7 +6,8 @@ Keeps every keyed record (keyed/<asset>/<key>.json)
   * named by a current lineage record (lineage/*.json: the artifacts in the working paths now);
   * named by a publication: publish/published_revision.json's input keys (`artifacts`, the key of every
     artifact in the published revision's chain), and those of every earlier publication, whose records
-    are filed as keyed/published_revision/<key>.json (never removed here);
+    are filed as keyed/published_revision/<key>.json (never removed here; a publication made before
+    artifact keys existed names none);
   * created within the last N days (default 7);
 then removes the others, and every blob (objects/<sha[:2]>/<sha>) no remaining keyed record names (a
 local blob modified within the N days is kept too: a build may have filed it before its keyed record).
