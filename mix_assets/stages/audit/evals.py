@@ -438,16 +438,19 @@ def load_task_items(task: EvalTask, spec_dir: str | os.PathLike) -> TaskItems:
 
 def root_keys(tasks: Sequence[EvalTask], spec_dir: str | os.PathLike) -> dict[str, str]:
     """eval_registry's input keys (core/keys.py): per task, a fingerprint of the local files it reads (a
-    local folder's `<split>.jsonl` of its audit splits; a hub repo that is a local folder: all its files);
-    a remote hub task reads what its repo id, revision and data files in the config name."""
+    local folder's `<split>.jsonl` of its audit splits; a hub repo that is a local folder: its files but
+    any whose path names a test split, which is never opened, not even to hash it); a remote hub task
+    reads what its repo id, revision and data files in the config name."""
     out = {}
     for task in tasks:
         ds = task.dataset
-        if isinstance(ds, LocalEvalFiles):
-            folder = Path(ds.path) if Path(ds.path).is_absolute() else Path(spec_dir) / ds.path
-            files = [folder / f"{s}.jsonl" for s in task.audit_splits]
+        if isinstance(ds, LocalEvalFiles):  # the files the registry reads, after the same refusals
+            files = [f.url for f in _local_files(task, Path(spec_dir), refuse_test_splits(task))]
         elif (Path(spec_dir) / ds.repo_id).is_dir():
-            files = keys.folder_files(Path(spec_dir) / ds.repo_id)
+            repo = Path(spec_dir) / ds.repo_id
+            files = [f for f in keys.folder_files(repo)
+                     if not path_names_test_split(os.path.relpath(f, repo))
+                     and not path_names_test_split("/".join(_symlinked_parts(Path(f))))]
         else:
             continue
         out[f"evals/{task.name}"] = keys.files_fingerprint(files)
