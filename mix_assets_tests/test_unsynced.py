@@ -35,6 +35,10 @@ def _min_rows(d: dict, case: Path) -> None:
     d["audit"]["tasks"][0]["min_rows"] = d["audit"]["tasks"][0].get("min_rows", 1) + 1
 
 
+def _rationale(d: dict, case: Path) -> None:
+    d["sources"][0]["rationale"] += " (reworded)"
+
+
 def _rewritten(d: dict, case: Path) -> None:
     """No change: the same config written again, a default spelled out and an operational field's value
     (how many threads) changed, which no artifact's bytes depend on."""
@@ -54,6 +58,8 @@ EDITS = [
     # a source's raw budget holds its validation share (MixSpec.raw_budget): every raw/<source> reads it
     ("val_fraction", _set("split", "val_fraction", 0.05), RAWS | {"exclusion_masks", "validation_split"}),
     ("min_rows", _min_rows, {"eval_registry"}),
+    # a source's rationale is its description in the UI and a line of the published config, no other byte
+    ("rationale", _rationale, {"manifest"}),
     ("no_op", _rewritten, set()),
 ]
 

@@ -904,6 +904,14 @@ def sample_source(
     return out
 
 
+def source_fields_read(src) -> str:
+    """The fields of a source's section that raw/<source> reads, as JSON (for its code_version): not its
+    `filters:` (document_filters judges by them), its licence and rationale (metadata and description),
+    its priority (dedup's tie-break), nor `split` for the loaders that ignore it (every one but hub)."""
+    unread = {"filters", "license", "rationale", "priority", *(() if src.loader.kind == "hub" else ("split",))}
+    return src.model_dump_json(exclude=unread)
+
+
 def tokenizer_fields_read(tok) -> dict:
     """The tokenizer fields `bytes_per_token` (so raw/<source>) reads: the kind, where an existing one is,
     and the fallback; not the trained tokenizer's settings (vocab_size, sample, special tokens), which only
