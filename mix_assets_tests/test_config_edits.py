@@ -98,8 +98,10 @@ CASES = [
     ("language_filter", _language_off, _down("manifest"), "document_filters"),
     ("seed", _set_top("seed", 1235), _after("raw/stories"), "raw/stories"),
     ("seed", _set_top("seed", 1235), _down("manifest"), "raw/stories"),
-    ("val_fraction", _set("split", "val_fraction", 0.05), _after("validation_split"), "validation_split"),
-    ("val_fraction", _set("split", "val_fraction", 0.05), _down("manifest"), "validation_split"),
+    # raw/<source> reads val_fraction too (its budget holds the validation share): the refusal names the
+    # first assets to redo, the raw ones (code versions chain, so validation_split's follows theirs)
+    ("val_fraction", _set("split", "val_fraction", 0.05), _after("validation_split"), "raw/stories"),
+    ("val_fraction", _set("split", "val_fraction", 0.05), _down("manifest"), "raw/stories"),
     # the manifest writes the mix's name and its config into the revision: an edit of either, then
     # published_revision alone, must not publish the old manifest as if the current config had built it
     ("name", _set_top("name", "demo_mix_renamed"), dg.AssetSelection.assets("published_revision"), "manifest"),
