@@ -11,6 +11,7 @@ from typing import Optional
 import dagster as dg
 
 from mix_assets.stages.audit.assets import build_audit_assets
+from mix_assets.stages.common import chain_code_versions
 from mix_assets.stages.dedup.assets import build_dedup_assets
 from mix_assets.stages.filters.assets import build_filter_assets
 from mix_assets.stages.manifest.assets import build_manifest_assets
@@ -25,8 +26,9 @@ from mix_assets.resources import MixResource
 
 
 def build_assets(spec: MixSpec) -> list:
-    """Assets and checks of every stage, in graph order."""
-    return [
+    """Assets and checks of every stage, in graph order, each asset's code_version chained with its parents'
+    (stages/common.chain_code_versions: the UI marks every asset an edit affects, not only its readers)."""
+    return chain_code_versions([
         *build_source_assets(spec),
         *build_filter_assets(spec),
         *build_dedup_assets(spec),
@@ -35,7 +37,7 @@ def build_assets(spec: MixSpec) -> list:
         *build_tokens_assets(spec),
         *build_manifest_assets(spec),
         *build_publish_assets(spec),
-    ]
+    ])
 
 
 def build_definitions(spec: Optional[MixSpec] = None, storage_root: Optional[str] = None) -> dg.Definitions:

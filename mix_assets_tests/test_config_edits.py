@@ -98,8 +98,10 @@ CASES = [
     ("language_filter", _language_off, _down("manifest"), "document_filters"),
     ("seed", _set_top("seed", 1235), _after("raw/stories"), "raw/stories"),
     ("seed", _set_top("seed", 1235), _down("manifest"), "raw/stories"),
-    ("val_fraction", _set("split", "val_fraction", 0.05), _after("validation_split"), "validation_split"),
-    ("val_fraction", _set("split", "val_fraction", 0.05), _down("manifest"), "validation_split"),
+    # raw/<source> reads val_fraction too (its budget holds the validation share): the refusal names the
+    # first assets to redo, the raw ones (code versions chain, so validation_split's follows theirs)
+    ("val_fraction", _set("split", "val_fraction", 0.05), _after("validation_split"), "raw/stories"),
+    ("val_fraction", _set("split", "val_fraction", 0.05), _down("manifest"), "raw/stories"),
     # the manifest writes the mix's name and its config into the revision: an edit of either, then
     # published_revision alone, must not publish the old manifest as if the current config had built it
     ("name", _set_top("name", "demo_mix_renamed"), dg.AssetSelection.assets("published_revision"), "manifest"),
@@ -237,12 +239,30 @@ def _other(value):
     return None
 
 
+def _dumped_fields(section, exclude) -> list:
+    """(section, field) of every field a `model_dump` of `section` writes (its `exclude` set's top-level names
+    and the fields excluded from every dump left out), nested sections included."""
+    out = []
+    for name, info in type(section).model_fields.items():
+        if info.exclude or (isinstance(exclude, (set, frozenset, dict)) and name in exclude):
+            continue
+        out.append((section, name))
+        for _, sub in _sections(object.__getattribute__(section, name)):
+            out += [(sub, n) for n, i in type(sub).model_fields.items() if not i.exclude]
+    return out
+
+
 def test_every_field_an_asset_reads_changes_its_code_version_or_an_upstream_one(tmp_path, monkeypatch):
     """Each asset materialised alone over a built demo (with its checks: one step), every read of a config
-    field traced to the field's path in the spec; then each field read is changed in the spec: some
-    code_version on the asset's chain (its own or an upstream asset's) must change, or consumers would accept
-    an artifact computed under the old value. A read of a section built on the fly (a source's merged
-    filters) counts for every section of its class in the spec. NOT_IN_BYTES aside."""
+    field traced to the field's path in the spec; then each field of the spec is changed:
+    * under-marking: for a field an asset reads, some code_version on the asset's chain (its own or an
+      upstream asset's) must change, or consumers would accept an artifact computed under the old value;
+    * over-marking: an asset's code_version (chained: its own and its parents') may change only when the
+      asset or one upstream of it reads the field, or the UI would mark it Unsynced for an edit that changes
+      none of its bytes (here a `model_dump` of a section counts as reading every field it writes: the
+      manifest publishes the config so dumped).
+    A read of a section built on the fly (a source's merged filters) counts for every section of its class
+    in the spec. NOT_IN_BYTES aside."""
     cfg = private_demo(tmp_path)
     spec = load_spec(cfg)
     defs = build_definitions(spec)
@@ -251,24 +271,43 @@ def test_every_field_an_asset_reads_changes_its_code_version_or_an_upstream_one(
     assert full.success, failures(full)
 
     reads: dict[str, set] = {}
+    dumped: dict[str, set] = {}  # the fields of the sections each asset dumps (an allowance, for over-marking)
     paths: dict[int, tuple] = {}  # id of a section of a MixSpec the run reads -> its path in the spec
     current: list = [None]
 
-    def traced(self, name):
+    def read(section, name, into: dict) -> None:
         asset = current[0]
-        if asset is not None and name in type(self).model_fields:
-            current[0] = None  # not while registering
-            if isinstance(self, MixSpec) and id(self) not in paths:
-                paths.update({id(sec): p for p, sec in _sections(self)})
-            current[0] = asset
-            reads[asset].add((paths.get(id(self)), type(self), name))
+        current[0] = None  # not while registering
+        if isinstance(section, MixSpec) and id(section) not in paths:
+            paths.update({id(sec): p for p, sec in _sections(section)})
+        current[0] = asset
+        into[asset].add((paths.get(id(section)), type(section), name))
+
+    def traced(self, name):
+        if current[0] is not None and name in type(self).model_fields:
+            read(self, name, reads)
         return object.__getattribute__(self, name)
+
+    dump, dump_json = Strict.model_dump, Strict.model_dump_json
+
+    def traced_dump(original):
+        def run(self, *args, **kwargs):
+            if current[0] is not None:
+                asset, current[0] = current[0], None
+                fields = _dumped_fields(self, kwargs.get("exclude"))
+                current[0] = asset
+                for sec, name in fields:
+                    read(sec, name, dumped)
+            return original(self, *args, **kwargs)
+        return run
 
     graph = defs.resolve_asset_graph()
     monkeypatch.setattr(Strict, "__getattribute__", traced)
+    monkeypatch.setattr(Strict, "model_dump", traced_dump(dump))
+    monkeypatch.setattr(Strict, "model_dump_json", traced_dump(dump_json))
     for key in graph.toposorted_asset_keys:
         name = key.to_user_string()
-        reads[name] = set()
+        reads[name], dumped[name] = set(), set()
         current[0] = name
         run = dg.materialize(list(defs.assets), resources=defs.resources, instance=instance,
                              selection=dg.AssetSelection.assets(key), raise_on_error=False)
@@ -286,21 +325,52 @@ def test_every_field_an_asset_reads_changes_its_code_version_or_an_upstream_one(
         n = k.to_user_string()
         upstream[n] = {n}.union(*(upstream[p.to_user_string()] for p in graph.get(k).parent_keys))
     tree = list(_sections(spec))
+    edited_versions: dict[tuple, dict | None] = {}
+
+    def edited(p, field) -> dict | None:
+        """The code_versions with field `field` of the section at `p` changed (None: no other valid value)."""
+        if (p, field) not in edited_versions:
+            section = next(sec for q, sec in tree if q == p)
+            other = _other(object.__getattribute__(section, field))
+            out = None
+            if other is not None:
+                try:  # only a value the config accepts (a loader's kind is a tag, not a free string)
+                    type(section).model_validate({**section.model_dump(), field: other})
+                    out = versions(_replace(spec, p, field, other))
+                except Exception:  # a value the config or the definitions refuse: nothing is built from it
+                    pass
+            edited_versions[(p, field)] = out
+        return edited_versions[(p, field)]
+
+    readers: dict[tuple, set] = {}
+
+    def where(path, cls) -> list:
+        return [path] if path is not None else [p for p, sec in tree if type(sec) is cls]
+
+    for asset in reads:
+        for path, cls, field in reads[asset] | dumped[asset]:
+            for p in where(path, cls):
+                readers.setdefault((p, field), set()).add(asset)
     uncovered = set()
     for asset, fields in sorted(reads.items()):
         for path, cls, field in fields:
-            where = [path] if path is not None else [p for p, sec in tree if type(sec) is cls]
-            for p in where:
+            for p in where(path, cls):
                 dotted = ".".join(map(str, (*p, field)))
-                section = next(sec for q, sec in tree if q == p)
-                other = _other(object.__getattribute__(section, field))
-                if other is None or _ignored(asset, dotted):
+                if _ignored(asset, dotted):
                     continue
-                try:  # only a value the config accepts (a loader's kind is a tag, not a free string)
-                    type(section).model_validate({**section.model_dump(), field: other})
-                    edited = versions(_replace(spec, p, field, other))
-                except Exception:  # a value the config or the definitions refuse: nothing is built from it
-                    continue
-                if all(edited.get(a) == now[a] for a in upstream[asset]):
+                ed = edited(p, field)
+                if ed is not None and all(ed.get(a) == now[a] for a in upstream[asset]):
                     uncovered.add(f"{asset} reads {dotted}")
     assert not uncovered, "\n".join(sorted(uncovered))
+
+    overmarked = set()
+    for p, sec in tree:
+        for field in type(sec).model_fields:
+            ed = edited(p, field)
+            if ed is None:
+                continue
+            who = readers.get((p, field), set())
+            dotted = ".".join(map(str, (*p, field)))
+            overmarked |= {f"{a}'s code_version changes with {dotted}, which neither it nor an asset upstream reads"
+                           for a in now.keys() & ed.keys() if ed[a] != now[a] and not upstream[a] & who}
+    assert not overmarked, "\n".join(sorted(overmarked))

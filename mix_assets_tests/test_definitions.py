@@ -98,4 +98,5 @@ def test_code_versions_cover_the_config_each_asset_reads(tmp_path):
     assert off["dedup_keys"] != now["dedup_keys"] and off["exclusion_masks"] != now["exclusion_masks"]
     other_corpus = versions(demo_corpus={**base["demo_corpus"], "seed": base["demo_corpus"]["seed"] + 1})
     assert all(other_corpus[k] != now[k] for k in now if k.startswith("raw/") or k == "eval_registry")
-    assert other_corpus["tokenizer"] == now["tokenizer"]
+    # versions chain (stages/common.chain_code_versions): every asset below them moves with them (all of them)
+    assert all(other_corpus[k] != now[k] for k in now)

@@ -14,6 +14,13 @@
    is still published); `zero_eval_overlap` reads "Failed", every asset downstream of `exclusion_masks`
    is listed as not executed, and the Runs list shows the run's mix/failed_gate tag; the lineage below
    the gate is screenshotted (docs/ui.md explains what the graph shows).
+3. Unsynced after a config edit (issue 27): the demo built once into the webserver's instance; the config
+   edited as a user does (the file MIX_CONFIG names, then "Reload definitions"): the assets the UI marks
+   Unsynced on the lineage graph (the stale dot on each node) are exactly the readers of the edited field
+   and everything downstream of them (test_unsynced.py's cases: a filter threshold, an eval task's
+   min_rows); none right after the build and none after a no-op edit. For the filter edit, the asset pages
+   either side of the edge read the same (the header's "Unsynced" tag on document_filters and dedup_keys,
+   none on raw/stories and contamination_report).
 Screenshots land in test-output/ui/; `MIX_UPDATE_DOCS_SCREENSHOTS=1` also refreshes the copies in
 docs/img/ (palette PNGs, < 100 KB each): the README's graph, one chart page per asset (the first
 raw/<source> stands for all) and the failed gate's lineage.
@@ -31,6 +38,7 @@ import pytest
 from mix_assets.stages.common import FAILED_GATE_TAG, STILL_PUBLISHED_TAG
 from mix_assets.stages.publish.reproducibility import FINGERPRINT_REPRODUCED
 from mix_assets_tests.support import ui_harness as ui
+from mix_assets_tests import test_unsynced as unsynced
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -208,3 +216,44 @@ def test_failing_gate_shows_the_failed_check_and_skipped_downstream(tmp_path):
         assert ui.missing_from_graph(shown, [GATE_ASSET, *graph.downstream[GATE_ASSET]]) == [], shown
         _docs_copy(ui.shot(page, "13-gate-failed-lineage"), "ui-gate-failed-lineage")
 
+
+
+def test_a_config_edit_shows_exactly_the_affected_assets_unsynced(tmp_path):
+    import dagster as dg
+    import yaml
+
+    from mix_assets.config import load_spec
+    from mix_assets.definitions import build_definitions
+    from mix_assets_tests.test_integrity_lineage import failures, private_demo
+
+    built = private_demo(tmp_path)  # the demo over a private corpus copy, built into the webserver's instance
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with dg.DagsterInstance.local_temp(str(home)) as instance:
+        defs = build_definitions(load_spec(built))
+        run = dg.materialize(list(defs.assets), resources=defs.resources, instance=instance, raise_on_error=False)
+        assert run.success, failures(run)
+    original = yaml.safe_load(built.read_text())
+    cfg = tmp_path / "mix.yaml"  # what MIX_CONFIG names: the user edits this file, then reloads
+    cfg.write_text(built.read_text())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_", "MIX_"))}
+    env["MIX_CONFIG"] = str(cfg)
+    graph = ui.expected_graph(env)
+    edits = {name: (edit, readers) for name, edit, readers in unsynced.EDITS}
+    with ui.webserver(env, home) as web, ui.browser_page(1440, 1000) as page:
+        for step, name in enumerate(["built", "filter_threshold", "min_rows", "no_op"]):
+            d = yaml.safe_load(yaml.safe_dump(original))
+            edit, readers = edits.get(name, (None, set()))
+            if edit is not None:
+                edit(d, tmp_path)
+            cfg.write_text(yaml.safe_dump(d, sort_keys=False))
+            if step:
+                ui.reload_definitions(page, web.url)
+            expected = set(readers).union(*(graph.all_downstream(r) for r in readers))
+            on_graph = ui.unsynced_on_graph(page, web.url, graph.assets)
+            ui.shot(page, f"15-unsynced-{name}")
+            assert on_graph == expected, (name, sorted(on_graph), sorted(expected))
+            if name == "filter_threshold":  # the issue's case, on the asset pages either side of the edge
+                edge = ["raw/stories", "contamination_report", "document_filters", "dedup_keys"]
+                on_pages = ui.unsynced_on_asset_pages(page, web.url, edge)
+                assert on_pages == expected & set(edge) == {"document_filters", "dedup_keys"}, (name, on_pages)

@@ -146,6 +146,7 @@ def verify_inputs(store: Store, consumer: str, inputs: Iterable[str], *, hash_fi
     # Walk upstream: every recorded input version must be the input's current version, and every
     # record's code_version the one its asset has now.
     edges: dict[str, list[str]] = {}
+    recoded: dict[str, tuple] = {}  # name -> (recorded, current) code_version, where they differ
     todo, seen = [n for n in inputs if rec(n) is not None], set()
     while todo:
         name = todo.pop()
@@ -156,10 +157,7 @@ def verify_inputs(store: Store, consumer: str, inputs: Iterable[str], *, hash_fi
         if code_versions is not None and name in code_versions:
             want, got = code_versions[name], rec(name).get("code_version")
             if got != want:
-                problems.append(
-                    f"{name} was materialised under another config or code: recorded code_version "
-                    f"{got if got is not None else 'none (a record written by older code)'}, current {want}; "
-                    f"re-materialise {name} with the current config")
+                recoded[name] = (got, want)
                 stale.add(name)
             elif rec(name).get("key") is not None:
                 key_problem = _key_problem(name, rec(name), want)
@@ -184,6 +182,7 @@ def verify_inputs(store: Store, consumer: str, inputs: Iterable[str], *, hash_fi
                                     f"key {_short(cur['key'])} (re-materialised since)")
                     stale.add(name)
                 todo.append(up)
+    problems += _code_problems(recoded, edges)
     if problems:
         _raise(consumer, problems, stale, edges, inputs)
     return {n: records[n]["data_version"] for n in inputs}
@@ -201,6 +200,34 @@ def _key_problem(name: str, r: dict, code_version: str) -> Optional[str]:
 def current_hashes(store: Store, keys: list[str]) -> dict[str, Optional[str]]:
     """sha256 of each key now (None when absent): what `verify_inputs` compares records with."""
     return _current_hashes(store, keys)
+
+
+def _code_problems(recoded: Mapping[str, tuple], edges: Mapping[str, list[str]]) -> list[str]:
+    """One line per record of another code_version, upstream first. An asset's code_version chains its
+    parents' (stages/common.chain_code_versions), so below a changed asset every record differs too: those
+    lines name the changed assets upstream rather than claim a config of their own changed."""
+    def above(name: str) -> set[str]:
+        out, todo = set(), list(edges.get(name, []))
+        while todo:
+            up = todo.pop()
+            if up not in out:
+                out.add(up)
+                todo.extend(edges.get(up, []))
+        return out
+
+    ups = {n: above(n) & recoded.keys() for n in recoded}
+    lines = []
+    for name in sorted(recoded, key=lambda n: (len(ups[n]), n)):
+        got, want = recoded[name]
+        got = got if got is not None else "none (a record written by older code)"
+        if ups[name]:
+            first = ", ".join(sorted(u for u in ups[name] if not ups[u]) or sorted(ups[name]))
+            lines.append(f"{name} was materialised before the config or code of {first} upstream changed "
+                         f"(code_version {got}, current {want}: it chains its inputs'); re-materialise it after them")
+        else:
+            lines.append(f"{name} was materialised under another config or code: recorded code_version {got}, "
+                         f"current {want}; re-materialise {name} with the current config")
+    return lines
 
 
 def _current_hashes(store: Store, keys: list[str]) -> dict[str, Optional[str]]:

@@ -52,6 +52,47 @@ def code_version(module: str, *config: object) -> str:
     return h.hexdigest()[:12]
 
 
+def chain_code_versions(assets: list) -> list:
+    """`assets` (AssetsDefinitions and checks, as the Definitions get them) with each asset's code_version
+    chained: hash(its own code_version, each parent's chained one), parents by key in sorted order; an asset
+    without a parent among `assets` keeps its own. Computed once, when the definitions are built.
+
+    Why: Dagster (1.13, CachingStaleStatusResolver) marks an asset stale for a new code_version of its own or
+    a new data version of a parent, never for a parent's new code_version; a config edit would mark only the
+    assets reading the field until they are re-materialised. Chained, an edit changes the code_version of
+    every asset downstream of a reader: the UI's Unsynced set is exactly the assets whose artifacts the edit
+    changes (and empty for an edit that changes nothing). Consumers refuse records of another code_version
+    (core/lineage.py), so a descendant's record counts as stale with its upstream's.
+    """
+    own: dict[dg.AssetKey, str | None] = {}
+    parents: dict[dg.AssetKey, list[dg.AssetKey]] = {}
+    for a in assets:
+        for spec in getattr(a, "specs", ()):
+            own[spec.key] = spec.code_version
+            parents[spec.key] = sorted({d.asset_key for d in spec.deps}, key=lambda k: k.to_user_string())
+    chained: dict[dg.AssetKey, str | None] = {}
+
+    def version(key: dg.AssetKey, path: tuple = ()) -> str | None:
+        if key not in chained:
+            if key in path:
+                raise ValueError(f"asset graph has a cycle through {key.to_user_string()}")
+            ups = [p for p in parents[key] if p in own]
+            if own[key] is None or not ups:
+                chained[key] = own[key]
+            else:
+                h = hashlib.sha256(own[key].encode())
+                for p in ups:
+                    h.update(f"\n{p.to_user_string()}={version(p, (*path, key))}".encode())
+                chained[key] = h.hexdigest()[:12]
+        return chained[key]
+
+    for key in own:
+        version(key)
+    return [a.map_asset_specs(lambda s: s.replace_attributes(code_version=chained[s.key]))
+            if isinstance(a, dg.AssetsDefinition) and a.specs and not isinstance(a, dg.AssetChecksDefinition)
+            else a for a in assets]
+
+
 def demo_corpus_parts(spec) -> tuple:
     """The embedded demo corpus's settings when the spec generates it (its files are what raw/<source> and
     eval_registry read), for their code_version; nothing otherwise."""

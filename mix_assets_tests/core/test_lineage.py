@@ -99,6 +99,27 @@ def test_record_of_another_code_version_is_refused(tmp_path):
     lineage.verify_inputs(st, "split", ["keys"], code_versions={"keys": "k1"})
 
 
+def test_a_code_version_changed_only_through_its_chain_names_the_changed_asset_upstream(tmp_path):
+    """code_versions chain (stages/common.chain_code_versions): after raw's config is edited, keys' and
+    split's versions differ too. Only raw is said to be under another config; the others name raw as what
+    changed upstream of them, after it, and the order to redo stays upstream first."""
+    st = Storage(str(tmp_path / "root"))
+    st.write_bytes("raw/x", b"docs")
+    lineage.write_record(st, "raw", ["raw/x"], {}, "r1")
+    st.write_bytes("keys/x", b"keys")
+    lineage.write_record(st, "keys", ["keys/x"], lineage.verify_inputs(st, "keys", ["raw"]), "k1")
+    st.write_bytes("split/x", b"split")
+    lineage.write_record(st, "split", ["split/x"], lineage.verify_inputs(st, "split", ["keys"]), "s1")
+    with pytest.raises(lineage.StaleInputError) as e:
+        lineage.verify_inputs(st, "tokens", ["split"], code_versions={"raw": "r2", "keys": "k2", "split": "s2"})
+    lines = [x.strip("- ") for x in str(e.value).splitlines()[1:4]]
+    assert lines[0] == ("raw was materialised under another config or code: recorded code_version r1, current r2; "
+                        "re-materialise raw with the current config"), lines
+    assert lines[1].startswith("keys was materialised before the config or code of raw upstream changed"), lines
+    assert lines[2].startswith("split was materialised before the config or code of raw upstream changed"), lines
+    assert e.value.rematerialise == ["raw", "keys", "split"]
+
+
 def test_record_without_code_version_counts_as_another(tmp_path):
     st = Storage(str(tmp_path / "root"))
     build(st, "raw", b"docs", [])  # written as older code did: no code_version

@@ -50,7 +50,8 @@ def _copy_package(dst: Path) -> Path:
 def test_an_edit_to_a_core_module_the_token_stage_imports_changes_token_shards_code_version(tmp_path, monkeypatch):
     """core/tables.py is reached from stages/tokens/assets.py only through other modules (shards, packing,
     ...): a comment added to it marks token_shards stale; one added to the reader, which the token stage
-    never imports, does not. Each edit is in its own copy of the package (versions are read once per root)."""
+    never imports, does not mark dedup_keys (nothing on its chain imports it), but marks token_shards through
+    contamination_report upstream (versions chain: stages/common.chain_code_versions). Each edit is in its own copy of the package (versions are read once per root)."""
     roots = {name: _copy_package(tmp_path / name) for name in ("copy", "tables", "reader")}
     with open(roots["tables"] / "mix_assets" / "core" / "tables.py", "a") as f:
         f.write("# an edit\n")
@@ -64,7 +65,9 @@ def test_an_edit_to_a_core_module_the_token_stage_imports_changes_token_shards_c
     assert seen["copy"] == here  # the same files elsewhere: the same versions (no path in them)
     assert seen["tables"]["token_shards"] != here["token_shards"]
     assert seen["tables"]["tokenizer"] != here["tokenizer"]  # the same module: its assets share the code
-    assert seen["reader"]["token_shards"] == here["token_shards"]
+    # nothing upstream of dedup_keys reaches the reader; token_shards' chain does (contamination_report's code)
+    assert seen["reader"]["dedup_keys"] == here["dedup_keys"]
+    assert seen["reader"]["token_shards"] != here["token_shards"]
     assert seen["reader"]["manifest"] != here["manifest"]  # the manifest's checks read it back through the reader
     reached = imports.reached(TOKENS)
     assert "mix_assets.core.tables" in reached and not any(m.startswith("mix_assets.reader") for m in reached)
@@ -111,3 +114,41 @@ def test_no_code_version_call_lists_modules_by_hand():
     calls = sum(p.read_text().count("code_version(__name__") for p in pkg.glob("stages/*/assets.py"))
     assert calls >= 8, calls  # the scan reads the asset modules
     assert found == [], f"code_version(__name__, <config values>) only; code is derived from the imports: {found}"
+
+
+def test_chained_code_versions_move_with_every_asset_upstream_and_nothing_else():
+    """chain_code_versions: a root keeps its own version; an edit of one asset's own version moves its
+    and every descendant's, nothing upstream or beside it; checks pass through unchanged."""
+    import dagster as dg
+
+    from mix_assets.stages.common import chain_code_versions
+
+    def build(own: dict) -> dict[str, str]:
+        @dg.asset(code_version=own["a"])
+        def a(): ...
+
+        @dg.asset(code_version=own["b"], deps=[a])
+        def b(): ...
+
+        @dg.asset(code_version=own["c"], deps=[b])
+        def c(): ...
+
+        @dg.asset(code_version=own["d"], deps=[a])
+        def d(): ...
+
+        @dg.asset_check(asset=c)
+        def c_ok() -> dg.AssetCheckResult:
+            return dg.AssetCheckResult(passed=True)
+
+        out = chain_code_versions([a, b, c, d, c_ok])
+        assert out[-1] is c_ok
+        return {k.to_user_string(): v for x in out[:-1] for k, v in x.code_versions_by_key.items()}
+
+    base = {"a": "1", "b": "2", "c": "3", "d": "4"}
+    now = build(base)
+    assert now["a"] == "1" and len({now["b"], now["c"], now["d"]}) == 3
+    changed = lambda edit: {k for k, v in build({**base, **edit}).items() if v != now[k]}  # noqa: E731
+    assert changed({"a": "5"}) == {"a", "b", "c", "d"}
+    assert changed({"b": "5"}) == {"b", "c"}
+    assert changed({"c": "5"}) == {"c"}
+    assert changed({}) == set()

@@ -513,3 +513,59 @@ def downstream_lineage(page, url: str, asset: str, depth: int = 1, zoom_steps: i
     with contextlib.suppress(Exception):
         page.get_by_text("Loading...").first.wait_for(state="hidden", timeout=20_000)
     return sorted(t.strip() for t in nodes.all_inner_texts())
+
+
+# -- Unsynced (stale) assets, as the UI marks them ------------------------------------------------
+
+_STALE_NODES_JS = """() => Array.from(document.querySelectorAll("[class*='AssetNode_minimalAssetNodeBox']")).map(box => {
+  const name = box.querySelector("[class*='AssetNode_assetName']");
+  return [name ? name.innerText.trim() : '', !!box.querySelector("[class*='minimalNodeStaleDot']")];
+})"""
+
+
+def unsynced_on_graph(page, url: str, assets: list[str]) -> set[str]:
+    """The global lineage, every group expanded (`graph_node_names`): the assets whose node carries the
+    Unsynced dot (Dagster's stale marker on a zoomed-out node), once the page's queries have settled."""
+    shown = graph_node_names(page, url)
+    page.wait_for_load_state("networkidle")
+    page.wait_for_timeout(1000)
+    nodes = page.evaluate(_STALE_NODES_JS)
+    if missing_from_graph([n for n, _ in nodes], assets):
+        raise AssertionError(f"the graph shows {shown}, not every asset of {assets}")
+    return {a for a in assets for n, stale in nodes if stale and _display_matches(n, a.split("/")[-1])}
+
+
+def unsynced_on_asset_pages(page, url: str, assets: list[str]) -> set[str]:
+    """Each asset's own page: the assets whose header carries the "Unsynced" tag (read once the page's
+    queries have settled: the tag comes after the rest of the header)."""
+    out = set()
+    for asset in assets:
+        page.goto(f"{url}/assets/{asset}", wait_until="networkidle")
+        page.get_by_text("Latest materialization").first.wait_for()
+        page.wait_for_load_state("networkidle")
+        if page.locator("text=/^Unsynced( \\(\\d+\\))?$/").count():
+            out.add(asset)
+    return out
+
+
+def reload_definitions(page, url: str, timeout_s: float = 240) -> None:
+    """Click "Reload definitions" (the catalog's button, as a user does after editing the config) and wait
+    until the code location has loaded again."""
+    before = _location_updated(url)
+    page.goto(url + "/assets")
+    dismiss_community_dialog(page, wait_ms=3_000)
+    page.get_by_role("button", name="Reload definitions").click()
+    deadline = time.monotonic() + timeout_s
+    while not (_location_updated(url) > before and _location_loaded(url)):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the code location did not reload within {timeout_s}s")
+        time.sleep(1)
+
+
+def _location_updated(url: str) -> float:
+    """The latest `updatedTimestamp` of the workspace's code locations (moves when one reloads)."""
+    q = json.dumps({"query": "{ workspaceOrError { ... on Workspace { locationEntries { updatedTimestamp } } } }"})
+    req = urllib.request.Request(url + "/graphql", data=q.encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        entries = json.loads(r.read())["data"]["workspaceOrError"]["locationEntries"]
+    return max((float(e["updatedTimestamp"]) for e in entries), default=0.0)

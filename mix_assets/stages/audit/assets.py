@@ -40,7 +40,11 @@ def build_audit_assets(spec: MixSpec) -> list:
     """eval_registry, contamination_report (+ their checks) and zero_eval_overlap on exclusion_masks."""
     # eval_registry and contamination_report compute the fuzzy advisory's index and matches when it is on
     fuzzy = [_no_fuzzy_eval_overlap(spec)] if lib.fuzzy_enabled(spec) else []
-    section = spec.audit.model_dump_json(exclude=None if fuzzy else {"fuzzy"})
+    # what both read of the audit section: not mask_contaminated (exclusion_masks applies it), source_rate_warn
+    # (a WARN check's threshold, no byte of theirs) nor a task's note (free text); threads is in no dump
+    unread = {"mask_contaminated": True, "source_rate_warn": True, "tasks": {"__all__": {"note"}},
+              **({} if fuzzy else {"fuzzy": True})}
+    section = spec.audit.model_dump_json(exclude=unread)
     # the demo's eval task is generated with its corpus
     return [_eval_registry(spec, code_version(__name__, section, *demo_corpus_parts(spec))),
             _contamination_report(spec, code_version(__name__, section)), _zero_eval_overlap(spec), *fuzzy]

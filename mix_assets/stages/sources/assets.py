@@ -35,8 +35,8 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
         description=src.rationale,
         kinds={"parquet", src.loader.kind},
         owners=spec.owners,
-        code_version=code_version(__name__, src.model_dump_json(exclude={"filters"}), spec.seed, target,
-                                  spec.tokenizer.model_dump_json(), *mod_parts, *demo_corpus_parts(spec)),
+        code_version=code_version(__name__, lib.source_fields_read(src), spec.seed, target,
+                                  lib.tokenizer_fields_read(spec.tokenizer), *mod_parts, *demo_corpus_parts(spec)),
         metadata={"license": src.license, "loader": src.loader.kind, "share": src.share, "epochs": src.epochs},
         check_specs=[
             dg.AssetCheckSpec(HAS_DOCUMENTS, asset=key, blocking=True,

@@ -931,6 +931,22 @@ def sample_source(
     return out
 
 
+def source_fields_read(src) -> str:
+    """The fields of a source's section that raw/<source> reads, as JSON (for its code_version): not its
+    `filters:` (document_filters judges by them), its licence and rationale (metadata and description),
+    its priority (dedup's tie-break), nor `split` for the loaders that ignore it (every one but hub)."""
+    unread = {"filters", "license", "rationale", "priority", *(() if src.loader.kind == "hub" else ("split",))}
+    return src.model_dump_json(exclude=unread)
+
+
+def tokenizer_fields_read(tok) -> dict:
+    """The tokenizer fields `bytes_per_token` (so raw/<source>) reads: the kind, where an existing one is,
+    and the fallback; not the trained tokenizer's settings (vocab_size, sample, special tokens), which only
+    the tokenizer asset reads. For raw's code_version: keep in step with `bytes_per_token`."""
+    where = {"file": {"path": tok.path}, "hub": {"repo_id": tok.repo_id, "revision": tok.revision}}.get(tok.kind, {})
+    return {"kind": tok.kind, **where, "bytes_per_token_fallback": tok.bytes_per_token_fallback}
+
+
 def bytes_per_token(spec, texts: list[str]) -> tuple[float, str]:
     """Estimated bytes per token and how it was obtained (recorded beside every estimate)."""
     tok = spec.tokenizer

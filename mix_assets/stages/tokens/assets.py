@@ -81,7 +81,7 @@ def build_tokens_assets(spec: MixSpec) -> list:
         resource_defs={"engine": EngineResource.from_spec(spec)},
         code_version=code_version(__name__, spec.packing, spec.seed, spec.target_tokens,
                                   [(s.name, s.share, s.epochs) for s in spec.sources], spec.audit.scrub_words,
-                                  spec.audit.tasks),
+                                  [t.model_dump_json(exclude={"note"}) for t in spec.audit.tasks]),  # note: free text
         deps=[dg.AssetKey("tokenizer"), dg.AssetKey("validation_split")],
     )
     def token_shards(context: dg.AssetExecutionContext, mix: MixResource,
