@@ -77,21 +77,21 @@ class Parts:
 
 
 def resume(fn: Callable, chunks: Sequence, keys: Sequence[Optional[str]], eng: engine.Engine,
-           parts: Optional[Parts], encode: Callable[[object], pa.Table] = lambda r: r,
+           parts: Optional[Parts], encode: Callable[[object, object], pa.Table] = lambda c, r: r,
            have: Optional[set] = None) -> Iterator[tuple[pa.Table, object]]:
     """(table, fn's result or None when loaded) for every chunk, IN CHUNK ORDER: a chunk whose key has a
     part is loaded from it; the others alone are mapped with `fn` on `eng` (core/engine.map_chunks), and
-    each result's `encode`d table is put under its key as the driver receives it (so a kill loses at most
+    each result's table (`encode(chunk, result)`) is put under its key as the driver receives it (so a kill loses at most
     the chunks in flight). A None key (no raw version to key it by) or no `parts`: computed, not stored.
     `have`: the keys known present (default: listed here)."""
     have = (parts.present(keys) if parts is not None else set()) if have is None else have
     results = engine.map_chunks(fn, [c for c, k in zip(chunks, keys) if k not in have], eng)
-    for k in keys:
+    for c, k in zip(chunks, keys):
         if k in have:
             yield parts.get(k), None
             continue
         got = next(results)
-        table = encode(got)
+        table = encode(c, got)
         if parts is not None and k is not None:
             parts.put(k, table)
         yield table, got

@@ -239,7 +239,7 @@ def sign_sources(storage, sources: Mapping[str, str], raw_versions: Mapping[str,
             log.info(line)
     part_schema = sig.schema(params.num_perm, {}).remove_metadata()
     results = chunks.resume(sign_chunk, work, keys, eng, store, have=have,
-                            encode=lambda s: signed_table(s, part_schema))
+                            encode=lambda _, s: signed_table(s, part_schema))
     n_docs = sum(c.rows.stop - c.rows.start for c, k in zip(work, keys) if k not in have)
     # a progress line only for work done: with everything reused it would read "0 docs, 0B | 0 docs/s"
     prog = Progress(log, "dedup_keys signatures", total_docs=n_docs) if log and n_docs else None
