@@ -554,6 +554,8 @@ class Scan:
     contaminated: pa.Table | None = None  # the contaminated doc ids written (contamination_report only)
     fuzzy: "FuzzyWritten | None" = None  # the fuzzy advisory's outputs (contamination_report, fuzzy on)
     signed_sources: list = field(default_factory=list)  # whose dedup signatures the pass wrote (a cache)
+    reused_sources: list = field(default_factory=list)  # whose stored hits were reused, not rescanned
+    resumed_chunks: dict = field(default_factory=dict)  # source -> chunks loaded from a killed run's parts
 
     def rows(self) -> list[dict]:
         return [{**r, "registry_ngrams": self.registry_ngrams[r["task"]]} for r in self.tally.rows()]
@@ -599,7 +601,8 @@ def write_contamination_report(storage, spec, eng: engine.Engine = engine.Engine
     fz = None if floc is None else _write_fuzzy(storage, scanned, set(table.column("doc_id").to_pylist()),
                                                   _loaded(floc, load_fuzzy_index))
     signed = scanned.signed_sources
-    return Scan(tally, ngrams, reg.nbytes, contaminated=table, fuzzy=fz, signed_sources=signed), report
+    return Scan(tally, ngrams, reg.nbytes, contaminated=table, fuzzy=fz, signed_sources=signed,
+                reused_sources=scanned.reused_sources, resumed_chunks=scanned.resumed_chunks), report
 
 
 class AuditInputError(ValueError):
