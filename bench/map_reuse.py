@@ -16,7 +16,9 @@ of each map stage alone (no Dagster, no lineage):
   contamination scan = eval_scan.write_contamination_report with the raw versions (the signatures are
                        already stored, so the pass signs nothing)
 first on an empty storage ("full"), then after appending 2 % new documents (copies of part_a's first
-documents under new ids) to part_d and giving it a new raw version ("1 of 4 changed"), on the same storage.
+documents under new ids) to part_d and giving it a new raw version ("1 of 4 changed"), on the same storage;
+then resume: part_d given another raw version, each stage made to fail in the chunk after half of part_d's
+(the chunks before it stored as parts, as a kill leaves them) and rerun, timed, its chunk calls counted.
 """
 
 from __future__ import annotations
@@ -85,6 +87,55 @@ def stages(storage, spec, versions: dict, eng) -> dict:
     return out
 
 
+class _Failed(Exception):
+    pass
+
+
+def interrupted(storage, spec, versions: dict, eng, source: str) -> dict:
+    """Each map stage failed after half of `source`'s chunks (an exception injected in the next chunk, as a
+    kill leaves the parts of the chunks before it), then rerun: the rerun's seconds and chunks computed."""
+    from mix_assets.core import tables
+    from mix_assets.stages.audit import eval_scan
+    from mix_assets.stages.dedup import dedup
+    from mix_assets.stages.filters import decisions
+
+    names = [s.name for s in spec.sources]
+    files = tables.raw_files(storage, names)
+    half = len(tables.row_ranges(storage, f"raw/{source}/documents.parquet", eng.chunk_rows)) // 2
+    params = {n: decisions.filter_params(spec.filters_for(n)) for n in names}
+    runs = {"document_filters": (decisions, "decide_chunk",
+                                 lambda: decisions.decide_sources(storage, files, versions, params, eng)),
+            "dedup signatures (map)": (dedup, "sign_chunk", lambda: dedup.sign_sources(
+                storage, files, versions, dedup.dedup_params(spec), eng)),
+            "contamination scan": (eval_scan, "_scan_task", lambda: eval_scan.write_contamination_report(
+                storage, spec, eng, raw_versions=versions))}
+    out = {}
+    for stage, (module, name, run) in runs.items():
+        fn, calls = getattr(module, name), [0]
+
+        def failing(*args, **kwargs):
+            calls[0] += 1
+            if calls[0] > half:
+                raise _Failed()
+            return fn(*args, **kwargs)
+
+        def counted(*args, **kwargs):
+            calls[0] += 1
+            return fn(*args, **kwargs)
+
+        setattr(module, name, failing)
+        try:
+            run()
+        except _Failed:
+            pass
+        setattr(module, name, counted)
+        calls[0], t0 = 0, time.perf_counter()
+        run()
+        out[stage] = (time.perf_counter() - t0, calls[0])
+        setattr(module, name, fn)
+    return out, half
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=100)
@@ -95,10 +146,11 @@ def main() -> None:
     import pyarrow.parquet as pq
 
     from mix_assets.config import load_spec
-    from mix_assets.core import engine, layout
+    from mix_assets.core import engine, layout, tables
     from mix_assets.core.storage import Storage
     from mix_assets.stages.audit import eval_scan
 
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     folder = Path(tempfile.mkdtemp(prefix="map_reuse-"))
     gen = graph.child_gen(a.mb, folder, seed=a.mb, bpt=4.0, filters=True)
     spec = load_spec(folder / "mix.yaml")
@@ -118,7 +170,8 @@ def main() -> None:
     write_raw(storage, last, new, [f"{last}-{i:08d}" for i in range(len(new))])
     changed = stages(storage, spec, {**versions, last: "v2"}, eng)
     rows = pq.ParquetFile(storage.local_path(layout.RAW_DOCS.format(source=last))).metadata.num_rows
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    resumed, half = interrupted(storage, spec, {**versions, last: "v3"}, eng, last)
+    n_last = len(tables.row_ranges(storage, layout.RAW_DOCS.format(source=last), eng.chunk_rows))
     lines = [
         "# Map stages: full vs one of four sources changed (bench/map_reuse.py)", "",
         f"`PYTHONPATH=$PWD MIX_SHARED_DATA=/work/shared/data .venv/bin/python bench/map_reuse.py --mb {a.mb} "
@@ -131,6 +184,12 @@ def main() -> None:
     ]
     for k in ("document_filters", "dedup signatures (map)", "contamination scan", "dedup reduce"):
         lines.append(f"| {k} | {full[k]:.1f} | {changed[k]:.1f} | {changed[k] / full[k]:.2f} |")
+    lines += ["", f"Resume: {last} given another raw version (v3), each stage failed in chunk {half + 1} of {last}'s "
+              f"{n_last} (an exception injected there: the chunks before it are stored as parts, as after a kill), "
+              "then rerun:", "", "| stage | rerun after the failure (s) | chunks computed by the rerun |",
+              "|---|---:|---:|"]
+    for k, (secs, calls) in resumed.items():
+        lines.append(f"| {k} | {secs:.1f} | {calls} of {n_last} |")
     lines += ["", f"Reused on the second run: filters {changed['filters_reused']}, signatures "
               f"{changed['signatures_reused']}, contamination hits {changed['hits_reused']} (the dedup reduce is "
               "not incremental: it bands every source's signatures again)."]
