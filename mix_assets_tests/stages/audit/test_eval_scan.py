@@ -130,7 +130,8 @@ eval_scan.write_contamination_report(Storage({st.root!r}), load_spec({str(spec.c
                                      engine.Engine(num_cpus=1, chunk_rows=50), raw_versions={versions!r})
 """, marks, after=9)
     parts = len(st.list("parts/contamination"))
-    assert 2 <= parts <= 3 and len(st.list("parts/signatures")) == parts, st.list("parts")
+    # 3+ after a late kill; a signature part is put before its chunk's hits part
+    assert 2 <= parts < 10 and parts <= len(st.list("parts/signatures")) <= parts + 1, st.list("parts")
     counter, log = killed.Counter(eval_scan._scan_task), killed.Lines()
     monkeypatch.setattr(eval_scan, "_scan_task", counter)
     scan, _ = eval_scan.write_contamination_report(st, spec, engine.Engine(num_cpus=1, chunk_rows=50), log=log,

@@ -248,7 +248,7 @@ lib.sign_sources(Storage({str(root)!r}), {{"a": {raw!r}}}, {{"a": "v"}}, lib.Ded
 """, marks, after=4)
     st = Storage(str(root))
     parts = len(st.list("parts/signatures"))
-    assert 3 <= parts <= 4, f"{parts} chunk parts after 4 chunks were signed"
+    assert 3 <= parts < 10, f"{parts} chunk parts after 4 chunks were signed"  # 4+: a late kill
     counter, log = killed.Counter(lib.sign_chunk), killed.Lines()
     monkeypatch.setattr(lib, "sign_chunk", counter)
     assert lib.sign_sources(st, {"a": raw}, {"a": "v"}, lib.DedupParams(), engine.Engine(num_cpus=1, chunk_rows=100),
