@@ -39,6 +39,10 @@ EVAL_SCRUB_NGRAMS = "audit/eval_registry/scrub-ngrams.npy"
 # contamination_report: counts per source x task (JSON) and the ids of contaminated documents
 CONTAMINATION_REPORT = "audit/contamination_report.json"
 CONTAMINATED_DOCS = "audit/contaminated_docs.parquet"  # doc_id, source, tasks (list<str>), overlap_ngrams, task_overlap_ngrams (list<int64>, per task)
+# contamination_report's map output per source (stages/audit/eval_scan.py), the documents with an exact or fuzzy
+#   hit in raw row order: doc_id, counts (list<int64>, per registry task), fuzzy_item (list<int64>), fuzzy_jaccard
+#   (list<float64>); reused while raw/<source>, the eval registry's files, the audit parameters and the scan code hold
+CONTAMINATION_HITS = "audit/hits/{source}.parquet"
 
 # no_fuzzy_eval_overlap (WARN check on contamination_report, stages/audit/fuzzy.py): advisory, excludes nothing.
 # The index (hashes and ints: per item its shingles, the argmin postings of its MinHash signature),
@@ -84,6 +88,13 @@ MIX_SCRUB_MANIFEST = "mix/scrub_manifest.json"
 
 # shards_audit_clean (check on manifest): the 13-gram audit of the decoded shards, counts only
 SHARDS_AUDIT = "audit/shards_audit.json"
+
+# A map stage's chunk parts (core/chunks.py): one Arrow IPC file per finished chunk (source x row range) while
+#   its source's file is not yet assembled, so a killed run resumes at the first missing chunk; stage is
+#   "filters" (decisions), "signatures" (dedup, also written by contamination_report's signing pass) or
+#   "contamination" (hits); key = sha256 of {stage, source, the per-source file's meta (raw data version, params,
+#   code), the row range}. Deleted once the source's file is written.
+CHUNK_PART = "parts/{stage}/{key}.arrow"
 
 # lineage/<asset>.json: what each artifact was computed from (core/lineage.py)
 LINEAGE = "lineage/{asset}.json"

@@ -347,9 +347,10 @@ def _fused_storage(tmp_path, null_text_at=None):
 
 
 def _report_and_signatures(storage, spec, names, engine, versions) -> tuple[list, dict, dict]:
-    for n in names:
-        if storage.exists(lib.signatures_key(n)):
-            storage.delete(lib.signatures_key(n))
+    for n in names:  # each run a fresh pass: no stored signatures, and no stored hits to reuse instead of scanning
+        for key in (lib.signatures_key(n), eval_scan.hits_key(n)):
+            if storage.exists(key):
+                storage.delete(key)
     scan, _ = eval_scan.write_contamination_report(storage, spec, engine, log=_Lines(), raw_versions=versions)
     report = {k: storage.read_bytes(k) for k in (layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS)}
     return scan.signed_sources, report, {n: storage.read_bytes(lib.signatures_key(n)) for n in names

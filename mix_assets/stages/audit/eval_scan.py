@@ -25,11 +25,12 @@ import pyarrow.parquet as pq
 
 from mix_assets.stages.audit import contamination as ct
 from mix_assets.stages.dedup import dedup
-from mix_assets.core import engine, layout, lineage, tables
+from mix_assets.core import chunks, engine, imports, layout, lineage, tables
 from mix_assets.stages.audit import evals, fuzzy
 from mix_assets.stages.dedup import minhash as mh
+from mix_assets.stages.dedup import signatures
 from mix_assets.core import textkeys as tk
-from mix_assets.core.progress import Progress
+from mix_assets.core.progress import Progress, reused_line
 from mix_assets.core.storage import Storage
 
 SCAN_BATCH_ROWS = 1024
@@ -327,7 +328,7 @@ def scan_chunk(rows: engine.RowRange, registry: RegistryLocation, threads: int =
 
 
 def _scan_task(task: tuple, **kwargs) -> ScannedChunk:
-    """`scan_chunk` of a (row range, `Signing` or None) map task."""
+    """`scan_chunk` of a (row range, `Signing` or None, chunk index) map task."""
     return scan_chunk(task[0], sign=task[1], **kwargs)
 
 
@@ -337,24 +338,116 @@ class SourcesScanned:
     fuzzy: fuzzy.Tally | None = None  # with a fuzzy index: its verified matches per source
     fuzzy_seconds: float = 0.0  # summed over the map tasks
     signed_sources: list = field(default_factory=list)  # whose dedup signatures this pass wrote
+    reused_sources: list = field(default_factory=list)  # whose stored hits were reused (not rescanned)
+    resumed_chunks: dict = field(default_factory=dict)  # source -> chunks loaded from a killed run's parts
 
 
 class _Unsigned(Exception):
     """A chunk of a source being signed came back without signatures (a null doc_id or text)."""
 
 
+# -- a source's hits: the scan's map output per chunk (a part, core/chunks.py) and per source --------------
+HITS_FORMAT = "mix_assets.contamination_hits/1"
+HITS_META_KEY = b"mix_assets.contamination_hits"
+HITS_DOCS_KEY = b"mix_assets.contamination_hits.docs"  # documents scanned (the file holds only those with a hit)
+PARTS_STAGE = "contamination"  # parts/contamination/
+HITS_SCHEMA = pa.schema([("doc_id", pa.string()), ("counts", pa.list_(pa.int64())),
+                         ("fuzzy_item", pa.list_(pa.int64())), ("fuzzy_jaccard", pa.list_(pa.float64()))])
+
+
+def hits_key(source: str) -> str:
+    return layout.CONTAMINATION_HITS.format(source=source)
+
+
+def hits_meta(raw_version: str | None, registry: RegistryLocation,
+              fuzzy_index: RegistryLocation | None) -> dict:
+    """What a source's hits are computed from: its raw data version, the eval registry's files (and the fuzzy
+    index's) by sha256 (the n-gram length, short-item rule and fuzzy parameters are in them) and the scan
+    code (this module and every project module it reaches)."""
+    files = [*registry.files, *(fuzzy_index.files if fuzzy_index is not None else ())]
+    return {"format": HITS_FORMAT, "raw": raw_version, "fuzzy": fuzzy_index is not None,
+            "registry": hashlib.sha256(json.dumps(files).encode()).hexdigest(),
+            "code": imports.source_version(__name__)[:16]}
+
+
+def hits_table(got: ScannedChunk) -> pa.Table:
+    """The documents of a scanned chunk with an exact or fuzzy hit (HITS_SCHEMA, row order); the chunk's
+    document count in the schema metadata."""
+    m = got.fuzzy if got.fuzzy is not None else fuzzy.Matches.empty()
+    order = np.argsort(m.doc, kind="stable")
+    fdoc, fitem, fjac = m.doc[order], m.item[order], m.jaccard[order]
+    rows = np.flatnonzero(got.counts.any(axis=1) | np.isin(np.arange(len(got.doc_ids)), fdoc))
+    lo, hi = np.searchsorted(fdoc, rows), np.searchsorted(fdoc, rows, side="right")
+    t = pa.table({"doc_id": pa.array([str(got.doc_ids[i]) for i in rows], pa.string()),
+                  "counts": pa.array([got.counts[i].tolist() for i in rows], pa.list_(pa.int64())),
+                  "fuzzy_item": pa.array([fitem[a:b].tolist() for a, b in zip(lo, hi)], pa.list_(pa.int64())),
+                  "fuzzy_jaccard": pa.array([fjac[a:b].tolist() for a, b in zip(lo, hi)], pa.list_(pa.float64()))},
+                 schema=HITS_SCHEMA)
+    return t.replace_schema_metadata({HITS_DOCS_KEY: str(len(got.doc_ids)).encode()})
+
+
+def _hits_docs(t: pa.Table) -> int:
+    return int((t.schema.metadata or {})[HITS_DOCS_KEY])
+
+
+def add_hits(out: SourcesScanned, source: str, t: pa.Table, item_task: np.ndarray | None) -> None:
+    """Tally a chunk's or a source's hits (`hits_table`) as the full chunk would have been tallied: the
+    documents without a hit add nothing but their count."""
+    n, ids = _hits_docs(t), t.column("doc_id").to_pylist()
+    k = len(out.tally.tasks)
+    counts = np.array(t.column("counts").to_pylist(), np.int64).reshape(len(ids), k)
+    out.tally.add(source, ids, counts)
+    out.tally.docs_scanned[source] += n - len(ids)
+    if out.fuzzy is not None:
+        items, jacs = (t.column(c).combine_chunks() for c in ("fuzzy_item", "fuzzy_jaccard"))
+        doc = pc.list_parent_indices(items).to_numpy() if len(ids) else np.zeros(0, np.int64)
+        flat = pc.list_flatten(items).to_numpy() if len(ids) else np.zeros(0, np.int64)
+        jac = pc.list_flatten(jacs).to_numpy() if len(ids) else np.zeros(0)
+        out.fuzzy.add(source, ids, fuzzy.Matches(doc.astype(np.int64), flat.astype(np.int64), jac), item_task)
+        out.fuzzy.docs_scanned[source] += n - len(ids)
+
+
+def stored_hits(storage, sources: list[str], meta: dict[str, dict]) -> list[str]:
+    """The sources whose stored hits were computed from `meta` (raw version known) over every raw row."""
+    out = []
+    for s in sources:
+        if meta[s]["raw"] is None or not storage.exists(hits_key(s)):
+            continue
+        md = pq.read_schema(storage.source(hits_key(s))).metadata or {}
+        if HITS_META_KEY in md and json.loads(md[HITS_META_KEY]) == meta[s] and HITS_DOCS_KEY in md:
+            with engine.open_parquet(tables.file_at(storage, layout.RAW_DOCS.format(source=s))) as f:
+                if int(md[HITS_DOCS_KEY]) == f.metadata.num_rows:
+                    out.append(s)
+    return out
+
+
+def write_hits(storage, source: str, meta: dict, parts: list[pa.Table]) -> None:
+    """A source's hits file: its chunks' hits in row order, with `meta` and the documents scanned."""
+    docs = sum(_hits_docs(t) for t in parts)
+    schema = HITS_SCHEMA.with_metadata({HITS_META_KEY: json.dumps(meta, sort_keys=True).encode(),
+                                        HITS_DOCS_KEY: str(docs).encode()})
+    t = pa.concat_tables([p.replace_schema_metadata(None) for p in parts]) if parts else HITS_SCHEMA.empty_table()
+    tables.write_parquet(storage, hits_key(source), t.replace_schema_metadata(schema.metadata))
+
+
 def scan_sources(storage, sources: Iterable[str], eng: engine.Engine = engine.Engine(), threads: int = 2,
                  log=None, label: str = "contamination scan", fuzzy_index: RegistryLocation | None = None,
-                 sign: tuple[dedup.DedupParams, dict[str, dict]] | None = None) -> SourcesScanned:
+                 sign: tuple[dedup.DedupParams, dict[str, dict]] | None = None,
+                 raw_versions: dict[str, str] | None = None) -> SourcesScanned:
     """Scan every source's documents against the registry (and the fuzzy index at `fuzzy_index`).
 
     Map: `scan_chunk` over `eng.chunk_rows` row ranges on `eng` (in process or Ray tasks); gathered in
     chunk order into one Tally, so the counts and hits do not depend on the engine or the chunk size.
     `sign`: (dedup params, `dedup.signing_plan`): the planned sources' chunks are signed from the same
-    words and each such source's signature file written as dedup_keys writes it, streamed."""
+    words and each such source's signature file written as dedup_keys writes it, streamed.
+    `raw_versions` ({source: raw data version}): a source whose stored hits (layout.CONTAMINATION_HITS)
+    were computed from its raw version, this registry and this code is not rescanned; the others' chunks
+    are kept as parts (core/chunks.py) until their hits file is written, so a killed scan resumes at the
+    first chunk it had not finished (a signed chunk's signatures too, as dedup_keys' parts)."""
     loc = RegistryLocation.of(storage)
     reg = registry_at(loc)  # loaded here once: the in-process engine's tasks reuse it
     index = _loaded(fuzzy_index, load_fuzzy_index) if fuzzy_index is not None else None
+    item_task = index.item_task if index is not None else None
     inner = 1 if eng.kind == "ray" or eng.num_cpus > 1 else threads
     out = SourcesScanned(ct.Tally(tasks=reg.tasks), fuzzy.Tally(index.tasks) if index is not None else None)
     sources = list(sources)
@@ -362,56 +455,89 @@ def scan_sources(storage, sources: Iterable[str], eng: engine.Engine = engine.En
         out.tally.add(s, [], np.zeros((0, len(reg.tasks)), np.int64))  # a source with no docs still reports
         if index is not None:
             out.fuzzy.add(s, [], fuzzy.Matches.empty(), index.item_task)
+    meta = {s: hits_meta((raw_versions or {}).get(s), loc, fuzzy_index) for s in sources}
+    out.reused_sources = stored_hits(storage, sources, meta)
+    for s in out.reused_sources:
+        add_hits(out, s, tables.read_parquet(storage, hits_key(s)), item_task)
+    if log and out.reused_sources:
+        log.info(reused_line(label, "hits", {s: out.tally.docs_scanned[s] for s in out.reused_sources},
+                             "raw data, eval registry, audit parameters and scan code unchanged"))
+    todo = [s for s in sources if s not in out.reused_sources]
     params, plan = sign or (None, {})
+    plan = {s: m for s, m in plan.items() if s in todo}
     signing = {s: Signing(params.num_perm, params.shingle, params.seed) for s in plan}
+    work = [(s, rng) for s in todo
+            for rng in tables.row_ranges(storage, layout.RAW_DOCS.format(source=s), eng.chunk_rows)]
+    store, sig_store = chunks.Parts(storage, PARTS_STAGE), dedup.signature_parts(storage)
+    keys = [store.key(s, meta[s], rng) for s, rng in work]
+    sig_keys = [sig_store.key(s, plan[s], rng) if s in plan else None for s, rng in work]
+    have = store.present(keys)
+    for s in todo:
+        line = chunks.resumed_line(label, s, [k for (x, _), k in zip(work, keys) if x == s], have)
+        out.resumed_chunks[s] = sum(k in have for (x, _), k in zip(work, keys) if x == s)
+        if log and line:
+            log.info(line)
+    sig_schema = signatures.schema(params.num_perm, {}).remove_metadata() if plan else None
+
+    def encode(task, got: ScannedChunk) -> pa.Table:
+        k = sig_keys[task[2]]
+        if k is not None and got.signed is not None:  # before the scan's part: a scan part implies its signatures'
+            sig_store.put(k, dedup.signed_table(got.signed, sig_schema))
+        return hits_table(got)
+
     fn = functools.partial(_scan_task, registry=loc, threads=inner, fuzzy_index=fuzzy_index)
-    near = (lambda: f"; {len(out.fuzzy.hits):,} near an eval item") if index is not None else (lambda: "")
+    tasks = [(rng, signing.get(s), i) for i, (s, rng) in enumerate(work)]
+    total = sum(r.stop - r.start for (_, r), k in zip(work, keys) if k not in have)
+    # a progress line for work done (as before reuse existed when nothing is reused or resumed)
+    prog = Progress(log, label, total_docs=total) if log and (total or not (out.reused_sources or have)) else None
+    results = chunks.resume(fn, tasks, keys, eng, store, encode=encode, have=have)
 
-    def add(s: str, got: ScannedChunk) -> None:
-        out.tally.add(s, got.doc_ids, got.counts)
-        if index is not None:
-            out.fuzzy.add(s, got.doc_ids, got.fuzzy, index.item_task)
-            out.fuzzy_seconds += got.fuzzy_seconds
+    def tallied(s: str, k: int, got_parts: list) -> Iterator[tuple]:
+        for t, got in itertools.islice(results, k):
+            add_hits(out, s, t, item_task)
+            got_parts.append(t)
+            if got is not None:
+                out.fuzzy_seconds += got.fuzzy_seconds
+                if prog:
+                    prog.update(docs=len(got.doc_ids), bytes=got.text_bytes)
+            yield got
 
-    results = _map_sources(storage, sources, eng, fn, log, label,
-                           lambda: f"{sum(out.tally.contaminated.values()):,} contaminated{near()}", signing)
-    for s, group in itertools.groupby(results, key=lambda r: r[0]):
+    for s in todo:
+        mine = [i for i, (x, _) in enumerate(work) if x == s]
+        got_parts: list = []
+        group = tallied(s, len(mine), got_parts)
         if s in plan:
             try:
-                dedup.write_signatures(storage, s, plan[s], params.num_perm, _signed(group, add))
+                dedup.write_signature_tables(storage, s, plan[s], params.num_perm,
+                                             _signed(group, [sig_keys[i] for i in mine], sig_store, sig_schema))
                 out.signed_sources.append(s)
+                sig_store.drop(sig_keys[i] for i in mine)
             except _Unsigned:
-                pass  # left to dedup_keys; the rest of the source is still scanned below
-        for _, got in group:
-            add(s, got)
+                pass  # left to dedup_keys (with the parts signed so far); the rest of the source is still scanned
+        for _ in group:
+            pass
+        if meta[s]["raw"] is not None:
+            write_hits(storage, s, meta[s], got_parts)
+        store.drop(keys[i] for i in mine)
+    if prog:
+        near = f"; {len(out.fuzzy.hits):,} near an eval item" if index is not None else ""
+        prog.done(f"{sum(out.tally.contaminated.values()):,} contaminated{near} of {total:,}")
     return out
 
 
-def _signed(group, add) -> Iterator:
-    """The signatures of a source's chunk results, each result tallied (`add`) as it passes."""
-    for s, got in group:
-        add(s, got)
-        if got.signed is None:
-            raise _Unsigned(s)
-        yield got.signed
-
-
-def _map_sources(storage, sources: list[str], eng: engine.Engine, fn, log, label: str, summary,
-                 signing: dict) -> Iterator:
-    """(source, fn(chunk)) for every `eng.chunk_rows` row range of every source's raw documents, in order,
-    on `eng`, a chunk being (row range, `signing.get(source)`); progress lines count the results' doc_ids
-    and text_bytes, the last line adds `summary()`."""
-    chunks = [(s, rng) for s in sources
-              for rng in tables.row_ranges(storage, layout.RAW_DOCS.format(source=s), eng.chunk_rows)]
-    total = sum(r.stop - r.start for _, r in chunks)
-    prog = Progress(log, label, total_docs=total) if log else None
-    tasks = [(r, signing.get(s)) for s, r in chunks]
-    for (s, _), got in zip(chunks, engine.map_chunks(fn, tasks, eng)):
-        if prog:
-            prog.update(docs=len(got.doc_ids), bytes=got.text_bytes)
-        yield s, got
-    if prog:
-        prog.done(f"{summary()} of {total:,}")
+def _signed(group, sig_keys: list, sig_store: chunks.Parts, schema: pa.Schema) -> Iterator[pa.Table]:
+    """The signature tables of a source's chunks (each chunk tallied as it passes): a computed chunk's
+    own, a resumed chunk's from its signature part; _Unsigned when a chunk has none."""
+    for k, got in zip(sig_keys, group):
+        if got is not None:
+            if got.signed is None:
+                raise _Unsigned()
+            yield dedup.signed_table(got.signed, schema)
+            continue
+        t = sig_store.get(k) if k is not None else None
+        if t is None:
+            raise _Unsigned()
+        yield t
 
 
 # -- contamination_report and zero_eval_overlap ---------------------------------------------------
@@ -428,6 +554,8 @@ class Scan:
     contaminated: pa.Table | None = None  # the contaminated doc ids written (contamination_report only)
     fuzzy: "FuzzyWritten | None" = None  # the fuzzy advisory's outputs (contamination_report, fuzzy on)
     signed_sources: list = field(default_factory=list)  # whose dedup signatures the pass wrote (a cache)
+    reused_sources: list = field(default_factory=list)  # whose stored hits were reused, not rescanned
+    resumed_chunks: dict = field(default_factory=dict)  # source -> chunks loaded from a killed run's parts
 
     def rows(self) -> list[dict]:
         return [{**r, "registry_ngrams": self.registry_ngrams[r["task"]]} for r in self.tally.rows()]
@@ -454,7 +582,7 @@ def write_contamination_report(storage, spec, eng: engine.Engine = engine.Engine
     files = tables.raw_files(storage, names)
     plan = dedup.signing_plan(storage, files, raw_versions, params) if raw_versions else {}
     scanned = scan_sources(storage, names, eng, spec.audit.threads, log=log, label="contamination_report",
-                           fuzzy_index=floc, sign=(params, plan))
+                           fuzzy_index=floc, sign=(params, plan), raw_versions=raw_versions)
     tally = scanned.tally
     denominators = {t: {k: m[k] for k in REPORT_DENOMINATORS if k in m} for t, m in meta["tasks"].items()}
     report = tally.report(spec.audit.ngram, denominators)
@@ -473,7 +601,8 @@ def write_contamination_report(storage, spec, eng: engine.Engine = engine.Engine
     fz = None if floc is None else _write_fuzzy(storage, scanned, set(table.column("doc_id").to_pylist()),
                                                   _loaded(floc, load_fuzzy_index))
     signed = scanned.signed_sources
-    return Scan(tally, ngrams, reg.nbytes, contaminated=table, fuzzy=fz, signed_sources=signed), report
+    return Scan(tally, ngrams, reg.nbytes, contaminated=table, fuzzy=fz, signed_sources=signed,
+                reused_sources=scanned.reused_sources, resumed_chunks=scanned.resumed_chunks), report
 
 
 class AuditInputError(ValueError):

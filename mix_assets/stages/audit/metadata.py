@@ -64,6 +64,9 @@ def contamination_report(storage, key: str, docs_key: str, scan, report: dict) -
         "contaminated_docs": report["contaminated_docs"],
         "scanned_docs": report["docs_scanned"],
         "registry_bytes": scan.registry_bytes,
+        # what the pass did not rescan: sources whose stored hits held, chunks a killed run had finished
+        "hits_reused_sources": ", ".join(scan.reused_sources) or "none",
+        "hits_resumed_chunks": ", ".join(f"{s}: {n}" for s, n in scan.resumed_chunks.items() if n) or "none",
         **by_name("contaminated_docs", tally.contaminated),
         **wide_table("overlap", rows, _SCAN_COLUMNS, _SCAN_DECIDING),
         "overlap_chart": chart(charts.contamination_md(tally.rows())),

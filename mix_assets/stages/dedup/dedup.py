@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mix_assets.core import engine, layout, tables
+from mix_assets.core import chunks, engine, layout, tables
 from mix_assets.stages.dedup import lsh
 from mix_assets.core import textkeys as tk
 from mix_assets.stages.audit.contamination import ordered_map
@@ -204,10 +204,23 @@ def signatures_key(source: str) -> str:
     return layout.DEDUP_SIGNATURES.format(source=source)
 
 
+PARTS_STAGE = "signatures"  # core/chunks.py: parts/signatures/ (dedup_keys' map and contamination_report's signing)
+
+
+def signature_parts(storage) -> chunks.Parts:
+    """Where a source's signed chunks wait for its signature file (written by dedup_keys' map and by
+    contamination_report's signing pass under the same keys, so either resumes from the other's)."""
+    return chunks.Parts(storage, PARTS_STAGE)
+
+
 def sign_sources(storage, sources: Mapping[str, str], raw_versions: Mapping[str, str], params: DedupParams,
                  eng: engine.Engine, log=None) -> list[str]:
     """Write each source's signature file unless the stored one matches; returns the reused sources
-    (signed by an earlier dedup_keys or by contamination_report's pass, `signing_plan`)."""
+    (signed by an earlier dedup_keys or by contamination_report's pass, `signing_plan`).
+
+    Each signed chunk is stored as a part (core/chunks.py) as it arrives; a rerun after a kill (or after
+    a contamination_report pass that signed part of a source) signs only the chunks without a part, and
+    the file is assembled from both in row order (the same bytes), then the source's parts are deleted."""
     names = sorted(sources)
     reused = sorted(stored_signatures(storage, sources, raw_versions, params))
     todo = [n for n in names if n not in reused]
@@ -215,20 +228,32 @@ def sign_sources(storage, sources: Mapping[str, str], raw_versions: Mapping[str,
         log.info(reused_line("dedup_keys signatures", "signatures", {n: _raw_rows(sources[n]) for n in reused},
                              "raw data and parameters unchanged; signed by an earlier dedup_keys or by "
                              "contamination_report's pass"))
-    chunks = sign_chunks({n: sources[n] for n in todo}, params, eng)
-    results = engine.map_chunks(sign_chunk, chunks, eng)
-    n_docs = sum(c.rows.stop - c.rows.start for c in chunks)
+    store = signature_parts(storage)
+    meta = {n: signature_meta(raw_versions.get(n), params) for n in todo}
+    work = sign_chunks({n: sources[n] for n in todo}, params, eng)
+    keys = [store.key(c.source, meta[c.source], c.rows) for c in work]
+    have = store.present(keys)
+    for n in todo:
+        line = chunks.resumed_line("dedup_keys signatures", n, [k for c, k in zip(work, keys) if c.source == n], have)
+        if log and line:
+            log.info(line)
+    part_schema = sig.schema(params.num_perm, {}).remove_metadata()
+    results = chunks.resume(sign_chunk, work, keys, eng, store, have=have,
+                            encode=lambda _, s: signed_table(s, part_schema))
+    n_docs = sum(c.rows.stop - c.rows.start for c, k in zip(work, keys) if k not in have)
     # a progress line only for work done: with everything reused it would read "0 docs, 0B | 0 docs/s"
-    prog = Progress(log, "dedup_keys signatures", total_docs=n_docs) if log and todo else None
+    prog = Progress(log, "dedup_keys signatures", total_docs=n_docs) if log and n_docs else None
     for name in todo:
-        def signed(k: int = sum(c.source == name for c in chunks)):
-            for got in itertools.islice(results, k):
-                if prog:
-                    prog.update(docs=len(got.exact_keys), bytes=got.text_bytes)
-                yield got
+        mine = [k for c, k in zip(work, keys) if c.source == name]
 
-        meta = signature_meta(raw_versions.get(name), params)
-        write_signatures(storage, name, meta, params.num_perm, signed())
+        def signed(k: int = len(mine)):
+            for t, got in itertools.islice(results, k):
+                if prog and got is not None:
+                    prog.update(docs=len(got.exact_keys), bytes=got.text_bytes)
+                yield t
+
+        write_signature_tables(storage, name, meta[name], params.num_perm, signed())
+        store.drop(mine)
     if prog:
         prog.done()
     return reused
@@ -245,13 +270,22 @@ def signature_meta(raw_version: Optional[str], params: DedupParams) -> dict:
     return sig.describe(raw_version, params.num_perm, params.shingle, params.seed)
 
 
+def signed_table(s: SignedChunk, schema: pa.Schema) -> pa.Table:
+    """A signed chunk as a signature file's rows (`signatures.table`)."""
+    return sig.table(s.doc_ids, s.exact_keys, s.n_shingles, s.n_chars, s.n_words, s.signatures, schema)
+
+
 def write_signatures(storage, name: str, meta: dict, num_perm: int, signed: Iterable[SignedChunk]) -> None:
     """A source's signature file from its chunks' results in row order, GROUP_ROWS rows per row group,
     holding one group at a time (dedup_keys' map and contamination_report's pass write the same bytes)."""
     schema = sig.schema(num_perm, meta)
-    parts = (sig.table(s.doc_ids, s.exact_keys, s.n_shingles, s.n_chars, s.n_words, s.signatures, schema)
-             for s in signed)
-    groups = sig.regroup(parts, sig.GROUP_ROWS, schema)
+    write_signature_tables(storage, name, meta, num_perm, (signed_table(s, schema) for s in signed))
+
+
+def write_signature_tables(storage, name: str, meta: dict, num_perm: int, parts: Iterable[pa.Table]) -> None:
+    """`write_signatures` from the chunks' tables (`signed_table`, with or without the file's metadata)."""
+    schema = sig.schema(num_perm, meta)
+    groups = sig.regroup((t.replace_schema_metadata(schema.metadata) for t in parts), sig.GROUP_ROWS, schema)
     tables.write_parquet_groups(storage, signatures_key(name), schema, groups)
 
 

@@ -7,7 +7,9 @@ recorded for the composition table whether or not a document survives. Output pe
 `filters/decisions/<source>.parquet` (layout.FILTER_DECISIONS, DECISIONS_SCHEMA, raw row order,
 row groups of GROUP_ROWS whatever the chunk size, so the bytes are the same on every engine),
 reused while raw/<source>'s data version, the source's filter parameters and this code are
-unchanged (the file's schema metadata records them, as dedup's signature files do).
+unchanged (the file's schema metadata records them, as dedup's signature files do). Each chunk's
+decisions are also kept as a keyed part until the source's file is written (core/chunks.py), so a
+killed run resumes at the first chunk it had not finished.
 
 `reason` is the first failing rule in cascade order (stages/filters/cascade.py's open vocabulary,
 `gopher_quality:min_doc_words`, then `language:fr` / `language_score`); `rules` holds the first
@@ -35,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mix_assets.core import engine, imports, layout, tables
+from mix_assets.core import chunks, engine, imports, layout, tables
 from mix_assets.stages.filters import cascade, langid, registry
 from mix_assets.stages.dedup import signatures as sig
 from mix_assets.core.progress import Progress, reused_line
@@ -166,29 +168,47 @@ def stored_decisions(storage, sources: Mapping, raw_versions: Mapping[str, str],
     return out
 
 
+PARTS_STAGE = "filters"  # core/chunks.py: the chunk parts of a killed run live under parts/filters/
+
+
 def decide_sources(storage, sources: Mapping, raw_versions: Mapping[str, str], params: Mapping[str, FilterParams],
                    eng: engine.Engine, log=None) -> list[str]:
-    """Write each source's decisions unless the stored file matches; returns the reused sources."""
+    """Write each source's decisions unless the stored file matches; returns the reused sources.
+
+    Each chunk's decisions are stored as a part (core/chunks.py) as they arrive, keyed by the source's
+    `describe` and the row range: a rerun after a kill loads those and decides only the missing chunks;
+    the file is assembled from both in row order (the same bytes), then the source's parts are deleted."""
     reused = stored_decisions(storage, sources, raw_versions, params)
     todo = [n for n in sorted(sources) if n not in reused]
     if log and reused:
         log.info(reused_line("document_filters", "decisions", {n: _rows(sources[n]) for n in reused},
                              "raw data, filter parameters and code unchanged"))
-    chunks = [FilterChunk(n, rng, params[n]) for n in todo for rng in engine.row_ranges(sources[n], eng.chunk_rows)]
-    results = engine.map_chunks(decide_chunk, chunks, eng)
+    store = chunks.Parts(storage, PARTS_STAGE)
+    meta = {n: describe(raw_versions.get(n), params[n]) for n in todo}
+    work = [FilterChunk(n, rng, params[n]) for n in todo for rng in engine.row_ranges(sources[n], eng.chunk_rows)]
+    keys = [store.key(c.source, meta[c.source], c.rows) for c in work]
+    have = store.present(keys)
+    for n in todo:
+        line = chunks.resumed_line("document_filters", n, [k for c, k in zip(work, keys) if c.source == n], have)
+        if log and line:
+            log.info(line)
+    results = chunks.resume(decide_chunk, work, keys, eng, store, have=have)
     # a progress line only for work done: with everything reused it would read "0 docs, 0B | 0 docs/s"
-    prog = Progress(log, "document_filters", total_docs=sum(c.rows.stop - c.rows.start for c in chunks)) if log and todo else None
+    computed = [c for c, k in zip(work, keys) if k not in have]
+    prog = Progress(log, "document_filters", total_docs=sum(c.rows.stop - c.rows.start for c in computed)) \
+        if log and computed else None
     for name in todo:
-        schema = DECISIONS_SCHEMA.with_metadata(
-            {META_KEY: json.dumps(describe(raw_versions.get(name), params[name]), sort_keys=True).encode()})
+        schema = DECISIONS_SCHEMA.with_metadata({META_KEY: json.dumps(meta[name], sort_keys=True).encode()})
+        mine = [k for c, k in zip(work, keys) if c.source == name]
 
-        def parts(k: int = sum(c.source == name for c in chunks)):
-            for t in itertools.islice(results, k):
-                if prog:
+        def parts(k: int = len(mine)):
+            for t, got in itertools.islice(results, k):
+                if prog and got is not None:
                     prog.update(docs=t.num_rows, bytes=int(pc.sum(t.column("n_bytes")).as_py() or 0))
                 yield t.cast(schema)
 
         tables.write_parquet_groups(storage, decisions_key(name), schema, sig.regroup(parts(), sig.GROUP_ROWS, schema))
+        store.drop(mine)
     if prog:
         prog.done()
     return reused

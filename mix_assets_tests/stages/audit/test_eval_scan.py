@@ -1,6 +1,10 @@
 """stages/audit/eval_scan.py: the registry on disk, shared with the published audit, and the scans against it."""
 
+import json
+
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from mix_assets.stages.audit import eval_scan
 from mix_assets.core import layout
@@ -73,3 +77,94 @@ def test_registry_logs_one_message_with_a_line_per_task(tmp_path):
     # each Dagster log call is one event-log write
     assert len(logged) == 1
     assert [line.split(":")[0] for line in logged[0].split("\n")] == ["eval task demo_qa", "eval task demo_qa_again"]
+
+
+# -- reuse per source and resume per chunk (core/chunks.py) ------------------------------------------------
+def _raw_with_chars(storage, source: str, docs: list[tuple[str, str]]) -> None:
+    """Raw documents with n_chars, so contamination_report's pass signs them for dedup_keys too."""
+    t = pa.table({"doc_id": [d for d, _ in docs], "text": [t for _, t in docs], "n_chars": [len(t) for _, t in docs]})
+    with storage.writing(layout.RAW_DOCS.format(source=source)) as tmp:
+        pq.write_table(t, tmp, row_group_size=64)
+
+
+def _scan_storage(tmp_path, name: str, books_edit: bool = False) -> Storage:
+    spec = make_spec(tmp_path)
+    st = Storage(root=str(tmp_path / name))
+    corpus = make_corpus(n_web=300, n_books=500, near_copy=True)
+    for s in spec.sources:
+        docs = corpus.docs[s.name]
+        if books_edit and s.name == "books":
+            docs = [*docs[:-1], (docs[-1][0], docs[-1][1] + " and one more sentence")]
+        _raw_with_chars(st, s.name, docs)
+    eval_scan.write_registry(st, spec)
+    return st
+
+
+SCAN_OUTPUTS = (layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS, layout.FUZZY_REPORT, layout.FUZZY_DOCS,
+                layout.DEDUP_SIGNATURES.format(source="web"), layout.DEDUP_SIGNATURES.format(source="books"))
+
+
+def _outputs(st: Storage) -> dict:
+    return {k: st.read_bytes(k) for k in SCAN_OUTPUTS}
+
+
+def test_a_killed_scan_resumes_at_the_first_missing_chunk_and_writes_the_same_bytes(tmp_path, monkeypatch):
+    """SIGKILL contamination_report's pass after 9 of 16 chunks (web's 6, then 3 of books'): the rerun reuses
+    web's hits, loads books' parts (hits, fuzzy matches, signatures) and scans only books' missing chunks; the
+    report, the contaminated and fuzzy-matched ids and dedup_keys' signature files equal an uninterrupted run's."""
+    from mix_assets.core import engine
+    from mix_assets_tests.support import killed
+
+    spec, versions = make_spec(tmp_path), {"web": "w1", "books": "b1"}
+    whole = _scan_storage(tmp_path, "whole")
+    eval_scan.write_contamination_report(whole, spec, engine.Engine(num_cpus=1, chunk_rows=50), raw_versions=versions)
+    assert json.loads(whole.read_text(layout.FUZZY_REPORT))["docs_matched"] > 0  # the parts carry fuzzy matches
+    st, marks = _scan_storage(tmp_path, "killed"), tmp_path / "marks"
+    killed.run_killed(f"""
+from mix_assets.config import load_spec
+from mix_assets.stages.audit import eval_scan
+from mix_assets.core import engine
+from mix_assets.core.storage import Storage
+slowed(eval_scan, "_scan_task", {str(marks)!r})
+eval_scan.write_contamination_report(Storage({st.root!r}), load_spec({str(spec.config_path)!r}),
+                                     engine.Engine(num_cpus=1, chunk_rows=50), raw_versions={versions!r})
+""", marks, after=9)
+    parts = len(st.list("parts/contamination"))
+    # 3+ after a late kill; a signature part is put before its chunk's hits part
+    assert 2 <= parts < 10 and parts <= len(st.list("parts/signatures")) <= parts + 1, st.list("parts")
+    counter, log = killed.Counter(eval_scan._scan_task), killed.Lines()
+    monkeypatch.setattr(eval_scan, "_scan_task", counter)
+    scan, _ = eval_scan.write_contamination_report(st, spec, engine.Engine(num_cpus=1, chunk_rows=50), log=log,
+                                                   raw_versions=versions)
+    assert counter.calls == 10 - parts  # books' missing chunks only
+    assert f"contamination_report: resumed books at chunk {parts + 1} of 10 ({parts} chunks from a killed run)" \
+        in log.lines, log.lines
+    assert any(x.startswith("contamination_report: reused the stored hits of web (300 docs)") for x in log.lines)
+    assert scan.reused_sources == ["web"] and scan.signed_sources == ["books"]
+    assert _outputs(st) == _outputs(whole)
+    assert st.list("parts") == []
+
+
+def test_one_changed_source_rescans_only_itself(tmp_path, monkeypatch):
+    """After books' raw data changes (a new version), contamination_report rescans books alone and reuses web's
+    stored hits; its outputs equal a from-scratch scan of the changed data."""
+    from mix_assets.core import engine
+    from mix_assets_tests.support import killed
+
+    spec, e = make_spec(tmp_path), engine.Engine(num_cpus=1, chunk_rows=50)
+    st = _scan_storage(tmp_path, "st")
+    eval_scan.write_contamination_report(st, spec, e, raw_versions={"web": "w1", "books": "b1"})
+    changed = _scan_storage(tmp_path, "st", books_edit=True)  # same root: books' raw rewritten
+    fresh = _scan_storage(tmp_path, "fresh", books_edit=True)
+    eval_scan.write_contamination_report(fresh, spec, e, raw_versions={"web": "w1", "books": "b2"})
+    counter = killed.Counter(eval_scan._scan_task)
+    monkeypatch.setattr(eval_scan, "_scan_task", counter)
+    scan, _ = eval_scan.write_contamination_report(changed, spec, e, raw_versions={"web": "w1", "books": "b2"})
+    assert counter.calls == 10  # books' 10 chunks, none of web's 6
+    assert scan.reused_sources == ["web"]
+    assert {k: changed.read_bytes(k) for k in SCAN_OUTPUTS[:4]} == {k: fresh.read_bytes(k) for k in SCAN_OUTPUTS[:4]}
+    # another eval registry (any byte of its files) rescans every source
+    counter.calls = 0
+    changed.write_text(layout.EVAL_REGISTRY, changed.read_text(layout.EVAL_REGISTRY) + "\n")
+    assert eval_scan.write_contamination_report(changed, spec, e, raw_versions={"web": "w1", "books": "b2"})[0] \
+        .reused_sources == [] and counter.calls == 16

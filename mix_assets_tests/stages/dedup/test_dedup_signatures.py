@@ -223,3 +223,38 @@ def test_the_contamination_pass_never_replaces_a_file_computed_from_the_current_
     # computed from v1 with other parameters: dedup_keys' lineage may still rest on it, only dedup_keys replaces it
     assert lib.signing_plan(st, {"a": raw}, {"a": "v1"}, lib.DedupParams(num_perm=64)) == {}
     assert lib.signing_plan(st, {"a": raw}, {"a": "v2"}, params) == {"a": lib.signature_meta("v2", params)}
+
+
+def test_a_killed_signing_resumes_at_the_first_missing_chunk_and_writes_the_same_bytes(tmp_path, monkeypatch):
+    """SIGKILL sign_sources after 4 of 10 chunks: the rerun loads the parts and signs only the 6 or 7 missing
+    chunks; the signature file equals an uninterrupted run's, no part is left."""
+    from mix_assets.core import engine
+    from mix_assets_tests.support import killed
+
+    texts = [f"doc {i} " + " ".join(f"w{(i * j) % 97}" for j in range(30)) for i in range(1000)]
+    raw = str(tmp_path / "a.parquet")
+    pq.write_table(pa.table({"doc_id": [f"a{i:05d}" for i in range(1000)], "text": texts,
+                             "n_chars": [len(x) for x in texts]}), raw, row_group_size=128)
+    monkeypatch.setattr(sig, "GROUP_ROWS", 256)  # several row groups: the parts are re-cut as the chunks are
+    whole = Storage(str(tmp_path / "whole"))
+    lib.sign_sources(whole, {"a": raw}, {"a": "v"}, lib.DedupParams(), engine.Engine(num_cpus=1, chunk_rows=100))
+    root, marks = tmp_path / "killed", tmp_path / "marks"
+    killed.run_killed(f"""
+from mix_assets.stages.dedup import dedup as lib
+from mix_assets.core import engine
+from mix_assets.core.storage import Storage
+slowed(lib, "sign_chunk", {str(marks)!r})
+lib.sign_sources(Storage({str(root)!r}), {{"a": {raw!r}}}, {{"a": "v"}}, lib.DedupParams(),
+                 engine.Engine(num_cpus=1, chunk_rows=100))
+""", marks, after=4)
+    st = Storage(str(root))
+    parts = len(st.list("parts/signatures"))
+    assert 3 <= parts < 10, f"{parts} chunk parts after 4 chunks were signed"  # 4+: a late kill
+    counter, log = killed.Counter(lib.sign_chunk), killed.Lines()
+    monkeypatch.setattr(lib, "sign_chunk", counter)
+    assert lib.sign_sources(st, {"a": raw}, {"a": "v"}, lib.DedupParams(), engine.Engine(num_cpus=1, chunk_rows=100),
+                            log) == []
+    assert counter.calls == 10 - parts
+    assert f"dedup_keys signatures: resumed a at chunk {parts + 1} of 10 ({parts} chunks from a killed run)" in log.lines
+    assert st.read_bytes(lib.signatures_key("a")) == whole.read_bytes(lib.signatures_key("a"))
+    assert st.list("parts/signatures") == []

@@ -19,6 +19,7 @@ from mix_assets_tests.support import gen_corpus as gc
 from mix_assets.stages.dedup import lsh
 from mix_assets.core.storage import Storage
 from mix_assets_tests.support.multilingual import SAMPLES
+from mix_assets_tests.support import killed
 from mix_assets_tests.support.shared_data import FIXTURE
 
 PARAMS = lib.FilterParams(cascade.FilterConfig(sanity=SanityFilter(enabled=False)), ("en",), 0.65, 2000, True)
@@ -242,3 +243,33 @@ def test_reused_decisions_log_what_was_reused_not_a_progress_line_of_zeros(tmp_p
     lib.decide_sources(storage, sources, {"a": "v2", "b": "v1"}, params, eng.Engine(num_cpus=1), log=part)
     assert part.lines[0].startswith("document_filters: reused the stored decisions of b (25 docs): 25 docs"), part.lines
     assert part.lines[-1].startswith("document_filters: 60/60 docs"), part.lines
+
+
+def test_a_killed_run_resumes_at_the_first_missing_chunk_and_writes_the_same_bytes(tmp_path, monkeypatch):
+    """SIGKILL decide_sources after 13 of 18 chunks (a's 10, then 3 of b's): the rerun reuses a's file, loads
+    b's parts and decides only b's missing chunks; both files equal an uninterrupted run's, no part is left."""
+    texts = _texts()
+    sources = {"a": write_source(tmp_path, "a", texts[:200]), "b": write_source(tmp_path, "b", texts[200:360])}
+    versions = {n: "v1" for n in sources}
+    want, _ = _decide(tmp_path, sources, eng.Engine(num_cpus=1, chunk_rows=20), out="whole")
+    root, marks = tmp_path / "killed", tmp_path / "marks"
+    killed.run_killed(f"""
+from mix_assets.stages.filters import decisions as lib
+from mix_assets.core import engine
+from mix_assets.core.storage import Storage
+from mix_assets_tests.stages.filters.test_decisions import PARAMS
+slowed(lib, "decide_chunk", {str(marks)!r})
+lib.decide_sources(Storage(root={str(root)!r}), {sources!r}, {versions!r}, {{n: PARAMS for n in {sources!r}}},
+                   engine.Engine(num_cpus=1, chunk_rows=20))
+""", marks, after=13)
+    storage = Storage(root=str(root))
+    parts = len(storage.list("parts/filters"))
+    assert 2 <= parts < 8, f"{parts} chunk parts after 3 of b's chunks were decided"  # 3+: a late kill
+    counter, log = killed.Counter(lib.decide_chunk), killed.Lines()
+    monkeypatch.setattr(lib, "decide_chunk", counter)
+    assert lib.decide_sources(storage, sources, versions, {n: PARAMS for n in sources},
+                              eng.Engine(num_cpus=1, chunk_rows=20), log=log) == ["a"]
+    assert counter.calls == 8 - parts  # only b's missing chunks
+    assert f"document_filters: resumed b at chunk {parts + 1} of 8 ({parts} chunks from a killed run)" in log.lines
+    assert {n: storage.read_bytes(lib.decisions_key(n)) for n in sources} == want
+    assert storage.list("parts/filters") == []
