@@ -21,6 +21,7 @@ during the lookup). `SourceHits.read` streams the hits part by part (one part's 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -86,6 +87,16 @@ def _fixed(keys: np.ndarray) -> pa.Array:
     return pa.FixedSizeBinaryArray.from_buffers(pa.binary(KEY_BYTES), len(keys), [None, pa.py_buffer(keys.tobytes())])
 
 
+@contextlib.contextmanager
+def _open_part(storage, key: str) -> Iterator[pq.ParquetFile]:
+    """A part read in place (S3: range GETs of the footer and the row groups read), closed after."""
+    if storage.is_s3:
+        with storage.open(key) as f:
+            yield pq.ParquetFile(f)
+    else:
+        yield pq.ParquetFile(storage.local_path(key))
+
+
 @dataclass
 class SourceHits:
     """Where each raw row of one source sits in its cache: `pos` = row in the parts concatenated (-1: miss)."""
@@ -103,7 +114,7 @@ class SourceHits:
         for p in np.unique(part).tolist():
             at = np.flatnonzero(part == p)
             local = pos[at] - self.starts[p]
-            with engine.open_parquet(storage.source(self.parts[p])) as f:
+            with _open_part(storage, self.parts[p]) as f:
                 ends = np.cumsum([f.metadata.row_group(g).num_rows for g in range(f.num_row_groups)])
                 groups = np.unique(np.searchsorted(ends, local, side="right")).tolist()
                 t = f.read_row_groups(groups, columns=["n_bytes", "ids"], use_threads=False)
@@ -141,7 +152,7 @@ class TokenCache:
         """Match each raw row's text key against the source's parts (`parts`, from `parts`)."""
         cached, starts = [], [0]
         for k in parts:
-            with engine.open_parquet(self.storage.source(k)) as f:
+            with _open_part(self.storage, k) as f:
                 md = (f.schema_arrow.metadata or {}).get(META_KEY)
                 if md is None or json.loads(md) != self.meta:
                     raise ValueError(f"{self.storage.uri(k)}: not a token-id part of cache key {self.key} "

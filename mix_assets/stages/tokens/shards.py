@@ -446,7 +446,9 @@ class _EncodeMap:
         """Fill `into` for the job's rows found in the cache; the indices (into the job's rows) of the rest."""
         path, rows, _, source = job
         every = np.arange(len(rows), dtype=np.int64)
+        counts = self.cache_docs.setdefault(source, [0, 0])
         if self.cache is None:
+            counts[1] += len(rows)
             return every
         if source not in self.hits:
             parts = self.cache.parts(source)
@@ -460,7 +462,6 @@ class _EncodeMap:
             else:
                 self.hits[source] = None
         hits = self.hits[source]
-        counts = self.cache_docs.setdefault(source, [0, 0])
         hit = np.zeros(len(rows), bool) if hits is None else hits.pos[rows] >= 0
         counts[0] += int(hit.sum())
         counts[1] += int(len(rows) - hit.sum())
