@@ -150,15 +150,15 @@ def main() -> None:
             shutil.copytree(a.run / "storage" / part, root / part)
         cache_dir, saved = root / layout.TOKEN_CACHE_DIR, Path(tmp) / "cache-after-full"
         print(f"{a.run}: token_shards, engine local x{a.cpus}, RAYON_NUM_THREADS=2, fresh process per build")
-        print("| build | repeat | wall s | CPU s | peak RSS MB | documents from the cache | documents encoded | MB encoded |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| build | repeat | wall s | CPU s | peak RSS MB | documents from the cache | documents encoded | MB encoded | outputs |")
+        print("|---|---|---|---|---|---|---|---|---|")
         runs: dict[str, list] = {}
 
         def run(name: str, r: int, cache: bool = True) -> dict:
             g = _child(root, cfg, a.cpus, cache)
             runs.setdefault(name, []).append(g)
             print(f"| {name} | {r + 1} | {g['wall']:.1f} | {g['cpu']:.1f} | {g['peak_rss_mb']:.0f} | {g['cached']:,} | "
-                  f"{g['encoded']:,} | {g['mb']:.1f} |", flush=True)
+                  f"{g['encoded']:,} | {g['mb']:.1f} | {g['digest'][:12]} |", flush=True)
             return g
 
         for r in range(a.repeats):
