@@ -13,10 +13,10 @@ which the next build reads. Columns: key (fixed_size_binary(16)), n_bytes (int64
 tokenizer's ids of the document, no separator, little-endian in the mix dtype), row groups of GROUP_ROWS
 documents so a lookup reads only the groups it needs.
 
-Lookup (`locate`) works one source at a time: the raw file's text keys (hashed by map tasks, `hash_chunk`)
-are matched against the source's part keys with an Arrow hash lookup, leaving one int64 position per raw row
-(8 B/document while the source is read; the keys, 16 B per raw row plus 16 B per cached document, only
-during the lookup). `SourceHits.read` streams the hits part by part (one part's ids in memory at a time).
+Lookup (`locate`) works one source at a time: the source's part keys are sorted once (`_KeyIndex`: 32 B per
+cached document, only during the lookup), and the raw file's text keys, hashed by map tasks (`hash_chunk`),
+are matched a chunk at a time as they arrive, leaving one int64 position per raw row (8 B per raw document
+while the source is read). `SourceHits.read` streams the hits part by part (one part's ids in memory at a time).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -80,6 +80,29 @@ def hash_chunk(rows: engine.RowRange) -> tuple[np.ndarray, np.ndarray]:
     del texts
     tables.release_unused()
     return out
+
+
+class _KeyIndex:
+    """The cached keys sorted by their first 8 bytes (numpy, no hash table): 32 B per cached document.
+    A lookup compares all 16 bytes; should two keys share their first 8 (odds ~ n^2 / 2^64), the later one
+    only misses (is encoded again), never matches the wrong document."""
+
+    def __init__(self, keys: np.ndarray):
+        self.keys = np.ascontiguousarray(keys, np.uint8)
+        head = self.keys[:, :8].copy().view("<u8").ravel()
+        self.order = np.argsort(head, kind="stable")
+        self.head = head[self.order]
+
+    def lookup(self, keys: np.ndarray, null: np.ndarray) -> np.ndarray:
+        """Each key's position among the cached keys, -1 when absent (or its text is null)."""
+        keys = np.ascontiguousarray(keys, np.uint8)
+        if not len(self.head) or not len(keys):
+            return np.full(len(keys), -1, np.int64)
+        head = keys[:, :8].copy().view("<u8").ravel()
+        i = np.minimum(np.searchsorted(self.head, head), len(self.head) - 1)
+        cand = self.order[i]
+        hit = (self.head[i] == head) & (self.keys[cand] == keys).all(axis=1) & ~np.asarray(null, bool)
+        return np.where(hit, cand, -1).astype(np.int64)
 
 
 def _fixed(keys: np.ndarray) -> pa.Array:
@@ -148,8 +171,9 @@ class TokenCache:
         """The source's complete parts (a killed write's temporary file is not one), sorted."""
         return [k for k in self.storage.list(self.folder(source)) if _PART.fullmatch(k.rsplit("/", 1)[-1])]
 
-    def locate(self, source: str, parts: list[str], keys: np.ndarray, null: np.ndarray) -> SourceHits:
-        """Match each raw row's text key against the source's parts (`parts`, from `parts`)."""
+    def locate(self, source: str, parts: list[str], chunks: Iterable[tuple[np.ndarray, np.ndarray]]) -> SourceHits:
+        """Match the raw rows' text keys, given a chunk at a time as (keys, null mask) in row order
+        (`hash_chunk`'s results), against the source's parts (`parts`, from `parts`)."""
         cached, starts = [], [0]
         for k in parts:
             with _open_part(self.storage, k) as f:
@@ -158,13 +182,13 @@ class TokenCache:
                     raise ValueError(f"{self.storage.uri(k)}: not a token-id part of cache key {self.key} "
                                      f"(its metadata: {md!r}); delete {self.storage.uri(self.folder(source))}")
                 col = f.read(columns=["key"], use_threads=False).column("key").combine_chunks()
-            cached.append(col)
+            cached.append(np.frombuffer(col.buffers()[1], np.uint8)[col.offset * KEY_BYTES:][: len(col) * KEY_BYTES])
             starts.append(starts[-1] + len(col))
-        value_set = pa.concat_arrays(cached) if cached else pa.array([], pa.binary(KEY_BYTES))
-        at = pc.index_in(_fixed(keys), value_set=value_set)
-        pos = at.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-        pos[np.asarray(null, bool)] = -1
-        return SourceHits(list(parts), np.asarray(starts, np.int64), pos)
+        index = _KeyIndex(np.concatenate(cached).reshape(-1, KEY_BYTES) if cached else np.zeros((0, KEY_BYTES), np.uint8))
+        del cached
+        pos = [index.lookup(keys, null) for keys, null in chunks]
+        return SourceHits(list(parts), np.asarray(starts, np.int64),
+                          np.concatenate(pos) if pos else np.zeros(0, np.int64))
 
     def write(self, source: str, keys: np.ndarray, n_bytes: np.ndarray, tokens: np.ndarray, lengths: np.ndarray,
               separator_id: Optional[int]) -> Optional[str]:

@@ -5,6 +5,8 @@ Pass 1 (map/reduce on `core/engine`): per source and round, the wanted rows of i
 `encode_chunk` runs on each as a map task (in process or on Ray: pure, it loads the tokenizer by
 path + sha256 once per process) and returns the wanted documents' ids as one flat array + lengths;
 results come back in chunk order and the reduce appends them to a local spill file (one dtype array).
+A document whose text is in the token-id cache (idcache.py) is read from it instead of encoded, and each
+encoded chunk is stored there as it arrives: the same ids per document, so the same bytes, with or without it.
 Train documents are read in rounds: only as many as the budget fill needs (estimated from byte
 counts, then corrected with the observed bytes/token), so the excess headroom is not encoded;
 the final selection depends only on true token counts, never on the estimate.
@@ -366,9 +368,6 @@ class EncodedChunk:
     doc_bytes: Optional[np.ndarray] = None  # int64 UTF-8 bytes per document, with text_keys
 
 
-_text_batches = encoding.text_batches  # (moved to encoding.py, the cache's code identity)
-
-
 def encode_chunk(chunk: EncodeChunk, params: EncodeParams) -> EncodedChunk:
     """The per-document map work of token_shards: read the row range, tokenise its wanted rows (pure).
 
@@ -452,13 +451,9 @@ class _EncodeMap:
             return every
         if source not in self.hits:
             parts = self.cache.parts(source)
-            if parts:
-                got = list(engine.map_chunks(idcache.hash_chunk, self._ranges(path), self.eng))
-                keys = np.concatenate([k for k, _ in got]) if got else np.zeros((0, idcache.KEY_BYTES), np.uint8)
-                null = np.concatenate([n for _, n in got]) if got else np.zeros(0, bool)
-                del got
-                self.hits[source] = self.cache.locate(source, parts, keys, null)
-                del keys, null
+            if parts:  # every raw row's text key, matched a chunk at a time as the hash tasks return
+                self.hits[source] = self.cache.locate(
+                    source, parts, engine.map_chunks(idcache.hash_chunk, self._ranges(path), self.eng))
             else:
                 self.hits[source] = None
         hits = self.hits[source]

@@ -162,8 +162,10 @@ def test_the_cache_key_names_what_decides_the_ids(tmp_path):
     # ids with separators (7) as the spill holds them: stored without, read back with the separator asked for
     name = a.write("web", keys[:2], np.array([1, 1]), np.array([5, 6, 7, 9, 7], np.uint16), np.array([3, 2]), 7)
     assert name and a.write("web", keys[:2], np.array([1, 1]), np.array([5, 6, 7, 9, 7]), np.array([3, 2]), 7) is None
-    hits = a.locate("web", a.parts("web"), idcache.text_keys(pa.array(["y", "z", "x"])), np.zeros(3, bool))
-    assert hits.pos.tolist() == [1, -1, 0]
+    got = [(idcache.text_keys(pa.array(["y", "z"])), np.zeros(2, bool)),
+           (idcache.text_keys(pa.array(["x", "x"])), np.array([False, True]))]  # a second chunk; a null text
+    hits = a.locate("web", a.parts("web"), iter(got))
+    assert hits.pos.tolist() == [1, -1, 0, -1]
     (at, ids, lens, nbytes), = hits.read(st, np.array([2, 0]), a.dtype, None)
     assert at.tolist() == [0, 1] and ids.tolist() == [5, 6, 9] and lens.tolist() == [2, 1] and nbytes == 2
     # a part of another key in this key's folder is refused, naming it
@@ -172,7 +174,7 @@ def test_the_cache_key_names_what_decides_the_ids(tmp_path):
     bad = Path(tmp_path, other.folder("web")).glob("part-*.parquet").__next__()
     os.replace(bad, Path(tmp_path, a.folder("web"), bad.name))
     with pytest.raises(ValueError, match=r"part-[0-9a-f]{16}\.parquet: not a token-id part of cache key"):
-        a.locate("web", a.parts("web"), keys, np.zeros(3, bool))
+        a.locate("web", a.parts("web"), [(keys, np.zeros(3, bool))])
 
 
 _KILLED = """
@@ -216,3 +218,10 @@ def test_a_sigkilled_build_resumes_with_the_parts_it_wrote(tmp_path):
     assert res.cache_docs == {s: (h, m) for s, (h, m) in res.cache_docs.items()} and \
         {s: h + m for s, (h, m) in res.cache_docs.items()} == {s: m for s, (_, m) in ref.cache_docs.items()}
     assert f"encoded {miss:,} documents, {hit:,} from the token cache" in line
+
+
+def test_keys_sharing_their_first_8_bytes_never_match_the_wrong_document():
+    a, b, c = (np.frombuffer(bytes(8) + bytes([i]) * 8, np.uint8) for i in (1, 2, 3))
+    index = idcache._KeyIndex(np.stack([a, b]))
+    assert index.lookup(np.stack([b, a, c]), np.zeros(3, bool)).tolist() == [-1, 0, -1]  # b: a miss, not a
+    assert idcache._KeyIndex(np.stack([b])).lookup(np.stack([b, a]), np.zeros(2, bool)).tolist() == [0, -1]
