@@ -87,7 +87,7 @@ def child(variant: str, cfg: str, code: str) -> dict:
 
         kind, n = variant.split("-")
         eng = engine.Engine(kind=kind, num_cpus=int(n))
-        kw = {"eng": eng}
+        kw = {"eng": eng, "token_cache": False}  # every variant encodes (not the token-id cache's reads)
         if kind == "ray":
             import ray
 

@@ -77,6 +77,12 @@ RENDERED_SAMPLES = "tokens/rendered_samples.md"
 # token_shards: per split, every document appearance in stream order (start token, tokens, source, doc_id),
 #   so a sample's segments are labelled with their documents (stages/tokens/samples.py); reviewed, never published
 STREAM_DOCS = "tokens/stream_docs/{split}.parquet"
+# token_shards' token-id cache (stages/tokens/idcache.py): per source, immutable parts of key (blake2b-128 of a
+#   document's UTF-8 text, fixed_size_binary(16)), n_bytes (int64), ids (binary: the tokenizer's ids, no
+#   separator, in the mix dtype, little-endian); <key> = hash of the tokenizer file's sha256, the encoding code
+#   and the id-deciding parameters; <name> = hash of the part's keys. Never published; delete the folder to clear
+TOKEN_CACHE_DIR = "tokens/cache"
+TOKEN_CACHE_PART = TOKEN_CACHE_DIR + "/{key}/{source}/part-{name}.parquet"
 MANIFEST = "mix/manifest.json"
 MIX_DEDUP_KEYS = "mix/review/dedup_keys.parquet"
 MIX_EXCLUSION_MASKS = "mix/review/exclusion_masks.parquet"

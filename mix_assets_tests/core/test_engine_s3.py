@@ -127,4 +127,10 @@ def test_dedup_disjoint_scan_and_token_shards_on_s3_with_ray_write_the_local_byt
     assert len(keys) > 3
     for k in keys:
         assert remote.read_bytes(k) == local.read_bytes(k), k
+    # again: every document's ids read from the token-id cache parts stored on S3 (range GETs), same bytes
+    again = shards.build_token_shards(remote, spec, eng=RAY2)
+    assert again.cache_docs and all(m == 0 < h for h, m in again.cache_docs.values())
+    assert remote.list(layout.TOKEN_CACHE_DIR)
+    for k in keys:
+        assert remote.read_bytes(k) == local.read_bytes(k), k
     assert not _raw_downloads(tmp_path / "cache")  # only row-group ranges were read, never a whole raw file

@@ -6,6 +6,8 @@ published shards (their bytes are format/shards.py's).
   metadata.py   what the UI shows, with the rendered samples
   tokenizer.py  the mix tokenizer: from the hub, a local file, or trained
   shards.py     encode (map) and pack (reduce) into train/val shards, bounded memory
+  encoding.py   texts to token ids (the code the token-id cache is keyed by)
+  idcache.py    the token-id cache: ids of already-encoded text, per source, reused across builds
   packing.py    budget fill, stream order and contiguous packing into fixed-length samples
   samples.py    the seeded samples read back from the shards, decoded and marked, for the UI
   bytelevel.py  byte-level BPE decoding as a table gather

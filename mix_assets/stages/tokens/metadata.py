@@ -38,10 +38,23 @@ def token_shards(storage, key: str, res, elapsed: float) -> dict:
         "doc_index_bytes": sum(sh.doc_index["bytes"] for sp in (tr, va) for sh in sp.shards if sh.doc_index),
         "train_seam_share": share(tr.seam_rate),
         "val_seam_share": share(va.seam_rate),
-        "encoded_mb": round(mb, 3),
+        "encoded_mb": round(mb, 3),  # text actually tokenised (documents from the token cache not counted)
         "encode_mb_per_second": round(mb / elapsed, 3) if elapsed else 0.0,
         "elapsed_seconds": seconds(elapsed),
+        **token_cache(res),
         **per_source(res.to_json()["sources"]),
+    }
+
+
+def token_cache(res) -> dict:
+    """What the token-id cache (stages/tokens/idcache.py) saved: documents read from it and encoded, per source."""
+    hit, miss = (sum(v[i] for v in res.cache_docs.values()) for i in (0, 1))
+    return {
+        "encoded_documents": miss,
+        "cached_documents": hit,
+        "token_cache": dg.MetadataValue.json({
+            "key": res.cache_key, "tokenizer_sha256": res.tokenizer_sha256,
+            "sources": {s: {"cached": h, "encoded": m} for s, (h, m) in sorted(res.cache_docs.items())}}),
     }
 
 

@@ -5,6 +5,8 @@ Pass 1 (map/reduce on `core/engine`): per source and round, the wanted rows of i
 `encode_chunk` runs on each as a map task (in process or on Ray: pure, it loads the tokenizer by
 path + sha256 once per process) and returns the wanted documents' ids as one flat array + lengths;
 results come back in chunk order and the reduce appends them to a local spill file (one dtype array).
+A document whose text is in the token-id cache (idcache.py) is read from it instead of encoded, and each
+encoded chunk is stored there as it arrives: the same ids per document, so the same bytes, with or without it.
 Train documents are read in rounds: only as many as the budget fill needs (estimated from byte
 counts, then corrected with the observed bytes/token), so the excess headroom is not encoded;
 the final selection depends only on true token counts, never on the estimate.
@@ -19,6 +21,7 @@ are int64/uint64 arrays, a few tens of bytes per document): no Python object is 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -37,6 +40,7 @@ from tokenizers import Tokenizer
 from mix_assets.core import engine, layout, scratch, tables, transport
 from mix_assets.core.seeded import unit_hash
 from mix_assets.format.shards import ShardWriter, dtype_for_vocab, shard_bytes, token_dtype
+from mix_assets.stages.tokens import encoding, idcache
 from mix_assets.stages.tokens.packing import (
     Appearances,
     Packer,
@@ -104,6 +108,20 @@ class ShardsResult:
     encoded_bytes: int = 0  # UTF-8 bytes of text encoded
     encoded_tokens: int = 0  # ids produced by the tokenizer (separators excluded)
     rounds: dict[str, int] = field(default_factory=dict)
+    cache_key: Optional[str] = None  # the token-id cache used (idcache.cache_key), None without one
+    tokenizer_sha256: Optional[str] = None
+    # per source: documents whose ids came from the token-id cache and documents encoded
+    cache_docs: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def cache_line(self) -> str:
+        """What the token-id cache saved, for the log."""
+        hit, miss = (sum(v[i] for v in self.cache_docs.values()) for i in (0, 1))
+        under = f"tokenizer {(self.tokenizer_sha256 or '?')[:12]}"
+        if self.cache_key is None:
+            return f"encoded {miss:,} documents (no token cache)"
+        return (f"encoded {miss:,} documents, {hit:,} from the token cache (ids of unchanged text under {under}, "
+                f"cache key {self.cache_key[:12]}); per source: "
+                + ", ".join(f"{s} {h:,} cached / {m:,} encoded" for s, (h, m) in sorted(self.cache_docs.items())))
 
     def to_json(self, packing: Optional[dict] = None) -> dict:
         return {
@@ -155,6 +173,7 @@ class _SourceDocs:
     n_val: int
     n_bytes: np.ndarray  # int64 UTF-8 bytes per document (val, then train in selection order)
     rows: Optional[np.ndarray] = None  # int64 row of each document in the raw Parquet (read once)
+    name: Optional[str] = None  # the source (the token-id cache is per source)
     offset: np.ndarray = field(init=False)  # int64 spill offset per document (-1 = not encoded)
     length: np.ndarray = field(init=False)  # int64 tokens per document, separator included
     apps: Optional[Appearances] = None  # the budget fill, positions in the train documents
@@ -250,6 +269,7 @@ def _encode_sources(budgets, per_source: dict[str, _SourceDocs], raw_paths, enc:
             done[s], rounds[s] = upto, rounds[s] + 1
         for s in [s for s in active if s not in {r[0] for r in reads}]:  # finished: budget met or exhausted
             active.remove(s)
+            enc.forget(s)
             sd, b = per_source[s], budgets[s]
             result.rounds[s] = rounds[s]
             n_unique, sd.apps = fill_budget(s, sd.length[sd.n_val : sd.n_val + done[s]], b.unique_budget,
@@ -325,6 +345,7 @@ class EncodeParams:
     separator_id: Optional[int]
     batch_docs: int
     batch_chars: int = ENCODE_BATCH_CHARS
+    text_keys: bool = False  # also return each document's text key and bytes (for the token-id cache)
 
 
 @dataclass(frozen=True)
@@ -343,18 +364,8 @@ class EncodedChunk:
     lengths: np.ndarray  # int64 per document, separator included
     text_bytes: int  # UTF-8 bytes encoded
     encoded_tokens: int  # ids from the tokenizer (separators excluded)
-
-
-def _text_batches(texts: list[str], batch_docs: int, batch_chars: int) -> Iterator[list[str]]:
-    batch, chars = [], 0
-    for t in texts:
-        batch.append(t)
-        chars += len(t)
-        if len(batch) >= batch_docs or chars >= batch_chars:
-            yield batch
-            batch, chars = [], 0
-    if batch:
-        yield batch
+    keys: Optional[np.ndarray] = None  # (documents, 16) uint8 text keys (idcache.text_keys), with text_keys
+    doc_bytes: Optional[np.ndarray] = None  # int64 UTF-8 bytes per document, with text_keys
 
 
 def encode_chunk(chunk: EncodeChunk, params: EncodeParams) -> EncodedChunk:
@@ -368,68 +379,102 @@ def encode_chunk(chunk: EncodeChunk, params: EncodeParams) -> EncodedChunk:
     if texts.null_count:
         i = int(np.flatnonzero(texts.is_null().to_numpy(zero_copy_only=False))[0])
         raise ValueError(f"{chunk.rows.path}: document {t.column('doc_id')[i].as_py()!r}: field text is null")
-    dtype = token_dtype(params.dtype)
-    sep = params.separator_id
-    flats, lens = [], []
-    for batch in _text_batches(texts.to_pylist(), params.batch_docs, params.batch_chars):
-        # one flat list per batch, separators appended in place: each document's id list is freed
-        # at once (no list of lists for the cyclic GC to walk, no np.insert copy)
-        ids: list[int] = []
-        for e in tok.encode_batch_fast(batch, add_special_tokens=False):
-            doc = e.ids
-            ids += doc
-            lens.append(len(doc))
-            if sep is not None:
-                ids.append(sep)
-        flats.append(np.array(ids, dtype))
-    n = np.array(lens, np.int64)
-    flat = np.concatenate(flats) if flats else np.zeros(0, dtype)
-    if sep is not None:
-        n += 1
+    flat, n = encoding.encode_texts(tok, texts.to_pylist(), token_dtype(params.dtype), params.separator_id,
+                                    params.batch_docs, params.batch_chars)
     out = EncodedChunk(flat, n, int(pc.sum(pc.binary_length(texts)).as_py() or 0),
-                       len(flat) - (len(n) if sep is not None else 0))
-    del t, texts, flats
+                       len(flat) - (len(n) if params.separator_id is not None else 0))
+    if params.text_keys:  # what the token-id cache stores the documents under
+        out.keys = idcache.text_keys(texts)
+        out.doc_bytes = pc.binary_length(texts).to_numpy(zero_copy_only=False).astype(np.int64)
+    del t, texts
     tables.release_unused()  # the encoder's freed pages, kept per thread by glibc, else grow with the run
     return out
 
 
 # -- the reduce side of the map: spill the results in chunk order ------------------------------------
 class _EncodeMap:
-    """Runs `encode_chunk` over a file's wanted rows on the engine, appends the ids to the spill."""
+    """Runs `encode_chunk` over a file's wanted rows on the engine, appends the ids to the spill.
 
-    def __init__(self, spill: _Spill, params: EncodeParams, eng: engine.Engine, log=None):
-        self.spill, self.eng = spill, eng
+    With a `cache` (idcache.TokenCache), rows whose text is in the source's cache are read from it instead
+    (looked up once per source, at its first read), and every encoded chunk is stored there as a new part
+    as soon as its result arrives: a killed build loses at most the chunks in flight."""
+
+    def __init__(self, spill: _Spill, params: EncodeParams, eng: engine.Engine, log=None,
+                 cache: Optional[idcache.TokenCache] = None):
+        self.spill, self.eng, self.cache = spill, eng, cache
+        self.params = params = dataclasses.replace(params, text_keys=cache is not None)
         self.fn = functools.partial(encode_chunk, params=params)
         self.bytes = 0
         self.tokens = 0
         self.row_ranges: dict = {}
+        self.hits: dict[str, Optional[idcache.SourceHits]] = {}  # per source, while it is read
+        self.cache_docs: dict[str, list[int]] = {}  # per source: [documents from the cache, documents encoded]
         self.progress = Progress(log, "token_shards encode", total_docs=0, total_bytes=0) if log else None
 
     def encode(self, jobs: list[tuple]) -> list[tuple[np.ndarray, np.ndarray, int, int]]:
-        """For each (file, rows (raw rows, ascending, unique), n_bytes): (spill offset and length of each
-        row, text bytes, tokens). ONE map over the jobs' chunks, in job order then file order."""
+        """For each (file, rows (raw rows, ascending, unique), their n_bytes, source): (spill offset and length
+        of each row, text bytes, tokens). ONE map over the jobs' chunks, in job order then file order."""
+        out = [(np.empty(len(r), np.int64), np.empty(len(r), np.int64), [0, 0, 0]) for _, r, _, _ in jobs]
+        misses = [self._from_cache(job, out[j]) for j, job in enumerate(jobs)]
         chunks, job_of = [], []
-        for j, (path, rows, _) in enumerate(jobs):
+        for j, ((path, rows, _, _), miss) in enumerate(zip(jobs, misses)):
             for rng in self._ranges(path):
                 lo, hi = np.searchsorted(rows, [rng.start, rng.stop])
-                if hi > lo:
-                    chunks.append(EncodeChunk(rng, rows[lo:hi] - rng.start))
-                    job_of.append(j)
+                m = miss[(miss >= lo) & (miss < hi)]
+                if len(m):
+                    chunks.append(EncodeChunk(rng, rows[m] - rng.start))
+                    job_of.append((j, m))
         if self.progress:  # the ETA covers the rounds planned so far
-            self.progress.total_docs += sum(len(r) for _, r, _ in jobs)
-            self.progress.total_bytes += sum(n for _, _, n in jobs)
-        out = [(np.empty(len(r), np.int64), np.empty(len(r), np.int64), [0, 0, 0]) for _, r, _ in jobs]
-        for j, got in zip(job_of, engine.map_chunks(self.fn, chunks, self.eng)):
+            self.progress.total_docs += sum(len(m) for m in misses)
+            self.progress.total_bytes += sum(int(n[m].sum()) for (_, _, n, _), m in zip(jobs, misses))
+        for (j, m), got in zip(job_of, engine.map_chunks(self.fn, chunks, self.eng)):
             offsets, lengths, acc = out[j]
-            at, k = acc[0], len(got.lengths)
-            offsets[at : at + k] = self.spill.append(got.tokens) + np.cumsum(got.lengths) - got.lengths
-            lengths[at : at + k] = got.lengths
-            acc[0], acc[1], acc[2] = at + k, acc[1] + got.text_bytes, acc[2] + got.encoded_tokens
+            offsets[m] = self.spill.append(got.tokens) + np.cumsum(got.lengths) - got.lengths
+            lengths[m] = got.lengths
+            acc[1], acc[2] = acc[1] + got.text_bytes, acc[2] + got.encoded_tokens
             self.bytes += got.text_bytes
             self.tokens += got.encoded_tokens
+            if self.cache is not None:
+                self.cache.write(jobs[j][3], got.keys, got.doc_bytes, got.tokens, got.lengths,
+                                 self.params.separator_id)
             if self.progress:
-                self.progress.update(docs=k, bytes=got.text_bytes, tokens=got.encoded_tokens)
+                self.progress.update(docs=len(m), bytes=got.text_bytes, tokens=got.encoded_tokens)
         return [(o, n, acc[1], acc[2]) for o, n, acc in out]
+
+    def _from_cache(self, job: tuple, into: tuple) -> np.ndarray:
+        """Fill `into` for the job's rows found in the cache; the indices (into the job's rows) of the rest."""
+        path, rows, _, source = job
+        every = np.arange(len(rows), dtype=np.int64)
+        counts = self.cache_docs.setdefault(source, [0, 0])
+        if self.cache is None:
+            counts[1] += len(rows)
+            return every
+        if source not in self.hits:
+            parts = self.cache.parts(source)
+            if parts:  # every raw row's text key, matched a chunk at a time as the hash tasks return
+                self.hits[source] = self.cache.locate(
+                    source, parts, engine.map_chunks(idcache.hash_chunk, self._ranges(path), self.eng))
+            else:
+                self.hits[source] = None
+        hits = self.hits[source]
+        hit = np.zeros(len(rows), bool) if hits is None else hits.pos[rows] >= 0
+        counts[0] += int(hit.sum())
+        counts[1] += int(len(rows) - hit.sum())
+        if hit.any():
+            offsets, lengths, acc = into
+            sep = self.params.separator_id
+            hit_at = np.flatnonzero(hit)
+            for at, ids, lens, nbytes in hits.read(self.cache.storage, rows[hit_at], self.cache.dtype, sep):
+                at = hit_at[at]
+                offsets[at] = self.spill.append(ids) + np.cumsum(lens) - lens
+                lengths[at] = lens
+                acc[1] += nbytes
+                acc[2] += len(ids) - (len(lens) if sep is not None else 0)
+        return every[~hit]
+
+    def forget(self, source: str) -> None:
+        """The source is read: drop its cache positions."""
+        self.hits.pop(source, None)
 
     def _ranges(self, path) -> list[engine.RowRange]:
         """The file's row ranges (its footer read once per build, not once per round)."""
@@ -489,7 +534,7 @@ def _read_sources(reads: list[tuple], enc: _EncodeMap) -> list[tuple[int, int]]:
                              f"documents: rebuild validation_split")
         unique_rows, first = np.unique(rows, return_index=True)
         plans.append((unique_rows, rows))
-        jobs.append((path, unique_rows, int(sd.n_bytes[wanted[first]].sum())))
+        jobs.append((path, unique_rows, sd.n_bytes[wanted[first]], sd.name))
     got = iter(enc.encode(jobs))
     out = []
     for (_, sd, wanted), plan in zip(reads, plans):
@@ -519,6 +564,7 @@ def build_shards(
     bytes_per_token_guess: float = 4.0,
     eng: engine.Engine = engine.Engine(),
     log=None,
+    cache: Optional[idcache.TokenCache] = None,
 ) -> ShardsResult:
     """Encode (map tasks on `eng`), fill budgets, pack and write `mix/train/*.bin` and `mix/val/*.bin`
     through `storage`. `raw_paths` values are local paths or `engine.FileAt`s (every task opens its own
@@ -545,7 +591,7 @@ def build_shards(
     with tempfile.TemporaryDirectory(prefix=scratch.owner_prefix(SPILL), dir=scratch_dir) as tmp:
         spill = _Spill(os.path.join(tmp, "spill.bin"), np_dtype)
         params = EncodeParams(tokenizer, dtype, plan.separator_id, plan.encode_batch_docs)
-        enc = _EncodeMap(spill, params, eng, log)
+        enc = _EncodeMap(spill, params, eng, log, cache)
 
         # per source: val documents (all), then train documents in selection order, as columns
         per_source: dict[str, _SourceDocs] = {}
@@ -560,7 +606,7 @@ def build_shards(
                                 np.int64)
             order = _selection_order(plan.seed, ids)
             per_source[s] = _SourceDocs(pa.concat_arrays([val_ids, ids.take(pa.array(order))]), len(val_ids),
-                                        np.concatenate([val_nb, nb[order]]))
+                                        np.concatenate([val_nb, nb[order]]), name=s)
         del split
         tables.release_unused()  # the split table's and the selection sort's freed pages, before the encode
 
@@ -572,6 +618,9 @@ def build_shards(
         finally:
             spill.close()
         result.encoded_bytes, result.encoded_tokens = enc.bytes, enc.tokens
+        result.cache_docs = {s: (h, m) for s, (h, m) in sorted(enc.cache_docs.items())}
+        if cache is not None:
+            result.cache_key, result.tokenizer_sha256 = cache.key, cache.meta["tokenizer_sha256"]
         reader = spill.reader()
 
         try:
@@ -664,13 +713,15 @@ def packing_plan(spec, tok: Tokenizer) -> PackingPlan:
 
 
 def build_token_shards(storage, spec, scratch_dir: Optional[str] = None, eng: engine.Engine = engine.Engine(),
-                       log=None) -> ShardsResult:
+                       log=None, token_cache: bool = True) -> ShardsResult:
     """Shards of the mix described by `spec` (a MixSpec) and `tokens/shard_stats.json`.
 
     The per-document work runs as map tasks on `eng` (core/engine.py); with `log` (an object with
     `info`) it logs progress lines. In-process tasks use `spec.packing.threads` Rust threads unless
     RAYON_NUM_THREADS is already set (it only takes effect before the process's first parallel
     encode), one each when the engine runs them in parallel; outputs do not depend on either.
+    Documents whose ids are in the token-id cache under the storage root (idcache.py; `token_cache=False`:
+    not used) are read from it, not encoded; the outputs are the same bytes either way.
     """
     os.environ.setdefault("RAYON_NUM_THREADS", str(spec.packing.threads))
     tok_at = tables.file_at(storage, layout.TOKENIZER_FILE)
@@ -685,11 +736,14 @@ def build_token_shards(storage, spec, scratch_dir: Optional[str] = None, eng: en
     raw = tables.raw_files(storage, [s.name for s in spec.sources])
     # local copies of S3 uploads a killed build left behind
     scratch.sweep(storage.cache_dir or tempfile.gettempdir(), UPLOAD)
+    dtype = dtype_for_vocab(tok.get_vocab_size(with_added_tokens=True))
+    cache = idcache.TokenCache(storage, tokenizer.sha256, dtype) if token_cache else None
     result = build_shards(
-        tokenizer, storage.source(layout.VALIDATION_SPLIT), raw, budgets, plan,
-        dtype_for_vocab(tok.get_vocab_size(with_added_tokens=True)), storage, scratch_dir,
-        bytes_per_token_guess=spec.tokenizer.bytes_per_token_fallback, eng=eng, log=log,
+        tokenizer, storage.source(layout.VALIDATION_SPLIT), raw, budgets, plan, dtype, storage, scratch_dir,
+        bytes_per_token_guess=spec.tokenizer.bytes_per_token_fallback, eng=eng, log=log, cache=cache,
     )
+    if log is not None:
+        log.info(f"token_shards: {result.cache_line()}")
     storage.write_text(layout.SHARD_STATS, json.dumps(result.to_json(plan.to_json()), indent=1) + "\n")
     return result
 

@@ -57,6 +57,7 @@ def _outputs(root: Path) -> dict[str, bytes]:
 def _build(upstream, engine: eng.Engine) -> tuple[dict[str, bytes], tuple, list[str]]:
     root, spec, st = upstream
     log = LogLines()
+    st.delete_prefix(layout.TOKEN_CACHE_DIR)  # every build encodes every document (test_token_cache.py: with it)
     res = shards.build_token_shards(st, spec, eng=engine, log=log)
     counts = (res.encoded_bytes, res.encoded_tokens, res.rounds,
               {s: r.encoded_train_documents for s, r in res.sources.items()})
@@ -66,7 +67,8 @@ def _build(upstream, engine: eng.Engine) -> tuple[dict[str, bytes], tuple, list[
 def test_same_bytes_with_1_2_4_threads_and_any_chunk_size(upstream):
     want, counts, lines = _build(upstream, BASE)
     assert len(want) > 3 and counts[1] > 0
-    assert lines[-1].startswith("token_shards encode: ") and "done in" in lines[-1]
+    assert lines[-2].startswith("token_shards encode: ") and "done in" in lines[-2]
+    assert lines[-1].startswith("token_shards: encoded ") and ", 0 from the token cache" in lines[-1]
     for name, e in LOCAL.items():
         got, got_counts, _ = _build(upstream, e)
         assert got == want, name
@@ -150,6 +152,7 @@ def test_each_round_is_one_map_over_every_source(upstream, monkeypatch):
         return real(fn, chunks, engine)
 
     monkeypatch.setattr(eng, "map_chunks", spy)
+    st.delete_prefix(layout.TOKEN_CACHE_DIR)  # every document encoded (no lookup map)
     res = shards.build_token_shards(st, spec, eng=LOCAL["local-2"])
     assert len(calls) == 1 + max(res.rounds.values())
     raw = {str(st.local_path(layout.RAW_DOCS.format(source=s.name))) for s in spec.sources}
