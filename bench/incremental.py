@@ -25,6 +25,8 @@ STEP_START -> STEP_SUCCESS):
          the rerun can take it over 3 s after the kill instead of 30: core/runlock.py)
   e      the rerun on root A: its token_shards seconds beside e0's, its fingerprint beside f's
   f      from scratch on an empty root, the data of e
+Every root has its own cache_dir and publish folder, so a, d and f start cold (no eval cache either) and
+b, c, e reuse whatever the code keeps under root A. `--runs` leaves out b, d or e (the unit test runs a, c, d).
 "Reused": steps with a log line saying "reused" (the cache hits issue 27 adds), counted per run from the
 event log; their seconds in b (where every step could be a hit) bound the cost of computing and checking
 keys from above.
@@ -408,7 +410,7 @@ def main() -> None:
     ap.add_argument("--kill-at", type=float, default=0.5,
                     help="SIGKILL this fraction of the uninterrupted (e0) token_shards seconds after its STEP_START")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds to wait for token_shards to start in e-kill")
-    ap.add_argument("--runs", nargs="+", choices=["b", "d", "e"], default=["b", "d", "e"],
+    ap.add_argument("--runs", nargs="*", choices=["b", "d", "e"], default=["b", "d", "e"],
                     help="optional runs beside a and c: b, d, and e (e0, e-kill, e, f); the unit test leaves out b and e")
     ap.add_argument("--quick", action="store_true",
                     help="a 1 MB corpus, writes bench/out/incremental/quick.md (checks that the script works)")
@@ -417,6 +419,8 @@ def main() -> None:
     ap.add_argument("--bytes-per-token", type=float, default=4.0, help="tokenizer.bytes_per_token_fallback")
     ap.add_argument("--out", type=Path, default=OUT, help="generated corpora, storage roots, logs")
     ap.add_argument("--results", type=Path, default=None, help=f"report file (default {RESULTS})")
+    ap.add_argument("--append", action="store_true",
+                    help="append this run to --results instead of replacing it")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -443,7 +447,10 @@ def main() -> None:
                       "", "Figures beside their references (ratios):", "", *[f"- {x}" for x in figs], "",
                       *sections])
     a.results.parent.mkdir(parents=True, exist_ok=True)
-    a.results.write_text(head + "\n" + body)
+    if a.append and a.results.exists():
+        a.results.write_text(a.results.read_text().rstrip("\n") + "\n\n" + body)
+    else:
+        a.results.write_text(head + "\n" + body)
     print(f"/proc/loadavg at end: {load1}; wrote {a.results}")
 
 
