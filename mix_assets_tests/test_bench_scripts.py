@@ -159,3 +159,23 @@ def test_graph_bench_names_the_first_step_that_failed_with_an_error():
     assert first_error(r) == {"step": "broken", "error": "ValueError: evals/hellaswag: not found"}
     gated = dg.materialize([first, broken, first_is_fine], raise_on_error=False, selection=[first, first_is_fine])
     assert not gated.success and first_error(gated) is None
+
+
+@pytest.mark.slow
+def test_incremental_bench_quick_run_writes_its_report(tmp_path):
+    # bench/incremental.py --quick on the in-repo fixture, without its optional runs b (no-change) and e
+    # (kill and resume: four more builds): the full build, the rebuild after the append, the from-scratch
+    # build of the changed data, and the report with the figures the lead re-runs it for.
+    env = {**os.environ, "PYTHONPATH": str(BENCH.parent), "MIX_SHARED_DATA": str(FIXTURE)}
+    r = subprocess.run([sys.executable, str(BENCH / "incremental.py"), "--quick", "--runs", "d", "--out", str(tmp_path)],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    report = (tmp_path / "quick.md").read_text()
+    assert "bench/incremental.py --quick --runs d" in report and "/proc/loadavg at start" in report
+    assert "(c) rebuild after appending" in report and "vs target ≤ 0.35" in report
+    assert "(d) from scratch on the data of (c): published fingerprint **equal**" in report, report
+    assert "| a: full build, empty root | published |" in report
+    assert "| c: rebuild after +2 % to part_a | published |" in report
+    assert "| `token_shards` |" in report
+    result = (tmp_path / "1mb" / "result.json").read_text()
+    assert '"c"' in result and '"d"' in result
