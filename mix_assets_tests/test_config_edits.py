@@ -32,6 +32,7 @@ import yaml
 from mix_assets.config import MixSpec, load_spec
 from mix_assets.core.spec import Strict
 from mix_assets.definitions import build_definitions
+from mix_assets.stages.common import NO_REUSE_ENV
 from mix_assets.stages.manifest.builder import review_config_json
 from mix_assets_tests.test_integrity_lineage import failures, latest, materialize, private_demo, published
 
@@ -302,6 +303,8 @@ def test_every_field_an_asset_reads_changes_its_code_version_or_an_upstream_one(
         return run
 
     graph = defs.resolve_asset_graph()
+    # every asset computes (a reused artifact reads no field), so the trace sees what a computation reads
+    monkeypatch.setenv(NO_REUSE_ENV, "1")
     monkeypatch.setattr(Strict, "__getattribute__", traced)
     monkeypatch.setattr(Strict, "model_dump", traced_dump(dump))
     monkeypatch.setattr(Strict, "model_dump_json", traced_dump(dump_json))

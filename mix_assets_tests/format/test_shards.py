@@ -70,6 +70,9 @@ NOT_SHARDS = {
     "_Spill.append", "_SpillReader.read",  # stages/tokens/shards.py: the encode spill (scratch, never published)
     "ByteDecoder.of", "ByteDecoder.texts", "ByteDecoder._redecode",  # stages/tokens/bytelevel.py: byte tables
     "perm_sha",  # reader: the hash of a shuffle permutation
+    # stages/tokens/idcache.py: the token-id cache (text keys, Arrow offsets, ids in format/shards' token_dtype;
+    # a cache under the storage root, never published)
+    "text_keys", "_fixed", "SourceHits.read", "TokenCache.locate", "TokenCache.write",
 }
 # Where shard bytes could be handled: the stages that write, check, publish or audit shards, and the reader.
 SHARD_USERS = ("reader", "stages/tokens", "stages/audit", "stages/manifest", "stages/publish", "stages/common.py",

@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 import tokenizers
 
 from mix_assets.core import engine, imports, layout, tables
+from mix_assets.format.shards import token_dtype
 from mix_assets.stages.tokens import encoding
 
 FORMAT = "mix_assets.token_ids/1"
@@ -159,7 +160,7 @@ class TokenCache:
     """One cache key's parts under a storage root (layout.TOKEN_CACHE_PART)."""
 
     def __init__(self, storage, tokenizer_sha256: str, dtype: str):
-        self.storage, self.dtype = storage, np.dtype(dtype).newbyteorder("<")
+        self.storage, self.dtype = storage, token_dtype(dtype)
         self.meta = describe(tokenizer_sha256, dtype)
         self.key = cache_key(self.meta)
         self._schema = SCHEMA.with_metadata({META_KEY: json.dumps(self.meta, sort_keys=True).encode()})
