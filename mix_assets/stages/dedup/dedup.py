@@ -7,8 +7,10 @@ and the parameters are unchanged. Reduce (`reduce_signatures`): LSH band by band
 (one band's columns in memory per band task), then a pass reading the text of the documents in
 candidate pairs only (one task per raw row group), whose shingle sets (8 B per distinct shingle of
 those documents, spilled to disk) verify every candidate by exact Jaccard (chunks of pairs as
-tasks); clusters and the keep rule in this process. The tasks run on the same engine as the map,
-results taken in task order, so the bytes do not depend on the worker count.
+tasks); clusters and the keep rule in this process. The verified Jaccards are stored per pair of
+sources (stages/dedup/pairs.py): a rerun compares only the candidate pairs they do not hold. The
+tasks run on the same engine as the map, results taken in task order, so the bytes do not depend on
+the worker count.
 
 exclusion_masks streams: `exclusion_batches` reads dedup_keys (sorted by doc_id) a batch at a time
 and unions each document's reasons (dedup's, contaminated, the filters' rules from `Rejections`;
