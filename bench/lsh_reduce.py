@@ -92,6 +92,8 @@ def measure(storage_root: Path, paths: dict, priorities: dict, workers: int) -> 
     storage = Storage(str(storage_root))
     new = "eng" in inspect.signature(dedup.reduce_signatures).parameters
     kw = {"eng": engine.Engine(num_cpus=workers)} if new else {}
+    if "reuse_pairs" in inspect.signature(dedup.reduce_signatures).parameters:
+        kw["reuse_pairs"] = False  # the storage is read only, and every run compares every pair
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
     base = _status("VmRSS")
     t, c = time.perf_counter(), time.process_time()

@@ -19,6 +19,11 @@ DEDUP_KEYS = "dedup/dedup_keys.parquet"
 # dedup_keys' map output per source (stages/dedup/signatures.py): doc_id, exact_key, n_shingles, n_chars, n_words,
 #   m000 .. m127 (uint32 MinHash values), raw row order; reused while raw/<source> and the dedup params hold
 DEDUP_SIGNATURES = "dedup/signatures/{source}.parquet"
+# dedup_keys' verified candidate pairs per pair of sources (stages/dedup/pairs.py): row_a, row_b (int64 raw rows
+#   of the two sources, names sorted), jaccard (float64 exact shingle Jaccard); <key> = sha256 of both sources'
+#   identities (name, rows, signature file metadata) and the shingling code. A cache: written once, never
+#   replaced, only spares comparisons (the output is a from-scratch reduce's); delete the folder to clear
+DEDUP_PAIRS = "dedup/pairs/{key}.parquet"
 
 # document_filters (stages/filters/decisions.py), per source in raw row order: doc_id, keep (bool), reason (first
 #   failing rule, null when kept: "gopher_quality:min_doc_words", "language:fr", ...), rules (list<str>, the

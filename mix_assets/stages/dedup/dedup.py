@@ -7,8 +7,10 @@ and the parameters are unchanged. Reduce (`reduce_signatures`): LSH band by band
 (one band's columns in memory per band task), then a pass reading the text of the documents in
 candidate pairs only (one task per raw row group), whose shingle sets (8 B per distinct shingle of
 those documents, spilled to disk) verify every candidate by exact Jaccard (chunks of pairs as
-tasks); clusters and the keep rule in this process. The tasks run on the same engine as the map,
-results taken in task order, so the bytes do not depend on the worker count.
+tasks); clusters and the keep rule in this process. The verified Jaccards are stored per pair of
+sources (stages/dedup/pairs.py): a rerun compares only the candidate pairs they do not hold. The
+tasks run on the same engine as the map, results taken in task order, so the bytes do not depend on
+the worker count.
 
 exclusion_masks streams: `exclusion_batches` reads dedup_keys (sorted by doc_id) a batch at a time
 and unions each document's reasons (dedup's, contaminated, the filters' rules from `Rejections`;
@@ -35,7 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mix_assets.core import chunks, engine, layout, tables
-from mix_assets.stages.dedup import lsh
+from mix_assets.stages.dedup import lsh, pairs
 from mix_assets.core import textkeys as tk
 from mix_assets.stages.audit.contamination import ordered_map
 from mix_assets.core.idset import UNSORTED, IdSet, unsorted_row
@@ -327,13 +329,15 @@ def stored_signatures(storage, sources: Mapping[str, str], raw_versions: Mapping
 
 def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[str, int],
                       params: DedupParams, rejected: Optional[pa.Array] = None,
-                      eng: Optional[engine.Engine] = None) -> tuple[pa.Table, dict]:
+                      eng: Optional[engine.Engine] = None, reuse_pairs: bool = True) -> tuple[pa.Table, dict]:
     """LSH banding over the stored signature files (one band's columns at a time), then clusters.
     The bands, the candidates' text pass (read + shingle sets, one task per raw row group) and the
     verification's chunks run as tasks on `eng` (default: this thread); the bytes do not depend on it.
 
     Held per document: doc_id and exact_key (Arrow), a few int64 arrays and the keep rule's sort
     keys; never the signature matrix (docs/scale.md gives the measured bytes per document).
+    With `reuse_pairs`, verified Jaccards are taken from and stored to layout.DEDUP_PAIRS per pair of
+    sources (stages/dedup/pairs.py): a rerun with one source changed compares only the pairs involving it.
     """
     b, r = params.bands_rows
     names = sorted(sources)
@@ -349,8 +353,11 @@ def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[s
     demoted = None if rejected is None else pc.is_in(doc_ids, value_set=rejected).to_numpy(zero_copy_only=False)
     with tempfile.TemporaryDirectory(prefix="dedup-shingles-") as spill:  # candidates' shingle sets, on disk
         sets = sig.shingle_reader(sources, first_row, params.shingle, spill, READ_BATCH_ROWS, eng)
+        known = pairs.PairStore.of(storage, names, stored.rows, params.shingle) if reuse_pairs else None
         res = lsh.dedup(doc_ids, labels, stored, nsh, nch, prio, b, r, params.threshold, shingle_sets=sets,
-                        demoted=demoted, eng=eng)
+                        demoted=demoted, eng=eng, cached=known.cached if known else None)
+    if known is not None:
+        known.store(*res.verified)
     # documents without words (so without a shingle) are keyed on their raw text: copies of it dropped
     wordless_exact_dup = int(np.count_nonzero(res.code[nsh == 0] == lsh.EXACT_DUP))
     del prio, nsh, nch, labels, demoted
@@ -369,6 +376,7 @@ def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[s
     stats = dict(res.stats, bands=b, rows=r, threshold=params.threshold, num_perm=params.num_perm)
     stats["per_source"] = _per_source_kills(names, src, res.code)
     stats["wordless_exact_dup"] = wordless_exact_dup
+    stats["pairs_reused"] = known.reused if known is not None else 0
     del cols, res, canon
     tables.release_unused()
     return table, stats

@@ -313,11 +313,54 @@ def _set_store(sets):
     return InMemorySets(*sets) if isinstance(sets, tuple) else sets
 
 
-def _reused_jaccard(sets, a: np.ndarray, b: np.ndarray, known: tuple) -> np.ndarray:
-    """sets.jaccard(a, b), taken from known = (ka, kb, sets.jaccard(ka, kb)) for the pairs (either way
-    round) compared already: the same numbers, each pair's sets compared once."""
+class Verifier:
+    """Exact Jaccard of pairs of documents (input indices), from `cached` where it knows them, else from the
+    shingle sets `shingle_sets(docs)` loads (a text pass); every value given is kept in `known`.
+
+    `cached(a, b)` -> (bool hit per pair, float64 values): Jaccards stored by an earlier run (a pure function
+    of the two texts and the shingle code, so a hit is the value a comparison would give). Sets are loaded
+    again only when a call needs a document the last load does not hold."""
+
+    def __init__(self, shingle_sets: Callable[[np.ndarray], object], cached=None):
+        self.shingle_sets, self.cached = shingle_sets, cached
+        self.docs: Optional[np.ndarray] = None
+        self.sets = None
+        self.known: list = []  # (a, b, jaccard) of every call
+        self.compared = 0  # pairs compared from shingle sets (not cached)
+
+    def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+        out = np.empty(len(a), np.float64)
+        todo = np.ones(len(a), bool)
+        if self.cached is not None and len(a):
+            hit, vals = self.cached(a, b)
+            out[hit] = vals[hit]
+            todo = ~hit
+        if todo.any():
+            ta, tb = a[todo], b[todo]
+            docs = np.unique(np.concatenate([ta, tb]))
+            if self.docs is None or not np.isin(docs, self.docs, assume_unique=True).all():
+                self.docs, self.sets = docs, _set_store(self.shingle_sets(docs))
+                if len(self.sets) != len(docs):
+                    raise ValueError(f"dedup: shingle_sets gave {len(self.sets)} sets for {len(docs)} documents")
+            out[todo] = self.sets.jaccard(np.searchsorted(self.docs, ta), np.searchsorted(self.docs, tb))
+            self.compared += len(ta)
+        self.known.append((a, b, out))
+        return out
+
+    def pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(a, b, jaccard) of every pair given so far (repeats included)."""
+        if not self.known:
+            e = np.zeros(0, np.int64)
+            return e, e, np.zeros(0, np.float64)
+        return tuple(np.concatenate(x) for x in zip(*self.known))
+
+
+def _reused_jaccard(jaccard: Callable, a: np.ndarray, b: np.ndarray, known: tuple, n: int) -> np.ndarray:
+    """jaccard(a, b) (input indices < n), taken from known = (ka, kb, jaccard(ka, kb)) for the pairs (either
+    way round) compared already: the same numbers, each pair's sets compared once."""
     ka, kb, kj = known
-    m = max(len(sets), 1)
+    m = max(n, 1)
     keys = np.minimum(ka, kb) * m + np.maximum(ka, kb)
     order = np.argsort(keys)
     keys = keys[order]
@@ -326,7 +369,7 @@ def _reused_jaccard(sets, a: np.ndarray, b: np.ndarray, known: tuple) -> np.ndar
     hit = keys[at] == q if len(keys) else np.zeros(len(q), bool)
     out = np.empty(len(a), np.float64)
     out[hit] = kj[order[at[hit]]]
-    out[~hit] = sets.jaccard(a[~hit], b[~hit])
+    out[~hit] = jaccard(a[~hit], b[~hit]) if (~hit).any() else np.zeros(0)
     return out
 
 
@@ -396,6 +439,7 @@ class DedupResult:
     code: np.ndarray  # int8: KEEP, EXACT_DUP or NEAR_DUP
     jaccard_to_kept: np.ndarray  # float32: Jaccard to the survivor (1.0 for the survivor), exact when verified
     stats: dict = field(default_factory=dict)
+    verified: Optional[tuple] = None  # (a, b, exact Jaccard) of the pairs verification used (input indices)
 
     @property
     def keep(self) -> np.ndarray:
@@ -420,6 +464,7 @@ def dedup(
     shingle_sets: Optional[Callable[[np.ndarray], object]] = None,
     demoted: Optional[np.ndarray] = None,
     eng: Optional[engine.Engine] = None,
+    cached: Optional[Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]] = None,
 ) -> DedupResult:
     """Exact + near-duplicate clusters and survivors; the result ignores the input order.
 
@@ -434,7 +479,9 @@ def dedup(
     document, input order): documents the filters rejected; they cluster as usual but survive only
     a cluster whose members were all rejected, so a rejected document never stands in for a good copy.
     `eng`: where the bands run as tasks (`candidate_pairs`; default this thread); the result does not
-    depend on it.
+    depend on it. `cached(a, b)` (input indices) -> (hit, jaccard): exact Jaccards an earlier run stored
+    (`Verifier`), used instead of comparing those pairs' sets; the result's `verified` holds every exact
+    Jaccard this call used (input indices), for the caller to store.
     """
     n = len(exact_keys)
     if shingle_sets is None and not isinstance(signatures, np.ndarray):
@@ -471,13 +518,9 @@ def dedup(
     del is_rep, sh_c
     rows = canon[active]  # input indices, canonical order
     lo, hi = candidate_pairs(signatures, rows, b, r, group_cap, eng)
-    if shingle_sets is not None:
-        need = np.unique(rows[np.concatenate([lo, hi])])  # input indices of candidate documents
-        sets = _set_store(shingle_sets(need))
-        if len(sets) != len(need):
-            raise ValueError(f"dedup: shingle_sets gave {len(sets)} sets for {len(need)} documents")
-        ca, cb = np.searchsorted(need, rows[lo]), np.searchsorted(need, rows[hi])
-        est = sets.jaccard(ca, cb)
+    verify = Verifier(shingle_sets, cached) if shingle_sets is not None else None
+    if verify is not None:
+        est = verify(rows[lo], rows[hi])  # loads the candidate documents' sets (unless `cached` knows them all)
     else:
         est = estimated_jaccard(signatures, rows[lo], rows[hi])
     ok = est >= threshold
@@ -517,8 +560,7 @@ def dedup(
         # Both sides through their exact representatives (same text), which are candidate documents.
         rep_in = np.empty(n, dtype=np.int64)
         rep_in[canon] = canon[rep_of]
-        x, y = np.searchsorted(need, rep_in[drop]), np.searchsorted(need, rep_in[kept_index[drop]])
-        jac[drop] = _reused_jaccard(sets, x, y, (ca, cb, est))
+        jac[drop] = _reused_jaccard(verify, rep_in[drop], rep_in[kept_index[drop]], (rows[lo], rows[hi], est), n)
     else:
         jac[drop] = estimated_jaccard(signatures, drop, kept_index[drop])
 
@@ -541,4 +583,7 @@ def dedup(
         "confirmed_jaccard_min": float(est[ok].min()) if ok.any() else None,
         "rejected_jaccard_max": float(est[~ok].max()) if (~ok).any() else None,
     }
-    return DedupResult(kept_index, cluster_size, code, jac, stats)
+    verified = verify.pairs() if verify is not None else None
+    if verify is not None:
+        stats["pairs_compared"] = verify.compared
+    return DedupResult(kept_index, cluster_size, code, jac, stats, verified)
