@@ -20,13 +20,15 @@ from mix_assets.resources import storage_for
 from mix_assets.stages import common
 from mix_assets.stages.audit import published
 from mix_assets.stages.manifest.assets import SHARDS_AUDIT_CLEAN
+from mix_assets.stages.split import assets as split_assets
+from mix_assets.stages.split.assets import VAL_DISJOINT_FROM_TRAIN
 from mix_assets_tests.test_integrity_lineage import failures, materialize, private_demo
 
 pytestmark = pytest.mark.slow
 
 
-def _audit(result) -> dg.AssetCheckEvaluation:
-    return next(e for e in result.get_asset_check_evaluations() if e.check_name == SHARDS_AUDIT_CLEAN)
+def _audit(result, check: str = SHARDS_AUDIT_CLEAN) -> dg.AssetCheckEvaluation:
+    return next(e for e in result.get_asset_check_evaluations() if e.check_name == check)
 
 
 @pytest.fixture(scope="module")
@@ -46,14 +48,22 @@ def demo(tmp_path_factory):
         calls.append(label)
         return real(*a, label=label, **k)
 
+    real_scan = split_assets.cross_split_near_dups
+
+    def counted_scan(*a, **k):
+        calls.append(VAL_DISJOINT_FROM_TRAIN)
+        return real_scan(*a, **k)
+
     runs = {}
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(published, "audit_published", counted)
+        mp.setattr(split_assets, "cross_split_near_dups", counted_scan)
         for name, cfg in (("A", cfg_a), ("A2", cfg_a), ("B", cfg_b), ("A3", cfg_a)):
             n = len(calls)
             r = materialize(cfg, instance)
             assert r.success, failures(r)
             runs[name] = {"result": r, "audits": calls[n:].count(SHARDS_AUDIT_CLEAN),
+                          "scans": calls[n:].count(VAL_DISJOINT_FROM_TRAIN),
                           "manifest": lineage.read_record(storage, "manifest")["key"],
                           "report": json.loads(storage.read_text(layout.SHARDS_AUDIT)),
                           "fingerprint": json.loads(storage.read_text(layout.MANIFEST))["fingerprint"]}
@@ -80,6 +90,16 @@ def test_a_no_change_rebuild_re_emits_the_audit_without_decoding(demo):
     assert ev.passed and f"of manifest {a['manifest'][:12]}" in ev.metadata["reused"].value
     assert ev.description == _audit(a["result"]).description
     assert a2["report"] == a["report"]
+
+
+def test_val_disjoint_from_train_is_re_emitted_while_the_split_is_reused(demo):
+    runs = demo["runs"]
+    assert runs["A"]["scans"] == 1 and runs["A2"]["scans"] == 0
+    assert runs["B"]["scans"] == 0  # a packing edit leaves validation_split's key as it was
+    ev = _audit(runs["A2"]["result"], VAL_DISJOINT_FROM_TRAIN)
+    assert ev.passed and "of validation_split" in ev.metadata["reused"].value
+    assert {k: v for k, v in ev.metadata.items() if k != "reused"} == \
+        dict(_audit(runs["A"]["result"], VAL_DISJOINT_FROM_TRAIN).metadata)
 
 
 def test_a_changed_manifest_is_audited_again(demo):
