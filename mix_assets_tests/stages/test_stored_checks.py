@@ -79,7 +79,7 @@ def demo(tmp_path_factory):
         n = len(calls)
         r = materialize(cfg_a, instance)
         runs["A4"] = {"result": r, "audits": calls[n:].count(SHARDS_AUDIT_CLEAN)}
-    return {"runs": runs, "storage": storage}
+    return {"runs": runs, "storage": storage, "cfg": cfg_a}
 
 
 def test_a_no_change_rebuild_re_emits_the_audit_without_decoding(demo):
@@ -126,3 +126,15 @@ def test_a_stored_failure_still_fails_the_gate(demo):
     assert "published_revision" in ev.description  # held back
     mats = {e.asset_key.to_user_string() for e in r.all_events if e.is_step_materialization}
     assert "published_revision" not in mats
+
+
+def test_token_shards_record_names_its_token_cache_key_which_gc_finds_current(demo):
+    from mix_assets import gc
+
+    storage = demo["storage"]
+    key = lineage.read_record(storage, "token_shards")["key"]
+    used = objects.read_keyed(storage, "token_shards", key)["uses"]["token_cache"]
+    assert storage.list(f"{layout.TOKEN_CACHE_DIR}/{used}")  # the cache that build encoded with
+    assert gc.current_token_cache_key(storage) == used
+    p = gc.plan(storage, keep_days=0, sources=[s.name for s in load_spec(demo["cfg"]).sources])
+    assert used in p.keep_token_cache and not p.remove_token_cache
