@@ -40,7 +40,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from tokenizers import Tokenizer
+
 from mix_assets.config import load_spec
+from mix_assets.format.shards import dtype_for_vocab
+from mix_assets.stages.tokens import idcache
 from mix_assets.core import layout, lineage, objects
 from mix_assets.core.storage import Storage
 from mix_assets.stages.publish.target import PUBLISHED_REVISION
@@ -188,11 +192,6 @@ def current_token_cache_key(storage: Storage) -> str | None:
     (what token_shards would use next), None without a tokenizer file."""
     if not storage.exists(layout.TOKENIZER_FILE):
         return None
-    from tokenizers import Tokenizer  # only here: gc of a root without a token cache needs no tokenizers
-
-    from mix_assets.format.shards import dtype_for_vocab
-    from mix_assets.stages.tokens import idcache
-
     tok = Tokenizer.from_file(storage.local_path(layout.TOKENIZER_FILE))
     dtype = dtype_for_vocab(tok.get_vocab_size(with_added_tokens=True))
     return idcache.TokenCache(storage, storage.sha256(layout.TOKENIZER_FILE), dtype).key
