@@ -11,7 +11,22 @@ Keeps every keyed record (keyed/<asset>/<key>.json)
   * created within the last N days (default 7);
 then removes the others, and every blob (objects/<sha[:2]>/<sha>) no remaining keyed record names (a
 local blob modified within the N days is kept too: a build may have filed it before its keyed record).
-`--dry-run` lists what would be removed, with sizes, and removes nothing. Local and s3:// roots alike.
+A keyed check result (keyed/checks/<asset>/<check>/<key>.json, stages/common.stored_check) is kept while
+the keyed record of the artifact it checked is kept (or within the N days).
+
+Beside the object store, the caches other stages keep under the root:
+  * chunk parts (parts/<stage>/<key>.arrow, core/chunks.py): a resume aid only, left by a killed map stage
+    until a run with the same key resumes from them; a part older than N days is removed by age alone
+    (nothing records parts, and a part removed is only recomputed if a resume ever needs it);
+  * the token-id cache (tokens/cache/<cache key>/..., stages/tokens/idcache.py): a cache key's folder is
+    kept when it is the current one (the tokenizer file now at mix/tokenizer/ under the current encode
+    code), when a kept keyed record of token_shards names it (`uses`: what that build, current or
+    published, encoded with), or when a part of it was written within the N days; other keys go whole;
+  * per-source files at fixed paths (filters/decisions/, dedup/signatures/, audit/hits/<source>.parquet):
+    overwritten by every build of their source, so only a source no longer in the config leaves one
+    behind; removed when no current lineage record lists it and it is older than N days.
+`--dry-run` lists what would be removed, with sizes, grouped by kind, and removes nothing. Local and s3://
+roots alike.
 Exit status 0; 2 when the config or the root cannot be read (message on stderr).
 """
 
@@ -25,13 +40,19 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from tokenizers import Tokenizer
+
 from mix_assets.config import load_spec
+from mix_assets.format.shards import dtype_for_vocab
+from mix_assets.stages.tokens import idcache
 from mix_assets.core import layout, lineage, objects
 from mix_assets.core.storage import Storage
 from mix_assets.stages.publish.target import PUBLISHED_REVISION
 
 EXIT_ERROR = 2
 DEFAULT_KEEP_DAYS = 7.0
+CHUNK_PARTS = layout.CHUNK_PART.split("/{stage}")[0]
+PER_SOURCE = (layout.FILTER_DECISIONS, layout.DEDUP_SIGNATURES, layout.CONTAMINATION_HITS)
 
 
 @dataclass
@@ -42,10 +63,21 @@ class Plan:
     remove_records: dict[str, int] = field(default_factory=dict)
     remove_blobs: dict[str, int] = field(default_factory=dict)
     kept_blobs: int = 0
+    # the other caches (see the module docstring): kind -> {key or folder: bytes}
+    remove_parts: dict[str, int] = field(default_factory=dict)
+    remove_token_cache: dict[str, int] = field(default_factory=dict)  # tokens/cache/<key> -> bytes of its parts
+    remove_per_source: dict[str, int] = field(default_factory=dict)
+    keep_token_cache: dict[str, str] = field(default_factory=dict)  # cache key -> why kept
+
+    def groups(self) -> dict[str, dict[str, int]]:
+        """What is removed, by kind (the --dry-run listing's sections)."""
+        return {"keyed records": self.remove_records, "blobs": self.remove_blobs,
+                "chunk parts": self.remove_parts, "token-id cache keys": self.remove_token_cache,
+                "per-source files of removed sources": self.remove_per_source}
 
     @property
     def bytes(self) -> int:
-        return sum(self.remove_records.values()) + sum(self.remove_blobs.values())
+        return sum(n for g in self.groups().values() for n in g.values())
 
 
 def _size(storage: Storage, key: str) -> int:
@@ -56,6 +88,17 @@ def _size(storage: Storage, key: str) -> int:
         return os.path.getsize(os.path.join(storage.root, key))
     except OSError:
         return 0
+
+
+def _mtime(storage: Storage, key: str) -> float:
+    """When `key` was last written (now when unknown: as if new)."""
+    if storage.is_s3:
+        head = objects._head(storage.location, key)
+        return head["LastModified"].timestamp() if head and head.get("LastModified") else time.time()
+    try:
+        return os.path.getmtime(os.path.join(storage.root, key))
+    except OSError:
+        return time.time()
 
 
 def _created(rec: dict) -> float:
@@ -82,8 +125,10 @@ def _published_keys(storage: Storage, keyed: dict[str, dict]) -> dict[str, str]:
     return out
 
 
-def plan(storage: Storage, keep_days: float = DEFAULT_KEEP_DAYS, now: float | None = None) -> Plan:
-    """What `gc` removes from `storage` (nothing is removed here)."""
+def plan(storage: Storage, keep_days: float = DEFAULT_KEEP_DAYS, now: float | None = None,
+         sources: list[str] | None = None) -> Plan:
+    """What `gc` removes from `storage` (nothing is removed here); `sources`: the config's source names
+    (per-source files of other sources are collected; None: not judged)."""
     now = time.time() if now is None else now
     horizon = now - keep_days * 86400
     keyed = {k: json.loads(storage.read_text(k)) for k in storage.list(objects.KEYED) if k.endswith(".json")}
@@ -106,6 +151,15 @@ def plan(storage: Storage, keep_days: float = DEFAULT_KEEP_DAYS, now: float | No
             p.keep_records[k] = f"created within {keep_days:g} days"
         else:
             p.remove_records[k] = _size(storage, k)
+    # a stored check result lives as long as the artifact it checked (or the N days)
+    for k, rec in keyed.items():
+        if not rec.get("asset", "").startswith(objects.CHECK_RECORDS + "/") or k not in p.remove_records:
+            continue
+        checked = [objects.keyed_key(a, key) for a, key in (rec.get("input_keys") or {}).items()]
+        why = next((p.keep_records[c] for c in checked if c in p.keep_records), None)
+        if why:
+            del p.remove_records[k]
+            p.keep_records[k] = f"checked artifact kept ({why})"
     needed = {sha for k, rec in keyed.items() if k not in p.remove_records for sha in rec["outputs"].values()}
     for ok in storage.list(objects.OBJECTS):
         sha = ok.rsplit("/", 1)[-1]
@@ -120,7 +174,76 @@ def plan(storage: Storage, keep_days: float = DEFAULT_KEEP_DAYS, now: float | No
             except OSError:
                 continue
         p.remove_blobs[ok] = _size(storage, ok)
+    _plan_parts(storage, p, horizon)
+    _plan_token_cache(storage, p, horizon, keep_days, {k: r for k, r in keyed.items() if k not in p.remove_records})
+    _plan_per_source(storage, p, horizon, sources)
     return p
+
+
+def _plan_parts(storage: Storage, p: Plan, horizon: float) -> None:
+    """Chunk parts older than the horizon (core/chunks.py: a resume aid; by age alone, see the docstring)."""
+    for k in storage.list(CHUNK_PARTS):
+        if k.endswith(".arrow") and _mtime(storage, k) < horizon:
+            p.remove_parts[k] = _size(storage, k)
+
+
+def current_token_cache_key(storage: Storage) -> str | None:
+    """The token-id cache key the tokenizer file now in the root gives under the current encode code
+    (what token_shards would use next), None without a tokenizer file."""
+    if not storage.exists(layout.TOKENIZER_FILE):
+        return None
+    tok = Tokenizer.from_file(storage.local_path(layout.TOKENIZER_FILE))
+    dtype = dtype_for_vocab(tok.get_vocab_size(with_added_tokens=True))
+    return idcache.TokenCache(storage, storage.sha256(layout.TOKENIZER_FILE), dtype).key
+
+
+def _plan_token_cache(storage: Storage, p: Plan, horizon: float, keep_days: float, kept: dict[str, dict]) -> None:
+    """Token-id cache keys neither current, nor named by a kept keyed record, nor written within the N days."""
+    files = storage.list(layout.TOKEN_CACHE_DIR)
+    if not files:
+        return
+    by_key: dict[str, list[str]] = {}
+    for k in files:
+        by_key.setdefault(k[len(layout.TOKEN_CACHE_DIR) + 1:].split("/", 1)[0], []).append(k)
+    try:
+        current = current_token_cache_key(storage)
+    except Exception:  # noqa: BLE001 - an unreadable tokenizer: no key is current, the others still decide
+        current = None
+    for rk, rec in sorted(kept.items()):
+        used = (rec.get("uses") or {}).get("token_cache")
+        if used:
+            p.keep_token_cache.setdefault(used, f"used by {rk}")
+    if current:
+        p.keep_token_cache[current] = "the current tokenizer's key"
+    for key, keys_ in sorted(by_key.items()):
+        if key in p.keep_token_cache:
+            continue
+        if max(_mtime(storage, k) for k in keys_) >= horizon:
+            p.keep_token_cache[key] = f"written within {keep_days:g} days"
+            continue
+        p.remove_token_cache[f"{layout.TOKEN_CACHE_DIR}/{key}"] = sum(_size(storage, k) for k in keys_)
+
+
+def _plan_per_source(storage: Storage, p: Plan, horizon: float, sources: list[str] | None) -> None:
+    """Per-source files of sources no longer in the config (`sources`; None: not judged), older than the
+    horizon and listed by no current lineage record."""
+    if sources is None:
+        return
+    listed = set()
+    for rk in storage.list("lineage"):
+        try:
+            listed |= set(json.loads(storage.read_text(rk)).get("outputs") or {})
+        except (ValueError, FileNotFoundError):
+            continue
+    for pattern in PER_SOURCE:
+        folder, tail = pattern.split("{source}")
+        for k in storage.list(folder.rstrip("/")):
+            name = k[len(folder):]
+            if "/" in name or not name.endswith(tail):
+                continue
+            if name[: -len(tail)] in sources or k in listed or _mtime(storage, k) >= horizon:
+                continue
+            p.remove_per_source[k] = _size(storage, k)
 
 
 def apply(storage: Storage, p: Plan) -> None:
@@ -129,6 +252,10 @@ def apply(storage: Storage, p: Plan) -> None:
         storage.delete(k)
     for k in p.remove_blobs:
         storage.delete(k)
+    for k in [*p.remove_parts, *p.remove_per_source]:
+        storage.delete(k)
+    for folder in p.remove_token_cache:
+        storage.delete_prefix(folder + "/")
 
 
 def _mb(n: int) -> str:
@@ -149,20 +276,23 @@ def main(argv: list[str] | None = None) -> int:
         st = spec.storage
         storage = Storage(root=spec.resolve(st.root), s3_endpoint_url=st.s3_endpoint_url,
                           cache_dir=spec.resolve(st.cache_dir))
-        p = plan(storage, a.keep_days)
+        p = plan(storage, a.keep_days, sources=[x.name for x in spec.sources])
     except (OSError, ValueError) as e:
         print(f"gc: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_ERROR
     verb = "would remove" if a.dry_run else "removing"
-    for k, n in sorted(p.remove_records.items()):
-        print(f"{verb} {k} ({_mb(n)})")
-    for k, n in sorted(p.remove_blobs.items()):
-        print(f"{verb} {k} ({_mb(n)})")
+    for kind, group in p.groups().items():
+        if group:
+            print(f"{kind}: {len(group)}, {_mb(sum(group.values()))}")
+        for k, n in sorted(group.items()):
+            print(f"  {verb} {k} ({_mb(n)})")
     if not a.dry_run:
         apply(storage, p)
-    print(f"{'would remove' if a.dry_run else 'removed'} {len(p.remove_records)} keyed record(s) and "
-          f"{len(p.remove_blobs)} blob(s), {_mb(p.bytes)}; kept {len(p.keep_records)} keyed record(s) and "
-          f"{p.kept_blobs} blob(s) in {storage.root}")
+    print(f"{'would remove' if a.dry_run else 'removed'} {len(p.remove_records)} keyed record(s), "
+          f"{len(p.remove_blobs)} blob(s), {len(p.remove_parts)} chunk part(s), {len(p.remove_token_cache)} "
+          f"token-id cache key(s), {len(p.remove_per_source)} per-source file(s): {_mb(p.bytes)}; kept "
+          f"{len(p.keep_records)} keyed record(s), {p.kept_blobs} blob(s), {len(p.keep_token_cache)} token-id "
+          f"cache key(s) in {storage.root}")
     return 0
 
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
 from mix_assets import gc
-from mix_assets.core import lineage, objects
+from mix_assets.core import layout, lineage, objects
 from mix_assets.core.storage import Storage
 from mix_assets.core.transport import IntegrityError
 from mix_assets_tests.support.s3server import WRITER
@@ -95,3 +96,82 @@ def test_gc_and_the_object_store_on_s3(seaweedfs, monkeypatch, tmp_path):
     with pytest.raises(IntegrityError):
         objects.restore_object(st, sha, "mix/z.bin")
     assert not st.exists("mix/z.bin")
+
+
+# -- the caches beside the object store: chunk parts, the token-id cache, per-source files, check results --
+def _part(st: Storage, key: str, source: str = "web") -> str:
+    k = layout.TOKEN_CACHE_PART.format(key=key, source=source, name="0123456789abcdef")
+    st.write_bytes(k, b"ids of " + key.encode())
+    return k
+
+
+def _caches(st: Storage, tmp_path) -> dict:
+    from tokenizers import Tokenizer, models
+
+    tok = tmp_path / "tokenizer.json"
+    Tokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]")).save(str(tok))
+    st.write_bytes(layout.TOKENIZER_FILE, tok.read_bytes())
+    current = gc.current_token_cache_key(st)
+    used, published, stale = "1" * 32, "2" * 32, "3" * 32
+    for key in (current, used, published, stale):
+        _part(st, key)
+    # token_shards now (its keyed record names the cache key it encoded with) and a published one
+    st.write_bytes("mix/train/s.bin", b"now")
+    cur = lineage.write_record(st, "token_shards", ["mix/train/s.bin"], {}, "c", input_keys={})["key"]
+    objects.stash(st, "token_shards", cur, {"mix/train/s.bin": st.sha256("mix/train/s.bin")}, input_keys={},
+                  code_version="c", run_id="r", dagster=None, uses={"token_cache": used})
+    st.write_bytes("work/pub.bin", b"published shards")
+    objects.stash(st, "token_shards", "f" * 64, {"work/pub.bin": st.sha256("work/pub.bin")}, input_keys={},
+                  code_version="c", run_id="r", dagster=None, uses={"token_cache": published})
+    st.write_text("publish/published_revision.json",
+                  json.dumps({"revision": "rev-y", "input_keys": {"artifacts": {"token_shards": "f" * 64}}}))
+    # check results: on the current token_shards (kept with it) and on an artifact nothing keeps
+    for on in (cur, "e" * 64):
+        objects.write_keyed(st, "checks/token_shards/c", on[:8].ljust(64, "0"), {}, input_keys={"token_shards": on},
+                            code_version="v", run_id="r", dagster=None)
+    st.write_bytes("parts/document_filters/" + "9" * 64 + ".arrow", b"a killed run's chunk")
+    for k in ("filters/decisions/web.parquet", "filters/decisions/gone.parquet", "audit/hits/gone.parquet",
+              "dedup/signatures/listed.parquet"):
+        st.write_bytes(k, b"per source")
+    lineage.write_record(st, "dedup_keys", ["dedup/signatures/listed.parquet"], {}, "c")
+    return {"current": current, "used": used, "published": published, "stale": stale, "cur": cur}
+
+
+def _check_caches(st: Storage, tmp_path) -> None:
+    ids = _caches(st, tmp_path)
+    # written just now: the N days keep every cache
+    fresh = gc.plan(st, keep_days=7, sources=["web"])
+    assert not fresh.remove_parts and not fresh.remove_token_cache and not fresh.remove_per_source
+    later = time.time() + 30 * 86400  # everything older than the N days
+    p = gc.plan(st, keep_days=7, now=later, sources=["web"])
+    assert set(p.remove_parts) == {"parts/document_filters/" + "9" * 64 + ".arrow"}
+    assert set(p.remove_token_cache) == {f"{layout.TOKEN_CACHE_DIR}/{ids['stale']}"}
+    assert p.keep_token_cache[ids["current"]] == "the current tokenizer's key"
+    assert p.keep_token_cache[ids["used"]].startswith("used by keyed/token_shards/")
+    assert p.keep_token_cache[ids["published"]] == f"used by keyed/token_shards/{'f' * 64}.json"
+    assert set(p.remove_per_source) == {"filters/decisions/gone.parquet", "audit/hits/gone.parquet"}
+    checks = {k for k in p.remove_records if k.startswith("keyed/checks/")}
+    assert checks == {objects.keyed_key("checks/token_shards/c", "e" * 8 + "0" * 56)}
+    assert p.keep_records[objects.keyed_key("checks/token_shards/c", ids["cur"][:8].ljust(64, "0"))] == \
+        "checked artifact kept (current lineage record)"
+    gc.apply(st, p)
+    assert not st.list(f"{layout.TOKEN_CACHE_DIR}/{ids['stale']}")
+    for key in ("current", "used", "published"):
+        assert st.list(f"{layout.TOKEN_CACHE_DIR}/{ids[key]}")
+    assert not st.exists("filters/decisions/gone.parquet") and st.exists("filters/decisions/web.parquet")
+    assert st.exists("dedup/signatures/listed.parquet") and not st.list("parts")
+    again = gc.plan(st, keep_days=7, now=later, sources=["web"])
+    assert not again.remove_parts and not again.remove_token_cache and not again.remove_per_source
+
+
+def test_gc_collects_the_caches_on_a_local_root(tmp_path):
+    _check_caches(Storage(str(tmp_path / "root")), tmp_path)
+
+
+@pytest.mark.s3
+def test_gc_collects_the_caches_on_s3(seaweedfs, monkeypatch, tmp_path):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", WRITER[0])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", WRITER[1])
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    _check_caches(Storage(seaweedfs.url("gc-caches"), s3_endpoint_url=seaweedfs.endpoint,
+                          cache_dir=str(tmp_path / "cache")), tmp_path)

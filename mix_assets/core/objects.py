@@ -3,7 +3,12 @@
     objects/<sha256[:2]>/<sha256>      a file's bytes, written once (atomically), never overwritten
     keyed/<asset>/<key>.json           {"outputs": {layout path: sha256}, "input_keys", "code_version",
                                         "created", "run_id", "dagster": the materialisation's metadata and
-                                        check results (dagster serdes, opaque here)}
+                                        check results (dagster serdes, opaque here),
+                                        "uses": optional, what else the artifact was made with that gc
+                                        must keep while the record stays (token_shards: its token-id
+                                        cache key, {"token_cache": key})}
+    keyed/checks/<asset>/<check>/<key>.json   a check's stored result on the artifact of `asset` whose key
+                                        its input_keys name (stages/common.stored_check)
 
 `stash` files an asset's just-written outputs under their sha256: on a local root a hard link to the file
 the asset wrote (every write under a root is temp + rename, so the linked inode is never written again),
@@ -29,6 +34,7 @@ from mix_assets.core.transport import IntegrityError
 
 OBJECTS = "objects"
 KEYED = "keyed"
+CHECK_RECORDS = "checks"  # keyed/checks/<asset>/<check>/<key>.json: stored check results
 FORMAT = "mix_assets.keyed/1"
 
 
@@ -147,11 +153,14 @@ def restore_object(storage, sha256: str, path: str, verify: bool = True) -> None
 
 
 def write_keyed(storage, asset: str, key: str, outputs: Mapping[str, str], *, input_keys: Mapping[str, str],
-                code_version: Optional[str], run_id: str, dagster: Optional[str]) -> dict:
+                code_version: Optional[str], run_id: str, dagster: Optional[str],
+                uses: Optional[Mapping[str, str]] = None) -> dict:
     """Write `keyed/<asset>/<key>.json` (once: an existing record of the key is left as it is)."""
     rec = {"format": FORMAT, "asset": asset, "key": key, "outputs": dict(sorted(outputs.items())),
            "input_keys": dict(sorted(input_keys.items())), "code_version": code_version, "created": now(),
            "run_id": run_id, "dagster": dagster}
+    if uses:
+        rec["uses"] = dict(sorted(uses.items()))
     storage.location.create_if_absent(keyed_key(asset, key), json.dumps(rec, indent=1, sort_keys=True).encode())
     return rec
 

@@ -132,13 +132,15 @@ def verified_inputs(storage: Storage, consumer: str, inputs: list[str], context)
         ) from None
 
 
-def recorded(storage: Storage, asset: str, outputs, inputs: dict[str, str], context) -> dict:
+def recorded(storage: Storage, asset: str, outputs, inputs: dict[str, str], context,
+             uses: Optional[Mapping[str, str]] = None) -> dict:
     """Write `asset`'s lineage record (last, after its files) with its current code_version (none for a
     check's record) and its artifact key; return the Dagster side of it.
 
     The result goes into `with_lineage(metadata, recorded(...))`: its data version (the artifact key, so a
     reused artifact keeps it and the UI marks children stale exactly when a key changes), what it was
-    computed from, and what `with_lineage` files in the object store.
+    computed from, and what `with_lineage` files in the object store. `uses`: what else the artifact was
+    made with that gc must keep while its keyed record stays (objects.write_keyed).
     """
     code = current_code_versions(context).get(asset)
     ikeys = _KEYS.pop((context.run.run_id, asset), None)  # what `reused` computed before the asset ran
@@ -148,7 +150,7 @@ def recorded(storage: Storage, asset: str, outputs, inputs: dict[str, str], cont
     return {
         "data_version": dg.DataVersion((rec.get("key") or rec["data_version"])[:16]),
         "metadata": {"computed_from": dg.MetadataValue.json({k: v[:16] for k, v in rec["inputs"].items()})},
-        "stash": {"storage": storage, "record": rec, "context": context} if rec.get("key") else None,
+        "stash": {"storage": storage, "record": rec, "context": context, "uses": uses} if rec.get("key") else None,
     }
 
 
@@ -270,6 +272,73 @@ def reused(context, mix, asset: str, inputs: Mapping[str, str],
                                 check_results=checks or None)
 
 
+# -- stored check results -----------------------------------------------------------------------------------
+CHECK_RECORDS = objects.CHECK_RECORDS  # keyed/checks/<asset>/<check>/<key>.json: a check's stored result
+
+
+def check_record_name(asset: str, check: str) -> str:
+    return f"{CHECK_RECORDS}/{asset}/{check}"
+
+
+def stored_check(context, storage: Storage, asset: str, check: str, version: str,
+                 compute: Callable[[], "dg.AssetCheckResult | tuple[dg.AssetCheckResult, bool]"],
+                 files: tuple[str, ...] = ()) -> dg.AssetCheckResult:
+    """The result of `check` on `asset`, stored under the asset's artifact key and re-emitted when that key
+    was checked before by the same check code; else `compute()`d and stored.
+
+    Only for a check whose result is a pure function of the artifact's bytes (named by its key) and of
+    `version` (the check's code_version: its module's code and the config it reads). `files`: what the
+    check writes beside its result (restored with it, atomically, from the object store). `compute` may
+    return (result, False) for a result that is not such a function (e.g. the files are missing): not
+    stored. A stored failure is re-emitted failing; MIX_NO_REUSE=1 recomputes. Not gated here: the caller's
+    `gate()` applies to either result.
+    """
+    rec = lineage.read_record(storage, asset)
+    akey = rec.get("key") if rec else None
+    name = check_record_name(asset, check)
+    key = keys.artifact_key(name, version, {asset: akey}) if akey else None
+    if key and os.environ.get(NO_REUSE_ENV, "").strip().lower() not in ("1", "true", "yes"):
+        hit = _stored_result(context, storage, name, key, asset, akey, files)
+        if hit is not None:
+            return hit
+    got = compute()
+    result, store = (got, True) if isinstance(got, dg.AssetCheckResult) else got
+    if key and store:
+        try:
+            outputs = {f: storage.sha256(f) for f in files}
+            objects.stash(storage, name, key, outputs, input_keys={asset: akey}, code_version=version,
+                          run_id=context.run.run_id, dagster=_dump_dagster({}, [result]))
+        except Exception as e:  # noqa: BLE001 - a cache beside the result
+            context.log.warning(f"{check}: result not filed in the object store ({type(e).__name__}: {e})")
+    return result
+
+
+def _stored_result(context, storage: Storage, name: str, key: str, asset: str, akey: str,
+                   files: tuple[str, ...]) -> Optional[dg.AssetCheckResult]:
+    stored = objects.read_keyed(storage, name, key)
+    if stored is None or stored.get("dagster") is None or set(stored["outputs"]) != set(files):
+        return None
+    outputs = stored["outputs"]
+    have = lineage.current_hashes(storage, list(outputs))
+    todo = [p for p, sha in outputs.items() if have[p] != sha]
+    for p in todo:
+        if why := objects.blob_problem(storage, outputs[p]):
+            context.log.warning(f"not reusing {name} {key[:12]}: {why}; recomputing")
+            return None
+    for p in todo:
+        objects.restore_object(storage, outputs[p], p, verify=False)
+    _, checks = _load_dagster(stored["dagster"])
+    if len(checks) != 1:
+        return None
+    c = checks[0]
+    run, created = stored.get("run_id") or "?", stored.get("created") or "?"
+    check = name.rsplit("/", 1)[-1]
+    note = (f"reused the {check} result of {asset} {akey[:12]} from run {run[:8]} at {created} (same artifact "
+            f"key, same check code; {'passed' if c.passed else 'FAILED'} then)")
+    context.log.info(note)
+    return c._replace(metadata={**c.metadata, "reused": dg.MetadataValue.text(note)})
+
+
 def _dump_dagster(metadata: dict, checks: list) -> Optional[str]:
     """The materialisation's metadata and check results in dagster's serdes (check results as their fields:
     AssetCheckResult itself is not serialisable); a value that does not serialise is left out, and named."""
@@ -303,7 +372,8 @@ def _load_dagster(text: str) -> tuple[dict, list[dg.AssetCheckResult]]:
     return dict(d["metadata"]), checks
 
 
-def _stash(metadata: dict, checks: list, *, storage: Storage, record: dict, context) -> None:
+def _stash(metadata: dict, checks: list, *, storage: Storage, record: dict, context,
+           uses: Optional[Mapping[str, str]] = None) -> None:
     """File the artifact just recorded: its files as blobs, then keyed/<asset>/<key>.json (core/objects.py).
     A failure to file it is logged, never fails the asset (the artifact itself is complete)."""
     asset = record["asset"]
@@ -314,7 +384,7 @@ def _stash(metadata: dict, checks: list, *, storage: Storage, record: dict, cont
                 outputs[extra] = storage.sha256(extra)
         objects.stash(storage, asset, record["key"], outputs, input_keys=record.get("input_keys") or {},
                       code_version=record.get("code_version"), run_id=context.run.run_id,
-                      dagster=_dump_dagster(metadata, checks))
+                      dagster=_dump_dagster(metadata, checks), uses=uses)
     except Exception as e:  # noqa: BLE001 - the object store is a cache beside the artifact
         context.log.warning(f"{asset}: not filed in the object store ({type(e).__name__}: {e})")
 

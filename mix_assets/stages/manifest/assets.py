@@ -18,6 +18,7 @@ from mix_assets.stages.common import (
     recorded,
     reused,
     run_lock,
+    stored_check,
     verified_inputs,
     with_lineage,
 )
@@ -111,21 +112,29 @@ def build_manifest_assets(spec: MixSpec) -> list:
         Each shard is a map task on `engine` (in process or Ray)."""
         st, s = mix.storage, mix.spec
         inputs = verified_inputs(st, SHARDS_AUDIT_CLEAN, ["manifest"], context)
-        t0 = time.perf_counter()
-        try:
-            with tempfile.TemporaryDirectory(prefix="shards-audit-", dir=_cache_dir(st)) as cache:
-                report = published.audit_published(st.uri(layout.MIX_DIR), s, cache, eng=engine.engine,
-                                                         log=context.log, label=SHARDS_AUDIT_CLEAN,
-                                                         s3_endpoint_url=st.s3_endpoint_url)
-        except (ManifestError, ReaderError, FileNotFoundError) as e:  # mix/ is not what the manifest lists
-            report = unreadable_mix_report(json.loads(st.read_text(layout.MANIFEST)), e)
-        secs = time.perf_counter() - t0
-        st.write_text(layout.SHARDS_AUDIT, published.dumps(report))
+
+        def audit():
+            t0 = time.perf_counter()
+            try:
+                with tempfile.TemporaryDirectory(prefix="shards-audit-", dir=_cache_dir(st)) as cache:
+                    report = published.audit_published(st.uri(layout.MIX_DIR), s, cache, eng=engine.engine,
+                                                       log=context.log, label=SHARDS_AUDIT_CLEAN,
+                                                       s3_endpoint_url=st.s3_endpoint_url)
+            except (ManifestError, ReaderError, FileNotFoundError) as e:  # mix/ is not what the manifest lists
+                report = unreadable_mix_report(json.loads(st.read_text(layout.MANIFEST)), e)
+            secs = time.perf_counter() - t0
+            st.write_text(layout.SHARDS_AUDIT, published.dumps(report))
+            if "unreadable" in report:  # about the files present, not the manifest's bytes: not stored
+                return dg.AssetCheckResult(passed=False, description=report["unreadable"],
+                                           metadata={"fingerprint": report["fingerprint"]}), False
+            return shards_audit_result(report, secs)
+
+        # a pure function of the bytes the manifest names (its artifact key) and the audit config: a reused
+        # manifest re-emits the stored audit (and its audit/shards_audit.json) instead of decoding every shard
+        result = stored_check(context, st, "manifest", SHARDS_AUDIT_CLEAN, shards_audit_version(s, st.uri(layout.MIX_DIR)),
+                              audit, files=(layout.SHARDS_AUDIT,))
         recorded(st, SHARDS_AUDIT_RECORD, [layout.SHARDS_AUDIT], inputs, context)
-        if "unreadable" in report:
-            return gate(context, MANIFEST_KEY, dg.AssetCheckResult(
-                passed=False, description=report["unreadable"], metadata={"fingerprint": report["fingerprint"]}))
-        return gate(context, MANIFEST_KEY, shards_audit_result(report, secs))
+        return gate(context, MANIFEST_KEY, result)
 
     return [manifest, manifest_self_consistent, shards_audit_clean]
 
@@ -139,6 +148,12 @@ def unreadable_mix_report(manifest: dict, err: Exception) -> dict:
             "unreadable": f"mix/ does not hold the files manifest.json lists, so its shards cannot be audited: "
                           f"{first}. Was mix/ rewritten after this manifest (another run on the same storage "
                           "root)? Re-materialise token_shards and manifest."}
+
+
+def shards_audit_version(spec: MixSpec, location: str) -> str:
+    """shards_audit_clean's code_version: this module's code (with the audit and reader code it imports), the
+    audit section and the audited location (named in the report)."""
+    return code_version(__name__, spec.audit.model_dump_json(), location)
 
 
 def _cache_dir(storage: Storage) -> str | None:

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from mix_assets.stages.common import code_version, gate, gated, raw_key, raw_name, recorded, reused, verified_inputs, with_lineage
+from mix_assets.stages.common import code_version, gate, gated, raw_key, raw_name, recorded, reused, stored_check, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.stages.dedup import dedup as dedup_lib
 from mix_assets.core import layout, lineage, tables
@@ -57,23 +57,30 @@ def build_split_assets(spec: MixSpec) -> list:
         names = [x.name for x in s.sources]
         inputs = verified_inputs(st, VAL_DISJOINT_FROM_TRAIN,
                                  ["validation_split", "dedup_keys", *(raw_name(x) for x in names)], context)
-        split = st.source(layout.VALIDATION_SPLIT)  # read a batch at a time
-        d = measure_disjointness(split)
-        raw, p = tables.raw_files(st, names), dedup_lib.dedup_params(s)
-        # dedup_keys' signature files when its lineage lists them (so verified_inputs hashed them)
-        recorded_keys = set(lineage.read_record(st, "dedup_keys")["outputs"])
-        versions = {n: inputs[raw_name(n)] for n in names}
-        sigs = {n: f for n, f in dedup_lib.stored_signatures(st, raw, versions, p).items()
-                if dedup_lib.signatures_key(n) in recorded_keys}
-        scan = cross_split_near_dups(split, raw, s.dedup.threshold, p.shingle, signatures=sigs, num_perm=p.num_perm,
-                                     seed=p.seed, eng=engine.engine)
-        ok = d.ok and scan.val_docs_with_train_near_dup == 0
-        return gate(context, VALIDATION_SPLIT_KEY, dg.AssetCheckResult(
-            passed=ok, metadata=md.val_disjoint_from_train(d, scan),
-            description=None if ok else (f"{d.shared_doc_ids:,} doc ids, {d.shared_clusters:,} clusters, "
-                                         f"{d.shared_exact_keys:,} exact keys on both sides; "
-                                         f"{scan.val_docs_with_train_near_dup:,} val docs with a train near-dup"),
-        ))
+
+        def scan_split() -> dg.AssetCheckResult:
+            split = st.source(layout.VALIDATION_SPLIT)  # read a batch at a time
+            d = measure_disjointness(split)
+            raw, p = tables.raw_files(st, names), dedup_lib.dedup_params(s)
+            # dedup_keys' signature files when its lineage lists them (so verified_inputs hashed them)
+            recorded_keys = set(lineage.read_record(st, "dedup_keys")["outputs"])
+            versions = {n: inputs[raw_name(n)] for n in names}
+            sigs = {n: f for n, f in dedup_lib.stored_signatures(st, raw, versions, p).items()
+                    if dedup_lib.signatures_key(n) in recorded_keys}
+            scan = cross_split_near_dups(split, raw, s.dedup.threshold, p.shingle, signatures=sigs,
+                                         num_perm=p.num_perm, seed=p.seed, eng=engine.engine)
+            ok = d.ok and scan.val_docs_with_train_near_dup == 0
+            return dg.AssetCheckResult(
+                passed=ok, metadata=md.val_disjoint_from_train(d, scan),
+                description=None if ok else (f"{d.shared_doc_ids:,} doc ids, {d.shared_clusters:,} clusters, "
+                                             f"{d.shared_exact_keys:,} exact keys on both sides; "
+                                             f"{scan.val_docs_with_train_near_dup:,} val docs with a train near-dup"))
+
+        # a pure function of validation_split's key (which names dedup_keys' and every raw source's keys it was
+        # split from) and the dedup section: a reused split re-emits the stored result
+        return gate(context, VALIDATION_SPLIT_KEY, stored_check(
+            context, st, "validation_split", VAL_DISJOINT_FROM_TRAIN,
+            code_version(__name__, s.dedup.model_dump_json(), names), scan_split))
 
     @dg.asset_check(asset=validation_split, name=VAL_SHARE_IN_TOLERANCE, blocking=True)
     @gated

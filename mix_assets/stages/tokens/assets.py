@@ -103,7 +103,7 @@ def build_tokens_assets(spec: MixSpec) -> list:
             shown = samples_lib.rendered_samples(mix.storage, s, files[layout.SHARD_STATS])
             reviewed = [layout.RENDERED_SAMPLES, *(layout.STREAM_DOCS.format(split=sp) for sp in samples_lib.SPLITS)]
             lin = recorded(mix.storage, "token_shards", {**files, **{k: mix.storage.sha256(k) for k in reviewed}},
-                           inputs, context)
+                           inputs, context, uses={"token_cache": res.cache_key} if res.cache_key else None)
         return with_lineage({**md.token_shards(mix.storage, layout.MIX_DIR, res, elapsed),
                              **md.rendered_samples(mix.storage, layout.RENDERED_SAMPLES, shown)}, lin)
 
