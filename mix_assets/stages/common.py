@@ -282,7 +282,7 @@ def check_record_name(asset: str, check: str) -> str:
 
 def stored_check(context, storage: Storage, asset: str, check: str, version: str,
                  compute: Callable[[], "dg.AssetCheckResult | tuple[dg.AssetCheckResult, bool]"],
-                 files: tuple[str, ...] = ()) -> dg.AssetCheckResult:
+                 files: tuple[str, ...] = (), present: Optional[Callable[[], bool]] = None) -> dg.AssetCheckResult:
     """The result of `check` on `asset`, stored under the asset's artifact key and re-emitted when that key
     was checked before by the same check code; else `compute()`d and stored.
 
@@ -290,14 +290,17 @@ def stored_check(context, storage: Storage, asset: str, check: str, version: str
     `version` (the check's code_version: its module's code and the config it reads). `files`: what the
     check writes beside its result (restored with it, atomically, from the object store). `compute` may
     return (result, False) for a result that is not such a function (e.g. the files are missing): not
-    stored. A stored failure is re-emitted failing; MIX_NO_REUSE=1 recomputes. Not gated here: the caller's
+    stored. A stored failure is re-emitted failing; MIX_NO_REUSE=1 recomputes. `present`: whether the bytes
+    the check reads are still the ones the key names (another run may have rewritten them since the asset's
+    record was written); a stored result is re-emitted only when it says so. Not gated here: the caller's
     `gate()` applies to either result.
     """
     rec = lineage.read_record(storage, asset)
     akey = rec.get("key") if rec else None
     name = check_record_name(asset, check)
     key = keys.artifact_key(name, version, {asset: akey}) if akey else None
-    if key and os.environ.get(NO_REUSE_ENV, "").strip().lower() not in ("1", "true", "yes"):
+    if (key and os.environ.get(NO_REUSE_ENV, "").strip().lower() not in ("1", "true", "yes")
+            and (present is None or present())):
         hit = _stored_result(context, storage, name, key, asset, akey, files)
         if hit is not None:
             return hit

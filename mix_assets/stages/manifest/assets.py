@@ -23,7 +23,7 @@ from mix_assets.stages.common import (
     with_lineage,
 )
 from mix_assets.config import MixSpec
-from mix_assets.core import layout
+from mix_assets.core import layout, lineage
 from mix_assets.stages.sources import modifiers
 from mix_assets.stages.audit import published
 from mix_assets.format.checker import check_manifest
@@ -131,8 +131,17 @@ def build_manifest_assets(spec: MixSpec) -> list:
 
         # a pure function of the bytes the manifest names (its artifact key) and the audit config: a reused
         # manifest re-emits the stored audit (and its audit/shards_audit.json) instead of decoding every shard
+        def mix_as_listed() -> bool:  # another run may have rewritten mix/ since the manifest's record
+            try:
+                listed = {f"{layout.MIX_DIR}/{f['path']}": f["sha256"]
+                          for f in json.loads(st.read_text(layout.MANIFEST)).get("files", [])}
+            except (OSError, ValueError, KeyError, TypeError):
+                return False
+            have = lineage.current_hashes(st, list(listed))
+            return all(have[k] == sha for k, sha in listed.items())
+
         result = stored_check(context, st, "manifest", SHARDS_AUDIT_CLEAN, shards_audit_version(s, st.uri(layout.MIX_DIR)),
-                              audit, files=(layout.SHARDS_AUDIT,))
+                              audit, files=(layout.SHARDS_AUDIT,), present=mix_as_listed)
         recorded(st, SHARDS_AUDIT_RECORD, [layout.SHARDS_AUDIT], inputs, context)
         return gate(context, MANIFEST_KEY, result)
 
