@@ -128,6 +128,13 @@ def cpu_secs() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def command_line(script: str) -> str:
+    """The command that ran this bench, as a report prints it (interpreter relative to the repository)."""
+    exe = os.path.relpath(sys.executable, REPO) if sys.executable.startswith(str(REPO)) else sys.executable
+    return ("PYTHONPATH=$PWD MIX_SHARED_DATA=" + os.environ.get("MIX_SHARED_DATA", "") + " "
+            + " ".join(shlex.quote(x) for x in [exe, script, *sys.argv[1:]]))
+
+
 def shared_data() -> Path:
     sys.path.insert(0, str(REPO))
     from mix_assets_tests.support.shared_data import FIXTURE, find_shared_data
@@ -874,9 +881,7 @@ def main() -> None:
         a.sizes = [1]
     a.results = a.results or (a.out / "quick.md" if a.quick else RESULTS)
 
-    cmd = "PYTHONPATH=$PWD MIX_SHARED_DATA=" + os.environ.get("MIX_SHARED_DATA", "") + " " + " ".join(
-        shlex.quote(x) for x in [os.path.relpath(sys.executable, REPO) if sys.executable.startswith(str(REPO))
-                                 else sys.executable, "bench/graph.py", *sys.argv[1:]])
+    cmd = command_line("bench/graph.py")
     load0, t_start = os.getloadavg(), time.strftime("%Y-%m-%d %H:%M:%S %Z")
     print(f"load average at start: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}", flush=True)
     sections, results = [], {}

@@ -39,7 +39,6 @@ import argparse
 import json
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -439,9 +438,7 @@ def main() -> None:
     if a.quick:
         a.sizes = [1]
     a.results = a.results or (a.out / "quick.md" if a.quick else RESULTS)
-    cmd = "PYTHONPATH=$PWD MIX_SHARED_DATA=" + os.environ.get("MIX_SHARED_DATA", "") + " " + " ".join(
-        shlex.quote(x) for x in [os.path.relpath(sys.executable, REPO) if sys.executable.startswith(str(REPO))
-                                 else sys.executable, "bench/incremental.py", *sys.argv[1:]])
+    cmd = graph.command_line("bench/incremental.py")
     load0, t_start = Path("/proc/loadavg").read_text().strip(), time.strftime("%Y-%m-%d %H:%M:%S %Z")
     print(f"/proc/loadavg at start: {load0}", flush=True)
     results, sections, figs = {}, [], []

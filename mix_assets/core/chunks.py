@@ -69,6 +69,21 @@ class Parts:
         have = {k[len(prefix):-len(".arrow")] for k in self.storage.list(prefix.rstrip("/"))}
         return {k for k in keys if k is not None and k in have}
 
+    def keyed(self, label: str, work: Sequence[tuple[str, engine.RowRange]], meta: dict, log=None
+              ) -> tuple[list[Optional[str]], set[str], dict[str, int]]:
+        """Each (source, rows) chunk's key, the keys that have a part, and per source how many chunks a killed
+        run left; each source resumed is logged with `resumed_line`."""
+        keys = [self.key(name, meta[name], rows) for name, rows in work]
+        have = self.present(keys)
+        resumed = {}
+        for name in dict.fromkeys(name for name, _ in work):
+            own = [k for (n, _), k in zip(work, keys) if n == name]
+            resumed[name] = sum(k in have for k in own)
+            line = resumed_line(label, name, own, have)
+            if log and line:
+                log.info(line)
+        return keys, have, resumed
+
     def drop(self, keys: Iterable[Optional[str]]) -> None:
         """Delete the parts of `keys` (once the per-source file assembled from them is written)."""
         for k in keys:

@@ -469,14 +469,9 @@ def scan_sources(storage, sources: Iterable[str], eng: engine.Engine = engine.En
     work = [(s, rng) for s in todo
             for rng in tables.row_ranges(storage, layout.RAW_DOCS.format(source=s), eng.chunk_rows)]
     store, sig_store = chunks.Parts(storage, PARTS_STAGE), dedup.signature_parts(storage)
-    keys = [store.key(s, meta[s], rng) for s, rng in work]
+    keys, have, resumed = store.keyed(label, work, meta, log)
+    out.resumed_chunks.update({s: resumed.get(s, 0) for s in todo})
     sig_keys = [sig_store.key(s, plan[s], rng) if s in plan else None for s, rng in work]
-    have = store.present(keys)
-    for s in todo:
-        line = chunks.resumed_line(label, s, [k for (x, _), k in zip(work, keys) if x == s], have)
-        out.resumed_chunks[s] = sum(k in have for (x, _), k in zip(work, keys) if x == s)
-        if log and line:
-            log.info(line)
     sig_schema = signatures.schema(params.num_perm, {}).remove_metadata() if plan else None
 
     def encode(task, got: ScannedChunk) -> pa.Table:

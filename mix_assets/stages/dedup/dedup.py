@@ -233,12 +233,7 @@ def sign_sources(storage, sources: Mapping[str, str], raw_versions: Mapping[str,
     store = signature_parts(storage)
     meta = {n: signature_meta(raw_versions.get(n), params) for n in todo}
     work = sign_chunks({n: sources[n] for n in todo}, params, eng)
-    keys = [store.key(c.source, meta[c.source], c.rows) for c in work]
-    have = store.present(keys)
-    for n in todo:
-        line = chunks.resumed_line("dedup_keys signatures", n, [k for c, k in zip(work, keys) if c.source == n], have)
-        if log and line:
-            log.info(line)
+    keys, have, _ = store.keyed("dedup_keys signatures", [(c.source, c.rows) for c in work], meta, log)
     part_schema = sig.schema(params.num_perm, {}).remove_metadata()
     results = chunks.resume(sign_chunk, work, keys, eng, store, have=have,
                             encode=lambda _, s: signed_table(s, part_schema))

@@ -186,12 +186,7 @@ def decide_sources(storage, sources: Mapping, raw_versions: Mapping[str, str], p
     store = chunks.Parts(storage, PARTS_STAGE)
     meta = {n: describe(raw_versions.get(n), params[n]) for n in todo}
     work = [FilterChunk(n, rng, params[n]) for n in todo for rng in engine.row_ranges(sources[n], eng.chunk_rows)]
-    keys = [store.key(c.source, meta[c.source], c.rows) for c in work]
-    have = store.present(keys)
-    for n in todo:
-        line = chunks.resumed_line("document_filters", n, [k for c, k in zip(work, keys) if c.source == n], have)
-        if log and line:
-            log.info(line)
+    keys, have, _ = store.keyed("document_filters", [(c.source, c.rows) for c in work], meta, log)
     results = chunks.resume(decide_chunk, work, keys, eng, store, have=have)
     # a progress line only for work done: with everything reused it would read "0 docs, 0B | 0 docs/s"
     computed = [c for c, k in zip(work, keys) if k not in have]
