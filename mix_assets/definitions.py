@@ -36,8 +36,15 @@ def build_assets(spec: MixSpec) -> list:
         *build_split_assets(spec),
         *build_tokens_assets(spec),
         *build_manifest_assets(spec),
-        *build_publish_assets(spec),
+        *build_publish_assets(spec, derive=code_versions),
     ])
+
+
+def code_versions(spec: MixSpec) -> dict[str, str]:
+    """{asset: chained code_version} of `spec`'s assets: what published_revision re-derives from the config a
+    revision carries (stages/publish/input_keys.config_problems)."""
+    return {k.to_user_string(): s.code_version for a in build_assets(spec) for s in getattr(a, "specs", ())
+            for k in (s.key,) if s.code_version is not None}
 
 
 def build_definitions(spec: Optional[MixSpec] = None, storage_root: Optional[str] = None) -> dg.Definitions:

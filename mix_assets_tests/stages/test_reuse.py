@@ -78,6 +78,9 @@ def test_a_second_build_with_nothing_changed_reuses_every_asset(demo):
     assets = set(a2["mats"]) - {PUBLISHED_REVISION}
     assert a2["reused"] == assets and len(assets) >= 10
     assert a2["fingerprint"] == a["fingerprint"]
+    # published_revision re-derived every artifact's code_version from the config the revision carries
+    said = a["mats"][PUBLISHED_REVISION].metadata["config_reproduces_keys"].value
+    assert said.startswith("13 of 13 artifacts"), said
     assert a2["versions"] == a["versions"]  # the artifact keys: nothing downstream reads Unsynced
     meta = a2["mats"]["token_shards"].metadata["reused"].value
     assert meta["restored"] == 0 and meta["files"] > 3

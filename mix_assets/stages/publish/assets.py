@@ -4,7 +4,10 @@ Guards against publishing past a failed gate:
   * in a run: every upstream gate is a blocking check, so a failure skips this step;
   * in automation: `all_deps_blocking_checks_passed()` is part of the automation condition;
   * always: the manifest checker runs on the local mix and `publish()` re-hashes every local file
-    against the manifest; either refuses on any mismatch.
+    against the manifest; either refuses on any mismatch;
+  * always: the config the revision carries (review/mix_config.json) must give every artifact of its chain
+    the code_version that artifact recorded (input_keys.config_problems): a revision is never published
+    under a config that did not build it.
 A re-publish of an existing revision re-hashes its objects and repairs what is missing or damaged.
 
 Every byte published is hashed as it is written and refused unless it is what the manifest lists, and
@@ -15,15 +18,17 @@ found it whole. Both steps hold the storage root's run lease (`common.run_lock`)
 
 
 import json
+from collections.abc import Callable, Mapping
+from typing import Optional
 
 import dagster as dg
 
 from mix_assets.stages.common import code_version, gate, gated, recorded, run_lock, verified_inputs, with_lineage
 from mix_assets.stages.manifest.assets import SHARDS_AUDIT_CLEAN, SHARDS_AUDIT_RECORD
-from mix_assets.config import MixSpec
+from mix_assets.config import MixConfigError, MixSpec, parse_spec
 from mix_assets.core import layout
 from mix_assets.stages.publish import publish as pub
-from mix_assets.stages.publish.input_keys import input_keys
+from mix_assets.stages.publish.input_keys import config_problems, input_keys
 from mix_assets.stages.publish.target import PUBLISHED_REVISION, read_only_target, write_target
 from mix_assets.stages.publish import metadata as md
 from mix_assets.format.checker import check_manifest
@@ -46,8 +51,9 @@ def _target_kind(url: str) -> str:
     return {transport.S3: "s3", transport.HUB: "huggingface"}.get(transport.scheme(url), "file")
 
 
-def build_publish_assets(spec: MixSpec) -> list:
-    """`published_revision` and its blocking check `published_readable_from_empty_cache`."""
+def build_publish_assets(spec: MixSpec, derive: Optional[Callable[[MixSpec], Mapping[str, str]]] = None) -> list:
+    """`published_revision` and its blocking check `published_readable_from_empty_cache`. `derive`: a spec's
+    chained code versions (definitions.code_versions; None: the published config is not re-derived)."""
 
     @dg.asset(
         name="published_revision",
@@ -66,15 +72,17 @@ def build_publish_assets(spec: MixSpec) -> list:
             manifest = pub.load_manifest(_mix_dir(mix.storage))
             _require_clean_audit(mix.storage, manifest)
             _check_manifest_contract(manifest, _mix_dir(mix.storage))
+            keys = input_keys(mix.storage)
+            derived = _require_config_reproduces_keys(mix.storage, keys, derive)
             # `latest` stays where it is: the gate moves it once a stranger's read of the revision passes
             result = pub.publish(_mix_dir(mix.storage), write_target(mix.spec), log=context.log.info,
                                  point_latest=False)
             # the input keys go with the record in storage, not into the revision (its bytes stay as they were)
-            record = {**result.to_json(), "input_keys": input_keys(mix.storage)}
+            record = {**result.to_json(), "input_keys": keys}
             mix.storage.write_text(layout.PUBLISHED, json.dumps(record, indent=2, sort_keys=True))
             lin = recorded(mix.storage, "published_revision", [layout.PUBLISHED], {"manifest": inputs["manifest"]},
                            context)
-        return with_lineage(md.published_revision(result), lin)
+        return with_lineage({**md.published_revision(result), **derived}, lin)
 
     @dg.asset_check(
         asset=published_revision,
@@ -121,6 +129,26 @@ def _require_clean_audit(storage, manifest: dict) -> None:
             f"(audited fingerprint {str(report.get('fingerprint'))[:16]}, overlap_total "
             f"{report.get('overlap_total')}, passed {report.get('passed')}); materialise manifest with its checks"
         )
+
+
+def _require_config_reproduces_keys(storage, keys: Optional[dict], derive) -> dict:
+    """Refuse a revision whose own config would not give its artifacts' recorded code versions; the metadata
+    line saying it does."""
+    if derive is None or not keys:
+        return {}
+    try:
+        spec = parse_spec(json.loads(storage.read_text(layout.MIX_CONFIG)), layout.MIX_CONFIG)
+    except (MixConfigError, ValueError) as e:
+        raise pub.PublishError(f"{layout.MIX_CONFIG} does not parse as a mix config: {e}") from e
+    problems = config_problems(keys["code"], derive(spec), layout.MIX_CONFIG)
+    if problems:
+        raise pub.PublishError(
+            f"{layout.MIX_CONFIG} would not rebuild the artifacts it is published with (their code versions "
+            "hash their code, the config values they read and their parents'); re-materialise them under this "
+            "config:\n  " + "\n  ".join(problems))
+    return {"config_reproduces_keys": dg.MetadataValue.text(
+        f"{len(keys['code'])} of {len(keys['code'])} artifacts: the published config gives each the code_version "
+        "it recorded")}
 
 
 def _check_manifest_contract(manifest: dict, mix_dir: Location) -> None:

@@ -11,10 +11,16 @@ through the same code under the same config, so the bytes must be the same; chan
 revision expected. The keys are stored with the publication record in storage
 (`publish/published_revision.json`), never in the published revision: its bytes, and the demo
 fingerprint, stay as they were. Pure over the lineage Store protocol; no Dagster.
+
+`config_problems` closes the loop from the other side: the revision's own config (review/mix_config.json,
+fingerprinted with its files) must give, through the code that is running, the code_version every artifact
+of the chain recorded (each one hashes its code, the config values it reads and its parents' versions:
+stages/common.chain_code_versions). A revision whose config would not reproduce its keys is refused.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Optional
 
 from mix_assets.core.lineage import Store, read_record
@@ -60,3 +66,12 @@ def changed_keys(published: Optional[dict], rebuilt: Optional[dict]) -> list[str
         a, b = published.get(part) or {}, rebuilt.get(part) or {}
         out += [f"{prefix}{k}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
     return out
+
+
+def config_problems(recorded_code: Mapping[str, str], derived: Mapping[str, str],
+                    origin: str = "review/mix_config.json") -> list[str]:
+    """[] when `derived` (the chained code versions the published config gives, {asset: code_version}) holds
+    for every asset of `recorded_code` (`input_keys`'s "code") the code_version it recorded; else one line
+    per asset that differs."""
+    return [f"{asset}: recorded code_version {code}, {origin} gives {derived.get(asset) or 'no such asset'}"
+            for asset, code in sorted(recorded_code.items()) if derived.get(asset) != code]
