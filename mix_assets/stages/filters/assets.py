@@ -18,7 +18,7 @@ from mix_assets.stages.filters import decisions as lib
 from mix_assets.stages.filters import metadata as md
 from mix_assets.stages.lines import lines as lines_lib
 from mix_assets.stages.lines.assets import line_deps, line_inputs
-from mix_assets.core import layout, tables
+from mix_assets.core import layout
 from mix_assets.resources import EngineResource, MixResource
 
 GROUP = "filters"
