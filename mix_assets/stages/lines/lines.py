@@ -71,17 +71,17 @@ def code() -> str:
     return hashlib.sha256(src.encode()).hexdigest()[:16]
 
 
-def _lines(text: pa.Array, min_line_chars: int) -> pl.DataFrame:
+def _lines(text: pa.Array, min_line_chars: int, lazy: bool = False):
     """One row per line of every document: row (document index), line (as written), hash (of the stripped
-    line), counted (non-blank and at least `min_line_chars` long once stripped)."""
+    line), counted (non-blank and at least `min_line_chars` long once stripped), chars (stripped length)."""
     s = pl.from_arrow(text.cast(pa.large_string()) if not isinstance(text, pa.ChunkedArray)
                       else text.combine_chunks().cast(pa.large_string()))
-    df = pl.DataFrame({"row": pl.int_range(0, len(s), eager=True, dtype=pl.Int64), "line": s.fill_null("")})
+    df = pl.DataFrame({"row": pl.int_range(0, len(s), eager=True, dtype=pl.Int64), "line": s.fill_null("")}).lazy()
     df = df.with_columns(pl.col("line").str.split("\n")).explode("line")
     key = pl.col("line").str.strip_chars()
-    return df.with_columns(key.hash(SEED).alias("hash"),
-                           (key.str.len_chars() >= min_line_chars).alias("counted"),
-                           key.str.len_chars().alias("chars"))
+    df = df.with_columns(key.hash(SEED).alias("hash"), key.str.len_chars().alias("chars"))
+    df = df.with_columns((pl.col("chars") >= min_line_chars).alias("counted"))
+    return df if lazy else df.collect()
 
 
 @dataclass(frozen=True)
@@ -104,8 +104,8 @@ def _read(rows: engine.RowRange, source: str, columns: list[str]) -> pa.Table:
 
 def count_lines(text: pa.Array, min_line_chars: int) -> tuple[np.ndarray, np.ndarray]:
     """(distinct line hashes sorted, documents holding each): every counted line once per document."""
-    df = _lines(text, min_line_chars).filter(pl.col("counted")).select("row", "hash").unique()
-    g = df.group_by("hash").len().sort("hash")
+    g = (_lines(text, min_line_chars, lazy=True).filter(pl.col("counted")).select("row", "hash").unique()
+         .group_by("hash").len().sort("hash").collect())
     return g["hash"].to_numpy().astype(np.uint64), g["len"].to_numpy().astype(np.int64)
 
 
@@ -135,23 +135,32 @@ def frequent(hashes: np.ndarray, docs: np.ndarray, min_docs: int) -> pa.Table:
 
 def remove_lines(text: pa.Array, hashes: np.ndarray, p: LineParams) -> tuple[pa.Array, dict]:
     """(the texts without their frequent lines, per document: removed_lines, removed_bytes, dropped,
-    kept_chars, chars); a document losing nothing keeps its text as it was."""
-    df = _lines(text, p.min_line_chars)
+    kept_chars, chars); a document losing nothing keeps its text as it was (only the documents that lose a
+    line are joined again)."""
+    old = text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text
+    old = old.cast(pa.large_string())
+    n = len(old)
     gone = pl.col("counted") & pl.col("hash").is_in(pl.Series(hashes, dtype=pl.UInt64).implode())
-    df = df.with_columns(gone.alias("gone"))
-    per = df.group_by("row", maintain_order=True).agg(
+    df = _lines(old, p.min_line_chars, lazy=True).with_columns(gone.alias("gone")).collect()
+    hit = df.filter(pl.col("gone"))["row"].unique().sort()
+    per = df.filter(pl.col("row").is_in(hit.implode())).group_by("row", maintain_order=True).agg(
         pl.col("gone").sum().alias("removed_lines"),
         pl.col("line").filter(~pl.col("gone")).str.join("\n").alias("kept"),
         pl.col("chars").sum().alias("chars"),
         pl.col("chars").filter(~pl.col("gone")).sum().alias("kept_chars"),
-    ).sort("row")
-    removed = per["removed_lines"].to_numpy().astype(np.int32)
+    )
+    rows = per["row"].to_numpy()
+    removed = np.zeros(n, np.int32)
+    removed[rows] = per["removed_lines"].to_numpy()
+    chars, kept = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    chars[rows], kept[rows] = per["chars"].to_numpy(), per["kept_chars"].to_numpy()
     changed = removed > 0
-    old = text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text
-    old = old.cast(pa.large_string())
-    new = pa.array(per["kept"].to_arrow()).cast(pa.large_string())
-    out = pc.if_else(pa.array(changed), new, old)
-    chars, kept = per["chars"].to_numpy().astype(np.int64), per["kept_chars"].to_numpy().astype(np.int64)
+    out = old
+    if len(rows):
+        pos = np.full(n, 0, np.int64)
+        pos[rows] = np.arange(len(rows))
+        new = pa.array(per["kept"].to_arrow()).cast(pa.large_string()).take(pa.array(pos))
+        out = pc.if_else(pa.array(changed), new, old)
     dropped = changed & ((kept < p.min_kept_share * chars) | (kept < p.min_kept_chars))
     nb_old = pc.fill_null(pc.binary_length(old), 0).to_numpy(zero_copy_only=False).astype(np.int64)
     nb_new = pc.fill_null(pc.binary_length(out), 0).to_numpy(zero_copy_only=False).astype(np.int64)
