@@ -74,9 +74,10 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
         srcs = lib.filtered_sources(spec_now)
         inputs = verified_inputs(storage, "document_filters", [raw_name(s) for s in srcs] + line_inputs(spec_now),
                                  context)
-        if hit := artifact_reused(context, mix, "document_filters", inputs):
+        # the blocklists are read from outside the root: their content keys the artifact
+        params = {s: lib.filter_params(spec_now.filters_for(s), str(spec_now.base_dir)) for s in srcs}
+        if hit := artifact_reused(context, mix, "document_filters", inputs, roots=lambda: lib.url_roots(params)):
             return hit
-        params = {s: lib.filter_params(spec_now.filters_for(s)) for s in srcs}
         reused = lib.decide_sources(storage, lines_lib.text_files(storage, spec_now, srcs), {s: inputs[raw_name(s)] for s in srcs},
                                     params, engine.engine, log=context.log)
         summary = lib.summarise_stored(storage, srcs, lib.guard_for(spec_now))  # a row group at a time
@@ -86,7 +87,8 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
                        context)
         keep = lib.below_keep_share(summary, {s: spec_now.keep_share(s) for s in srcs})
         checks = [gate(context, DOCUMENT_FILTERS, c) for c in _checks(summary, keep)]
-        return with_lineage(md.document_filters(storage, summary, samples, reused), lin, check_results=checks)
+        return with_lineage({**md.document_filters(storage, summary, samples, reused),
+                             **md.url_counts(lib.url_counts(storage, srcs, params))}, lin, check_results=checks)
 
     return document_filters
 
@@ -98,7 +100,7 @@ def _samples(storage, spec: MixSpec, sources: list[str]) -> tuple[list[dict], in
     k = spec.filters.samples_per_filter if spec.filters is not None else 3
     picked = lib.pick_stored(storage, sources, k, never)
     whole = dedup_lib.texts(lines_lib.text_paths(storage, spec, sorted(sources)), {p[2] for p in picked})
-    why = lib.explain(picked, whole, {s: lib.filter_params(spec.filters_for(s)) for s in sources})
+    why = lib.explain(picked, whole, {s: lib.filter_params(spec.filters_for(s), str(spec.base_dir)) for s in sources})
     texts = {d: dedup_lib.snippet(t) for d, t in whole.items()}
     return md.sample_rows(picked, texts, scrub_hashes(spec), spec.audit.scrub_words, why)
 

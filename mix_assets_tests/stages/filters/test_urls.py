@@ -1,0 +1,96 @@
+"""The URL / domain filter: blocklists from files (a domain blocks its subdomains, substrings anywhere in the
+URL), each keyed by its content and optionally pinned, malformed lines failing with file and line, unparseable
+URLs counted, rejections `url:<list>` in document_filters' decisions."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mix_assets.core import engine
+from mix_assets.stages.filters import decisions, urls
+from mix_assets.stages.filters.cascade import FilterConfig
+from mix_assets.stages.filters.config import FiltersSpec
+
+
+def _lists(tmp_path, domains="# ad hosts\nbad.example\n*.tracker.test  # and its subdomains\n", subs="casino\n"):
+    (tmp_path / "domains.txt").write_text(domains)
+    (tmp_path / "subs.txt").write_text(subs)
+    return [{"name": "adult", "path": "domains.txt", "kind": "domains"},
+            {"name": "spam", "path": "subs.txt", "kind": "substrings"}]
+
+
+def _params(tmp_path, **kw) -> urls.UrlParams:
+    return urls.UrlParams("url", urls.resolve(_lists(tmp_path, **kw), str(tmp_path)))
+
+
+def test_a_domain_blocks_itself_and_its_subdomains_and_a_substring_anywhere(tmp_path):
+    p = _params(tmp_path)
+    got = urls.judge(["https://bad.example/page", "http://www.BAD.example:8080/x", "https://notbad.example/",
+                      "https://a.b.tracker.test/?q=1", "https://shop.test/Casino-night", "https://fine.org/", None,
+                      "not a url at all"], p)
+    assert got.reason == ["url:adult", "url:adult", None, "url:adult", "url:spam", None, None, None]
+    assert got.matched == {"adult": 3, "spam": 1} and got.missing == 1 and got.unparseable == 1
+
+
+def test_unparseable_urls_are_rejected_when_the_config_says_so(tmp_path):
+    p = urls.UrlParams("url", _params(tmp_path).lists, reject_unparseable=True)
+    assert urls.judge(["http://", "no-dots", "https://ok.org/"], p).reason == ["url:unparseable"] * 2 + [None]
+
+
+def test_a_malformed_blocklist_line_names_file_and_line(tmp_path):
+    with pytest.raises(urls.BlocklistError, match=r"domains.txt:3: not a domain: 'http://x.com/path'"):
+        _params(tmp_path, domains="ok.com\n\nhttp://x.com/path\n")
+    with pytest.raises(urls.BlocklistError, match=r"domains.txt:1: not a domain: 'two words.com'"):
+        _params(tmp_path, domains="two words.com\n")
+
+
+def test_a_list_is_keyed_by_its_content_and_a_pin_refuses_another(tmp_path):
+    a = _params(tmp_path)
+    b = _params(tmp_path, domains="bad.example\nother.example\n")
+    assert a.lists[0].sha256 != b.lists[0].sha256 and a.describe() != b.describe()
+    lists = _lists(tmp_path)
+    lists[0]["sha256"] = hashlib.sha256(b"something else").hexdigest()
+    with pytest.raises(urls.BlocklistError, match="blocklist 'adult' has sha256"):
+        urls.resolve(lists, str(tmp_path))
+    lists[0]["sha256"] = hashlib.sha256((tmp_path / "domains.txt").read_bytes()).hexdigest()
+    assert urls.resolve(lists, str(tmp_path))[0].sha256 == lists[0]["sha256"]
+
+
+def _docs(path, urls_col):
+    n = len(urls_col)
+    text = ["A perfectly ordinary document about rivers and stones."] * n
+    pq.write_table(pa.table({"doc_id": [f"d{i}" for i in range(n)], "text": pa.array(text, pa.large_string()),
+                             "n_chars": [len(t) for t in text], "n_bytes": [len(t) for t in text],
+                             "url": urls_col}), path)
+
+
+def test_document_filters_rejects_a_blocklisted_domain_and_subdomain_with_the_reason(tmp_path):
+    path = tmp_path / "docs.parquet"
+    _docs(path, ["https://bad.example/a", "https://sub.bad.example/b", "https://good.org/c", "%%%"])
+    params = decisions.FilterParams(FilterConfig.only(), url=_params(tmp_path))
+    t = decisions.decide_chunk(decisions.FilterChunk("web", engine.RowRange(str(path), 0, 4), params))
+    assert t.column("reason").to_pylist() == ["url:adult", "url:adult", None, None]
+    assert t.column("keep").to_pylist() == [False, False, True, True]
+    assert decisions.filter_of("url:adult") == "url" and decisions.filter_order()[0] == "url"
+    assert "url" in params.describe() and "url" not in decisions.FilterParams(FilterConfig.only()).describe()
+
+
+def test_documents_without_the_url_column_fail_naming_file_and_field(tmp_path):
+    path = tmp_path / "docs.parquet"
+    _docs(path, ["https://x.org"])
+    pq.write_table(pq.read_table(path).drop(["url"]), path)
+    params = decisions.FilterParams(FilterConfig.only(), url=_params(tmp_path))
+    with pytest.raises(decisions.FilterInputError, match=r"docs.parquet: no column 'url' \(filters.url.field\)"):
+        decisions.decide_chunk(decisions.FilterChunk("web", engine.RowRange(str(path), 0, 1), params))
+
+
+def test_the_config_section_and_a_dump_without_it():
+    spec = FiltersSpec.model_validate({"url": {"lists": [{"name": "adult", "path": "d.txt", "kind": "domains"}]}})
+    assert spec.active() == ["url"]
+    assert "url" not in FiltersSpec.model_validate({"c4": {}}).model_dump(mode="json")
+    with pytest.raises(Exception, match="kind"):
+        FiltersSpec.model_validate({"url": {"lists": [{"name": "x", "path": "d.txt", "kind": "hosts"}]}})
