@@ -55,7 +55,7 @@ class LineParams:
     """What decides the removals (plain values: travels to Ray workers, hashed into the key)."""
 
     min_docs: int = 10
-    min_line_chars: int = 1
+    min_line_chars: int = 20
     min_kept_share: float = 0.2
     min_kept_chars: int = 1
 
