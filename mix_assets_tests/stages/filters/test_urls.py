@@ -94,3 +94,51 @@ def test_the_config_section_and_a_dump_without_it():
     assert "url" not in FiltersSpec.model_validate({"c4": {}}).model_dump(mode="json")
     with pytest.raises(Exception, match="kind"):
         FiltersSpec.model_validate({"url": {"lists": [{"name": "x", "path": "d.txt", "kind": "hosts"}]}})
+
+
+def test_in_the_graph_a_jsonl_url_field_reaches_raw_and_blocked_documents_are_masked_with_the_reason(tmp_path):
+    """raw/<source> carries the source's url_field as `url`; document_filters rejects a blocklisted domain and
+    its subdomain (`url:adult`), counted per list as metadata; exclusion_masks holds the reason."""
+    import json
+    import random
+
+    import dagster as dg
+
+    from mix_assets.config import load_spec
+    from mix_assets.core import layout
+    from mix_assets.core.storage import Storage
+    from mix_assets.resources import MixResource
+    from mix_assets.stages.dedup.assets import build_dedup_assets
+    from mix_assets.stages.filters.assets import build_filter_assets
+    from mix_assets.stages.sources.assets import build_source_assets
+    from mix_assets_tests.conftest import minimal_config, source, write_config
+
+    r = random.Random(3)
+    words = "river stone market lantern harvest copper meadow orchard bridge signal quiet amber".split()
+    hosts = ["bad.example", "news.bad.example", "good.org", "fine.net", "notbad.example"]
+    rows = [{"text": " ".join(r.choice(words) for _ in range(60)) + ".", "url": f"https://{hosts[i % 5]}/p{i}"}
+            for i in range(150)]
+    (tmp_path / "web.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+    lists = _lists(tmp_path)
+    cfg = minimal_config(sources=[source("web", {"kind": "jsonl", "paths": [str(tmp_path / "web.jsonl")]},
+                                         url_field="url")],
+                         target_tokens=3000, headroom=1.1, filters={"url": {"lists": lists}, "keep_share": 0.5},
+                         audit={"mask_contaminated": False, "tasks": []})
+    cfg["storage"] = {"root": str(tmp_path / "storage"), "cache_dir": str(tmp_path / "cache")}
+    spec = load_spec(write_config(tmp_path, cfg))
+    res = dg.materialize([*build_source_assets(spec), *build_filter_assets(spec), *build_dedup_assets(spec)],
+                         resources={"mix": MixResource(config_path=spec.config_path)},
+                         instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert res.success
+    storage = Storage(root=str(tmp_path / "storage"))
+    raw = pq.read_table(storage.source(layout.RAW_DOCS.format(source="web")))
+    blocked = {d for d, u in zip(raw.column("doc_id").to_pylist(), raw.column("url").to_pylist())
+               if urls.host_of(u).endswith("bad.example") and not urls.host_of(u).startswith("notbad")}
+    assert blocked and len(blocked) < raw.num_rows
+    dec = decisions.read_decisions(storage, ["web"])["web"]
+    got = {d for d, why in zip(dec.column("doc_id").to_pylist(), dec.column("reason").to_pylist()) if why == "url:adult"}
+    assert got == blocked
+    md = {m.asset_key.to_user_string(): m for m in res.get_asset_materialization_events()}["document_filters"]
+    assert md.materialization.metadata["url_rejected/web/adult"].value == len(blocked)
+    masks = pq.read_table(storage.source(layout.EXCLUSION_MASKS)).to_pylist()
+    assert {m["doc_id"] for m in masks if "url:adult" in json.dumps(m)} == blocked
