@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mix_assets.core import engine, imports, layout, tables
+from mix_assets.core import chunks, engine, imports, layout, tables
 from mix_assets.stages.dedup import signatures as sig
 
 FORMAT = "mix_assets.line_dedup/1"
@@ -281,21 +281,40 @@ class Result:
     top: list[dict]  # the most frequent removed lines, scrubbed by the asset before they are shown
 
 
+PARTS_STAGE = "lines"  # core/chunks.py: the chunk parts of a killed run live under parts/lines/
+
+
+def _count_table(chunk, got: tuple[np.ndarray, np.ndarray]) -> pa.Table:
+    return pa.table({"hash": pa.array(got[0], pa.uint64()), "docs": pa.array(got[1], pa.int64())}, schema=FREQUENT_SCHEMA)
+
+
 def dedup_lines(storage, files: Mapping[str, engine.FileAt], raw_versions: Mapping[str, Optional[str]], p: LineParams,
                 skip: Sequence[str], eng: engine.Engine, samples: int = 0, log=None) -> Result:
     """Count every source's lines (map), sum them (reduce), write layout.LINE_FREQUENT, then each source's
-    documents without the frequent lines (map; skipped sources: none written) and layout.LINE_REPORT."""
+    documents without the frequent lines (map; skipped sources: none written) and layout.LINE_REPORT.
+
+    Both maps keep each chunk's result as a keyed part until what it feeds is written (core/chunks.py), keyed by
+    the source's raw version, the parameters and this code (and, for the removal, the frequent set), so a killed
+    run resumes at the first chunk it had not finished."""
     names = list(files)
     meta = describe(raw_versions, p, skip)
-    work = [CountChunk(s, rng, p.min_line_chars) for s in names for rng in engine.row_ranges(files[s], eng.chunk_rows)]
-    hashes, docs = reduce_counts(engine.map_chunks(count_chunk, work, eng))
+    store = chunks.Parts(storage, PARTS_STAGE)
+    own = {s: {"raw": raw_versions.get(s), "params": meta["params"], "code": meta["code"]} for s in names}
+    work = [(s, rng) for s in names for rng in engine.row_ranges(files[s], eng.chunk_rows)]
+    count_meta = {s: {**own[s], "map": "count"} for s in names}
+    keys, have, _ = store.keyed("line_dedup (count)", work, count_meta, log)
+    counted = chunks.resume(count_chunk, [CountChunk(s, rng, p.min_line_chars) for s, rng in work], keys, eng, store,
+                            encode=_count_table, have=have)
+    hashes, docs = reduce_counts((t.column("hash").to_numpy(), t.column("docs").to_numpy()) for t, _ in counted)
     top = frequent(hashes, docs, p.min_docs)
     tables.write_parquet(storage, layout.LINE_FREQUENT,
                          top.replace_schema_metadata({META_KEY: json.dumps(meta, sort_keys=True).encode()}))
+    count_keys = keys  # kept until the end: a run killed in the removal map does not count again
     if log:
         log.info(f"line_dedup: {len(hashes):,} distinct lines over {len(names)} sources, {top.num_rows:,} in >= "
                  f"{p.min_docs} documents")
     wanted = top.column("hash").to_numpy().astype(np.uint64)
+    frequent_key = hashlib.sha256(wanted.tobytes()).hexdigest()[:16]
     rows = []
     for s in names:
         if s in skip:
@@ -304,16 +323,20 @@ def dedup_lines(storage, files: Mapping[str, engine.FileAt], raw_versions: Mappi
         with engine.open_parquet(files[s]) as f:
             schema = docs_schema(f.schema_arrow).with_metadata({META_KEY: json.dumps(meta, sort_keys=True).encode()})
         totals = SourceTotals()
-        chunks = [ApplyChunk(s, rng, wanted, p) for rng in engine.row_ranges(files[s], eng.chunk_rows)]
+        mine = [(s, rng) for rng in engine.row_ranges(files[s], eng.chunk_rows)]
+        keys, have, _ = store.keyed("line_dedup", mine, {s: {**own[s], "map": "remove", "frequent": frequent_key}}, log)
+        results = chunks.resume(apply_chunk, [ApplyChunk(s, rng, wanted, p) for _, rng in mine], keys, eng, store,
+                                have=have)
 
-        def parts(results=engine.map_chunks(apply_chunk, chunks, eng), totals=totals):
-            for t in results:
+        def parts(results=results, totals=totals):
+            for t, _ in results:
                 nb_before = t.column("n_bytes").to_numpy().astype(np.int64) + t.column("removed_bytes").to_numpy()
                 totals.add(t, nb_before)
                 yield t.cast(schema)
 
         tables.write_parquet_groups(storage, layout.LINE_DOCS.format(source=s), schema,
                                     sig.regroup(parts(), GROUP_ROWS, schema))
+        store.drop(keys)
         rows.append(totals.row(s))
     shown = [] if not samples else top_lines(_texts([files[s] for s in names if s not in skip]), top, samples,
                                              p.min_line_chars)
@@ -321,6 +344,7 @@ def dedup_lines(storage, files: Mapping[str, engine.FileAt], raw_versions: Mappi
     storage.write_text(layout.LINE_REPORT, json.dumps(
         {"lines": res.lines, "frequent": res.frequent, "params": meta["params"], "skip": meta["skip"],
          "sources": rows}, indent=1, sort_keys=True))
+    store.drop(count_keys)
     return res
 
 

@@ -219,3 +219,32 @@ def test_without_a_line_dedup_section_there_is_no_asset_and_the_config_dump_is_u
     off = spec.model_copy(update={"line_dedup": None})
     assert line_assets.build_line_assets(off) == [] and lib.modified_sources(off) == []
     assert '"line_dedup":' not in off.canonical_json() and '"line_dedup":' in spec.canonical_json()
+
+
+def test_a_run_killed_in_the_removal_map_resumes_from_its_chunk_parts(tmp_path, monkeypatch):
+    clean, _ = _run_lib(tmp_path / "clean", engine.Engine(num_cpus=1, chunk_rows=8))
+    real_apply, real_count = lib.apply_chunk, lib.count_chunk
+    calls = {"apply": 0, "count": 0}
+
+    def dying(chunk, *a):
+        calls["apply"] += 1
+        if chunk.source == "forum" and chunk.rows.start >= 16:
+            raise KeyboardInterrupt("killed")
+        return real_apply(chunk, *a)
+
+    monkeypatch.setattr(lib, "apply_chunk", dying)
+    with pytest.raises(KeyboardInterrupt):
+        _run_lib(tmp_path / "run", engine.Engine(num_cpus=1, chunk_rows=8))
+
+    def counting(chunk):
+        calls["count"] += 1
+        return real_count(chunk)
+
+    monkeypatch.setattr(lib, "apply_chunk", real_apply)
+    monkeypatch.setattr(lib, "count_chunk", counting)
+    calls["count"] = 0
+    again, _ = _run_lib(tmp_path / "run", engine.Engine(num_cpus=1, chunk_rows=8))
+    assert calls["count"] == 0  # every count chunk came from its part
+    for key in [layout.LINE_FREQUENT, *(layout.LINE_DOCS.format(source=s) for s in ("web", "forum"))]:
+        assert again.sha256(key) == clean.sha256(key), key
+    assert not again.list("parts/lines")  # the parts go once what they fed is written
