@@ -142,3 +142,14 @@ def test_in_the_graph_a_jsonl_url_field_reaches_raw_and_blocked_documents_are_ma
     assert md.materialization.metadata["url_rejected/web/adult"].value == len(blocked)
     masks = pq.read_table(storage.source(layout.EXCLUSION_MASKS)).to_pylist()
     assert {m["doc_id"] for m in masks if "url:adult" in json.dumps(m)} == blocked
+
+
+def test_url_field_is_for_jsonl_sources_and_absent_from_dumps_when_unset():
+    from mix_assets.stages.sources.config import SourceSpec
+    base = {"name": "web", "license": "test", "rationale": "A test source whose property is that it is small.",
+            "share": 1.0}
+    with pytest.raises(Exception, match="url_field is read from JSONL sources only"):
+        SourceSpec.model_validate({**base, "loader": {"kind": "text", "paths": ["x"]}, "url_field": "url"})
+    jsonl = {**base, "loader": {"kind": "jsonl", "paths": ["x.jsonl"]}, "text_field": "text"}
+    assert "url_field" not in SourceSpec.model_validate(jsonl).model_dump(mode="json")
+    assert SourceSpec.model_validate({**jsonl, "url_field": "url"}).model_dump(mode="json")["url_field"] == "url"
