@@ -33,6 +33,15 @@ FILTER_DECISIONS = "filters/decisions/{source}.parquet"
 # kill rates per source x filter, the composition before/after (source x language x length bucket), domains
 FILTER_REPORT = "filters/report.json"
 
+# line_dedup (stages/lines/lines.py), when the mix has a `line_dedup:` section: the line hashes found in at least
+#   min_docs documents of the mix (hash uint64, docs int64, sorted by hash); per source raw/<source>'s rows in raw
+#   order with the frequent lines removed (raw's columns, text / n_bytes / n_chars / est_tokens recomputed, then
+#   removed_lines int32, removed_bytes int64, dropped bool): what document_filters, the tokenizer and token_shards
+#   read instead of raw/<source>'s text; the counts per source and the most frequent removed lines (JSON)
+LINE_FREQUENT = "lines/frequent.parquet"
+LINE_DOCS = "lines/docs/{source}.parquet"
+LINE_REPORT = "lines/report.json"
+
 # eval_registry: per task a sorted, unique uint64 array of hashed n-grams (numpy .npy) + denominators
 EVAL_NGRAMS = "audit/eval_registry/{task}.npy"
 EVAL_REGISTRY = "audit/eval_registry/registry.json"

@@ -17,6 +17,7 @@ from mix_assets.stages.common import (
 from mix_assets.stages.filters.assets import filter_deps
 from mix_assets.config import MixSpec
 from mix_assets.stages.filters import decisions
+from mix_assets.stages.lines import lines as lines_lib
 from mix_assets.core import layout, tables
 from mix_assets.core.tables import write_parquet
 from mix_assets.stages.dedup import dedup as lib
@@ -82,7 +83,9 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
                                          {s.name: s.priority for s in spec_now.sources}, lib.dedup_params(spec_now),
                                          engine.engine, log=context.log, storage=storage,
                                          raw_versions={s: inputs[raw_name(s)] for s in names},
-                                         rejected=decisions.rejected_array(storage, decisions.filtered_sources(spec_now)) if filtered else None)
+                                         rejected=lines_lib.with_dropped_ids(
+                                             decisions.rejected_array(storage, decisions.filtered_sources(spec_now)),
+                                             storage, spec_now) if filtered else None)
         elapsed = time.monotonic() - started
         write_parquet(storage, layout.DEDUP_KEYS, table)
         lin = recorded(storage, "dedup_keys", [layout.DEDUP_KEYS, *map(lib.signatures_key, sorted(names))], inputs,

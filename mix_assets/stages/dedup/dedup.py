@@ -44,6 +44,7 @@ from mix_assets.core.idset import UNSORTED, IdSet, unsorted_row
 from mix_assets.stages.dedup import signatures as sig
 from mix_assets.stages.dedup import minhash as mh
 from mix_assets.stages.filters import decisions
+from mix_assets.stages.lines import lines as lines_lib
 from mix_assets.core.progress import Progress, reused_line
 from mix_assets.core.storage import Storage
 
@@ -784,7 +785,7 @@ def build_exclusion_masks(storage, spec) -> Masks:
             "contamination_report must be materialised first"
         )
     keys, seen = storage.source(layout.DEDUP_KEYS), Exclusions()
-    rejected = decisions.rejected_reasons(storage, decisions.filtered_sources(spec))
+    rejected = lines_lib.with_dropped(decisions.rejected_reasons(storage, decisions.filtered_sources(spec)), storage, spec)
     batches = exclusion_batches(keys, contaminated if mask else None, seen, storage.uri(layout.DEDUP_KEYS),
                                 Rejections.of(*rejected) if rejected is not None else None)
     tables.write_parquet_groups(storage, layout.EXCLUSION_MASKS, EXCLUSION_SCHEMA,

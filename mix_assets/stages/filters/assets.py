@@ -16,7 +16,9 @@ from mix_assets.stages.audit.eval_scan import scrub_hashes
 from mix_assets.stages.dedup import dedup as dedup_lib
 from mix_assets.stages.filters import decisions as lib
 from mix_assets.stages.filters import metadata as md
-from mix_assets.core import layout, tables
+from mix_assets.stages.lines import lines as lines_lib
+from mix_assets.stages.lines.assets import line_deps, line_inputs
+from mix_assets.core import layout
 from mix_assets.resources import EngineResource, MixResource
 
 GROUP = "filters"
@@ -33,8 +35,9 @@ def build_filter_assets(spec: MixSpec) -> list:
 
 
 def filter_deps(spec: MixSpec) -> list[dg.AssetKey]:
-    """What a downstream stage adds to its deps: document_filters when it exists."""
-    return [DOCUMENT_FILTERS] if lib.filtered_sources(spec) else []
+    """What a downstream stage adds to its deps: document_filters when it exists (and line_dedup when it exists:
+    the documents it drops are excluded like the filters' rejects)."""
+    return ([DOCUMENT_FILTERS] if lib.filtered_sources(spec) else []) + line_deps(spec)
 
 
 def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
@@ -44,7 +47,7 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
     @dg.asset(
         key=DOCUMENT_FILTERS,
         group_name=GROUP,
-        deps=[raw_key(n) for n in names],
+        deps=[raw_key(n) for n in names] + line_deps(spec),
         kinds={"parquet"},
         owners=spec.owners,
         resource_defs={"engine": EngineResource.from_spec(spec)},
@@ -69,11 +72,13 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
         """Per document: keep, the first failing rule, language and score; kill rates and samples per filter."""
         spec_now, storage = mix.spec, mix.storage
         srcs = lib.filtered_sources(spec_now)
-        inputs = verified_inputs(storage, "document_filters", [raw_name(s) for s in srcs], context)
-        if hit := artifact_reused(context, mix, "document_filters", inputs):
+        inputs = verified_inputs(storage, "document_filters", [raw_name(s) for s in srcs] + line_inputs(spec_now),
+                                 context)
+        # the blocklists are read from outside the root: their content keys the artifact
+        params = {s: lib.filter_params(spec_now.filters_for(s), str(spec_now.base_dir)) for s in srcs}
+        if hit := artifact_reused(context, mix, "document_filters", inputs, roots=lambda: lib.url_roots(params)):
             return hit
-        params = {s: lib.filter_params(spec_now.filters_for(s)) for s in srcs}
-        reused = lib.decide_sources(storage, tables.raw_files(storage, srcs), {s: inputs[raw_name(s)] for s in srcs},
+        reused = lib.decide_sources(storage, lines_lib.text_files(storage, spec_now, srcs), {s: inputs[raw_name(s)] for s in srcs},
                                     params, engine.engine, log=context.log)
         summary = lib.summarise_stored(storage, srcs, lib.guard_for(spec_now))  # a row group at a time
         storage.write_text(layout.FILTER_REPORT, lib.report_json(summary))
@@ -82,7 +87,8 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
                        context)
         keep = lib.below_keep_share(summary, {s: spec_now.keep_share(s) for s in srcs})
         checks = [gate(context, DOCUMENT_FILTERS, c) for c in _checks(summary, keep)]
-        return with_lineage(md.document_filters(storage, summary, samples, reused), lin, check_results=checks)
+        return with_lineage({**md.document_filters(storage, summary, samples, reused),
+                             **md.url_counts(lib.url_counts(storage, srcs, params))}, lin, check_results=checks)
 
     return document_filters
 
@@ -93,8 +99,8 @@ def _samples(storage, spec: MixSpec, sources: list[str]) -> tuple[list[dict], in
     never = set(contaminated.ids()) if contaminated is not None else set()
     k = spec.filters.samples_per_filter if spec.filters is not None else 3
     picked = lib.pick_stored(storage, sources, k, never)
-    whole = dedup_lib.texts(tables.raw_paths(storage, sorted(sources)), {p[2] for p in picked})
-    why = lib.explain(picked, whole, {s: lib.filter_params(spec.filters_for(s)) for s in sources})
+    whole = dedup_lib.texts(lines_lib.text_paths(storage, spec, sorted(sources)), {p[2] for p in picked})
+    why = lib.explain(picked, whole, {s: lib.filter_params(spec.filters_for(s), str(spec.base_dir)) for s in sources})
     texts = {d: dedup_lib.snippet(t) for d, t in whole.items()}
     return md.sample_rows(picked, texts, scrub_hashes(spec), spec.audit.scrub_words, why)
 

@@ -69,6 +69,24 @@ class PiiSpec(Strict):
     rules: list[Literal["email", "ipv4", "ipv6", "phone"]] = ["email", "ipv4", "ipv6", "phone"]
 
 
+class UrlListSpec(Strict):
+    """One blocklist file (stages/filters/urls.py): one entry a line, `#` comments."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")  # the rejection reason is `url:<name>`
+    path: str  # relative to the config file
+    kind: Literal["domains", "substrings"]  # a host and its subdomains, or a piece of the URL (case-insensitive)
+    sha256: Optional[str] = Field(None, pattern=r"^[0-9a-fA-F]{64}$")  # pin: another content fails; the content keys reuse either way
+
+
+class UrlSpec(Strict):
+    """The URL / domain filter: documents whose URL is on a blocklist are rejected (`url:<list>`)."""
+
+    enabled: bool = True
+    field: str = "url"  # the documents' column holding the URL (a JSONL source's `url_field` puts it in `url`)
+    lists: list[UrlListSpec] = Field(min_length=1)  # tried in order: a document's reason is the first that matches
+    reject_unparseable: bool = False  # a URL without a usable host: kept and counted, or rejected (`url:unparseable`)
+
+
 class FilterExpectation(Strict):
     """What a filter is expected to remove from a source; more raises a WARN (read the rejects)."""
 
@@ -97,6 +115,7 @@ class FiltersSpec(Strict):
 
     language: Optional[LanguageSpec] = None
     pii: Optional[PiiSpec] = None
+    url: Optional[UrlSpec] = None  # URL / domain blocklists (stages/filters/urls.py); None: off
     expect: dict[str, FilterExpectation] = {}  # filter name -> expectation; absent: FilterExpectation()
     guard: DomainGuardSpec = DomainGuardSpec()
     samples_per_filter: int = Field(3, ge=0, le=20)  # rejected documents shown per source x filter (and kept ones)
@@ -140,6 +159,8 @@ class FiltersSpec(Strict):
         # the sections first, as when they were fields, each serialised by its type (a float field's 3 is 3.0)
         sections = {k: _section_dump(self.__pydantic_extra__[k], info) for k in self.__pydantic_extra__ if k in out}
         out = {**sections, **{k: v for k, v in out.items() if k not in sections}}
+        if out.get("url", 0) is None:
+            out.pop("url")  # configs written before the URL filter keep their published bytes and fingerprint
         if out.get("keep_share") == 1.0:
             out.pop("keep_share")  # configs written before keep_share keep their published bytes and fingerprint
         return out
@@ -147,7 +168,7 @@ class FiltersSpec(Strict):
     @field_validator("expect")
     @classmethod
     def _known_filters(cls, v: dict) -> dict:
-        known = [*(f.name for f in registry.sections()), "language"]
+        known = [*(f.name for f in registry.sections()), "language", "url"]
         unknown = sorted(set(v) - set(known))
         if unknown:
             raise ValueError(f"expectations for unknown filter(s) {unknown}; known: {known}")
@@ -164,6 +185,7 @@ class FiltersSpec(Strict):
     def active(self) -> list[str]:
         """Names of the document filters that run (the registry's cascade order, then language)."""
         names = [f.name for f in registry.sections() if (c := self.section(f.name)) is not None and c.enabled]
+        names = (["url"] if self.url is not None and self.url.enabled else []) + names
         return names + (["language"] if self.language is not None and self.language.enabled else [])
 
     def filter_config(self) -> FilterConfig:

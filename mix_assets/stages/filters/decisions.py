@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mix_assets.core import chunks, engine, imports, layout, tables
-from mix_assets.stages.filters import cascade, langid, registry
+from mix_assets.stages.filters import cascade, langid, registry, urls
 from mix_assets.stages.dedup import signatures as sig
 from mix_assets.core.progress import Progress, reused_line
 
@@ -58,7 +58,7 @@ DECISIONS_SCHEMA = pa.schema([
 
 def filter_order() -> tuple[str, ...]:
     """The filters in the order they decide: the registered ones (registry.py), then language ID."""
-    return (*registry.names(), "language")
+    return ("url", *registry.names(), "language")
 
 
 def filter_of(rule: str) -> str:
@@ -79,18 +79,25 @@ class FilterParams:
     min_score: float = langid.DEFAULT_MIN_SCORE
     max_chars: Optional[int] = None  # identify on the first characters only
     language_filter: bool = False  # False: language recorded, never a reason to drop
+    url: Optional[urls.UrlParams] = None  # the URL / domain filter (stages/filters/urls.py), first; None: off
 
     def describe(self) -> dict:
-        plain = {f.name: getattr(self, f.name) for f in fields(self)}
-        return json.loads(json.dumps({**plain, "config": self.config.describe()}, default=list))
+        plain = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "url"}
+        extra = {"url": self.url.describe()} if self.url is not None else {}  # absent: keys from before it existed
+        return json.loads(json.dumps({**plain, "config": self.config.describe(), **extra}, default=list))
 
 
-def filter_params(fspec) -> FilterParams:
-    """A source's parameters from its merged `FiltersSpec` (config.MixSpec.filters_for)."""
+def filter_params(fspec, base_dir: Optional[str] = None) -> FilterParams:
+    """A source's parameters from its merged `FiltersSpec` (config.MixSpec.filters_for); `base_dir`: where the
+    URL filter's blocklist paths are relative to (the config file's folder)."""
     lang = fspec.language
     on = lang is not None and lang.enabled
+    u = fspec.url
+    url = urls.UrlParams(u.field, urls.resolve([x.model_dump() for x in u.lists], base_dir), u.reject_unparseable) \
+        if u is not None and u.enabled else None
     return FilterParams(fspec.filter_config(), tuple(lang.languages) if on and lang.languages else None,
-                        lang.min_score if on else langid.DEFAULT_MIN_SCORE, lang.max_chars if lang else langid.DEFAULT_MAX_CHARS, on)
+                        lang.min_score if on else langid.DEFAULT_MIN_SCORE, lang.max_chars if lang else langid.DEFAULT_MAX_CHARS, on,
+                        url)
 
 
 def _code() -> str:
@@ -128,15 +135,24 @@ class FilterChunk:
 
 def decide_chunk(chunk: FilterChunk) -> pa.Table:
     """The per-document map work: every filter and language ID on the rows (pure), DECISIONS_SCHEMA."""
-    t = engine.read_rows(chunk.rows, ["doc_id", "text", "n_chars", "n_bytes"])
+    p = chunk.params
+    if p.url is not None:
+        with engine.open_parquet(chunk.rows.path if chunk.rows.endpoint_url is None
+                                 else engine.FileAt(chunk.rows.path, chunk.rows.endpoint_url)) as f:
+            if p.url.field not in f.schema_arrow.names:
+                raise FilterInputError(f"{chunk.rows.path}: no column {p.url.field!r} (filters.url.field) in source "
+                                       f"{chunk.source}'s documents; give the source a url_field or switch filters.url off")
+    t = engine.read_rows(chunk.rows, ["doc_id", "text", "n_chars", "n_bytes"] + ([p.url.field] if p.url else []))
     for name in ("doc_id", "text"):
         if t.column(name).null_count:
             bad = chunk.rows.start + int(np.flatnonzero(np.asarray(t.column(name).is_null()))[0])
             raise FilterInputError(f"{chunk.rows.path}: row {bad}: field {name!r} is null (source {chunk.source})")
-    p, text = chunk.params, t.column("text")
+    text = t.column("text")
     res = cascade.apply_filters(text, p.config)
     lang = langid.LanguageFilter(p.languages, p.min_score, p.max_chars).apply(text)
     per_filter = list(res.filter_reason.values())  # cascade order
+    if p.url is not None:  # first, as datatrove's URLFilter comes first in FineWeb's pipeline
+        per_filter.insert(0, urls.judge(t.column(p.url.field).cast(pa.string()).to_pylist(), p.url).reason)
     if p.language_filter:
         per_filter.append(lang.column("reason").to_pylist())
     rules = [[r for r in rs if r is not None] for rs in zip(*per_filter)] if per_filter else [[]] * t.num_rows
@@ -511,3 +527,39 @@ def report_json(s: Summary) -> str:
     """filters/report.json: the summary's tables (ids-free; deterministic bytes)."""
     return json.dumps({"documents": s.documents, "kept": s.kept, "kills": s.kills, "composition": s.composition,
                        "domains": s.domains, "brevity": s.brevity}, indent=1, sort_keys=True)
+
+
+# -- the URL filter's counts ---------------------------------------------------------------------------
+def url_roots(params: Mapping[str, FilterParams]) -> dict[str, str]:
+    """{`url_list:<name>`: the sha256 of its content} of every blocklist a source's URL filter reads (what keys
+    document_filters beside its inputs: an edited list re-runs it)."""
+    return {f"url_list:{u.name}": u.sha256 for p in params.values() if p.url is not None for u in p.url.lists}
+
+
+def url_counts(storage, sources, params: Mapping[str, FilterParams]) -> list[dict]:
+    """Per source with a URL filter and per list: the documents it rejected (first failing rule `url:<list>`);
+    then the documents without a URL and those whose URL has no usable host (read from the documents' URL
+    column, a row group at a time)."""
+    out = []
+    for src in sorted(s for s in sources if params.get(s) is not None and params[s].url is not None):
+        u = params[src].url
+        got: dict[str, int] = {}
+        for _, t in stored_groups(storage, [src], ["rules"]):
+            for r in pc.list_flatten(t.column("rules").combine_chunks()).to_pylist():
+                if r.startswith("url:"):
+                    got[r[4:]] = got.get(r[4:], 0) + 1
+        missing = bad = 0
+        docs = tables.file_at(storage, layout.RAW_DOCS.format(source=src))
+        with engine.open_parquet(docs) as f:
+            if u.field in f.schema_arrow.names:
+                for i in range(f.num_row_groups):
+                    for v in f.read_row_group(i, columns=[u.field]).column(0).to_pylist():
+                        if not v or not str(v).strip():
+                            missing += 1
+                        elif urls.host_of(v) is None:
+                            bad += 1
+        out += [{"source": src, "list": x.name, "kind": x.kind, "rejected_docs": got.get(x.name, 0),
+                 "unparseable_urls": None, "missing_urls": None} for x in u.lists]
+        out.append({"source": src, "list": urls.UNPARSEABLE, "kind": "rejected" if u.reject_unparseable else "kept",
+                    "rejected_docs": got.get(urls.UNPARSEABLE, 0), "unparseable_urls": bad, "missing_urls": missing})
+    return out

@@ -96,3 +96,15 @@ def brevity_kept(s) -> dict:
     return {"brevity_killed": len(s.brevity_killed),
             **(wide_table("brevity", s.brevity, cols, ["source", "rule", "removed_share"])
                if s.brevity else {})}
+
+
+def url_counts(rows: list[dict]) -> dict:
+    """The URL filter per source and blocklist: `url_rejected/<source>/<list>`, and a table (nothing without it)."""
+    if not rows:
+        return {}
+    out = {f"url_rejected/{r['source']}/{r['list']}": r["rejected_docs"] for r in rows}
+    out.update({f"url_unparseable/{r['source']}": r["unparseable_urls"] for r in rows if r["unparseable_urls"] is not None})
+    out.update({f"url_missing/{r['source']}": r["missing_urls"] for r in rows if r["missing_urls"] is not None})
+    out["url_lists"] = markdown_table(rows, ["source", "list", "kind", "rejected_docs", "unparseable_urls",
+                                             "missing_urls"], FULL_ROWS)
+    return out

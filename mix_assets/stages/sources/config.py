@@ -108,6 +108,8 @@ class SourceSpec(Strict):
     split: str = "train"  # the split read (hub / datasets builders); local loaders ignore it
     text_field: Optional[str] = None  # the field holding the text ...
     template: Optional[str] = None  # ... or a str.format template joining fields, "{question}\n{answer}"
+    # JSONL sources: the field holding each document's URL, kept as raw/<source>'s `url` column (filters.url)
+    url_field: Optional[str] = None
     license: str = Field(min_length=1)  # licence as stated by the source
     rationale: str = Field(min_length=20)  # the corpus property relied on (shown in the UI)
     share: float = Field(gt=0, le=1)  # fraction of N (unique tokens) this source provides
@@ -123,6 +125,8 @@ class SourceSpec(Strict):
         out = handler(self)
         if out.get("filters") is None:
             out.pop("filters", None)  # configs without filters keep their published bytes
+        if out.get("url_field", 0) is None:
+            out.pop("url_field")  # likewise without a URL field
         return out
 
     @field_validator("template")
@@ -143,6 +147,8 @@ class SourceSpec(Strict):
                 raise ValueError("a text-folder source takes neither text_field nor template")
         elif bool(self.text_field) == bool(self.template):
             raise ValueError("give exactly one of text_field or template")
+        if self.url_field and self.loader.kind != "jsonl":
+            raise ValueError(f"url_field is read from JSONL sources only (this one's loader is {self.loader.kind})")
         return self
 
     @property

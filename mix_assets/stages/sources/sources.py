@@ -51,6 +51,14 @@ DOC_SCHEMA = pa.schema([
     ("est_tokens", pa.int64()),
 ])
 
+URL_COLUMN = "url"  # raw/<source>'s column holding a source's `url_field` (JSONL sources that name one)
+
+
+def doc_schema(src) -> pa.Schema:
+    """raw/<source>/documents.parquet's schema: DOC_SCHEMA, then `url` when the source names a url_field."""
+    return DOC_SCHEMA.append(pa.field(URL_COLUMN, pa.string())) if getattr(src, "url_field", None) else DOC_SCHEMA
+
+
 # Stop reading a source once this many times its budget has been seen (then sample by hash order):
 # large enough that the sample is spread over the source, small enough not to read a huge corpus.
 SCAN_FACTOR = 4.0
@@ -786,7 +794,22 @@ def _docs_chunk(src: SourceSpec, bytes_per_token: float, job: _DocsJob) -> pa.Ta
     columns = [pa.array(ids, pa.string()), pa.array([src.name] * len(ids), pa.string()),
                text.cast(pa.large_string()), pa.array(job.first_row + kept.astype(np.int64)),
                pa.array(origins, pa.string()), pa.array(nb), pc.utf8_length(text).cast(pa.int64()), pa.array(est)]
-    return pa.Table.from_arrays(columns, schema=DOC_SCHEMA)
+    if src.url_field:
+        columns.append(pa.array(_urls(src, job, data), pa.string()))
+    return pa.Table.from_arrays(columns, schema=doc_schema(src))
+
+
+def _urls(src: SourceSpec, job: "_DocsJob", data: bytes) -> list:
+    """The kept rows' `url_field` values (None when absent or null); a value that is not a string fails
+    naming file, line and field."""
+    lines, out = data.split(b"\n"), []
+    for k in job.kept_lines.tolist():
+        v = json.loads(lines[k]).get(src.url_field)
+        if v is not None and not isinstance(v, str):
+            raise SourceError(f"source {src.name}: {job.chunk.rel}:{job.chunk.first_line + k}: field "
+                              f"{src.url_field!r} holds {type(v).__name__}, expected a string (a URL)")
+        out.append(v)
+    return out
 
 
 def _sample_jsonl(spec, src: SourceSpec, bytes_per_token: float, plan: "SamplePlan",
@@ -886,7 +909,7 @@ def iter_sample(spec, src: SourceSpec, bytes_per_token: float, plan: SamplePlan,
             empty = False
             yield t
         if empty:
-            yield DOC_SCHEMA.empty_table()
+            yield doc_schema(src).empty_table()
         return
     scratch = SourceSample()
     last = int(np.flatnonzero(plan.keep)[-1]) if plan.keep.any() else -1
@@ -1006,7 +1029,7 @@ class RawSource:
     @property
     def schema(self) -> pa.Schema:
         """The schema of raw/<source>/documents.parquet."""
-        return DOC_SCHEMA
+        return DOC_SCHEMA  # plus `url` when the source names a url_field (doc_schema)
 
     @property
     def unreadable(self) -> dict[str, int]:
@@ -1054,7 +1077,7 @@ def read_raw_source(storage, spec, name: str, progress: Optional[Callable[[int, 
             n_chars.append(np.asarray(t.column("n_chars"), np.int64))
             yield t
 
-    tables.write_parquet_groups(storage, layout.RAW_DOCS.format(source=name), DOC_SCHEMA, groups())
+    tables.write_parquet_groups(storage, layout.RAW_DOCS.format(source=name), doc_schema(src), groups())
     got.n_chars = np.concatenate(n_chars) if n_chars else np.zeros(0, np.int64)
     if counts:  # the sample was chosen on the text as read; its totals are those of the text written
         got.modifiers = counts.stats()

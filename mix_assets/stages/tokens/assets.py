@@ -7,6 +7,7 @@ import time
 import dagster as dg
 
 from mix_assets.console import metadata as console_md
+from mix_assets.stages.lines.assets import line_inputs
 from mix_assets.stages.common import code_version, gate, gated, raw_name, recorded, reused, run_lock, verified_inputs, with_lineage
 from mix_assets.config import MixSpec
 from mix_assets.core import layout
@@ -32,7 +33,8 @@ def _stats(mix: MixResource) -> dict:
 
 def _tokenizer_inputs(spec: MixSpec) -> list[str]:
     # only a tokenizer trained on the kept train text is computed from the data
-    return ["validation_split", *(raw_name(s.name) for s in spec.sources)] if spec.tokenizer.kind == "train" else []
+    return ["validation_split", *(raw_name(s.name) for s in spec.sources), *line_inputs(spec)] \
+        if spec.tokenizer.kind == "train" else []
 
 
 def build_tokens_assets(spec: MixSpec) -> list:
@@ -91,7 +93,8 @@ def build_tokens_assets(spec: MixSpec) -> list:
         with run_lock(context, mix.storage, "token_shards"):  # it rewrites mix/train, mix/val, mix/doc_index
             s = mix.spec
             inputs = verified_inputs(mix.storage, "token_shards",
-                                     ["tokenizer", "validation_split", *(raw_name(x.name) for x in s.sources)], context)
+                                     ["tokenizer", "validation_split", *(raw_name(x.name) for x in s.sources),
+                                      *line_inputs(s)], context)
             if hit := reused(context, mix, "token_shards", inputs):
                 return hit
             t0 = time.perf_counter()

@@ -40,6 +40,7 @@ from tokenizers import Tokenizer
 from mix_assets.core import engine, layout, scratch, tables, transport
 from mix_assets.core.seeded import unit_hash
 from mix_assets.format.shards import ShardWriter, dtype_for_vocab, shard_bytes, token_dtype
+from mix_assets.stages.lines import lines as lines_lib
 from mix_assets.stages.tokens import encoding, idcache
 from mix_assets.stages.tokens.packing import (
     Appearances,
@@ -733,7 +734,7 @@ def build_token_shards(storage, spec, scratch_dir: Optional[str] = None, eng: en
         for s in spec.sources
     }
     # where any worker reads each raw file: a local path, or the s3:// object (range GETs, no download)
-    raw = tables.raw_files(storage, [s.name for s in spec.sources])
+    raw = lines_lib.text_files(storage, spec, [s.name for s in spec.sources])  # line_dedup's text where it ran
     # local copies of S3 uploads a killed build left behind
     scratch.sweep(storage.cache_dir or tempfile.gettempdir(), UPLOAD)
     dtype = dtype_for_vocab(tok.get_vocab_size(with_added_tokens=True))

@@ -24,6 +24,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from mix_assets.core import keys, layout, tables
 from mix_assets.core.seeded import unit_hash
 from mix_assets.core.transport import sha256_file
+from mix_assets.stages.lines import lines as lines_lib
 
 # Files taken from a hub repo besides tokenizer.json, when the repo has them.
 HUB_EXTRA_FILES = ("tokenizer_config.json", "special_tokens_map.json")
@@ -209,7 +210,7 @@ def build_tokenizer(storage, spec) -> TokenizerIdentity:
             copy_file(spec.resolve(ts.path), out)
         else:
             names = [s.name for s in spec.sources]
-            raw = {n: storage.source(layout.RAW_DOCS.format(source=n)) for n in names}
+            raw = lines_lib.text_paths(storage, spec, names)  # line_dedup's text where it ran
             texts = training_sample(storage.source(layout.VALIDATION_SPLIT), raw,
                                     {s.name: s.share for s in spec.sources}, ts.train_sample_bytes, spec.seed)
             train_bpe(texts, ts.vocab_size, ts.special_tokens, out)

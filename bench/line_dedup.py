@@ -1,0 +1,216 @@
+"""Cross-document line dedup (stages/lines/lines.py) beside datatrove's sentence dedup on the same documents.
+
+Generated web-like documents (seeded): unique body lines of random words, 0-4 header/footer lines drawn from a
+pool of boilerplate lines (Zipf-like), and in 1 % of the documents a body line repeated inside that document.
+Both sides run on the same documents, each in its own process:
+
+  ours       lines.dedup_lines (count map, reduce, removal map; local engine, 1 worker), parquet in and out,
+             min_docs 2 (a line in >= 2 documents goes), no document dropped (min_kept_share 0, min_kept_chars 0)
+  datatrove  datatrove 0.10.1's three stages (SentenceDedupSignature, SentenceFindDedups, SentenceDedupFilter)
+             configured as close to line dedup as it goes: n_sentences 1, split_sentences False (a "sentence" is
+             a line of splitlines()), min_doc_words 0, min_num_sentences 0, and a text normalisation that only
+             strips (lowercase, punctuation, numbers, diacritics off; its default lowercases, drops punctuation
+             and maps digits to 0); documents given in memory, its folders on local disk
+
+Reported: wall and CPU seconds of each (CPU: the process's user + system time over the timed part), the
+ratio, and the removals: the set of (document, line index) each removes, their overlap, and the differences
+by cause. datatrove keeps one copy of every duplicated line ("all but one", C4's rule) and removes a line's
+repeats inside one document; ours removes every copy of a line found in >= min_docs documents and counts a
+line once per document. Needs a datatrove venv (pyproject's [bench] extra pins datatrove==0.10.1):
+
+    python3 -m venv /tmp/dtvenv && /tmp/dtvenv/bin/pip install 'datatrove==0.10.1' 'xxhash==3.8.2'
+    PYTHONPATH=$PWD .venv/bin/python bench/line_dedup.py --mb 20 --datatrove-python /tmp/dtvenv/bin/python
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+WORDS = None
+
+
+def generate(mb: float, seed: int = 11) -> list[str]:
+    """Documents totalling about `mb` MB (see the module docstring)."""
+    global WORDS
+    r = random.Random(seed)
+    WORDS = [("".join(r.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(r.randint(2, 9)))) for _ in range(5000)]
+    pool = [" ".join(r.choice(WORDS) for _ in range(r.randint(3, 12))).capitalize() + r.choice([".", ":", " |", ""])
+            for _ in range(300)]
+    weights = [1 / (k + 1) for k in range(len(pool))]
+    docs, size = [], 0
+    while size < mb * 1e6:
+        body = [" ".join(r.choice(WORDS) for _ in range(r.randint(6, 25))).capitalize() + "." for _ in range(r.randint(3, 25))]
+        if r.random() < 0.01:
+            body.insert(r.randrange(len(body) + 1), body[0])
+        head = r.choices(pool, weights, k=r.randint(0, 2))
+        foot = r.choices(pool, weights, k=r.randint(0, 2))
+        text = "\n".join([*head, *body, *foot])
+        docs.append(text)
+        size += len(text.encode())
+    return docs
+
+
+DATATROVE_CHILD = r'''
+import json, os, resource, sys, time
+import numpy as np
+from datatrove.data import Document
+from datatrove.pipeline.dedup.sentence_dedup import (SentDedupConfig, SentenceDedupFilter, SentenceDedupSignature,
+                                                     SentenceFindDedups)
+from datatrove.utils.text import TextNormConfig
+
+docs_path, work, out, mode = sys.argv[1:5]
+texts = [json.loads(l) for l in open(docs_path)]
+if mode == "lines":
+    cfg = SentDedupConfig(n_sentences=1, split_sentences=False, min_doc_words=0, min_num_sentences=0,
+                          norm_config=TextNormConfig(lowercase=False, norm_whitespace=False, remove_punctuation=False,
+                                                     norm_unicode_diacritics=False, norm_numbers=False))
+else:  # its defaults: spans of 3 spaCy sentences, normalised text, documents under 50 words or 3 sentences dropped
+    cfg = SentDedupConfig()
+docs = lambda: (Document(text=t, id=str(i)) for i, t in enumerate(texts))
+
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+t0, c0 = time.perf_counter(), cpu()
+SentenceDedupSignature(output_folder=f"{work}/sigs", config=cfg).run(docs(), rank=0, world_size=1)
+SentenceFindDedups(data_folder=f"{work}/sigs", output_folder=f"{work}/dups", config=cfg).run(rank=0, world_size=1)
+kept = [d.text for d in SentenceDedupFilter(data_folder=f"{work}/dups", config=cfg).run(docs(), rank=0, world_size=1)]
+wall, cpus = time.perf_counter() - t0, cpu() - c0
+dups = np.fromfile(f"{work}/dups/0000/00000.c4_dup", dtype=[("doc", "<u4"), ("sent", "<u2")]) \
+    if os.path.exists(f"{work}/dups/0000/00000.c4_dup") else np.array([], dtype=[("doc", "<u4"), ("sent", "<u2")])
+json.dump({"wall": wall, "cpu": cpus, "docs_out": len(kept),
+           "removed": sorted([int(d), int(s)] for d, s in zip(dups["doc"], dups["sent"]))}, open(out, "w"))
+'''
+
+
+def run_ours(docs: list[str], work: Path) -> dict:
+    """Our stage on the documents as a raw documents file; returns wall, cpu and the removed (doc, line)."""
+    import numpy as np
+    import polars as pl
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mix_assets.core import engine
+    from mix_assets.core.storage import Storage
+    from mix_assets.stages.lines import lines as lib
+    from mix_assets.stages.sources.sources import DOC_SCHEMA
+
+    path = work / "raw.parquet"
+    nb = [len(t.encode()) for t in docs]
+    pq.write_table(pa.table({"doc_id": [str(i) for i in range(len(docs))], "source": ["web"] * len(docs), "text": docs,
+                             "row_index": list(range(len(docs))), "origin": [""] * len(docs), "n_bytes": nb,
+                             "n_chars": [len(t) for t in docs], "est_tokens": [max(1, b // 4) for b in nb]},
+                            schema=DOC_SCHEMA), path)
+    storage = Storage(root=str(work / "storage"))
+    params = lib.LineParams(min_docs=2, min_line_chars=1, min_kept_share=0.0, min_kept_chars=0)
+    eng = engine.Engine(num_cpus=1, chunk_rows=8192)
+    t0, c0 = time.perf_counter(), time.process_time()
+    res = lib.dedup_lines(storage, {"web": engine.FileAt(str(path))}, {"web": "bench"}, params, [], eng)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    # removed (doc, line index), untimed: the same line frame the stage builds
+    frequent = pq.read_table(storage.source("lines/frequent.parquet")).column("hash").to_numpy()
+    df = lib._lines(pa.array(docs, pa.large_string()), 1).with_columns(
+        pl.int_range(pl.len()).over("row").alias("idx"))
+    gone = df.filter(pl.col("counted") & pl.col("hash").is_in(pl.Series(frequent, dtype=pl.UInt64).implode()))
+    removed = set(zip(gone["row"].to_list(), gone["idx"].to_list()))
+    assert sum(r["removed_lines"] for r in res.sources) == len(removed)
+    return {"wall": wall, "cpu": cpu, "removed": removed, "frequent": int(len(frequent))}
+
+
+def causes(docs: list[str], ours: set, theirs: set) -> dict:
+    """Differences by cause: datatrove's kept first copy of a duplicated line; a line repeated inside one
+    document only (datatrove removes its repeats, ours counts it once); anything else."""
+    where: dict[str, list] = {}
+    for d, text in enumerate(docs):
+        for i, line in enumerate(text.split("\n")):
+            if line.strip():
+                where.setdefault(line.strip(), []).append((d, i))
+    only_ours, only_theirs = ours - theirs, theirs - ours
+    first_copy = in_doc = other_o = other_t = 0
+    for line, occ in where.items():
+        n_docs = len({d for d, _ in occ})
+        for k, o in enumerate(occ):
+            if o in only_ours:
+                if n_docs >= 2 and k == 0:
+                    first_copy += 1
+                else:
+                    other_o += 1
+            elif o in only_theirs:
+                if n_docs == 1 and k > 0:
+                    in_doc += 1
+                else:
+                    other_t += 1
+    return {"only_ours": len(only_ours), "only_datatrove": len(only_theirs),
+            "datatrove_keeps_first_copy": first_copy, "repeat_inside_one_document": in_doc,
+            "other_only_ours": other_o, "other_only_datatrove": other_t}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mb", type=float, default=20.0)
+    ap.add_argument("--datatrove-python", required=False, help="python of a venv with datatrove==0.10.1")
+    ap.add_argument("--out", help="append the Markdown result here")
+    a = ap.parse_args()
+    if not a.datatrove_python:
+        ap.error("--datatrove-python is required (see the module docstring)")
+    docs = generate(a.mb)
+    mb = sum(len(t.encode()) for t in docs) / 1e6
+    with tempfile.TemporaryDirectory(prefix="line_dedup_bench_") as tmp:
+        work = Path(tmp)
+        src = work / "docs.jsonl"
+        src.write_text("".join(json.dumps(t) + "\n" for t in docs))
+        (work / "child.py").write_text(DATATROVE_CHILD)
+        dts = {}
+        for mode in ("lines", "default"):
+            t0 = time.perf_counter()
+            subprocess.run([a.datatrove_python, str(work / "child.py"), str(src), str(work / f"dt-{mode}"),
+                            str(work / f"dt-{mode}.json"), mode], check=True, env={**os.environ, "PYTHONPATH": ""})
+            dts[mode] = {**json.loads((work / f"dt-{mode}.json").read_text()), "total": time.perf_counter() - t0}
+        dt, dd = dts["lines"], dts["default"]
+        (work / "ours").mkdir()
+        ours = run_ours(docs, work / "ours")
+    theirs = {tuple(x) for x in dt["removed"]}
+    both = ours["removed"] & theirs
+    union = ours["removed"] | theirs
+    diff = causes(docs, ours["removed"], theirs)
+    explained = diff["datatrove_keeps_first_copy"] + diff["repeat_inside_one_document"]
+    rows = [
+        f"| documents | {len(docs):,} ({mb:.1f} MB) |",
+        f"| ours: wall s / CPU s | {ours['wall']:.2f} / {ours['cpu']:.2f} ({mb / ours['wall']:.1f} MB/s) |",
+        f"| datatrove, its defaults (3-sentence spans, spaCy sentences): wall s / CPU s | {dd['wall']:.2f} / "
+        f"{dd['cpu']:.2f} ({mb / dd['wall']:.1f} MB/s) |",
+        f"| throughput ratio ours / datatrove defaults: wall / CPU s | **{dd['wall'] / ours['wall']:.1f}x** / "
+        f"**{dd['cpu'] / ours['cpu']:.1f}x** (target >= 10x) |",
+        f"| datatrove set to lines (n_sentences 1, splitlines, strip only): wall s / CPU s | {dt['wall']:.2f} / "
+        f"{dt['cpu']:.2f} ({mb / dt['wall']:.1f} MB/s) |",
+        f"| throughput ratio ours / datatrove set to lines: wall / CPU s | **{dt['wall'] / ours['wall']:.1f}x** / "
+        f"**{dt['cpu'] / ours['cpu']:.1f}x** |",
+        "| **removals below: datatrove set to lines** | |",
+        f"| removed lines: ours / datatrove / both | {len(ours['removed']):,} / {len(theirs):,} / {len(both):,} |",
+        f"| identical removals (both / either) | **{len(both) / max(len(union), 1):.4%}** (target >= 99 %) |",
+        f"| only ours: datatrove's kept first copy of a duplicated line / other | "
+        f"{diff['datatrove_keeps_first_copy']:,} / {diff['other_only_ours']:,} |",
+        f"| only datatrove: a line's repeat inside one document / other | "
+        f"{diff['repeat_inside_one_document']:,} / {diff['other_only_datatrove']:,} |",
+        f"| identical once those two rules are accounted for | "
+        f"{(len(both) + explained) / max(len(union), 1):.4%} |",
+    ]
+    table = "| measure | value |\n|---|---|\n" + "\n".join(rows)
+    print(table)
+    if a.out:
+        with open(a.out, "a") as f:
+            f.write(f"\n`bench/line_dedup.py --mb {a.mb:g}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+                    f"host load {os.getloadavg()[0]:.1f} at the end)\n\n{table}\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

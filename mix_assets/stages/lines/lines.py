@@ -1,0 +1,422 @@
+"""Cross-document line dedup as a map / reduce / map on the engine (core/engine.py), no Dagster.
+
+A line is a `\\n`-separated piece of a document's text; its key is the 64-bit polars hash (fixed seed, stable
+within a polars version: the version is in `describe`, so keyed reuse never mixes two) of the line with
+surrounding whitespace stripped. Blank lines and lines shorter than `min_line_chars` are never counted nor
+removed.
+
+1. count map (`count_chunk`), over row ranges of every source's raw documents: per chunk the distinct
+   (document, line hash) pairs grouped by hash, so a line counts once per document however often it repeats
+   inside it: (hash, documents) sorted by hash;
+2. reduce (`reduce_counts`): the chunks' counts summed per hash (np.unique + bincount over the concatenation,
+   sorted by hash): the same array whatever the chunking, the order results arrive in or the worker count;
+   `frequent` keeps the hashes with documents >= min_docs (written to layout.LINE_FREQUENT);
+3. removal map (`apply_chunk`): per document the lines whose hash is frequent are removed (with their
+   newline); a document that lost lines and keeps under `min_kept_share` of its non-blank characters (or under
+   `min_kept_chars`) is dropped (reason DROP_REASON, through exclusion_masks); documents that lose nothing keep
+   their text byte for byte. Output per source (layout.LINE_DOCS): raw/<source>'s rows in raw order with the
+   new text, n_bytes / n_chars / est_tokens recomputed, and per document the lines and bytes removed and
+   whether it is dropped.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from mix_assets.core import chunks, engine, imports, layout, tables
+from mix_assets.stages.dedup import signatures as sig
+
+FORMAT = "mix_assets.line_dedup/1"
+META_KEY = b"mix_assets.line_dedup"
+SEED = 20261206  # the polars hash seed: fixed, so every worker and every run hashes a line alike
+DROP_REASON = "line_dedup:too_little_left"
+FREQUENT_SCHEMA = pa.schema([("hash", pa.uint64()), ("docs", pa.int64())])
+# raw/<source>'s columns (stages/sources/sources.DOC_SCHEMA), then what line_dedup did to each document
+STAT_FIELDS = [("removed_lines", pa.int32()), ("removed_bytes", pa.int64()), ("dropped", pa.bool_())]
+
+
+class LineInputError(ValueError):
+    """Raw documents line_dedup cannot read; the message names file, row and field."""
+
+
+@dataclass(frozen=True)
+class LineParams:
+    """What decides the removals (plain values: travels to Ray workers, hashed into the key)."""
+
+    min_docs: int = 10
+    min_line_chars: int = 20
+    min_kept_share: float = 0.2
+    min_kept_chars: int = 1
+
+    @classmethod
+    def of(cls, spec) -> "LineParams":
+        return cls(spec.min_docs, spec.min_line_chars, spec.min_kept_share, spec.min_kept_chars)
+
+
+@functools.cache
+def code() -> str:
+    """This module's code (and the project modules it reaches) with the polars version (its hash)."""
+    src = imports.source_version(__name__) + "polars " + importlib.metadata.version("polars")
+    return hashlib.sha256(src.encode()).hexdigest()[:16]
+
+
+def _lines(text: pa.Array, min_line_chars: int, lazy: bool = False):
+    """One row per line of every document: row (document index), line (as written), hash (of the stripped
+    line), counted (non-blank and at least `min_line_chars` long once stripped), chars (stripped length)."""
+    s = pl.from_arrow(text.cast(pa.large_string()) if not isinstance(text, pa.ChunkedArray)
+                      else text.combine_chunks().cast(pa.large_string()))
+    df = pl.DataFrame({"row": pl.int_range(0, len(s), eager=True, dtype=pl.Int64), "line": s.fill_null("")}).lazy()
+    df = df.with_columns(pl.col("line").str.split("\n")).explode("line")
+    key = pl.col("line").str.strip_chars()
+    df = df.with_columns(key.hash(SEED).alias("hash"), key.str.len_chars().alias("chars"))
+    df = df.with_columns((pl.col("chars") >= min_line_chars).alias("counted"))
+    return df if lazy else df.collect()
+
+
+@dataclass(frozen=True)
+class CountChunk:
+    """One count task: rows of one source's raw documents."""
+
+    source: str
+    rows: engine.RowRange
+    min_line_chars: int
+
+
+def _read(rows: engine.RowRange, source: str, columns: list[str]) -> pa.Table:
+    t = engine.read_rows(rows, columns)
+    for name in ("doc_id", "text"):
+        if name in columns and t.column(name).null_count:
+            bad = rows.start + int(np.flatnonzero(np.asarray(t.column(name).is_null()))[0])
+            raise LineInputError(f"{rows.path}: row {bad}: field {name!r} is null (source {source})")
+    return t
+
+
+def count_lines(text: pa.Array, min_line_chars: int) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct line hashes sorted, documents holding each): every counted line once per document."""
+    g = (_lines(text, min_line_chars, lazy=True).filter(pl.col("counted")).select("row", "hash").unique()
+         .group_by("hash").len().sort("hash").collect())
+    return g["hash"].to_numpy().astype(np.uint64), g["len"].to_numpy().astype(np.int64)
+
+
+def count_chunk(chunk: CountChunk) -> tuple[np.ndarray, np.ndarray]:
+    """The count map's work on one chunk (pure)."""
+    t = _read(chunk.rows, chunk.source, ["doc_id", "text"])
+    return count_lines(t.column("text"), chunk.min_line_chars)
+
+
+def reduce_counts(parts: Iterable[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The chunks' counts summed per hash, sorted by hash (independent of the parts' order and cut)."""
+    parts = list(parts)
+    if not parts:
+        return np.array([], np.uint64), np.array([], np.int64)
+    h = np.concatenate([p[0] for p in parts])
+    d = np.concatenate([p[1] for p in parts])
+    uniq, inv = np.unique(h, return_inverse=True)
+    return uniq, np.bincount(inv, weights=d, minlength=len(uniq)).astype(np.int64)
+
+
+def frequent(hashes: np.ndarray, docs: np.ndarray, min_docs: int) -> pa.Table:
+    """FREQUENT_SCHEMA: the hashes found in >= min_docs documents, sorted by hash."""
+    keep = docs >= min_docs
+    return pa.table({"hash": pa.array(hashes[keep], pa.uint64()), "docs": pa.array(docs[keep], pa.int64())},
+                    schema=FREQUENT_SCHEMA)
+
+
+def remove_lines(text: pa.Array, hashes: np.ndarray, p: LineParams) -> tuple[pa.Array, dict]:
+    """(the texts without their frequent lines, per document: removed_lines, removed_bytes, dropped,
+    kept_chars, chars); a document losing nothing keeps its text as it was (only the documents that lose a
+    line are joined again)."""
+    old = text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text
+    old = old.cast(pa.large_string())
+    n = len(old)
+    gone = pl.col("counted") & pl.col("hash").is_in(pl.Series(hashes, dtype=pl.UInt64).implode())
+    df = _lines(old, p.min_line_chars, lazy=True).with_columns(gone.alias("gone")).collect()
+    hit = df.filter(pl.col("gone"))["row"].unique().sort()
+    per = df.filter(pl.col("row").is_in(hit.implode())).group_by("row", maintain_order=True).agg(
+        pl.col("gone").sum().alias("removed_lines"),
+        pl.col("line").filter(~pl.col("gone")).str.join("\n").alias("kept"),
+        pl.col("chars").sum().alias("chars"),
+        pl.col("chars").filter(~pl.col("gone")).sum().alias("kept_chars"),
+    )
+    rows = per["row"].to_numpy()
+    removed = np.zeros(n, np.int32)
+    removed[rows] = per["removed_lines"].to_numpy()
+    chars, kept = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    chars[rows], kept[rows] = per["chars"].to_numpy(), per["kept_chars"].to_numpy()
+    changed = removed > 0
+    out = old
+    if len(rows):
+        pos = np.full(n, 0, np.int64)
+        pos[rows] = np.arange(len(rows))
+        new = pa.array(per["kept"].to_arrow()).cast(pa.large_string()).take(pa.array(pos))
+        out = pc.if_else(pa.array(changed), new, old)
+    dropped = changed & ((kept < p.min_kept_share * chars) | (kept < p.min_kept_chars))
+    nb_old = pc.fill_null(pc.binary_length(old), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    nb_new = pc.fill_null(pc.binary_length(out), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    return out, {"removed_lines": removed, "removed_bytes": nb_old - nb_new, "dropped": dropped,
+                 "kept_chars": kept, "chars": chars}
+
+
+@dataclass(frozen=True)
+class ApplyChunk:
+    """One removal task: rows of one source's raw documents and the frequent hashes (sorted uint64)."""
+
+    source: str
+    rows: engine.RowRange
+    hashes: np.ndarray = field(compare=False)
+    params: LineParams = LineParams()
+
+
+def apply_chunk(chunk: ApplyChunk, doc_schema: Optional[pa.Schema] = None) -> pa.Table:
+    """The removal map's work on one chunk (pure): raw's columns with the new text and its sizes recomputed
+    (est_tokens scaled by the bytes kept, as raw estimates it from bytes), then STAT_FIELDS."""
+    with engine.open_parquet(chunk.rows.path if chunk.rows.endpoint_url is None
+                             else engine.FileAt(chunk.rows.path, chunk.rows.endpoint_url)) as f:
+        schema = f.schema_arrow
+    t = _read(chunk.rows, chunk.source, schema.names)
+    text, st = remove_lines(t.column("text"), chunk.hashes, chunk.params)
+    nb_old = t.column("n_bytes").fill_null(0).to_numpy().astype(np.int64)
+    nb = pc.binary_length(text).to_numpy(zero_copy_only=False).astype(np.int64)
+    est_old = t.column("est_tokens").fill_null(1).to_numpy().astype(np.int64)
+    changed = st["removed_lines"] > 0
+    est = np.where(changed, np.maximum(1, np.round(nb * est_old / np.maximum(nb_old, 1))), est_old).astype(np.int64)
+    cols = {"text": text, "n_bytes": pa.array(np.where(changed, nb, nb_old)),
+            "n_chars": pc.cast(pc.utf8_length(text), pa.int64()), "est_tokens": pa.array(est)}
+    out = {c: cols.get(c, t.column(c)) for c in schema.names}
+    out.update({"removed_lines": pa.array(st["removed_lines"], pa.int32()),
+                "removed_bytes": pa.array(np.where(changed, st["removed_bytes"], 0), pa.int64()),
+                "dropped": pa.array(st["dropped"], pa.bool_())})
+    return pa.table(out, schema=docs_schema(schema))
+
+
+def docs_schema(raw_schema: pa.Schema) -> pa.Schema:
+    """A line_dedup documents file's schema: raw's columns, then STAT_FIELDS."""
+    return pa.schema([*raw_schema.remove_metadata(), *STAT_FIELDS])
+
+
+# -- per-source totals and the most frequent removed lines ----------------------------------------------------
+@dataclass
+class SourceTotals:
+    """What line_dedup did to one source."""
+
+    docs: int = 0
+    bytes_before: int = 0
+    modified_docs: int = 0
+    removed_lines: int = 0
+    removed_bytes: int = 0
+    dropped_docs: int = 0
+    dropped_bytes: int = 0  # the bytes the dropped documents still held
+
+    def add(self, t: pa.Table, nb_before: np.ndarray) -> None:
+        rl = t.column("removed_lines").to_numpy().astype(np.int64)
+        dr = t.column("dropped").to_numpy(zero_copy_only=False).astype(bool)
+        nb = t.column("n_bytes").to_numpy().astype(np.int64)
+        self.docs += t.num_rows
+        self.bytes_before += int(nb_before.sum())
+        self.modified_docs += int((rl > 0).sum())
+        self.removed_lines += int(rl.sum())
+        self.removed_bytes += int(t.column("removed_bytes").to_numpy().sum())
+        self.dropped_docs += int(dr.sum())
+        self.dropped_bytes += int(nb[dr].sum())
+
+    def row(self, source: str, skipped: bool = False) -> dict:
+        lost = self.removed_bytes + self.dropped_bytes
+        return {"source": source, "docs": self.docs, "modified_docs": self.modified_docs,
+                "removed_lines": self.removed_lines, "removed_bytes": self.removed_bytes,
+                "dropped_docs": self.dropped_docs, "bytes_before": self.bytes_before,
+                "lost_bytes_share": lost / max(self.bytes_before, 1), "skipped": skipped}
+
+
+def over_share(rows: Sequence[dict], max_lost_share: float) -> list[dict]:
+    """The sources that lost more than `max_lost_share` of their bytes (removed lines and dropped documents)."""
+    return [r for r in rows if r["lost_bytes_share"] > max_lost_share]
+
+
+def top_lines(texts: Iterable[pa.Array], top: pa.Table, k: int, min_line_chars: int) -> list[dict]:
+    """The text of the `k` most frequent frequent lines (docs descending, then hash), found in `texts` (a
+    source's raw texts, a batch at a time; stops once every one is found)."""
+    if k <= 0 or not top.num_rows:
+        return []
+    order = np.lexsort((top.column("hash").to_numpy(), -top.column("docs").to_numpy()))[:k]
+    want = {int(top.column("hash")[int(i)].as_py()): int(top.column("docs")[int(i)].as_py()) for i in order}
+    found: dict[int, str] = {}
+    for text in texts:
+        df = _lines(text, min_line_chars).filter(pl.col("counted") & pl.col("hash").is_in(list(set(want) - set(found))))
+        for h, line in zip(df["hash"].to_list(), df["line"].to_list()):
+            found.setdefault(int(h), line.strip())
+        if len(found) == len(want):
+            break
+    return [{"line": found[h], "docs": want[h], "hash": f"{h:016x}"} for h in sorted(want, key=lambda h: (-want[h], h))
+            if h in found]
+
+
+def describe(raw_versions: Mapping[str, Optional[str]], params: LineParams, skip: Sequence[str]) -> dict:
+    """What the frequent set and every documents file are computed from (their schema metadata)."""
+    return {"format": FORMAT, "raw": {k: raw_versions[k] for k in sorted(raw_versions)},
+            "params": json.loads(json.dumps(params.__dict__)), "skip": sorted(skip), "code": code()}
+
+
+# -- the stage: count map, reduce, removal map, files ----------------------------------------------------------
+GROUP_ROWS = 65536  # rows per row group of a documents file, whatever the chunk size (same bytes on every engine)
+
+
+@dataclass
+class Result:
+    """What one line_dedup run wrote and counted."""
+
+    lines: int  # distinct counted lines over the mix
+    frequent: int  # of which found in >= min_docs documents
+    sources: list[dict]  # SourceTotals.row per source, config order
+    top: list[dict]  # the most frequent removed lines, scrubbed by the asset before they are shown
+
+
+PARTS_STAGE = "lines"  # core/chunks.py: the chunk parts of a killed run live under parts/lines/
+
+
+def _count_table(chunk, got: tuple[np.ndarray, np.ndarray]) -> pa.Table:
+    return pa.table({"hash": pa.array(got[0], pa.uint64()), "docs": pa.array(got[1], pa.int64())}, schema=FREQUENT_SCHEMA)
+
+
+def dedup_lines(storage, files: Mapping[str, engine.FileAt], raw_versions: Mapping[str, Optional[str]], p: LineParams,
+                skip: Sequence[str], eng: engine.Engine, samples: int = 0, log=None) -> Result:
+    """Count every source's lines (map), sum them (reduce), write layout.LINE_FREQUENT, then each source's
+    documents without the frequent lines (map; skipped sources: none written) and layout.LINE_REPORT.
+
+    Both maps keep each chunk's result as a keyed part until what it feeds is written (core/chunks.py), keyed by
+    the source's raw version, the parameters and this code (and, for the removal, the frequent set), so a killed
+    run resumes at the first chunk it had not finished."""
+    names = list(files)
+    meta = describe(raw_versions, p, skip)
+    store = chunks.Parts(storage, PARTS_STAGE)
+    own = {s: {"raw": raw_versions.get(s), "params": meta["params"], "code": meta["code"]} for s in names}
+    work = [(s, rng) for s in names for rng in engine.row_ranges(files[s], eng.chunk_rows)]
+    count_meta = {s: {**own[s], "map": "count"} for s in names}
+    keys, have, _ = store.keyed("line_dedup (count)", work, count_meta, log)
+    counted = chunks.resume(count_chunk, [CountChunk(s, rng, p.min_line_chars) for s, rng in work], keys, eng, store,
+                            encode=_count_table, have=have)
+    hashes, docs = reduce_counts((t.column("hash").to_numpy(), t.column("docs").to_numpy()) for t, _ in counted)
+    top = frequent(hashes, docs, p.min_docs)
+    tables.write_parquet(storage, layout.LINE_FREQUENT,
+                         top.replace_schema_metadata({META_KEY: json.dumps(meta, sort_keys=True).encode()}))
+    count_keys = keys  # kept until the end: a run killed in the removal map does not count again
+    if log:
+        log.info(f"line_dedup: {len(hashes):,} distinct lines over {len(names)} sources, {top.num_rows:,} in >= "
+                 f"{p.min_docs} documents")
+    wanted = top.column("hash").to_numpy().astype(np.uint64)
+    frequent_key = hashlib.sha256(wanted.tobytes()).hexdigest()[:16]
+    rows = []
+    for s in names:
+        if s in skip:
+            rows.append(_skipped_totals(files[s], s))
+            continue
+        with engine.open_parquet(files[s]) as f:
+            schema = docs_schema(f.schema_arrow).with_metadata({META_KEY: json.dumps(meta, sort_keys=True).encode()})
+        totals = SourceTotals()
+        mine = [(s, rng) for rng in engine.row_ranges(files[s], eng.chunk_rows)]
+        keys, have, _ = store.keyed("line_dedup", mine, {s: {**own[s], "map": "remove", "frequent": frequent_key}}, log)
+        results = chunks.resume(apply_chunk, [ApplyChunk(s, rng, wanted, p) for _, rng in mine], keys, eng, store,
+                                have=have)
+
+        def parts(results=results, totals=totals):
+            for t, _ in results:
+                nb_before = t.column("n_bytes").to_numpy().astype(np.int64) + t.column("removed_bytes").to_numpy()
+                totals.add(t, nb_before)
+                yield t.cast(schema)
+
+        tables.write_parquet_groups(storage, layout.LINE_DOCS.format(source=s), schema,
+                                    sig.regroup(parts(), GROUP_ROWS, schema))
+        store.drop(keys)
+        rows.append(totals.row(s))
+    shown = [] if not samples else top_lines(_texts([files[s] for s in names if s not in skip]), top, samples,
+                                             p.min_line_chars)
+    res = Result(len(hashes), top.num_rows, rows, shown)
+    storage.write_text(layout.LINE_REPORT, json.dumps(
+        {"lines": res.lines, "frequent": res.frequent, "params": meta["params"], "skip": meta["skip"],
+         "sources": rows}, indent=1, sort_keys=True))
+    store.drop(count_keys)
+    return res
+
+
+def _skipped_totals(file: engine.FileAt, source: str) -> dict:
+    t = SourceTotals()
+    with engine.open_parquet(file) as f:
+        for i in range(f.num_row_groups):
+            nb = f.read_row_group(i, columns=["n_bytes"]).column("n_bytes").to_numpy().astype(np.int64)
+            t.docs, t.bytes_before = t.docs + len(nb), t.bytes_before + int(nb.sum())
+    return t.row(source, skipped=True)
+
+
+def _texts(files: Sequence[engine.FileAt]) -> Iterable[pa.Array]:
+    for file in files:
+        with engine.open_parquet(file) as f:
+            for i in range(f.num_row_groups):
+                yield f.read_row_group(i, columns=["text"]).column("text").combine_chunks()
+
+
+def modified_sources(spec) -> list[str]:
+    """The sources whose text line_dedup rewrites (none without a `line_dedup:` section), config order."""
+    ld = spec.line_dedup
+    return [] if ld is None else [s.name for s in spec.sources if s.name not in ld.skip]
+
+
+def text_files(storage, spec, sources: Sequence[str]) -> dict[str, engine.FileAt]:
+    """{source: where any worker reads its documents' text}: line_dedup's file for a source it rewrites, else
+    raw/<source>'s (tables.raw_files). What document_filters, the tokenizer and token_shards read."""
+    mine = set(modified_sources(spec))
+    raw = tables.raw_files(storage, [s for s in sources if s not in mine])
+    return {s: raw[s] if s not in mine else tables.file_at(storage, layout.LINE_DOCS.format(source=s)) for s in sources}
+
+
+def text_paths(storage, spec, sources: Sequence[str]) -> dict[str, str]:
+    """`text_files` as this process reads them (local paths or open S3 files, tables.raw_paths)."""
+    mine = set(modified_sources(spec))
+    raw = tables.raw_paths(storage, [s for s in sources if s not in mine])
+    return {s: raw[s] if s not in mine else storage.source(layout.LINE_DOCS.format(source=s)) for s in sources}
+
+
+def dropped(storage, spec) -> Optional[tuple[pa.Array, pa.Array]]:
+    """(doc ids, DROP_REASON) of every document line_dedup dropped; None without line dedup."""
+    names = modified_sources(spec)
+    if spec.line_dedup is None:
+        return None
+    ids = []
+    for s in names:
+        key = layout.LINE_DOCS.format(source=s)
+        if storage.exists(key):
+            t = pq.read_table(storage.source(key), columns=["doc_id", "dropped"])
+            ids.append(t.filter(t.column("dropped")).column("doc_id").combine_chunks().cast(pa.string()))
+    got = pa.concat_arrays(ids) if ids else pa.array([], pa.string())
+    return got, pa.array([DROP_REASON] * len(got), pa.string())
+
+
+
+def with_dropped(rejected: Optional[tuple[pa.Array, pa.Array]], storage, spec) -> Optional[tuple[pa.Array, pa.Array]]:
+    """The filters' (doc ids, first failing rule) (`decisions.rejected_reasons`; None when no source has
+    decisions) with the documents line_dedup dropped added (reason DROP_REASON), each document once: one the
+    filters rejected keeps their reason. What exclusion_masks excludes."""
+    got = dropped(storage, spec)
+    if got is None or not len(got[0]):
+        return rejected
+    if rejected is None:
+        return got
+    before = pa.array(rejected[0]).cast(pa.string())
+    new = pc.invert(pc.is_in(got[0], value_set=before))
+    return (pa.concat_arrays([before, got[0].filter(new)]),
+            pa.concat_arrays([pa.array(rejected[1]).cast(pa.string()), got[1].filter(new)]))
+
+
+def with_dropped_ids(rejected: Optional[pa.Array], storage, spec) -> Optional[pa.Array]:
+    """`with_dropped` for dedup_keys' `rejected` (doc ids only)."""
+    got = with_dropped(None if rejected is None else (rejected, pa.nulls(len(rejected), pa.string())), storage, spec)
+    return None if got is None else got[0]

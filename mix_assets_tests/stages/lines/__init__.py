@@ -1,0 +1,1 @@
+"""Tests of the lines stage (line_dedup)."""

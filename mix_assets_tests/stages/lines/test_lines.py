@@ -1,0 +1,250 @@
+"""line_dedup on tiny generated data: a planted boilerplate line removed from every document and counted, a line
+under min_docs kept, a document dropped when too little remains (and excluded with its reason), the same bytes
+for 1 and 2 workers and any chunking, and a second run reusing the keyed artifact."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import dagster as dg
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mix_assets.config import load_spec
+from mix_assets.core import engine, layout
+from mix_assets.core.storage import Storage
+from mix_assets.resources import MixResource
+from mix_assets.stages.dedup import dedup as dedup_lib
+from mix_assets.stages.lines import assets as line_assets
+from mix_assets.stages.lines import lines as lib
+from mix_assets.stages.sources.assets import build_source_assets
+from mix_assets_tests.conftest import minimal_config, source, write_config
+
+BOILER = "Subscribe to our newsletter for weekly updates and offers."
+RARE = "This rare sentence is shared by only three documents."
+WORDS = ("river stone market lantern harvest copper meadow orchard bridge signal quiet amber winter garden "
+         "ladder thunder pocket velvet canyon mirror").split()
+
+
+def _line(r: random.Random, k: int) -> str:
+    return " ".join(r.choice(WORDS) for _ in range(k)).capitalize() + f" {r.randrange(10**9)}."
+
+
+def corpus(n: int = 40, seed: int = 5) -> dict[str, list[str]]:
+    """Two sources: every document has unique lines; BOILER in 12 + 12 of them, RARE in 3, and one document
+    ("web" #0) that is BOILER and a few words only (dropped when min_kept_share is 0.5)."""
+    r = random.Random(seed)
+    out = {}
+    for s in ("web", "forum"):
+        docs = []
+        for i in range(n):
+            lines = [_line(r, 12) for _ in range(4)]
+            if i < 12:
+                lines.insert(r.randrange(len(lines) + 1), BOILER)
+            if s == "web" and i in (20, 21, 22):
+                lines.append(RARE)
+            docs.append("\n".join(lines))
+        out[s] = docs
+    out["web"][0] = BOILER + "\nShort tail."
+    return out
+
+
+def _docs_file(path, texts: list[str], source: str) -> None:
+    from mix_assets.stages.sources.sources import DOC_SCHEMA
+    nb = [len(t.encode()) for t in texts]
+    pq.write_table(pa.table({"doc_id": [f"{source}-{i}" for i in range(len(texts))], "source": [source] * len(texts),
+                             "text": texts, "row_index": list(range(len(texts))), "origin": [f"f:{i}" for i in range(len(texts))],
+                             "n_bytes": nb, "n_chars": [len(t) for t in texts], "est_tokens": [max(1, b // 4) for b in nb]},
+                            schema=DOC_SCHEMA), path)
+
+
+def _run_lib(tmp_path, eng: engine.Engine, params=lib.LineParams(min_docs=5, min_kept_share=0.5), skip=()):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    storage = Storage(root=str(tmp_path / "storage"))
+    files = {}
+    for s, texts in corpus().items():
+        p = tmp_path / f"{s}.parquet"
+        _docs_file(p, texts, s)
+        files[s] = engine.FileAt(str(p))
+    res = lib.dedup_lines(storage, files, {s: "v1" for s in files}, params, list(skip), eng, samples=5)
+    return storage, res
+
+
+def _docs(storage, s: str) -> pa.Table:
+    return pq.read_table(storage.source(layout.LINE_DOCS.format(source=s)))
+
+
+def test_a_planted_boilerplate_line_is_removed_from_every_document_and_counted(tmp_path):
+    storage, res = _run_lib(tmp_path, engine.Engine(num_cpus=1, chunk_rows=16))
+    for s in ("web", "forum"):
+        t = _docs(storage, s)
+        texts = t.column("text").to_pylist()
+        assert not any(BOILER in x for x in texts)
+        assert sum(t.column("removed_lines").to_pylist()) == 12
+        row = next(r for r in res.sources if r["source"] == s)
+        assert row["removed_lines"] == 12 and row["modified_docs"] == 12
+        # documents that held no frequent line are byte for byte raw's
+        raw = corpus()[s]
+        assert [x for x, n in zip(texts, t.column("removed_lines").to_pylist()) if n == 0] == \
+               [x for x in raw if BOILER not in x]
+        assert t.column("n_bytes").to_pylist() == [len(x.encode()) for x in texts]
+    assert res.top[0]["line"] == BOILER and res.top[0]["docs"] == 24
+    report = json.loads(storage.read_text(layout.LINE_REPORT))
+    assert report["frequent"] == 1 and {r["source"] for r in report["sources"]} == {"web", "forum"}
+
+
+def test_a_line_in_fewer_than_min_docs_documents_stays(tmp_path):
+    storage, _ = _run_lib(tmp_path, engine.Engine(num_cpus=1))
+    assert sum(RARE in x for x in _docs(storage, "web").column("text").to_pylist()) == 3
+    # with min_docs 3 it goes
+    storage, _ = _run_lib(tmp_path / "b", engine.Engine(num_cpus=1), lib.LineParams(min_docs=3, min_kept_share=0.5))
+    assert not any(RARE in x for x in _docs(storage, "web").column("text").to_pylist())
+
+
+def test_a_document_left_with_too_little_is_dropped_and_excluded_with_its_reason(tmp_path):
+    storage, res = _run_lib(tmp_path, engine.Engine(num_cpus=1))
+    t = _docs(storage, "web")
+    assert t.column("dropped").to_pylist() == [True] + [False] * (t.num_rows - 1)
+    assert t.column("text")[0].as_py() == "Short tail."
+    assert next(r for r in res.sources if r["source"] == "web")["dropped_docs"] == 1
+
+    class Spec:  # what lines.dropped reads of a mix spec
+        line_dedup = type("LD", (), {"skip": []})()
+        sources = [type("S", (), {"name": n})() for n in ("web", "forum")]
+
+    ids, reasons = lib.with_dropped(None, storage, Spec())
+    assert ids.to_pylist() == ["web-0"] and reasons.to_pylist() == [lib.DROP_REASON]
+    # a document the filters rejected keeps their reason, once
+    both = lib.with_dropped((pa.array(["web-0", "forum-3"]), pa.array(["c4:curly_bracket", "c4:curly_bracket"])),
+                            storage, Spec())
+    assert both[0].to_pylist() == ["web-0", "forum-3"]
+    rej = dedup_lib.Rejections.of(*lib.with_dropped(None, storage, Spec()))
+    assert rej.reasons == [lib.DROP_REASON]
+
+
+def test_the_same_bytes_for_one_and_two_workers_and_any_chunking(tmp_path):
+    a, ra = _run_lib(tmp_path / "a", engine.Engine(num_cpus=1, chunk_rows=1000))
+    b, rb = _run_lib(tmp_path / "b", engine.Engine(num_cpus=2, chunk_rows=3))
+    for key in [layout.LINE_FREQUENT, layout.LINE_REPORT, *(layout.LINE_DOCS.format(source=s) for s in ("web", "forum"))]:
+        assert a.sha256(key) == b.sha256(key), key
+    assert ra == rb
+
+
+def test_reduce_counts_is_independent_of_order_and_cut():
+    r = np.random.default_rng(0)
+    parts = [(np.unique(r.integers(0, 50, 20).astype(np.uint64)), None) for _ in range(6)]
+    parts = [(h, r.integers(1, 4, len(h)).astype(np.int64)) for h, _ in parts]
+    h1, d1 = lib.reduce_counts(parts)
+    h2, d2 = lib.reduce_counts(parts[::-1])
+    assert (h1 == h2).all() and (d1 == d2).all() and (np.diff(h1.astype(np.float64)) > 0).all()
+    whole = {}
+    for h, d in parts:
+        for x, y in zip(h.tolist(), d.tolist()):
+            whole[x] = whole.get(x, 0) + y
+    assert dict(zip(h1.tolist(), d1.tolist())) == whole
+
+
+def test_a_line_counts_once_per_document():
+    h, d = lib.count_lines(pa.array([f"{BOILER}\n{BOILER}\n  {BOILER}  ", "other"]), 1)
+    assert sorted(d.tolist()) == [1, 1]
+
+
+def test_a_skipped_source_is_counted_but_not_rewritten(tmp_path):
+    storage, res = _run_lib(tmp_path, engine.Engine(num_cpus=1), skip=["forum"])
+    assert not storage.exists(layout.LINE_DOCS.format(source="forum"))
+    assert next(r for r in res.sources if r["source"] == "forum")["skipped"]
+    assert res.top[0]["docs"] == 24  # forum's 12 still count
+
+
+def test_null_text_names_file_row_and_field(tmp_path):
+    p = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"doc_id": ["a", "b"], "text": pa.array(["x", None], pa.large_string())}), p)
+    with pytest.raises(lib.LineInputError, match=r"x.parquet: row 1: field 'text' is null"):
+        lib.count_chunk(lib.CountChunk("s", engine.RowRange(str(p), 0, 2), 1))
+
+
+# -- in the graph -------------------------------------------------------------------------------------------
+def generated_config(tmp_path, **line_dedup) -> str:
+    """A generated two-source mix with `line_dedup:` on (the generated test config of issue 30)."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir(exist_ok=True)
+    srcs = []
+    for s, texts in corpus().items():
+        (data_dir / f"{s}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+        srcs.append(source(s, {"kind": "jsonl", "paths": [str(data_dir / f"{s}.jsonl")]}, share=0.5))
+    cfg = minimal_config(sources=srcs, target_tokens=5000, headroom=1.1,
+                         line_dedup={"min_docs": 5, "min_kept_share": 0.5, **line_dedup},
+                         audit={"mask_contaminated": False, "tasks": []})
+    cfg["storage"] = {"root": str(tmp_path / "storage"), "cache_dir": str(tmp_path / "cache")}
+    return str(write_config(tmp_path, cfg))
+
+
+def _materialize(spec, instance):
+    from mix_assets.stages.dedup.assets import build_dedup_assets
+    assets = [*build_source_assets(spec), *line_assets.build_line_assets(spec), *build_dedup_assets(spec)]
+    return dg.materialize(assets, resources={"mix": MixResource(config_path=spec.config_path)}, instance=instance,
+                          raise_on_error=False)
+
+
+def test_in_the_graph_the_dropped_document_is_masked_and_a_second_run_reuses(tmp_path):
+    spec = load_spec(generated_config(tmp_path, max_lost_share=0.03))
+    inst = dg.DagsterInstance.ephemeral()
+    res = _materialize(spec, inst)
+    assert res.success, [e.message for e in res.all_events if e.is_failure]
+    mat = {m.asset_key.to_user_string(): m for m in res.get_asset_materialization_events()}
+    md = mat["line_dedup"].materialization.metadata
+    storage = Storage(root=str(tmp_path / "storage"))
+    for s in ("web", "forum"):  # raw/<source> is a sample: count the planted line there
+        raw = pq.read_table(storage.source(layout.RAW_DOCS.format(source=s))).column("text").to_pylist()
+        assert md[f"removed_lines/{s}"].value == sum(BOILER in t for t in raw) > 0
+        assert not any(BOILER in t for t in _docs(storage, s).column("text").to_pylist())
+        short = sum(t.startswith(BOILER + "\nShort tail") for t in raw)
+        assert md[f"dropped_docs/{s}"].value == short
+    assert md["dropped_docs/web"].value == 1
+    checks = {c.check_name: c for c in res.get_asset_check_evaluations()}
+    assert not checks[line_assets.LINES_LOST_WITHIN_SHARE].passed  # each source lost > 3 % of its bytes: WARN
+    masks = pq.read_table(storage.source(layout.EXCLUSION_MASKS)).to_pylist()
+    assert any(lib.DROP_REASON in json.dumps(m) and "web-" in json.dumps(m) for m in masks)
+    again = _materialize(spec, inst)
+    assert again.success
+    md2 = {m.asset_key.to_user_string(): m for m in again.get_asset_materialization_events()}["line_dedup"]
+    assert "reused" in md2.materialization.metadata
+
+
+def test_without_a_line_dedup_section_there_is_no_asset_and_the_config_dump_is_unchanged(tmp_path):
+    spec = load_spec(generated_config(tmp_path))
+    off = spec.model_copy(update={"line_dedup": None})
+    assert line_assets.build_line_assets(off) == [] and lib.modified_sources(off) == []
+    assert '"line_dedup":' not in off.canonical_json() and '"line_dedup":' in spec.canonical_json()
+
+
+def test_a_run_killed_in_the_removal_map_resumes_from_its_chunk_parts(tmp_path, monkeypatch):
+    clean, _ = _run_lib(tmp_path / "clean", engine.Engine(num_cpus=1, chunk_rows=8))
+    real_apply, real_count = lib.apply_chunk, lib.count_chunk
+    calls = {"apply": 0, "count": 0}
+
+    def dying(chunk, *a):
+        calls["apply"] += 1
+        if chunk.source == "forum" and chunk.rows.start >= 16:
+            raise KeyboardInterrupt("killed")
+        return real_apply(chunk, *a)
+
+    monkeypatch.setattr(lib, "apply_chunk", dying)
+    with pytest.raises(KeyboardInterrupt):
+        _run_lib(tmp_path / "run", engine.Engine(num_cpus=1, chunk_rows=8))
+
+    def counting(chunk):
+        calls["count"] += 1
+        return real_count(chunk)
+
+    monkeypatch.setattr(lib, "apply_chunk", real_apply)
+    monkeypatch.setattr(lib, "count_chunk", counting)
+    calls["count"] = 0
+    again, _ = _run_lib(tmp_path / "run", engine.Engine(num_cpus=1, chunk_rows=8))
+    assert calls["count"] == 0  # every count chunk came from its part
+    for key in [layout.LINE_FREQUENT, *(layout.LINE_DOCS.format(source=s) for s in ("web", "forum"))]:
+        assert again.sha256(key) == clean.sha256(key), key
+    assert not again.list("parts/lines")  # the parts go once what they fed is written
