@@ -32,6 +32,7 @@ from mix_assets.core.spec import Strict
 from mix_assets.stages.audit.config import AuditSpec
 from mix_assets.stages.dedup.config import DedupSpec
 from mix_assets.stages.filters.config import FiltersSpec
+from mix_assets.stages.quality.config import QualitySpec
 from mix_assets.stages.publish.config import PublishSpec
 from mix_assets.stages.sources.config import DemoCorpusSpec, SourceSpec
 from mix_assets.stages.split.config import SplitSpec
@@ -104,6 +105,7 @@ class MixSpec(Strict):
     packing: PackingSpec = PackingSpec()
     dedup: DedupSpec = DedupSpec()
     filters: Optional[FiltersSpec] = None  # the filter cascade; None: no filters (sanity rules of the raw stage only)
+    quality: Optional[QualitySpec] = None  # the quality classifier (stages/quality); None: no quality stage
     # Where map work runs. Not part of the mix's identity (left out of dumps, so of the published
     # mix_config.json and the fingerprint): every engine writes the same bytes.
     engine: EngineSpec = Field(EngineSpec(), exclude=True)
@@ -123,6 +125,8 @@ class MixSpec(Strict):
         out = handler(self)
         if out.get("filters") is None:
             out.pop("filters", None)  # configs without filters keep their published bytes and fingerprint
+        if out.get("quality") is None:
+            out.pop("quality", None)  # likewise without a quality classifier
         return out
 
     @model_validator(mode="after")
@@ -131,6 +135,9 @@ class MixSpec(Strict):
         for s in self.sources:
             if s.filters is not None:
                 self.filters_for(s.name)  # a bad override fails at load, naming the source
+        keep_by = [n for n in names if (f := self.filters_for(n)) is not None and "quality" in f.active()]
+        if keep_by and self.quality is None:
+            raise ValueError(f"filters.quality keeps {keep_by} by a classifier, but the mix has no `quality:` section")
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"source names must be unique, repeated: {dup}")

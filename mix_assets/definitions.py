@@ -14,6 +14,7 @@ from mix_assets.stages.audit.assets import build_audit_assets
 from mix_assets.stages.common import chain_code_versions
 from mix_assets.stages.dedup.assets import build_dedup_assets
 from mix_assets.stages.filters.assets import build_filter_assets
+from mix_assets.stages.quality.assets import build_quality_assets
 from mix_assets.stages.manifest.assets import build_manifest_assets
 from mix_assets.stages.publish.assets import build_publish_assets
 from mix_assets.stages.publish.reproducibility import build_reproducibility_checks
@@ -30,6 +31,7 @@ def build_assets(spec: MixSpec) -> list:
     (stages/common.chain_code_versions: the UI marks every asset an edit affects, not only its readers)."""
     return chain_code_versions([
         *build_source_assets(spec),
+        *build_quality_assets(spec),
         *build_filter_assets(spec),
         *build_dedup_assets(spec),
         *build_audit_assets(spec),

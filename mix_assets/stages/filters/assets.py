@@ -5,6 +5,7 @@ The asset exists only when some source runs filters (the mix's `filters:` or a s
 without one the graph is the one before filters existed, byte for byte.
 """
 
+import dataclasses
 import json
 
 import dagster as dg
@@ -16,6 +17,8 @@ from mix_assets.stages.audit.eval_scan import scrub_hashes
 from mix_assets.stages.dedup import dedup as dedup_lib
 from mix_assets.stages.filters import decisions as lib
 from mix_assets.stages.filters import metadata as md
+from mix_assets.stages.quality import scores as quality_lib
+from mix_assets.stages.quality.assets import quality_deps
 from mix_assets.core import layout, tables
 from mix_assets.resources import EngineResource, MixResource
 
@@ -44,7 +47,7 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
     @dg.asset(
         key=DOCUMENT_FILTERS,
         group_name=GROUP,
-        deps=[raw_key(n) for n in names],
+        deps=[raw_key(n) for n in names] + quality_deps(spec),
         kinds={"parquet"},
         owners=spec.owners,
         resource_defs={"engine": EngineResource.from_spec(spec)},
@@ -69,10 +72,12 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
         """Per document: keep, the first failing rule, language and score; kill rates and samples per filter."""
         spec_now, storage = mix.spec, mix.storage
         srcs = lib.filtered_sources(spec_now)
-        inputs = verified_inputs(storage, "document_filters", [raw_name(s) for s in srcs], context)
+        inputs = verified_inputs(storage, "document_filters", [raw_name(s) for s in srcs]
+                                 + [k.to_user_string() for k in quality_deps(spec_now)], context)
         if hit := artifact_reused(context, mix, "document_filters", inputs):
             return hit
-        params = {s: lib.filter_params(spec_now.filters_for(s)) for s in srcs}
+        params = {s: dataclasses.replace(lib.filter_params(spec_now.filters_for(s)),
+                                         quality=quality_lib.filter_quality(storage, spec_now, s)) for s in srcs}
         reused = lib.decide_sources(storage, tables.raw_files(storage, srcs), {s: inputs[raw_name(s)] for s in srcs},
                                     params, engine.engine, log=context.log)
         summary = lib.summarise_stored(storage, srcs, lib.guard_for(spec_now))  # a row group at a time

@@ -57,8 +57,8 @@ DECISIONS_SCHEMA = pa.schema([
 
 
 def filter_order() -> tuple[str, ...]:
-    """The filters in the order they decide: the registered ones (registry.py), then language ID."""
-    return (*registry.names(), "language")
+    """The filters in the order they decide: the registered ones (registry.py), language ID, the classifier."""
+    return (*registry.names(), "language", "quality")
 
 
 def filter_of(rule: str) -> str:
@@ -79,9 +79,15 @@ class FilterParams:
     min_score: float = langid.DEFAULT_MIN_SCORE
     max_chars: Optional[int] = None  # identify on the first characters only
     language_filter: bool = False  # False: language recorded, never a reason to drop
+    # stages/quality: (model name, cutoff, scores file, its sha256): keep score >= cutoff, else `quality:<model>`
+    quality: Optional[tuple] = None
 
     def describe(self) -> dict:
         plain = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.quality is None:
+            plain.pop("quality")  # decisions from before the quality stage keep their bytes
+        else:
+            plain["quality"] = {"model": self.quality[0], "cutoff": self.quality[1], "scores_sha256": self.quality[3]}
         return json.loads(json.dumps({**plain, "config": self.config.describe()}, default=list))
 
 
@@ -139,6 +145,8 @@ def decide_chunk(chunk: FilterChunk) -> pa.Table:
     per_filter = list(res.filter_reason.values())  # cascade order
     if p.language_filter:
         per_filter.append(lang.column("reason").to_pylist())
+    if p.quality is not None:
+        per_filter.append(_quality_reasons(chunk, t.column("doc_id")))
     rules = [[r for r in rs if r is not None] for rs in zip(*per_filter)] if per_filter else [[]] * t.num_rows
     reason = [rs[0] if rs else None for rs in rules]
     return pa.table({"doc_id": t.column("doc_id").cast(pa.string()), "keep": [r is None for r in reason],
@@ -146,6 +154,18 @@ def decide_chunk(chunk: FilterChunk) -> pa.Table:
                      "language_score": lang.column("language_score"),
                      "n_chars": t.column("n_chars").fill_null(0), "n_bytes": t.column("n_bytes").fill_null(0)},
                     schema=DECISIONS_SCHEMA)
+
+
+def _quality_reasons(chunk: FilterChunk, doc_ids: pa.ChunkedArray) -> list:
+    """`quality:<model>` where the stored score (stages/quality, raw row order) is below the cutoff, else None."""
+    name, cutoff, scores, _ = chunk.params.quality
+    s = engine.read_rows(engine.RowRange(scores.path, chunk.rows.start, chunk.rows.stop, scores.endpoint_url),
+                         ["doc_id", "score"])
+    if not s.column("doc_id").equals(doc_ids.cast(s.column("doc_id").type)):
+        raise FilterInputError(f"{scores}: rows {chunk.rows.start}-{chunk.rows.stop} are not raw/{chunk.source}'s "
+                               "documents (quality_scores is stale: rematerialise it)")
+    low = s.column("score").to_numpy() < cutoff
+    return [f"quality:{name}" if x else None for x in low]
 
 
 def _rows(source) -> int:
