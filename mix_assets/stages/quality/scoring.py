@@ -44,15 +44,16 @@ def prepared(texts, newline_replacement: str = " ", max_chars: Optional[int] = N
 
 
 def labels(path: str, sha256: str) -> list[str]:
-    return list(_load(path, sha256).get_labels())
+    """The model's labels (fasttext-predict has no get_labels: k=-1 on an empty line returns them all)."""
+    return sorted(lab for _, lab in _load(path, sha256).f.predict("\n", -1, 0.0, "strict"))
 
 
 def score(texts: Sequence[str] | pa.Array | pa.ChunkedArray, path: str, sha256: str, label: str,
           newline_replacement: str = " ", max_chars: Optional[int] = None) -> np.ndarray:
     """The probability of `label` for every text (float64; 0.0 where fastText does not return it)."""
     model = _load(path, sha256)
-    if label not in model.get_labels():
-        raise ValueError(f"{path}: the model has no label {label!r}; its labels: {model.get_labels()}")
+    if label not in (known := labels(path, sha256)):
+        raise ValueError(f"{path}: the model has no label {label!r}; its labels: {known}")
     predict = model.f.predict
     out = np.zeros(len(texts), dtype=np.float64)
     for i, t in enumerate(prepared(texts, newline_replacement, max_chars)):

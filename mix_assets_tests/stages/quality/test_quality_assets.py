@@ -1,0 +1,121 @@
+"""The quality stage on the generated demo corpus: a classifier trained in the graph (byte-identical on a
+rebuild), its held-out metrics before any drop, rejections `quality:<model>` in the decisions, a mis-set
+threshold stopped by `no_domain_vanished`, a brought model refused when its sha256 differs."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+import yaml
+
+from mix_assets.config import load_spec
+from mix_assets.core import layout
+from mix_assets.core.storage import Storage
+from mix_assets.resources import MixResource
+from mix_assets.stages.filters import assets as filter_assets
+from mix_assets.stages.filters import decisions
+from mix_assets.stages.quality import assets as quality_assets
+from mix_assets.stages.quality import classifier
+from mix_assets.stages.sources.assets import build_source_assets
+from mix_assets_tests.test_audit_published_demo import demo_config
+
+TRAIN = {"positives": ["encyclopedia"], "negatives": ["stories", "math"], "epoch": 5, "dim": 16, "bucket": 20000}
+
+
+def _spec(tmp_path, quality=None, rule=None, stories_rule=None):
+    cfg = demo_config(tmp_path)
+    data = yaml.safe_load(cfg.read_text())
+    data["quality"] = quality or {"name": "demo-hq", "train": TRAIN, "min_auc": 0.8}
+    data["filters"]["quality"] = rule or {"top_fraction": 0.9}
+    py = next(s for s in data["sources"] if s["name"] == "python_reference")
+    py["filters"]["quality"] = {"enabled": False}
+    if stories_rule:
+        next(s for s in data["sources"] if s["name"] == "stories").setdefault("filters", {})["quality"] = stories_rule
+    cfg.write_text(yaml.safe_dump(data, sort_keys=False))
+    return load_spec(cfg)
+
+
+def _run(spec, instance=None):
+    assets = [*build_source_assets(spec), *quality_assets.build_quality_assets(spec),
+              *filter_assets.build_filter_assets(spec)]
+    return dg.materialize(assets, resources={"mix": MixResource(config_path=spec.config_path)},
+                          instance=instance or dg.DagsterInstance.ephemeral(), raise_on_error=False)
+
+
+def _checks(res) -> dict:
+    return {c.check_name: c for c in res.get_asset_check_evaluations()}
+
+
+def test_without_quality_there_is_no_quality_asset_and_the_config_bytes_are_unchanged(tmp_path):
+    spec = load_spec(demo_config(tmp_path))
+    assert quality_assets.build_quality_assets(spec) == [] and quality_assets.quality_deps(spec) == []
+    assert '"quality"' not in spec.canonical_json()
+
+
+def test_classifier_is_trained_checked_and_reproduced_and_its_rejections_are_filter_decisions(tmp_path):
+    spec = _spec(tmp_path)
+    res = _run(spec)
+    assert res.success, [e.message for e in res.all_events if e.is_failure]
+    checks = _checks(res)
+    assert checks[quality_assets.SEPARATES_HELDOUT].passed
+    assert checks[filter_assets.NO_DOMAIN_VANISHED].passed
+    md = {m.asset_key.to_user_string(): m.materialization.metadata for m in res.get_asset_materialization_events()}
+    metrics = md["quality_classifier"]["heldout_metrics"].value
+    assert metrics["roc_auc"] >= 0.8 and metrics["precision"] is not None and metrics["recall"] is not None
+    assert "stories" in md["quality_scores"]["score_histogram_per_source"].value
+    storage = Storage(root=str(tmp_path / "storage"))
+    model = storage.read_bytes(layout.QUALITY_MODEL)
+    dec = decisions.read_decisions(storage, ["stories", "encyclopedia", "python_reference"])
+    reasons = {r for t in dec.values() for r in t.column("reason").to_pylist() if r and r.startswith("quality:")}
+    assert reasons == {"quality:demo-hq"}
+    py = dec["python_reference"].column("reason").to_pylist()
+    assert not any(r and r.startswith("quality:") for r in py)  # its override switches the rule off
+    import json
+    ts = json.loads(storage.read_text(layout.QUALITY_TRAINING_SET))
+    assert ts["counts"]["hq_train"] > 0 and ts["counts"]["lq_held_out"] > 0 and ts["hyper_parameters"]["thread"] == 1
+    assert set(ts["doc_ids"]["hq_train"]).isdisjoint(ts["doc_ids"]["hq_held_out"])
+    # a rebuild from scratch: the same model bytes
+    other = tmp_path / "again"
+    other.mkdir()
+    spec2 = _spec(other)
+    assert _run(spec2).success
+    assert Storage(root=str(other / "storage")).read_bytes(layout.QUALITY_MODEL) == model
+
+
+def test_a_mis_set_quality_threshold_that_deletes_a_domain_stops_the_run(tmp_path):
+    spec = _spec(tmp_path, stories_rule={"threshold": 0.999999})
+    res = _run(spec)
+    gate = _checks(res)[filter_assets.NO_DOMAIN_VANISHED]
+    assert not res.success and not gate.passed
+    assert "source stories" in gate.description
+
+
+def test_a_classifier_that_does_not_separate_is_stopped_before_any_drop(tmp_path):
+    # hq and lq drawn from the same source: nothing to learn, AUC ~0.5 < 0.99
+    q = {"name": "coin", "train": {**TRAIN, "positives": ["stories"], "negatives": ["stories"]}, "min_auc": 0.99}
+    res = _run(_spec(tmp_path, quality=q))
+    assert not res.success and not _checks(res)[quality_assets.SEPARATES_HELDOUT].passed
+    mats = {m.asset_key.to_user_string() for m in res.get_asset_materialization_events()}
+    assert "document_filters" not in mats
+
+
+def test_a_brought_model_is_pinned_by_sha256(tmp_path):
+    model = tmp_path / "brought.bin"
+    spec = _spec(tmp_path)
+    assert _run(spec).success
+    model.write_bytes(Storage(root=str(tmp_path / "storage")).read_bytes(layout.QUALITY_MODEL))
+    bad = _spec(tmp_path, quality={"name": "brought", "file": str(model), "sha256": "0" * 64,
+                                   "train": TRAIN, "min_auc": 0.8})
+    with pytest.raises(classifier.ModelMismatchError, match="sha256"):
+        classifier.brought_model(bad.quality, str(bad.base_dir))
+    res = _run(bad)
+    assert not res.success
+    assert any("sha256" in (e.message or "") for e in res.all_events if e.is_failure)
+
+
+def test_roc_auc_counts_ties_as_half():
+    import numpy as np
+
+    assert classifier.roc_auc(np.array([0.1, 0.9]), np.array([0, 1])) == 1.0
+    assert classifier.roc_auc(np.array([0.5, 0.5]), np.array([0, 1])) == 0.5
+    assert classifier.roc_auc(np.array([0.9, 0.1, 0.4]), np.array([0, 1, 1])) == 0.0
