@@ -189,6 +189,11 @@ class MixSpec(Strict):
         if over is None:
             return self.filters
         base = self.filters.model_dump(exclude_unset=True) if self.filters is not None else {}
+        rule = {"threshold", "top_fraction"}
+        if isinstance(over, dict) and isinstance(over.get("quality"), dict) and rule & set(over["quality"]) \
+                and isinstance(base.get("quality"), dict):
+            # a source's quality rule replaces the mix's (a threshold and a top fraction never merge)
+            base = {**base, "quality": {k: v for k, v in base["quality"].items() if k not in rule}}
         try:
             return FiltersSpec.model_validate(_deep_merge(base, over))
         except ValidationError as e:

@@ -110,7 +110,8 @@ def test_a_brought_model_is_pinned_by_sha256(tmp_path):
         classifier.brought_model(bad.quality, str(bad.base_dir))
     res = _run(bad)
     assert not res.success
-    assert any("sha256" in (e.message or "") for e in res.all_events if e.is_failure)
+    errors = [e.event_specific_data.error.to_string() for e in res.get_step_failure_events()]
+    assert any("ModelMismatchError" in x and "the config pins" in x for x in errors), errors
 
 
 def test_roc_auc_counts_ties_as_half():
