@@ -82,7 +82,7 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
                                     params, engine.engine, log=context.log)
         summary = lib.summarise_stored(storage, srcs, lib.guard_for(spec_now))  # a row group at a time
         storage.write_text(layout.FILTER_REPORT, lib.report_json(summary))
-        samples = _samples(storage, spec_now, srcs)
+        samples = _samples(storage, spec_now, srcs, params)
         lin = recorded(storage, "document_filters", [*map(lib.decisions_key, srcs), layout.FILTER_REPORT], inputs,
                        context)
         keep = lib.below_keep_share(summary, {s: spec_now.keep_share(s) for s in srcs})
@@ -92,14 +92,14 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
     return document_filters
 
 
-def _samples(storage, spec: MixSpec, sources: list[str]) -> tuple[list[dict], int]:
+def _samples(storage, spec: MixSpec, sources: list[str], params: dict) -> tuple[list[dict], int]:
     """Rejected documents beside kept ones, scrubbed like every audit artifact; contaminated ones never."""
     contaminated = dedup_lib.read_contaminated_ids(storage)
     never = set(contaminated.ids()) if contaminated is not None else set()
     k = spec.filters.samples_per_filter if spec.filters is not None else 3
     picked = lib.pick_stored(storage, sources, k, never)
     whole = dedup_lib.texts(tables.raw_paths(storage, sorted(sources)), {p[2] for p in picked})
-    why = lib.explain(picked, whole, {s: lib.filter_params(spec.filters_for(s)) for s in sources})
+    why = lib.explain(picked, whole, params)
     texts = {d: dedup_lib.snippet(t) for d, t in whole.items()}
     return md.sample_rows(picked, texts, scrub_hashes(spec), spec.audit.scrub_words, why)
 

@@ -168,6 +168,13 @@ def _quality_reasons(chunk: FilterChunk, doc_ids: pa.ChunkedArray) -> list:
     return [f"quality:{name}" if x else None for x in low]
 
 
+def _quality_score(quality: tuple, doc_id: str) -> float:
+    """One document's stored quality score (a rejected sample's figure beside the cutoff)."""
+    with engine.open_parquet(quality[2]) as f:
+        t = f.read(columns=["doc_id", "score"])
+    return float(t.filter(pc.equal(t.column("doc_id"), doc_id)).column("score")[0].as_py())
+
+
 def _rows(source) -> int:
     with engine.open_parquet(source) as f:
         return f.metadata.num_rows
@@ -503,6 +510,8 @@ def explain(picked, texts: Mapping[str, str], params: Mapping[str, FilterParams]
             elif r.startswith("language:"):
                 wanted = ", ".join(p.languages or ()) or "any"
                 out[d] = f"{r} (score {lang.column('language_score')[i].as_py():.2f}; wanted: {wanted})"
+            elif r.startswith("quality:") and p.quality is not None:
+                out[d] = f"{r} score {cascade.compared(_quality_score(p.quality, d), p.quality[1], '<')}"
             else:
                 m = measured[i].get(r)
                 out[d] = str(m) if m is not None else r

@@ -63,6 +63,8 @@ def test_classifier_is_trained_checked_and_reproduced_and_its_rejections_are_fil
     metrics = md["quality_classifier"]["heldout_metrics"].value
     assert metrics["roc_auc"] >= 0.8 and metrics["precision"] is not None and metrics["recall"] is not None
     assert "stories" in md["quality_scores"]["score_histogram_per_source"].value
+    # rejected beside kept: a quality rejection shows its score beside the source's cutoff
+    assert "`quality:demo-hq score 0." in md["document_filters"]["rejects"].value
     storage = Storage(root=str(tmp_path / "storage"))
     model = storage.read_bytes(layout.QUALITY_MODEL)
     dec = decisions.read_decisions(storage, ["stories", "encyclopedia", "python_reference"])
@@ -108,6 +110,14 @@ def test_a_brought_model_is_pinned_by_sha256(tmp_path):
                                    "train": TRAIN, "min_auc": 0.8})
     with pytest.raises(classifier.ModelMismatchError, match="sha256"):
         classifier.brought_model(bad.quality, str(bad.base_dir))
+    good = _spec(tmp_path / "good" if (tmp_path / "good").mkdir() is None else None,
+                 quality={"name": "brought", "file": str(model), "sha256": classifier.scoring.file_sha256(str(model)),
+                          "train": TRAIN, "min_auc": 0.8})
+    ok = _run(good)
+    assert ok.success
+    built = next(m.materialization.metadata for m in ok.get_asset_materialization_events()
+                 if m.asset_key.path == ["quality_classifier"])
+    assert built["trained_in_graph"].value is False and built["heldout_metrics"].value["roc_auc"] >= 0.8
     res = _run(bad)
     assert not res.success
     errors = [e.event_specific_data.error.to_string() for e in res.get_step_failure_events()]
