@@ -130,3 +130,25 @@ def test_roc_auc_counts_ties_as_half():
     assert classifier.roc_auc(np.array([0.1, 0.9]), np.array([0, 1])) == 1.0
     assert classifier.roc_auc(np.array([0.5, 0.5]), np.array([0, 1])) == 0.5
     assert classifier.roc_auc(np.array([0.9, 0.1, 0.4]), np.array([0, 1, 1])) == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.shared_data
+def test_shared_sample_classifier_separates_and_keeps_every_domain(tmp_path):
+    """configs/shared-sample.yaml: the classifier trained on the shared prose clears its min_auc, gutenberg's
+    lowest 5 % go as `quality:prose-ref`, every filter gate green, dedup_keys built on the decisions."""
+    from mix_assets.stages.dedup.assets import build_dedup_assets
+    from mix_assets_tests.support.shared_data import real_mix_config, shared_data_dir
+
+    spec = load_spec(real_mix_config(tmp_path, shared_data_dir()))
+    assets = [*build_source_assets(spec), *quality_assets.build_quality_assets(spec),
+              *filter_assets.build_filter_assets(spec), build_dedup_assets(spec)[0]]
+    res = dg.materialize(assets, resources={"mix": MixResource(config_path=spec.config_path)},
+                         instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert res.success
+    checks = _checks(res)
+    assert checks[quality_assets.SEPARATES_HELDOUT].passed and checks[filter_assets.NO_DOMAIN_VANISHED].passed
+    storage = Storage(root=str(tmp_path / "storage"))
+    g = decisions.read_decisions(storage, ["gutenberg"])["gutenberg"]
+    dropped = sum(r == "quality:prose-ref" for r in g.column("rules").to_pylist() for r in r)
+    assert 0 < dropped <= 0.05 * g.num_rows + 1
