@@ -152,3 +152,41 @@ def test_shared_sample_classifier_separates_and_keeps_every_domain(tmp_path):
     g = decisions.read_decisions(storage, ["gutenberg"])["gutenberg"]
     dropped = sum(r == "quality:prose-ref" for r in g.column("rules").to_pylist() for r in r)
     assert 0 < dropped <= 0.05 * g.num_rows + 1
+
+
+def _whole_demo(tmp_path):
+    from mix_assets.definitions import build_definitions
+
+    spec = _spec(tmp_path, rule={"top_fraction": 0.97})
+    defs = build_definitions(spec)
+    sel = dg.AssetSelection.all() - dg.AssetSelection.assets("published_revision")
+    res = dg.materialize(list(defs.assets), resources=defs.resources, instance=dg.DagsterInstance.ephemeral(),
+                         selection=sel, raise_on_error=False)
+    return spec, res
+
+
+@pytest.mark.slow
+def test_demo_with_quality_masks_its_rejections_and_a_rebuild_reproduces_model_and_shards(tmp_path):
+    import json
+
+    import pyarrow.parquet as pq
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    spec, res = _whole_demo(tmp_path / "a")
+    assert res.success and [c.check_name for c in res.get_asset_check_evaluations() if not c.passed] == []
+    storage = Storage(root=str(tmp_path / "a" / "storage"))
+    rejected = decisions.rejected_ids(storage, [s.name for s in spec.sources])
+    by_quality = {d for d, r in rejected.items() if r == "quality:demo-hq"}
+    assert by_quality
+    masks = {r["doc_id"]: r["reasons"] for r in pq.read_table(storage.source(layout.EXCLUSION_MASKS)).to_pylist()}
+    assert all("quality:demo-hq" in masks[d] for d in by_quality)
+    _, again = _whole_demo(tmp_path / "b")
+    assert again.success
+    other = Storage(root=str(tmp_path / "b" / "storage"))
+    assert other.read_bytes(layout.QUALITY_MODEL) == storage.read_bytes(layout.QUALITY_MODEL)
+
+    def shards(s):  # review/mix_config.json holds the run's absolute paths: compare every other file
+        return [f for f in json.loads(s.read_text(layout.MANIFEST))["files"] if "mix_config" not in f["path"]]
+
+    assert shards(other) == shards(storage)
