@@ -119,3 +119,6 @@ QUALITY_MODEL = "quality/model.bin"
 QUALITY_TRAINING_SET = "quality/training_set.json"
 QUALITY_SCORES = "quality/scores/{source}.parquet"
 QUALITY_CUTOFFS = "quality/cutoffs.json"
+# published beside the other review files when some source keeps by the classifier (manifest `review`)
+MIX_QUALITY_MODEL = "mix/review/quality_model.bin"
+MIX_QUALITY_TRAINING_SET = "mix/review/quality_training_set.json"

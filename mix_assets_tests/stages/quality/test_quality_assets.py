@@ -190,3 +190,8 @@ def test_demo_with_quality_masks_its_rejections_and_a_rebuild_reproduces_model_a
         return [f for f in json.loads(s.read_text(layout.MANIFEST))["files"] if "mix_config" not in f["path"]]
 
     assert shards(other) == shards(storage)
+    # the model and its training set are published with the mix they filtered
+    review = json.loads(storage.read_text(layout.MANIFEST))["review"]
+    assert review["quality_model"] == "review/quality_model.bin"
+    assert storage.read_bytes(layout.MIX_QUALITY_MODEL) == storage.read_bytes(layout.QUALITY_MODEL)
+    assert json.loads(storage.read_text(layout.MIX_QUALITY_TRAINING_SET))["model"] == "demo-hq"
