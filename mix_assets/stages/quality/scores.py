@@ -77,6 +77,7 @@ def build_classifier(storage, spec, log=None) -> Built:
         lab = data.labels[held]
         metrics = classifier.heldout_metrics(s, lab)
         edges = np.linspace(0, 1, q.histogram_bins + 1)
+        s = np.clip(s, 0, 1)  # fastText's scores reach 1 + 1e-5 (scoring.score): the last bin holds them
         hist = {"hq": np.histogram(s[lab == 1], edges)[0].tolist(), "lq": np.histogram(s[lab == 0], edges)[0].tolist()}
         manifest = classifier.training_manifest(data, q, sha, q.file is None)
     else:
@@ -132,7 +133,7 @@ def score_sources(storage, spec, raw_files: dict, eng) -> dict:
         out[src] = {"rule": rule.model_dump(mode="json", exclude_none=True), "cutoff": c, "documents": int(len(s)),
                     "kept": int((s >= c).sum()), "model": q.name, "model_sha256": sha,
                     "scores_sha256": storage.sha256(layout.QUALITY_SCORES.format(source=src)),
-                    "histogram": np.histogram(s, edges)[0].tolist()}
+                    "histogram": np.histogram(np.clip(s, 0, 1), edges)[0].tolist()}
     storage.write_text(layout.QUALITY_CUTOFFS, json.dumps(out, indent=1, sort_keys=True))
     return out
 

@@ -50,7 +50,8 @@ def labels(path: str, sha256: str) -> list[str]:
 
 def score(texts: Sequence[str] | pa.Array | pa.ChunkedArray, path: str, sha256: str, label: str,
           newline_replacement: str = " ", max_chars: Optional[int] = None) -> np.ndarray:
-    """The probability of `label` for every text (float64; 0.0 where fastText does not return it)."""
+    """The probability of `label` for every text (float64; 0.0 where fastText does not return it). Not clipped:
+    fastText returns exp(log(p + 1e-5)), so a sure document scores up to 1.00001, as datatrove records it."""
     model = _load(path, sha256)
     if label not in (known := labels(path, sha256)):
         raise ValueError(f"{path}: the model has no label {label!r}; its labels: {known}")
@@ -59,6 +60,6 @@ def score(texts: Sequence[str] | pa.Array | pa.ChunkedArray, path: str, sha256: 
     for i, t in enumerate(prepared(texts, newline_replacement, max_chars)):
         for p, lab in predict(t + "\n", -1, 0.0, "strict"):
             if lab == label:
-                out[i] = min(float(p), 1.0)  # fastText's softmax can round past 1
+                out[i] = p
                 break
     return out
