@@ -7,7 +7,7 @@
    `classifier.train_model` (fasttext-new, thread=1); the peer is fastText's C++ `train_supervised`
    (fasttext-numpy2-wheel, thread=1) on the same file with the same hyper-parameters, in the datatrove venv.
    Printed: seconds (wall and CPU), the held-out ROC-AUC of both models.
-2. Scoring the held-out documents with OUR model: `scoring.score` beside datatrove 0.10.1's
+2. Scoring `--score-mb` MB of documents (the held-out ones first) with OUR model: `scoring.score` beside datatrove 0.10.1's
    `FastTextClassifierFilter` (one `filter(doc)` per Document, its defaults: newline_replacement "",
    labels saved in metadata), each in a child process of its own Python: docs/s, wall and CPU seconds, the
    ratio, and how many scores are identical (float equality).
@@ -179,6 +179,8 @@ def main() -> None:
                     help="a Python with datatrove==0.10.1 and fasttext-numpy2-wheel (default: this one)")
     ap.add_argument("--data", help="the shared data folder (default: mix_assets_tests/support/shared_data's rule)")
     ap.add_argument("--mb", type=float, default=100.0, help="MB of labelled training text")
+    ap.add_argument("--score-mb", type=float, default=20.0,
+                    help="MB of documents scored: the held-out ones, then training documents up to this size")
     ap.add_argument("--work", help="a folder for the model files (default: a temp folder)")
     ap.add_argument("--child", nargs="*", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
@@ -232,16 +234,22 @@ def main() -> None:
     if again is not None:
         print(f"rebuild byte-identical: {again == model}")
 
-    texts = work / "held.json"
-    texts.write_text(json.dumps(held_texts))
+    scored, size_scored = list(held_texts), sum(len(t.encode()) for t in held_texts)
+    for t in train.texts:  # throughput only: which documents does not matter, only that both score the same
+        if size_scored >= args.score_mb * 1e6:
+            break
+        scored.append(t)
+        size_scored += len(t.encode())
+    texts = work / "scored.json"
+    texts.write_text(json.dumps(scored))
     ours = _child(sys.executable, "ours", ours_model, texts, work / "ours_scores.npy")
     dt = _child(args.datatrove_python, "datatrove", ours_model, texts, work / "dt_scores.npy")
     rust = _child(sys.executable, "rust", ours_model, texts, work / "rust_scores.npy")
     a, b = np.load(work / "ours_scores.npy"), np.load(work / "dt_scores.npy")
     r = np.load(work / "rust_scores.npy")
-    mb = sum(len(t.encode()) for t in held_texts) / 1e6
-    n = len(held_texts)
-    print(f"\n## scoring {n:,} documents ({mb:.1f} MB) with our model")
+    mb, n = size_scored / 1e6, len(scored)
+    print(f"\n## scoring {n:,} documents ({mb:.1f} MB: the {len(held_texts):,} held out, then training documents) "
+          "with our model")
     print("| scorer | docs/s | wall s | CPU s |\n|---|---|---|---|")
     print(f"| ours: stages/quality/scoring.score | {n / ours['seconds']:,.0f} | {ours['seconds']:.2f} | "
           f"{ours['cpu_seconds']:.2f} |")
