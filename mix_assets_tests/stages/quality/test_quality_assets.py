@@ -195,3 +195,36 @@ def test_demo_with_quality_masks_its_rejections_and_a_rebuild_reproduces_model_a
     assert review["quality_model"] == "review/quality_model.bin"
     assert storage.read_bytes(layout.MIX_QUALITY_MODEL) == storage.read_bytes(layout.QUALITY_MODEL)
     assert json.loads(storage.read_text(layout.MIX_QUALITY_TRAINING_SET))["model"] == "demo-hq"
+
+
+def test_config_errors_name_the_field(tmp_path):
+    from mix_assets.config import MixConfigError
+
+    cfg = demo_config(tmp_path)
+    data = yaml.safe_load(cfg.read_text())
+    data["filters"]["quality"] = {"top_fraction": 0.9}
+    cfg.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(MixConfigError, match="no `quality:` section"):
+        load_spec(cfg)
+    data["quality"] = {"name": "m", "file": "x.bin"}
+    cfg.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(MixConfigError, match="needs `sha256`"):
+        load_spec(cfg)
+    data["quality"] = {"name": "m", "train": TRAIN}
+    data["filters"]["quality"] = {"top_fraction": 0.9, "threshold": 0.5}
+    cfg.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(MixConfigError, match="exactly one of `threshold` or `top_fraction`"):
+        load_spec(cfg)
+
+
+def test_a_top_fraction_is_the_score_of_its_last_kept_document_and_ties_stay():
+    import numpy as np
+
+    from mix_assets.stages.quality.config import QualityKeep
+    from mix_assets.stages.quality.scores import cutoff
+
+    s = np.array([0.9, 0.1, 0.5, 0.7, 0.5, 0.3])
+    assert cutoff(s, QualityKeep(top_fraction=0.5)) == 0.5  # ceil(3) -> 0.9, 0.7, 0.5 ... and the tied 0.5
+    assert int((s >= cutoff(s, QualityKeep(top_fraction=0.5))).sum()) == 4
+    assert cutoff(s, QualityKeep(top_fraction=0.01)) == 0.9
+    assert cutoff(s, QualityKeep(threshold=0.42)) == 0.42
