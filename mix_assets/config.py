@@ -33,6 +33,7 @@ from mix_assets.stages.audit.config import AuditSpec
 from mix_assets.stages.dedup.config import DedupSpec
 from mix_assets.stages.filters.config import FiltersSpec
 from mix_assets.stages.lines.config import LineDedupSpec
+from mix_assets.stages.quality.config import QualitySpec
 from mix_assets.stages.publish.config import PublishSpec
 from mix_assets.stages.sources.config import DemoCorpusSpec, SourceSpec
 from mix_assets.stages.split.config import SplitSpec
@@ -106,6 +107,7 @@ class MixSpec(Strict):
     dedup: DedupSpec = DedupSpec()
     filters: Optional[FiltersSpec] = None  # the filter cascade; None: no filters (sanity rules of the raw stage only)
     line_dedup: Optional[LineDedupSpec] = None  # cross-document line dedup (stages/lines); None: off
+    quality: Optional[QualitySpec] = None  # the quality classifier (stages/quality); None: no quality stage
     # Where map work runs. Not part of the mix's identity (left out of dumps, so of the published
     # mix_config.json and the fingerprint): every engine writes the same bytes.
     engine: EngineSpec = Field(EngineSpec(), exclude=True)
@@ -127,6 +129,8 @@ class MixSpec(Strict):
             out.pop("filters", None)  # configs without filters keep their published bytes and fingerprint
         if out.get("line_dedup") is None:
             out.pop("line_dedup", None)  # likewise without line dedup
+        if out.get("quality") is None:
+            out.pop("quality", None)  # likewise without a quality classifier
         return out
 
     @model_validator(mode="after")
@@ -137,6 +141,9 @@ class MixSpec(Strict):
                 self.filters_for(s.name)  # a bad override fails at load, naming the source
         if self.line_dedup is not None and (unknown := sorted(set(self.line_dedup.skip) - set(names))):
             raise ValueError(f"line_dedup.skip names unknown source(s) {unknown}; sources: {names}")
+        keep_by = [n for n in names if (f := self.filters_for(n)) is not None and "quality" in f.active()]
+        if keep_by and self.quality is None:
+            raise ValueError(f"filters.quality keeps {keep_by} by a classifier, but the mix has no `quality:` section")
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"source names must be unique, repeated: {dup}")
@@ -188,6 +195,11 @@ class MixSpec(Strict):
         if over is None:
             return self.filters
         base = self.filters.model_dump(exclude_unset=True) if self.filters is not None else {}
+        rule = {"threshold", "top_fraction"}
+        if isinstance(over, dict) and isinstance(over.get("quality"), dict) and rule & set(over["quality"]) \
+                and isinstance(base.get("quality"), dict):
+            # a source's quality rule replaces the mix's (a threshold and a top fraction never merge)
+            base = {**base, "quality": {k: v for k, v in base["quality"].items() if k not in rule}}
         try:
             return FiltersSpec.model_validate(_deep_merge(base, over))
         except ValidationError as e:

@@ -15,6 +15,7 @@ from mix_assets.stages.common import chain_code_versions
 from mix_assets.stages.dedup.assets import build_dedup_assets
 from mix_assets.stages.filters.assets import build_filter_assets
 from mix_assets.stages.lines.assets import build_line_assets
+from mix_assets.stages.quality.assets import build_quality_assets
 from mix_assets.stages.manifest.assets import build_manifest_assets
 from mix_assets.stages.publish.assets import build_publish_assets
 from mix_assets.stages.publish.reproducibility import build_reproducibility_checks
@@ -32,6 +33,7 @@ def build_assets(spec: MixSpec) -> list:
     return chain_code_versions([
         *build_source_assets(spec),
         *build_line_assets(spec),
+        *build_quality_assets(spec),
         *build_filter_assets(spec),
         *build_dedup_assets(spec),
         *build_audit_assets(spec),

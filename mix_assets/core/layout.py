@@ -121,3 +121,13 @@ LINEAGE = "lineage/{asset}.json"
 
 # published_revision: what was published where
 PUBLISHED = "publish/published_revision.json"
+
+# stages/quality: the classifier (a fastText .bin), what it was trained on, its score on every document of
+# the sources that keep by it (raw row order: doc_id, score) and the cutoff each such source keeps at
+QUALITY_MODEL = "quality/model.bin"
+QUALITY_TRAINING_SET = "quality/training_set.json"
+QUALITY_SCORES = "quality/scores/{source}.parquet"
+QUALITY_CUTOFFS = "quality/cutoffs.json"
+# published beside the other review files when some source keeps by the classifier (manifest `review`)
+MIX_QUALITY_MODEL = "mix/review/quality_model.bin"
+MIX_QUALITY_TRAINING_SET = "mix/review/quality_training_set.json"

@@ -185,7 +185,7 @@ OWNED_PREFIXES = {
     "token_shards": (f"{layout.MIX_DIR}/train/", f"{layout.MIX_DIR}/val/", f"{layout.DOC_INDEX_DIR}/"),
 }
 CLEARS_MANIFEST = {"tokenizer", "token_shards"}  # the old manifest would describe other files
-OPTIONAL_OUTPUTS = {"manifest": (layout.MIX_SCRUB_MANIFEST,)}  # deleted when the restored outputs lack them
+OPTIONAL_OUTPUTS = {"manifest": (layout.MIX_SCRUB_MANIFEST, layout.MIX_QUALITY_MODEL, layout.MIX_QUALITY_TRAINING_SET)}  # deleted when the restored outputs lack them
 
 
 def input_keys(storage: Storage, inputs: Mapping[str, str], roots: Optional[Mapping[str, str]] = None) -> dict:

@@ -5,6 +5,7 @@ The asset exists only when some source runs filters (the mix's `filters:` or a s
 without one the graph is the one before filters existed, byte for byte.
 """
 
+import dataclasses
 import json
 
 import dagster as dg
@@ -18,6 +19,8 @@ from mix_assets.stages.filters import decisions as lib
 from mix_assets.stages.filters import metadata as md
 from mix_assets.stages.lines import lines as lines_lib
 from mix_assets.stages.lines.assets import line_deps, line_inputs
+from mix_assets.stages.quality import scores as quality_lib
+from mix_assets.stages.quality.assets import quality_deps
 from mix_assets.core import layout
 from mix_assets.resources import EngineResource, MixResource
 
@@ -47,7 +50,7 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
     @dg.asset(
         key=DOCUMENT_FILTERS,
         group_name=GROUP,
-        deps=[raw_key(n) for n in names] + line_deps(spec),
+        deps=[raw_key(n) for n in names] + line_deps(spec) + quality_deps(spec),
         kinds={"parquet"},
         owners=spec.owners,
         resource_defs={"engine": EngineResource.from_spec(spec)},
@@ -72,17 +75,19 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
         """Per document: keep, the first failing rule, language and score; kill rates and samples per filter."""
         spec_now, storage = mix.spec, mix.storage
         srcs = lib.filtered_sources(spec_now)
-        inputs = verified_inputs(storage, "document_filters", [raw_name(s) for s in srcs] + line_inputs(spec_now),
-                                 context)
+        inputs = verified_inputs(storage, "document_filters", [raw_name(s) for s in srcs] + line_inputs(spec_now)
+                                 + [k.to_user_string() for k in quality_deps(spec_now)], context)
         # the blocklists are read from outside the root: their content keys the artifact
         params = {s: lib.filter_params(spec_now.filters_for(s), str(spec_now.base_dir)) for s in srcs}
         if hit := artifact_reused(context, mix, "document_filters", inputs, roots=lambda: lib.url_roots(params)):
             return hit
+        params = {s: dataclasses.replace(p, quality=quality_lib.filter_quality(storage, spec_now, s))
+                  for s, p in params.items()}
         reused = lib.decide_sources(storage, lines_lib.text_files(storage, spec_now, srcs), {s: inputs[raw_name(s)] for s in srcs},
                                     params, engine.engine, log=context.log)
         summary = lib.summarise_stored(storage, srcs, lib.guard_for(spec_now))  # a row group at a time
         storage.write_text(layout.FILTER_REPORT, lib.report_json(summary))
-        samples = _samples(storage, spec_now, srcs)
+        samples = _samples(storage, spec_now, srcs, params)
         lin = recorded(storage, "document_filters", [*map(lib.decisions_key, srcs), layout.FILTER_REPORT], inputs,
                        context)
         keep = lib.below_keep_share(summary, {s: spec_now.keep_share(s) for s in srcs})
@@ -93,14 +98,14 @@ def _document_filters(spec: MixSpec) -> dg.AssetsDefinition:
     return document_filters
 
 
-def _samples(storage, spec: MixSpec, sources: list[str]) -> tuple[list[dict], int]:
+def _samples(storage, spec: MixSpec, sources: list[str], params: dict) -> tuple[list[dict], int]:
     """Rejected documents beside kept ones, scrubbed like every audit artifact; contaminated ones never."""
     contaminated = dedup_lib.read_contaminated_ids(storage)
     never = set(contaminated.ids()) if contaminated is not None else set()
     k = spec.filters.samples_per_filter if spec.filters is not None else 3
     picked = lib.pick_stored(storage, sources, k, never)
     whole = dedup_lib.texts(lines_lib.text_paths(storage, spec, sorted(sources)), {p[2] for p in picked})
-    why = lib.explain(picked, whole, {s: lib.filter_params(spec.filters_for(s), str(spec.base_dir)) for s in sources})
+    why = lib.explain(picked, whole, params)
     texts = {d: dedup_lib.snippet(t) for d, t in whole.items()}
     return md.sample_rows(picked, texts, scrub_hashes(spec), spec.audit.scrub_words, why)
 

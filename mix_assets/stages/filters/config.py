@@ -22,6 +22,7 @@ from mix_assets.core.spec import Strict
 from mix_assets.stages.filters import registry
 from mix_assets.stages.filters.cascade import FilterConfig
 from mix_assets.stages.filters.rule import Filter
+from mix_assets.stages.quality.config import QualityKeep
 
 
 @functools.cache
@@ -116,6 +117,7 @@ class FiltersSpec(Strict):
     language: Optional[LanguageSpec] = None
     pii: Optional[PiiSpec] = None
     url: Optional[UrlSpec] = None  # URL / domain blocklists (stages/filters/urls.py); None: off
+    quality: Optional[QualityKeep] = None  # keep by the mix's `quality:` classifier (stages/quality)
     expect: dict[str, FilterExpectation] = {}  # filter name -> expectation; absent: FilterExpectation()
     guard: DomainGuardSpec = DomainGuardSpec()
     samples_per_filter: int = Field(3, ge=0, le=20)  # rejected documents shown per source x filter (and kept ones)
@@ -161,6 +163,8 @@ class FiltersSpec(Strict):
         out = {**sections, **{k: v for k, v in out.items() if k not in sections}}
         if out.get("url", 0) is None:
             out.pop("url")  # configs written before the URL filter keep their published bytes and fingerprint
+        if out.get("quality") is None:
+            out.pop("quality", None)  # configs written before the quality stage keep their bytes
         if out.get("keep_share") == 1.0:
             out.pop("keep_share")  # configs written before keep_share keep their published bytes and fingerprint
         return out
@@ -168,7 +172,7 @@ class FiltersSpec(Strict):
     @field_validator("expect")
     @classmethod
     def _known_filters(cls, v: dict) -> dict:
-        known = [*(f.name for f in registry.sections()), "language", "url"]
+        known = [*(f.name for f in registry.sections()), "language", "url", "quality"]
         unknown = sorted(set(v) - set(known))
         if unknown:
             raise ValueError(f"expectations for unknown filter(s) {unknown}; known: {known}")
@@ -186,7 +190,8 @@ class FiltersSpec(Strict):
         """Names of the document filters that run (the registry's cascade order, then language)."""
         names = [f.name for f in registry.sections() if (c := self.section(f.name)) is not None and c.enabled]
         names = (["url"] if self.url is not None and self.url.enabled else []) + names
-        return names + (["language"] if self.language is not None and self.language.enabled else [])
+        return (names + (["language"] if self.language is not None and self.language.enabled else [])
+                + (["quality"] if self.quality is not None and self.quality.enabled else []))
 
     def filter_config(self) -> FilterConfig:
         """The cascade's configuration: each registered filter as its section gives it, off without one (and

@@ -57,8 +57,9 @@ DECISIONS_SCHEMA = pa.schema([
 
 
 def filter_order() -> tuple[str, ...]:
-    """The filters in the order they decide: the registered ones (registry.py), then language ID."""
-    return ("url", *registry.names(), "language")
+    """The filters in the order they decide: the URL filter, the registered ones (registry.py), language ID,
+    the classifier."""
+    return ("url", *registry.names(), "language", "quality")
 
 
 def filter_of(rule: str) -> str:
@@ -80,10 +81,15 @@ class FilterParams:
     max_chars: Optional[int] = None  # identify on the first characters only
     language_filter: bool = False  # False: language recorded, never a reason to drop
     url: Optional[urls.UrlParams] = None  # the URL / domain filter (stages/filters/urls.py), first; None: off
+    # stages/quality: (model name, cutoff, scores file, its sha256): keep score >= cutoff, else `quality:<model>`
+    quality: Optional[tuple] = None
 
     def describe(self) -> dict:
-        plain = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "url"}
-        extra = {"url": self.url.describe()} if self.url is not None else {}  # absent: keys from before it existed
+        # an absent url / quality leaves the keys of decisions from before they existed (their bytes kept)
+        plain = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("url", "quality")}
+        extra = {"url": self.url.describe()} if self.url is not None else {}
+        if self.quality is not None:
+            extra["quality"] = {"model": self.quality[0], "cutoff": self.quality[1], "scores_sha256": self.quality[3]}
         return json.loads(json.dumps({**plain, "config": self.config.describe(), **extra}, default=list))
 
 
@@ -155,6 +161,8 @@ def decide_chunk(chunk: FilterChunk) -> pa.Table:
         per_filter.insert(0, urls.judge(t.column(p.url.field).cast(pa.string()).to_pylist(), p.url).reason)
     if p.language_filter:
         per_filter.append(lang.column("reason").to_pylist())
+    if p.quality is not None:
+        per_filter.append(_quality_reasons(chunk, t.column("doc_id")))
     rules = [[r for r in rs if r is not None] for rs in zip(*per_filter)] if per_filter else [[]] * t.num_rows
     reason = [rs[0] if rs else None for rs in rules]
     return pa.table({"doc_id": t.column("doc_id").cast(pa.string()), "keep": [r is None for r in reason],
@@ -162,6 +170,25 @@ def decide_chunk(chunk: FilterChunk) -> pa.Table:
                      "language_score": lang.column("language_score"),
                      "n_chars": t.column("n_chars").fill_null(0), "n_bytes": t.column("n_bytes").fill_null(0)},
                     schema=DECISIONS_SCHEMA)
+
+
+def _quality_reasons(chunk: FilterChunk, doc_ids: pa.ChunkedArray) -> list:
+    """`quality:<model>` where the stored score (stages/quality, raw row order) is below the cutoff, else None."""
+    name, cutoff, scores, _ = chunk.params.quality
+    s = engine.read_rows(engine.RowRange(scores.path, chunk.rows.start, chunk.rows.stop, scores.endpoint_url),
+                         ["doc_id", "score"])
+    if not s.column("doc_id").equals(doc_ids.cast(s.column("doc_id").type)):
+        raise FilterInputError(f"{scores}: rows {chunk.rows.start}-{chunk.rows.stop} are not raw/{chunk.source}'s "
+                               "documents (quality_scores is stale: rematerialise it)")
+    low = s.column("score").to_numpy() < cutoff
+    return [f"quality:{name}" if x else None for x in low]
+
+
+def _quality_score(quality: tuple, doc_id: str) -> float:
+    """One document's stored quality score (a rejected sample's figure beside the cutoff)."""
+    with engine.open_parquet(quality[2]) as f:
+        t = f.read(columns=["doc_id", "score"])
+    return float(t.filter(pc.equal(t.column("doc_id"), doc_id)).column("score")[0].as_py())
 
 
 def _rows(source) -> int:
@@ -499,6 +526,8 @@ def explain(picked, texts: Mapping[str, str], params: Mapping[str, FilterParams]
             elif r.startswith("language:"):
                 wanted = ", ".join(p.languages or ()) or "any"
                 out[d] = f"{r} (score {lang.column('language_score')[i].as_py():.2f}; wanted: {wanted})"
+            elif r.startswith("quality:") and p.quality is not None:
+                out[d] = f"{r} score {cascade.compared(_quality_score(p.quality, d), p.quality[1], '<')}"
             else:
                 m = measured[i].get(r)
                 out[d] = str(m) if m is not None else r

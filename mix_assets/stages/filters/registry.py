@@ -17,7 +17,7 @@ _FILTERS: list[Filter] = []
 
 def register(f: Filter, after: Optional[str] = None) -> None:
     """Add `f` to the cascade: last, or right after the filter named `after`. Names are unique."""
-    if f.name in names() or f.name == "language":
+    if f.name in names() or f.name in ("language", "quality"):  # decisions.filter_order() ends with these two
         raise ValueError(f"a filter named {f.name!r} is registered already")
     if after is not None and after not in names():
         raise ValueError(f"no filter named {after!r} to register {f.name!r} after; registered: {list(names())}")

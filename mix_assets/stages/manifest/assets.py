@@ -30,6 +30,8 @@ from mix_assets.format.checker import check_manifest
 from mix_assets.format.manifest import ManifestError
 from mix_assets.stages.manifest.builder import review_config_json, write_manifest
 from mix_assets.stages.manifest import metadata as md
+from mix_assets.stages.quality import assets as quality_assets
+from mix_assets.stages.quality import scores as quality_scores
 from mix_assets.core.storage import Storage
 from mix_assets.reader.errors import ReaderError
 from mix_assets.resources import EngineResource, MixResource
@@ -62,29 +64,34 @@ def build_manifest_assets(spec: MixSpec) -> list:
     # what it writes from the spec: the name, the seed and the published config (review/mix_config.json),
     # so a revision's manifest always belongs to the config that published it
     published_config = review_config_json(spec.model_dump(mode="json"))
+    classified = [quality_assets.QUALITY_CLASSIFIER] if quality_scores.quality_sources(spec) else []
 
     @dg.asset(
         name="manifest",
         group_name=GROUP,
         kinds={"json"},
         owners=spec.owners,
-        code_version=code_version(__name__, scrubbing, published_config),
+        code_version=code_version(__name__, scrubbing, published_config, *(["quality"] if classified else [])),
         deps=[dg.AssetKey("token_shards"), dg.AssetKey("tokenizer"), dg.AssetKey("dedup_keys"),
               dg.AssetKey("exclusion_masks"), dg.AssetKey("contamination_report"),
-              *map(raw_key, scrubbing)],
+              *map(raw_key, scrubbing), *classified],
     )
     def manifest(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
         """manifest.json: token counts, shards, tokenizer identity, packing, review files, fingerprint."""
         s = mix.spec
         scrubbed = [raw_name(x) for x in modifiers.scrub_sources(s)]
+        quality = ["quality_classifier"] if quality_scores.quality_sources(s) else []  # model + training set published
         with run_lock(context, mix.storage, "manifest"):  # it writes mix/manifest.json and mix/review/
-            inputs = verified_inputs(mix.storage, "manifest", MANIFEST_INPUTS + scrubbed, context)
+            inputs = verified_inputs(mix.storage, "manifest", MANIFEST_INPUTS + scrubbed + quality, context)
             if hit := reused(context, mix, "manifest", inputs):
                 return hit
             m = write_manifest(mix.storage, name=s.name, seed=s.seed, spec_dump=s.model_dump(mode="json"),
-                               scrub=modifiers.build_scrub_manifest(mix.storage, s) if scrubbed else None)
+                               scrub=modifiers.build_scrub_manifest(mix.storage, s) if scrubbed else None,
+                               quality=bool(quality))
             lin = recorded(mix.storage, "manifest",
-                           [layout.MANIFEST, *([layout.MIX_SCRUB_MANIFEST] if scrubbed else [])], inputs, context)
+                           [layout.MANIFEST, *([layout.MIX_SCRUB_MANIFEST] if scrubbed else []),
+                            *([layout.MIX_QUALITY_MODEL, layout.MIX_QUALITY_TRAINING_SET] if quality else [])],
+                           inputs, context)
         return with_lineage(md.manifest(mix.storage, layout.MANIFEST, m), lin)
 
     @dg.asset_check(asset=manifest, name=MANIFEST_SELF_CONSISTENT, blocking=True)

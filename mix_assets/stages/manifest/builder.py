@@ -26,6 +26,9 @@ REVIEW_FILES = {
 }
 # listed after them only when a source scrubs PII (a mix without it keeps its bytes and fingerprint)
 SCRUB_MANIFEST = ("scrub_manifest", "scrub_manifest.json")
+# listed last only when some source keeps by a quality classifier (stages/quality): the model and what it was
+# trained on, published with the mix they filtered
+QUALITY_FILES = {"quality_model": "review/quality_model.bin", "quality_training_set": "review/quality_training_set.json"}
 _OPERATIONAL = ("storage", "publish", "schedule")
 _ADVISORY = {"audit": "fuzzy"}  # settings of reports that change no published byte (audit.fuzzy excludes nothing)
 
@@ -52,11 +55,12 @@ def build_manifest(
     shard_stats: dict,
     file_sha256: Callable[[str], tuple[int, str]],
     scrubbed: bool = False,
+    quality: bool = False,
 ) -> dict:
     """The manifest dict. `file_sha256(rel_path) -> (bytes, sha256)` hashes tokenizer and review
     files (relative to the mix dir); shard sizes and hashes come from the shard stats. `scrubbed`:
     the mix dir holds the PII scrub manifest, listed as a review file."""
-    review = {**REVIEW_FILES, **(dict([SCRUB_MANIFEST]) if scrubbed else {})}
+    review = {**REVIEW_FILES, **(dict([SCRUB_MANIFEST]) if scrubbed else {}), **(QUALITY_FILES if quality else {})}
     splits, files = {}, []
     for split in ("train", "val"):
         st = shard_stats["splits"][split]
@@ -137,17 +141,25 @@ def dumps(manifest: dict) -> str:
     return json.dumps(manifest, indent=1, ensure_ascii=False) + "\n"
 
 
-def write_manifest(storage, *, name: str, seed: int, spec_dump: dict, scrub: dict | None = None) -> dict:
+def write_manifest(storage, *, name: str, seed: int, spec_dump: dict, scrub: dict | None = None,
+                   quality: bool = False) -> dict:
     """Copy the review files into the mix dir (and write `scrub`, the PII scrub manifest, when given),
     then build and write manifest.json (last).
 
     Reads the shard stats and tokenizer identity written by the upstream assets through `storage`.
     """
     loc = storage.location
+    quality_files = ((layout.QUALITY_MODEL, layout.MIX_QUALITY_MODEL),
+                     (layout.QUALITY_TRAINING_SET, layout.MIX_QUALITY_TRAINING_SET))
+    if not quality:
+        for _, dst in quality_files:
+            if storage.exists(dst):  # from an earlier build with a classifier: not this mix's
+                storage.delete(dst)
     for src, dst in (
         (layout.DEDUP_KEYS, layout.MIX_DEDUP_KEYS),
         (layout.EXCLUSION_MASKS, layout.MIX_EXCLUSION_MASKS),
         (layout.CONTAMINATION_REPORT, layout.MIX_CONTAMINATION_REPORT),
+        *(quality_files if quality else ()),
     ):
         if loc.copy_from(loc, src, dst, storage.sha256(src)):  # S3: server-side, the bytes stay there
             continue
@@ -178,6 +190,7 @@ def write_manifest(storage, *, name: str, seed: int, spec_dump: dict, scrub: dic
         shard_stats=shard_stats,
         file_sha256=file_sha256,
         scrubbed=scrub is not None,
+        quality=quality,
     )
     storage.write_text(layout.MANIFEST, dumps(manifest))
     return manifest
