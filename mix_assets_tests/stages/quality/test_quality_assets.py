@@ -12,6 +12,7 @@ from mix_assets.config import load_spec
 from mix_assets.core import layout
 from mix_assets.core.storage import Storage
 from mix_assets.resources import MixResource
+from mix_assets.stages.lines.assets import build_line_assets
 from mix_assets.stages.filters import assets as filter_assets
 from mix_assets.stages.filters import decisions
 from mix_assets.stages.quality import assets as quality_assets
@@ -36,7 +37,7 @@ def _spec(tmp_path, quality=None, rule=None, stories_rule=None):
 
 
 def _run(spec, instance=None):
-    assets = [*build_source_assets(spec), *quality_assets.build_quality_assets(spec),
+    assets = [*build_source_assets(spec), *build_line_assets(spec), *quality_assets.build_quality_assets(spec),
               *filter_assets.build_filter_assets(spec)]
     return dg.materialize(assets, resources={"mix": MixResource(config_path=spec.config_path)},
                           instance=instance or dg.DagsterInstance.ephemeral(), raise_on_error=False)
@@ -141,7 +142,7 @@ def test_shared_sample_classifier_separates_and_keeps_every_domain(tmp_path):
     from mix_assets_tests.support.shared_data import real_mix_config, shared_data_dir
 
     spec = load_spec(real_mix_config(tmp_path, shared_data_dir()))
-    assets = [*build_source_assets(spec), *quality_assets.build_quality_assets(spec),
+    assets = [*build_source_assets(spec), *build_line_assets(spec), *quality_assets.build_quality_assets(spec),
               *filter_assets.build_filter_assets(spec), build_dedup_assets(spec)[0]]
     res = dg.materialize(assets, resources={"mix": MixResource(config_path=spec.config_path)},
                          instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
