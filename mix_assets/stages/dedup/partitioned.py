@@ -25,12 +25,14 @@ Outputs are a function of the edge set alone, so the bytes do not depend on the 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import tempfile
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator, Optional
 
 import numpy as np
@@ -92,6 +94,10 @@ def scratch(storage: Optional[Storage] = None) -> Iterator[Scratch]:
         yield s
     finally:
         s.clear()
+        if not storage.is_s3:  # the empty folders above the run's (an S3 prefix has none)
+            for up in (Path(storage.root) / s.prefix).parents[:2]:
+                with contextlib.suppress(OSError):
+                    up.rmdir()
 
 
 def _put_pairs(sc: Scratch, name: str, first: np.ndarray, second: np.ndarray, partitions: int) -> list[int]:
