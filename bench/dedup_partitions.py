@@ -8,7 +8,8 @@ Corpus per size: bench/graph.py's generator (order-2 Markov prose over the share
 near-copies at Jaccard 0.80-0.85), spread over four sources as documents parquet files; their signature
 files are written once (dedup_keys' map, threads) and kept in --folder. Each measurement is a fresh process:
 a local Ray instance of --workers CPUs, then `reduce_signatures` over the stored signatures with
-`dedup.partitions` = P (the map is not measured). Step process = the driver: `peak` its VmHWM, `cpu` its
+`dedup.partitions` = P (the map is not measured; no stored verified pairs are used or written, so every run
+compares every candidate). Step process = the driver: `peak` its VmHWM, `cpu` its
 user+system seconds during the reduce, `wall` the reduce's seconds; `tasks` = the sum of the tasks' own
 wall and thread-CPU seconds (each task timed inside its worker). The dedup_keys table's sha256 must be the
 same for every P. The ratio the issue asks for: step-process CPU seconds / task CPU seconds.
@@ -108,7 +109,7 @@ def child_reduce(folder: Path, partitions: int, workers: int) -> dict:
     with engine.ray_session(eng):
         base, c0, w0 = _status("VmRSS"), _cpu(), time.perf_counter()
         table, st = lib.reduce_signatures(Storage(str(folder / "storage")), paths, {s: 0 for s in SOURCES},
-                                          lib.DedupParams(partitions=partitions), eng=eng)
+                                          lib.DedupParams(partitions=partitions), eng=eng, reuse_pairs=False)
         wall, cpu, peak = time.perf_counter() - w0, _cpu() - c0, _status("VmHWM")
     buf = io.BytesIO()
     pq.write_table(table, buf)
@@ -142,16 +143,17 @@ def report(sizes: dict, runs: dict, workers: int) -> str:
                          f"{r['cpu'] / max(t['cpu'], 1e-9):.2f} | {r['rounds']} | {r['sha256'][:16]} |")
     lines.append("")
     for mb in sizes:
-        a, b = runs[mb][0], runs[mb][-1]
+        a = min((r for r in runs[mb] if r["partitions"] == runs[mb][0]["partitions"]), key=lambda r: r["peak_mb"])
+        b = min((r for r in runs[mb] if r["partitions"] == runs[mb][-1]["partitions"]), key=lambda r: r["peak_mb"])
         same = len({r["sha256"] for r in runs[mb]}) == 1
         lines.append(f"- {mb} MB: peak P={b['partitions']} / P={a['partitions']} = {b['peak_mb'] / a['peak_mb']:.2f}; "
                      f"step CPU P={b['partitions']} / P={a['partitions']} = {b['cpu'] / max(a['cpu'], 1e-9):.2f}; "
                      f"tables identical: {same}")
     if len(sizes) > 1:
         lo, hi = list(sizes)[0], list(sizes)[-1]
-        for k in range(len(runs[lo])):
-            p = runs[lo][k]["partitions"]
-            lines.append(f"- P={p}: step peak {hi} MB / {lo} MB = {runs[hi][k]['peak_mb'] / runs[lo][k]['peak_mb']:.2f} "
+        for p in dict.fromkeys(r["partitions"] for r in runs[lo]):
+            pk = [min(r["peak_mb"] for r in runs[mb] if r["partitions"] == p) for mb in (lo, hi)]
+            lines.append(f"- P={p}: smallest step peak {hi} MB / {lo} MB = {pk[1] / pk[0]:.2f} "
                          f"({sizes[hi]['docs'] / sizes[lo]['docs']:.2f}x the documents)")
     return "\n".join(lines) + "\n"
 
@@ -162,6 +164,7 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[100, 400], help="corpus sizes in MB")
     ap.add_argument("--partitions", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--workers", type=int, default=2, help="CPUs of the local Ray instance")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per P, the P order reversed every other repeat")
     ap.add_argument("--folder", default="/tmp/dedup-partitions", help="corpora and signatures (kept)")
     ap.add_argument("--out", default=None, help="append the report to this file")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
@@ -179,7 +182,9 @@ def main() -> None:
             folder.mkdir(parents=True, exist_ok=True)
             done.write_text(json.dumps(run_child(["prep", str(folder), str(mb)])))
         sizes[mb] = json.loads(done.read_text())
-        runs[mb] = [run_child(["reduce", str(folder), str(p), str(a.workers)]) for p in a.partitions]
+        order = [p for k in range(a.repeat) for p in (a.partitions if k % 2 == 0 else a.partitions[::-1])]
+        runs[mb] = sorted((run_child(["reduce", str(folder), str(p), str(a.workers)]) for p in order),
+                          key=lambda r: a.partitions.index(r["partitions"]))
         print(json.dumps({"mb": mb, "runs": runs[mb]}), flush=True)
     text = report(sizes, runs, a.workers)
     print(text)
