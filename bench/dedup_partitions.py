@@ -82,8 +82,8 @@ def child_prep(mb: int, folder: Path) -> dict:
     t0 = time.perf_counter()
     lib.sign_sources(storage, paths, {s: f"bench-{mb}-{s}" for s in SOURCES}, lib.DedupParams(),
                      engine.Engine(num_cpus=2))
-    return {"docs": len(texts), "bytes": int(sum(len(t.encode()) for t in texts)), "sign_secs": time.perf_counter() - t0,
-            "pairs": int(len(corpus.pairs))}
+    return {"docs": len(texts), "bytes": int(sum(len(t.encode()) for t in texts)),
+            "sign_secs": time.perf_counter() - t0, "pairs": int(len(corpus.pairs))}
 
 
 def child_reduce(folder: Path, partitions: int, workers: int) -> dict:
@@ -171,7 +171,10 @@ def main() -> None:
     a = ap.parse_args()
     if a.child:
         kind, folder, *rest = a.child
-        out = child_prep(int(rest[0]), Path(folder)) if kind == "prep" else child_reduce(Path(folder), int(rest[0]), int(rest[1]))
+        if kind == "prep":
+            out = child_prep(int(rest[0]), Path(folder))
+        else:
+            out = child_reduce(Path(folder), int(rest[0]), int(rest[1]))
         print(json.dumps(out))
         return
     sizes, runs = {}, {}

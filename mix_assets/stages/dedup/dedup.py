@@ -9,9 +9,9 @@ candidate pairs only (one task per raw row group), whose shingle sets (8 B per d
 those documents, spilled to disk) verify every candidate by exact Jaccard (chunks of pairs as
 tasks); the candidate pairs' union, the clusters and the keep rule as partition tasks
 (stages/dedup/partitioned.py, `dedup.partitions`; the bytes do not depend on it). The verified
-Jaccards are stored per pair of sources (stages/dedup/pairs.py): a rerun compares only the candidate pairs they do not hold. The
-tasks run on the same engine as the map, results taken in task order, so the bytes do not depend on
-the worker count.
+Jaccards are stored per pair of sources (stages/dedup/pairs.py): a rerun compares only the candidate
+pairs they do not hold. The tasks run on the same engine as the map, results taken in task order,
+so the bytes do not depend on the worker count.
 
 exclusion_masks streams: `exclusion_batches` reads dedup_keys (sorted by doc_id) a batch at a time
 and unions each document's reasons (dedup's, contaminated, the filters' rules from `Rejections`;
@@ -193,8 +193,9 @@ def dedup_keys_table(
     a source whose `raw_versions` entry and parameters match its stored file is not signed again.
     Reduce (`reduce_signatures`): LSH band by band from the stored files and exact verification
     (both as tasks on `eng` too), then clusters and the keep rule as partition tasks (`params.partitions`).
-    Returns the table (DEDUP_SCHEMA, rows sorted by doc_id) and stage statistics. With `log` (an object with `info`), the map logs progress lines. `rejected`: doc ids
-    the filters rejected (document_filters); they rank below every other member in the keep rule.
+    Returns the table (DEDUP_SCHEMA, rows sorted by doc_id) and stage statistics. With `log` (an object
+    with `info`), the map logs progress lines. `rejected`: doc ids the filters rejected
+    (document_filters); they rank below every other member in the keep rule.
     """
     if storage is None:
         with tempfile.TemporaryDirectory(prefix="dedup-signatures-") as tmp:

@@ -25,8 +25,9 @@ Pipeline (`dedup`):
 Index memory is a few arrays of N 8-byte values per band in flight (`candidate_pairs` runs one task
 per band, or per band and bucket-hash slice, on the engine, one at a time in this thread by default, two at
 once on two workers; each reads its r columns through `Signatures`, e.g. from the stored Parquet files, never
-the whole matrix) and writes its pairs as a part; one task per partition then unions its pairs. Verification holds the shingle sets of the documents in
-candidate pairs only (8 B per distinct shingle of those documents).
+the whole matrix) and writes its pairs as a part; one task per partition then unions its pairs.
+Verification holds the shingle sets of the documents in candidate pairs only (8 B per distinct
+shingle of those documents).
 
 (b, r) (`recall_params`): banding must find a pair AT the threshold with near certainty, because
 the estimate no longer decides and a pair banding misses can never be verified. Among the (b, r)

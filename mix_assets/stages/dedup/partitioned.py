@@ -41,7 +41,8 @@ from mix_assets.core import engine, layout
 from mix_assets.core.storage import Storage
 
 _H = np.uint64(0x9E3779B97F4A7C15)  # multiplicative hash of node indices (Fibonacci hashing)
-MAX_ROUNDS = 200  # (large, small) rounds before giving up: O(log n) expected, ~10 on chains of 10^6
+# (large, small) rounds before giving up: a chain of 10^5 nodes takes 14 (in random order) to 18 (in order)
+MAX_ROUNDS = 200
 
 
 def node_part(x: np.ndarray, partitions: int) -> np.ndarray:
