@@ -2,7 +2,7 @@
 seconds beside the tasks' seconds, at two corpus sizes (issue 29).
 
     PYTHONPATH=$PWD MIX_SHARED_DATA=/work/shared/data .venv/bin/python bench/dedup_partitions.py \\
-        --sizes 100 400 --partitions 1 8 [--workers 2] [--folder /tmp/dedup-partitions] [--out <report.md>]
+        --sizes 100 400 --partitions 1 8 [--workers 2] [--before REV] [--folder /tmp/dedup-partitions] [--out <report.md>]
 
 Corpus per size: bench/graph.py's generator (order-2 Markov prose over the shared books, 10 % planted
 near-copies at Jaccard 0.80-0.85), spread over four sources as documents parquet files; their signature
@@ -12,7 +12,8 @@ a local Ray instance of --workers CPUs, then `reduce_signatures` over the stored
 compares every candidate). Step process = the driver: `peak` its VmHWM, `cpu` its
 user+system seconds during the reduce, `wall` the reduce's seconds; `tasks` = the sum of the tasks' own
 wall and thread-CPU seconds (each task timed inside its worker). The dedup_keys table's sha256 must be the
-same for every P. The ratio the issue asks for: step-process CPU seconds / task CPU seconds.
+same for every P. The ratio the issue asks for: step-process CPU seconds / task CPU seconds. With --before, the reduce of that
+revision's code (`git archive`; P shown as "before") is measured in the same way, beside.
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ def child_reduce(folder: Path, partitions: int, workers: int) -> dict:
     from mix_assets.stages.dedup import dedup as lib
 
     eng = engine.Engine(kind="ray", num_cpus=workers, object_store_mb=512)
+    before = partitions == 0  # another revision's code, without the knob
+    params = lib.DedupParams() if before else lib.DedupParams(partitions=partitions)
     tasks = {"n": 0, "wall": 0.0, "cpu": 0.0}
     plain = engine.map_chunks
 
@@ -109,18 +112,18 @@ def child_reduce(folder: Path, partitions: int, workers: int) -> dict:
     with engine.ray_session(eng):
         base, c0, w0 = _status("VmRSS"), _cpu(), time.perf_counter()
         table, st = lib.reduce_signatures(Storage(str(folder / "storage")), paths, {s: 0 for s in SOURCES},
-                                          lib.DedupParams(partitions=partitions), eng=eng, reuse_pairs=False)
+                                          params, eng=eng, reuse_pairs=False)
         wall, cpu, peak = time.perf_counter() - w0, _cpu() - c0, _status("VmHWM")
     buf = io.BytesIO()
     pq.write_table(table, buf)
-    return {"partitions": partitions, "wall": wall, "cpu": cpu, "peak_mb": peak / 1e6, "base_mb": base / 1e6,
+    return {"partitions": "before" if before else partitions, "wall": wall, "cpu": cpu, "peak_mb": peak / 1e6, "base_mb": base / 1e6,
             "tasks": tasks, "sha256": hashlib.sha256(buf.getvalue()).hexdigest(), "docs": st["documents"],
-            "candidate_pairs": st["candidate_pairs"], "rounds": st["component_rounds"],
+            "candidate_pairs": st["candidate_pairs"], "rounds": st.get("component_rounds", "-"),
             "near_dup": st["excluded_near_dup"]}
 
 
-def run_child(args: list[str]) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+def run_child(args: list[str], tree: Path = REPO) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(tree))
     out = subprocess.run([sys.executable, __file__, "--child", *args], env=env, capture_output=True, text=True)
     if out.returncode:
         raise SystemExit(f"child {args} failed:\n{out.stderr[-4000:]}")
@@ -143,12 +146,18 @@ def report(sizes: dict, runs: dict, workers: int) -> str:
                          f"{r['cpu'] / max(t['cpu'], 1e-9):.2f} | {r['rounds']} | {r['sha256'][:16]} |")
     lines.append("")
     for mb in sizes:
-        a = min((r for r in runs[mb] if r["partitions"] == runs[mb][0]["partitions"]), key=lambda r: r["peak_mb"])
-        b = min((r for r in runs[mb] if r["partitions"] == runs[mb][-1]["partitions"]), key=lambda r: r["peak_mb"])
+        mine = [r for r in runs[mb] if r["partitions"] != "before"]
+        a = min((r for r in mine if r["partitions"] == mine[0]["partitions"]), key=lambda r: r["peak_mb"])
+        b = min((r for r in mine if r["partitions"] == mine[-1]["partitions"]), key=lambda r: r["peak_mb"])
         same = len({r["sha256"] for r in runs[mb]}) == 1
         lines.append(f"- {mb} MB: peak P={b['partitions']} / P={a['partitions']} = {b['peak_mb'] / a['peak_mb']:.2f}; "
                      f"step CPU P={b['partitions']} / P={a['partitions']} = {b['cpu'] / max(a['cpu'], 1e-9):.2f}; "
                      f"tables identical: {same}")
+        old_runs = [r for r in runs[mb] if r["partitions"] == "before"]
+        if old_runs:
+            o = min(old_runs, key=lambda r: r["peak_mb"])
+            lines.append(f"  before: peak P={a['partitions']} / before = {a['peak_mb'] / o['peak_mb']:.2f}, step CPU P="
+                         f"{a['partitions']} / before = {a['cpu'] / max(o['cpu'], 1e-9):.2f}")
     if len(sizes) > 1:
         lo, hi = list(sizes)[0], list(sizes)[-1]
         for p in dict.fromkeys(r["partitions"] for r in runs[lo]):
@@ -164,6 +173,7 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[100, 400], help="corpus sizes in MB")
     ap.add_argument("--partitions", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--workers", type=int, default=2, help="CPUs of the local Ray instance")
+    ap.add_argument("--before", default=None, help="also measure this git revision's reduce")
     ap.add_argument("--repeat", type=int, default=1, help="runs per P, the P order reversed every other repeat")
     ap.add_argument("--folder", default="/tmp/dedup-partitions", help="corpora and signatures (kept)")
     ap.add_argument("--out", default=None, help="append the report to this file")
@@ -178,6 +188,12 @@ def main() -> None:
         print(json.dumps(out))
         return
     sizes, runs = {}, {}
+    old = None
+    if a.before:
+        old = Path(a.folder) / "before"
+        subprocess.run(["rm", "-rf", str(old)], check=True)
+        old.mkdir(parents=True)
+        subprocess.run(f"git -C {REPO} archive {a.before} | tar -x -C {old}", shell=True, check=True)
     for mb in a.sizes:
         folder = Path(a.folder) / f"{mb}mb"
         done = folder / "prep.json"
@@ -185,9 +201,10 @@ def main() -> None:
             folder.mkdir(parents=True, exist_ok=True)
             done.write_text(json.dumps(run_child(["prep", str(folder), str(mb)])))
         sizes[mb] = json.loads(done.read_text())
-        order = [p for k in range(a.repeat) for p in (a.partitions if k % 2 == 0 else a.partitions[::-1])]
-        runs[mb] = sorted((run_child(["reduce", str(folder), str(p), str(a.workers)]) for p in order),
-                          key=lambda r: a.partitions.index(r["partitions"]))
+        ps = a.partitions + ([0] if a.before else [])
+        order = [p for k in range(a.repeat) for p in (ps if k % 2 == 0 else ps[::-1])]
+        runs[mb] = sorted((run_child(["reduce", str(folder), str(p), str(a.workers)], old if p == 0 else REPO)
+                           for p in order), key=lambda r: ps.index(0 if r["partitions"] == "before" else r["partitions"]))
         print(json.dumps({"mb": mb, "runs": runs[mb]}), flush=True)
     text = report(sizes, runs, a.workers)
     print(text)
