@@ -17,7 +17,9 @@ the keyed record of the artifact it checked is kept (or within the N days).
 Beside the object store, the caches other stages keep under the root:
   * chunk parts (parts/<stage>/<key>.arrow, core/chunks.py): a resume aid only, left by a killed map stage
     until a run with the same key resumes from them; a part older than N days is removed by age alone
-    (nothing records parts, and a part removed is only recomputed if a resume ever needs it);
+    (nothing records parts, and a part removed is only recomputed if a resume ever needs it); so is a
+    partitioned reduce's scratch (scratch/<stage>/<run>/..., stages/dedup/partitioned.py), which a reduce
+    deletes as it ends and only a killed one leaves behind;
   * the token-id cache (tokens/cache/<cache key>/..., stages/tokens/idcache.py): a cache key's folder is
     kept when it is the current one (the tokenizer file now at mix/tokenizer/ under the current encode
     code), when a kept keyed record of token_shards names it (`uses`: what that build, current or
@@ -52,6 +54,7 @@ from mix_assets.stages.publish.target import PUBLISHED_REVISION
 EXIT_ERROR = 2
 DEFAULT_KEEP_DAYS = 7.0
 CHUNK_PARTS = layout.CHUNK_PART.split("/{stage}")[0]
+REDUCE_SCRATCH = layout.REDUCE_SCRATCH.split("/{stage}")[0]
 PER_SOURCE = (layout.FILTER_DECISIONS, layout.DEDUP_SIGNATURES, layout.CONTAMINATION_HITS)
 
 
@@ -181,9 +184,12 @@ def plan(storage: Storage, keep_days: float = DEFAULT_KEEP_DAYS, now: float | No
 
 
 def _plan_parts(storage: Storage, p: Plan, horizon: float) -> None:
-    """Chunk parts older than the horizon (core/chunks.py: a resume aid; by age alone, see the docstring)."""
+    """Chunk parts and a killed reduce's scratch older than the horizon (by age alone, see the docstring)."""
     for k in storage.list(CHUNK_PARTS):
         if k.endswith(".arrow") and _mtime(storage, k) < horizon:
+            p.remove_parts[k] = _size(storage, k)
+    for k in storage.list(REDUCE_SCRATCH):
+        if _mtime(storage, k) < horizon:
             p.remove_parts[k] = _size(storage, k)
 
 

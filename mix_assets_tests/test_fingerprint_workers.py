@@ -1,5 +1,6 @@
 """Issue 13 §5: the whole demo graph publishes the same fingerprint with 1, 2 and 4 workers, in process
-and on Ray. Worker and thread counts are operational (`engine`, `*.threads`): never in the published config."""
+and on Ray; issue 29: and with dedup_keys' reduce in 1, 2 or 8 partitions. Worker, thread and partition counts are
+operational (`engine`, `*.threads`, `dedup.partitions`): never in the published config."""
 
 import json
 
@@ -26,10 +27,11 @@ def _absolute(node):
     return node
 
 
-def _fingerprint(tmp_path, name: str, threads: int, engine: dict) -> str:
+def _fingerprint(tmp_path, name: str, threads: int, engine: dict, partitions: int = 1) -> str:
     cfg = _absolute(yaml.safe_load((CONFIGS / "demo.yaml").read_text()))
     for section in ("packing", "dedup", "audit"):
         cfg.setdefault(section, {})["threads"] = threads
+    cfg["dedup"]["partitions"] = partitions
     cfg["engine"] = engine
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -45,8 +47,9 @@ def _fingerprint(tmp_path, name: str, threads: int, engine: dict) -> str:
 def test_same_fingerprint_for_any_worker_count_in_process(tmp_path):
     prints = {
         "one": _fingerprint(tmp_path, "one", 1, {"kind": "local", "num_cpus": 1}),
-        "two": _fingerprint(tmp_path, "two", 2, {"kind": "local", "num_cpus": 2}),
-        "four_small_chunks": _fingerprint(tmp_path, "four", 4, {"kind": "local", "num_cpus": 4, "chunk_rows": 37}),
+        "two": _fingerprint(tmp_path, "two", 2, {"kind": "local", "num_cpus": 2}, partitions=2),
+        "four_small_chunks": _fingerprint(tmp_path, "four", 4, {"kind": "local", "num_cpus": 4, "chunk_rows": 37},
+                                          partitions=8),
     }
     assert len(set(prints.values())) == 1, prints
 
@@ -55,5 +58,5 @@ def test_same_fingerprint_for_any_worker_count_in_process(tmp_path):
 def test_same_fingerprint_on_ray_as_in_process(tmp_path):
     local = _fingerprint(tmp_path, "local", 2, {"kind": "local", "num_cpus": 2})
     with local_ray(eng.Engine(kind="ray", num_cpus=2)):  # the engine resource uses the connected instance
-        ray2 = _fingerprint(tmp_path, "ray", 2, {"kind": "ray", "num_cpus": 2, "chunk_rows": 101})
+        ray2 = _fingerprint(tmp_path, "ray", 2, {"kind": "ray", "num_cpus": 2, "chunk_rows": 101}, partitions=8)
     assert ray2 == local

@@ -130,6 +130,7 @@ def _caches(st: Storage, tmp_path) -> dict:
         objects.write_keyed(st, "checks/token_shards/c", on[:8].ljust(64, "0"), {}, input_keys={"token_shards": on},
                             code_version="v", run_id="r", dagster=None)
     st.write_bytes("parts/document_filters/" + "9" * 64 + ".arrow", b"a killed run's chunk")
+    st.write_bytes("scratch/dedup_keys/" + "8" * 32 + "/band-0-0", b"a killed reduce's part")
     for k in ("filters/decisions/web.parquet", "filters/decisions/gone.parquet", "audit/hits/gone.parquet",
               "dedup/signatures/listed.parquet"):
         st.write_bytes(k, b"per source")
@@ -144,7 +145,8 @@ def _check_caches(st: Storage, tmp_path) -> None:
     assert not fresh.remove_parts and not fresh.remove_token_cache and not fresh.remove_per_source
     later = time.time() + 30 * 86400  # everything older than the N days
     p = gc.plan(st, keep_days=7, now=later, sources=["web"])
-    assert set(p.remove_parts) == {"parts/document_filters/" + "9" * 64 + ".arrow"}
+    assert set(p.remove_parts) == {"parts/document_filters/" + "9" * 64 + ".arrow",
+                                   "scratch/dedup_keys/" + "8" * 32 + "/band-0-0"}
     assert set(p.remove_token_cache) == {f"{layout.TOKEN_CACHE_DIR}/{ids['stale']}"}
     assert p.keep_token_cache[ids["current"]] == "the current tokenizer's key"
     assert p.keep_token_cache[ids["used"]].startswith("used by keyed/token_shards/")
@@ -159,7 +161,7 @@ def _check_caches(st: Storage, tmp_path) -> None:
     for key in ("current", "used", "published"):
         assert st.list(f"{layout.TOKEN_CACHE_DIR}/{ids[key]}")
     assert not st.exists("filters/decisions/gone.parquet") and st.exists("filters/decisions/web.parquet")
-    assert st.exists("dedup/signatures/listed.parquet") and not st.list("parts")
+    assert st.exists("dedup/signatures/listed.parquet") and not st.list("parts") and not st.list("scratch")
     again = gc.plan(st, keep_days=7, now=later, sources=["web"])
     assert not again.remove_parts and not again.remove_token_cache and not again.remove_per_source
 

@@ -41,8 +41,10 @@ def _rationale(d: dict, case: Path) -> None:
 
 def _rewritten(d: dict, case: Path) -> None:
     """No change: the same config written again, a default spelled out and an operational field's value
-    (how many threads) changed, which no artifact's bytes depend on."""
+    (how many threads, how many partitions dedup_keys' reduce runs in) changed, which no artifact's bytes
+    depend on."""
     d["dedup"]["threads"] = (d["dedup"].get("threads") or 1) + 1
+    d["dedup"]["partitions"] = 8
     d["tokenizer"]["vocab_size"] = load_spec(case / "demo.yaml").tokenizer.vocab_size
 
 

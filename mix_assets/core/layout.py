@@ -115,6 +115,9 @@ SHARDS_AUDIT = "audit/shards_audit.json"
 #   "contamination" (hits); key = sha256 of {stage, source, the per-source file's meta (raw data version, params,
 #   code), the row range}. Deleted once the source's file is written.
 CHUNK_PART = "parts/{stage}/{key}.arrow"
+# A partitioned reduce's scratch (stages/dedup/partitioned.py): the parts its tasks pass to each other (candidate
+#   pairs, edges per round, labels), under a fresh run token; deleted when the reduce ends.
+REDUCE_SCRATCH = "scratch/{stage}/{run}"
 
 # lineage/<asset>.json: what each artifact was computed from (core/lineage.py)
 LINEAGE = "lineage/{asset}.json"

@@ -211,6 +211,19 @@ def test_dedup_keys_bytes_identical_in_process_and_on_ray(ray_instance, tmp_path
 
 
 @pytest.mark.ray
+def test_dedup_keys_partitioned_reduce_bytes_identical_on_ray(ray_instance, tmp_path):
+    # a cluster chained across sources and partitions; the reduce's parts under a storage root any worker reads
+    from mix_assets_tests.stages.dedup.test_partitioned import chain_cluster, dedup_bytes
+    from mix_assets_tests.support import chain_corpus
+
+    paths = chain_corpus.write(tmp_path)
+    want = dedup_bytes(paths, LOCAL1, 1)
+    assert chain_cluster(want).num_rows == chain_corpus.CHAIN
+    for partitions in (1, 8):
+        assert dedup_bytes(paths, RAY2, partitions) == want, partitions
+
+
+@pytest.mark.ray
 def test_dedup_keys_asset_on_ray_writes_the_demo_bytes(ray_instance, tmp_path):
     spec = load_spec(REPO_ROOT / "configs" / "demo.yaml")
     mix = MixResource(config_path=spec.config_path, storage_root=str(tmp_path / "storage"))

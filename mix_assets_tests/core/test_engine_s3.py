@@ -111,6 +111,10 @@ def test_dedup_disjoint_scan_and_token_shards_on_s3_with_ray_write_the_local_byt
     want, _ = dedup.dedup_keys_table(tables.raw_files(local, names), prio, params, one, storage=local)
     got, _ = dedup.dedup_keys_table(tables.raw_files(remote, names), prio, params, RAY2, storage=remote)
     assert got.equals(want) and want.num_rows == 620
+    # the reduce in 8 partitions: its tasks pass their parts through the S3 root, then the scratch goes
+    got8, st8 = dedup.dedup_keys_table(tables.raw_files(remote, names), prio, dedup.DedupParams(partitions=8), RAY2,
+                                       storage=remote)
+    assert got8.equals(want) and st8["partitions"] == 8 and not remote.list("scratch")
     for n in names:
         assert remote.read_bytes(dedup.signatures_key(n)) == local.read_bytes(dedup.signatures_key(n)), n
     # val_disjoint_from_train's scan: each source's first 10 documents in val, their exact copies in train

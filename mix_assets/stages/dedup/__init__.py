@@ -8,4 +8,6 @@
   minhash.py     MinHash signatures (datasketch's affine32 scheme, bit for bit)
   signatures.py  the map's per-source signature files
   lsh.py         banding, confirmed pairs, clusters and the keep rule
+  partitioned.py the reduce's candidate pairs, components and keep rule as tasks per node partition
+  pairs.py       verified Jaccards stored per pair of sources
 """

@@ -41,7 +41,7 @@ def build_dedup_assets(spec: MixSpec) -> list:
 
 # -- dedup_keys ----------------------------------------------------------------------------------
 def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
-    dedup_fields = spec.dedup.model_dump(exclude={"threads", "samples_per_reason", "max_loss_share_warn"})
+    dedup_fields = spec.dedup.model_dump(exclude={"threads", "partitions", "samples_per_reason", "max_loss_share_warn"})
     # which sources' filter decisions it reads: document_filters may vanish from the graph (filters off)
     filtered = decisions.filtered_sources(spec)
 

@@ -7,10 +7,11 @@ and the parameters are unchanged. Reduce (`reduce_signatures`): LSH band by band
 (one band's columns in memory per band task), then a pass reading the text of the documents in
 candidate pairs only (one task per raw row group), whose shingle sets (8 B per distinct shingle of
 those documents, spilled to disk) verify every candidate by exact Jaccard (chunks of pairs as
-tasks); clusters and the keep rule in this process. The verified Jaccards are stored per pair of
-sources (stages/dedup/pairs.py): a rerun compares only the candidate pairs they do not hold. The
-tasks run on the same engine as the map, results taken in task order, so the bytes do not depend on
-the worker count.
+tasks); the candidate pairs' union, the clusters and the keep rule as partition tasks
+(stages/dedup/partitioned.py, `dedup.partitions`; the bytes do not depend on it). The verified
+Jaccards are stored per pair of sources (stages/dedup/pairs.py): a rerun compares only the candidate
+pairs they do not hold. The tasks run on the same engine as the map, results taken in task order,
+so the bytes do not depend on the worker count.
 
 exclusion_masks streams: `exclusion_batches` reads dedup_keys (sorted by doc_id) a batch at a time
 and unions each document's reasons (dedup's, contaminated, the filters' rules from `Rejections`;
@@ -37,7 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mix_assets.core import chunks, engine, layout, tables
-from mix_assets.stages.dedup import lsh, pairs
+from mix_assets.stages.dedup import lsh, pairs, partitioned
 from mix_assets.core import textkeys as tk
 from mix_assets.stages.audit.contamination import ordered_map
 from mix_assets.core.idset import UNSORTED, IdSet, unsorted_row
@@ -89,6 +90,7 @@ class DedupParams:
     fn_weight: float = 0.95
     seed: int = mh.DEFAULT_SEED
     threads: int = 2
+    partitions: int = 1  # node partitions of the reduce's tasks (stages/dedup/partitioned.py); never in the bytes
 
     @property
     def bands_rows(self) -> tuple[int, int]:
@@ -191,9 +193,10 @@ def dedup_keys_table(
     written per source to `storage` (layout.DEDUP_SIGNATURES; a temporary folder without one);
     a source whose `raw_versions` entry and parameters match its stored file is not signed again.
     Reduce (`reduce_signatures`): LSH band by band from the stored files and exact verification
-    (both as tasks on `eng` too), then clusters and the keep rule in this process. Returns the table (DEDUP_SCHEMA, rows sorted by doc_id) and stage
-    statistics. With `log` (an object with `info`), the map logs progress lines. `rejected`: doc ids
-    the filters rejected (document_filters); they rank below every other member in the keep rule.
+    (both as tasks on `eng` too), then clusters and the keep rule as partition tasks (`params.partitions`).
+    Returns the table (DEDUP_SCHEMA, rows sorted by doc_id) and stage statistics. With `log` (an object
+    with `info`), the map logs progress lines. `rejected`: doc ids the filters rejected
+    (document_filters); they rank below every other member in the keep rule.
     """
     if storage is None:
         with tempfile.TemporaryDirectory(prefix="dedup-signatures-") as tmp:
@@ -350,8 +353,10 @@ def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[s
     with tempfile.TemporaryDirectory(prefix="dedup-shingles-") as spill:  # candidates' shingle sets, on disk
         sets = sig.shingle_reader(sources, first_row, params.shingle, spill, READ_BATCH_ROWS, eng)
         known = pairs.PairStore.of(storage, names, stored.rows, params.shingle) if reuse_pairs else None
-        res = lsh.dedup(doc_ids, labels, stored, nsh, nch, prio, b, r, params.threshold, shingle_sets=sets,
-                        demoted=demoted, eng=eng, cached=known.cached if known else None)
+        with partitioned.scratch(storage) as sc:  # the partition tasks' parts, under the storage root
+            res = lsh.dedup(doc_ids, labels, stored, nsh, nch, prio, b, r, params.threshold, shingle_sets=sets,
+                            demoted=demoted, eng=eng, cached=known.cached if known else None,
+                            partitions=params.partitions, scratch=sc)
     if known is not None:
         known.store(*res.verified)
     # documents without words (so without a shingle) are keyed on their raw text: copies of it dropped
@@ -701,7 +706,8 @@ def dedup_params(spec) -> DedupParams:
     """The stage's parameters from the mix spec's `dedup` section."""
     d = spec.dedup
     return DedupParams(shingle=d.shingle_words, num_perm=d.num_perm, threshold=d.threshold,
-                       fp_weight=d.lsh_fp_weight, fn_weight=d.lsh_fn_weight, threads=d.threads)
+                       fp_weight=d.lsh_fp_weight, fn_weight=d.lsh_fn_weight, threads=d.threads,
+                       partitions=d.partitions)
 
 
 def docs_meta(paths: Mapping[str, str]) -> Iterable[pa.RecordBatch]:

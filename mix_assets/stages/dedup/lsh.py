@@ -15,17 +15,19 @@ Pipeline (`dedup`):
    threshold, never by a band collision or a lucky estimate. Chains of verified pairs do join
    (A~B, B~C puts A, B, C in one cluster). Without shingle sets (signature-only callers, e.g. the
    clustering bench) the estimated Jaccard (share of equal signature values) stands in.
-4. Clusters = connected components of exact + confirmed edges (scipy csgraph).
+4. Clusters = connected components of exact + confirmed edges, labelled by their smallest document, as
+   partition tasks (stages/dedup/partitioned.py: large-star / small-star rounds).
 5. Keep rule, a pure function of a cluster's members: a document the filters rejected (`demoted`)
    survives only when every member was rejected; then the longest document (n_chars) survives;
    ties go to the higher source priority, then to the smallest doc_id. Every other member is
    excluded with reason `exact_dup` when its exact key equals the survivor's, else `near_dup`.
 
 Index memory is a few arrays of N 8-byte values per band in flight (`candidate_pairs` runs one task
-per band on the engine, one band at a time in this thread by default, two at once on two workers;
-each reads its r columns through `Signatures`, e.g. from the stored Parquet files, never the whole matrix),
-plus the unique candidate pairs so far. Verification holds the shingle sets of the documents in
-candidate pairs only (8 B per distinct shingle of those documents).
+per band, or per band and bucket-hash slice, on the engine, one at a time in this thread by default, two at
+once on two workers; each reads its r columns through `Signatures`, e.g. from the stored Parquet files, never
+the whole matrix) and writes its pairs as a part; one task per partition then unions its pairs.
+Verification holds the shingle sets of the documents in candidate pairs only (8 B per distinct
+shingle of those documents).
 
 (b, r) (`recall_params`): banding must find a pair AT the threshold with near certainty, because
 the estimate no longer decides and a pair banding misses can never be verified. Among the (b, r)
@@ -37,6 +39,7 @@ permutations that is b=27, r=4. A false positive costs one exact set comparison.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Protocol, Sequence
@@ -46,6 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mix_assets.core import engine
+from mix_assets.stages.dedup import partitioned as part
 
 _K = np.uint64(0x9E3779B97F4A7C15)  # golden-ratio multiplier for band keys
 CONFIRM_CHUNK = 8192  # candidate pairs compared per step (bounds the gather to ~8 MiB)
@@ -186,35 +190,43 @@ class InMemory:
         return self.sig[:, start:stop]
 
 
-def band_pairs(sig: Signatures, rows: np.ndarray | None, r: int, group_cap: int, band: int
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """Candidate (lo, hi) positions into `rows` of one band: its r columns read, keyed and grouped (pure)."""
+def band_pairs(sig: Signatures, rows: np.ndarray | None, r: int, group_cap: int, band: int, slice: int = 0,
+               slices: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate (lo, hi) positions into `rows` of one band: its r columns read, keyed and grouped (pure); with
+    `slices` > 1 only the buckets whose key falls in slice `slice` (a bucket's pairs depend on its members only)."""
     keys = band_keys(sig.columns(band * r, (band + 1) * r), 1, r)[0]
     if rows is not None:
         keys = keys[rows]
+    mine = None
+    if slices > 1:
+        mine = np.flatnonzero((keys >> np.uint64(40)) % np.uint64(slices) == np.uint64(slice))
+        keys = keys[mine]
     order = np.argsort(keys)
     keys = keys[order]  # the only reference: the unsorted keys go (two bands may run at once)
-    return _group_pairs(order, keys, group_cap)
+    return _group_pairs(order if mine is None else mine[order], keys, group_cap)
 
 
 def candidate_pairs(
     sig: np.ndarray | Signatures, rows: np.ndarray | None, b: int, r: int, group_cap: int = 32,
-    eng: Optional[engine.Engine] = None,
+    eng: Optional[engine.Engine] = None, partitions: int = 1, scratch=None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Unique candidate pairs (positions into `rows`, lo < hi) over all bands.
+    """Unique candidate pairs (positions into `rows`, lo < hi) over all bands, sorted by (lo, hi).
 
-    One `band_pairs` task per band on `eng` (default: this thread), each holding one band's `r`
-    columns and keys (~32 B per document); the bands' pairs are merged, in band order, into the
-    sorted unique set.
+    One task per (band, bucket-hash slice) on `eng` (default: this thread), each holding one band's `r`
+    columns and keys (~32 B per document), writing its pairs as a part partitioned by lo; then one task per
+    partition unions its pairs (stages/dedup/partitioned.py; `scratch` a `partitioned.Scratch`, default a
+    temporary folder). The pairs do not depend on `partitions` or on the engine.
     """
     sig = InMemory(sig) if isinstance(sig, np.ndarray) else sig
     n = sig.shape[0] if rows is None else len(rows)
     c = np.zeros(0, dtype=np.int64)
     if n < 2:
         return c, c
-    bands = functools.partial(band_pairs, sig, rows, r, group_cap)
-    for lo, hi in engine.map_chunks(bands, range(b), eng or engine.Engine(num_cpus=1)):
-        c = np.union1d(c, lo * n + hi)
+    with (contextlib.nullcontext(scratch) if scratch is not None else part.scratch()) as sc:
+        bands = functools.partial(band_pairs, sig, rows, r, group_cap)
+        got = [lo * n + hi for lo, hi in part.candidate_partitions(
+            bands, b, eng or engine.Engine(num_cpus=1), partitions, sc)]
+    c = np.sort(np.concatenate([c, *got]))
     return c // n, c % n
 
 
@@ -465,6 +477,8 @@ def dedup(
     demoted: Optional[np.ndarray] = None,
     eng: Optional[engine.Engine] = None,
     cached: Optional[Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]] = None,
+    partitions: int = 1,
+    scratch=None,
 ) -> DedupResult:
     """Exact + near-duplicate clusters and survivors; the result ignores the input order.
 
@@ -481,8 +495,12 @@ def dedup(
     `eng`: where the bands run as tasks (`candidate_pairs`; default this thread); the result does not
     depend on it. `cached(a, b)` (input indices) -> (hit, jaccard): exact Jaccards an earlier run stored
     (`Verifier`), used instead of comparing those pairs' sets; the result's `verified` holds every exact
-    Jaccard this call used (input indices), for the caller to store.
+    Jaccard this call used (input indices), for the caller to store. `partitions`: how many node partitions
+    the candidate pairs, the components and the keep rule run in (stages/dedup/partitioned.py), their parts
+    under `scratch` (a `partitioned.Scratch`; default a temporary folder); the result does not depend on it.
     """
+    if partitions < 1:
+        raise ValueError(f"dedup: partitions is {partitions}, expected at least 1")
     n = len(exact_keys)
     if shingle_sets is None and not isinstance(signatures, np.ndarray):
         raise ValueError("dedup: signatures read by columns need shingle_sets (exact verification)")
@@ -517,7 +535,8 @@ def dedup(
     no_shingle = int(np.count_nonzero(sh_c == 0))
     del is_rep, sh_c
     rows = canon[active]  # input indices, canonical order
-    lo, hi = candidate_pairs(signatures, rows, b, r, group_cap, eng)
+    eng = eng or engine.Engine(num_cpus=1)
+    lo, hi = candidate_pairs(signatures, rows, b, r, group_cap, eng, partitions, scratch)
     verify = Verifier(shingle_sets, cached) if shingle_sets is not None else None
     if verify is not None:
         est = verify(rows[lo], rows[hi])  # loads the candidate documents' sets (unless `cached` knows them all)
@@ -526,30 +545,20 @@ def dedup(
     ok = est >= threshold
     nd_lo, nd_hi = active[lo[ok]], active[hi[ok]]
 
-    u = np.concatenate([ex_lo, nd_lo])
-    v = np.concatenate([ex_hi, nd_hi])
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    graph = coo_matrix((np.ones(len(u), dtype=np.int8), (u, v)), shape=(n, n)).tocsr()
-    _, label = connected_components(graph, directed=False)
-    del u, v, graph, ex_lo, ex_hi, nd_lo, nd_hi
-
     rank_c = _keep_rank(canon, n_chars, priority, demoted)[canon]
-    # Survivor per component: the member with the smallest keep rank.
-    sizes = np.bincount(label) if n else np.zeros(0, np.int64)
-    best = np.full(len(sizes), np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(best, label, rank_c)
-    pos_of_rank = np.empty(n, dtype=np.int64)
-    pos_of_rank[rank_c] = at
-    kept_c = pos_of_rank[best[label]]  # canonical position of each document's survivor
-    del rank_c, pos_of_rank, best
+    # Clusters (connected components of exact + confirmed edges) and survivors, as partition tasks
+    with (contextlib.nullcontext(scratch) if scratch is not None else part.scratch()) as sc:
+        labels, rounds = part.components(np.concatenate([ex_lo, nd_lo]), np.concatenate([ex_hi, nd_hi]),
+                                         partitions, eng, sc)
+        del ex_lo, ex_hi, nd_lo, nd_hi
+        kept_c, size_c, cstats = part.survivors(labels, rank_c, partitions, eng, sc)
+    del rank_c
 
     kept_index = np.empty(n, dtype=np.int64)
     kept_index[canon] = canon[kept_c]
     cluster_size = np.empty(n, dtype=np.int64)
-    cluster_size[canon] = sizes[label]
-    del label
+    cluster_size[canon] = size_c
+    del size_c
     code_c = np.where(kept_c == at, KEEP, np.where(group == group[kept_c], EXACT_DUP, NEAR_DUP))
     code = np.empty(n, dtype=np.int8)
     code[canon] = code_c
@@ -574,9 +583,9 @@ def dedup(
         "verification": "exact" if shingle_sets is not None else "estimated",
         "confirmed_pairs": int(ok.sum()),
         "rejected_pairs": int(len(lo) - ok.sum()),
-        "clusters": int(len(sizes)),
-        "multi_member_clusters": int(np.count_nonzero(sizes > 1)),
-        "largest_cluster": int(sizes.max()) if n else 0,
+        **cstats,
+        "partitions": partitions,
+        "component_rounds": rounds,
         "kept": int(counts[KEEP]),
         "excluded_exact_dup": int(counts[EXACT_DUP]),
         "excluded_near_dup": int(counts[NEAR_DUP]),
