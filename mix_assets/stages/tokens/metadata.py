@@ -41,6 +41,8 @@ def token_shards(storage, key: str, res, elapsed: float) -> dict:
         "encoded_mb": round(mb, 3),  # text actually tokenised (documents from the token cache not counted)
         "encode_mb_per_second": round(mb / elapsed, 3) if elapsed else 0.0,
         "elapsed_seconds": seconds(elapsed),
+        "encoder_backend": res.backend,  # stages/tokens/backends.py: tiktoken | hf (same ids either way)
+        "encoder_fallback_reason": res.backend_reason,
         **token_cache(res),
         **per_source(res.to_json()["sources"]),
     }
