@@ -60,6 +60,24 @@ def token_cache(res) -> dict:
     }
 
 
+def token_ids_match_reference(rep) -> dict:
+    """token_ids_match_reference (`exactness.ExactnessReport`): the sample per source and what differed."""
+    return {
+        "sampled_documents": sum(s.sampled for s in rep.sources.values()),
+        "compared_tokens": sum(s.tokens for s in rep.sources.values()),
+        "mismatched_documents": rep.mismatches,
+        "first_mismatches": ", ".join(rep.first_mismatches()),
+        "per_source": dg.MetadataValue.json({k: v.to_json() for k, v in sorted(rep.sources.items())}),
+    }
+
+
+def encoder_backend(backend: str, reason: str) -> dict:
+    """Which encoder built the checked shards; HF is the reference itself (the check then tests the packing)."""
+    note = ("the reference itself: the check compares HF with HF-built shards" if backend == "hf" else
+            "the fast backend, compared with the HF reference")
+    return {"encoder_backend": backend, "encoder_note": note + (f" ({reason})" if reason else "")}
+
+
 PER_SOURCE_COLUMNS = ["source", "train_tokens", "val_tokens", "budget_tokens", "epochs", "unique_documents"]
 
 
