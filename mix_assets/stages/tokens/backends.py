@@ -20,10 +20,13 @@ Which backend runs is operational: ids are the same either way (token_ids_match_
 
 from __future__ import annotations
 
+import itertools
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
 from tokenizers import Tokenizer
 
 from mix_assets.stages.tokens.bytelevel import _char_bytes
@@ -121,10 +124,13 @@ def tiktoken_plan(tok: Tokenizer) -> tuple[Optional[TiktokenPlan], str]:
             return None, f"merge {k} ({a!r}, {b!r}) is not in rank order (its token id {i} <= {last})"
         last = i
     if not m.get("ignore_merges"):
-        # tiktoken takes a whole piece that is a token; HF's merges must then rebuild it from its bytes
-        model = tok.model
-        bad = [s for s, i in vocab.items() if len(s) > 1 and i not in added_ids
-               and [t.id for t in model.tokenize(s)] != [i]]
+        # tiktoken takes a whole piece that is a token; HF's merges must then rebuild it from its bytes. The
+        # model alone (no normalizer, pre-tokenizer or added tokens) encodes each token string as one piece
+        bare = Tokenizer.from_str(json.dumps({**d, "normalizer": None, "pre_tokenizer": None, "post_processor": None,
+                                              "decoder": None, "added_tokens": []}))
+        strs = [s for s, i in vocab.items() if len(s) > 1 and i not in added_ids]
+        got = bare.encode_batch_fast(strs, add_special_tokens=False)
+        bad = [s for s, e in zip(strs, got) if e.ids != [vocab[s]]]
         if bad:
             return None, (f"ignore_merges=false and {len(bad)} token(s) the merges do not rebuild from their "
                           f"bytes (e.g. {bad[0]!r})")
@@ -142,6 +148,17 @@ class HFEncoder:
     def encode(self, texts: list[str], threads: int = 1) -> list[list[int]]:
         return [e.ids for e in self.tok.encode_batch_fast(texts, add_special_tokens=ADD_SPECIAL_TOKENS)]
 
+    def encode_flat(self, texts: list[str], threads: int, dtype, separator_id: Optional[int]
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """(the texts' ids back to back, each followed by `separator_id` when set; int64 lengths with it)."""
+        docs = self.encode(texts, threads)
+        n = np.fromiter(map(len, docs), np.int64, len(docs))
+        if separator_id is not None:  # one flat list, each document's ids then the separator
+            for d in docs:
+                d.append(separator_id)
+            n += 1
+        return np.fromiter(itertools.chain.from_iterable(docs), dtype, int(n.sum())), n
+
 
 class TiktokenEncoder:
     """tiktoken's ordinary encode of a converted tokenizer; texts holding an added token go to HF."""
@@ -157,9 +174,42 @@ class TiktokenEncoder:
         self.enc = tiktoken.Encoding("mix_assets", pat_str=plan.pattern, mergeable_ranks=plan.ranks,
                                      special_tokens=dict(plan.added))
         self._one = self.enc._core_bpe.encode_ordinary  # releases the GIL; the wrapper only fixes surrogates
+        # ids as a uint32 buffer (no Python int per id); nothing allowed as special = encode_ordinary's ids
+        self._buf = self.enc._core_bpe.encode_to_tiktoken_buffer
+
+    def _hf_rows(self, texts: list[str]) -> list[int]:
+        return [k for k, t in enumerate(texts) if any(a in t for a in self.added)] if self.added else []
+
+    def _array(self, text: str) -> np.ndarray:
+        try:
+            return np.frombuffer(self._buf(text, set()), np.uint32)
+        except UnicodeEncodeError:  # a lone surrogate: replaced as tiktoken's wrapper does
+            return np.asarray(self.enc.encode_ordinary(text), np.uint32)
+
+    def encode_flat(self, texts: list[str], threads: int, dtype, separator_id: Optional[int]
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """As HFEncoder.encode_flat (same ids), each document's ids straight into numpy."""
+        if threads > 1 and len(texts) > 1:
+            with ThreadPoolExecutor(threads) as pool:
+                arrays = list(pool.map(self._array, texts))
+        else:
+            arrays = [self._array(t) for t in texts]
+        hf = self._hf_rows(texts)
+        if hf:
+            for k, ids in zip(hf, self.hf.encode([texts[k] for k in hf])):
+                arrays[k] = np.asarray(ids, np.uint32)
+        n = np.fromiter(map(len, arrays), np.int64, len(arrays))
+        if separator_id is not None:
+            sep = np.asarray([separator_id], np.uint32)
+            arrays = [x for a in arrays for x in (a, sep)]
+            n += 1
+        flat = np.concatenate(arrays) if arrays else np.zeros(0, np.uint32)
+        if len(flat) and int(flat.max()) > np.iinfo(dtype).max:
+            raise ValueError(f"token id {int(flat.max())} does not fit {np.dtype(dtype).name}")
+        return flat.astype(dtype, copy=False), n
 
     def encode(self, texts: list[str], threads: int = 1) -> list[list[int]]:
-        hf = [k for k, t in enumerate(texts) if any(a in t for a in self.added)] if self.added else []
+        hf = self._hf_rows(texts)
         if threads > 1 and len(texts) > 1:
             out = self.enc.encode_ordinary_batch(texts, num_threads=threads)
         else:

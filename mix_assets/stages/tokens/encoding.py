@@ -8,7 +8,6 @@ to the map/reduce plumbing does not invalidate cached ids, while any edit here d
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from typing import Optional
 
@@ -41,14 +40,8 @@ def encode_texts(encoder, texts: list[str], dtype: np.dtype, separator_id: Optio
     backend, the threads nor on the other documents."""
     flats, lens = [], []
     for batch in text_batches(texts, batch_docs, batch_chars):
-        docs = encoder.encode(batch, threads)
-        n = np.fromiter(map(len, docs), np.int64, len(docs))
-        if separator_id is not None:  # each document's ids then the separator, in one flat list
-            for d in docs:
-                d.append(separator_id)
-            n += 1
-        flats.append(np.fromiter(itertools.chain.from_iterable(docs), dtype, int(n.sum())))
+        flat, n = encoder.encode_flat(batch, threads, dtype, separator_id)
+        flats.append(flat)
         lens.append(n)
-        del docs
     return ((np.concatenate(flats) if flats else np.zeros(0, dtype)),
             (np.concatenate(lens) if lens else np.zeros(0, np.int64)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
@@ -73,6 +74,11 @@ def test_fast_backend_gives_hf_ids_for_each_pre_tokenizer_family(family):
         got = enc.encode(texts, threads)
         bad = [t for t, a, b in zip(texts, got, want) if a != b]
         assert not bad, f"{family}: {len(bad)} of {len(texts)} differ, first {bad[0]!r}"
+        # the flat form token_shards uses: ids back to back, each document followed by the separator
+        for sep in (None, 1):
+            flat, n = enc.encode_flat(texts, threads, np.dtype("<u2"), sep)
+            ref, ref_n = backends.HFEncoder(tok).encode_flat(texts, threads, np.dtype("<u2"), sep)
+            assert flat.dtype == np.dtype("<u2") and flat.tolist() == ref.tolist() and n.tolist() == ref_n.tolist()
     assert sum(map(len, want)) > 1000
 
 
