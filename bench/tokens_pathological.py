@@ -4,7 +4,8 @@
 
 Documents (each at two or three sizes, 10x apart): a single-line document of generated prose (its newlines made
 spaces; 0.1 / 1 / 10 MB), a run of one character ("a"; 0.1 / 1 / 10 MB: one pre-tokenizer piece), a run of
-spaces (one piece too), a long run of one repeated word ("hello "). Tokenizer: bench/tokens.py's 32k byte-level
+spaces (one piece too), a run of "e" (one piece that merges to "ee" tokens: a merge loop that rescans the
+piece per merge would be quadratic here), a long run of one repeated word ("hello "). Tokenizer: bench/tokens.py's 32k byte-level
 BPE (trained there on its 100 MB generated corpus; run it first). Each (backend, document) is encoded once in a
 fresh process (one thread) with a --timeout; the table gives seconds, MB/s and the growth of time per 10x size
 (10 = linear).
@@ -25,6 +26,7 @@ KINDS = {  # kind -> sizes in MB
     "single-line prose": (0.1, 1, 10),
     "run of 'a'": (0.1, 1, 10),
     "run of spaces": (0.1, 1, 10),
+    "run of 'e' (merges to 'ee')": (0.1, 1, 10),
     "repeated word 'hello '": (0.1, 1, 10),
 }
 
@@ -47,6 +49,8 @@ def document(kind: str, mb: float) -> str:
         return "a" * n
     if kind == "run of spaces":
         return " " * n
+    if kind.startswith("run of 'e'"):
+        return "e" * n
     return ("hello " * (n // 6 + 1))[:n]
 
 
@@ -66,6 +70,7 @@ def child(backend: str, kind: str, mb: float) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
     ap.add_argument("--child", nargs=3)
     a = ap.parse_args()
     if a.child:
@@ -76,7 +81,8 @@ def main() -> None:
     print(f"# bench/tokens_pathological.py: {TOK.relative_to(REPO)}, one thread, timeout {a.timeout:.0f} s")
     print("| document | MB | backend | seconds | MB/s | tokens | time growth for 10x size |")
     print("|---|---|---|---|---|---|---|")
-    for kind, sizes in KINDS.items():
+    for kind in a.kinds:
+        sizes = KINDS[kind]
         for backend in ("hf", "tiktoken"):
             prev = None
             for mb in sizes:

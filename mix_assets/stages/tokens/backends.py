@@ -185,6 +185,24 @@ class TiktokenEncoder:
             return np.frombuffer(self._buf(text, set()), np.uint32)
         except UnicodeEncodeError:  # a lone surrogate: replaced as tiktoken's wrapper does
             return np.asarray(self.enc.encode_ordinary(text), np.uint32)
+        except BaseException as e:  # noqa: BLE001 - a Rust panic (pyo3 PanicException is a BaseException)
+            return np.asarray(self._after_panic(text, e), np.uint32)
+
+    def _list(self, text: str) -> list[int]:
+        try:
+            return self._one(text)
+        except UnicodeEncodeError:
+            return self.enc.encode_ordinary(text)
+        except BaseException as e:  # noqa: BLE001
+            return self._after_panic(text, e)
+
+    def _after_panic(self, text: str, e: BaseException) -> list[int]:
+        """HF's ids of a text tiktoken's regex engine gave up on (a ValueError "Regex error ... Max stack size
+        exceeded for backtracking", or a Rust panic on another path): fancy-regex's backtracking overflows its stack
+        on a long whitespace run (`\\s+(?!\\S)` over ~1 MB of spaces: measured in bench/tokens_pathological.py)."""
+        if not (type(e).__name__ == "PanicException" or (isinstance(e, ValueError) and "Regex error" in str(e))):
+            raise e
+        return self.hf.encode([text])[0]
 
     def encode_flat(self, texts: list[str], threads: int, dtype, separator_id: Optional[int]
                     ) -> tuple[np.ndarray, np.ndarray]:
@@ -211,13 +229,10 @@ class TiktokenEncoder:
     def encode(self, texts: list[str], threads: int = 1) -> list[list[int]]:
         hf = self._hf_rows(texts)
         if threads > 1 and len(texts) > 1:
-            out = self.enc.encode_ordinary_batch(texts, num_threads=threads)
+            with ThreadPoolExecutor(threads) as pool:
+                out = list(pool.map(self._list, texts))
         else:
-            one = self._one
-            try:
-                out = [one(t) for t in texts]
-            except UnicodeEncodeError:  # a lone surrogate: tiktoken's wrapper replaces it, as HF does
-                out = [self.enc.encode_ordinary(t) for t in texts]
+            out = [self._list(t) for t in texts]
         if hf:
             for k, ids in zip(hf, self.hf.encode([texts[k] for k in hf])):
                 out[k] = ids

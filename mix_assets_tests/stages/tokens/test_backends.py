@@ -151,3 +151,14 @@ def test_every_shared_data_document_encodes_identically(shared_data):
         batch = texts[i:i + 2000]
         differ += sum(a != b for a, b in zip(enc.encode(batch, 2), hf.encode(batch)))
     assert differ == 0, f"{differ} of {len(texts)} shared-data documents differ"
+
+
+def test_a_text_tiktoken_gives_up_on_is_encoded_by_hf():
+    """fancy-regex's backtracking overflows on ~1 MB of spaces (a Rust panic in tiktoken): that text gets HF's ids."""
+    tok = FAMILIES["gpt2"]()
+    enc = backends.encoder_for(tok, "auto")
+    texts = ["a" + " " * 1_000_000 + "b", "short text"]
+    want = backends.HFEncoder(tok).encode(texts)
+    assert enc.encode(texts) == want
+    flat, n = enc.encode_flat(texts, 1, np.dtype("<u2"), None)
+    assert n.tolist() == [len(w) for w in want] and flat.tolist() == want[0] + want[1]
