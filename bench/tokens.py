@@ -17,6 +17,7 @@ source's train tokens. Tokenizer: a 32k byte-level BPE trained with stages/token
 e2e = the token_shards asset's work without Dagster (parquet read, encode on the engine (local, --threads
 workers), spill, budget fill, pack, sha256, shard writes, stream_docs); token cache off. Each e2e figure is MB of
 text it encoded per second (it encodes only the documents its budgets need), beside raw MB/s over every document.
+e2e-hf / e2e-fast then run token_ids_match_reference's comparison (exactness.check) on their shards, timed apart.
 --profile: one more e2e-fast process, ONE thread (so the map tasks run where cProfile sees them), under cProfile,
 its time grouped by phase.
 """
@@ -204,6 +205,14 @@ def child(tool: str, corpus: Path, tok_path: Path, threads: int, profile: str | 
             prof.disable()
             prof.dump_stats(profile)
         got = _since(u0)
+        if tool != "e2e-old" and not profile:  # token_ids_match_reference on these shards, timed apart
+            from mix_assets.stages.tokens import exactness
+
+            u1 = _usage()
+            rep = exactness.check(st, spec.seed, Tokenizer.from_file(str(tok_path)))
+            c = _since(u1)
+            got |= {"check_secs": c["secs"], "check_cpu": c["cpu"], "check_sampled": sum(
+                x.sampled for x in rep.sources.values()), "check_mismatches": rep.mismatches}
     return {**got, "bytes": res.encoded_bytes, "tokens": res.encoded_tokens,
             "backend": getattr(res, "backend", "hf (old)"), "reason": getattr(res, "backend_reason", "")}
 
@@ -317,6 +326,12 @@ def main() -> None:
         print(f"| {t} | {first['bytes'] / 1e6:.1f} | {mbps:.2f} | {cpm:.3f} | {secs:.1f} | {first['peak_rss_mb']:.0f} | "
               f"{first.get('backend', 'hf' if t == 'raw-hf' else 'tiktoken')} | {ratio(t, 'raw-hf')} | "
               f"{ratio(t, 'raw-fast')} | {ratio(t, 'e2e-old')} |")
+    for t in ("e2e-hf", "e2e-fast"):
+        if t in res and "check_secs" in res[t][0]:
+            c = res[t][0]
+            print(f"\ntoken_ids_match_reference on the {t} shards: {c['check_sampled']:,} documents sampled, "
+                  f"{c['check_mismatches']} mismatched, {c['check_secs']:.1f} s wall, {c['check_cpu']:.1f} CPU s "
+                  f"({c['check_cpu'] / c['cpu']:.2f} of that token_shards' CPU)")
     if a.profile:
         prof = str(OUT / "e2e-fast.prof")
         # one engine thread: the map tasks run on the main thread, so cProfile sees the encode and the reads too
