@@ -171,7 +171,7 @@ def build_tokens_assets(spec: MixSpec) -> list:
         # a pure function of the shards, the raw text and the tokenizer (token_shards' artifact key) and the seed,
         # so a reused token_shards re-emits it; which encoder built the bytes is read afresh (it is not in the key)
         got = stored_check(context, st, "token_shards", TOKEN_IDS_MATCH_REFERENCE,
-                           code_version(exactness.__name__, mix.spec.seed), compute, present=as_recorded)
+                           code_version(__name__, mix.spec.seed), compute, present=as_recorded)
         backend, reason = _built_with(context)
         return gate(context, TOKEN_SHARDS_KEY, dg.AssetCheckResult(
             passed=got.passed, description=got.description, severity=got.severity,
