@@ -125,18 +125,18 @@ def test_ids_that_differ_from_hf_fail_token_ids_match_reference(tmp_path, monkey
     """A fast encoder that gets one document wrong: the check names it and holds the manifest back."""
     from mix_assets.stages.tokens import backends
 
-    right = backends.TiktokenEncoder.encode
+    right = backends.TiktokenEncoder.encode_flat
     wrong = []
 
-    def tampered(self, texts, threads=1):
-        out = right(self, texts, threads)
-        for t, ids in zip(texts, out):
-            if not wrong and len(ids) > 3:  # the first document of some chunk: one id changed
-                ids[2] = (ids[2] + 1) % 256
-                wrong.append(t)
-        return out
+    def tampered(self, texts, threads, dtype, separator_id):
+        flat, n = right(self, texts, threads, dtype, separator_id)
+        if not wrong and len(n) and n[0] > 3:  # the first document of the first chunk: one id changed
+            flat = flat.copy()
+            flat[2] = (int(flat[2]) + 1) % 256
+            wrong.append(texts[0])
+        return flat, n
 
-    monkeypatch.setattr(backends.TiktokenEncoder, "encode", tampered)
+    monkeypatch.setattr(backends.TiktokenEncoder, "encode_flat", tampered)
     spec, assets, res = setup(tmp_path)
     result = run(assets, res)
     assert wrong and not result.success
