@@ -230,8 +230,8 @@ def run(tool: str, corpus: Path, tok: Path, threads: int, old: Path | None, prof
 
 
 PHASES = [  # (phase, "file:function" whose cumulative CPU seconds it is; minus those of the phases it encloses)
-    ("encode (backend calls)", ["backends.py:encode"], []),
-    ("encode_texts around them (batching, flatten to numpy)", ["encoding.py:encode_texts"], ["backends.py:encode"]),
+    ("encode (backend calls, per-document ids into numpy)", ["backends.py:encode_flat"], []),
+    ("encode_texts around them (batching, concatenation)", ["encoding.py:encode_texts"], ["backends.py:encode_flat"]),
     ("raw Parquet read of the encoded rows", ["engine.py:read_rows"], []),
     ("texts to Python str (to_pylist)", ["~:<method 'to_pylist' of 'pyarrow.lib.ChunkedArray' objects>",
                                           "~:<method 'to_pylist' of 'pyarrow.lib.Array' objects>"], []),
