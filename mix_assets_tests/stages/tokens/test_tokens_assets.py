@@ -144,3 +144,27 @@ def test_ids_that_differ_from_hf_fail_token_ids_match_reference(tmp_path, monkey
     assert not ev.passed and ev.metadata["mismatched_documents"].value == 1
     assert "are not HF's" in ev.description and ev.metadata["first_mismatches"].value in ev.description
     assert result.asset_materializations_for_node("manifest") == []
+
+
+def test_a_reused_token_shards_re_emits_the_stored_exactness_result(tmp_path, monkeypatch):
+    """token_ids_match_reference is a pure function of token_shards' artifact key: a rebuild that reuses the
+    shards re-emits the stored result without re-encoding, and so does the check alone while the files hash as recorded."""
+    from mix_assets.stages.tokens import exactness
+
+    spec, assets, res = setup(tmp_path)
+    assert run(assets, res).success
+
+    def never(*a, **k):
+        raise AssertionError("recomputed")
+
+    monkeypatch.setattr(exactness, "check", never)
+    again = run(assets, res)
+    assert again.success, [e.message for e in again.all_events if e.is_failure]
+    ev = next(e for e in again.get_asset_check_evaluations() if e.check_name == TOKEN_IDS_MATCH_REFERENCE)
+    assert ev.passed and ev.metadata["mismatched_documents"].value == 0
+    # the check alone, its shard files rewritten with the same bytes: still as recorded, still re-emitted
+    manifest = json.loads((tmp_path / "storage" / layout.MANIFEST).read_text())
+    shard = tmp_path / "storage" / "mix" / manifest["splits"]["val"]["shards"][0]["path"]
+    shard.write_bytes(shard.read_bytes())
+    gate = dg.AssetCheckKey(dg.AssetKey("token_shards"), TOKEN_IDS_MATCH_REFERENCE)
+    assert run(assets, res, selection=dg.AssetSelection.checks(gate)).success
