@@ -27,8 +27,10 @@ def _absolute(node):
     return node
 
 
-def _fingerprint(tmp_path, name: str, threads: int, engine: dict, partitions: int = 1) -> str:
+def _fingerprint(tmp_path, name: str, threads: int, engine: dict, partitions: int = 1,
+                 tokenizer: dict | None = None) -> str:
     cfg = _absolute(yaml.safe_load((CONFIGS / "demo.yaml").read_text()))
+    cfg.setdefault("tokenizer", {}).update(tokenizer or {})
     for section in ("packing", "dedup", "audit"):
         cfg.setdefault(section, {})["threads"] = threads
     cfg["dedup"]["partitions"] = partitions
@@ -60,3 +62,20 @@ def test_same_fingerprint_on_ray_as_in_process(tmp_path):
     with local_ray(eng.Engine(kind="ray", num_cpus=2)):  # the engine resource uses the connected instance
         ray2 = _fingerprint(tmp_path, "ray", 2, {"kind": "ray", "num_cpus": 2, "chunk_rows": 101}, partitions=8)
     assert ray2 == local
+
+
+def test_same_fingerprint_and_code_versions_with_each_encoder_backend(tmp_path):
+    """tokenizer.backend (stages/tokens/backends.py) is operational: the demo's fingerprint and every asset's
+    code_version (hence every artifact key) are the same with the HF reference and the fast backend."""
+    versions = {}
+    for backend in ("hf", "fast"):
+        cfg = _absolute(yaml.safe_load((CONFIGS / "demo.yaml").read_text()))
+        cfg.setdefault("tokenizer", {})["backend"] = backend
+        path = tmp_path / f"{backend}.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        defs = build_definitions(load_spec(path), storage_root=str(tmp_path / backend))
+        versions[backend] = {k.to_user_string(): v for a in defs.assets for k, v in a.code_versions_by_key.items()}
+    assert versions["hf"] == versions["fast"]
+    prints = {b: _fingerprint(tmp_path, b, 2, {"kind": "local", "num_cpus": 2}, tokenizer={"backend": b})
+              for b in ("hf", "fast")}
+    assert prints["hf"] == prints["fast"], prints

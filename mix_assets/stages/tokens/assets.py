@@ -7,10 +7,13 @@ import time
 import dagster as dg
 
 from mix_assets.console import metadata as console_md
+from mix_assets.stages.lines import lines as lines_lib
 from mix_assets.stages.lines.assets import line_inputs
-from mix_assets.stages.common import code_version, gate, gated, raw_name, recorded, reused, run_lock, verified_inputs, with_lineage
+from mix_assets.stages.common import (code_version, gate, gated, raw_name, recorded, reused, run_lock, stored_check,
+                                      verified_inputs, with_lineage)
 from mix_assets.config import MixSpec
-from mix_assets.core import layout
+from mix_assets.core import layout, lineage
+from mix_assets.stages.tokens import exactness
 from mix_assets.stages.tokens import samples as samples_lib
 from mix_assets.stages.tokens import shards as shards_lib
 from mix_assets.stages.tokens import tokenizer as tokenizer_lib
@@ -23,6 +26,7 @@ GROUP = "tokens"
 SEPARATOR_IN_VOCAB = "separator_in_vocab"
 NO_EMPTY_SHARD = "no_empty_shard"
 DROPPED_TAIL_AND_SEAM_RECORDED = "dropped_tail_and_seam_recorded"
+TOKEN_IDS_MATCH_REFERENCE = "token_ids_match_reference"
 TOKENIZER_KEY = dg.AssetKey("tokenizer")
 TOKEN_SHARDS_KEY = dg.AssetKey("token_shards")
 
@@ -142,7 +146,57 @@ def build_tokens_assets(spec: MixSpec) -> list:
             description=f"{len(problems)} problem(s); first: {problems[0]}" if problems else None,
         ))
 
-    return [tokenizer, separator_in_vocab, token_shards, no_empty_shard, dropped_tail_and_seam_recorded]
+    @dg.asset_check(asset=token_shards, name=TOKEN_IDS_MATCH_REFERENCE, blocking=True)
+    @gated
+    def token_ids_match_reference(context: dg.AssetCheckExecutionContext, mix: MixResource) -> dg.AssetCheckResult:
+        """The shards hold HF `tokenizers`' ids for a seeded sample of documents (>= 1 % and >= 1,000 per
+        source, each source's longest), whichever encoder built them (stages/tokens/exactness.py)."""
+        from tokenizers import Tokenizer
+
+        st = mix.storage
+        verified_inputs(st, TOKEN_IDS_MATCH_REFERENCE, ["token_shards"], context)
+
+        def compute() -> dg.AssetCheckResult:
+            names = [x.name for x in mix.spec.sources]
+            rep = exactness.check(st, mix.spec.seed, Tokenizer.from_file(st.local_path(layout.TOKENIZER_FILE)),
+                                  lines_lib.text_paths(st, mix.spec, names))  # the text token_shards encoded
+            first = rep.first_mismatches()
+            return dg.AssetCheckResult(
+                passed=rep.passed, metadata=md.token_ids_match_reference(rep),
+                description=None if rep.passed else (
+                    f"{rep.mismatches:,} sampled document(s) whose ids in the shards are not HF's (first: "
+                    f"{', '.join(first)}); build with tokenizer.backend: hf" if rep.mismatches else
+                    "no document sampled"))
+
+        def as_recorded() -> bool:  # another run may have rewritten the shards since token_shards' record
+            rec = lineage.read_record(st, "token_shards") or {}
+            outs = rec.get("outputs") or {}
+            have = lineage.current_hashes(st, list(outs))
+            return bool(outs) and all(have[k] == sha for k, sha in outs.items())
+
+        # a pure function of the shards, the raw text and the tokenizer (token_shards' artifact key) and the seed,
+        # so a reused token_shards re-emits it; which encoder built the bytes is read afresh (it is not in the key)
+        got = stored_check(context, st, "token_shards", TOKEN_IDS_MATCH_REFERENCE,
+                           code_version(__name__, mix.spec.seed), compute, present=as_recorded)
+        backend, reason = _built_with(context)
+        return gate(context, TOKEN_SHARDS_KEY, dg.AssetCheckResult(
+            passed=got.passed, description=got.description, severity=got.severity,
+            metadata={**got.metadata, **md.encoder_backend(backend, reason)}))
+
+    return [tokenizer, separator_in_vocab, token_shards, no_empty_shard, dropped_tail_and_seam_recorded,
+            token_ids_match_reference]
+
+
+def _built_with(context) -> tuple[str, str]:
+    """(encoder, fallback reason) of token_shards' latest materialisation (a reused one names the build that
+    wrote the bytes); ("unknown", "") when the instance has none."""
+    try:
+        ev = context.instance.get_latest_materialization_event(TOKEN_SHARDS_KEY)
+        m = ev.asset_materialization.metadata if ev and ev.asset_materialization else {}
+    except Exception:  # noqa: BLE001 - metadata beside the result, never its cause
+        m = {}
+    val = lambda k: str(getattr(m.get(k), "value", m.get(k) or ""))  # noqa: E731
+    return val("encoder_backend") or "unknown", val("encoder_fallback_reason")
 
 
 def _scratch(spec: MixSpec) -> str:

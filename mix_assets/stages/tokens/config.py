@@ -25,6 +25,10 @@ class TokenizerSpec(Strict):
     train_sample_bytes: int = Field(8_000_000, gt=0)  # train: size of the seeded training sample
     special_tokens: list[str] = ["<|endoftext|>"]  # train: added first, in this order
     bytes_per_token_fallback: float = Field(4.0, gt=0)  # estimate when no tokenizer is available yet
+    # which encoder token_shards runs (stages/tokens/backends.py): auto = tiktoken where it is exact, else HF;
+    # hf; fast = tiktoken or an error. Operational like packing.threads: the ids are the same either way, so
+    # it is in no published config (exclude) and no code_version or artifact key (repr)
+    backend: Literal["auto", "hf", "fast"] = Field("auto", exclude=True, repr=False)
 
     @model_validator(mode="after")
     def _complete(self) -> "TokenizerSpec":

@@ -41,6 +41,8 @@ def token_shards(storage, key: str, res, elapsed: float) -> dict:
         "encoded_mb": round(mb, 3),  # text actually tokenised (documents from the token cache not counted)
         "encode_mb_per_second": round(mb / elapsed, 3) if elapsed else 0.0,
         "elapsed_seconds": seconds(elapsed),
+        "encoder_backend": res.backend,  # stages/tokens/backends.py: tiktoken | hf (same ids either way)
+        "encoder_fallback_reason": res.backend_reason,
         **token_cache(res),
         **per_source(res.to_json()["sources"]),
     }
@@ -56,6 +58,24 @@ def token_cache(res) -> dict:
             "key": res.cache_key, "tokenizer_sha256": res.tokenizer_sha256,
             "sources": {s: {"cached": h, "encoded": m} for s, (h, m) in sorted(res.cache_docs.items())}}),
     }
+
+
+def token_ids_match_reference(rep) -> dict:
+    """token_ids_match_reference (`exactness.ExactnessReport`): the sample per source and what differed."""
+    return {
+        "sampled_documents": sum(s.sampled for s in rep.sources.values()),
+        "compared_tokens": sum(s.tokens for s in rep.sources.values()),
+        "mismatched_documents": rep.mismatches,
+        "first_mismatches": ", ".join(rep.first_mismatches()),
+        "per_source": dg.MetadataValue.json({k: v.to_json() for k, v in sorted(rep.sources.items())}),
+    }
+
+
+def encoder_backend(backend: str, reason: str) -> dict:
+    """Which encoder built the checked shards; HF is the reference itself (the check then tests the packing)."""
+    note = ("the reference itself: the check compares HF with HF-built shards" if backend == "hf" else
+            "the fast backend, compared with the HF reference")
+    return {"encoder_backend": backend, "encoder_note": note + (f" ({reason})" if reason else "")}
 
 
 PER_SOURCE_COLUMNS = ["source", "train_tokens", "val_tokens", "budget_tokens", "epochs", "unique_documents"]

@@ -113,6 +113,8 @@ class ShardsResult:
     tokenizer_sha256: Optional[str] = None
     # per source: documents whose ids came from the token-id cache and documents encoded
     cache_docs: dict[str, tuple[int, int]] = field(default_factory=dict)
+    backend: str = "hf"  # the encoder that ran (backends: tiktoken | hf); never in shard_stats.json
+    backend_reason: str = ""  # why HF when it was not the fast backend
 
     def cache_line(self) -> str:
         """What the token-id cache saved, for the log."""
@@ -333,8 +335,33 @@ def tokenizer_at(loc: TokenizerFile) -> Tokenizer:
                 raise ValueError(f"{loc.path}: sha256 {got} is not the tokenizer this build started with "
                                  f"({loc.sha256}): the file changed during the build")
             _TOKENIZER_CACHE.clear()
+            _ENCODER_CACHE.clear()
             tok = _TOKENIZER_CACHE[loc] = Tokenizer.from_str(data.decode("utf-8"))
         return tok
+
+
+_ENCODER_CACHE: dict[tuple[TokenizerFile, str], object] = {}
+
+
+def encoder_at(loc: TokenizerFile, backend: str = "auto"):
+    """The encoder (backends.encoder_for) of the tokenizer at `loc`, built once per process and backend."""
+    tok = tokenizer_at(loc)
+    with _TOKENIZER_LOCK:
+        enc = _ENCODER_CACHE.get((loc, backend))
+        if enc is None:
+            enc = _ENCODER_CACHE[(loc, backend)] = encoding.encoder_for(tok, backend)
+        return enc
+
+
+def encode_threads() -> int:
+    """Threads one encode call may use: the process's Rust thread count (RAYON_NUM_THREADS), one while
+    TOKENIZERS_PARALLELISM is off (parallel local tasks, `_one_rust_thread_per_task`)."""
+    if os.environ.get("TOKENIZERS_PARALLELISM", "").lower() in ("0", "false", "no"):
+        return 1
+    try:
+        return max(1, int(os.environ.get("RAYON_NUM_THREADS", "1")))
+    except ValueError:
+        return 1
 
 
 @dataclass(frozen=True)
@@ -346,6 +373,7 @@ class EncodeParams:
     separator_id: Optional[int]
     batch_docs: int
     batch_chars: int = ENCODE_BATCH_CHARS
+    backend: str = "auto"  # tokenizer.backend (backends.encoder_for): which encoder, never which ids
     text_keys: bool = False  # also return each document's text key and bytes (for the token-id cache)
 
 
@@ -374,14 +402,14 @@ def encode_chunk(chunk: EncodeChunk, params: EncodeParams) -> EncodedChunk:
 
     The Rust thread count is the process's (RAYON_NUM_THREADS / TOKENIZERS_PARALLELISM): one on Ray
     workers and while `build_shards` runs chunks on parallel local threads; token ids never depend on it."""
-    tok = tokenizer_at(params.tokenizer)
+    enc = encoder_at(params.tokenizer, params.backend)
     t = engine.read_rows(chunk.rows, ["doc_id", "text"]).take(pa.array(chunk.wanted))
     texts = t.column("text")
     if texts.null_count:
         i = int(np.flatnonzero(texts.is_null().to_numpy(zero_copy_only=False))[0])
         raise ValueError(f"{chunk.rows.path}: document {t.column('doc_id')[i].as_py()!r}: field text is null")
-    flat, n = encoding.encode_texts(tok, texts.to_pylist(), token_dtype(params.dtype), params.separator_id,
-                                    params.batch_docs, params.batch_chars)
+    flat, n = encoding.encode_texts(enc, texts.to_pylist(), token_dtype(params.dtype), params.separator_id,
+                                    params.batch_docs, params.batch_chars, encode_threads())
     out = EncodedChunk(flat, n, int(pc.sum(pc.binary_length(texts)).as_py() or 0),
                        len(flat) - (len(n) if params.separator_id is not None else 0))
     if params.text_keys:  # what the token-id cache stores the documents under
@@ -566,6 +594,7 @@ def build_shards(
     eng: engine.Engine = engine.Engine(),
     log=None,
     cache: Optional[idcache.TokenCache] = None,
+    backend: str = "auto",
 ) -> ShardsResult:
     """Encode (map tasks on `eng`), fill budgets, pack and write `mix/train/*.bin` and `mix/val/*.bin`
     through `storage`. `raw_paths` values are local paths or `engine.FileAt`s (every task opens its own
@@ -581,6 +610,10 @@ def build_shards(
     if missing:
         raise ValueError(f"no raw documents for source(s) {missing}")
     result = ShardsResult(dtype=dtype, splits={}, sources={})
+    encoder = encoder_at(tokenizer, backend)  # here, so a bad backend fails before any work; tasks reuse it
+    result.backend, result.backend_reason = encoder.name, encoder.reason
+    if log is not None:
+        log.info(f"token_shards: encoder {encoder.name}" + (f" ({encoder.reason})" if encoder.reason else ""))
     # A rebuild never leaves shards of an older build beside the new ones, and the old manifest
     # (the completion marker of the mix directory) goes first.
     storage.delete(layout.MANIFEST)
@@ -591,7 +624,7 @@ def build_shards(
     scratch.sweep(scratch_dir or tempfile.gettempdir(), SPILL)
     with tempfile.TemporaryDirectory(prefix=scratch.owner_prefix(SPILL), dir=scratch_dir) as tmp:
         spill = _Spill(os.path.join(tmp, "spill.bin"), np_dtype)
-        params = EncodeParams(tokenizer, dtype, plan.separator_id, plan.encode_batch_docs)
+        params = EncodeParams(tokenizer, dtype, plan.separator_id, plan.encode_batch_docs, backend=backend)
         enc = _EncodeMap(spill, params, eng, log, cache)
 
         # per source: val documents (all), then train documents in selection order, as columns
@@ -742,6 +775,7 @@ def build_token_shards(storage, spec, scratch_dir: Optional[str] = None, eng: en
     result = build_shards(
         tokenizer, storage.source(layout.VALIDATION_SPLIT), raw, budgets, plan, dtype, storage, scratch_dir,
         bytes_per_token_guess=spec.tokenizer.bytes_per_token_fallback, eng=eng, log=log, cache=cache,
+        backend=spec.tokenizer.backend,
     )
     if log is not None:
         log.info(f"token_shards: {result.cache_line()}")

@@ -13,6 +13,7 @@ from mix_assets.stages.tokens.assets import (
     DROPPED_TAIL_AND_SEAM_RECORDED,
     NO_EMPTY_SHARD,
     SEPARATOR_IN_VOCAB,
+    TOKEN_IDS_MATCH_REFERENCE,
     build_tokens_assets,
 )
 from mix_assets.core import layout
@@ -27,7 +28,7 @@ def test_stage_materialises_with_every_gate_green(tmp_path):
     assert result.success, [e.message for e in result.all_events if e.is_failure]
     assert checks(result) == {VAL_DISJOINT_FROM_TRAIN: True, VAL_SHARE_IN_TOLERANCE: True, SEPARATOR_IN_VOCAB: True,
                               NO_EMPTY_SHARD: True, DROPPED_TAIL_AND_SEAM_RECORDED: True, MANIFEST_SELF_CONSISTENT: True,
-                              SHARDS_AUDIT_CLEAN: True}
+                              SHARDS_AUDIT_CLEAN: True, TOKEN_IDS_MATCH_REFERENCE: True}
     meta = result.asset_materializations_for_node("manifest")[0].metadata
     manifest = json.loads((tmp_path / "storage" / layout.MANIFEST).read_text())
     assert meta["fingerprint"].value == manifest["fingerprint"]
@@ -35,6 +36,12 @@ def test_stage_materialises_with_every_gate_green(tmp_path):
     shards = result.asset_materializations_for_node("token_shards")[0].metadata
     assert shards["dtype"].value == "uint16" and 0 <= shards["train_seam_share"].value <= 1
     assert shards["doc_index_bytes"].value > 0  # packing.doc_index defaults to true
+    # the fast encoder built them (the stand-in's trained byte-level BPE) and the check compared them with HF
+    assert shards["encoder_backend"].value == "tiktoken", shards["encoder_fallback_reason"].value
+    ev = next(e for e in result.get_asset_check_evaluations() if e.check_name == TOKEN_IDS_MATCH_REFERENCE)
+    assert ev.metadata["encoder_backend"].value == "tiktoken" and ev.metadata["mismatched_documents"].value == 0
+    per_source = ev.metadata["per_source"].value
+    assert all(v["sampled"] == v["documents"] > 0 for v in per_source.values()), per_source  # small: all of them
     # the samples the trainer will read, in the UI and on disk (stages/tokens/samples.py), recorded in its lineage
     rendered = (tmp_path / "storage" / layout.RENDERED_SAMPLES).read_text()
     ui = shards["rendered_samples"].value  # the file's text, long lines broken for the UI
@@ -112,3 +119,52 @@ def test_separator_not_in_the_tokenizer_fails_right_after_the_tokenizer(tmp_path
     ev = next(e for e in result.get_asset_check_evaluations() if e.check_name == SEPARATOR_IN_VOCAB)
     assert not ev.passed and "'<|endoftext|>' is not a token of the tokenizer" in ev.description
     assert not any(e.step_key == "token_shards" for e in result.all_events)  # never started
+
+
+def test_ids_that_differ_from_hf_fail_token_ids_match_reference(tmp_path, monkeypatch):
+    """A fast encoder that gets one document wrong: the check names it and holds the manifest back."""
+    from mix_assets.stages.tokens import backends
+
+    right = backends.TiktokenEncoder.encode_flat
+    wrong = []
+
+    def tampered(self, texts, threads, dtype, separator_id):
+        flat, n = right(self, texts, threads, dtype, separator_id)
+        if not wrong and len(n) and n[0] > 3:  # the first document of the first chunk: one id changed
+            flat = flat.copy()
+            flat[2] = (int(flat[2]) + 1) % 256
+            wrong.append(texts[0])
+        return flat, n
+
+    monkeypatch.setattr(backends.TiktokenEncoder, "encode_flat", tampered)
+    spec, assets, res = setup(tmp_path)
+    result = run(assets, res)
+    assert wrong and not result.success
+    ev = next(e for e in result.get_asset_check_evaluations() if e.check_name == TOKEN_IDS_MATCH_REFERENCE)
+    assert not ev.passed and ev.metadata["mismatched_documents"].value == 1
+    assert "are not HF's" in ev.description and ev.metadata["first_mismatches"].value in ev.description
+    assert result.asset_materializations_for_node("manifest") == []
+
+
+def test_a_reused_token_shards_re_emits_the_stored_exactness_result(tmp_path, monkeypatch):
+    """token_ids_match_reference is a pure function of token_shards' artifact key: a rebuild that reuses the
+    shards re-emits the stored result without re-encoding, and so does the check alone while the files hash as recorded."""
+    from mix_assets.stages.tokens import exactness
+
+    spec, assets, res = setup(tmp_path)
+    assert run(assets, res).success
+
+    def never(*a, **k):
+        raise AssertionError("recomputed")
+
+    monkeypatch.setattr(exactness, "check", never)
+    again = run(assets, res)
+    assert again.success, [e.message for e in again.all_events if e.is_failure]
+    ev = next(e for e in again.get_asset_check_evaluations() if e.check_name == TOKEN_IDS_MATCH_REFERENCE)
+    assert ev.passed and ev.metadata["mismatched_documents"].value == 0
+    # the check alone, its shard files rewritten with the same bytes: still as recorded, still re-emitted
+    manifest = json.loads((tmp_path / "storage" / layout.MANIFEST).read_text())
+    shard = tmp_path / "storage" / "mix" / manifest["splits"]["val"]["shards"][0]["path"]
+    shard.write_bytes(shard.read_bytes())
+    gate = dg.AssetCheckKey(dg.AssetKey("token_shards"), TOKEN_IDS_MATCH_REFERENCE)
+    assert run(assets, res, selection=dg.AssetSelection.checks(gate)).success

@@ -74,7 +74,10 @@ def test_real_mix_through_manifest(tmp_path, real_data):
     result = dg.materialize(assets, resources=res, instance=inst, raise_on_error=False)
     assert result.success, [e.message for e in result.all_events if e.is_failure]
     evals = result.get_asset_check_evaluations()
-    assert len(evals) == 7 and all(e.passed for e in evals)
+    assert len(evals) == 8 and all(e.passed for e in evals)
+    # the fast backend built the shards (the tokenizer is a trained byte-level BPE) and the sample matched HF
+    exact = next(e for e in evals if e.check_name == "token_ids_match_reference")
+    assert exact.metadata["encoder_backend"].value == "tiktoken" and exact.metadata["sampled_documents"].value > 0
 
     manifest = json.loads((tmp_path / "storage" / layout.MANIFEST).read_text())
     assert check_manifest(manifest, tmp_path / "storage" / "mix") == []
@@ -122,8 +125,10 @@ def test_demo_end_to_end_through_manifest_with_every_gate_green(tmp_path):
     evals = result.get_asset_check_evaluations()
     names = {e.check_name for e in evals}
     assert {"val_disjoint_from_train", "val_share_in_tolerance", "no_empty_shard",
-            "dropped_tail_and_seam_recorded", "manifest_self_consistent"} <= names
+            "dropped_tail_and_seam_recorded", "manifest_self_consistent", "token_ids_match_reference"} <= names
     assert all(e.passed for e in evals)
+    shards = result.asset_materializations_for_node("token_shards")[0].metadata
+    assert shards["encoder_backend"].value == "tiktoken", shards["encoder_fallback_reason"].value
     manifest = json.loads((tmp_path / "storage" / layout.MANIFEST).read_text())
     assert check_manifest(manifest, tmp_path / "storage" / "mix") == []
     for s in spec.sources:

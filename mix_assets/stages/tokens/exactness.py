@@ -1,0 +1,186 @@
+"""token_ids_match_reference: the ids in the shards are HF `tokenizers`' ids, on a seeded, stratified sample.
+
+Whatever encoder built the shards (backends.py), each sampled document is read back from the shards (its first
+appearance per split, `tokens/stream_docs/<split>.parquet`, as much of it as the shards hold: a budget's last
+appearance is truncated and the dropped tail is not in them) and compared with HF's encode_batch_fast of its raw
+text (add_special_tokens=False, then the separator when the packing has one). The sample, per source: every
+document when there are at most MIN_DOCS, else the larger of MIN_DOCS and SHARE of them, taken by a seeded hash
+of the doc_id, plus always the LONGEST documents (by tokens in the shards). A pure function of the shards, the
+raw text and the tokenizer (the token_shards artifact key) and the seed: a reused token_shards re-emits it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Optional
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mix_assets.core import layout, tables
+from mix_assets.core.seeded import unit_hash
+from mix_assets.format.shards import token_dtype
+from mix_assets.stages.tokens import backends
+
+MIN_DOCS = 1000
+SHARE = 0.01
+LONGEST = 8
+SHOW = 5  # mismatched doc ids named in the result
+ENCODE_BATCH = 500
+
+
+@dataclass
+class SourceCheck:
+    documents: int = 0  # distinct documents of the source in the shards
+    sampled: int = 0
+    tokens: int = 0  # shard tokens compared
+    mismatched: list[str] = field(default_factory=list)  # doc ids (all of them; the result shows SHOW)
+
+    def to_json(self) -> dict:
+        return {"documents": self.documents, "sampled": self.sampled, "tokens": self.tokens,
+                "mismatches": len(self.mismatched), "first_mismatches": self.mismatched[:SHOW]}
+
+
+@dataclass
+class ExactnessReport:
+    sources: dict[str, SourceCheck]
+
+    @property
+    def mismatches(self) -> int:
+        return sum(len(s.mismatched) for s in self.sources.values())
+
+    @property
+    def passed(self) -> bool:
+        return self.mismatches == 0 and sum(s.sampled for s in self.sources.values()) > 0
+
+    def first_mismatches(self) -> list[str]:
+        return [d for s in sorted(self.sources) for d in self.sources[s].mismatched][:SHOW]
+
+
+def sample_size(n: int) -> int:
+    """Documents drawn from a source of `n` (before its longest are added)."""
+    return n if n <= MIN_DOCS else max(MIN_DOCS, math.ceil(SHARE * n))
+
+
+def _appearances(storage, stats: dict) -> pa.Table:
+    """Every split's first appearance of each document: split, start (in the split's stream), tokens, source, doc_id."""
+    parts = []
+    for split in ("train", "val"):
+        t = tables.read_parquet(storage, layout.STREAM_DOCS.format(split=split))
+        t = t.append_column("split", pa.array([split] * len(t), pa.string()))
+        parts.append(t.select(["split", "start", "tokens", "source", "doc_id"]))
+    t = pa.concat_tables(parts)
+    t = t.set_column(3, "source", t.column("source").cast(pa.string()))
+    # first appearance per (split, doc): the rows are in stream order within a split
+    keyed = t.append_column("i", pa.array(np.arange(len(t), dtype=np.int64)))
+    first = keyed.group_by(["split", "doc_id"], use_threads=False).aggregate([("i", "min")]).column("i_min")
+    return t.take(pa.array(np.sort(first.to_numpy())))
+
+
+def choose(app: pa.Table, seed: int) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """Per source: rows of `app` to check (seeded draw + the longest), and its distinct documents."""
+    out, docs = {}, {}
+    sources = app.column("source").to_pylist()
+    ids = app.column("doc_id").to_pylist()
+    tokens = app.column("tokens").to_numpy()
+    by_source: dict[str, list[int]] = {}
+    for i, s in enumerate(sources):
+        by_source.setdefault(s, []).append(i)
+    for s, rows in sorted(by_source.items()):
+        rows = np.asarray(rows, np.int64)
+        distinct = {ids[i] for i in rows}
+        docs[s] = len(distinct)
+        k = sample_size(len(rows))
+        h = np.fromiter((unit_hash(seed, f"exact:{ids[i]}") for i in rows), np.float64, len(rows))
+        drawn = rows[np.lexsort((rows, h))[:k]]
+        longest = rows[np.argsort(-tokens[rows], kind="stable")[:LONGEST]]
+        out[s] = np.unique(np.concatenate([drawn, longest]))
+    return out, docs
+
+
+class _Stream:
+    """A split's shards read as one token stream (the concatenation of its shards, in order)."""
+
+    def __init__(self, storage, shards: list[dict], sample_len: int, dtype: np.dtype):
+        self.storage, self.dtype = storage, dtype
+        self.keys = [f"{layout.MIX_DIR}/{sh['path']}" for sh in shards]
+        self.ends = np.cumsum([sh["samples"] * sample_len for sh in shards]).astype(np.int64)
+        self.files: dict[int, object] = {}
+
+    @property
+    def size(self) -> int:
+        return int(self.ends[-1]) if len(self.ends) else 0
+
+    def read(self, start: int, n: int) -> np.ndarray:
+        out, pos, end = [], start, min(start + n, self.size)
+        while pos < end:
+            k = int(np.searchsorted(self.ends, pos, side="right"))
+            first = int(self.ends[k - 1]) if k else 0
+            take = min(end, int(self.ends[k])) - pos
+            f = self.files.get(k) or self.files.setdefault(k, self.storage.open(self.keys[k]))
+            f.seek((pos - first) * self.dtype.itemsize)
+            out.append(np.frombuffer(f.read(take * self.dtype.itemsize), self.dtype))
+            pos += take
+        return np.concatenate(out) if out else np.zeros(0, self.dtype)
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+
+
+def _texts(path, want: set[str]) -> dict[str, str]:
+    """The text of the documents `want` in the documents file `path` (a doc_id twice: its last row, as
+    token_shards reads it)."""
+    got: dict[str, str] = {}
+    wanted = pa.array(sorted(want), pa.string())
+    for b in tables.iter_batches(path, ["doc_id", "text"], 8192):
+        ids = b.column(0).cast(pa.string())
+        sel = pc.is_in(ids, value_set=wanted)
+        if pc.any(sel).as_py():
+            for d, t in zip(ids.filter(sel).to_pylist(), b.column(1).filter(sel).to_pylist()):
+                got[d] = t
+    return got
+
+
+def check(storage, seed: int, tok, paths: Optional[dict] = None) -> ExactnessReport:
+    """Compare the sampled documents' ids in the shards with HF's (`tok`, a tokenizers.Tokenizer). `paths`:
+    {source: its documents file as token_shards read it} (line_dedup's where it ran); None: raw/<source>'s."""
+    stats = json.loads(storage.read_text(layout.SHARD_STATS))
+    dtype, L = token_dtype(stats["dtype"]), stats["packing"]["sample_len"]
+    sep = stats["packing"].get("separator_id")
+    app = _appearances(storage, stats)
+    picks, docs = choose(app, seed)
+    hf = backends.HFEncoder(tok)
+    streams = {sp: _Stream(storage, stats["splits"][sp]["shards"], L, dtype) for sp in ("train", "val")}
+    report = ExactnessReport({s: SourceCheck(documents=docs[s]) for s in docs})
+    try:
+        for source, rows in picks.items():
+            sub = app.take(pa.array(rows))
+            ids = sub.column("doc_id").to_pylist()
+            path = (paths or {}).get(source) or storage.source(layout.RAW_DOCS.format(source=source))
+            texts = _texts(path, set(ids))
+            res = report.sources[source]
+            res.sampled = len(set(ids))
+            splits, starts, takes = (sub.column(c).to_pylist() for c in ("split", "start", "tokens"))
+            for lo in range(0, len(ids), ENCODE_BATCH):
+                batch = ids[lo:lo + ENCODE_BATCH]
+                missing = [d for d in batch if texts.get(d) is None]
+                if missing:
+                    raise ValueError(f"{path}: no text for document {missing[0]!r} of the shards; the documents "
+                                     "changed after token_shards")
+                for j, want in enumerate(hf.encode([texts[d] for d in batch])):
+                    k = lo + j
+                    if sep is not None:
+                        want = want + [sep]
+                    n = min(takes[k], len(want))
+                    have = streams[splits[k]].read(starts[k], n)
+                    res.tokens += len(have)
+                    if takes[k] > len(want) or have.tolist() != want[:len(have)]:
+                        res.mismatched.append(batch[j])
+    finally:
+        for s in streams.values():
+            s.close()
+    return report
