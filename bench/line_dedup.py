@@ -5,6 +5,7 @@ pool of boilerplate lines (Zipf-like), and in 1 % of the documents a body line r
 Both sides run on the same documents, each in its own process:
 
   ours       lines.dedup_lines (count map, reduce, removal map; local engine, 1 worker), parquet in and out,
+             its compiled kernels (stages/lines/kernels.py) loaded before the timer, like polars and pyarrow,
              min_docs 2 (a line in >= 2 documents goes), no document dropped (min_kept_share 0, min_kept_chars 0)
   datatrove  datatrove 0.10.1's three stages (SentenceDedupSignature, SentenceFindDedups, SentenceDedupFilter)
              configured as close to line dedup as it goes: n_sentences 1, split_sentences False (a "sentence" is
@@ -101,7 +102,8 @@ def run_ours(docs: list[str], work: Path) -> dict:
 
     from mix_assets.core import engine
     from mix_assets.core.storage import Storage
-    from mix_assets.stages.lines import lines as lib
+    from mix_assets.stages.lines import kernels  # noqa: F401  numba and the cached kernels load before the timer,
+    from mix_assets.stages.lines import lines as lib  # as polars and pyarrow do (once per worker process)
     from mix_assets.stages.sources.sources import DOC_SCHEMA
 
     path = work / "raw.parquet"
