@@ -67,6 +67,20 @@ def _chars(b, s, e):
 
 
 @numba.njit(inline="always")
+def _counted(b, s, e, min_chars):
+    """Whether b[s:e] holds at least min_chars characters (stops counting there)."""
+    if e - s < min_chars:  # fewer bytes than that: fewer characters
+        return False
+    n = 0
+    for i in range(s, e):
+        if n >= min_chars:
+            return True
+        if (b[i] & 0xC0) != 0x80:
+            n += 1
+    return n >= min_chars
+
+
+@numba.njit(inline="always")
 def _line_end(b, p, e):
     while p < e and b[p] != 0x0A:
         p += 1
@@ -86,7 +100,7 @@ def doc_line_hashes(o: np.ndarray, b: np.ndarray, min_chars: int, cap: int) -> n
         while True:
             q = _line_end(b, p, e)
             ls, le = _strip(b, p, q)
-            if _chars(b, ls, le) >= min_chars:
+            if _counted(b, ls, le, min_chars):
                 out[k] = _xxh64(b, ls, le)
                 k += 1
             if q >= e:
@@ -134,6 +148,23 @@ def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.n
     search = frequent.shape[0] > 0
     for d in range(n):
         s, e = o[d], o[d + 1]
+        hit = False
+        p = s
+        while search:  # a first pass: does the document lose a line? (most do not: their bytes are copied)
+            q = _line_end(b, p, e)
+            ls, le = _strip(b, p, q)
+            if _counted(b, ls, le, min_chars) and _has(frequent, _xxh64(b, ls, le)):
+                hit = True
+                break
+            if q >= e:
+                break
+            p = q + 1
+        if not hit:
+            nb[w:w + e - s] = b[s:e]
+            w += e - s
+            no[d + 1] = w
+            nchars[d] = _chars(b, s, e)
+            continue
         p = s
         first = True
         tot = 0
@@ -145,7 +176,7 @@ def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.n
             ls, le = _strip(b, p, q)
             c = _chars(b, ls, le)
             tot += c
-            if search and c >= min_chars and _has(frequent, _xxh64(b, ls, le)):
+            if c >= min_chars and _has(frequent, _xxh64(b, ls, le)):
                 rm += 1
             else:
                 kc += c
@@ -154,17 +185,15 @@ def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.n
                     w += 1
                     cc += 1
                 first = False
-                for i in range(p, q):
-                    nb[w] = b[i]
-                    w += 1
+                nb[w:w + q - p] = b[p:q]
+                w += q - p
                 cc += _chars(b, p, q)
             if q >= e:
                 break
             p = q + 1
         no[d + 1] = w
         nchars[d] = cc
-        if rm:
-            removed[d] = rm
-            chars[d] = tot
-            kept[d] = kc
+        removed[d] = rm
+        chars[d] = tot
+        kept[d] = kc
     return no, nb[:w], removed, chars, kept, nchars
