@@ -107,11 +107,11 @@ def doc_line_hashes(o: np.ndarray, b: np.ndarray, min_chars: int, cap: int) -> n
                 break
             p = q + 1
         if k - k0 > 1:
-            seg = np.sort(out[k0:k])
-            m = k0
-            for i in range(seg.shape[0]):
-                if i == 0 or seg[i] != seg[i - 1]:
-                    out[m] = seg[i]
+            out[k0:k].sort()
+            m = k0 + 1
+            for i in range(k0 + 1, k):
+                if out[i] != out[m - 1]:
+                    out[m] = out[i]
                     m += 1
             k = m
     return out[:k]
