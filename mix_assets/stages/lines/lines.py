@@ -1,9 +1,9 @@
 """Cross-document line dedup as a map / reduce / map on the engine (core/engine.py), no Dagster.
 
-A line is a `\\n`-separated piece of a document's text; its key is the 64-bit polars hash (fixed seed, stable
-within a polars version: the version is in `describe`, so keyed reuse never mixes two) of the line with
-surrounding whitespace stripped. Blank lines and lines shorter than `min_line_chars` are never counted nor
-removed.
+A line is a `\\n`-separated piece of a document's text; its key is XXH64 (seed 0) of the line's UTF-8 bytes with
+surrounding (Unicode) whitespace stripped: fixed by the algorithm, the same in every process, library version
+and run (stages/lines/kernels.py). Blank lines and lines shorter than `min_line_chars` are never counted nor
+removed. Both maps are one compiled pass per chunk over the Arrow text buffers (kernels.py).
 
 1. count map (`count_chunk`), over row ranges of every source's raw documents: per chunk the distinct
    (document, line hash) pairs grouped by hash, so a line counts once per document however often it repeats
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.metadata
 import json
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
@@ -39,7 +38,6 @@ from mix_assets.stages.dedup import signatures as sig
 
 FORMAT = "mix_assets.line_dedup/1"
 META_KEY = b"mix_assets.line_dedup"
-SEED = 20261206  # the polars hash seed: fixed, so every worker and every run hashes a line alike
 DROP_REASON = "line_dedup:too_little_left"
 FREQUENT_SCHEMA = pa.schema([("hash", pa.uint64()), ("docs", pa.int64())])
 # raw/<source>'s columns (stages/sources/sources.DOC_SCHEMA), then what line_dedup did to each document
@@ -66,22 +64,41 @@ class LineParams:
 
 @functools.cache
 def code() -> str:
-    """This module's code (and the project modules it reaches) with the polars version (its hash)."""
-    src = imports.source_version(__name__) + "polars " + importlib.metadata.version("polars")
-    return hashlib.sha256(src.encode()).hexdigest()[:16]
+    """This module's code and the project modules it reaches (the line key is kernels.py's own hash)."""
+    return hashlib.sha256(imports.source_version(__name__).encode()).hexdigest()[:16]
 
 
-def _lines(text: pa.Array, min_line_chars: int, lazy: bool = False):
-    """One row per line of every document: row (document index), line (as written), hash (of the stripped
-    line), counted (non-blank and at least `min_line_chars` long once stripped), chars (stripped length)."""
+def _buffers(text) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """(the texts as one large_string array, its offsets as int64, its UTF-8 bytes): views, no copy of the bytes."""
+    a = text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text
+    if a.type == pa.string():
+        a = a.cast(pa.large_string())  # int32 offsets widened (kernels read int64 offsets)
+    bufs = a.buffers()
+    o = np.frombuffer(bufs[1], np.int64)[a.offset:a.offset + len(a) + 1]
+    b = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    return a, o, b
+
+
+def _lines(text: pa.Array, min_line_chars: int):
+    """One row per line of every document (polars, for the readers that need line texts: the removed-line
+    samples, the bench): row (document index), line (as written), hash (kernels' key of the stripped line),
+    counted (at least `min_line_chars` long once stripped), chars (stripped length)."""
     s = pl.from_arrow(text.cast(pa.large_string()) if not isinstance(text, pa.ChunkedArray)
                       else text.combine_chunks().cast(pa.large_string()))
-    df = pl.DataFrame({"row": pl.int_range(0, len(s), eager=True, dtype=pl.Int64), "line": s.fill_null("")}).lazy()
+    df = pl.DataFrame({"row": pl.int_range(0, len(s), eager=True, dtype=pl.Int64), "line": s.fill_null("")})
     df = df.with_columns(pl.col("line").str.split("\n")).explode("line")
     key = pl.col("line").str.strip_chars()
-    df = df.with_columns(key.hash(SEED).alias("hash"), key.str.len_chars().alias("chars"))
-    df = df.with_columns((pl.col("chars") >= min_line_chars).alias("counted"))
-    return df if lazy else df.collect()
+    df = df.with_columns(key.str.len_chars().alias("chars"))
+    return df.with_columns(pl.Series("hash", textkeys_hash(df.select(key)["line"]), dtype=pl.UInt64),
+                           (pl.col("chars") >= min_line_chars).alias("counted"))
+
+
+def textkeys_hash(stripped: pl.Series) -> np.ndarray:
+    """The kernels' key (XXH64 of the UTF-8 bytes) of already stripped lines."""
+    from mix_assets.core import kernels_jit
+
+    _, o, b = _buffers(stripped.to_arrow())
+    return kernels_jit.xxh64_strings(o, b)
 
 
 @dataclass(frozen=True)
@@ -103,10 +120,15 @@ def _read(rows: engine.RowRange, source: str, columns: list[str]) -> pa.Table:
 
 
 def count_lines(text: pa.Array, min_line_chars: int) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct line hashes sorted, documents holding each): every counted line once per document."""
-    g = (_lines(text, min_line_chars, lazy=True).filter(pl.col("counted")).select("row", "hash").unique()
-         .group_by("hash").len().sort("hash").collect())
-    return g["hash"].to_numpy().astype(np.uint64), g["len"].to_numpy().astype(np.int64)
+    """(distinct line hashes sorted, documents holding each): every counted line once per document (one
+    compiled pass, kernels.doc_line_hashes)."""
+    from mix_assets.stages.lines import kernels
+
+    _, o, b = _buffers(text)
+    cap = int(np.count_nonzero(b[o[0]:o[-1]] == 0x0A)) + len(o) - 1
+    h = kernels.doc_line_hashes(o, b, min_line_chars, cap)
+    uniq, n = np.unique(h, return_counts=True)
+    return uniq.astype(np.uint64), n.astype(np.int64)
 
 
 def count_chunk(chunk: CountChunk) -> tuple[np.ndarray, np.ndarray]:
@@ -135,37 +157,22 @@ def frequent(hashes: np.ndarray, docs: np.ndarray, min_docs: int) -> pa.Table:
 
 def remove_lines(text: pa.Array, hashes: np.ndarray, p: LineParams) -> tuple[pa.Array, dict]:
     """(the texts without their frequent lines, per document: removed_lines, removed_bytes, dropped,
-    kept_chars, chars); a document losing nothing keeps its text as it was (only the documents that lose a
-    line are joined again)."""
-    old = text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text
-    old = old.cast(pa.large_string())
+    kept_chars, chars, n_chars of the new text); a document losing nothing keeps its text as it was. One
+    compiled pass (kernels.remove_frequent)."""
+    from mix_assets.stages.lines import kernels
+
+    old, o, b = _buffers(text)
     n = len(old)
-    gone = pl.col("counted") & pl.col("hash").is_in(pl.Series(hashes, dtype=pl.UInt64).implode())
-    df = _lines(old, p.min_line_chars, lazy=True).with_columns(gone.alias("gone")).collect()
-    hit = df.filter(pl.col("gone"))["row"].unique().sort()
-    per = df.filter(pl.col("row").is_in(hit.implode())).group_by("row", maintain_order=True).agg(
-        pl.col("gone").sum().alias("removed_lines"),
-        pl.col("line").filter(~pl.col("gone")).str.join("\n").alias("kept"),
-        pl.col("chars").sum().alias("chars"),
-        pl.col("chars").filter(~pl.col("gone")).sum().alias("kept_chars"),
-    )
-    rows = per["row"].to_numpy()
-    removed = np.zeros(n, np.int32)
-    removed[rows] = per["removed_lines"].to_numpy()
-    chars, kept = np.zeros(n, np.int64), np.zeros(n, np.int64)
-    chars[rows], kept[rows] = per["chars"].to_numpy(), per["kept_chars"].to_numpy()
+    no, nb, removed, chars, kept, nchars = kernels.remove_frequent(
+        o, b, p.min_line_chars, np.ascontiguousarray(hashes, np.uint64))
+    out = pa.LargeStringArray.from_buffers(n, pa.py_buffer(no), pa.py_buffer(nb))
+    if old.null_count:  # a null text stays null (it has one blank line, never removed unless blank lines count)
+        out = pc.if_else(pc.is_null(old), old, out)
     changed = removed > 0
-    out = old
-    if len(rows):
-        pos = np.full(n, 0, np.int64)
-        pos[rows] = np.arange(len(rows))
-        new = pa.array(per["kept"].to_arrow()).cast(pa.large_string()).take(pa.array(pos))
-        out = pc.if_else(pa.array(changed), new, old)
     dropped = changed & ((kept < p.min_kept_share * chars) | (kept < p.min_kept_chars))
-    nb_old = pc.fill_null(pc.binary_length(old), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    nb_new = pc.fill_null(pc.binary_length(out), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    return out, {"removed_lines": removed, "removed_bytes": nb_old - nb_new, "dropped": dropped,
-                 "kept_chars": kept, "chars": chars}
+    nb_old = np.diff(o)
+    return out, {"removed_lines": removed, "removed_bytes": nb_old - np.diff(no), "dropped": dropped,
+                 "kept_chars": kept, "chars": chars, "n_chars": nchars}
 
 
 @dataclass(frozen=True)
@@ -192,7 +199,7 @@ def apply_chunk(chunk: ApplyChunk, doc_schema: Optional[pa.Schema] = None) -> pa
     changed = st["removed_lines"] > 0
     est = np.where(changed, np.maximum(1, np.round(nb * est_old / np.maximum(nb_old, 1))), est_old).astype(np.int64)
     cols = {"text": text, "n_bytes": pa.array(np.where(changed, nb, nb_old)),
-            "n_chars": pc.cast(pc.utf8_length(text), pa.int64()), "est_tokens": pa.array(est)}
+            "n_chars": pa.array(st["n_chars"], pa.int64()), "est_tokens": pa.array(est)}
     out = {c: cols.get(c, t.column(c)) for c in schema.names}
     out.update({"removed_lines": pa.array(st["removed_lines"], pa.int32()),
                 "removed_bytes": pa.array(np.where(changed, st["removed_bytes"], 0), pa.int64()),

@@ -248,3 +248,57 @@ def test_a_run_killed_in_the_removal_map_resumes_from_its_chunk_parts(tmp_path, 
     for key in [layout.LINE_FREQUENT, *(layout.LINE_DOCS.format(source=s) for s in ("web", "forum"))]:
         assert again.sha256(key) == clean.sha256(key), key
     assert not again.list("parts/lines")  # the parts go once what they fed is written
+
+
+def _messy_corpus(n: int = 600, seed: int = 9) -> list[str]:
+    """Lines from a pool (padded with Unicode and ASCII whitespace, some not White_Space: U+001C, U+200B),
+    unique lines, blank lines, short lines, a repeat inside a document, trailing newlines, empty documents."""
+    r = random.Random(seed)
+    pads = [" ", "\t", "\r", "\u00a0", "\u3000", "\u2003", "\u0085", "\u2028", "\x1c", "\u200b", ""]
+    pool = [f"Boilerplate line {i}: é ü 漢字 ok" for i in range(30)] + ["tiny"]
+    docs = []
+    for d in range(n):
+        lines = []
+        for _ in range(r.randint(0, 10)):
+            x = r.random()
+            line = (r.choice(pool) if x < 0.45 else "" if x < 0.55 else f"unique {d} {r.randrange(10**9)} línea")
+            lines.append(r.choice(pads) * r.randint(0, 2) + line + r.choice(pads) * r.randint(0, 2))
+        if lines and r.random() < 0.1:
+            lines.append(lines[0])
+        docs.append("\n".join(lines) + ("\n" if r.random() < 0.2 else ""))
+    return docs
+
+
+@pytest.mark.parametrize("chunk_rows", [7, 100, 10_000])
+def test_removals_match_a_plain_python_reference(tmp_path, chunk_rows):
+    from mix_assets_tests.oracles import lines_reference as ref
+
+    docs = _messy_corpus()
+    params = lib.LineParams(min_docs=4, min_line_chars=5, min_kept_share=0.5, min_kept_chars=1)
+    want_counts = ref.counts(docs, params.min_line_chars)
+    frequent = {k for k, n in want_counts.items() if n >= params.min_docs}
+    want = ref.remove(docs, frequent, params.min_line_chars, params.min_kept_share, params.min_kept_chars)
+    assert sum(w[1] for w in want) > 100 and any(w[2] for w in want)  # the corpus exercises removal and drops
+    h, d = lib.reduce_counts(lib.count_lines(pa.array(docs[i:i + chunk_rows]), params.min_line_chars)
+                             for i in range(0, len(docs), chunk_rows))
+    assert dict(zip(h.tolist(), d.tolist())) == want_counts
+    storage = Storage(root=str(tmp_path / "storage"))
+    _docs_file(tmp_path / "web.parquet", docs, "web")
+    lib.dedup_lines(storage, {"web": engine.FileAt(str(tmp_path / "web.parquet"))}, {"web": "v1"}, params, [],
+                    engine.Engine(num_cpus=1, chunk_rows=chunk_rows))
+    got = _docs(storage, "web")
+    assert got.column("text").to_pylist() == [w[0] for w in want]
+    assert got.column("removed_lines").to_pylist() == [w[1] for w in want]
+    assert got.column("dropped").to_pylist() == [w[2] for w in want]
+    assert got.column("n_chars").to_pylist() == [len(w[0]) for w in want]
+    assert got.column("n_bytes").to_pylist() == [len(w[0].encode()) for w in want]
+    assert sorted(pq.read_table(storage.source(layout.LINE_FREQUENT)).column("hash").to_pylist()) == sorted(frequent)
+
+
+def test_the_line_key_is_xxh64_of_the_stripped_utf8_bytes():
+    import xxhash
+
+    h, d = lib.count_lines(pa.array(["\u3000 Ünïcode line\u00a0\t\r", "Ünïcode line", "\x1cÜnïcode line"]), 1)
+    got = dict(zip(h.tolist(), d.tolist()))
+    assert got[xxhash.xxh64_intdigest("Ünïcode line".encode())] == 2  # U+3000, U+00A0 stripped, U+001C not
+    assert got[xxhash.xxh64_intdigest("\x1cÜnïcode line".encode())] == 1

@@ -1,0 +1,199 @@
+"""Compiled (numba) passes of line_dedup over a chunk's Arrow text buffers: one pass per chunk, no Python loop
+per document and no exploded line frame.
+
+A line is a `\\n`-separated piece of a document; its key is XXH64 (seed 0, core/kernels_jit._xxh64: fixed by
+the algorithm, not by a library version) of its UTF-8 bytes with leading and trailing whitespace stripped;
+whitespace is Unicode White_Space (the set Rust's `str::trim` and polars' `strip_chars()` strip: ASCII
+\\t \\n \\v \\f \\r and space, U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000).
+A line is counted when its stripped length in characters is >= min_chars.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from mix_assets.core.kernels_jit import _xxh64
+
+_JIT = dict(nogil=True, cache=True)
+
+
+@numba.njit(inline="always")
+def _ws_at(b, p, end):
+    """Byte length of the whitespace character starting at b[p] (0 when it is none)."""
+    c = b[p]
+    if c == 0x20 or (c >= 0x09 and c <= 0x0D):
+        return 1
+    if c == 0xC2 and p + 1 < end and (b[p + 1] == 0x85 or b[p + 1] == 0xA0):
+        return 2
+    if p + 2 < end:
+        c1, c2 = b[p + 1], b[p + 2]
+        if c == 0xE1 and c1 == 0x9A and c2 == 0x80:
+            return 3
+        if c == 0xE2 and c1 == 0x80 and (c2 <= 0x8A or c2 == 0xA8 or c2 == 0xA9 or c2 == 0xAF):
+            return 3  # c2 >= 0x80 always (a continuation byte)
+        if c == 0xE2 and c1 == 0x81 and c2 == 0x9F:
+            return 3
+        if c == 0xE3 and c1 == 0x80 and c2 == 0x80:
+            return 3
+    return 0
+
+
+@numba.njit(inline="always")
+def _strip(b, s, e):
+    """(start, end) of b[s:e] with surrounding whitespace stripped."""
+    while s < e:
+        w = _ws_at(b, s, e)
+        if w == 0:
+            break
+        s += w
+    while e > s:
+        q = e - 1
+        while q > s and (b[q] & 0xC0) == 0x80:  # back to the start of the last character
+            q -= 1
+        if _ws_at(b, q, e) != e - q:
+            break
+        e = q
+    return s, e
+
+
+@numba.njit(inline="always")
+def _chars(b, s, e):
+    n = 0
+    for i in range(s, e):
+        if (b[i] & 0xC0) != 0x80:
+            n += 1
+    return n
+
+
+@numba.njit(inline="always")
+def _counted(b, s, e, min_chars):
+    """Whether b[s:e] holds at least min_chars characters (stops counting there)."""
+    if e - s < min_chars:  # fewer bytes than that: fewer characters
+        return False
+    n = 0
+    for i in range(s, e):
+        if n >= min_chars:
+            return True
+        if (b[i] & 0xC0) != 0x80:
+            n += 1
+    return n >= min_chars
+
+
+@numba.njit(inline="always")
+def _line_end(b, p, e):
+    while p < e and b[p] != 0x0A:
+        p += 1
+    return p
+
+
+@numba.njit(**_JIT)
+def doc_line_hashes(o: np.ndarray, b: np.ndarray, min_chars: int, cap: int) -> np.ndarray:
+    """The distinct hashes of each document's counted lines (each document's sorted, documents in order):
+    every counted line once per document. `cap` bounds the number of lines (newlines + documents)."""
+    out = np.empty(cap, np.uint64)
+    k = 0
+    for d in range(o.shape[0] - 1):
+        s, e = o[d], o[d + 1]
+        k0 = k
+        p = s
+        while True:
+            q = _line_end(b, p, e)
+            ls, le = _strip(b, p, q)
+            if _counted(b, ls, le, min_chars):
+                out[k] = _xxh64(b, ls, le)
+                k += 1
+            if q >= e:
+                break
+            p = q + 1
+        if k - k0 > 1:
+            out[k0:k].sort()
+            m = k0 + 1
+            for i in range(k0 + 1, k):
+                if out[i] != out[m - 1]:
+                    out[m] = out[i]
+                    m += 1
+            k = m
+    return out[:k]
+
+
+@numba.njit(inline="always")
+def _has(sorted_h, h):
+    lo, hi = 0, sorted_h.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if sorted_h[mid] < h:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo < sorted_h.shape[0] and sorted_h[lo] == h
+
+
+@numba.njit(**_JIT)
+def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.ndarray):
+    """Every document without its counted lines whose hash is in `frequent` (sorted), kept lines joined by
+    `\\n` (a document losing nothing keeps its bytes). Returns (offsets, bytes, removed lines, stripped chars
+    of all lines, stripped chars of the kept lines, characters of the new text); the two stripped sums are 0
+    for a document that lost nothing."""
+    n = o.shape[0] - 1
+    base = o[0]
+    no = np.empty(n + 1, np.int64)
+    nb = np.empty(o[n] - base, np.uint8)
+    removed = np.zeros(n, np.int32)
+    chars = np.zeros(n, np.int64)
+    kept = np.zeros(n, np.int64)
+    nchars = np.zeros(n, np.int64)
+    w = 0
+    no[0] = 0
+    search = frequent.shape[0] > 0
+    for d in range(n):
+        s, e = o[d], o[d + 1]
+        hit = False
+        p = s
+        while search:  # a first pass: does the document lose a line? (most do not: their bytes are copied)
+            q = _line_end(b, p, e)
+            ls, le = _strip(b, p, q)
+            if _counted(b, ls, le, min_chars) and _has(frequent, _xxh64(b, ls, le)):
+                hit = True
+                break
+            if q >= e:
+                break
+            p = q + 1
+        if not hit:
+            nb[w:w + e - s] = b[s:e]
+            w += e - s
+            no[d + 1] = w
+            nchars[d] = _chars(b, s, e)
+            continue
+        p = s
+        first = True
+        tot = 0
+        kc = 0
+        cc = 0
+        rm = 0
+        while True:
+            q = _line_end(b, p, e)
+            ls, le = _strip(b, p, q)
+            c = _chars(b, ls, le)
+            tot += c
+            if c >= min_chars and _has(frequent, _xxh64(b, ls, le)):
+                rm += 1
+            else:
+                kc += c
+                if not first:
+                    nb[w] = 0x0A
+                    w += 1
+                    cc += 1
+                first = False
+                nb[w:w + q - p] = b[p:q]
+                w += q - p
+                cc += _chars(b, p, q)
+            if q >= e:
+                break
+            p = q + 1
+        no[d + 1] = w
+        nchars[d] = cc
+        removed[d] = rm
+        chars[d] = tot
+        kept[d] = kc
+    return no, nb[:w], removed, chars, kept, nchars
