@@ -131,7 +131,9 @@ def host_of(url: Optional[str]) -> Optional[str]:
         return None
     u = url.strip()
     try:
-        parts = urlsplit(u if "://" in u else "http://" + u)
+        parts = urlsplit(u)
+        if not parts.netloc:  # a document's URL written without a scheme ("example.com/page")
+            parts = urlsplit("//" + u)
         host = parts.hostname
     except ValueError:
         return None
