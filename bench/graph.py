@@ -494,7 +494,19 @@ def child_encode(cfg: Path) -> dict:
     for i in range(0, len(texts), n):
         ntok += sum(len(e.ids) for e in t.encode_batch_fast(texts[i : i + n], add_special_tokens=False))
     secs, cpu = time.perf_counter() - t0, cpu_secs() - c0
-    return {"bytes": nbytes, "tokens": ntok, "secs": secs, "cpu_secs": cpu, "peak_rss_mb": peak_rss_mb()}
+    out = {"bytes": nbytes, "tokens": ntok, "secs": secs, "cpu_secs": cpu, "peak_rss_mb": peak_rss_mb()}
+    # the fast exact backend token_shards uses by default (stages/tokens/backends.py), same texts and threads
+    from mix_assets.stages.tokens.backends import encoder_for
+
+    fast = encoder_for(t, "auto")
+    threads = int(os.environ.get("RAYON_NUM_THREADS") or 1)
+    t0, c0 = time.perf_counter(), cpu_secs()
+    ftok = 0
+    for i in range(0, len(texts), n):
+        ftok += sum(map(len, fast.encode(texts[i : i + n], threads)))
+    out["fast"] = {"backend": type(fast).__name__, "secs": time.perf_counter() - t0, "cpu_secs": cpu_secs() - c0,
+                   "same_token_count": ftok == ntok}
+    return out
 
 
 def child(kind: str, args: list[str]) -> None:
@@ -642,11 +654,22 @@ def section(mb: int, gen: dict, runs: list[dict], encs: dict) -> str:
             L.append(f"Raw encode, {n} thread(s): {enc['secs']:.1f} s, {enc['cpu_secs']:.0f} CPU s, "
                      f"{enc['tokens']:,} tokens ({enc['bytes'] / enc['tokens']:.2f} B/token), peak RSS "
                      f"{enc['peak_rss_mb']:.0f} MB{_cores(enc)} (at the end of this size's runs).")
+            if enc.get("fast"):
+                fe = enc["fast"]
+                L.append(f"Raw encode with the fast backend ({fe['backend']}), {n} thread(s), same texts: "
+                         f"{fe['secs']:.1f} s, {fe['cpu_secs']:.0f} CPU s, {corpus_mb / fe['secs']:.2f} MB/s "
+                         f"(same token count as HF: {fe['same_token_count']}).")
     for run in runs:
         if run.get("enc", {}).get("secs"):
             e = run["enc"]
             L.append(f"Raw encode right after {label(run)} (its reference above): {e['secs']:.1f} s, "
                      f"{e['cpu_secs']:.0f} CPU s, {corpus_mb / e['secs']:.2f} MB/s.")
+            if e.get("fast") and run["graph"].get("run_secs"):
+                fe = e["fast"]
+                L.append(f"  and with the fast backend ({fe['backend']}): {fe['secs']:.1f} s, "
+                         f"{corpus_mb / fe['secs']:.2f} MB/s; **graph ÷ raw fast encode "
+                         f"{fe['secs'] / run['graph']['run_secs']:.2f}** (wall), "
+                         f"{fe['cpu_secs'] / run['graph']['cpu_secs']:.2f} (CPU s).")
     first = runs[0]["graph"]
     L.append(f"Corpus generation {gen['secs']:.1f} s in its own process (peak RSS {gen['peak_rss_mb']:.0f} MB, "
              f"not part of the graph); target_tokens {gen['target_tokens']:,}.")

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Optional
 
 import dagster as dg
+from pydantic import BaseModel
 from dagster._core.definitions.metadata import normalize_metadata  # MaterializeResult's own normalisation
 
 from mix_assets.console import metadata as md
@@ -39,7 +40,7 @@ def code_version(module: str, *config: object) -> str:
 
     The code is derived, not listed: the source of `module` and of every project module it imports,
     transitively (core/imports.py, read once per process); the config values (sections, fields: data)
-    are hashed by their repr. An edit to any code the asset runs, or to a value it reads, marks it
+    are hashed by their repr (config models by their JSON dump: `_config_text`). An edit to any code the asset runs, or to a value it reads, marks it
     stale in the UI, and consumers refuse its older lineage records (core/lineage.py).
     """
     for p in config:
@@ -48,8 +49,19 @@ def code_version(module: str, *config: object) -> str:
                             "imports; pass only the config it reads")
     h = hashlib.sha256(imports.source_version(module).encode())
     for p in config:
-        h.update(repr(p).encode())
+        h.update(_config_text(p).encode())
     return h.hexdigest()[:12]
+
+
+def _config_text(p: object) -> str:
+    """A config value as code_version hashes it: a config model (or a list of them) by its JSON dump, which is
+    what the published config holds, without the operational fields it leaves out (threads, partitions, the
+    encoder backend): a revision's own config then re-derives every code version; anything else by repr."""
+    if isinstance(p, BaseModel):
+        return p.model_dump_json()
+    if isinstance(p, (list, tuple)) and any(isinstance(x, BaseModel) for x in p):
+        return "[" + ", ".join(map(_config_text, p)) + "]"
+    return repr(p)
 
 
 def chain_code_versions(assets: list) -> list:
