@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from mix_assets.config import load_spec
+
 COSTS = Path(__file__).with_name("plan_costs.json")
 # Steps whose process holds per-document columns (issue 29 §1: partitioned by a hash of the doc or
 # cluster id); their per-document memory divides by the partition count.
@@ -190,8 +192,6 @@ def main(argv: Optional[list[str]] = None) -> int:
         if a.corpus_bytes is not None:
             corpus = parse_bytes(a.corpus_bytes)
         else:
-            from mix_assets.config import load_spec
-
             corpus = source_bytes(load_spec(a.config))
         plan = estimate(costs, corpus, a.workers, a.partitions, mem)
     except (PlanError, OSError, ValueError) as e:
