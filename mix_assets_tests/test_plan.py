@@ -119,3 +119,10 @@ def test_corpus_bytes_default_to_the_sources_files(tmp_path):
     gone = [srcs[0].model_copy(update={"loader": srcs[0].loader.model_copy(update={"paths": [str(tmp_path / "nope*.jsonl")]})})]
     with pytest.raises(plan.PlanError, match="--corpus-bytes"):
         plan.source_bytes(spec.model_copy(update={"sources": gone}))
+
+
+def test_the_recorded_coefficients_load_and_plan_the_demo():
+    costs = plan.load_costs()
+    assert costs["measured"]["command"].startswith("PYTHONPATH")
+    p = plan.estimate(costs, 10**12, workers=640, worker_memory=64 * 10**9)
+    assert p.steps and all(s.wall_s >= 0 and s.driver_mb > 0 for s in p.steps)
