@@ -65,7 +65,9 @@ def build_split_assets(spec: MixSpec) -> list:
             # dedup_keys' signature files when its lineage lists them (so verified_inputs hashed them)
             recorded_keys = set(lineage.read_record(st, "dedup_keys")["outputs"])
             versions = {n: inputs[raw_name(n)] for n in names}
-            sigs = {n: f for n, f in dedup_lib.stored_signatures(st, raw, versions, p).items()
+            # as FileAt (where any worker reads them): an open S3 file does not travel to Ray tasks
+            sigs = {n: tables.file_at(st, dedup_lib.signatures_key(n))
+                    for n in dedup_lib.stored_signatures(st, raw, versions, p)
                     if dedup_lib.signatures_key(n) in recorded_keys}
             scan = cross_split_near_dups(split, raw, s.dedup.threshold, p.shingle, signatures=sigs,
                                          num_perm=p.num_perm, seed=p.seed, eng=engine.engine)
