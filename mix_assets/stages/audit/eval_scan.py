@@ -199,6 +199,16 @@ def _write_task(storage, ref: TaskReference, log=None) -> dict:
     return {**ref.denominators, **ref.details, "ngrams_sha256": hashlib.sha256(blob).hexdigest()}
 
 
+# the fields of a task's eval_registry.json entry that are not its denominators (`_reference`'s details and
+# `_write_task`'s ngrams_sha256)
+ENTRY_DETAILS = ("dataset", "fields", "empty_fields", "empty_items", "ngrams_sha256")
+
+
+def entry_denominators(entry: dict) -> dict:
+    """A task's `TaskReference.denominators`, read back from its eval_registry.json entry."""
+    return {k: v for k, v in entry.items() if k not in ENTRY_DETAILS}
+
+
 def load_registry(storage) -> tuple[ct.Registry, dict]:
     """The registry written by `write_registry` (hashes + the registry JSON)."""
     meta = json.loads(storage.read_text(layout.EVAL_REGISTRY))
