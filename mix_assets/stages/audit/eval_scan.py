@@ -148,7 +148,10 @@ def write_registry(storage, spec, log=None) -> RegistryWritten:
     audit = spec.audit
     tasks, scrub, lines = {}, [], []
     with ThreadPoolExecutor(max_workers=audit.threads) as pool:  # the scan-threads knob (default 2)
-        jobs = [pool.submit(_hashed, spec, t, evals.load_task_items(t, spec.base_dir)) for t in audit.tasks]
+        # each task's own chunks on `threads` threads too: one large task (hellaswag: 40k items) would
+        # otherwise keep one core busy while the other has finished the small ones
+        jobs = [pool.submit(_hashed, spec, t, evals.load_task_items(t, spec.base_dir), audit.threads)
+                for t in audit.tasks]
         done = [j.result() for j in jobs]
         index = pool.submit(fuzzy.build_index_from_words, {r.name: ct.joined_words(w) for r, w in done},
                             fuzzy_params(spec)) if fuzzy_enabled(spec) else None
@@ -179,11 +182,12 @@ def write_registry(storage, spec, log=None) -> RegistryWritten:
     return RegistryWritten(tasks, files)
 
 
-def _hashed(spec, task, items: evals.TaskItems) -> tuple[TaskReference, list]:
-    """A task's reference and its items' `contamination.item_words` (one thread; the item text is dropped after)."""
-    words = ct.item_words(items.items)
+def _hashed(spec, task, items: evals.TaskItems, threads: int = 1) -> tuple[TaskReference, list]:
+    """A task's reference and its items' `contamination.item_words` (chunks on `threads` threads, gathered in
+    order: the same arrays whatever the count; the item text is dropped after)."""
+    words = ct.item_words(items.items, threads=threads)
     items.items.clear()
-    return _reference(spec, task, items, words=words, threads=1), words
+    return _reference(spec, task, items, words=words, threads=threads), words
 
 
 def _write_task(storage, ref: TaskReference, log=None) -> dict:
