@@ -109,7 +109,15 @@ def stored_reference(storage, spec) -> Optional[EvalReference]:
     must hash as the record lists, and it must hold these tasks (dataset, fields, audit splits) with this
     n-gram, short-item and scrub setting. The caller checks the record's code_version (the in-graph audit:
     `lineage.verify_inputs` with the current code versions). Same registry (tasks in the config's order),
-    denominators and scrub set as `load_reference`, so the same report."""
+    denominators and scrub set as `load_reference`, so the same report. A registry file missing or unreadable:
+    None too."""
+    try:
+        return _stored_reference(storage, spec)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _stored_reference(storage, spec) -> Optional[EvalReference]:
     a = spec.audit
     rec = lineage.read_record(storage, "eval_registry")
     if rec is None or not storage.exists(layout.EVAL_REGISTRY):

@@ -119,3 +119,17 @@ def test_another_audit_setting_is_not_read_from_the_store(demo):
     other = cfg.parent / "other_fields.yaml"
     other.write_text(yaml.safe_dump(e, sort_keys=False))
     assert published.stored_reference(st, load_spec(other)) is None
+
+
+def test_a_missing_or_unreadable_registry_file_is_not_read(demo):
+    _, _, spec, st = demo
+    p = st.local_path(layout.EVAL_SHORT_ITEMS.format(task="demo_qa"))
+    before = open(p, "rb").read()
+    try:
+        open(p, "wb").write(b"not an npy file")
+        assert published.stored_reference(st, spec) is None
+        st.delete(layout.EVAL_SHORT_ITEMS.format(task="demo_qa"))
+        assert published.stored_reference(st, spec) is None
+    finally:
+        open(p, "wb").write(before)
+    assert published.stored_reference(st, spec) is not None
