@@ -1,5 +1,6 @@
 """core/imports.py: imports read statically, what a module reaches, the hash of that code."""
 
+import json
 from pathlib import Path
 
 from mix_assets.core import imports
@@ -39,3 +40,49 @@ def test_source_version_changes_with_any_reached_file_and_only_those(tmp_path):
     v = {n: imports.source_version("mix_assets.a", r) for n, r in roots.items()}
     assert v["same"] == imports.source_version("mix_assets.a", _package(tmp_path / "again", files))
     assert v["b"] != v["same"] and v["c"] == v["same"]
+
+
+def _fresh(root: Path) -> set:
+    imports._imports.cache_clear()
+    imports._modules.cache_clear()
+    return {(i.importer, i.target, i.line, i.in_function) for i in imports.imports(root)}
+
+
+def test_the_parse_cache_is_hit_for_unchanged_modules_and_missed_for_an_edited_one(tmp_path, monkeypatch):
+    root = _package(tmp_path, {"__init__.py": "", "a.py": "from mix_assets import b\n", "b.py": "import numpy\n",
+                               "c.py": "def f():\n    from mix_assets import a\n"})
+    first = _fresh(root)
+    assert imports.cache_path(root, "mix_assets").exists()
+    parsed: list[str] = []
+    real = imports._statements
+
+    def counted(name, source, filename):
+        parsed.append(name)
+        return real(name, source, filename)
+
+    monkeypatch.setattr(imports, "_statements", counted)
+    assert _fresh(root) == first and parsed == []  # every module from the cache
+    (root / "mix_assets" / "b.py").write_text("import numpy\nfrom mix_assets import c\n")
+    got = _fresh(root)
+    assert parsed == ["mix_assets.b"]  # only the edited module parsed again
+    assert ("mix_assets.b", "mix_assets.c", 2, False) in got and got - first == {("mix_assets.b", "mix_assets.c", 2, False)}
+    parsed.clear()
+    assert _fresh(root) == got and parsed == []
+
+
+def _poisoned(root: Path) -> str:
+    """Entries under the right keys that this code did not write."""
+    entries = json.loads(imports.cache_path(root, "mix_assets").read_text())["modules"]
+    return json.dumps({"format": imports.CACHE_FORMAT, "modules": {k: [["from", 1]] for k in entries}})
+
+
+def test_a_damaged_or_foreign_parse_cache_is_ignored(tmp_path):
+    root = _package(tmp_path, {"__init__.py": "", "a.py": "from mix_assets import b\n", "b.py": ""})
+    want = _fresh(root)
+    cache = imports.cache_path(root, "mix_assets")
+    for text in ("{not json", '{"format": "other", "modules": {}}', '[1, 2]', '{"format": "%s", "modules": '
+                 '{"mix_assets.a:0": 5}}' % imports.CACHE_FORMAT, _poisoned(root)):
+        cache.write_text(text)
+        assert _fresh(root) == want, text
+    _fresh(root)
+    assert '"mix_assets.a:' in cache.read_text()  # rewritten whole

@@ -138,3 +138,13 @@ def test_token_shards_record_names_its_token_cache_key_which_gc_finds_current(de
     assert gc.current_token_cache_key(storage) == used
     p = gc.plan(storage, keep_days=0, sources=[s.name for s in load_spec(demo["cfg"]).sources])
     assert used in p.keep_token_cache and not p.remove_token_cache
+
+
+def test_the_audit_scans_with_eval_registrys_files_and_reports_what_a_rebuilt_registry_gives(demo):
+    from mix_assets.stages.manifest.assets import EVAL_REFERENCE, STORED_REFERENCE
+
+    a, storage = demo["runs"]["A"], demo["storage"]
+    assert _audit(a["result"]).metadata[EVAL_REFERENCE].value == STORED_REFERENCE
+    # the storage holds A's mix again (A3 restored it): the standalone audit parses the eval files itself
+    rebuilt = published.audit_published(storage.uri(layout.MIX_DIR), load_spec(demo["cfg"]))
+    assert rebuilt == a["report"]

@@ -148,7 +148,10 @@ def write_registry(storage, spec, log=None) -> RegistryWritten:
     audit = spec.audit
     tasks, scrub, lines = {}, [], []
     with ThreadPoolExecutor(max_workers=audit.threads) as pool:  # the scan-threads knob (default 2)
-        jobs = [pool.submit(_hashed, spec, t, evals.load_task_items(t, spec.base_dir)) for t in audit.tasks]
+        # each task's own chunks on `threads` threads too: one large task (hellaswag: 40k items) would
+        # otherwise keep one core busy while the other has finished the small ones
+        jobs = [pool.submit(_hashed, spec, t, evals.load_task_items(t, spec.base_dir), audit.threads)
+                for t in audit.tasks]
         done = [j.result() for j in jobs]
         index = pool.submit(fuzzy.build_index_from_words, {r.name: ct.joined_words(w) for r, w in done},
                             fuzzy_params(spec)) if fuzzy_enabled(spec) else None
@@ -179,11 +182,12 @@ def write_registry(storage, spec, log=None) -> RegistryWritten:
     return RegistryWritten(tasks, files)
 
 
-def _hashed(spec, task, items: evals.TaskItems) -> tuple[TaskReference, list]:
-    """A task's reference and its items' `contamination.item_words` (one thread; the item text is dropped after)."""
-    words = ct.item_words(items.items)
+def _hashed(spec, task, items: evals.TaskItems, threads: int = 1) -> tuple[TaskReference, list]:
+    """A task's reference and its items' `contamination.item_words` (chunks on `threads` threads, gathered in
+    order: the same arrays whatever the count; the item text is dropped after)."""
+    words = ct.item_words(items.items, threads=threads)
     items.items.clear()
-    return _reference(spec, task, items, words=words, threads=1), words
+    return _reference(spec, task, items, words=words, threads=threads), words
 
 
 def _write_task(storage, ref: TaskReference, log=None) -> dict:
@@ -197,6 +201,16 @@ def _write_task(storage, ref: TaskReference, log=None) -> dict:
             f"{d['strings']} strings, {tn.items} items, {tn.ngrams} n-grams, {tn.short_items} short items "
             f"(+{tn.short_items_unmatched} too short)")
     return {**ref.denominators, **ref.details, "ngrams_sha256": hashlib.sha256(blob).hexdigest()}
+
+
+# the fields of a task's eval_registry.json entry that are not its denominators (`_reference`'s details and
+# `_write_task`'s ngrams_sha256)
+ENTRY_DETAILS = ("dataset", "fields", "empty_fields", "empty_items", "ngrams_sha256")
+
+
+def entry_denominators(entry: dict) -> dict:
+    """A task's `TaskReference.denominators`, read back from its eval_registry.json entry."""
+    return {k: v for k, v in entry.items() if k not in ENTRY_DETAILS}
 
 
 def load_registry(storage) -> tuple[ct.Registry, dict]:

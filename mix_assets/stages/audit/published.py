@@ -6,7 +6,10 @@ Reads the revision through `mix_assets.reader.open_mix` (local, s3://, hf://), g
 own `tokenizer/tokenizer.json` through the same reader (size and sha256 checked against the
 manifest), builds the eval registry from the NON-test splits of the config's tasks (`stages/audit/evals`,
 which refuses test splits before any I/O) and counts overlaps with `contamination.Registry` — the
-same normalisation, hashing and short-item rule as the in-graph audit.
+same normalisation, hashing and short-item rule as the in-graph audit. The graph's check
+(`shards_audit_clean`) passes instead the registry eval_registry wrote (`stored_reference`) when that
+is provably the one `load_reference` would build from the eval files now: the same report, without
+parsing and hashing every eval item again.
 
 Map/reduce: every shard is a map task (`audit_range`, on `core/engine.map_chunks`: in process or as
 Ray tasks) that reads its samples in storage order, `chunk_tokens` at a time, so a task's memory is
@@ -60,7 +63,8 @@ import pyarrow.compute as pc
 
 from mix_assets.stages.audit import contamination as ct
 from mix_assets.stages.audit import eval_scan as audit_lib
-from mix_assets.core import engine
+from mix_assets.stages.audit import evals
+from mix_assets.core import engine, layout, lineage
 from mix_assets.stages.tokens.bytelevel import ByteDecoder
 from mix_assets.core import textkeys as tk
 from mix_assets.core.progress import Progress
@@ -96,6 +100,44 @@ def load_reference(spec) -> EvalReference:
         scrub.append(ref.scrub)
     reg = ct.Registry.build(per, n=spec.audit.ngram, short_min=spec.audit.short_item_min_words)
     return EvalReference(registry=reg, denominators=denoms, scrub=audit_lib.merged_scrub(scrub))
+
+
+def stored_reference(storage, spec) -> Optional[EvalReference]:
+    """`load_reference(spec)` read from what eval_registry wrote under `storage` (no eval file parsed or hashed
+    into n-grams again), or None when that registry is not provably the one `load_reference` would build now:
+    its lineage record must fingerprint the eval files the tasks read now (`evals.root_keys`), its files
+    must hash as the record lists, and it must hold these tasks (dataset, fields, audit splits) with this
+    n-gram, short-item and scrub setting. The caller checks the record's code_version (the in-graph audit:
+    `lineage.verify_inputs` with the current code versions). Same registry (tasks in the config's order),
+    denominators and scrub set as `load_reference`, so the same report. A registry file missing or unreadable:
+    None too."""
+    try:
+        return _stored_reference(storage, spec)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _stored_reference(storage, spec) -> Optional[EvalReference]:
+    a = spec.audit
+    rec = lineage.read_record(storage, "eval_registry")
+    if rec is None or not storage.exists(layout.EVAL_REGISTRY):
+        return None
+    if rec.get("input_keys") != evals.root_keys(a.tasks, spec.base_dir):  # an eval file changed since
+        return None
+    meta = json.loads(storage.read_text(layout.EVAL_REGISTRY))
+    built_for = {n: (t.get("dataset"), t.get("fields"), t.get("audit_splits")) for n, t in meta["tasks"].items()}
+    want = {t.name: (audit_lib.dataset_id(t.dataset), list(t.fields), list(t.audit_splits)) for t in a.tasks}
+    if ((meta.get("ngram"), meta.get("short_item_min_words"), meta.get("scrub_words"))
+            != (a.ngram, a.short_item_min_words, a.scrub_words) or built_for != want):
+        return None
+    loc = audit_lib.RegistryLocation.of(storage)  # every file the registry is loaded from, hashed
+    files = {**dict(loc.files), layout.EVAL_SCRUB_NGRAMS: storage.sha256(layout.EVAL_SCRUB_NGRAMS)}
+    if any(rec["outputs"].get(k) != sha for k, sha in files.items()):
+        return None
+    names = [t.name for t in a.tasks]
+    return EvalReference(registry=audit_lib.registry_at(loc).in_order(names),
+                         denominators={n: audit_lib.entry_denominators(meta["tasks"][n]) for n in names},
+                         scrub=audit_lib.load_npy(storage, layout.EVAL_SCRUB_NGRAMS))
 
 
 def denominator_problems(denominators: dict[str, dict]) -> list[str]:

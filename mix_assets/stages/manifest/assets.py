@@ -11,6 +11,7 @@ import dagster as dg
 from mix_assets.console import metadata as console_md
 from mix_assets.stages.common import (
     code_version,
+    current_code_versions,
     gate,
     gated,
     raw_key,
@@ -122,10 +123,11 @@ def build_manifest_assets(spec: MixSpec) -> list:
 
         def audit():
             t0 = time.perf_counter()
+            ref = eval_reference(st, s, current_code_versions(context))
             try:
                 with tempfile.TemporaryDirectory(prefix="shards-audit-", dir=_cache_dir(st)) as cache:
                     report = published.audit_published(st.uri(layout.MIX_DIR), s, cache, eng=engine.engine,
-                                                       log=context.log, label=SHARDS_AUDIT_CLEAN,
+                                                       log=context.log, label=SHARDS_AUDIT_CLEAN, reference=ref,
                                                        s3_endpoint_url=st.s3_endpoint_url)
             except (ManifestError, ReaderError, FileNotFoundError) as e:  # mix/ is not what the manifest lists
                 report = unreadable_mix_report(json.loads(st.read_text(layout.MANIFEST)), e)
@@ -134,7 +136,9 @@ def build_manifest_assets(spec: MixSpec) -> list:
             if "unreadable" in report:  # about the files present, not the manifest's bytes: not stored
                 return dg.AssetCheckResult(passed=False, description=report["unreadable"],
                                            metadata={"fingerprint": report["fingerprint"]}), False
-            return shards_audit_result(report, secs)
+            result = shards_audit_result(report, secs)
+            return result._replace(metadata={**result.metadata, EVAL_REFERENCE: (
+                STORED_REFERENCE if ref is not None else REBUILT_REFERENCE)})
 
         # a pure function of the bytes the manifest names (its artifact key) and the audit config: a reused
         # manifest re-emits the stored audit (and its audit/shards_audit.json) instead of decoding every shard
@@ -153,6 +157,23 @@ def build_manifest_assets(spec: MixSpec) -> list:
         return gate(context, MANIFEST_KEY, result)
 
     return [manifest, manifest_self_consistent, shards_audit_clean]
+
+
+EVAL_REFERENCE = "eval_reference"  # shards_audit_clean's metadata: where its eval registry came from
+STORED_REFERENCE = "eval_registry's files (built from the current eval files by the current code)"
+REBUILT_REFERENCE = "rebuilt from the eval task files"
+
+
+def eval_reference(st: Storage, spec: MixSpec, code_versions: dict[str, str]) -> "published.EvalReference | None":
+    """The eval registry eval_registry wrote, for the audit to scan with instead of parsing and hashing every
+    eval item again (`published.stored_reference`), when lineage proves it is the one this manifest's
+    contamination_report used and was computed by the current code; None: the audit builds its own."""
+    try:
+        lineage.verify_inputs(st, SHARDS_AUDIT_CLEAN, ["manifest", "eval_registry"], hash_files=False,
+                              code_versions=code_versions)
+    except lineage.StaleInputError:
+        return None
+    return published.stored_reference(st, spec)
 
 
 def unreadable_mix_report(manifest: dict, err: Exception) -> dict:

@@ -168,3 +168,22 @@ def test_one_changed_source_rescans_only_itself(tmp_path, monkeypatch):
     changed.write_text(layout.EVAL_REGISTRY, changed.read_text(layout.EVAL_REGISTRY) + "\n")
     assert eval_scan.write_contamination_report(changed, spec, e, raw_versions={"web": "w1", "books": "b2"})[0] \
         .reused_sources == [] and counter.calls == 16
+
+
+def test_the_registry_files_do_not_depend_on_the_thread_count(tmp_path):
+    """A task of several item chunks (contamination.item_words: 4096 items a chunk) hashed on 1 and 3 threads."""
+    rows = [{"question": f"question {i} about the {i % 97} {'red' if i % 2 else 'blue'} items counted in a "
+                         f"long enough sentence for n-grams number {i * 7919 % 10007}",
+             "choices": [f"answer {i % 13} of the row", f"another answer {i % 31}"]} for i in range(9000)]
+    task = tmp_path / "evals" / "big_qa"
+    task.mkdir(parents=True)
+    (task / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    files = {}
+    for threads in (1, 3):
+        tasks = [{"name": "big_qa", "dataset": {"kind": "local", "path": str(task)}, "scored_split": "validation",
+                  "audit_splits": ["validation"], "fields": ["question", "choices"], "min_rows": 4, "note": "fixture"}]
+        spec = make_spec(tmp_path / f"t{threads}", tasks=tasks, threads=threads)
+        st = Storage(root=str(tmp_path / f"t{threads}" / "storage"))
+        written = eval_scan.write_registry(st, spec)
+        files[threads] = {k: st.sha256(k) for k in written.files}
+    assert files[1] == files[3] and len(files[1]) >= 4
