@@ -18,7 +18,7 @@ before import; peak RSS = VmHWM of that process), tools interleaved per repetiti
   ref     = `load_reference(spec)` alone: the eval registry build, a fixed cost independent of the
             corpus (it is included in `audit`)
 
-Corpus and shards reuse bench/tokens.py (imported, not copied): `build_corpus(mb)` (the prose and
+Corpus and shards reuse bench/tokens_prose.py (imported, not copied): `build_corpus(mb)` (the prose and
 GSM8K files of ../shared/data/sources cut into ~1.5-4 KB documents and repeated with 2 % seeded word
 edits until the target size), its 32k byte-level BPE (`tokenizer_file`) and budgets (`spec_for`:
 97 % of the train tokens). The corpus is therefore the same shared-data prose many times over with
@@ -27,11 +27,11 @@ look for repeats (every window is hashed and looked up whatever the duplication;
 windows past the bitmap prefilter differ, and the registry is the same at every size), but the
 figures are for this text, not for a deduplicated web crawl.
 
-The spec differs from tokens.py's in three ways: `packing.separator: "<|endoftext|>"` (as in
+The spec differs from tokens_prose.py's in three ways: `packing.separator: "<|endoftext|>"` (as in
 configs/demo.yaml and configs/shared-sample.yaml, so the audit cuts the stream into documents),
 `audit.tasks` = the five non-test eval splits of ../shared/data/evals configured as in
 configs/shared-sample.yaml, and its own storage root under bench/out/shards_audit/ (raw/, dedup/,
-masks/, split/ are symlinks to the tokens corpus, so tokens.py's shards are left alone). The
+masks/, split/ are symlinks to the tokens corpus, so tokens_prose.py's shards are left alone). The
 root is made a valid mix dir the way the graph makes it: `build_tokenizer` (kind file),
 `build_token_shards`, then `write_manifest` as the manifest asset calls it. The in-graph
 contamination report is not run: a stub JSON stands in for review/contamination_report.json (the
@@ -69,7 +69,7 @@ CODE = os.environ.get("SHARDS_AUDIT_CODE")
 sys.path.insert(0, CODE or str(REPO))
 OLD_CODE: str | None = None  # set by --old: the tree the "old" tool runs
 
-import tokens as bt  # noqa: E402 - bench/tokens.py, beside this script (its folder is sys.path[0])
+import tokens_prose as bt  # noqa: E402 - bench/tokens_prose.py, beside this script (its folder is sys.path[0])
 OUT = REPO / "bench" / "out" / "shards_audit"
 EVALS = bt.DATA.parent / "evals"
 # the five non-test eval splits of ../shared/data, configured as in configs/shared-sample.yaml

@@ -126,3 +126,14 @@ def read_row(f: BinaryIO, row: int, dtype: str | np.dtype, sample_len: int, labe
     if len(data) != n:
         raise ValueError(f"{label}: short read at sample row {row} ({len(data)} bytes)")
     return rows(data, dtype, sample_len, label)[0]
+
+
+def read_tokens(f: BinaryIO, start: int, n: int, dtype: str | np.dtype, label: str = "shard") -> np.ndarray:
+    """Tokens [start, start + n) of an open shard file (one seek and read); ValueError naming `label` on a short read."""
+    dt = token_dtype(dtype)
+    f.seek(start * dt.itemsize)
+    data = f.read(n * dt.itemsize)
+    if len(data) != n * dt.itemsize:
+        raise ValueError(f"{label}: short read at token {start} ({len(data)} of {n * dt.itemsize} bytes)")
+    return np.frombuffer(data, dt)
+

@@ -73,6 +73,7 @@ NOT_SHARDS = {
     # stages/tokens/idcache.py: the token-id cache (text keys, Arrow offsets, ids in format/shards' token_dtype;
     # a cache under the storage root, never published)
     "text_keys", "_fixed", "SourceHits.read", "TokenCache.locate", "TokenCache.write",
+    "TiktokenEncoder._array",  # stages/tokens/backends.py: tiktoken's output buffer of ids, before any shard
 }
 # Where shard bytes could be handled: the stages that write, check, publish or audit shards, and the reader.
 SHARD_USERS = ("reader", "stages/tokens", "stages/audit", "stages/manifest", "stages/publish", "stages/common.py",

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from mix_assets.core import layout, tables
 from mix_assets.core.seeded import unit_hash
+from mix_assets.format import shards as shards_fmt
 from mix_assets.format.shards import token_dtype
 from mix_assets.stages.tokens import backends
 
@@ -121,8 +122,7 @@ class _Stream:
             first = int(self.ends[k - 1]) if k else 0
             take = min(end, int(self.ends[k])) - pos
             f = self.files.get(k) or self.files.setdefault(k, self.storage.open(self.keys[k]))
-            f.seek((pos - first) * self.dtype.itemsize)
-            out.append(np.frombuffer(f.read(take * self.dtype.itemsize), self.dtype))
+            out.append(shards_fmt.read_tokens(f, pos - first, take, self.dtype, self.keys[k]))
             pos += take
         return np.concatenate(out) if out else np.zeros(0, self.dtype)
 
