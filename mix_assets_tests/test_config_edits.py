@@ -179,6 +179,7 @@ def test_a_config_edit_then_a_partial_selection_is_refused_or_reproducible(built
 NOT_IN_BYTES = {
     # where and how the work runs, never what it computes (every engine, thread count and root: the same bytes)
     "config_path", "storage.root", "storage.cache_dir", "engine.num_cpus", "audit.threads", "dedup.threads",
+    "packing.threads",  # the tokenizer threads (RAYON_NUM_THREADS): the same ids
     "dedup.partitions",  # dedup_keys' reduce in node partitions (stages/dedup/partitioned.py): the same table
     # dedup_keys' MinHash signatures, which contamination_report's scan writes as it goes: a cache keyed by
     # content and these parameters (stages/dedup/signatures.py), not one of its outputs
