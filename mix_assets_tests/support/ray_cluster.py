@@ -27,21 +27,10 @@ import threading
 import time
 from pathlib import Path
 
+from mix_assets_tests.support.s3server import _free_ports as free_ports
+
 NODE_VAR, FORBIDDEN_VAR, LEDGER_VAR, S3_PORT_VAR = "MIX_TEST_NODE", "MIX_TEST_FORBIDDEN", "MIX_TEST_LEDGER", "MIX_TEST_S3_PORT"
 NODES = ("head", "worker")
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def ray_binary() -> str:
