@@ -174,6 +174,17 @@ def test_the_demo_with_tiers_repeats_its_top_tier_records_it_and_rebuilds_the_sa
     storage = Storage(root=str(tmp_path / "a" / "storage"))
     m = json.loads(storage.read_text(layout.MANIFEST))
     assert check_manifest(m, storage.local_path(layout.MIX_DIR), strict=False) == []
+    # the checker proves the tiers: their sums, and each tier's epochs against the published config
+    for edit, problem in [(("top", "train_tokens", 1), "the sum of sources.stories.tiers.*.train_tokens"),
+                          (("rest", "documents", 1), "the sum of sources.stories.tiers.*.documents"),
+                          (("top", "epochs", 1.0), "source epochs x tier epochs = 1.0 x 3.0 = 3.0")]:
+        bad = json.loads(json.dumps(m))
+        bad["sources"]["stories"]["tiers"][edit[0]][edit[1]] += edit[2]
+        assert any(problem in p for p in check_manifest(bad, storage.local_path(layout.MIX_DIR), strict=False)), edit
+    bad = json.loads(json.dumps(m))
+    del bad["sources"]["stories"]["tiers"]
+    assert any("sources.stories.tiers: missing" in p
+               for p in check_manifest(bad, storage.local_path(layout.MIX_DIR), strict=False))
     tiered = ["encyclopedia", "math", "stories"]
     assert sorted(s for s, r in m["sources"].items() if "tiers" in r) == tiered
     assert "tiers" not in m["sources"]["python_reference"]
@@ -217,6 +228,10 @@ def test_the_demo_with_tiers_repeats_its_top_tier_records_it_and_rebuilds_the_sa
     for asset in ("token_shards", "manifest"):
         rows = md[asset]["per_source_tier"].value.records
         assert {(r.data["source"], r.data["tier"]) for r in rows} == {(s, t) for s in tiered for t in ("top", "rest")}
+
+    from mix_assets.format.card import dataset_card
+
+    assert "| stories | top | 3.0 |" in dataset_card(m)  # the published card lists them too
 
     # a rebuild from scratch: the same files, so the same fingerprint
     _, again = _build(tmp_path / "b")
