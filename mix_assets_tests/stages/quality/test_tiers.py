@@ -221,6 +221,21 @@ def test_the_demo_with_tiers_repeats_its_top_tier_records_it_and_rebuilds_the_sa
         # only kept train documents are repeated: never a validation or an excluded one
         assert {split[d] for d in per_doc} == {"train"} and not set(per_doc) & masked
     assert max(Counter(r["doc_id"] for r in val).values()) == 1
+    # in the shard bytes: each appearance of a thrice-seen document holds the same token ids
+    from mix_assets.format import shards as shard_format
+
+    stream = np.concatenate([shard_format.rows(storage.read_bytes(f"{layout.MIX_DIR}/{sh['path']}"), m["dtype"],
+                                               m["packing"]["sample_len"]).ravel()
+                             for sh in m["splits"]["train"]["shards"]])
+    by_doc: dict[str, list] = {}
+    for r in train:
+        by_doc.setdefault(r["doc_id"], []).append(r)
+    thrice = [a for a in by_doc.values() if len(a) == 3 and len({r["tokens"] for r in a}) == 1
+              and max(r["start"] + r["tokens"] for r in a) <= len(stream)]
+    assert len(thrice) > 100
+    for apps in thrice:
+        ids = [stream[r["start"]: r["start"] + r["tokens"]].tolist() for r in apps]
+        assert ids[0] == ids[1] == ids[2] and len(ids[0]) == apps[0]["tokens"]
 
     # the UI: quality_scores' tier table, token_shards' and manifest's per source x tier
     md = {e.asset_key.to_user_string(): e.materialization.metadata for e in res.get_asset_materialization_events()}
