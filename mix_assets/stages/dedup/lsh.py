@@ -557,11 +557,12 @@ def dedup(
     rank_c = _keep_rank(canon, n_chars, priority, demoted)[canon]
     # Clusters (connected components of exact + confirmed edges) and survivors, as partition tasks
     with (contextlib.nullcontext(scratch) if scratch is not None else part.scratch()) as sc:
+        ranks = part.put_ranks(sc, rank_c, partitions)
+        del rank_c
         labels, rounds = part.components(np.concatenate([ex_lo, nd_lo]), np.concatenate([ex_hi, nd_hi]),
-                                         partitions, eng, sc)
+                                         partitions, eng, sc, ranks)
         del ex_lo, ex_hi, nd_lo, nd_hi
-        kept_c, size_c, cstats = part.survivors(labels, rank_c, partitions, eng, sc)
-    del rank_c
+        kept_c, size_c, cstats = part.survivors(labels, n, partitions, eng, sc)
 
     kept_index = np.empty(n, dtype=np.int64)
     kept_index[canon] = canon[kept_c]

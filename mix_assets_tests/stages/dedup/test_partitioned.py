@@ -24,7 +24,7 @@ ENGINES = [engine.Engine(num_cpus=1), engine.Engine(num_cpus=2)]
 def _labels(sc, label_parts, n: int, partitions: int) -> np.ndarray:
     got = np.arange(n)
     for q in range(partitions):
-        label, node = part._read_partition(sc, label_parts, q)
+        label, node, _ = part._read_rows(sc, label_parts, q, 3)
         got[node] = label
     return got
 
@@ -50,9 +50,9 @@ def test_components_label_each_node_with_its_components_smallest_node(seed):
     for partitions in (1, 2, 8):
         for eng in ENGINES:
             with part.scratch() as sc:
-                labels, _ = part.components(u, v, partitions, eng, sc)
+                labels, _ = part.components(u, v, partitions, eng, sc, part.put_ranks(sc, rank, partitions))
                 assert (_labels(sc, labels, n, partitions) == smallest[comp]).all()
-                kept, size, st = part.survivors(labels, rank, partitions, eng, sc)
+                kept, size, st = part.survivors(labels, n, partitions, eng, sc)
             assert (kept == survivor).all() and (size == sizes[comp]).all()
             assert st == {"clusters": len(sizes), "multi_member_clusters": int((sizes > 1).sum()),
                           "largest_cluster": int(sizes.max())}
@@ -114,3 +114,31 @@ def test_partitions_must_be_positive():
     with pytest.raises(ValueError, match="partitions is 0"):
         lsh.dedup(["a"], ["k"], np.zeros((1, 8), np.uint32), np.ones(1), np.ones(1), np.ones(1), 2, 4, 0.8,
                   partitions=0)
+
+
+def test_keep_ranks_are_read_by_partition_only(tmp_path):
+    """Each label task reads its own node partition's keep ranks; no survivor task is sent the rank array."""
+    import functools
+    import pickle
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Logged(part.Scratch):
+        def segment(self, name, start, stop):
+            with open(f"{self.root}/reads.log", "a") as f:
+                f.write(f"{name} {start} {stop}\n")
+            return super().segment(name, start, stop)
+
+    rng = np.random.default_rng(5)
+    n, partitions = 2000, 8
+    u, v = rng.integers(0, n, 600), rng.integers(0, n, 600)
+    sc = Logged(str(tmp_path), None, "parts")
+    ranks = part.put_ranks(sc, rng.permutation(n), partitions)
+    labels, _ = part.components(u, v, partitions, engine.Engine(num_cpus=1), sc, ranks)
+    off = ranks[1]
+    reads = [line.split() for line in (tmp_path / "reads.log").read_text().splitlines() if line.startswith("ranks")]
+    got = sorted((int(a), int(b)) for _, a, b in reads)
+    segments = [(off[q], off[q + 1]) for q in range(partitions)]
+    assert len(got) == partitions and got == sorted(segments)  # one task per partition, its own segment each
+    plain = part.Scratch(str(tmp_path), None, "parts")
+    assert len(pickle.dumps(functools.partial(part.survivor_task, plain, labels))) < n  # no per-document array
