@@ -85,13 +85,13 @@ class Scratch:
 
 
 @contextmanager
-def scratch(storage: Optional[Storage] = None) -> Iterator[Scratch]:
-    """A fresh scratch folder of `storage` (a temporary local folder without one), deleted on exit."""
+def scratch(storage: Optional[Storage] = None, stage: str = "dedup_keys") -> Iterator[Scratch]:
+    """A fresh scratch folder of `storage` for `stage` (a temporary local folder without one), deleted on exit."""
     if storage is None:
         with tempfile.TemporaryDirectory(prefix="dedup-reduce-") as tmp:
             yield Scratch(tmp, None, "parts")
         return
-    s = Scratch(storage.root, storage.s3_endpoint_url, layout.REDUCE_SCRATCH.format(stage="dedup_keys",
+    s = Scratch(storage.root, storage.s3_endpoint_url, layout.REDUCE_SCRATCH.format(stage=stage,
                                                                                    run=uuid.uuid4().hex))
     try:
         yield s
