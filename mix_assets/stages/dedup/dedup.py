@@ -352,13 +352,13 @@ def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[s
     del meta
     prio = np.asarray([priorities.get(n, 0) for n in names], dtype=np.int64)[src]
     demoted = None if rejected is None else pc.is_in(doc_ids, value_set=rejected).to_numpy(zero_copy_only=False)
-    with tempfile.TemporaryDirectory(prefix="dedup-shingles-") as spill:  # candidates' shingle sets, on disk
-        sets = sig.shingle_reader(sources, first_row, params.shingle, spill, READ_BATCH_ROWS, eng)
+    with tempfile.TemporaryDirectory(prefix="dedup-shingles-") as spill, \
+            partitioned.scratch(storage) as sc:  # the tasks' parts (pairs, shingle sets), under the storage root
+        sets = sig.shingle_reader(sources, first_row, params.shingle, spill, READ_BATCH_ROWS, eng, scratch=sc)
         known = pairs.PairStore.of(storage, names, stored.rows, params.shingle) if reuse_pairs else None
-        with partitioned.scratch(storage) as sc:  # the partition tasks' parts, under the storage root
-            res = lsh.dedup(doc_ids, labels, stored, nsh, nch, prio, b, r, params.threshold, shingle_sets=sets,
-                            demoted=demoted, eng=eng, cached=known.cached if known else None,
-                            partitions=params.partitions, scratch=sc)
+        res = lsh.dedup(doc_ids, labels, stored, nsh, nch, prio, b, r, params.threshold, shingle_sets=sets,
+                        demoted=demoted, eng=eng, cached=known.cached if known else None,
+                        partitions=params.partitions, scratch=sc)
     if known is not None:
         known.store(*res.verified)
     # documents without words (so without a shingle) are keyed on their raw text: copies of it dropped

@@ -80,6 +80,17 @@ class Scratch:
             f.seek(start * 8)
             return np.frombuffer(f.read((stop - start) * 8), np.int64).copy()
 
+    def segments(self, name: str, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+        """int64 values starts[i] .. stops[i]-1 of the part `name`, concatenated (the part opened once)."""
+        out = np.empty(int(np.sum(np.asarray(stops) - np.asarray(starts))), np.int64)
+        at = 0
+        with self.storage().open(self.key(name)) as f:
+            for a, b in zip(np.asarray(starts).tolist(), np.asarray(stops).tolist()):
+                f.seek(a * 8)
+                out[at: at + b - a] = np.frombuffer(f.read((b - a) * 8), np.int64)
+                at += b - a
+        return out
+
     def clear(self) -> None:
         self.storage().delete_prefix(self.prefix)
 

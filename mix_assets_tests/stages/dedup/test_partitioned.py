@@ -142,3 +142,38 @@ def test_keep_ranks_are_read_by_partition_only(tmp_path):
     assert len(got) == partitions and got == sorted(segments)  # one task per partition, its own segment each
     plain = part.Scratch(str(tmp_path), None, "parts")
     assert len(pickle.dumps(functools.partial(part.survivor_task, plain, labels))) < n  # no per-document array
+
+
+def test_scratch_sets_tasks_read_their_own_sets(tmp_path):
+    """Verification's shingle sets go from the text tasks to scratch parts and from there to the comparing
+    tasks: the same Jaccards as in memory, and what this process sends a task holds no set value."""
+    from mix_assets.stages.dedup import signatures as sig
+
+    rng = np.random.default_rng(9)
+    sets = [np.unique(rng.integers(0, 60, rng.integers(0, 40))).astype(np.uint64) for _ in range(300)]
+    sizes = np.array([len(x) for x in sets])
+    values, offsets = np.concatenate(sets), np.r_[0, np.cumsum(sizes)]
+    a, b = rng.integers(0, 300, 5000), rng.integers(0, 300, 5000)
+    want = lsh.set_jaccard(values, offsets, a, b)
+    sc = part.Scratch(str(tmp_path), None, "parts")
+    cuts = [0, 17, 140, 300]  # three text tasks' parts
+    names = [f"p{k}" for k in range(3)]
+    for k, name in enumerate(names):
+        sc.put(name, np.concatenate([np.zeros(0, np.uint64), *sets[cuts[k]:cuts[k + 1]]]).view(np.int64))
+    sent = []
+    plain = engine.map_chunks
+
+    def spy(fn, chunks, e):
+        chunks = list(chunks)
+        sent.extend(chunks)
+        return plain(fn, chunks, e)
+
+    engine.map_chunks = spy
+    try:
+        for eng in ENGINES:
+            store = sig.ScratchSets(sc, names, [sizes[cuts[k]:cuts[k + 1]] for k in range(3)], eng)
+            assert len(store) == 300
+            assert (store.jaccard(a, b, chunk=500) == want).all()
+    finally:
+        engine.map_chunks = plain
+    assert len(sent) > 10 and all(x.dtype != np.uint64 for c in sent for _, st, sz in c[1] for x in (st, sz))
