@@ -38,6 +38,8 @@ from mix_assets.stages.split import split as lib
 
 SCATTER_SCHEMA = pa.schema([("doc_id", pa.string()), ("n_bytes", pa.int64()), ("row", pa.int64())])
 KEY_COLUMNS = ["doc_id", "source", "cluster_id", "exact_key"]
+# raw rows per scatter task (~2 MB of doc_id and n_bytes): fewer, larger scatter files to read per join task
+SCATTER_ROWS = tables.ROW_GROUP_ROWS
 
 
 def key_ranges(keys: engine.FileAt, partitions: int) -> tuple[list[engine.RowRange], list[str]]:
@@ -210,8 +212,9 @@ def build_split_in_ranges(storage, sources: list[str], seed: int, val_fraction: 
     ranges, splitters = key_ranges(keys, partitions)
     summary = lib.SplitSummary(per_source={})
     with part.scratch(storage, "validation_split") as sc:
+        # scatter tasks of up to SCATTER_ROWS rows: each join task reads one row group of every scatter file
         work = [ScatterTask(s, r, f"raw-{s}-{i}") for s in names
-                for i, r in enumerate(engine.row_ranges(raw[s], max(eng.chunk_rows, lib.RAW_BATCH_ROWS)))]
+                for i, r in enumerate(engine.row_ranges(raw[s], max(eng.chunk_rows, SCATTER_ROWS)))]
         scattered: dict = {s: [] for s in names}
         for t, groups in zip(work, engine.map_chunks(functools.partial(scatter_task, sc, splitters), work, eng)):
             scattered[t.source].append((t.name, groups))

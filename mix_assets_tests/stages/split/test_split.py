@@ -330,13 +330,15 @@ def test_split_file_is_written_in_groups_of_split_group_rows(tmp_path, monkeypat
 
 
 @pytest.mark.parametrize("partitions", [1, 2, 8, 600])
-def test_split_in_ranges_is_the_same_bytes_for_any_partition_and_worker_count(tmp_path, partitions):
+def test_split_in_ranges_is_the_same_bytes_for_any_partition_and_worker_count(tmp_path, partitions, monkeypatch):
     """Issue 29: the split's join as tasks over doc_id ranges of dedup_keys; a cluster never straddles."""
     import pyarrow.compute as pc
 
     from mix_assets.core import engine
     from mix_assets.stages.split import ranges
     from mix_assets.stages.split import split as split_lib
+
+    monkeypatch.setattr(ranges, "SCATTER_ROWS", 1)  # scatter tasks of engine.chunk_rows raw rows
 
     st = write_upstream(tmp_path, {"a": 300, "b": 200, "c": 40}, near_dups=6, masked=4)
     keys = pq.read_table(st.local_path(layout.DEDUP_KEYS))
@@ -362,9 +364,11 @@ def test_split_in_ranges_is_the_same_bytes_for_any_partition_and_worker_count(tm
     assert spread.num_rows > 10 and len(set(spread.column("split").to_pylist())) == 1  # one side, over every range
 
 
-def test_split_in_ranges_names_the_same_rows_as_the_stream(tmp_path):
+def test_split_in_ranges_names_the_same_rows_as_the_stream(tmp_path, monkeypatch):
     from mix_assets.core import engine
-    from mix_assets.stages.split import split as split_lib
+    from mix_assets.stages.split import ranges
+
+    monkeypatch.setattr(ranges, "SCATTER_ROWS", 1)  # scatter tasks of 3 raw rows
 
     st = write_upstream(tmp_path, {"a": 20, "b": 10})
     eng = engine.Engine(num_cpus=2, chunk_rows=3)
