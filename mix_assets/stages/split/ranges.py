@@ -230,11 +230,14 @@ def build_split_in_ranges(storage, sources: list[str], seed: int, val_fraction: 
                 summary.bytes, summary.val_bytes = summary.bytes + nb, summary.val_bytes + val_b
                 summary.per_source[s] = {"train_docs": docs - val, "val_docs": val}
 
-        def parts():
+        def parts():  # a range's rows of a source are one row group: copied a batch at a time
             for s in names:
                 for r in results:
                     if s in r.groups:
-                        yield _group(sc, r.name, r.groups[s])
+                        with sc.storage().open(sc.key(r.name)) as f:
+                            for b in pq.ParquetFile(f).iter_batches(lib.SPLIT_GROUP_ROWS, row_groups=[r.groups[s]],
+                                                                    use_threads=False):
+                                yield pa.Table.from_batches([b])
 
         with storage.writing(layout.VALIDATION_SPLIT) as tmp, pq.ParquetWriter(tmp, lib.SPLIT_SCHEMA) as w:
             for group in sig.regroup(parts(), lib.SPLIT_GROUP_ROWS, lib.SPLIT_SCHEMA):
