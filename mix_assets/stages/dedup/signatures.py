@@ -29,7 +29,6 @@ import pyarrow.parquet as pq
 
 from mix_assets.core import engine, imports
 from mix_assets.stages.dedup import minhash
-from mix_assets.stages.dedup import partitioned as part
 from mix_assets.stages.dedup.lsh import set_jaccard
 
 FORMAT = "mix_assets.signatures/1"
@@ -207,7 +206,7 @@ class ScratchSets:
     `jaccard` sends each task only where its chunk's sets lie (part, offset, size per document): the task
     reads them itself (`_scratch_jaccard_task`), so no set passes through this process."""
 
-    def __init__(self, sc: "part.Scratch", names: list[str], sizes: list[np.ndarray],
+    def __init__(self, sc: Any, names: list[str], sizes: list[np.ndarray],
                  eng: Optional[engine.Engine] = None):
         self.sc, self.names, self.eng = sc, names, eng or engine.Engine(num_cpus=1)
         self.part = np.repeat(np.arange(len(sizes), dtype=np.int32), [len(x) for x in sizes])
@@ -258,7 +257,7 @@ class _ShinglePart:
         return _shingle_part(self.sc, *named)
 
 
-def _shingle_part(sc: "part.Scratch", name: str, task: "ShingleTask") -> np.ndarray:
+def _shingle_part(sc: Any, name: str, task: "ShingleTask") -> np.ndarray:
     """`shingle_task`, its values written to the scratch part `name` by the task; returns the set sizes."""
     vals, sizes = shingle_task(task)
     sc.put(name, vals.view(np.int64))
