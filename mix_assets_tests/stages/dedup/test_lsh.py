@@ -31,8 +31,8 @@ def _quad_recall_params(threshold, num_perm, fp_w, fn_w):
     return opt
 
 
-@pytest.mark.parametrize("num_perm", [64, 128, 256])
-@pytest.mark.parametrize("threshold", [0.5, 0.7, 0.8, 0.85, 0.9])
+@pytest.mark.parametrize("threshold,num_perm", [(t, p) for p in (64, 128) for t in (0.5, 0.7, 0.8, 0.85, 0.9)]
+                         + [(0.8, 256)])
 def test_recall_params_equal_scipys_quad(threshold, num_perm):
     for w in ((0.5, 0.5), (0.05, 0.95), (0.3, 0.7)):
         assert lsh.recall_params(threshold, num_perm, *w) == _quad_recall_params(threshold, num_perm, *w)
