@@ -84,7 +84,7 @@ def append_new(root: Path, cfg: Path, source: str | None, share: float, seed: in
     from mix_assets.config import load_spec
     from mix_assets.core import layout
     from mix_assets.core.storage import Storage
-    from mix_assets.stages.split.split import build_validation_split
+    from mix_assets.stages.split.ranges import build_validation_split
 
     spec = load_spec(cfg)
     names = [s.name for s in spec.sources]

@@ -66,7 +66,7 @@ def build_corpus(mb: int, seed: int = 7) -> Path:
     sys.path.insert(0, str(REPO))
     from mix_assets.core import layout
     from mix_assets.core.storage import Storage
-    from mix_assets.stages.split.split import build_validation_split
+    from mix_assets.stages.split.ranges import build_validation_split
     from mix_assets_tests.support import gen_corpus as gc
     from mix_assets_tests.support.shared_data import find_shared_data
 

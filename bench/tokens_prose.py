@@ -84,7 +84,7 @@ def build_corpus(mb: int) -> Path:
     if (root / "done").exists():
         return root
     from mix_assets.core import layout
-    from mix_assets.stages.split.split import build_validation_split
+    from mix_assets.stages.split.ranges import build_validation_split
     from mix_assets.core.storage import Storage
 
     base = base_docs()

@@ -16,6 +16,7 @@ from mix_assets.stages.audit import eval_scan
 from mix_assets.stages.dedup import dedup
 from mix_assets.core import layout, tables
 from mix_assets.stages.tokens import shards
+from mix_assets.stages.split import ranges as split_ranges
 from mix_assets.stages.split import split
 from mix_assets.core import engine as eng
 from mix_assets.core.storage import Storage
@@ -91,7 +92,7 @@ def token_mix(tmp_path_factory):
     for s in spec.sources:
         path = st.local_path(layout.RAW_DOCS.format(source=s.name))
         pq.write_table(pq.read_table(path), path, row_group_size=61)
-    split.build_validation_split(st, [s.name for s in spec.sources], spec.seed, spec.split.val_fraction)
+    split_ranges.build_validation_split(st, [s.name for s in spec.sources], spec.seed, spec.split.val_fraction)
     from mix_assets.stages.tokens.tokenizer import build_tokenizer
 
     build_tokenizer(st, spec)

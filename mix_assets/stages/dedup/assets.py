@@ -111,6 +111,8 @@ def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
         deps=[DEDUP_KEYS, CONTAMINATION_REPORT, *filter_deps(spec)],
         kinds={"parquet"},
         owners=spec.owners,
+        # the engine section is not in it: every engine writes the same bytes
+        resource_defs={"engine": EngineResource.from_spec(spec)},
         code_version=code_version(__name__, spec.audit.mask_contaminated, spec.split.val_fraction,
                                   {s.name: s.share for s in spec.sources}, spec.target_tokens,
                                   *((filtered,) if filtered else ())),
@@ -126,7 +128,8 @@ def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
         ],
     )
     @gated
-    def exclusion_masks(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
+    def exclusion_masks(context: dg.AssetExecutionContext, mix: MixResource,
+                        engine: EngineResource) -> dg.MaterializeResult:
         """One row per excluded document with its reasons (exact_dup, near_dup, contaminated, a filter's rule)."""
         spec_now, storage = mix.spec, mix.storage
         # contamination_report is an input whenever it exists, and required when contaminated docs are masked
@@ -137,7 +140,7 @@ def _exclusion_masks(spec: MixSpec) -> dg.AssetsDefinition:
         inputs = verified_inputs(storage, "exclusion_masks", upstream, context)
         if hit := reused(context, mix, "exclusion_masks", inputs):
             return hit
-        masks = lib.build_exclusion_masks(storage, spec_now)
+        masks = lib.build_exclusion_masks(storage, spec_now, engine.engine)
         lin = recorded(storage, "exclusion_masks", [layout.EXCLUSION_MASKS, layout.COMPOSITION], inputs, context)
         checks = [gate(context, EXCLUSION_MASKS, r) for r in _mask_checks(masks, spec_now.dedup.max_loss_share_warn)]
         return with_lineage(md.exclusion_masks(storage, layout.EXCLUSION_MASKS, masks), lin, check_results=checks)

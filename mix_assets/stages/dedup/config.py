@@ -22,6 +22,7 @@ class DedupSpec(Strict):
     lsh_fn_weight: float = Field(0.95, gt=0, lt=1)
     threads: int = Field(2, ge=1, exclude=True)  # signature threads; operational, not published (as packing.threads)
     # node partitions of the reduce (candidate pairs, components, keep rule; stages/dedup/partitioned.py): each
-    # task holds one partition's pairs; operational, the bytes do not depend on it (so not published)
+    # task holds one partition's pairs; also validation_split's doc_id ranges (stages/split/ranges.py).
+    # Operational: the bytes do not depend on it (so not published, in no code_version)
     partitions: int = Field(1, ge=1, exclude=True)
     samples_per_reason: int = Field(5, ge=0, le=50)  # excluded docs shown beside their kept member

@@ -13,13 +13,15 @@ Jaccards are stored per pair of sources (stages/dedup/pairs.py): a rerun compare
 pairs they do not hold. The tasks run on the same engine as the map, results taken in task order,
 so the bytes do not depend on the worker count.
 
-exclusion_masks streams: `exclusion_batches` reads dedup_keys (sorted by doc_id) a batch at a time
-and unions each document's reasons (dedup's, contaminated, the filters' rules from `Rejections`;
-`union_reasons` is the one place) into
-one row per excluded document; `composition` compares every source before and after, a raw batch
-at a time; `reject_samples` keeps only each reason's best candidates. Held per document: the ids
-of excluded and contaminated documents (`IdSet`, the id's bytes + 1 each), nothing per kept
-document. Text of a document flagged contaminated is never read into a sample.
+exclusion_masks runs as tasks over row ranges (issue 29): `exclusion_task` reads a range of dedup_keys
+(sorted by doc_id) and unions each document's reasons (dedup's, contaminated, the filters' rules from
+`Rejections`; `union_reasons` is the one place) into one row per excluded document; `composition_task`
+counts a raw range before and after; `sample_task` keeps only each reason's best candidates of a range.
+A row's outcome depends on that row alone (and the contaminated / rejected sets), so ranges need no shuffle:
+the driver takes the parts in order, checks the order across them and writes them (the same bytes for any
+range size or worker count). Held in the driver per document: the ids of excluded, contaminated and
+rejected documents (`IdSet`, the id's bytes + 1 each), nothing per kept document. Text of a document
+flagged contaminated is never read into a sample.
 """
 
 from __future__ import annotations
@@ -350,13 +352,13 @@ def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[s
     del meta
     prio = np.asarray([priorities.get(n, 0) for n in names], dtype=np.int64)[src]
     demoted = None if rejected is None else pc.is_in(doc_ids, value_set=rejected).to_numpy(zero_copy_only=False)
-    with tempfile.TemporaryDirectory(prefix="dedup-shingles-") as spill:  # candidates' shingle sets, on disk
-        sets = sig.shingle_reader(sources, first_row, params.shingle, spill, READ_BATCH_ROWS, eng)
+    with tempfile.TemporaryDirectory(prefix="dedup-shingles-") as spill, \
+            partitioned.scratch(storage) as sc:  # the tasks' parts (pairs, shingle sets), under the storage root
+        sets = sig.shingle_reader(sources, first_row, params.shingle, spill, READ_BATCH_ROWS, eng, scratch=sc)
         known = pairs.PairStore.of(storage, names, stored.rows, params.shingle) if reuse_pairs else None
-        with partitioned.scratch(storage) as sc:  # the partition tasks' parts, under the storage root
-            res = lsh.dedup(doc_ids, labels, stored, nsh, nch, prio, b, r, params.threshold, shingle_sets=sets,
-                            demoted=demoted, eng=eng, cached=known.cached if known else None,
-                            partitions=params.partitions, scratch=sc)
+        res = lsh.dedup(doc_ids, labels, stored, nsh, nch, prio, b, r, params.threshold, shingle_sets=sets,
+                        demoted=demoted, eng=eng, cached=known.cached if known else None,
+                        partitions=params.partitions, scratch=sc)
     if known is not None:
         known.store(*res.verified)
     # documents without words (so without a shingle) are keyed on their raw text: copies of it dropped
@@ -530,43 +532,100 @@ class Exclusions:
     per_reason: Optional[dict] = None
 
 
+@dataclass
+class ExclusionPart:
+    """The exclusion pass over one part of dedup_keys (a batch, or a task's row range): its rows of
+    EXCLUSION_SCHEMA and what the whole pass sums or checks (held per part, returned to the driver)."""
+
+    table: pa.Table
+    rows: int  # dedup_keys rows read
+    first: Optional[str]  # first and last doc_id (None: no row, or a null first id)
+    last: Optional[str]
+    unsorted: Optional[int]  # first row (numbered in the file) null or not above the row before it, inside the part
+    counts: dict  # excluded documents per reason
+    found_contaminated: np.ndarray  # positions in the contaminated IdSet of the ids seen
+    found_rejected: np.ndarray  # positions in the rejected ids of the ids seen
+
+
+def exclude_rows(b, contaminated: Optional[IdSet], rejected: Optional["Rejections"], row0: int) -> ExclusionPart:
+    """The exclusion rows of one part of dedup_keys (`b`: doc_id, source, reason, cluster_id, its first row
+    numbered `row0` in the file), each row on its own: nothing here depends on another row (pure)."""
+    doc = b.column(0).cast(pa.string())
+    doc = doc.combine_chunks() if isinstance(doc, pa.ChunkedArray) else doc
+    counts = dict.fromkeys(PER_REASON + (("filtered",) if rejected is not None else ()), 0)
+    reason = b.column(2).cast(pa.string())
+    reason = reason.combine_chunks() if isinstance(reason, pa.ChunkedArray) else reason
+    enc = pc.dictionary_encode(reason)
+    code = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+    flags = {r: code == k for k, r in enumerate(enc.dictionary.to_pylist())}
+    found_c = found_r = np.zeros(0, np.int64)
+    if contaminated is not None:
+        pos = contaminated.index(doc)
+        found_c = np.unique(pos[pos >= 0])
+        flags["contaminated"] = flags.get("contaminated", np.zeros(len(doc), bool)) | (pos >= 0)
+    if rejected is not None:
+        seen_r = np.zeros(len(rejected.ids), bool)
+        ruled = rejected.flags(doc, seen_r)
+        found_r = np.flatnonzero(seen_r)
+        counts["filtered"] += int(sum(ruled.values(), np.zeros(len(doc), bool)).sum())
+        for r, f in ruled.items():
+            flags[r] = flags[r] | f if r in flags else f
+    rows, reasons = union_reasons(flags)
+    for r in PER_REASON:
+        counts[r] += int(flags[r][rows].sum()) if r in flags else 0
+    take = pa.array(rows, pa.int64())
+    kept = pc.if_else(reason.is_valid(), b.column(3).cast(pa.string()), pa.scalar(None, pa.string()))
+    out = pa.table({"doc_id": doc.take(take), "source": b.column(1).cast(pa.string()).take(take),
+                    "reasons": reasons, "kept_doc_id": kept.take(take)}, schema=EXCLUSION_SCHEMA)
+    first = doc[0].as_py() if len(doc) else None
+    return ExclusionPart(out, len(doc), first, doc[-1].as_py() if len(doc) else None,
+                         unsorted_row(doc, None, row0), counts, found_c, found_r)
+
+
+def exclusion_task(contaminated: Optional[IdSet], rejected: Optional["Rejections"], rng: engine.RowRange
+                   ) -> ExclusionPart:
+    """`exclude_rows` over one row range of the dedup_keys file (an engine task; the sets are put once)."""
+    return exclude_rows(engine.read_rows(rng, EXCLUSION_COLUMNS), contaminated, rejected, rng.start)
+
+
+EXCLUSION_COLUMNS = ["doc_id", "source", "reason", "cluster_id"]
+
+
 def exclusion_batches(keys, contaminated: Optional[IdSet], seen: Exclusions, where: str = "dedup_keys",
-                      rejected: Optional[Rejections] = None):
-    """The rows of `exclusion_table`, one table per batch of dedup_keys (a table or a Parquet file sorted
-    by doc_id). Fills `seen`; a contaminated or rejected id missing from dedup_keys is an error at the end.
-    `rejected`: every document the filters rejected gets a row whose reasons include its rule."""
+                      rejected: Optional[Rejections] = None, eng: Optional[engine.Engine] = None):
+    """The rows of `exclusion_table`, one table per part of dedup_keys (a table or a Parquet file sorted by
+    doc_id; a path or an `engine.FileAt`), in order. Fills `seen`; a contaminated or rejected id missing
+    from dedup_keys is an error at the end.
+    `rejected`: every document the filters rejected gets a row whose reasons include its rule.
+
+    A table is read a batch at a time here; a file in row ranges of max(eng.chunk_rows, KEY_BATCH_ROWS) rows
+    as tasks on `eng` (`exclusion_task`, default this thread), taken in order: a row's exclusion depends on
+    that row only, so the rows (and the file written from them) do not depend on the ranges or the workers.
+    The driver checks the order across parts and holds the excluded ids."""
+    if isinstance(keys, pa.Table):
+        parts, at = [], 0
+        for b in _key_batches(keys, EXCLUSION_COLUMNS):
+            parts.append(exclude_rows(b, contaminated, rejected, at))
+            at += b.num_rows
+    else:
+        eng = eng or engine.Engine(num_cpus=1)
+        ranges = engine.row_ranges(keys, max(eng.chunk_rows, KEY_BATCH_ROWS))
+        parts = engine.map_chunks(functools.partial(exclusion_task, contaminated, rejected), ranges, eng)
     found = np.zeros(len(contaminated) if contaminated is not None else 0, bool)
     found_r = np.zeros(len(rejected.ids) if rejected is not None else 0, bool)
     last, row, excluded = None, 0, []
     counts = dict.fromkeys(PER_REASON + (("filtered",) if rejected is not None else ()), 0)
-    for b in _key_batches(keys, ["doc_id", "source", "reason", "cluster_id"]):
-        doc = b.column(0).cast(pa.string())
-        bad = unsorted_row(doc, last, row)
+    for p in parts:
+        bad = row if last is not None and p.first is not None and not p.first > last else p.unsorted
         if bad is not None:
             raise DedupInputError(f"{where}: row {bad}: field 'doc_id' is {UNSORTED}")
-        last, row = (doc[-1].as_py() if len(doc) else last), row + len(doc)
-        reason = b.column(2).cast(pa.string())
-        enc = pc.dictionary_encode(reason)
-        code = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False)
-        flags = {r: code == k for k, r in enumerate(enc.dictionary.to_pylist())}
-        if contaminated is not None:
-            pos = contaminated.index(doc)
-            found[pos[pos >= 0]] = True
-            flags["contaminated"] = flags.get("contaminated", np.zeros(len(doc), bool)) | (pos >= 0)
-        if rejected is not None:
-            ruled = rejected.flags(doc, found_r)
-            counts["filtered"] += int(sum(ruled.values(), np.zeros(len(doc), bool)).sum())
-            for r, f in ruled.items():
-                flags[r] = flags[r] | f if r in flags else f
-        rows, reasons = union_reasons(flags)
-        for r in PER_REASON:
-            counts[r] += int(flags[r][rows].sum()) if r in flags else 0
-        take = pa.array(rows, pa.int64())
-        kept = pc.if_else(reason.is_valid(), b.column(3).cast(pa.string()), pa.scalar(None, pa.string()))
-        out = pa.table({"doc_id": doc.take(take), "source": b.column(1).cast(pa.string()).take(take),
-                        "reasons": reasons, "kept_doc_id": kept.take(take)}, schema=EXCLUSION_SCHEMA)
-        excluded.append(out.column("doc_id"))
-        yield out
+        last, row = (p.last if p.rows else last), row + p.rows
+        found[p.found_contaminated] = True
+        found_r[p.found_rejected] = True
+        for r, k in p.counts.items():
+            counts[r] += k
+        excluded.append(p.table.column("doc_id"))
+        yield p.table
     if not found.all():
         missing = contaminated.ids()[int(np.flatnonzero(~found)[0])]
         raise DedupInputError(f"contaminated_docs: doc_id {missing!r} is not in the dedup keys")
@@ -574,7 +633,7 @@ def exclusion_batches(keys, contaminated: Optional[IdSet], seen: Exclusions, whe
         missing = rejected.ids.ids()[int(np.flatnonzero(~found_r)[0])]
         raise DedupInputError(f"filter decisions: doc_id {missing!r} is not in the dedup keys")
     seen.documents, seen.per_reason = row, counts
-    seen.excluded = IdSet(pa.chunked_array(excluded, pa.string()))
+    seen.excluded = IdSet(pa.chunked_array([c for t in excluded for c in t.chunks], pa.string()))
 
 
 def exclusion_table(dedup_keys: pa.Table, contaminated: Optional[pa.Table],
@@ -596,35 +655,87 @@ def exclusion_table(dedup_keys: pa.Table, contaminated: Optional[pa.Table],
 def composition(docs, excluded: IdSet, sources: Iterable[str]) -> list[dict]:
     """Per source before/after: documents, bytes, est. tokens, token share of the mix. `docs`: tables or
     record batches of doc_id, source, n_bytes, est_tokens (e.g. `docs_meta`), one at a time."""
-    agg = {s: dict(source=s, docs_before=0, docs_after=0, bytes_before=0, bytes_after=0,
-                   tokens_before=0, tokens_after=0) for s in sources}
+    agg: dict = {}
     for b in docs:
-        kept = ~excluded.contains(b.column("doc_id").cast(pa.string()))
-        src = pc.dictionary_encode(b.column("source").cast(pa.string()))
-        src = src.combine_chunks() if isinstance(src, pa.ChunkedArray) else src
-        code = src.indices.to_numpy(zero_copy_only=False)
-        nb, nt = (np.asarray(b.column(c), np.int64) for c in ("n_bytes", "est_tokens"))
-        for k, s in enumerate(src.dictionary.to_pylist()):
-            a = agg.setdefault(s, dict(source=s, docs_before=0, docs_after=0, bytes_before=0, bytes_after=0,
-                                       tokens_before=0, tokens_after=0))
-            mine = code == k
-            after = mine & kept
-            a["docs_before"] += int(mine.sum())
-            a["bytes_before"] += int(nb[mine].sum())
-            a["tokens_before"] += int(nt[mine].sum())
-            a["docs_after"] += int(after.sum())
-            a["bytes_after"] += int(nb[after].sum())
-            a["tokens_after"] += int(nt[after].sum())
+        _add_counts(agg, composition_counts(b, excluded))
+    return composition_shares(agg, sources)
+
+
+_COUNTS = ("docs_before", "docs_after", "bytes_before", "bytes_after", "tokens_before", "tokens_after")
+
+
+def composition_counts(b, excluded: IdSet) -> dict:
+    """{source: its before/after counts} over one batch of doc_id, source, n_bytes, est_tokens (pure)."""
+    col = b.column("source").cast(pa.string())
+    kept = ~excluded.contains(b.column("doc_id").cast(pa.string()))
+    src = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
+    code = src.indices.to_numpy(zero_copy_only=False)
+    nb, nt = (np.asarray(b.column(c), np.int64) for c in ("n_bytes", "est_tokens"))
+    out = {}
+    for k, s in enumerate(src.dictionary.to_pylist()):
+        mine = code == k
+        after = mine & kept
+        out[s] = dict(docs_before=int(mine.sum()), bytes_before=int(nb[mine].sum()),
+                      tokens_before=int(nt[mine].sum()), docs_after=int(after.sum()),
+                      bytes_after=int(nb[after].sum()), tokens_after=int(nt[after].sum()))
+    return out
+
+
+def _add_counts(agg: dict, part: dict) -> None:
+    """Sum one part's `composition_counts` into `agg` (integers: any order gives the same sums)."""
+    for s, c in part.items():
+        a = agg.setdefault(s, dict.fromkeys(_COUNTS, 0))
+        for f in _COUNTS:
+            a[f] += c[f]
+
+
+def composition_shares(agg: dict, sources: Iterable[str]) -> list[dict]:
+    """`composition`'s rows from the summed counts: every configured source (zeros when absent), shares."""
+    for s in sources:
+        agg.setdefault(s, dict.fromkeys(_COUNTS, 0))
     tb = sum(a["tokens_before"] for a in agg.values()) or 1
     ta = sum(a["tokens_after"] for a in agg.values()) or 1
     out = []
     for s in sorted(agg):
-        a = agg[s]
+        a = dict(source=s, **agg[s])
         a["share_before"] = a["tokens_before"] / tb
         a["share_after"] = a["tokens_after"] / ta
         a["lost_token_share"] = 1 - a["tokens_after"] / a["tokens_before"] if a["tokens_before"] else 0.0
         out.append(a)
     return out
+
+
+@dataclass(frozen=True)
+class MetaChunk:
+    """A composition task: rows of one source's raw documents parquet."""
+
+    source: str
+    rows: engine.RowRange
+
+
+def composition_task(excluded: IdSet, chunk: MetaChunk) -> dict:
+    """`composition_counts` of one raw row range (nulls refused, naming file, row and field; pure)."""
+    t = engine.read_rows(chunk.rows, ["doc_id", "source", "n_bytes", "est_tokens"])
+    _check_meta(t, chunk.rows.path, chunk.source, chunk.rows.start)
+    return composition_counts(t, excluded)
+
+
+def _check_meta(b, path, source: str, row0: int) -> None:
+    for c in ("n_bytes", "est_tokens"):
+        if b.column(c).null_count:
+            bad = row0 + int(np.flatnonzero(b.column(c).is_null().to_numpy(zero_copy_only=False))[0])
+            raise DedupInputError(f"{path}: row {bad}: field {c!r} is null (source {source})")
+
+
+def composition_on(files: Mapping[str, engine.FileAt], excluded: IdSet, sources: Iterable[str],
+                   eng: engine.Engine) -> list[dict]:
+    """`composition` with the raw files ({source: `engine.FileAt`}) read in row ranges as tasks on `eng`."""
+    chunks = [MetaChunk(n, r) for n in sorted(files) for r in engine.row_ranges(
+        files[n], max(eng.chunk_rows, READ_BATCH_ROWS))]
+    agg: dict = {}
+    for part in engine.map_chunks(functools.partial(composition_task, excluded), chunks, eng):
+        _add_counts(agg, part)
+    return composition_shares(agg, sources)
 
 
 def _rank(doc_id: str) -> str:
@@ -633,20 +744,51 @@ def _rank(doc_id: str) -> str:
 
 
 def reject_samples(
-    dedup_keys, contaminated_ids, per_reason: int = 5
+    dedup_keys, contaminated_ids, per_reason: int = 5, eng: Optional[engine.Engine] = None,
 ) -> dict[str, list[tuple[str, str, float]]]:
     """Per dedup reason up to `per_reason` (excluded doc_id, kept doc_id, est. Jaccard) pairs.
 
-    `dedup_keys`: a table or a Parquet file, read a batch at a time (only each reason's best
-    `per_reason` candidates are held); `contaminated_ids`: an `IdSet` (or any iterable of ids).
-    Pairs where either side is contaminated are left out here (they are listed by id only).
+    `dedup_keys`: a table, or a Parquet file read in row ranges as tasks on `eng` (`sample_task`; default this
+    thread), each keeping only each reason's best `per_reason` candidates (the best of the union is the best of
+    the parts' bests, so the pick does not depend on the ranges); `contaminated_ids`: an `IdSet` (or any
+    iterable of ids). Pairs where either side is contaminated are left out here (they are listed by id only).
     """
     cont = contaminated_ids if isinstance(contaminated_ids, IdSet) else IdSet(contaminated_ids)
+    if isinstance(dedup_keys, pa.Table):
+        parts = [_sample_candidates(_key_batches(dedup_keys, SAMPLE_COLUMNS), cont, per_reason)]
+    else:
+        eng = eng or engine.Engine(num_cpus=1)
+        ranges = engine.row_ranges(dedup_keys, max(eng.chunk_rows, KEY_BATCH_ROWS))
+        parts = engine.map_chunks(functools.partial(sample_task, cont, per_reason), ranges, eng)
+    half = per_reason // 2 + per_reason % 2
+    low: list = []
+    by_rank: dict[str, list] = {r: [] for r in SAMPLE_REASONS}
+    for lo, ranked in parts:
+        low = sorted(low + lo, key=lambda x: (x[3], x[0]))[:half]
+        for r in SAMPLE_REASONS:
+            by_rank[r] = sorted(by_rank[r] + ranked[r])[:per_reason]
+    out = {"exact_dup": [(d, k, j) for _, d, k, j in by_rank["exact_dup"]]}
+    first = {x[1] for x in low}
+    rest = [x for x in by_rank["near_dup"] if x[1] not in first][: per_reason - half]
+    out["near_dup"] = [(d, k, j) for _, d, k, j in low + rest]
+    return out
+
+
+SAMPLE_COLUMNS = ["doc_id", "reason", "cluster_id", "jaccard_to_kept"]
+
+
+def sample_task(cont: IdSet, per_reason: int, rng: engine.RowRange) -> tuple[list, dict]:
+    """`_sample_candidates` of one row range of the dedup_keys file (an engine task)."""
+    return _sample_candidates(engine.read_rows(rng, SAMPLE_COLUMNS).to_batches(KEY_BATCH_ROWS), cont, per_reason)
+
+
+def _sample_candidates(batches, cont: IdSet, per_reason: int) -> tuple[list, dict]:
+    """(near_dup's `half` smallest by (jaccard, rank), each reason's `per_reason` smallest ranks) of the rows."""
     half = per_reason // 2 + per_reason % 2
     # near-dups show the least similar first (the ones a reviewer must judge), then random; exact: random
     low: list = []  # near_dup: the `half` smallest by (jaccard, rank)
     by_rank: dict[str, list] = {r: [] for r in SAMPLE_REASONS}  # each reason's `per_reason` smallest ranks
-    for b in _key_batches(dedup_keys, ["doc_id", "reason", "cluster_id", "jaccard_to_kept"]):
+    for b in batches:
         doc, kept = b.column(0).cast(pa.string()), b.column(2).cast(pa.string())
         ok = ~cont.contains(doc) & ~cont.contains(kept)
         for reason in SAMPLE_REASONS:
@@ -659,11 +801,7 @@ def reject_samples(
             by_rank[reason] = sorted(by_rank[reason] + cand)[:per_reason]
             if reason == "near_dup":
                 low = sorted(low + cand, key=lambda x: (x[3], x[0]))[:half]
-    out = {"exact_dup": [(d, k, j) for _, d, k, j in by_rank["exact_dup"]]}
-    first = {x[1] for x in low}
-    rest = [x for x in by_rank["near_dup"] if x[1] not in first][: per_reason - half]
-    out["near_dup"] = [(d, k, j) for _, d, k, j in low + rest]
-    return out
+    return low, by_rank
 
 
 def snippets(paths: Mapping[str, str], wanted: set[str], chars: int = 240) -> dict[str, str]:
@@ -717,10 +855,7 @@ def docs_meta(paths: Mapping[str, str]) -> Iterable[pa.RecordBatch]:
     for name in sorted(paths):
         row = 0
         for b in tables.iter_batches(paths[name], cols, READ_BATCH_ROWS):
-            for c in ("n_bytes", "est_tokens"):
-                if b.column(c).null_count:
-                    bad = row + int(np.flatnonzero(b.column(c).is_null().to_numpy(zero_copy_only=False))[0])
-                    raise DedupInputError(f"{paths[name]}: row {bad}: field {c!r} is null (source {name})")
+            _check_meta(b, paths[name], name, row)
             row += b.num_rows
             yield b
 
@@ -776,13 +911,17 @@ class Masks:
 CONTAMINATED_SHOWN = 50  # contaminated ids listed in the metadata (by id only)
 
 
-def build_exclusion_masks(storage, spec) -> Masks:
+def build_exclusion_masks(storage, spec, eng: Optional[engine.Engine] = None) -> Masks:
     """Write the exclusion masks and the composition before/after them; pick reject samples.
 
-    Streams dedup_keys (sorted by doc_id) a batch at a time and each raw file a batch at a time;
-    held per document: the excluded ids and the contaminated ids (`IdSet`, ~30 B per id), nothing
-    per kept document.
+    Three passes as tasks on `eng` (default this thread), each over row ranges: dedup_keys (sorted by doc_id)
+    for the exclusion rows (`exclusion_task`), every raw file for the composition (`composition_task`),
+    dedup_keys again for the samples (`sample_task`); the driver takes the results in task order, so the
+    bytes do not depend on the ranges or the workers. Held in the driver per document: the excluded ids and
+    the contaminated and rejected ids (`IdSet`, ~30 B per id; the tasks get them put once), nothing per kept
+    document.
     """
+    eng = eng or engine.Engine(num_cpus=1)
     contaminated = read_contaminated_ids(storage)
     mask = spec.audit.mask_contaminated
     if mask and contaminated is None:
@@ -790,25 +929,24 @@ def build_exclusion_masks(storage, spec) -> Masks:
             f"{storage.uri(layout.CONTAMINATED_DOCS)}: not found; audit.mask_contaminated is on, so "
             "contamination_report must be materialised first"
         )
-    keys, seen = storage.source(layout.DEDUP_KEYS), Exclusions()
+    keys, seen = tables.file_at(storage, layout.DEDUP_KEYS), Exclusions()
     rejected = lines_lib.with_dropped(decisions.rejected_reasons(storage, decisions.filtered_sources(spec)), storage, spec)
     batches = exclusion_batches(keys, contaminated if mask else None, seen, storage.uri(layout.DEDUP_KEYS),
-                                Rejections.of(*rejected) if rejected is not None else None)
+                                Rejections.of(*rejected) if rejected is not None else None, eng)
     tables.write_parquet_groups(storage, layout.EXCLUSION_MASKS, EXCLUSION_SCHEMA,
                                 sig.regroup(batches, tables.ROW_GROUP_ROWS, EXCLUSION_SCHEMA))
     names = [s.name for s in spec.sources]
-    paths = tables.raw_paths(storage, names)
-    comp = composition(docs_meta(paths), seen.excluded, names)
+    comp = composition_on(tables.raw_files(storage, names), seen.excluded, names, eng)
     storage.write_text(layout.COMPOSITION, json.dumps(comp, indent=1, sort_keys=True))
     contaminated = contaminated if contaminated is not None else IdSet()
     return Masks(len(seen.excluded), seen.documents, comp, seen.per_reason,
-                 _samples(keys, contaminated, paths, spec.dedup.samples_per_reason),
+                 _samples(keys, contaminated, tables.raw_paths(storage, names), spec.dedup.samples_per_reason, eng),
                  contaminated.ids(CONTAMINATED_SHOWN), len(contaminated), {s: spec.minimum_tokens(s) for s in names},
                  mask)
 
 
-def _samples(keys, contaminated: IdSet, paths, per_reason: int) -> list[RejectSample]:
-    picked = reject_samples(keys, contaminated, per_reason)
+def _samples(keys, contaminated: IdSet, paths, per_reason: int, eng: engine.Engine) -> list[RejectSample]:
+    picked = reject_samples(keys, contaminated, per_reason, eng)
     wanted = {x for pairs in picked.values() for p in pairs for x in p[:2]}
     assert not contaminated.contains(pa.array(sorted(wanted), pa.string())).any()  # contaminated text is never read
     snip = snippets(paths, wanted)

@@ -58,18 +58,27 @@ MAX_MISS = 1e-6  # largest P(a pair at exactly the threshold shares no band) rec
 
 
 # -- parameters ------------------------------------------------------------------------------
-# scipy is imported where used: importing it costs ~0.5-0.8 s, and every step process imports this module
-# (through mix_assets.console.metadata) whether or not it computes parameters or clusters.
-def _fp(threshold: float, b: int, r: int) -> float:
-    from scipy.integrate import quad
+# The fp / fn integrals are of polynomials of degree b*r <= num_perm, so Gauss-Legendre quadrature with
+# num_perm // 2 + 1 nodes is exact (up to rounding; scipy's quad gave the same (b, r) on every grid tested,
+# test_lsh.py). No scipy: importing it cost every dedup_keys step 1.9 CPU s for these two integrals.
+def _integral(f, lo: float, hi: float, degree: int) -> float:
+    """The integral of the polynomial f (of at most `degree`) over [lo, hi], by Gauss-Legendre."""
+    x, w = _legendre(degree // 2 + 1)
+    half = (hi - lo) / 2.0
+    return float(half * np.dot(w, f(half * x + (hi + lo) / 2.0)))
 
-    return quad(lambda s: 1 - (1 - s ** float(r)) ** float(b), 0.0, threshold)[0]
+
+@functools.lru_cache(maxsize=8)
+def _legendre(nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.polynomial.legendre.leggauss(nodes)
+
+
+def _fp(threshold: float, b: int, r: int) -> float:
+    return _integral(lambda s: 1 - (1 - s ** float(r)) ** float(b), 0.0, threshold, b * r)
 
 
 def _fn(threshold: float, b: int, r: int) -> float:
-    from scipy.integrate import quad
-
-    return quad(lambda s: 1 - (1 - (1 - s ** float(r)) ** float(b)), threshold, 1.0)[0]
+    return _integral(lambda s: 1 - (1 - (1 - s ** float(r)) ** float(b)), threshold, 1.0, b * r)
 
 
 def optimal_params(
@@ -548,11 +557,12 @@ def dedup(
     rank_c = _keep_rank(canon, n_chars, priority, demoted)[canon]
     # Clusters (connected components of exact + confirmed edges) and survivors, as partition tasks
     with (contextlib.nullcontext(scratch) if scratch is not None else part.scratch()) as sc:
+        ranks = part.put_ranks(sc, rank_c, partitions)
+        del rank_c
         labels, rounds = part.components(np.concatenate([ex_lo, nd_lo]), np.concatenate([ex_hi, nd_hi]),
-                                         partitions, eng, sc)
+                                         partitions, eng, sc, ranks)
         del ex_lo, ex_hi, nd_lo, nd_hi
-        kept_c, size_c, cstats = part.survivors(labels, rank_c, partitions, eng, sc)
-    del rank_c
+        kept_c, size_c, cstats = part.survivors(labels, n, partitions, eng, sc)
 
     kept_index = np.empty(n, dtype=np.int64)
     kept_index[canon] = canon[kept_c]

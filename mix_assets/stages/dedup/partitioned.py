@@ -17,8 +17,10 @@ so consecutive documents spread over the partitions.
    (large, small) round leaves every partition's edges as they were. The fixed point is a star per component
    centred on its smallest node, so a component's label is its smallest index (the smallest doc_id: indices are
    canonical, sorted by doc_id), whatever the partitioning.
-3. The keep rule (`survivors`): one task per partition of the label's hash, choosing each cluster's member
-   of smallest keep rank (`lsh._keep_rank`) and counting members; a document in no edge is its own cluster.
+3. The keep rule (`survivors`): the keep ranks (`lsh._keep_rank`) are written as a part partitioned by node
+   (`put_ranks`); the last components task of each node partition reads its nodes' ranks and emits (label, node,
+   rank) partitioned by label; one task per label partition then chooses each cluster's member of smallest rank
+   and counts members. No task is sent the whole rank array. A document in no edge is its own cluster.
 
 Outputs are a function of the edge set alone, so the bytes do not depend on the partition or worker count.
 """
@@ -78,18 +80,29 @@ class Scratch:
             f.seek(start * 8)
             return np.frombuffer(f.read((stop - start) * 8), np.int64).copy()
 
+    def segments(self, name: str, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+        """int64 values starts[i] .. stops[i]-1 of the part `name`, concatenated (the part opened once)."""
+        out = np.empty(int(np.sum(np.asarray(stops) - np.asarray(starts))), np.int64)
+        at = 0
+        with self.storage().open(self.key(name)) as f:
+            for a, b in zip(np.asarray(starts).tolist(), np.asarray(stops).tolist()):
+                f.seek(a * 8)
+                out[at: at + b - a] = np.frombuffer(f.read((b - a) * 8), np.int64)
+                at += b - a
+        return out
+
     def clear(self) -> None:
         self.storage().delete_prefix(self.prefix)
 
 
 @contextmanager
-def scratch(storage: Optional[Storage] = None) -> Iterator[Scratch]:
-    """A fresh scratch folder of `storage` (a temporary local folder without one), deleted on exit."""
+def scratch(storage: Optional[Storage] = None, stage: str = "dedup_keys") -> Iterator[Scratch]:
+    """A fresh scratch folder of `storage` for `stage` (a temporary local folder without one), deleted on exit."""
     if storage is None:
         with tempfile.TemporaryDirectory(prefix="dedup-reduce-") as tmp:
             yield Scratch(tmp, None, "parts")
         return
-    s = Scratch(storage.root, storage.s3_endpoint_url, layout.REDUCE_SCRATCH.format(stage="dedup_keys",
+    s = Scratch(storage.root, storage.s3_endpoint_url, layout.REDUCE_SCRATCH.format(stage=stage,
                                                                                    run=uuid.uuid4().hex))
     try:
         yield s
@@ -104,25 +117,37 @@ def scratch(storage: Optional[Storage] = None) -> Iterator[Scratch]:
 def _put_pairs(sc: Scratch, name: str, first: np.ndarray, second: np.ndarray, partitions: int) -> list[int]:
     """Write directed pairs (first, second), each once, sorted by (node_part(first), first, second);
     returns the partitions' offsets (partitions + 1 values)."""
-    part = node_part(first, partitions)
-    o = np.lexsort((second, first, part))
-    part, first, second = part[o], first[o], second[o]
-    new = np.r_[True, (first[1:] != first[:-1]) | (second[1:] != second[:-1])] if len(first) else np.zeros(0, bool)
-    part, first, second = part[new], first[new], second[new]
-    sc.put(name, np.column_stack([first, second]).ravel())
-    return (2 * np.searchsorted(part, np.arange(partitions + 1))).tolist()
+    return _put_rows(sc, name, [first, second], partitions)
+
+
+def _put_rows(sc: Scratch, name: str, cols: list[np.ndarray], partitions: int) -> list[int]:
+    """Write rows of int64 columns `cols`, each distinct row once, sorted by (node_part(cols[0]), cols...);
+    returns the partitions' offsets in values (partitions + 1 values)."""
+    cols = [np.asarray(c, np.int64) for c in cols]
+    part = node_part(cols[0], partitions)
+    o = np.lexsort((*cols[::-1], part))
+    part, cols = part[o], [c[o] for c in cols]
+    if len(part):
+        new = np.r_[True, np.any([c[1:] != c[:-1] for c in cols], axis=0)]
+        part, cols = part[new], [c[new] for c in cols]
+    sc.put(name, np.column_stack(cols).ravel())
+    return (len(cols) * np.searchsorted(part, np.arange(partitions + 1))).tolist()
 
 
 def _read_partition(sc: Scratch, parts: list[tuple[str, list[int]]], q: int) -> tuple[np.ndarray, np.ndarray]:
     """Partition q's directed pairs from every (part name, offsets), each once, sorted by (first, second)."""
+    return _read_rows(sc, parts, q, 2)
+
+
+def _read_rows(sc: Scratch, parts: list[tuple[str, list[int]]], q: int, width: int) -> tuple[np.ndarray, ...]:
+    """Partition q's rows of `width` int64 columns from every (part name, offsets), each once, sorted."""
     got = [sc.segment(name, off[q], off[q + 1]) for name, off in parts]
-    flat = np.concatenate([np.zeros(0, np.int64), *got]).reshape(-1, 2)
+    flat = np.concatenate([np.zeros(0, np.int64), *got]).reshape(-1, width)
     if not len(flat):
-        return flat[:, 0], flat[:, 1]
-    o = np.lexsort((flat[:, 1], flat[:, 0]))
-    flat = flat[o]
-    new = np.r_[True, (flat[1:, 0] != flat[:-1, 0]) | (flat[1:, 1] != flat[:-1, 1])]
-    return flat[new, 0].copy(), flat[new, 1].copy()
+        return tuple(flat[:, k] for k in range(width))
+    flat = flat[np.lexsort(flat.T[::-1])]
+    new = np.r_[True, (flat[1:] != flat[:-1]).any(axis=1)]
+    return tuple(flat[new, k].copy() for k in range(width))
 
 
 # -- 1. candidate pairs ----------------------------------------------------------------------------
@@ -181,20 +206,35 @@ def star_task(sc: Scratch, parts: list[tuple[str, list[int]]], kind: str, name: 
     return (out, _put_pairs(sc, out, np.concatenate([a, b]), np.concatenate([b, a]), partitions)), digest
 
 
-def label_task(sc: Scratch, parts: list[tuple[str, list[int]]], partitions: int, q: int) -> tuple[str, list[int]]:
-    """(label, node) of every node of partition q with an edge, the label its smallest neighbour or itself,
-    written partitioned by label (pure)."""
+def label_task(sc: Scratch, parts: list[tuple[str, list[int]]], partitions: int, ranks, q: int
+               ) -> tuple[str, list[int]]:
+    """(label, node, keep rank) of every node of partition q with an edge, the label its smallest neighbour or
+    itself, written partitioned by label (pure). `ranks`: the (node, rank) part (`put_ranks`), of which the
+    task reads partition q only; None: rank 0 (labels only)."""
     x, y = _read_partition(sc, parts, q)
     start = np.flatnonzero(np.r_[True, x[1:] != x[:-1]]) if len(x) else np.zeros(0, np.int64)
     node = x[start]
+    rank = np.zeros(len(node), np.int64)
+    if ranks is not None and len(node):
+        rn, rr = _read_partition(sc, [ranks], q)  # sorted by node
+        at = np.searchsorted(rn, node)
+        if (at >= len(rn)).any() or (rn[np.minimum(at, len(rn) - 1)] != node).any():
+            raise ValueError(f"dedup: partition {q}: a node in an edge has no keep rank")
+        rank = rr[at]
     out = f"labels-{q}"
-    return out, _put_pairs(sc, out, np.minimum(node, y[start]), node, partitions)
+    return out, _put_rows(sc, out, [np.minimum(node, y[start]), node, rank], partitions)
 
 
-def components(u: np.ndarray, v: np.ndarray, partitions: int, eng: engine.Engine, sc: Scratch
+def put_ranks(sc: Scratch, rank: np.ndarray, partitions: int) -> tuple[str, list[int]]:
+    """The keep ranks as a part of (node, rank) pairs partitioned by node: each label task reads its own."""
+    return "ranks", _put_pairs(sc, "ranks", np.arange(len(rank), dtype=np.int64), rank, partitions)
+
+
+def components(u: np.ndarray, v: np.ndarray, partitions: int, eng: engine.Engine, sc: Scratch, ranks=None
                ) -> tuple[list[tuple[str, list[int]]], int]:
-    """Label parts (label, node) of every node in an edge of (u, v), the label the smallest node of its
-    component, partitioned by label; and the number of (large, small) rounds run."""
+    """Label parts (label, node, keep rank) of every node in an edge of (u, v), the label the smallest node of
+    its component, partitioned by label; and the number of (large, small) rounds run. `ranks`: the keep ranks'
+    part (`put_ranks`; None: every rank 0)."""
     u, v = np.asarray(u, np.int64), np.asarray(v, np.int64)
     keep = u != v
     parts = [("edges", _put_pairs(sc, "edges", np.concatenate([u[keep], v[keep]]),
@@ -205,7 +245,7 @@ def components(u: np.ndarray, v: np.ndarray, partitions: int, eng: engine.Engine
                                      range(partitions), eng))
         digests = [d for _, d in got]
         if digests == before:
-            return list(engine.map_chunks(functools.partial(label_task, sc, parts, partitions),
+            return list(engine.map_chunks(functools.partial(label_task, sc, parts, partitions, ranks),
                                           range(partitions), eng)), k
         parts = [p for p, _ in got]
         got = list(engine.map_chunks(functools.partial(star_task, sc, parts, "small", f"small{k}", partitions),
@@ -215,29 +255,30 @@ def components(u: np.ndarray, v: np.ndarray, partitions: int, eng: engine.Engine
 
 
 # -- 3. the keep rule -----------------------------------------------------------------------------
-def survivor_task(sc: Scratch, parts: list[tuple[str, list[int]]], rank: np.ndarray, q: int
+def survivor_task(sc: Scratch, parts: list[tuple[str, list[int]]], q: int
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(node, its cluster's survivor, cluster size) of every node whose label is in partition q (pure)."""
-    label, node = _read_partition(sc, parts, q)
+    """(node, its cluster's survivor, cluster size) of every node whose label is in partition q (pure): the
+    member of smallest keep rank, read with the labels (no rank of another partition's nodes is needed)."""
+    label, node, rank = _read_rows(sc, parts, q, 3)
     if not len(node):
         return node, node, node
     start = np.flatnonzero(np.r_[True, label[1:] != label[:-1]])
     size = np.diff(np.r_[start, len(label)])
-    best = np.minimum.reduceat(rank[node], start)
+    best = np.minimum.reduceat(rank, start)
     group = np.repeat(np.arange(len(start)), size)
     winner = np.full(len(start), -1, np.int64)
-    hit = rank[node] == best[group]
+    hit = rank == best[group]
     winner[group[hit]] = node[hit]  # ranks are distinct: one member per cluster
     return node, winner[group], size[group]
 
 
-def survivors(label_parts: list[tuple[str, list[int]]], rank: np.ndarray, partitions: int, eng: engine.Engine,
+def survivors(label_parts: list[tuple[str, list[int]]], n: int, partitions: int, eng: engine.Engine,
               sc: Scratch) -> tuple[np.ndarray, np.ndarray, dict]:
-    """(survivor, cluster size) of every node (index into `rank`, the keep rank, 0 = best), and cluster counts."""
-    n = len(rank)
+    """(survivor, cluster size) of every node 0 .. n-1 (from `components` with the keep ranks' part), and
+    cluster counts."""
     kept, size = np.arange(n, dtype=np.int64), np.ones(n, np.int64)
     multi, largest, members = 0, 1 if n else 0, 0
-    for node, win, sz in engine.map_chunks(functools.partial(survivor_task, sc, label_parts, rank),
+    for node, win, sz in engine.map_chunks(functools.partial(survivor_task, sc, label_parts),
                                            range(partitions), eng):
         kept[node], size[node] = win, sz
         members += len(node)

@@ -195,8 +195,73 @@ class SpilledSets:
         return np.concatenate([np.zeros(0, np.float64), *engine.map_chunks(_jaccard_task, parts(), self.eng)])
 
 
-def _jaccard_task(part: tuple) -> np.ndarray:
-    return set_jaccard(*part)
+def _jaccard_task(chunk: tuple) -> np.ndarray:
+    return set_jaccard(*chunk)
+
+
+class ScratchSets:
+    """Shingle sets in scratch parts (`partitioned.Scratch`: the storage root, so a task on any node reads
+    them), one part per text task, written by that task; held here: a part number and offset per document.
+
+    `jaccard` sends each task only where its chunk's sets lie (part, offset, size per document): the task
+    reads them itself (`_scratch_jaccard_task`), so no set passes through this process."""
+
+    def __init__(self, sc: Any, names: list[str], sizes: list[np.ndarray],
+                 eng: Optional[engine.Engine] = None):
+        self.sc, self.names, self.eng = sc, names, eng or engine.Engine(num_cpus=1)
+        self.part = np.repeat(np.arange(len(sizes), dtype=np.int32), [len(x) for x in sizes])
+        self.sizes = np.concatenate([np.zeros(0, np.int64), *sizes]).astype(np.int64)
+        starts = [np.r_[0, np.cumsum(x)[:-1]].astype(np.int64) for x in sizes if len(x)]
+        self.start = np.concatenate([np.zeros(0, np.int64), *starts])  # offset within its part
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def jaccard(self, a: np.ndarray, b: np.ndarray, chunk: int = VERIFY_VALUES) -> np.ndarray:
+        """Exact Jaccard of the sets a[i], b[i] (positions into the stored documents), as lsh.set_jaccard."""
+        a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+        if self.eng.kind == "ray" or self.eng.num_cpus > 1:
+            chunk = max(chunk // self.eng.window, 1)
+        work = np.cumsum(self.sizes[a] + self.sizes[b])
+
+        def chunks():
+            s = 0
+            while s < len(a):
+                e = max(int(np.searchsorted(work, (work[s - 1] if s else 0) + chunk, side="right")), s + 1)
+                docs = np.unique(np.concatenate([a[s:e], b[s:e]]))
+                where = [(self.names[p], self.start[docs][self.part[docs] == p], self.sizes[docs][self.part[docs] == p])
+                         for p in np.unique(self.part[docs]).tolist()]
+                yield self.sc, where, np.searchsorted(docs, a[s:e]), np.searchsorted(docs, b[s:e])
+                s = e
+
+        return np.concatenate([np.zeros(0, np.float64), *engine.map_chunks(_scratch_jaccard_task, chunks(), self.eng)])
+
+
+def _scratch_jaccard_task(chunk: tuple) -> np.ndarray:
+    """set_jaccard of one chunk of pairs, its documents' sets read from the scratch parts (pure): documents are
+    numbered in (part, offset) order, which is their ascending order (parts follow the input indices)."""
+    sc, where, ia, ib = chunk
+    vals = [sc.segments(name, st, st + sz).view(np.uint64) for name, st, sz in where]
+    sizes = np.concatenate([np.zeros(0, np.int64), *(sz for _, _, sz in where)])
+    return set_jaccard(np.concatenate([np.zeros(0, np.uint64), *vals]), np.r_[0, np.cumsum(sizes)].astype(np.int64),
+                       ia, ib)
+
+
+@dataclass(frozen=True)
+class _ShinglePart:
+    """`_shingle_part` over (part name, task) pairs: a picklable task function for Ray."""
+
+    sc: Any
+
+    def __call__(self, named: tuple) -> np.ndarray:
+        return _shingle_part(self.sc, *named)
+
+
+def _shingle_part(sc: Any, name: str, task: "ShingleTask") -> np.ndarray:
+    """`shingle_task`, its values written to the scratch part `name` by the task; returns the set sizes."""
+    vals, sizes = shingle_task(task)
+    sc.put(name, vals.view(np.int64))
+    return sizes
 
 
 @dataclass(frozen=True)
@@ -246,7 +311,7 @@ def shingle_tasks(sources: Mapping[str, str], first_row: Mapping[str, int], shin
 
 
 def shingle_reader(sources: Mapping[str, str], first_row: Mapping[str, int], shingle: int, spill: str,
-                   batch_rows: int = 8192, eng: Optional[engine.Engine] = None):
+                   batch_rows: int = 8192, eng: Optional[engine.Engine] = None, scratch=None):
     """`shingle_sets` for lsh.dedup (and the split check): a pass reading the text of the wanted documents
     only, their sets written to a file in the folder `spill` (a `SpilledSets`). `sources` values are
     paths or `engine.FileAt`s (an s3:// object is read by range GETs of the row groups needed).
@@ -256,8 +321,23 @@ def shingle_reader(sources: Mapping[str, str], first_row: Mapping[str, int], shi
     read from the row groups holding a wanted row only, one `shingle_task` per row group on `eng`
     (in order, whatever the worker count; default: this thread), in batches of at most `batch_rows`
     and TEXT_ROWS rows (not a row group's whole text column at once).
+
+    With `scratch` (a `partitioned.Scratch`), each task writes its sets to a part there and the reader returns
+    `ScratchSets`: neither the sets' loading nor the comparisons pass through this process (issue 29).
     """
     eng = eng or engine.Engine(num_cpus=1)
+
+    def read_parts(need: np.ndarray) -> ScratchSets:
+        load = len(os.listdir(spill))
+        os.mkdir(os.path.join(spill, f"load-{load}"))  # numbers the loads (the parts live in the scratch)
+        tasks = list(shingle_tasks(sources, first_row, shingle, np.asarray(need, np.int64),
+                                   min(batch_rows, TEXT_ROWS)))
+        names = [f"shingles-{load}-{i}" for i in range(len(tasks))]
+        sizes = list(engine.map_chunks(_ShinglePart(scratch), list(zip(names, tasks)), eng))
+        return ScratchSets(scratch, names, sizes, eng)
+
+    if scratch is not None:
+        return read_parts
 
     def read(need: np.ndarray) -> SpilledSets:
         sizes = [np.zeros(0, np.int64)]

@@ -7,8 +7,8 @@ from mix_assets.config import MixSpec
 from mix_assets.stages.dedup import dedup as dedup_lib
 from mix_assets.core import layout, lineage, tables
 from mix_assets.stages.split import metadata as md
+from mix_assets.stages.split.ranges import build_validation_split
 from mix_assets.stages.split.split import (
-    build_validation_split,
     cross_split_near_dups,
     measure_disjointness,
     measure_val_share,
@@ -32,15 +32,19 @@ def build_split_assets(spec: MixSpec) -> list:
         owners=spec.owners,
         code_version=code_version(__name__, spec.seed, spec.split),
         deps=deps,
+        # neither the engine nor dedup.partitions is in it: every engine and partition count writes the same bytes
+        resource_defs={"engine": EngineResource.from_spec(spec)},
     )
-    def validation_split(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
+    def validation_split(context: dg.AssetExecutionContext, mix: MixResource,
+                         engine: EngineResource) -> dg.MaterializeResult:
         """Kept documents assigned to train or val by hashing their near-dup cluster with the seed."""
         s = mix.spec
         inputs = verified_inputs(mix.storage, "validation_split",
                                  ["exclusion_masks", "dedup_keys", *(raw_name(x.name) for x in s.sources)], context)
         if hit := reused(context, mix, "validation_split", inputs):
             return hit
-        split = build_validation_split(mix.storage, [x.name for x in s.sources], s.seed, s.split.val_fraction)
+        split = build_validation_split(mix.storage, [x.name for x in s.sources], s.seed, s.split.val_fraction,
+                                       engine.engine, s.dedup.partitions)
         lin = recorded(mix.storage, "validation_split", [layout.VALIDATION_SPLIT], inputs, context)
         share = split.share(s.split.val_fraction, s.split.tolerance)
         return with_lineage(md.validation_split(mix.storage, layout.VALIDATION_SPLIT, split, share), lin)

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mix_assets.core import engine, layout, tables
+from mix_assets.core import engine, tables
 from mix_assets.stages.dedup import lsh
 from mix_assets.stages.dedup import minhash as mh
 from mix_assets.stages.dedup import signatures as sig
@@ -99,7 +99,7 @@ def raw_index(path: str, source: str, excluded: IdSet, everything: list[str]) ->
 
 
 def kept_batches(raw_paths: dict[str, str], dedup_keys_path: str, exclusion_masks_path: str):
-    """The kept documents (KEPT_COLUMNS), sorted by source then doc_id, as a stream of tables: per source
+    """The one-process reference of the split's join (the step runs `ranges.build_validation_split`). The kept documents (KEPT_COLUMNS), sorted by source then doc_id, as a stream of tables: per source
     (sorted) its raw index (`raw_index`), then one pass over dedup_keys (sorted by doc_id) a batch at a
     time, keeping its rows of that source that are raw documents and not excluded. Held: the excluded
     ids and one source's raw index; never the dedup_keys table."""
@@ -307,25 +307,6 @@ class SplitSummary:
 # one group and a 400 MB mix's groups were full, so the peak grew 1.10x from 100 to 400 MB (stop 22).
 # 8 Ki rows (~1.3 MB of columns) is full at any size worth measuring and matches the readers' batches.
 SPLIT_GROUP_ROWS = KEY_BATCH_ROWS
-
-
-def build_validation_split(storage, sources: list[str], seed: int, val_fraction: float) -> SplitSummary:
-    """Read raw/<source>, dedup_keys and exclusion_masks through `storage`; write the split file a row
-    group of SPLIT_GROUP_ROWS rows at a time."""
-    raw = {s: storage.source(layout.RAW_DOCS.format(source=s)) for s in sources}
-    summary = SplitSummary(per_source={})
-
-    def parts():
-        for kept in kept_batches(raw, storage.source(layout.DEDUP_KEYS), storage.source(layout.EXCLUSION_MASKS)):
-            part = assign_split(kept, seed, val_fraction)
-            summary.add(part)
-            yield part
-
-    with storage.writing(layout.VALIDATION_SPLIT) as tmp, pq.ParquetWriter(tmp, SPLIT_SCHEMA) as w:
-        for group in sig.regroup(parts(), SPLIT_GROUP_ROWS, SPLIT_SCHEMA):
-            w.write_table(group)
-            del group  # not held while the next group is built
-    return summary
 
 
 # -- independent near-duplicate scan across the split ---------------------------------------------

@@ -1,10 +1,12 @@
 import hashlib
+import io
 import random
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from mix_assets.core import engine
 from mix_assets.stages.dedup import dedup as lib
 from mix_assets_tests.support.shared_data import long_text, paragraphs
 
@@ -298,6 +300,62 @@ def test_streaming_exclusions_equal_the_per_document_reference(seed, tmp_path, m
     excluded = set(want.column("doc_id").to_pylist())
     assert lib.composition(docs.to_batches(100), lib.IdSet(excluded), ["a", "b", "c", "d"]) == \
         _composition_reference(docs, excluded, ["a", "b", "c", "d"])
+
+
+ENGINES = [engine.Engine(num_cpus=1, chunk_rows=1), engine.Engine(num_cpus=2, chunk_rows=300),
+           engine.Engine(num_cpus=2, chunk_rows=100_000)]
+
+
+@pytest.mark.parametrize("eng", ENGINES, ids=["1x257", "2x300", "2xall"])
+def test_exclusion_tasks_give_the_same_rows_and_bytes_for_any_range_and_worker_count(eng, tmp_path, monkeypatch):
+    """exclusion_masks' three passes as tasks over row ranges (issue 29): rows, file bytes, counts, samples and
+    composition equal the one-process stream's, whatever the ranges (257 rows to all) and the workers."""
+    rng = random.Random(7)
+    n = 3000
+    ids = sorted(f"{rng.choice('abc')}-{rng.getrandbits(40):010x}" for _ in range(n))
+    keys = pa.table({"doc_id": ids, "source": [i[0] for i in ids],
+                     "reason": [rng.choice([None, None, "exact_dup", "near_dup"]) for _ in range(n)],
+                     "cluster_id": [rng.choice(ids) for _ in range(n)],
+                     "jaccard_to_kept": pa.array([round(rng.uniform(0.8, 1.0), 2) for _ in range(n)], pa.float32())})
+    pq.write_table(keys, tmp_path / "keys.parquet", row_group_size=700)
+    cont = lib.IdSet(rng.sample(ids, 150))
+    rejected = lib.Rejections.of(rng.sample(ids, 200), [rng.choice(["language:fr", "length"]) for _ in range(200)])
+    monkeypatch.setattr(lib, "KEY_BATCH_ROWS", 257)
+
+    def masks(keys_src, e):
+        seen = lib.Exclusions()
+        got = list(lib.exclusion_batches(keys_src, cont, seen, rejected=rejected, eng=e))
+        buf = io.BytesIO()
+        with pq.ParquetWriter(buf, lib.EXCLUSION_SCHEMA) as w:
+            for g in lib.sig.regroup(got, 1000, lib.EXCLUSION_SCHEMA):
+                w.write_table(g)
+        return buf.getvalue(), seen, len(got)
+
+    want, seen0, _ = masks(keys, None)  # the table, a batch at a time in this process
+    got, seen, parts = masks(engine.FileAt(str(tmp_path / "keys.parquet")), eng)
+    assert got == want and parts == -(-n // max(eng.chunk_rows, 257))
+    assert (seen.documents, seen.per_reason) == (seen0.documents, seen0.per_reason) and seen.per_reason["filtered"]
+    assert (seen.excluded.keys == seen0.excluded.keys).all()
+    assert lib.reject_samples(str(tmp_path / "keys.parquet"), cont, 5, eng) == lib.reject_samples(keys, cont, 5)
+    docs = pa.table({"doc_id": ids, "source": [i[0] for i in ids], "n_bytes": [rng.randrange(1, 10**6) for _ in ids],
+                     "est_tokens": [rng.randrange(0, 10**5) for _ in ids]})
+    files = {}
+    for src in "abc":
+        pq.write_table(docs.filter(pa.compute.equal(docs.column("source"), src)), tmp_path / f"{src}.parquet",
+                       row_group_size=400)
+        files[src] = engine.FileAt(str(tmp_path / f"{src}.parquet"))
+    assert lib.composition_on(files, seen.excluded, ["a", "b", "c", "d"], eng) == \
+        _composition_reference(docs, set(seen0.excluded.ids()), ["a", "b", "c", "d"])
+
+
+def test_exclusion_tasks_refuse_keys_unsorted_across_two_ranges_naming_the_row(tmp_path, monkeypatch):
+    keys = pa.table({"doc_id": ["a", "b", "d", "c", "e"], "source": ["s"] * 5, "reason": [None] * 5,
+                     "cluster_id": ["a", "b", "d", "c", "e"]})
+    pq.write_table(keys, tmp_path / "k.parquet")
+    monkeypatch.setattr(lib, "KEY_BATCH_ROWS", 3)  # ranges [0, 3) and [3, 5): the bad row opens the second
+    with pytest.raises(lib.DedupInputError, match=r"k\.parquet: row 3: field 'doc_id' is null or not above"):
+        list(lib.exclusion_batches(str(tmp_path / "k.parquet"), None, lib.Exclusions(), "k.parquet",
+                                   eng=engine.Engine(num_cpus=2, chunk_rows=1)))
 
 
 def test_exclusion_pass_refuses_unsorted_or_repeated_keys_naming_the_row(tmp_path):

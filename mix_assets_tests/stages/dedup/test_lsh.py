@@ -15,6 +15,48 @@ def test_optimal_params_equal_datasketch(threshold, w):
     assert lsh.optimal_params(threshold, 128, *w) == _optimal_param(threshold, 128, *w)
 
 
+def _quad_recall_params(threshold, num_perm, fp_w, fn_w):
+    """recall_params as it was, its integrals by scipy's quad (the reference for the Gauss-Legendre ones)."""
+    from scipy.integrate import quad
+
+    best, opt = (float("inf"), float("inf")), (0, 0)
+    for b in range(1, num_perm + 1):
+        for r in range(1, num_perm // b + 1):
+            miss = (1.0 - threshold**r) ** b
+            fp = quad(lambda s: 1 - (1 - s ** float(r)) ** float(b), 0.0, threshold)[0]
+            fn = quad(lambda s: 1 - (1 - (1 - s ** float(r)) ** float(b)), threshold, 1.0)[0]
+            key = (0.0, fp * fp_w + fn * fn_w) if miss <= lsh.MAX_MISS else (miss, 0.0)
+            if key < best:
+                best, opt = key, (b, r)
+    return opt
+
+
+@pytest.mark.parametrize("threshold,num_perm", [(t, p) for p in (64, 128) for t in (0.5, 0.7, 0.8, 0.85, 0.9)]
+                         + [(0.8, 256)])
+def test_recall_params_equal_scipys_quad(threshold, num_perm):
+    for w in ((0.5, 0.5), (0.05, 0.95), (0.3, 0.7)):
+        assert lsh.recall_params(threshold, num_perm, *w) == _quad_recall_params(threshold, num_perm, *w)
+
+
+def test_gauss_legendre_integrals_match_quad():
+    from scipy.integrate import quad
+
+    for b, r in ((1, 1), (27, 4), (9, 13), (128, 1), (1, 128)):
+        f = lambda s: 1 - (1 - s ** float(r)) ** float(b)  # noqa: E731
+        assert lsh._fp(0.8, b, r) == pytest.approx(quad(f, 0.0, 0.8)[0], rel=1e-9, abs=1e-12)
+
+
+def test_parameters_do_not_import_scipy():
+    """dedup_keys' driver computes (b, r) in every step: without scipy (1.9 CPU s of import)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from mix_assets.stages.dedup import dedup; print(dedup.DedupParams().bands_rows); "
+            "print('scipy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[-1] == "False" and out[0] == "(27,"
+
+
 def test_s_curve():
     b, r = 16, 8
     assert lsh.s_curve(b, r, 0.8) == pytest.approx(1 - (1 - 0.8**8) ** 16)

@@ -24,7 +24,7 @@ ENGINES = [engine.Engine(num_cpus=1), engine.Engine(num_cpus=2)]
 def _labels(sc, label_parts, n: int, partitions: int) -> np.ndarray:
     got = np.arange(n)
     for q in range(partitions):
-        label, node = part._read_partition(sc, label_parts, q)
+        label, node, _ = part._read_rows(sc, label_parts, q, 3)
         got[node] = label
     return got
 
@@ -50,9 +50,9 @@ def test_components_label_each_node_with_its_components_smallest_node(seed):
     for partitions in (1, 2, 8):
         for eng in ENGINES:
             with part.scratch() as sc:
-                labels, _ = part.components(u, v, partitions, eng, sc)
+                labels, _ = part.components(u, v, partitions, eng, sc, part.put_ranks(sc, rank, partitions))
                 assert (_labels(sc, labels, n, partitions) == smallest[comp]).all()
-                kept, size, st = part.survivors(labels, rank, partitions, eng, sc)
+                kept, size, st = part.survivors(labels, n, partitions, eng, sc)
             assert (kept == survivor).all() and (size == sizes[comp]).all()
             assert st == {"clusters": len(sizes), "multi_member_clusters": int((sizes > 1).sum()),
                           "largest_cluster": int(sizes.max())}
@@ -114,3 +114,66 @@ def test_partitions_must_be_positive():
     with pytest.raises(ValueError, match="partitions is 0"):
         lsh.dedup(["a"], ["k"], np.zeros((1, 8), np.uint32), np.ones(1), np.ones(1), np.ones(1), 2, 4, 0.8,
                   partitions=0)
+
+
+def test_keep_ranks_are_read_by_partition_only(tmp_path):
+    """Each label task reads its own node partition's keep ranks; no survivor task is sent the rank array."""
+    import functools
+    import pickle
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Logged(part.Scratch):
+        def segment(self, name, start, stop):
+            with open(f"{self.root}/reads.log", "a") as f:
+                f.write(f"{name} {start} {stop}\n")
+            return super().segment(name, start, stop)
+
+    rng = np.random.default_rng(5)
+    n, partitions = 2000, 8
+    u, v = rng.integers(0, n, 600), rng.integers(0, n, 600)
+    sc = Logged(str(tmp_path), None, "parts")
+    ranks = part.put_ranks(sc, rng.permutation(n), partitions)
+    labels, _ = part.components(u, v, partitions, engine.Engine(num_cpus=1), sc, ranks)
+    off = ranks[1]
+    reads = [line.split() for line in (tmp_path / "reads.log").read_text().splitlines() if line.startswith("ranks")]
+    got = sorted((int(a), int(b)) for _, a, b in reads)
+    segments = [(off[q], off[q + 1]) for q in range(partitions)]
+    assert len(got) == partitions and got == sorted(segments)  # one task per partition, its own segment each
+    plain = part.Scratch(str(tmp_path), None, "parts")
+    assert len(pickle.dumps(functools.partial(part.survivor_task, plain, labels))) < n  # no per-document array
+
+
+def test_scratch_sets_tasks_read_their_own_sets(tmp_path):
+    """Verification's shingle sets go from the text tasks to scratch parts and from there to the comparing
+    tasks: the same Jaccards as in memory, and what this process sends a task holds no set value."""
+    from mix_assets.stages.dedup import signatures as sig
+
+    rng = np.random.default_rng(9)
+    sets = [np.unique(rng.integers(0, 60, rng.integers(0, 40))).astype(np.uint64) for _ in range(300)]
+    sizes = np.array([len(x) for x in sets])
+    values, offsets = np.concatenate(sets), np.r_[0, np.cumsum(sizes)]
+    a, b = rng.integers(0, 300, 5000), rng.integers(0, 300, 5000)
+    want = lsh.set_jaccard(values, offsets, a, b)
+    sc = part.Scratch(str(tmp_path), None, "parts")
+    cuts = [0, 17, 140, 300]  # three text tasks' parts
+    names = [f"p{k}" for k in range(3)]
+    for k, name in enumerate(names):
+        sc.put(name, np.concatenate([np.zeros(0, np.uint64), *sets[cuts[k]:cuts[k + 1]]]).view(np.int64))
+    sent = []
+    plain = engine.map_chunks
+
+    def spy(fn, chunks, e):
+        chunks = list(chunks)
+        sent.extend(chunks)
+        return plain(fn, chunks, e)
+
+    engine.map_chunks = spy
+    try:
+        for eng in ENGINES:
+            store = sig.ScratchSets(sc, names, [sizes[cuts[k]:cuts[k + 1]] for k in range(3)], eng)
+            assert len(store) == 300
+            assert (store.jaccard(a, b, chunk=500) == want).all()
+    finally:
+        engine.map_chunks = plain
+    assert len(sent) > 10 and all(x.dtype != np.uint64 for c in sent for _, st, sz in c[1] for x in (st, sz))

@@ -3,6 +3,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mix_assets.core import layout
+from mix_assets.stages.split import ranges as split_ranges
 from mix_assets.stages.split.split import (
     SplitError,
     assign_split,
@@ -215,7 +216,7 @@ def test_streamed_split_file_is_the_bytes_of_the_whole_table_reference(tmp_path,
     st = write_upstream(tmp_path, {"a": 300, "b": 200, "c": 40}, near_dups=6, masked=4)
     monkeypatch.setattr(split_lib, "KEY_BATCH_ROWS", batch)
     monkeypatch.setattr(split_lib, "RAW_BATCH_ROWS", batch)
-    summary = split_lib.build_validation_split(st, ["c", "a", "b"], 5, 0.2)
+    summary = split_ranges.build_validation_split(st, ["c", "a", "b"], 5, 0.2)
     ref = assign_split(_kept_documents_reference(raw_paths(st, ["a", "b", "c"]), st.local_path(layout.DEDUP_KEYS),
                                                  st.local_path(layout.EXCLUSION_MASKS)), 5, 0.2)
     pq.write_table(ref, tmp_path / "ref.parquet")
@@ -319,10 +320,73 @@ def test_split_file_is_written_in_groups_of_split_group_rows(tmp_path, monkeypat
 
     st = write_upstream(tmp_path, {"a": 300, "b": 200, "c": 40}, near_dups=6, masked=4)
     monkeypatch.setattr(split_lib, "SPLIT_GROUP_ROWS", 64)
-    split_lib.build_validation_split(st, ["c", "a", "b"], 5, 0.2)
+    split_ranges.build_validation_split(st, ["c", "a", "b"], 5, 0.2)
     f = pq.ParquetFile(st.local_path(layout.VALIDATION_SPLIT))
     sizes = [f.metadata.row_group(g).num_rows for g in range(f.num_row_groups)]
     ref = assign_split(_kept_documents_reference(raw_paths(st, ["a", "b", "c"]), st.local_path(layout.DEDUP_KEYS),
                                                  st.local_path(layout.EXCLUSION_MASKS)), 5, 0.2)
     assert len(sizes) > 2 and set(sizes[:-1]) == {64} and 0 < sizes[-1] <= 64
     assert f.read().equals(ref)
+
+
+@pytest.mark.parametrize("partitions", [1, 2, 8, 600])
+def test_split_in_ranges_is_the_same_bytes_for_any_partition_and_worker_count(tmp_path, partitions, monkeypatch):
+    """Issue 29: the split's join as tasks over doc_id ranges of dedup_keys; a cluster never straddles."""
+    import pyarrow.compute as pc
+
+    from mix_assets.core import engine
+    from mix_assets.stages.split import ranges
+    from mix_assets.stages.split import split as split_lib
+
+    monkeypatch.setattr(ranges, "SCATTER_ROWS", 1)  # scatter tasks of engine.chunk_rows raw rows
+
+    st = write_upstream(tmp_path, {"a": 300, "b": 200, "c": 40}, near_dups=6, masked=4)
+    keys = pq.read_table(st.local_path(layout.DEDUP_KEYS))
+    cl = keys.column("cluster_id").to_pylist()
+    for i in range(0, len(cl), 37):  # kept members of one cluster spread over every range (a cluster below the threshold)
+        cl[i] = "a-000000"
+    pq.write_table(keys.set_column(keys.column_names.index("cluster_id"), "cluster_id", pa.array(cl)),
+                   st.local_path(layout.DEDUP_KEYS))
+    ref = assign_split(_kept_documents_reference(raw_paths(st, ["a", "b", "c"]), st.local_path(layout.DEDUP_KEYS),
+                                                 st.local_path(layout.EXCLUSION_MASKS)), 5, 0.2)
+    pq.write_table(ref, tmp_path / "ref.parquet")
+    want = (tmp_path / "ref.parquet").read_bytes()
+    got_ranges, splitters = ranges.key_ranges(engine.FileAt(st.local_path(layout.DEDUP_KEYS)), partitions)
+    assert len(got_ranges) == min(partitions, keys.num_rows) and splitters == sorted(splitters)
+    for eng in (engine.Engine(num_cpus=1, chunk_rows=1), engine.Engine(num_cpus=2, chunk_rows=64)):
+        summary = split_ranges.build_validation_split(st, ["c", "a", "b"], 5, 0.2, eng, partitions)
+        assert open(st.local_path(layout.VALIDATION_SPLIT), "rb").read() == want, (partitions, eng.num_cpus)
+        assert summary.share(0.2, 0.5) == measure_val_share(ref, 0.2, 0.5)
+        assert summary.per_source == split_lib.per_source_counts(ref)
+    assert not [p for p in tmp_path.rglob("scratch/*") if p.is_file() or any(p.iterdir())]  # scratch removed
+    got = pq.read_table(st.local_path(layout.VALIDATION_SPLIT))
+    spread = got.filter(pc.equal(got.column("cluster_id"), "a-000000"))
+    assert spread.num_rows > 10 and len(set(spread.column("split").to_pylist())) == 1  # one side, over every range
+
+
+def test_split_in_ranges_names_the_same_rows_as_the_stream(tmp_path, monkeypatch):
+    from mix_assets.core import engine
+    from mix_assets.stages.split import ranges
+
+    monkeypatch.setattr(ranges, "SCATTER_ROWS", 1)  # scatter tasks of 3 raw rows
+
+    st = write_upstream(tmp_path, {"a": 20, "b": 10})
+    eng = engine.Engine(num_cpus=2, chunk_rows=3)
+    path = st.local_path(layout.RAW_DOCS.format(source="a"))
+    t = pq.read_table(path)
+    pq.write_table(pa.concat_tables([t, t.slice(3, 1)]), path)
+    with pytest.raises(SplitError, match=r"raw documents: doc_id 'a-000003' appears more than once"):
+        split_ranges.build_validation_split(st, ["a", "b"], 5, 0.2, eng, 4)
+    bad = t.set_column(t.column_names.index("source"), "source", pa.array(["a"] * 7 + ["zzz"] + ["a"] * 12))
+    pq.write_table(bad, path)
+    with pytest.raises(SplitError, match=r"documents.parquet: row 7: field source is 'zzz'"):
+        split_ranges.build_validation_split(st, ["a", "b"], 5, 0.2, eng, 4)
+    pq.write_table(t, path)
+    keys = pq.read_table(st.local_path(layout.DEDUP_KEYS))
+    for cut in (5, 15):  # inside a range, and where one starts (31 rows in 4 ranges: they start at 0, 7, 15, 23)
+        pq.write_table(pa.concat_tables([keys.slice(0, cut), keys.slice(cut - 1)]), st.local_path(layout.DEDUP_KEYS))
+        with pytest.raises(SplitError, match=rf"dedup_keys.parquet: row {cut}: field doc_id is null or not above"):
+            split_ranges.build_validation_split(st, ["a", "b"], 5, 0.2, eng, 4)
+    pq.write_table(keys.filter(pa.compute.not_equal(keys.column("doc_id"), "b-000004")), st.local_path(layout.DEDUP_KEYS))
+    with pytest.raises(SplitError, match=r"dedup_keys.parquet: no row for kept document 'b-000004' \(source 'b'\)"):
+        split_ranges.build_validation_split(st, ["a", "b"], 5, 0.2, eng, 4)

@@ -16,7 +16,7 @@ from mix_assets.stages.tokens import samples
 from mix_assets.stages.audit.eval_scan import scrub_hashes
 from mix_assets.stages.manifest.builder import write_manifest
 from mix_assets.stages.tokens.shards import build_token_shards
-from mix_assets.stages.split.split import build_validation_split
+from mix_assets.stages.split.ranges import build_validation_split
 from mix_assets.stages.tokens.tokenizer import build_tokenizer
 from mix_assets.reader import open_mix
 from mix_assets_tests.support.tokens_fixtures import write_upstream

@@ -15,7 +15,7 @@ import pytest
 from mix_assets.core import engine as eng
 from mix_assets.core import layout
 from mix_assets.stages.tokens import shards
-from mix_assets.stages.split.split import build_validation_split
+from mix_assets.stages.split.ranges import build_validation_split
 from mix_assets.core.storage import Storage
 from mix_assets.stages.tokens.tokenizer import build_tokenizer
 from mix_assets_tests.support import tokens_stage

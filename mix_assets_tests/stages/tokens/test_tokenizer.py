@@ -9,7 +9,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from mix_assets.core import layout
-from mix_assets.stages.split.split import build_validation_split
+from mix_assets.stages.split.ranges import build_validation_split
 from mix_assets.stages.tokens.tokenizer import (
     TokenizerError,
     build_tokenizer,
@@ -88,7 +88,7 @@ _TRAIN = """
 import sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])
-from mix_assets.stages.split.split import build_validation_split
+from mix_assets.stages.split.ranges import build_validation_split
 from mix_assets.stages.tokens.tokenizer import build_tokenizer
 from mix_assets_tests.support.tokens_fixtures import write_upstream
 from mix_assets_tests.support.tokens_spec import tiny_spec

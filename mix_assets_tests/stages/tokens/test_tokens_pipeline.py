@@ -15,7 +15,7 @@ from mix_assets.format.manifest import ManifestError, compute_fingerprint
 from mix_assets.stages.manifest.builder import write_manifest
 from mix_assets.stages.tokens.packing import ShortfallError
 from mix_assets.stages.tokens.shards import build_token_shards
-from mix_assets.stages.split.split import build_validation_split
+from mix_assets.stages.split.ranges import build_validation_split
 from mix_assets.stages.tokens.tokenizer import build_tokenizer
 from mix_assets_tests.support.tokens_fixtures import write_upstream
 from mix_assets_tests.oracles.tokens_reference import as_built, reference_shards
