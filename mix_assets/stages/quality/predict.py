@@ -137,8 +137,11 @@ def _build_table(wo, wb, wh):
 
 
 def load(path: str) -> Model:
-    """The model at `path` (a fastText .bin); the matrices are memory-mapped."""
+    """The model at `path` (a fastText .bin); the matrices are memory-mapped (processes of a node share the
+    pages) and read in once here, as fastText's own load reads them, so no scoring pass waits on the disk."""
     buf = np.memmap(path, np.uint8, mode="r")
+    if len(buf):
+        int(buf[::4096].sum())  # one byte per page: the file is in memory before any document is scored
     raw = bytes(buf[:8 + 13 * 4 + 8 + 4 * 3 + 16])
     magic, version = struct.unpack_from("<ii", raw, 0)
     if magic != MAGIC or version not in VERSIONS:
