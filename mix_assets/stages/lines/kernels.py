@@ -101,10 +101,14 @@ def _line_chars(b, p, e):
     return p, n
 
 
+_LINEAR = 64  # up to this many distinct lines a document's repeats are found by a scan, past it by a sort
+
+
 @numba.njit(**_JIT)
 def doc_line_hashes(o: np.ndarray, b: np.ndarray, min_chars: int, cap: int) -> np.ndarray:
-    """The distinct hashes of each document's counted lines (each document's sorted, documents in order):
-    every counted line once per document. `cap` bounds the number of lines (newlines + documents)."""
+    """The distinct hashes of each document's counted lines (documents in order; within one, first seen first
+    unless it has more than _LINEAR, then sorted): every counted line once per document. `cap` bounds the
+    number of counted lines."""
     out = np.empty(cap, np.uint64)
     k = 0
     for d in range(o.shape[0] - 1):
@@ -116,12 +120,20 @@ def doc_line_hashes(o: np.ndarray, b: np.ndarray, min_chars: int, cap: int) -> n
             if nc >= min_chars:  # else no stripped line is long enough
                 ls, le = _strip(b, p, q)
                 if nc - _chars(b, p, ls) - _chars(b, le, q) >= min_chars:
-                    out[k] = _xxh64(b, ls, le)
-                    k += 1
+                    h = _xxh64(b, ls, le)
+                    seen = False
+                    if k - k0 <= _LINEAR:
+                        for i in range(k0, k):
+                            if out[i] == h:
+                                seen = True
+                                break
+                    if not seen:
+                        out[k] = h
+                        k += 1
             if q >= e:
                 break
             p = q + 1
-        if k - k0 > 1:
+        if k - k0 > _LINEAR:  # past the scan's reach: repeats are dropped by a sort
             out[k0:k].sort()
             m = k0 + 1
             for i in range(k0 + 1, k):

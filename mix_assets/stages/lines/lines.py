@@ -8,7 +8,7 @@ removed. Both maps are one compiled pass per chunk over the Arrow text buffers (
 1. count map (`count_chunk`), over row ranges of every source's raw documents: per chunk the distinct
    (document, line hash) pairs grouped by hash, so a line counts once per document however often it repeats
    inside it: (hash, documents) sorted by hash;
-2. reduce (`reduce_counts`): the chunks' counts summed per hash (np.unique + bincount over the concatenation,
+2. reduce (`reduce_counts`): the chunks' counts summed per hash (a stable merge of the sorted parts, then sums per run,
    sorted by hash): the same array whatever the chunking, the order results arrive in or the worker count;
    `frequent` keeps the hashes with documents >= min_docs (written to layout.LINE_FREQUENT);
 3. removal map (`apply_chunk`): per document the lines whose hash is frequent are removed (with their
@@ -125,7 +125,10 @@ def count_lines(text: pa.Array, min_line_chars: int) -> tuple[np.ndarray, np.nda
     from mix_assets.stages.lines import kernels
 
     _, o, b = _buffers(text)
-    cap = int(np.count_nonzero(b[o[0]:o[-1]] == 0x0A)) + len(o) - 1
+    # a counted line holds a byte and all but a document's last are followed by a newline: at most
+    # (bytes + documents) / 2 + documents of them (np.empty: only the pages written are taken)
+    n = len(o) - 1
+    cap = int(o[-1] - o[0] + n) // 2 + n + 1 if min_line_chars >= 1 else int(o[-1] - o[0]) + n + 1
     h = kernels.doc_line_hashes(o, b, min_line_chars, cap)
     uniq, n = np.unique(h, return_counts=True)
     return uniq.astype(np.uint64), n.astype(np.int64)
@@ -142,10 +145,14 @@ def reduce_counts(parts: Iterable[tuple[np.ndarray, np.ndarray]]) -> tuple[np.nd
     parts = list(parts)
     if not parts:
         return np.array([], np.uint64), np.array([], np.int64)
-    h = np.concatenate([p[0] for p in parts])
-    d = np.concatenate([p[1] for p in parts])
-    uniq, inv = np.unique(h, return_inverse=True)
-    return uniq, np.bincount(inv, weights=d, minlength=len(uniq)).astype(np.int64)
+    h = np.concatenate([p[0] for p in parts]).astype(np.uint64, copy=False)
+    d = np.concatenate([p[1] for p in parts]).astype(np.int64, copy=False)
+    order = np.argsort(h, kind="stable")  # each part is sorted: a merge of runs, not a full sort
+    h, d = h[order], d[order]
+    if not len(h):
+        return h, d
+    start = np.flatnonzero(np.concatenate(([True], h[1:] != h[:-1])))
+    return h[start], np.add.reduceat(d, start).astype(np.int64)
 
 
 def frequent(hashes: np.ndarray, docs: np.ndarray, min_docs: int) -> pa.Table:

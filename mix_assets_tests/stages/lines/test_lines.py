@@ -252,14 +252,15 @@ def test_a_run_killed_in_the_removal_map_resumes_from_its_chunk_parts(tmp_path, 
 
 def _messy_corpus(n: int = 600, seed: int = 9) -> list[str]:
     """Lines from a pool (padded with Unicode and ASCII whitespace, some not White_Space: U+001C, U+200B),
-    unique lines, blank lines, short lines, a repeat inside a document, trailing newlines, empty documents."""
+    unique lines, blank lines, short lines, a repeat inside a document, trailing newlines, empty documents;
+    every 50th document long (up to 200 lines, pool lines repeated inside it: past kernels._LINEAR)."""
     r = random.Random(seed)
     pads = [" ", "\t", "\r", "\u00a0", "\u3000", "\u2003", "\u0085", "\u2028", "\x1c", "\u200b", ""]
     pool = [f"Boilerplate line {i}: é ü 漢字 ok" for i in range(30)] + ["tiny"]
     docs = []
     for d in range(n):
         lines = []
-        for _ in range(r.randint(0, 10)):
+        for _ in range(r.randint(0, 10) if d % 50 else r.randint(60, 200)):
             x = r.random()
             line = (r.choice(pool) if x < 0.45 else "" if x < 0.55 else f"unique {d} {r.randrange(10**9)} línea")
             lines.append(r.choice(pads) * r.randint(0, 2) + line + r.choice(pads) * r.randint(0, 2))
