@@ -126,8 +126,9 @@ def write_raw(docs: list[str], path: Path) -> None:
 
 def run_ours_memory(docs: list[str]) -> dict:
     """The stage's own count map, reduce and removal map functions (lines.count_lines, reduce_counts, frequent,
-    remove_lines) on the documents in memory, chunked as the stage chunks them: no Parquet read or write, no
-    chunk parts (datatrove's in-memory run is handed its documents the same way)."""
+    remove_lines) on the documents in memory, chunked as the stage chunks them, the count's line keys handed to
+    the removal as the local engine's stage does (lines.HELD): no Parquet read or write, no chunk parts
+    (datatrove's in-memory run is handed its documents the same way)."""
     import numpy as np
     import pyarrow as pa
 
@@ -137,9 +138,10 @@ def run_ours_memory(docs: list[str]) -> dict:
     p = lib.LineParams(**PARAMS)
     t0, c0 = time.perf_counter(), time.process_time()
     chunks = [arr.slice(i, CHUNK_ROWS) for i in range(0, len(arr), CHUNK_ROWS)]
-    hashes, counts = lib.reduce_counts(lib.count_lines(c, p.min_line_chars) for c in chunks)
+    counted = [lib.count_lines(c, p.min_line_chars, keep=True) for c in chunks]  # line keys kept, as HELD does
+    hashes, counts = lib.reduce_counts(c[:2] for c in counted)
     wanted = lib.frequent(hashes, counts, p.min_docs).column("hash").to_numpy().astype(np.uint64)
-    removed = sum(int(lib.remove_lines(c, wanted, p)[1]["removed_lines"].sum()) for c in chunks)
+    removed = sum(int(lib.remove_lines(c, wanted, p, k[2:])[1]["removed_lines"].sum()) for c, k in zip(chunks, counted))
     return {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "removed_lines": removed}
 
 

@@ -105,11 +105,16 @@ _LINEAR = 64  # up to this many distinct lines a document's repeats are found by
 
 
 @numba.njit(**_JIT)
-def doc_line_hashes(o: np.ndarray, b: np.ndarray, min_chars: int, cap: int) -> np.ndarray:
-    """The distinct hashes of each document's counted lines (documents in order; within one, first seen first
-    unless it has more than _LINEAR, then sorted): every counted line once per document. `cap` bounds the
-    number of counted lines."""
+def doc_line_hashes(o: np.ndarray, b: np.ndarray, min_chars: int, cap: int, keep: bool):
+    """(the distinct hashes of each document's counted lines (documents in order; within one, first seen
+    first unless it has more than _LINEAR, then sorted): every counted line once per document; and with
+    `keep`, every line's hash and stripped characters in text order (what remove_frequent would compute
+    again), else two empty arrays). `cap` bounds the number of counted lines."""
     out = np.empty(cap, np.uint64)
+    nl = (b.shape[0] + o.shape[0]) if keep else 0  # lines <= bytes + documents
+    line_hash = np.empty(nl, np.uint64)
+    line_sc = np.empty(nl, np.int64)
+    li = 0
     k = 0
     for d in range(o.shape[0] - 1):
         s, e = o[d], o[d + 1]
@@ -117,9 +122,12 @@ def doc_line_hashes(o: np.ndarray, b: np.ndarray, min_chars: int, cap: int) -> n
         p = s
         while True:
             q, nc = _line_chars(b, p, e)
-            if nc >= min_chars:  # else no stripped line is long enough
+            sc = -1
+            h = np.uint64(0)
+            if nc >= min_chars or keep:  # else no stripped line is long enough
                 ls, le = _strip(b, p, q)
-                if nc - _chars(b, p, ls) - _chars(b, le, q) >= min_chars:
+                sc = nc - _chars(b, p, ls) - _chars(b, le, q)
+                if sc >= min_chars:
                     h = _xxh64(b, ls, le)
                     seen = False
                     if k - k0 <= _LINEAR:
@@ -130,6 +138,10 @@ def doc_line_hashes(o: np.ndarray, b: np.ndarray, min_chars: int, cap: int) -> n
                     if not seen:
                         out[k] = h
                         k += 1
+            if keep:
+                line_hash[li] = h
+                line_sc[li] = sc
+                li += 1
             if q >= e:
                 break
             p = q + 1
@@ -141,7 +153,7 @@ def doc_line_hashes(o: np.ndarray, b: np.ndarray, min_chars: int, cap: int) -> n
                     out[m] = out[i]
                     m += 1
             k = m
-    return out[:k]
+    return out[:k], line_hash[:li].copy(), line_sc[:li].copy()
 
 
 @numba.njit(inline="always")
@@ -182,12 +194,15 @@ def _table(hashes):
 
 
 @numba.njit(**_JIT)
-def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.ndarray):
+def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.ndarray, line_hash: np.ndarray,
+                    line_sc: np.ndarray):
     """Every document without its counted lines whose hash is in `frequent`, kept lines joined by
     `\\n` (a document losing nothing keeps its bytes: its lines joined again are its text). Returns (offsets,
     bytes, removed lines, stripped chars of all lines, stripped chars of the kept lines, characters of the new
     text); the two stripped sums are 0 for a document that lost nothing. One pass: each line is copied while
-    its end is sought and its characters counted, and dropped again (the write position rewound) if it goes."""
+    its end is sought and its characters counted, and dropped again (the write position rewound) if it goes.
+    `line_hash` / `line_sc`: every line's hash and stripped characters from doc_line_hashes(keep=True) on the
+    same buffers (not computed again), or empty arrays (computed here)."""
     n = o.shape[0] - 1
     base = o[0]
     no = np.empty(n + 1, np.int64)
@@ -200,6 +215,8 @@ def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.n
     no[0] = 0
     search = frequent.shape[0] > 0
     table, has_zero = _table(frequent)
+    known = line_hash.shape[0] > 0
+    li = 0
     for d in range(n):
         s, e = o[d], o[d + 1]
         p = s
@@ -220,10 +237,16 @@ def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.n
                 if (c & 0xC0) != 0x80:
                     nc += 1
                 q += 1
-            ls, le = _strip(b, p, q)
-            sc = nc - _chars(b, p, ls) - _chars(b, le, q)
+            if known:
+                sc = line_sc[li]
+                h = line_hash[li]
+                li += 1
+            else:
+                ls, le = _strip(b, p, q)
+                sc = nc - _chars(b, p, ls) - _chars(b, le, q)
+                h = _xxh64(b, ls, le) if search and sc >= min_chars else np.uint64(0)
             tot += sc
-            if search and sc >= min_chars and _has(table, has_zero, _xxh64(b, ls, le)):
+            if search and sc >= min_chars and _has(table, has_zero, h):
                 rm += 1
             else:
                 kc += sc
