@@ -14,7 +14,10 @@ removed. Both maps are one compiled pass per chunk over the Arrow text buffers (
 3. removal map (`apply_chunk`): per document the lines whose hash is frequent are removed (with their
    newline); a document that lost lines and keeps under `min_kept_share` of its non-blank characters (or under
    `min_kept_chars`) is dropped (reason DROP_REASON, through exclusion_masks); documents that lose nothing keep
-   their text byte for byte. Output per source (layout.LINE_DOCS): raw/<source>'s rows in raw order with the
+   their text byte for byte. With the local engine (its tasks run in this process) the removal takes the
+   chunk the count map read and its line keys (`HELD`, at most 512 MB, emptied after the run) instead of
+   reading and hashing it again; with Ray, past the budget or after a resume it reads them again: the same
+   output either way. Output per source (layout.LINE_DOCS): raw/<source>'s rows in raw order with the
    new text, n_bytes / n_chars / est_tokens recomputed, and per document the lines and bytes removed and
    whether it is dropped.
 """
@@ -183,7 +186,7 @@ class Held:
             self.items, self.size = {}, 0
 
 
-HELD = Held(512 << 20)  # the text of a local engine's chunks between the two maps (DESIGN: memory per step)
+HELD = Held(512 << 20)  # a local engine's chunks (text and line keys) between the two maps, at most 512 MB
 
 
 def reduce_counts(parts: Iterable[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
