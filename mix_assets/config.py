@@ -33,7 +33,7 @@ from mix_assets.stages.audit.config import AuditSpec
 from mix_assets.stages.dedup.config import DedupSpec
 from mix_assets.stages.filters.config import FiltersSpec
 from mix_assets.stages.lines.config import LineDedupSpec
-from mix_assets.stages.quality.config import QualitySpec
+from mix_assets.stages.quality.config import MAX_TIER_EPOCHS, QualitySpec
 from mix_assets.stages.publish.config import PublishSpec
 from mix_assets.stages.sources.config import DemoCorpusSpec, SourceSpec
 from mix_assets.stages.split.config import SplitSpec
@@ -144,6 +144,14 @@ class MixSpec(Strict):
         keep_by = [n for n in names if (f := self.filters_for(n)) is not None and "quality" in f.active()]
         if keep_by and self.quality is None:
             raise ValueError(f"filters.quality keeps {keep_by} by a classifier, but the mix has no `quality:` section")
+        for n in keep_by:
+            tiers = self.filters_for(n).quality.tiers or []
+            top = max(tiers, key=lambda t: t.epochs, default=None)
+            if top is not None and self.source(n).epochs * top.epochs > MAX_TIER_EPOCHS:
+                raise ValueError(
+                    f"sources[{n}]: tier {top.name!r} repeats a document {self.source(n).epochs:g} x {top.epochs:g} "
+                    f"= {self.source(n).epochs * top.epochs:g} times (source epochs x tier epochs); at most "
+                    f"{MAX_TIER_EPOCHS:g} (repeating past the top tier's 2-4x learns its artifacts)")
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"source names must be unique, repeated: {dup}")

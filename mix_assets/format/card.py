@@ -74,6 +74,13 @@ def dataset_card(manifest: dict) -> str:
             f"| {name} | {s.get('train_tokens')} | {s.get('val_tokens')} | {s.get('budget_tokens')} | "
             f"{s.get('epochs')} | {s.get('unique_documents')} |"
         )
+    tiers = [(n, t, r) for n, s in manifest.get("sources", {}).items() for t, r in (s.get("tiers") or {}).items()]
+    if tiers:  # sources filled by quality tier (docs/quality.md): only then, so other cards keep their bytes
+        lines += ["", "## Quality tiers", "",
+                  "| source | tier | epochs (source x tier) | unique documents | unique tokens | train tokens |",
+                  "|---|---|---:|---:|---:|---:|"]
+        lines += [f"| {n} | {t} | {r.get('epochs')} | {r.get('documents')} | {r.get('unique_tokens')} | "
+                  f"{r.get('train_tokens')} |" for n, t, r in tiers]
     lines += ["", "## Review files", ""]
     lines += [f"- `{k}`: `{v}`" for k, v in manifest.get("review", {}).items()]
     if "scrub_manifest" in manifest.get("review", {}):

@@ -119,6 +119,42 @@ def config_problems(m: Mapping[str, Any], cfg: Mapping[str, Any], path: str = "r
                     and isinstance(epochs, (int, float)) and math.isfinite(target * share * epochs):
                 same(f"sources.{name}.budget_tokens", rec.get("budget_tokens"),
                      "round(target_tokens x share x epochs) =", int(round(target * share * epochs)))
+            out += _tier_problems(name, rec, _configured_tiers(cfg, s), epochs, path)
+    return out
+
+
+def _configured_tiers(cfg: Mapping[str, Any], src: Mapping[str, Any]) -> list:
+    """The quality tiers a source's merged `filters.quality` gives ([] when none): the source's override over
+    the mix's section, as MixSpec.filters_for merges them."""
+    def quality(f: Any) -> Mapping:
+        q = f.get("quality") if isinstance(f, Mapping) else None
+        return q if isinstance(q, Mapping) else {}
+
+    merged = {**quality(cfg.get("filters")), **quality(src.get("filters"))}
+    tiers = merged.get("tiers") if merged.get("enabled", True) is not False else None
+    return list(tiers) if isinstance(tiers, list) else []
+
+
+def _tier_problems(name: str, rec: Mapping, tiers: list, epochs: Any, path: str) -> list[str]:
+    """sources.<name>.tiers against the configured tiers: the same names, best first, each with epochs = source
+    epochs x tier epochs."""
+    got = rec.get("tiers")
+    if not tiers and got is None:
+        return []
+    if not isinstance(got, Mapping):
+        return [f"sources.{name}.tiers: missing, but {path} fills the source by quality tier"] if tiers else \
+            [f"sources.{name}.tiers: present, but {path} gives the source no quality tiers"]
+    want = [t.get("name") for t in tiers if isinstance(t, Mapping)]
+    if list(got) != want:
+        return [f"sources.{name}.tiers: {list(got)}, but {path} configures tiers {want}"]
+    out = []
+    for t in tiers:
+        e = t.get("epochs", 1.0)
+        r = got[t["name"]]
+        if isinstance(epochs, (int, float)) and isinstance(e, (int, float)) and isinstance(r, Mapping) \
+                and r.get("epochs") != epochs * e:
+            out.append(f"sources.{name}.tiers.{t['name']}.epochs: says {r.get('epochs')!r}, but {path} has source "
+                       f"epochs x tier epochs = {epochs} x {e} = {epochs * e}")
     return out
 
 

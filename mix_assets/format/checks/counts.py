@@ -151,6 +151,7 @@ def source_problems(c: Checker, m: Mapping[str, Any], split_sums: dict[str, dict
         uniq = [rec.get("unique_documents") for rec in per_source.values() if isinstance(rec, Mapping)]
         for src, rec in per_source.items():
             c.need(rec, "unique_documents", f"sources.{src}")
+            _tier_sums(c, src, rec)
         train_docs = split_sums["train"]["documents"]
         if train_docs is not None and uniq and all(is_int(u) for u in uniq):
             # every train document is one of a source's unique set; a separator gives each one a token
@@ -177,6 +178,30 @@ def source_problems(c: Checker, m: Mapping[str, Any], split_sums: dict[str, dict
             c.eq(what, got, f"totals.{key}", claimed[key])
 
 
+def _tier_sums(c: Checker, src: str, rec: Mapping[str, Any]) -> None:
+    """A source filled by quality tier: its tiers' train tokens and unique documents sum to the source's, and a
+    tier's epochs (source x tier) are >= 1."""
+    if not isinstance(rec, Mapping) or "tiers" not in rec:
+        return
+    tiers = c.need(rec, "tiers", f"sources.{src}", Mapping)
+    if not tiers:
+        return
+    sums = {"train_tokens": 0, "documents": 0}
+    for t, r in tiers.items():
+        w = f"sources.{src}.tiers.{t}"
+        for k in ("train_tokens", "documents", "unique_tokens"):
+            v = c.need(r, k, w)
+            if k in sums:
+                sums[k] = None if v is None or sums[k] is None else sums[k] + v
+        e = c.need(r, "epochs", w, (int, float))
+        if e is not None and not e >= 1:
+            c.bad(f"{w}.epochs: {e}, a tier is repeated at least once")
+    c.eq(f"the sum of sources.{src}.tiers.*.train_tokens", sums["train_tokens"], f"sources.{src}.train_tokens",
+         rec.get("train_tokens"))
+    c.eq(f"the sum of sources.{src}.tiers.*.documents", sums["documents"], f"sources.{src}.unique_documents",
+         rec.get("unique_documents"))
+
+
 def _documents_vs_index(c: Checker, split_sums: dict, per_source: Mapping, separator: bool) -> None:
     """splits.<split>.documents against its shards' document indexes, where every document appears at
     most once (val; train when no source has more than one epoch): each start is a different document, so
@@ -184,7 +209,10 @@ def _documents_vs_index(c: Checker, split_sums: dict, per_source: Mapping, separ
     dropped tail or encoded to no token, and with a separator a document has at least one token, so at
     most dropped_tail_tokens more. Structural: the reader's and any file-less check see it too. (Train
     with a separator equals the sum of unique documents, checked already.)"""
-    epochs = [rec.get("epochs") for rec in per_source.values() if isinstance(rec, Mapping)]
+    # a quality tier's epochs (source x tier) repeat its documents like a source's own
+    epochs = [e for rec in per_source.values() if isinstance(rec, Mapping)
+              for e in [rec.get("epochs"), *(t.get("epochs") if isinstance(t, Mapping) else None
+                                             for t in (rec["tiers"].values() if isinstance(rec.get("tiers"), Mapping) else ()))]]
     once_train = bool(epochs) and all(isinstance(e, (int, float)) and not isinstance(e, bool) and e <= 1
                                       for e in epochs)
     for name, s in split_sums.items():

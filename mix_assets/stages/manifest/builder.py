@@ -92,7 +92,9 @@ def build_manifest(
         files.append({"path": rel, "bytes": n, "sha256": h})
 
     sources = {
-        s: {k: v[k] for k in ("train_tokens", "val_tokens", "budget_tokens", "epochs", "unique_documents")}
+        # `tiers` only for a source filled by quality tier: per tier its effective epochs, documents, tokens
+        s: {**{k: v[k] for k in ("train_tokens", "val_tokens", "budget_tokens", "epochs", "unique_documents")},
+            **({"tiers": v["tiers"]} if "tiers" in v else {})}
         for s, v in sorted(shard_stats["sources"].items())
     }
     tr, va = splits["train"], splits["val"]

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from mix_assets.core import engine as eng_mod
 from mix_assets.core import layout, tables
-from mix_assets.stages.quality import classifier, scoring
+from mix_assets.stages.quality import classifier, scoring, tiers
 
 SCORES_SCHEMA = pa.schema([("doc_id", pa.string()), ("score", pa.float64())])
 
@@ -136,6 +136,8 @@ def score_sources(storage, spec, text_files: dict, eng) -> dict:
                     "kept": int((s >= c).sum()), "model": q.name, "model_sha256": sha,
                     "scores_sha256": storage.sha256(layout.QUALITY_SCORES.format(source=src)),
                     "histogram": np.histogram(np.clip(s, 0, 1), edges)[0].tolist()}
+        if rule.tiers:  # each tier's cutoff beside the keep cutoff (token_shards fills budgets by them)
+            out[src]["tiers"] = tiers.tier_rows(s, rule.tiers, c)
     storage.write_text(layout.QUALITY_CUTOFFS, json.dumps(out, indent=1, sort_keys=True))
     return out
 
@@ -192,7 +194,12 @@ def scores_metadata(cutoffs: dict, q) -> dict:
     head = f"| source | cutoff | kept / docs | {' | '.join(bins)} |\n|---|---|---|{'---|' * len(bins)}\n"
     rows = "\n".join(f"| {s} | {r['cutoff']:.4f} | {r['kept']:,} / {r['documents']:,} | "
                      + " | ".join(str(x) for x in r["histogram"]) + " |" for s, r in sorted(cutoffs.items()))
-    return {"score_histogram_per_source": dg.MetadataValue.md(head + rows),
+    tiered = {s: r["tiers"] for s, r in sorted(cutoffs.items()) if r.get("tiers")}
+    tier_md = {"quality_tiers": dg.MetadataValue.md(
+        "| source | tier | starts at score | epochs (per source epoch) | kept documents |\n|---|---|---|---|---|\n"
+        + "\n".join(f"| {s} | {t['name']} | {t['cutoff']:.4f} | {t['epochs']:g} | {t['documents']:,} |"
+                    for s, ts in tiered.items() for t in ts))} if tiered else {}
+    return {**tier_md, "score_histogram_per_source": dg.MetadataValue.md(head + rows),
             "cutoffs": dg.MetadataValue.json({s: {k: r[k] for k in ("rule", "cutoff", "documents", "kept")}
                                               for s, r in cutoffs.items()}),
             "documents_scored": dg.MetadataValue.int(sum(r["documents"] for r in cutoffs.values()))}

@@ -13,6 +13,7 @@ from mix_assets.stages.common import (code_version, gate, gated, raw_name, recor
                                       verified_inputs, with_lineage)
 from mix_assets.config import MixSpec
 from mix_assets.core import layout, lineage
+from mix_assets.stages.quality import tiers as quality_tiers
 from mix_assets.stages.tokens import exactness
 from mix_assets.stages.tokens import samples as samples_lib
 from mix_assets.stages.tokens import shards as shards_lib
@@ -41,7 +42,13 @@ def _tokenizer_inputs(spec: MixSpec) -> list[str]:
         if spec.tokenizer.kind == "train" else []
 
 
+def _tier_inputs(spec: MixSpec) -> list[str]:
+    # a source filled by quality tier reads its scores and tier cutoffs (stages/quality/tiers.py)
+    return ["quality_scores"] if quality_tiers.tiered_sources(spec) else []
+
+
 def build_tokens_assets(spec: MixSpec) -> list:
+    tiered = quality_tiers.tiered_sources(spec)
     @dg.asset(
         name="tokenizer",
         group_name=GROUP,
@@ -87,8 +94,10 @@ def build_tokens_assets(spec: MixSpec) -> list:
         resource_defs={"engine": EngineResource.from_spec(spec)},
         code_version=code_version(__name__, spec.packing, spec.seed, spec.target_tokens,
                                   [(s.name, s.share, s.epochs) for s in spec.sources], spec.audit.scrub_words,
-                                  [t.model_dump_json(exclude={"note"}) for t in spec.audit.tasks]),  # note: free text
-        deps=[dg.AssetKey("tokenizer"), dg.AssetKey("validation_split")],
+                                  [t.model_dump_json(exclude={"note"}) for t in spec.audit.tasks],  # note: free text
+                                  *([{s: [t.model_dump(mode="json") for t in ts] for s, ts in tiered.items()}]
+                                    if tiered else [])),
+        deps=[dg.AssetKey("tokenizer"), dg.AssetKey("validation_split"), *map(dg.AssetKey, _tier_inputs(spec))],
     )
     def token_shards(context: dg.AssetExecutionContext, mix: MixResource,
                      engine: EngineResource) -> dg.MaterializeResult:
@@ -98,7 +107,7 @@ def build_tokens_assets(spec: MixSpec) -> list:
             s = mix.spec
             inputs = verified_inputs(mix.storage, "token_shards",
                                      ["tokenizer", "validation_split", *(raw_name(x.name) for x in s.sources),
-                                      *line_inputs(s)], context)
+                                      *line_inputs(s), *_tier_inputs(s)], context)
             if hit := reused(context, mix, "token_shards", inputs):
                 return hit
             t0 = time.perf_counter()

@@ -84,7 +84,19 @@ PER_SOURCE_COLUMNS = ["source", "train_tokens", "val_tokens", "budget_tokens", "
 def per_source(sources: Mapping[str, Mapping]) -> dict:
     """token_shards' and manifest's tokens per source ({source: shard_stats' per-source record}) as a table."""
     rows = [{"source": s, **{c: v.get(c) for c in PER_SOURCE_COLUMNS[1:]}} for s, v in sources.items()]
-    return wide_table("per_source", rows, PER_SOURCE_COLUMNS, ["source", "train_tokens", "budget_tokens"])
+    return {**wide_table("per_source", rows, PER_SOURCE_COLUMNS, ["source", "train_tokens", "budget_tokens"]),
+            **per_source_tier(sources)}
+
+
+PER_TIER_COLUMNS = ["source", "tier", "epochs", "documents", "unique_tokens", "train_tokens"]
+
+
+def per_source_tier(sources: Mapping[str, Mapping]) -> dict:
+    """The sources filled by quality tier (stages/quality/tiers.py): per source x tier the effective epochs
+    (source x tier), its unique documents and tokens and the train tokens they became; {} without tiers."""
+    rows = [{"source": s, "tier": t, **{c: r.get(c) for c in PER_TIER_COLUMNS[2:]}}
+            for s, v in sources.items() for t, r in (v.get("tiers") or {}).items()]
+    return wide_table("per_source_tier", rows, PER_TIER_COLUMNS, PER_TIER_COLUMNS) if rows else {}
 
 
 def rendered_samples(storage, key: str, r) -> dict:

@@ -6,6 +6,11 @@ Pure logic, no I/O besides the `write_shard` callback: the caller owns files.
   shortest prefix holding >= N x share tokens; the stream repeats that set for `epochs` (a
   fractional last epoch takes a prefix) and is cut at exactly N x share x epochs tokens, the last
   appearance truncated. A source whose kept train tokens cannot reach N x share is an error.
+* Quality tiers (a source whose `filters.quality` has `tiers`, fill_tiered): each document of tier t counts
+  E_t = source epochs x tier epochs times; the unique set is the shortest prefix of the selection order whose
+  tokens x E_t reach the stream budget N x share x epochs, and each tier's stream walks its unique documents
+  E_t times (floor(tokens x E_t); the tier of the document that reached the budget takes what is left, so the
+  source's stream is still exactly its budget). Only train documents are ever repeated.
 * Stream order: every (document, epoch) appearance sorted by hash(seed, doc_id, epoch), so
   sources and epochs interleave deterministically. Appearances are numpy columns (a few tens of
   bytes each), never per-document Python objects.
@@ -18,6 +23,7 @@ Pure logic, no I/O besides the `write_shard` callback: the caller owns files.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
@@ -64,18 +70,74 @@ def fill_budget(
             f"its filters really keep) or lower its share."
         )
     n_unique = int(np.searchsorted(cum, unique_budget, side="left")) + 1 if unique_budget > 0 else 0
-    # every epoch walks the unique set in selection order, skipping empty documents; the last
-    # (partial) epoch takes the prefix reaching the budget, its final document truncated
-    nz = np.flatnonzero(lengths[:n_unique] > 0)
+    return n_unique, _passes(lengths, np.flatnonzero(lengths[:n_unique] > 0), stream_budget)
+
+
+def _passes(lengths: np.ndarray, nz: np.ndarray, budget: int) -> Appearances:
+    """`budget` tokens of passes over the documents at positions `nz` (non-empty, selection order): every
+    pass walks them in order; the last (partial) pass takes the prefix reaching the budget, its final
+    document truncated."""
     per_epoch = int(lengths[nz].sum())
-    full, rem = (divmod(max(stream_budget, 0), per_epoch) if per_epoch else (0, 0))
+    full, rem = (divmod(max(budget, 0), per_epoch) if per_epoch else (0, 0))
     k = int(np.searchsorted(np.cumsum(lengths[nz]), rem, side="left")) + 1 if rem else 0
     index = np.concatenate([np.tile(nz, full), nz[:k]])
     epoch = np.concatenate([np.repeat(np.arange(full, dtype=np.int64), len(nz)), np.full(k, full, np.int64)])
     take = lengths[index]
     if k:
         take[-1] = rem - (int(lengths[nz[: k - 1]].sum()))
-    return n_unique, Appearances(index.astype(np.int64, copy=False), epoch, take)
+    return Appearances(index.astype(np.int64, copy=False), epoch, take)
+
+
+@dataclass(frozen=True)
+class TierFill:
+    """Per tier (best first) of a tiered source's fill: unique documents, their tokens, the tokens its
+    stream holds and the effective epochs it was filled with."""
+
+    documents: list[int]
+    unique_tokens: list[int]
+    train_tokens: list[int]
+    epochs: list[float]
+
+
+def fill_tiered(
+    source: str,
+    lengths: np.ndarray,
+    tier: np.ndarray,
+    epochs: list[float],
+    stream_budget: int,
+    n_docs_available: Optional[int] = None,
+) -> tuple[int, Appearances, TierFill]:
+    """(unique documents used, appearances, per-tier figures) for a source split in quality tiers;
+    `lengths` and `tier` (int64 tier index per document) in selection order, `epochs[t]` the effective epochs
+    of tier t (source epochs x tier epochs, each >= 1)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    tier = np.asarray(tier, dtype=np.int64)
+    e = np.asarray(epochs, dtype=np.float64)
+    cum = np.cumsum(lengths * e[tier]) if len(lengths) else np.zeros(0)
+    have = float(cum[-1]) if len(cum) else 0.0
+    if have < stream_budget:
+        raise ShortfallError(
+            f"source {source!r} cannot fill its token budget: it needs {stream_budget:,} train tokens (N x share x "
+            f"epochs) with each quality tier repeated its epochs, but its "
+            f"{n_docs_available if n_docs_available is not None else len(lengths):,} kept train documents give "
+            f"{int(have):,} after dedup, exclusion masks and the validation split. The mix cannot be topped up "
+            f"after publication: raise the source's raw sample (headroom, or lower filters.keep_share to what its "
+            f"filters really keep) or lower its share.")
+    n_unique = int(np.searchsorted(cum, stream_budget, side="left")) + 1 if stream_budget > 0 else 0
+    n_tiers = len(e)
+    nz = [np.flatnonzero((lengths[:n_unique] > 0) & (tier[:n_unique] == t)) for t in range(n_tiers)]
+    unique = [int(lengths[x].sum()) for x in nz]
+    budget = [int(math.floor(u * float(e[t]))) for t, u in enumerate(unique)]
+    if n_unique:
+        # the tier of the document that reached the budget takes what the others leave: the stream is exact
+        last = int(tier[n_unique - 1])
+        budget[last] = stream_budget - sum(b for t, b in enumerate(budget) if t != last)
+    parts = [_passes(lengths, nz[t], budget[t]) for t in range(n_tiers)]
+    apps = Appearances(np.concatenate([p.index for p in parts]), np.concatenate([p.epoch for p in parts]),
+                       np.concatenate([p.take for p in parts]))
+    fill = TierFill(np.bincount(tier[:n_unique], minlength=n_tiers).astype(int).tolist(), unique,
+                    [int(p.take.sum()) for p in parts], [float(x) for x in e])
+    return n_unique, apps, fill
 
 
 def order_key(seed: int, doc_id: str, epoch: int) -> int:

@@ -41,12 +41,14 @@ from mix_assets.core import engine, layout, scratch, tables, transport
 from mix_assets.core.seeded import unit_hash
 from mix_assets.format.shards import ShardWriter, dtype_for_vocab, shard_bytes, token_dtype
 from mix_assets.stages.lines import lines as lines_lib
+from mix_assets.stages.quality import tiers as quality_tiers
 from mix_assets.stages.tokens import encoding, idcache
 from mix_assets.stages.tokens.packing import (
     Appearances,
     Packer,
     SplitStats,
     fill_budget,
+    fill_tiered,
     order_from_keys,
     order_keys,
 )
@@ -61,6 +63,9 @@ class SourceBudget:
     unique_budget: int  # N x share
     stream_budget: int  # N x share x epochs
     epochs: float
+    # quality tiers (stages/quality/tiers.py), best first: names and effective epochs (source x tier); () = none
+    tier_names: tuple[str, ...] = ()
+    tier_epochs: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,7 @@ class SourceResult:
     train_tokens: int = 0
     val_tokens: int = 0
     encoded_train_documents: int = 0  # how many were encoded to find the unique set (>= unique)
+    tiers: Optional[dict[str, dict]] = None  # per quality tier: epochs, documents, unique and train tokens
 
 
 @dataclass
@@ -138,6 +144,7 @@ class ShardsResult:
                     "budget_tokens": v.budget_tokens,
                     "epochs": v.epochs,
                     "unique_documents": v.unique_documents,
+                    **({"tiers": v.tiers} if v.tiers else {}),
                 }
                 for k, v in sorted(self.sources.items())
             },
@@ -180,6 +187,7 @@ class _SourceDocs:
     offset: np.ndarray = field(init=False)  # int64 spill offset per document (-1 = not encoded)
     length: np.ndarray = field(init=False)  # int64 tokens per document, separator included
     apps: Optional[Appearances] = None  # the budget fill, positions in the train documents
+    tier: Optional[np.ndarray] = None  # int64 quality tier of each train document (selection order); None: untiered
 
     def __post_init__(self):
         self.offset = np.full(len(self.ids), -1, np.int64)
@@ -257,12 +265,17 @@ def _encode_sources(budgets, per_source: dict[str, _SourceDocs], raw_paths, enc:
         for s in active:
             sd, n_sel = per_source[s], len(per_source[s].ids) - per_source[s].n_val
             bpt = _round_estimate(sd, done[s], val[s], mix_val, bytes_per_token_guess)
-            need = budgets[s].unique_budget - int(sd.length[sd.n_val : sd.n_val + done[s]].sum())
+            if sd.tier is None:
+                need = budgets[s].unique_budget - int(sd.length[sd.n_val : sd.n_val + done[s]].sum())
+            else:  # tiered: a document's tokens count its effective epochs (packing.fill_tiered)
+                w = np.asarray(budgets[s].tier_epochs, np.float64)[sd.tier]
+                need = budgets[s].stream_budget - float((sd.length[sd.n_val : sd.n_val + done[s]] * w[: done[s]]).sum())
             if need <= 0 or done[s] == n_sel:
                 continue
             # estimated docs to reach the budget, with a margin (ROUND_MARGIN); the final cut uses
             # true counts only, never this estimate
-            est = np.cumsum(sd.sel_bytes[done[s]:] / bpt)
+            est = np.cumsum(sd.sel_bytes[done[s]:] / bpt) if sd.tier is None else \
+                np.cumsum(sd.sel_bytes[done[s]:] / bpt * w[done[s]:])
             k = int(np.searchsorted(est, need * ROUND_MARGIN + 64, side="left")) + 1
             upto = min(n_sel, done[s] + max(k, 16))
             reads.append((s, upto, np.arange(sd.n_val + done[s], sd.n_val + upto, dtype=np.int64)))
@@ -275,10 +288,19 @@ def _encode_sources(budgets, per_source: dict[str, _SourceDocs], raw_paths, enc:
             enc.forget(s)
             sd, b = per_source[s], budgets[s]
             result.rounds[s] = rounds[s]
-            n_unique, sd.apps = fill_budget(s, sd.length[sd.n_val : sd.n_val + done[s]], b.unique_budget,
-                                            b.stream_budget, n_docs_available=len(sd.ids) - sd.n_val)
+            tiers = None
+            if sd.tier is None:
+                n_unique, sd.apps = fill_budget(s, sd.length[sd.n_val : sd.n_val + done[s]], b.unique_budget,
+                                                b.stream_budget, n_docs_available=len(sd.ids) - sd.n_val)
+            else:
+                n_unique, sd.apps, fill = fill_tiered(s, sd.length[sd.n_val : sd.n_val + done[s]], sd.tier[: done[s]],
+                                                      list(b.tier_epochs), b.stream_budget,
+                                                      n_docs_available=len(sd.ids) - sd.n_val)
+                tiers = {name: {"epochs": fill.epochs[t], "documents": fill.documents[t],
+                                "unique_tokens": fill.unique_tokens[t], "train_tokens": fill.train_tokens[t]}
+                         for t, name in enumerate(b.tier_names)}
             result.sources[s] = SourceResult(unique_documents=n_unique, budget_tokens=b.stream_budget,
-                                             epochs=b.epochs, encoded_train_documents=done[s])
+                                             epochs=b.epochs, encoded_train_documents=done[s], tiers=tiers)
 
 
 class _SpillReader:
@@ -595,10 +617,13 @@ def build_shards(
     log=None,
     cache: Optional[idcache.TokenCache] = None,
     backend: str = "auto",
+    tiers: Optional[dict] = None,
 ) -> ShardsResult:
     """Encode (map tasks on `eng`), fill budgets, pack and write `mix/train/*.bin` and `mix/val/*.bin`
     through `storage`. `raw_paths` values are local paths or `engine.FileAt`s (every task opens its own
-    file; an s3:// object is read by range GETs of the row groups its range needs)."""
+    file; an s3:// object is read by range GETs of the row groups its range needs). `tiers`: source ->
+    quality_tiers.TierPlan for the sources whose budget is filled by quality tier."""
+    tiers = tiers or {}
     np_dtype = token_dtype(dtype)
     # a batch at a time, not pq.read_table: that imports pyarrow.dataset and decodes row groups on threads,
     # and the step's peak before the encode grew 26 MB from 38 k to 150 k kept documents (stop 23)
@@ -641,6 +666,8 @@ def build_shards(
             order = _selection_order(plan.seed, ids)
             per_source[s] = _SourceDocs(pa.concat_arrays([val_ids, ids.take(pa.array(order))]), len(val_ids),
                                         np.concatenate([val_nb, nb[order]]), name=s)
+            if s in tiers:  # train documents only: validation documents are never repeated
+                per_source[s].tier = tiers[s].of(per_source[s].ids.slice(len(val_ids)))
         del split
         tables.release_unused()  # the split table's and the selection sort's freed pages, before the encode
 
@@ -762,8 +789,11 @@ def build_token_shards(storage, spec, scratch_dir: Optional[str] = None, eng: en
     tokenizer = TokenizerFile.of(tok_at.path, tok_at.endpoint_url)
     tok = tokenizer_at(tokenizer)  # loaded here once: the in-process engine's tasks reuse it
     plan = packing_plan(spec, tok)
+    plans = quality_tiers.TierPlan.read(storage, spec)  # {} unless a source's filters.quality has tiers
     budgets = {
-        s.name: SourceBudget(s.name, spec.unique_budget(s.name), spec.stream_budget(s.name), s.epochs)
+        s.name: SourceBudget(s.name, spec.unique_budget(s.name), spec.stream_budget(s.name), s.epochs,
+                             *((plans[s.name].names, tuple(s.epochs * e for e in plans[s.name].epochs))
+                               if s.name in plans else ()))
         for s in spec.sources
     }
     # where any worker reads each raw file: a local path, or the s3:// object (range GETs, no download)
@@ -775,7 +805,7 @@ def build_token_shards(storage, spec, scratch_dir: Optional[str] = None, eng: en
     result = build_shards(
         tokenizer, storage.source(layout.VALIDATION_SPLIT), raw, budgets, plan, dtype, storage, scratch_dir,
         bytes_per_token_guess=spec.tokenizer.bytes_per_token_fallback, eng=eng, log=log, cache=cache,
-        backend=spec.tokenizer.backend,
+        backend=spec.tokenizer.backend, tiers=plans,
     )
     if log is not None:
         log.info(f"token_shards: {result.cache_line()}")

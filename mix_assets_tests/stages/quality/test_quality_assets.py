@@ -155,6 +155,11 @@ def test_shared_sample_classifier_separates_and_keeps_every_domain(tmp_path):
     g = decisions.read_decisions(storage, ["gutenberg"])["gutenberg"]
     dropped = sum(r == "quality:prose-ref" for r in g.column("rules").to_pylist() for r in r)
     assert 0 < dropped <= 0.05 * g.num_rows + 1
+    # its quality tiers (test_tiers.py): the best-scored fifth repeated twice, each tier holding documents
+    import json
+    tiers = json.loads(storage.read_text(layout.QUALITY_CUTOFFS))["gutenberg"]["tiers"]
+    assert [(t["name"], t["epochs"]) for t in tiers] == [("top", 2.0), ("rest", 1.0)]
+    assert all(t["documents"] > 0 for t in tiers) and tiers[0]["cutoff"] > tiers[1]["cutoff"]
 
 
 def _whole_demo(tmp_path):
