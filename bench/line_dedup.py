@@ -115,13 +115,22 @@ def write_raw(docs: list[str], path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from mix_assets.stages.sources.sources import DOC_SCHEMA
+    from mix_assets.stages.sources.sources import DOC_SCHEMA, ROW_GROUP_BYTES, ROW_GROUP_ROWS
 
     nb = [len(t.encode()) for t in docs]
-    pq.write_table(pa.table({"doc_id": [str(i) for i in range(len(docs))], "source": ["web"] * len(docs), "text": docs,
-                             "row_index": list(range(len(docs))), "origin": [""] * len(docs), "n_bytes": nb,
-                             "n_chars": [len(t) for t in docs], "est_tokens": [max(1, b // 4) for b in nb]},
-                            schema=DOC_SCHEMA), path)
+    t = pa.table({"doc_id": [str(i) for i in range(len(docs))], "source": ["web"] * len(docs), "text": docs,
+                  "row_index": list(range(len(docs))), "origin": [""] * len(docs), "n_bytes": nb,
+                  "n_chars": [len(t) for t in docs], "est_tokens": [max(1, b // 4) for b in nb]}, schema=DOC_SCHEMA)
+    # row groups as raw/<source> cuts them (at most ROW_GROUP_BYTES of text, sources.iter_sample): a chunk reads
+    # the groups it overlaps, not the whole file
+    with pq.ParquetWriter(path, DOC_SCHEMA) as w:
+        start, size = 0, 0
+        for i, b in enumerate(nb):
+            if i > start and (i - start >= ROW_GROUP_ROWS or size + b > ROW_GROUP_BYTES):
+                w.write_table(t.slice(start, i - start))
+                start, size = i, 0
+            size += b
+        w.write_table(t.slice(start))
 
 
 def run_ours_memory(docs: list[str]) -> dict:
