@@ -15,13 +15,17 @@ Both sides run on the same documents, each in its own process:
              strips (lowercase, punctuation, numbers, diacritics off; its default lowercases, drops punctuation
              and maps digits to 0); documents given in memory, its folders on local disk
 
+Also, like for like: ours in memory (the stage's count / reduce / removal functions on in-memory Arrow chunks, no
+Parquet, no chunk parts) beside datatrove in memory, and datatrove reading the same raw Parquet file with its
+ParquetReader and writing the kept documents with its ParquetWriter (zstd) beside the stage (Parquet in and out).
+
 Reported: wall and CPU seconds of each (CPU: the process's user + system time over the timed part), the
 ratio, and the removals: the set of (document, line index) each removes, their overlap, and the differences
 by cause. datatrove keeps one copy of every duplicated line ("all but one", C4's rule) and removes a line's
 repeats inside one document; ours removes every copy of a line found in >= min_docs documents and counts a
 line once per document. Needs a datatrove venv (pyproject's [bench] extra pins datatrove==0.10.1):
 
-    python3 -m venv /tmp/dtvenv && /tmp/dtvenv/bin/pip install 'datatrove==0.10.1' 'xxhash==3.8.2'
+    python3 -m venv /tmp/dtvenv && /tmp/dtvenv/bin/pip install 'datatrove==0.10.1' 'xxhash==3.8.2' pyarrow
     PYTHONPATH=$PWD .venv/bin/python bench/line_dedup.py --mb 20 --datatrove-python /tmp/dtvenv/bin/python
 """
 
@@ -69,9 +73,9 @@ from datatrove.pipeline.dedup.sentence_dedup import (SentDedupConfig, SentenceDe
                                                      SentenceFindDedups)
 from datatrove.utils.text import TextNormConfig
 
-docs_path, work, out, mode = sys.argv[1:5]
+docs_path, work, out, mode, raw_dir = sys.argv[1:6]
 texts = [json.loads(l) for l in open(docs_path)]
-if mode == "lines":
+if mode in ("lines", "lines-files"):
     cfg = SentDedupConfig(n_sentences=1, split_sentences=False, min_doc_words=0, min_num_sentences=0,
                           norm_config=TextNormConfig(lowercase=False, norm_whitespace=False, remove_punctuation=False,
                                                      norm_unicode_diacritics=False, norm_numbers=False))
@@ -83,10 +87,17 @@ def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 
+if mode == "lines-files":  # the raw Parquet file read by its ParquetReader, the kept documents written (zstd)
+    from datatrove.pipeline.readers import ParquetReader
+    from datatrove.pipeline.writers import ParquetWriter
+    docs = lambda: ParquetReader(raw_dir, text_key="text", id_key="doc_id").run(rank=0, world_size=1)
 t0, c0 = time.perf_counter(), cpu()
 SentenceDedupSignature(output_folder=f"{work}/sigs", config=cfg).run(docs(), rank=0, world_size=1)
 SentenceFindDedups(data_folder=f"{work}/sigs", output_folder=f"{work}/dups", config=cfg).run(rank=0, world_size=1)
-kept = [d.text for d in SentenceDedupFilter(data_folder=f"{work}/dups", config=cfg).run(docs(), rank=0, world_size=1)]
+kept = SentenceDedupFilter(data_folder=f"{work}/dups", config=cfg).run(docs(), rank=0, world_size=1)
+if mode == "lines-files":
+    kept = ParquetWriter(f"{work}/out", compression="zstd").run(kept, rank=0, world_size=1)
+kept = [d.text for d in kept]
 wall, cpus = time.perf_counter() - t0, cpu() - c0
 dups = np.fromfile(f"{work}/dups/0000/00000.c4_dup", dtype=[("doc", "<u4"), ("sent", "<u2")]) \
     if os.path.exists(f"{work}/dups/0000/00000.c4_dup") else np.array([], dtype=[("doc", "<u4"), ("sent", "<u2")])
@@ -95,9 +106,56 @@ json.dump({"wall": wall, "cpu": cpus, "docs_out": len(kept),
 '''
 
 
-def run_ours(docs: list[str], work: Path) -> dict:
-    """Our stage on the documents as a raw documents file; returns wall, cpu and the removed (doc, line)."""
+PARAMS = dict(min_docs=2, min_line_chars=1, min_kept_share=0.0, min_kept_chars=0)
+CHUNK_ROWS = 8192
+
+
+def write_raw(docs: list[str], path: Path) -> None:
+    """The documents as a raw/<source> documents file (stages/sources DOC_SCHEMA), read by both sides."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mix_assets.stages.sources.sources import DOC_SCHEMA, ROW_GROUP_BYTES, ROW_GROUP_ROWS
+
+    nb = [len(t.encode()) for t in docs]
+    t = pa.table({"doc_id": [str(i) for i in range(len(docs))], "source": ["web"] * len(docs), "text": docs,
+                  "row_index": list(range(len(docs))), "origin": [""] * len(docs), "n_bytes": nb,
+                  "n_chars": [len(t) for t in docs], "est_tokens": [max(1, b // 4) for b in nb]}, schema=DOC_SCHEMA)
+    # row groups as raw/<source> cuts them (at most ROW_GROUP_BYTES of text, sources.iter_sample): a chunk reads
+    # the groups it overlaps, not the whole file
+    with pq.ParquetWriter(path, DOC_SCHEMA) as w:
+        start, size = 0, 0
+        for i, b in enumerate(nb):
+            if i > start and (i - start >= ROW_GROUP_ROWS or size + b > ROW_GROUP_BYTES):
+                w.write_table(t.slice(start, i - start))
+                start, size = i, 0
+            size += b
+        w.write_table(t.slice(start))
+
+
+def run_ours_memory(docs: list[str]) -> dict:
+    """The stage's own count map, reduce and removal map functions (lines.count_lines, reduce_counts, frequent,
+    remove_lines) on the documents in memory, chunked as the stage chunks them, the count's line keys handed to
+    the removal as the local engine's stage does (lines.HELD): no Parquet read or write, no chunk parts
+    (datatrove's in-memory run is handed its documents the same way)."""
     import numpy as np
+    import pyarrow as pa
+
+    from mix_assets.stages.lines import lines as lib
+
+    arr = pa.array(docs, pa.large_string())
+    p = lib.LineParams(**PARAMS)
+    t0, c0 = time.perf_counter(), time.process_time()
+    chunks = [arr.slice(i, CHUNK_ROWS) for i in range(0, len(arr), CHUNK_ROWS)]
+    counted = [lib.count_lines(c, p.min_line_chars, keep=True) for c in chunks]  # line keys kept, as HELD does
+    hashes, counts = lib.reduce_counts(c[:2] for c in counted)
+    wanted = lib.frequent(hashes, counts, p.min_docs).column("hash").to_numpy().astype(np.uint64)
+    removed = sum(int(lib.remove_lines(c, wanted, p, k[2:])[1]["removed_lines"].sum()) for c, k in zip(chunks, counted))
+    return {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "removed_lines": removed}
+
+
+def run_ours(docs: list[str], raw: Path, work: Path) -> dict:
+    """Our stage on the raw documents file; returns wall, cpu and the removed (doc, line)."""
     import polars as pl
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -106,17 +164,11 @@ def run_ours(docs: list[str], work: Path) -> dict:
     from mix_assets.core.storage import Storage
     from mix_assets.stages.lines import kernels  # noqa: F401  numba and the cached kernels load before the timer,
     from mix_assets.stages.lines import lines as lib  # as polars and pyarrow do (once per worker process)
-    from mix_assets.stages.sources.sources import DOC_SCHEMA
 
-    path = work / "raw.parquet"
-    nb = [len(t.encode()) for t in docs]
-    pq.write_table(pa.table({"doc_id": [str(i) for i in range(len(docs))], "source": ["web"] * len(docs), "text": docs,
-                             "row_index": list(range(len(docs))), "origin": [""] * len(docs), "n_bytes": nb,
-                             "n_chars": [len(t) for t in docs], "est_tokens": [max(1, b // 4) for b in nb]},
-                            schema=DOC_SCHEMA), path)
+    path = raw
     storage = Storage(root=str(work / "storage"))
-    params = lib.LineParams(min_docs=2, min_line_chars=1, min_kept_share=0.0, min_kept_chars=0)
-    eng = engine.Engine(num_cpus=1, chunk_rows=8192)
+    params = lib.LineParams(**PARAMS)
+    eng = engine.Engine(num_cpus=1, chunk_rows=CHUNK_ROWS)
     t0, c0 = time.perf_counter(), time.process_time()
     res = lib.dedup_lines(storage, {"web": engine.FileAt(str(path))}, {"web": "bench"}, params, [], eng)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -163,6 +215,8 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=20.0)
     ap.add_argument("--datatrove-python", required=False, help="python of a venv with datatrove==0.10.1")
     ap.add_argument("--out", help="append the Markdown result here")
+    ap.add_argument("--skip-defaults", action="store_true",
+                    help="do not run datatrove with its defaults (spaCy sentences: minutes on a loaded host)")
     a = ap.parse_args()
     if not a.datatrove_python:
         ap.error("--datatrove-python is required (see the module docstring)")
@@ -173,18 +227,25 @@ def main() -> None:
         src = work / "docs.jsonl"
         src.write_text("".join(json.dumps(t) + "\n" for t in docs))
         (work / "child.py").write_text(DATATROVE_CHILD)
+        (work / "raw").mkdir()
+        raw = work / "raw" / "raw.parquet"
+        write_raw(docs, raw)
         dts = {}
-        for mode in ("lines", "default"):
+        for mode in ("lines", "lines-files") + (() if a.skip_defaults else ("default",)):
             t0 = time.perf_counter()
             subprocess.run([a.datatrove_python, str(work / "child.py"), str(src), str(work / f"dt-{mode}"),
-                            str(work / f"dt-{mode}.json"), mode], check=True, env={**os.environ, "PYTHONPATH": ""})
+                            str(work / f"dt-{mode}.json"), mode, str(work / "raw")], check=True,
+                           env={**os.environ, "PYTHONPATH": ""})
             dts[mode] = {**json.loads((work / f"dt-{mode}.json").read_text()), "total": time.perf_counter() - t0}
-        dt, dd = dts["lines"], dts["default"]
+        dt, df, dd = dts["lines"], dts["lines-files"], dts.get("default")
         (work / "ours").mkdir()
-        cold = run_ours(docs, work / "ours")  # the process's first call of the kernels loads their cached code
+        cold = run_ours(docs, raw, work / "ours")  # the process's first call of the kernels loads their cached code
         (work / "ours2").mkdir()
-        ours = run_ours(docs, work / "ours2")  # warm: what every later chunk and run of a worker process pays
+        ours = run_ours(docs, raw, work / "ours2")  # warm: what every later chunk and run of a worker process pays
         assert ours["removed"] == cold["removed"]
+        mem = min((run_ours_memory(docs) for _ in range(3)), key=lambda r: r["cpu"])  # warm, the least of 3
+        assert mem["removed_lines"] == len(ours["removed"])
+    assert sorted(map(tuple, df["removed"])) == sorted(map(tuple, dt["removed"]))  # files or memory: same removals
     theirs = {tuple(x) for x in dt["removed"]}
     both = ours["removed"] & theirs
     union = ours["removed"] | theirs
@@ -196,14 +257,24 @@ def main() -> None:
         f"{cold['cpu']:.2f} ({mb / cold['wall']:.1f} MB/s) |",
         f"| ours, second run (warm; the ratios below): wall s / CPU s | {ours['wall']:.2f} / {ours['cpu']:.2f} "
         f"({mb / ours['wall']:.1f} MB/s) |",
-        f"| datatrove, its defaults (3-sentence spans, spaCy sentences): wall s / CPU s | {dd['wall']:.2f} / "
-        f"{dd['cpu']:.2f} ({mb / dd['wall']:.1f} MB/s) |",
-        f"| throughput ratio ours / datatrove defaults: wall / CPU s | **{dd['wall'] / ours['wall']:.1f}x** / "
-        f"**{dd['cpu'] / ours['cpu']:.1f}x** (target >= 10x) |",
-        f"| datatrove set to lines (n_sentences 1, splitlines, strip only): wall s / CPU s | {dt['wall']:.2f} / "
-        f"{dt['cpu']:.2f} ({mb / dt['wall']:.1f} MB/s) |",
-        f"| throughput ratio ours / datatrove set to lines: wall / CPU s | **{dt['wall'] / ours['wall']:.1f}x** / "
-        f"**{dt['cpu'] / ours['cpu']:.1f}x** (first run: {dt['cpu'] / cold['cpu']:.1f}x CPU s) |",
+        *([f"| datatrove, its defaults (3-sentence spans, spaCy sentences): wall s / CPU s | {dd['wall']:.2f} / "
+           f"{dd['cpu']:.2f} ({mb / dd['wall']:.1f} MB/s) |",
+           f"| throughput ratio ours / datatrove defaults: wall / CPU s | **{dd['wall'] / ours['wall']:.1f}x** / "
+           f"**{dd['cpu'] / ours['cpu']:.1f}x** (target >= 10x) |"] if dd else
+          ["| datatrove, its defaults | not run (--skip-defaults) |"]),
+        f"| datatrove set to lines (n_sentences 1, splitlines, strip only), documents in memory: wall s / CPU s | "
+        f"{dt['wall']:.2f} / {dt['cpu']:.2f} ({mb / dt['wall']:.1f} MB/s) |",
+        f"| ours as the stage (Parquet in, Parquet out, chunk parts) / datatrove set to lines in memory: wall / CPU s | "
+        f"**{dt['wall'] / ours['wall']:.1f}x** / **{dt['cpu'] / ours['cpu']:.1f}x** (first run: "
+        f"{dt['cpu'] / cold['cpu']:.1f}x CPU s) |",
+        f"| like for like, in memory: the stage's count / reduce / removal functions on the documents in memory "
+        f"(no Parquet): wall s / CPU s | {mem['wall']:.2f} / {mem['cpu']:.2f} ({mb / mem['wall']:.1f} MB/s) |",
+        f"| ratio in memory, ours / datatrove set to lines in memory: wall / CPU s | "
+        f"**{dt['wall'] / mem['wall']:.1f}x** / **{dt['cpu'] / mem['cpu']:.1f}x** (target >= 10x) |",
+        f"| like for like, files: datatrove set to lines reading the same raw Parquet file (its ParquetReader) and "
+        f"writing the kept documents (its ParquetWriter, zstd): wall s / CPU s | {df['wall']:.2f} / {df['cpu']:.2f} |",
+        f"| ratio files, ours as the stage / datatrove set to lines with files: wall / CPU s | "
+        f"**{df['wall'] / ours['wall']:.1f}x** / **{df['cpu'] / ours['cpu']:.1f}x** (target >= 10x) |",
         "| **removals below: datatrove set to lines** | |",
         f"| removed lines: ours / datatrove / both | {len(ours['removed']):,} / {len(theirs):,} / {len(both):,} |",
         f"| identical removals (both / either) | **{len(both) / max(len(union), 1):.4%}** (target >= 99 %) |",

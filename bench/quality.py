@@ -7,7 +7,8 @@
    `classifier.train_model` (fasttext-new, thread=1); the peer is fastText's C++ `train_supervised`
    (fasttext-numpy2-wheel, thread=1) on the same file with the same hyper-parameters, in the datatrove venv.
    Printed: seconds (wall and CPU), the held-out ROC-AUC of both models.
-2. Scoring `--score-mb` MB of documents (the held-out ones first) with OUR model: `scoring.score` beside datatrove 0.10.1's
+2. Scoring `--score-mb` MB of documents (the held-out ones first) with OUR model: `scoring.score` (the compiled
+   predict, stages/quality/predict.py, one thread) and `scoring.score_cpp` (the C++ predict per text) beside datatrove 0.10.1's
    `FastTextClassifierFilter` (one `filter(doc)` per Document, its defaults: newline_replacement "",
    labels saved in metadata), each in a child process of its own Python: docs/s, wall and CPU seconds, the
    ratio, and how many scores are identical (float equality).
@@ -107,6 +108,21 @@ def child_score_ours(model: str, texts: Path, out: Path) -> dict:
     return {"seconds": sec, "cpu_seconds": cpu}
 
 
+def child_score_cpp(model: str, texts: Path, out: Path) -> dict:
+    """The same texts through fasttext-predict's C++ predict, one call per text (the stage's scorer before
+    stages/quality/predict.py; still its scorer for models the compiled pass does not cover)."""
+    from mix_assets.stages.quality import scoring
+
+    docs = json.loads(texts.read_text())
+    sha = scoring.file_sha256(model)
+    scoring.score_cpp(["warm up"], model, sha, "__label__hq", "", None)
+    t0, c0 = time.perf_counter(), time.process_time()
+    s = scoring.score_cpp(docs, model, sha, "__label__hq", "", None)
+    sec, cpu = time.perf_counter() - t0, time.process_time() - c0
+    np.save(out, s)
+    return {"seconds": sec, "cpu_seconds": cpu}
+
+
 def child_score_rust(model: str, texts: Path, out: Path) -> dict:
     """The same texts through fasttext-new's predict (Rust; one call per text, k=-1): not the stage's scorer."""
     import fasttext_new
@@ -187,7 +203,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         which, *rest = args.child
-        fn = {"ours": child_score_ours, "rust": child_score_rust, "datatrove": child_score_datatrove, "train_cpp": child_train_cpp}[which]
+        fn = {"ours": child_score_ours, "cpp": child_score_cpp, "rust": child_score_rust, "datatrove": child_score_datatrove, "train_cpp": child_train_cpp}[which]
         Path(args.result).write_text(json.dumps(fn(*map(Path, rest)) if which == "train_cpp"
                                                 else fn(rest[0], Path(rest[1]), Path(rest[2]))))
         return
@@ -245,14 +261,18 @@ def main() -> None:
     ours = _child(sys.executable, "ours", ours_model, texts, work / "ours_scores.npy")
     dt = _child(args.datatrove_python, "datatrove", ours_model, texts, work / "dt_scores.npy")
     rust = _child(sys.executable, "rust", ours_model, texts, work / "rust_scores.npy")
+    cpp = _child(sys.executable, "cpp", ours_model, texts, work / "cpp_scores.npy")
     a, b = np.load(work / "ours_scores.npy"), np.load(work / "dt_scores.npy")
+    c = np.load(work / "cpp_scores.npy")
     r = np.load(work / "rust_scores.npy")
     mb, n = size_scored / 1e6, len(scored)
     print(f"\n## scoring {n:,} documents ({mb:.1f} MB: the {len(held_texts):,} held out, then training documents) "
           "with our model")
     print("| scorer | docs/s | wall s | CPU s |\n|---|---|---|---|")
-    print(f"| ours: stages/quality/scoring.score | {n / ours['seconds']:,.0f} | {ours['seconds']:.2f} | "
-          f"{ours['cpu_seconds']:.2f} |")
+    print(f"| ours: stages/quality/scoring.score (compiled predict, 1 thread) | {n / ours['seconds']:,.0f} | "
+          f"{ours['seconds']:.2f} | {ours['cpu_seconds']:.2f} |")
+    print(f"| (the stage's fallback) scoring.score_cpp: C++ predict per text | {n / cpp['seconds']:,.0f} | "
+          f"{cpp['seconds']:.2f} | {cpp['cpu_seconds']:.2f} |")
     print(f"| (not the stage's) fasttext-new predict per text | {n / rust['seconds']:,.0f} | {rust['seconds']:.2f} | "
           f"{rust['cpu_seconds']:.2f} |")
     print(f"| peer: {dt['version']} FastTextClassifierFilter | {n / dt['seconds']:,.0f} | {dt['seconds']:.2f} | "
@@ -260,6 +280,8 @@ def main() -> None:
     print(f"throughput ratio ours/datatrove: wall {dt['seconds'] / ours['seconds']:.2f}x, "
           f"CPU {dt['cpu_seconds'] / ours['cpu_seconds']:.2f}x")
     print(f"identical scores: {int((a == b).sum()):,} of {n:,} (max |diff| {float(np.abs(a - b).max()):.3g})")
+    print(f"C++ predict per text beside datatrove: wall {dt['seconds'] / cpp['seconds']:.2f}x, CPU "
+          f"{dt['cpu_seconds'] / cpp['cpu_seconds']:.2f}x; identical scores {int((c == b).sum()):,} of {n:,}")
     print(f"fasttext-new beside datatrove: wall {dt['seconds'] / rust['seconds']:.2f}x, CPU "
           f"{dt['cpu_seconds'] / rust['cpu_seconds']:.2f}x; identical scores {int((r == b).sum()):,} of {n:,} "
           f"(max |diff| {float(np.abs(r - b).max()):.3g})")

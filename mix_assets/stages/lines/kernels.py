@@ -87,26 +87,65 @@ def _line_end(b, p, e):
     return p
 
 
+@numba.njit(inline="always")
+def _line_chars(b, p, e):
+    """(end of the line starting at b[p] (its newline or e), its characters)."""
+    n = 0
+    while p < e:
+        c = b[p]
+        if c == 0x0A:
+            break
+        if (c & 0xC0) != 0x80:
+            n += 1
+        p += 1
+    return p, n
+
+
+_LINEAR = 64  # up to this many distinct lines a document's repeats are found by a scan, past it by a sort
+
+
 @numba.njit(**_JIT)
-def doc_line_hashes(o: np.ndarray, b: np.ndarray, min_chars: int, cap: int) -> np.ndarray:
-    """The distinct hashes of each document's counted lines (each document's sorted, documents in order):
-    every counted line once per document. `cap` bounds the number of lines (newlines + documents)."""
+def doc_line_hashes(o: np.ndarray, b: np.ndarray, min_chars: int, cap: int, keep: bool):
+    """(the distinct hashes of each document's counted lines (documents in order; within one, first seen
+    first unless it has more than _LINEAR, then sorted): every counted line once per document; and with
+    `keep`, every line's hash and stripped characters in text order (what remove_frequent would compute
+    again), else two empty arrays). `cap` bounds the number of counted lines."""
     out = np.empty(cap, np.uint64)
+    nl = (b.shape[0] + o.shape[0]) if keep else 0  # lines <= bytes + documents
+    line_hash = np.empty(nl, np.uint64)
+    line_sc = np.empty(nl, np.int64)
+    li = 0
     k = 0
     for d in range(o.shape[0] - 1):
         s, e = o[d], o[d + 1]
         k0 = k
         p = s
         while True:
-            q = _line_end(b, p, e)
-            ls, le = _strip(b, p, q)
-            if _counted(b, ls, le, min_chars):
-                out[k] = _xxh64(b, ls, le)
-                k += 1
+            q, nc = _line_chars(b, p, e)
+            sc = -1
+            h = np.uint64(0)
+            if nc >= min_chars or keep:  # else no stripped line is long enough
+                ls, le = _strip(b, p, q)
+                sc = nc - _chars(b, p, ls) - _chars(b, le, q)
+                if sc >= min_chars:
+                    h = _xxh64(b, ls, le)
+                    seen = False
+                    if k - k0 <= _LINEAR:
+                        for i in range(k0, k):
+                            if out[i] == h:
+                                seen = True
+                                break
+                    if not seen:
+                        out[k] = h
+                        k += 1
+            if keep:
+                line_hash[li] = h
+                line_sc[li] = sc
+                li += 1
             if q >= e:
                 break
             p = q + 1
-        if k - k0 > 1:
+        if k - k0 > _LINEAR:  # past the scan's reach: repeats are dropped by a sort
             out[k0:k].sort()
             m = k0 + 1
             for i in range(k0 + 1, k):
@@ -114,27 +153,56 @@ def doc_line_hashes(o: np.ndarray, b: np.ndarray, min_chars: int, cap: int) -> n
                     out[m] = out[i]
                     m += 1
             k = m
-    return out[:k]
+    return out[:k], line_hash[:li].copy(), line_sc[:li].copy()
 
 
 @numba.njit(inline="always")
-def _has(sorted_h, h):
-    lo, hi = 0, sorted_h.shape[0]
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if sorted_h[mid] < h:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo < sorted_h.shape[0] and sorted_h[lo] == h
+def _has(table, has_zero, h):
+    """Whether h is in the set `_table` built (open addressing on the hash's low bits; 0 marks an empty slot)."""
+    if h == 0:
+        return has_zero
+    mask = table.shape[0] - 1
+    i = np.int64(h & np.uint64(mask))
+    while True:
+        x = table[i]
+        if x == h:
+            return True
+        if x == 0:
+            return False
+        i = (i + 1) & mask
+
+
+@numba.njit(inline="always")
+def _table(hashes):
+    """(an open-addressed table of `hashes`, whether 0 is one of them): a frequent line costs one probe, not a
+    binary search, however many lines are frequent."""
+    size = 2
+    while size < 2 * hashes.shape[0]:
+        size <<= 1
+    table = np.zeros(size, np.uint64)
+    mask = size - 1
+    has_zero = False
+    for h in hashes:
+        if h == 0:
+            has_zero = True
+            continue
+        i = np.int64(h & np.uint64(mask))
+        while table[i] != 0 and table[i] != h:
+            i = (i + 1) & mask
+        table[i] = h
+    return table, has_zero
 
 
 @numba.njit(**_JIT)
-def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.ndarray):
-    """Every document without its counted lines whose hash is in `frequent` (sorted), kept lines joined by
-    `\\n` (a document losing nothing keeps its bytes). Returns (offsets, bytes, removed lines, stripped chars
-    of all lines, stripped chars of the kept lines, characters of the new text); the two stripped sums are 0
-    for a document that lost nothing."""
+def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.ndarray, line_hash: np.ndarray,
+                    line_sc: np.ndarray):
+    """Every document without its counted lines whose hash is in `frequent`, kept lines joined by
+    `\\n` (a document losing nothing keeps its bytes: its lines joined again are its text). Returns (offsets,
+    bytes, removed lines, stripped chars of all lines, stripped chars of the kept lines, characters of the new
+    text); the two stripped sums are 0 for a document that lost nothing. One pass: each line is copied while
+    its end is sought and its characters counted, and dropped again (the write position rewound) if it goes.
+    `line_hash` / `line_sc`: every line's hash and stripped characters from doc_line_hashes(keep=True) on the
+    same buffers (not computed again), or empty arrays (computed here)."""
     n = o.shape[0] - 1
     base = o[0]
     no = np.empty(n + 1, np.int64)
@@ -146,25 +214,11 @@ def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.n
     w = 0
     no[0] = 0
     search = frequent.shape[0] > 0
+    table, has_zero = _table(frequent)
+    known = line_hash.shape[0] > 0
+    li = 0
     for d in range(n):
         s, e = o[d], o[d + 1]
-        hit = False
-        p = s
-        while search:  # a first pass: does the document lose a line? (most do not: their bytes are copied)
-            q = _line_end(b, p, e)
-            ls, le = _strip(b, p, q)
-            if _counted(b, ls, le, min_chars) and _has(frequent, _xxh64(b, ls, le)):
-                hit = True
-                break
-            if q >= e:
-                break
-            p = q + 1
-        if not hit:
-            nb[w:w + e - s] = b[s:e]
-            w += e - s
-            no[d + 1] = w
-            nchars[d] = _chars(b, s, e)
-            continue
         p = s
         first = True
         tot = 0
@@ -172,28 +226,43 @@ def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.n
         cc = 0
         rm = 0
         while True:
-            q = _line_end(b, p, e)
-            ls, le = _strip(b, p, q)
-            c = _chars(b, ls, le)
-            tot += c
-            if c >= min_chars and _has(frequent, _xxh64(b, ls, le)):
+            at = w if first else w + 1  # where the line goes (after its joining newline)
+            q = p
+            nc = 0
+            while q < e:  # the line's end and characters, its bytes copied on the way
+                c = b[q]
+                if c == 0x0A:
+                    break
+                nb[at + q - p] = c
+                if (c & 0xC0) != 0x80:
+                    nc += 1
+                q += 1
+            if known:
+                sc = line_sc[li]
+                h = line_hash[li]
+                li += 1
+            else:
+                ls, le = _strip(b, p, q)
+                sc = nc - _chars(b, p, ls) - _chars(b, le, q)
+                h = _xxh64(b, ls, le) if search and sc >= min_chars else np.uint64(0)
+            tot += sc
+            if search and sc >= min_chars and _has(table, has_zero, h):
                 rm += 1
             else:
-                kc += c
+                kc += sc
                 if not first:
                     nb[w] = 0x0A
-                    w += 1
                     cc += 1
                 first = False
-                nb[w:w + q - p] = b[p:q]
-                w += q - p
-                cc += _chars(b, p, q)
+                w = at + q - p
+                cc += nc
             if q >= e:
                 break
             p = q + 1
         no[d + 1] = w
         nchars[d] = cc
-        removed[d] = rm
-        chars[d] = tot
-        kept[d] = kc
+        if rm:
+            removed[d] = rm
+            chars[d] = tot
+            kept[d] = kc
     return no, nb[:w], removed, chars, kept, nchars

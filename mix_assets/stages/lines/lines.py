@@ -8,13 +8,16 @@ removed. Both maps are one compiled pass per chunk over the Arrow text buffers (
 1. count map (`count_chunk`), over row ranges of every source's raw documents: per chunk the distinct
    (document, line hash) pairs grouped by hash, so a line counts once per document however often it repeats
    inside it: (hash, documents) sorted by hash;
-2. reduce (`reduce_counts`): the chunks' counts summed per hash (np.unique + bincount over the concatenation,
+2. reduce (`reduce_counts`): the chunks' counts summed per hash (a stable merge of the sorted parts, then sums per run,
    sorted by hash): the same array whatever the chunking, the order results arrive in or the worker count;
    `frequent` keeps the hashes with documents >= min_docs (written to layout.LINE_FREQUENT);
 3. removal map (`apply_chunk`): per document the lines whose hash is frequent are removed (with their
    newline); a document that lost lines and keeps under `min_kept_share` of its non-blank characters (or under
    `min_kept_chars`) is dropped (reason DROP_REASON, through exclusion_masks); documents that lose nothing keep
-   their text byte for byte. Output per source (layout.LINE_DOCS): raw/<source>'s rows in raw order with the
+   their text byte for byte. With the local engine (its tasks run in this process) the removal takes the
+   chunk the count map read and its line keys (`HELD`, at most 512 MB, emptied after the run) instead of
+   reading and hashing it again; with Ray, past the budget or after a resume it reads them again: the same
+   output either way. Output per source (layout.LINE_DOCS): raw/<source>'s rows in raw order with the
    new text, n_bytes / n_chars / est_tokens recomputed, and per document the lines and bytes removed and
    whether it is dropped.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import threading
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
 
@@ -108,6 +112,7 @@ class CountChunk:
     source: str
     rows: engine.RowRange
     min_line_chars: int
+    hold: bool = False  # keep the rows and line keys in this process for the removal map (local engine only)
 
 
 def _read(rows: engine.RowRange, source: str, columns: list[str]) -> pa.Table:
@@ -119,22 +124,69 @@ def _read(rows: engine.RowRange, source: str, columns: list[str]) -> pa.Table:
     return t
 
 
-def count_lines(text: pa.Array, min_line_chars: int) -> tuple[np.ndarray, np.ndarray]:
+def count_lines(text: pa.Array, min_line_chars: int, keep: bool = False):
     """(distinct line hashes sorted, documents holding each): every counted line once per document (one
-    compiled pass, kernels.doc_line_hashes)."""
+    compiled pass, kernels.doc_line_hashes). With `keep`, also (every line's hash, its stripped characters)
+    in text order: what remove_lines would compute again (`lines=`)."""
     from mix_assets.stages.lines import kernels
 
     _, o, b = _buffers(text)
-    cap = int(np.count_nonzero(b[o[0]:o[-1]] == 0x0A)) + len(o) - 1
-    h = kernels.doc_line_hashes(o, b, min_line_chars, cap)
+    # a counted line holds a byte and all but a document's last are followed by a newline: at most
+    # (bytes + documents) / 2 + documents of them (np.empty: only the pages written are taken)
+    n = len(o) - 1
+    cap = int(o[-1] - o[0] + n) // 2 + n + 1 if min_line_chars >= 1 else int(o[-1] - o[0]) + n + 1
+    h, line_hash, line_sc = kernels.doc_line_hashes(o, b, min_line_chars, cap, keep)
     uniq, n = np.unique(h, return_counts=True)
-    return uniq.astype(np.uint64), n.astype(np.int64)
+    counts = (uniq.astype(np.uint64), n.astype(np.int64))
+    return (*counts, line_hash, line_sc) if keep else counts
 
 
 def count_chunk(chunk: CountChunk) -> tuple[np.ndarray, np.ndarray]:
-    """The count map's work on one chunk (pure)."""
-    t = _read(chunk.rows, chunk.source, ["doc_id", "text"])
-    return count_lines(t.column("text"), chunk.min_line_chars)
+    """The count map's work on one chunk (pure but for `chunk.hold`: the chunk's rows and line keys are then
+    kept in this process for its removal task, HELD)."""
+    if not chunk.hold:
+        t = _read(chunk.rows, chunk.source, ["doc_id", "text"])
+        return count_lines(t.column("text"), chunk.min_line_chars)
+    t = _read(chunk.rows, chunk.source, _columns(chunk.rows))
+    uniq, n, line_hash, line_sc = count_lines(t.column("text"), chunk.min_line_chars, keep=True)
+    HELD.put((chunk.source, chunk.rows), (t, line_hash, line_sc))
+    return uniq, n
+
+
+class Held:
+    """Chunks read and keyed by the count map, kept in this process for the removal map (at most `budget` bytes
+    of Arrow data and line keys; past it a chunk is not kept and its removal reads and keys it again). Used only
+    by the local engine, whose tasks run in this process; the removal's output is the same either way."""
+
+    def __init__(self, budget: int):
+        self.budget, self.size, self.items, self.lock = budget, 0, {}, threading.Lock()
+
+    @staticmethod
+    def _bytes(v) -> int:
+        return int(v[0].nbytes + v[1].nbytes + v[2].nbytes)
+
+    def put(self, key, value) -> bool:
+        with self.lock:
+            nb = self._bytes(value)
+            if self.size + nb > self.budget or key in self.items:
+                return False
+            self.items[key] = value
+            self.size += nb
+            return True
+
+    def pop(self, key):
+        with self.lock:
+            v = self.items.pop(key, None)
+            if v is not None:
+                self.size -= self._bytes(v)
+            return v
+
+    def clear(self) -> None:
+        with self.lock:
+            self.items, self.size = {}, 0
+
+
+HELD = Held(512 << 20)  # a local engine's chunks (text and line keys) between the two maps, at most 512 MB
 
 
 def reduce_counts(parts: Iterable[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
@@ -142,10 +194,14 @@ def reduce_counts(parts: Iterable[tuple[np.ndarray, np.ndarray]]) -> tuple[np.nd
     parts = list(parts)
     if not parts:
         return np.array([], np.uint64), np.array([], np.int64)
-    h = np.concatenate([p[0] for p in parts])
-    d = np.concatenate([p[1] for p in parts])
-    uniq, inv = np.unique(h, return_inverse=True)
-    return uniq, np.bincount(inv, weights=d, minlength=len(uniq)).astype(np.int64)
+    h = np.concatenate([p[0] for p in parts]).astype(np.uint64, copy=False)
+    d = np.concatenate([p[1] for p in parts]).astype(np.int64, copy=False)
+    order = np.argsort(h, kind="stable")  # each part is sorted: a merge of runs, not a full sort
+    h, d = h[order], d[order]
+    if not len(h):
+        return h, d
+    start = np.flatnonzero(np.concatenate(([True], h[1:] != h[:-1])))
+    return h[start], np.add.reduceat(d, start).astype(np.int64)
 
 
 def frequent(hashes: np.ndarray, docs: np.ndarray, min_docs: int) -> pa.Table:
@@ -155,16 +211,18 @@ def frequent(hashes: np.ndarray, docs: np.ndarray, min_docs: int) -> pa.Table:
                     schema=FREQUENT_SCHEMA)
 
 
-def remove_lines(text: pa.Array, hashes: np.ndarray, p: LineParams) -> tuple[pa.Array, dict]:
+def remove_lines(text: pa.Array, hashes: np.ndarray, p: LineParams, lines: Optional[tuple] = None
+                 ) -> tuple[pa.Array, dict]:
     """(the texts without their frequent lines, per document: removed_lines, removed_bytes, dropped,
     kept_chars, chars, n_chars of the new text); a document losing nothing keeps its text as it was. One
-    compiled pass (kernels.remove_frequent)."""
+    compiled pass (kernels.remove_frequent); `lines`: count_lines(keep=True)'s line keys of these texts."""
     from mix_assets.stages.lines import kernels
 
     old, o, b = _buffers(text)
     n = len(old)
+    lh, ls = lines if lines is not None else (np.zeros(0, np.uint64), np.zeros(0, np.int64))
     no, nb, removed, chars, kept, nchars = kernels.remove_frequent(
-        o, b, p.min_line_chars, np.ascontiguousarray(hashes, np.uint64))
+        o, b, p.min_line_chars, np.ascontiguousarray(hashes, np.uint64), lh, ls)
     out = pa.LargeStringArray.from_buffers(n, pa.py_buffer(no), pa.py_buffer(nb))
     if old.null_count:  # a null text stays null (it has one blank line, never removed unless blank lines count)
         out = pc.if_else(pc.is_null(old), old, out)
@@ -185,14 +243,21 @@ class ApplyChunk:
     params: LineParams = LineParams()
 
 
+def _columns(rows: engine.RowRange) -> list[str]:
+    with engine.open_parquet(rows.path if rows.endpoint_url is None else engine.FileAt(rows.path, rows.endpoint_url)) as f:
+        return f.schema_arrow.names
+
+
 def apply_chunk(chunk: ApplyChunk, doc_schema: Optional[pa.Schema] = None) -> pa.Table:
     """The removal map's work on one chunk (pure): raw's columns with the new text and its sizes recomputed
     (est_tokens scaled by the bytes kept, as raw estimates it from bytes), then STAT_FIELDS."""
-    with engine.open_parquet(chunk.rows.path if chunk.rows.endpoint_url is None
-                             else engine.FileAt(chunk.rows.path, chunk.rows.endpoint_url)) as f:
-        schema = f.schema_arrow
-    t = _read(chunk.rows, chunk.source, schema.names)
-    text, st = remove_lines(t.column("text"), chunk.hashes, chunk.params)
+    held = HELD.pop((chunk.source, chunk.rows))
+    if held is not None:  # the count map's read and line keys (local engine)
+        t, lines = held[0], held[1:]
+    else:
+        t, lines = _read(chunk.rows, chunk.source, _columns(chunk.rows)), None
+    schema = t.schema
+    text, st = remove_lines(t.column("text"), chunk.hashes, chunk.params, lines)
     nb_old = t.column("n_bytes").fill_null(0).to_numpy().astype(np.int64)
     nb = pc.binary_length(text).to_numpy(zero_copy_only=False).astype(np.int64)
     est_old = t.column("est_tokens").fill_null(1).to_numpy().astype(np.int64)
@@ -297,6 +362,15 @@ def _count_table(chunk, got: tuple[np.ndarray, np.ndarray]) -> pa.Table:
 
 def dedup_lines(storage, files: Mapping[str, engine.FileAt], raw_versions: Mapping[str, Optional[str]], p: LineParams,
                 skip: Sequence[str], eng: engine.Engine, samples: int = 0, log=None) -> Result:
+    """`_dedup_lines`; whatever happens, nothing stays HELD after it."""
+    try:
+        return _dedup_lines(storage, files, raw_versions, p, skip, eng, samples, log)
+    finally:
+        HELD.clear()
+
+
+def _dedup_lines(storage, files: Mapping[str, engine.FileAt], raw_versions: Mapping[str, Optional[str]], p: LineParams,
+                 skip: Sequence[str], eng: engine.Engine, samples: int = 0, log=None) -> Result:
     """Count every source's lines (map), sum them (reduce), write layout.LINE_FREQUENT, then each source's
     documents without the frequent lines (map; skipped sources: none written) and layout.LINE_REPORT.
 
@@ -310,8 +384,10 @@ def dedup_lines(storage, files: Mapping[str, engine.FileAt], raw_versions: Mappi
     work = [(s, rng) for s in names for rng in engine.row_ranges(files[s], eng.chunk_rows)]
     count_meta = {s: {**own[s], "map": "count"} for s in names}
     keys, have, _ = store.keyed("line_dedup (count)", work, count_meta, log)
-    counted = chunks.resume(count_chunk, [CountChunk(s, rng, p.min_line_chars) for s, rng in work], keys, eng, store,
-                            encode=_count_table, have=have)
+    HELD.clear()
+    hold = eng.kind == "local"  # its tasks run in this process: the removal map finds what the count read
+    counted = chunks.resume(count_chunk, [CountChunk(s, rng, p.min_line_chars, hold and s not in skip)
+                                          for s, rng in work], keys, eng, store, encode=_count_table, have=have)
     hashes, docs = reduce_counts((t.column("hash").to_numpy(), t.column("docs").to_numpy()) for t, _ in counted)
     top = frequent(hashes, docs, p.min_docs)
     tables.write_parquet(storage, layout.LINE_FREQUENT,

@@ -1,5 +1,7 @@
 """quality_classifier and quality_scores: the classifier trained (or checked) in the graph with its held-out
 quality, and its score on every document of the sources that keep by it, before document_filters drops any.
+The scores are of the text document_filters judges and the tokenizer reads: line_dedup's output when the mix
+has line dedup (stages/lines/lines.text_files), raw's otherwise; the classifier trains on raw text.
 
 Thin assets over stages/quality/{classifier,scores}.py. They exist only when the mix has a `quality:`
 section and some source's merged `filters:` has a `quality:` rule; the decision itself is document_filters'
@@ -11,8 +13,10 @@ import json
 import dagster as dg
 
 from mix_assets.config import MixSpec
-from mix_assets.core import layout, tables
+from mix_assets.core import layout
 from mix_assets.resources import EngineResource, MixResource
+from mix_assets.stages.lines import lines as lines_lib
+from mix_assets.stages.lines.assets import line_deps, line_inputs
 from mix_assets.stages.common import code_version, gate, gated, raw_key, raw_name, recorded, verified_inputs, with_lineage
 from mix_assets.stages.common import reused as artifact_reused
 from mix_assets.stages.quality import scores as lib
@@ -78,7 +82,7 @@ def _scores(spec: MixSpec) -> dg.AssetsDefinition:
     @dg.asset(
         key=QUALITY_SCORES,
         group_name=GROUP,
-        deps=[QUALITY_CLASSIFIER, *(raw_key(n) for n in names)],
+        deps=[QUALITY_CLASSIFIER, *(raw_key(n) for n in names), *line_deps(spec)],
         kinds={"parquet"},
         owners=spec.owners,
         resource_defs={"engine": EngineResource.from_spec(spec)},
@@ -89,11 +93,12 @@ def _scores(spec: MixSpec) -> dg.AssetsDefinition:
         """The classifier's score on every document, a histogram per source and the cutoff each source keeps at."""
         spec_now, storage = mix.spec, mix.storage
         srcs = lib.quality_sources(spec_now)
-        inputs = verified_inputs(storage, "quality_scores", ["quality_classifier", *(raw_name(s) for s in srcs)],
-                                 context)
+        inputs = verified_inputs(storage, "quality_scores",
+                                 ["quality_classifier", *(raw_name(s) for s in srcs), *line_inputs(spec_now)], context)
         if hit := artifact_reused(context, mix, "quality_scores", inputs):
             return hit
-        cutoffs = lib.score_sources(storage, spec_now, tables.raw_files(storage, srcs), engine.engine)
+        # the kept text is scored: line_dedup's where it rewrites the source (same rows, raw order)
+        cutoffs = lib.score_sources(storage, spec_now, lines_lib.text_files(storage, spec_now, srcs), engine.engine)
         lin = recorded(storage, "quality_scores",
                        [*(layout.QUALITY_SCORES.format(source=s) for s in srcs), layout.QUALITY_CUTOFFS], inputs, context)
         return with_lineage(lib.scores_metadata(cutoffs, spec_now.quality), lin)

@@ -1,5 +1,6 @@
 """What the quality assets compute (no Dagster): the classifier built and checked, the scores of every
-document of the sources that keep by it (a map on the engine, raw row order), each source's cutoff, and the
+document of the sources that keep by it (a map on the engine, raw row order, over the text document_filters
+judges: line_dedup's when it rewrites the source), each source's cutoff, and the
 parameters document_filters decides with.
 
 A `top_fraction` rule becomes a cutoff on the score: the score of the ceil(f x n)-th best document (ties at the
@@ -115,15 +116,16 @@ def cutoff(scores: np.ndarray, rule) -> float:
     return float(np.sort(scores)[::-1][k - 1])
 
 
-def score_sources(storage, spec, raw_files: dict, eng) -> dict:
-    """Write every source's scores (raw row order) and QUALITY_CUTOFFS; returns the cutoffs' rows."""
+def score_sources(storage, spec, text_files: dict, eng) -> dict:
+    """Write every source's scores (raw row order) and QUALITY_CUTOFFS; returns the cutoffs' rows. `text_files`:
+    {source: the documents file whose text is scored} (lines.text_files: line_dedup's output or raw's)."""
     q = spec.quality
     model, sha = storage.local_path(layout.QUALITY_MODEL), storage.sha256(layout.QUALITY_MODEL)
     edges = np.linspace(0, 1, q.histogram_bins + 1)
     out = {}
-    for src in sorted(raw_files):
+    for src in sorted(text_files):
         work = [ScoreChunk(r, model, sha, q.label, q.newline_replacement, _max_chars(q))
-                for r in eng_mod.row_ranges(raw_files[src], eng.chunk_rows)]
+                for r in eng_mod.row_ranges(text_files[src], eng.chunk_rows)]
         parts = list(eng_mod.map_chunks(score_chunk, work, eng))
         t = pa.concat_tables(parts) if parts else SCORES_SCHEMA.empty_table()
         tables.write_parquet(storage, layout.QUALITY_SCORES.format(source=src), t)

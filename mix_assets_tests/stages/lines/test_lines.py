@@ -252,14 +252,15 @@ def test_a_run_killed_in_the_removal_map_resumes_from_its_chunk_parts(tmp_path, 
 
 def _messy_corpus(n: int = 600, seed: int = 9) -> list[str]:
     """Lines from a pool (padded with Unicode and ASCII whitespace, some not White_Space: U+001C, U+200B),
-    unique lines, blank lines, short lines, a repeat inside a document, trailing newlines, empty documents."""
+    unique lines, blank lines, short lines, a repeat inside a document, trailing newlines, empty documents;
+    every 50th document long (up to 200 lines, pool lines repeated inside it: past kernels._LINEAR)."""
     r = random.Random(seed)
     pads = [" ", "\t", "\r", "\u00a0", "\u3000", "\u2003", "\u0085", "\u2028", "\x1c", "\u200b", ""]
     pool = [f"Boilerplate line {i}: é ü 漢字 ok" for i in range(30)] + ["tiny"]
     docs = []
     for d in range(n):
         lines = []
-        for _ in range(r.randint(0, 10)):
+        for _ in range(r.randint(0, 10) if d % 50 else r.randint(60, 200)):
             x = r.random()
             line = (r.choice(pool) if x < 0.45 else "" if x < 0.55 else f"unique {d} {r.randrange(10**9)} línea")
             lines.append(r.choice(pads) * r.randint(0, 2) + line + r.choice(pads) * r.randint(0, 2))
@@ -269,8 +270,10 @@ def _messy_corpus(n: int = 600, seed: int = 9) -> list[str]:
     return docs
 
 
-@pytest.mark.parametrize("chunk_rows", [7, 100, 10_000])
-def test_removals_match_a_plain_python_reference(tmp_path, chunk_rows):
+@pytest.mark.parametrize("chunk_rows,held", [(7, True), (100, True), (10_000, True), (100, False)])
+def test_removals_match_a_plain_python_reference(tmp_path, chunk_rows, held, monkeypatch):
+    """held: the removal map takes the count map's read and line keys (lines.HELD, the local engine), else (a
+    budget of 0, as on Ray) it reads and keys the chunk again: the same output."""
     from mix_assets_tests.oracles import lines_reference as ref
 
     docs = _messy_corpus()
@@ -284,8 +287,14 @@ def test_removals_match_a_plain_python_reference(tmp_path, chunk_rows):
     assert dict(zip(h.tolist(), d.tolist())) == want_counts
     storage = Storage(root=str(tmp_path / "storage"))
     _docs_file(tmp_path / "web.parquet", docs, "web")
+    monkeypatch.setattr(lib, "HELD", lib.Held(512 << 20 if held else 0))
+    hits = []
+    pop = lib.HELD.pop
+    monkeypatch.setattr(lib.HELD, "pop", lambda key: hits.append(x := pop(key)) or x)
     lib.dedup_lines(storage, {"web": engine.FileAt(str(tmp_path / "web.parquet"))}, {"web": "v1"}, params, [],
                     engine.Engine(num_cpus=1, chunk_rows=chunk_rows))
+    assert len(hits) == -(-len(docs) // chunk_rows) and all((h is not None) == held for h in hits)
+    assert not lib.HELD.items
     got = _docs(storage, "web")
     assert got.column("text").to_pylist() == [w[0] for w in want]
     assert got.column("removed_lines").to_pylist() == [w[1] for w in want]

@@ -23,9 +23,11 @@ from mix_assets_tests.test_audit_published_demo import demo_config
 TRAIN = {"positives": ["encyclopedia"], "negatives": ["stories", "math"], "epoch": 5, "dim": 16, "bucket": 20000}
 
 
-def _spec(tmp_path, quality=None, rule=None, stories_rule=None):
+def _spec(tmp_path, quality=None, rule=None, stories_rule=None, line_dedup=None):
     cfg = demo_config(tmp_path)
     data = yaml.safe_load(cfg.read_text())
+    if line_dedup is not None:
+        data["line_dedup"] = line_dedup
     data["quality"] = quality or {"name": "demo-hq", "train": TRAIN, "min_auc": 0.8}
     data["filters"]["quality"] = rule or {"top_fraction": 0.9}
     py = next(s for s in data["sources"] if s["name"] == "python_reference")
@@ -234,3 +236,34 @@ def test_a_top_fraction_is_the_score_of_its_last_kept_document_and_ties_stay():
     assert int((s >= cutoff(s, QualityKeep(top_fraction=0.5))).sum()) == 4
     assert cutoff(s, QualityKeep(top_fraction=0.01)) == 0.9
     assert cutoff(s, QualityKeep(threshold=0.42)) == 0.42
+
+
+def test_with_line_dedup_the_scores_are_of_the_line_deduped_text(tmp_path):
+    """document_filters judges line_dedup's text: the score it compares to the cutoff is of that text, not raw's."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from mix_assets.stages.quality import scoring
+
+    spec = _spec(tmp_path, line_dedup={"min_docs": 2, "min_line_chars": 10, "min_kept_share": 0.0,
+                                       "min_kept_chars": 0, "max_lost_share": 1.0})
+    assets = [*build_source_assets(spec), *build_line_assets(spec), *quality_assets.build_quality_assets(spec)]
+    res = dg.materialize(assets, resources={"mix": MixResource(config_path=spec.config_path)},
+                         instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert res.success, [e.event_specific_data.error.to_string() for e in res.get_step_failure_events()]
+    storage = Storage(root=str(tmp_path / "storage"))
+    model, sha = storage.local_path(layout.QUALITY_MODEL), storage.sha256(layout.QUALITY_MODEL)
+    changed = 0
+    for s in ("stories", "encyclopedia"):
+        docs = pq.read_table(storage.source(layout.LINE_DOCS.format(source=s)))
+        raw = pq.read_table(storage.source(layout.RAW_DOCS.format(source=s)), columns=["doc_id", "text"])
+        stored = pq.read_table(storage.source(layout.QUALITY_SCORES.format(source=s)))
+        assert stored.column("doc_id").to_pylist() == docs.column("doc_id").to_pylist()
+        kept = scoring.score(docs.column("text"), model, sha, spec.quality.label, spec.quality.newline_replacement,
+                             spec.quality.train.max_chars)
+        before = scoring.score(raw.column("text"), model, sha, spec.quality.label, spec.quality.newline_replacement,
+                               spec.quality.train.max_chars)
+        assert np.array_equal(stored.column("score").to_numpy(), kept)
+        modified = docs.column("removed_lines").to_numpy() > 0
+        changed += int((kept[modified] != before[modified]).sum())
+    assert changed > 0  # the line-deduped text scores differently from raw's: the test can tell them apart
