@@ -22,7 +22,7 @@ DEDUP_SIGNATURES = "dedup/signatures/{source}.parquet"
 # dedup_keys' verified candidate pairs per pair of sources (stages/dedup/pairs.py): row_a, row_b (int64 raw rows
 #   of the two sources, names sorted), jaccard (float64 exact shingle Jaccard); <key> = sha256 of both sources'
 #   identities (name, rows, signature file metadata) and the shingling code. A cache: written once, never
-#   replaced, only spares comparisons (the output is a from-scratch reduce's); delete the folder to clear
+#   replaced, only spares comparisons (the output is a from-scratch reduce's); gc (mix_assets/gc.py) removes stale ones
 DEDUP_PAIRS = "dedup/pairs/{key}.parquet"
 
 # document_filters (stages/filters/decisions.py), per source in raw row order: doc_id, keep (bool), reason (first
