@@ -57,6 +57,10 @@ CONTAMINATED_DOCS = "audit/contaminated_docs.parquet"  # doc_id, source, tasks (
 #   hit in raw row order: doc_id, counts (list<int64>, per registry task), fuzzy_item (list<int64>), fuzzy_jaccard
 #   (list<float64>); reused while raw/<source>, the eval registry's files, the audit parameters and the scan code hold
 CONTAMINATION_HITS = "audit/hits/{source}.parquet"
+# contamination_report's per-document key of that scan, per source in raw row order: text_key (blake2b-128 of the
+#   UTF-8 text, null for a null text), hit (int32: the row in audit/hits/<source>.parquet, -1 without a hit);
+#   the hits file's metadata. A rescan of a changed source reuses the rows of the texts it holds
+CONTAMINATION_TEXT_KEYS = "audit/text_keys/{source}.parquet"
 
 # no_fuzzy_eval_overlap (WARN check on contamination_report, stages/audit/fuzzy.py): advisory, excludes nothing.
 # The index (hashes and ints: per item its shingles, the argmin postings of its MinHash signature),
