@@ -51,10 +51,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from mix_assets.config import load_spec
 from mix_assets.format.shards import dtype_for_vocab
+from mix_assets.stages.dedup import pairs as pairs_lib
 from mix_assets.stages.tokens import idcache
 from mix_assets.core import layout, lineage, objects
 from mix_assets.core.storage import Storage
@@ -272,10 +274,6 @@ def _plan_per_source(storage: Storage, p: Plan, horizon: float, sources: list[st
 def _pair_keys(storage: Storage, signatures: dict[str, str]) -> set[str]:
     """The dedup/pairs keys a reduce over these signature files ({source: key under the root}) looks up:
     every pair of the sources (names sorted; a source with itself), as stages/dedup/pairs.PairStore keys them."""
-    import pyarrow.parquet as pq
-
-    from mix_assets.stages.dedup import pairs as pairs_lib
-
     ids = []
     for name in sorted(signatures):
         src = storage.source(signatures[name])
