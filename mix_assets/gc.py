@@ -24,8 +24,8 @@ Beside the object store, the caches other stages keep under the root:
     kept when it is the current one (the tokenizer file now at mix/tokenizer/ under the current encode
     code), when a kept keyed record of token_shards names it (`uses`: what that build, current or
     published, encoded with), or when a part of it was written within the N days; other keys go whole;
-  * per-source files at fixed paths (filters/decisions/, dedup/signatures/, audit/hits/ and audit/text_keys/
-    <source>.parquet):
+  * per-source files at fixed paths (filters/decisions/, dedup/signatures/, audit/hits/, audit/text_keys/ and
+    tokens/reference_ids/<source>.parquet):
     overwritten by every build of their source, so only a source no longer in the config leaves one
     behind; removed when no current lineage record lists it and it is older than N days;
   * dedup_keys' verified pairs (dedup/pairs/<key>.parquet, stages/dedup/pairs.py): one file per pair of
@@ -67,7 +67,7 @@ DEFAULT_KEEP_DAYS = 7.0
 CHUNK_PARTS = layout.CHUNK_PART.split("/{stage}")[0]
 REDUCE_SCRATCH = layout.REDUCE_SCRATCH.split("/{stage}")[0]
 PER_SOURCE = (layout.FILTER_DECISIONS, layout.DEDUP_SIGNATURES, layout.CONTAMINATION_HITS,
-              layout.CONTAMINATION_TEXT_KEYS)
+              layout.CONTAMINATION_TEXT_KEYS, layout.TOKEN_IDS_REFERENCE)
 DEDUP_PAIRS = layout.DEDUP_PAIRS.split("/{key}")[0]
 
 

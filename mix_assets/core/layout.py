@@ -101,6 +101,10 @@ STREAM_DOCS = "tokens/stream_docs/{split}.parquet"
 #   and the id-deciding parameters; <name> = hash of the part's keys. Never published; delete the folder to clear
 TOKEN_CACHE_DIR = "tokens/cache"
 TOKEN_CACHE_PART = TOKEN_CACHE_DIR + "/{key}/{source}/part-{name}.parquet"
+# token_ids_match_reference's HF ids of a source's sample (stages/tokens/reference_ids.py): text_key
+#   (fixed_size_binary(16)), ids (list<uint32>); the working file each sample is filed from, as a blob named by a
+#   keyed record keyed/token_ids_reference/<key>.json
+TOKEN_IDS_REFERENCE = "tokens/reference_ids/{source}.parquet"
 MANIFEST = "mix/manifest.json"
 MIX_DEDUP_KEYS = "mix/review/dedup_keys.parquet"
 MIX_EXCLUSION_MASKS = "mix/review/exclusion_masks.parquet"

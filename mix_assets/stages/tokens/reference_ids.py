@@ -26,10 +26,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import tokenizers
 
-from mix_assets.core import imports, keys, objects, tables
+from mix_assets.core import imports, keys, layout, objects, tables
 
 ASSET = "token_ids_reference"
-WORK = "tokens/reference_ids/{source}.parquet"  # the working file a sample is filed from (then a blob)
+WORK = layout.TOKEN_IDS_REFERENCE  # the working file a sample is filed from (then a blob)
 SCHEMA = pa.schema([("text_key", pa.binary(16)), ("ids", pa.list_(pa.uint32()))])
 CODE = f"{imports.source_version(__name__)[:16]}+tokenizers-{tokenizers.__version__}"
 ENCODE_BATCH = 500
