@@ -164,7 +164,9 @@ def build_tokens_assets(spec: MixSpec) -> list:
             rep = exactness.check(st, mix.spec.seed, tok, lines_lib.text_paths(st, mix.spec, names),  # what token_shards encoded
                                   reference=ref)
             context.log.info(f"{TOKEN_IDS_MATCH_REFERENCE}: HF ids of {ref.reused:,} sampled document(s) reused from "
-                             f"the keyed store (same text, tokenizer file and code), {ref.encoded:,} encoded")
+                             f"the keyed store (same text, tokenizer file and code), {ref.encoded:,} encoded" if ref.reused
+                             else f"{TOKEN_IDS_MATCH_REFERENCE}: HF ids of {ref.encoded:,} sampled document(s) encoded "
+                                  "(none stored under this tokenizer file and code)")
             first = rep.first_mismatches()
             return dg.AssetCheckResult(
                 passed=rep.passed, metadata=md.token_ids_match_reference(rep),
