@@ -24,9 +24,18 @@ Beside the object store, the caches other stages keep under the root:
     kept when it is the current one (the tokenizer file now at mix/tokenizer/ under the current encode
     code), when a kept keyed record of token_shards names it (`uses`: what that build, current or
     published, encoded with), or when a part of it was written within the N days; other keys go whole;
-  * per-source files at fixed paths (filters/decisions/, dedup/signatures/, audit/hits/<source>.parquet):
+  * per-source files at fixed paths (filters/decisions/, dedup/signatures/, audit/hits/, audit/text_keys/ and
+    tokens/reference_ids/<source>.parquet):
     overwritten by every build of their source, so only a source no longer in the config leaves one
-    behind; removed when no current lineage record lists it and it is older than N days.
+    behind; removed when no current lineage record lists it and it is older than N days;
+  * dedup_keys' verified pairs (dedup/pairs/<key>.parquet, stages/dedup/pairs.py): one file per pair of
+    source identities, never replaced, so every changed source leaves the files of its old identity
+    behind. A file is kept when its key is one the signature files now in the root give (what the next
+    reduce looks up) or one a kept dedup_keys keyed record's signature blobs give (what a reduce after
+    restoring that record would look up), or when it was written within the N days; the others go. A
+    pairs file is only a cache (a reduce without it computes the same bytes): no revision needs one;
+  * temporary files of killed writes (local roots: `.<name>.<random>.tmp` beside their target, from
+    core/transport.atomic_path and objects.put_object), older than the N days (a live write's is new).
 `--dry-run` lists what would be removed, with sizes, grouped by kind, and removes nothing. Local and s3://
 roots alike.
 Exit status 0; 2 when the config or the root cannot be read (message on stderr).
@@ -42,10 +51,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from mix_assets.config import load_spec
 from mix_assets.format.shards import dtype_for_vocab
+from mix_assets.stages.dedup import pairs as pairs_lib
 from mix_assets.stages.tokens import idcache
 from mix_assets.core import layout, lineage, objects
 from mix_assets.core.storage import Storage
@@ -55,7 +66,9 @@ EXIT_ERROR = 2
 DEFAULT_KEEP_DAYS = 7.0
 CHUNK_PARTS = layout.CHUNK_PART.split("/{stage}")[0]
 REDUCE_SCRATCH = layout.REDUCE_SCRATCH.split("/{stage}")[0]
-PER_SOURCE = (layout.FILTER_DECISIONS, layout.DEDUP_SIGNATURES, layout.CONTAMINATION_HITS)
+PER_SOURCE = (layout.FILTER_DECISIONS, layout.DEDUP_SIGNATURES, layout.CONTAMINATION_HITS,
+              layout.CONTAMINATION_TEXT_KEYS, layout.TOKEN_IDS_REFERENCE)
+DEDUP_PAIRS = layout.DEDUP_PAIRS.split("/{key}")[0]
 
 
 @dataclass
@@ -70,13 +83,17 @@ class Plan:
     remove_parts: dict[str, int] = field(default_factory=dict)
     remove_token_cache: dict[str, int] = field(default_factory=dict)  # tokens/cache/<key> -> bytes of its parts
     remove_per_source: dict[str, int] = field(default_factory=dict)
+    remove_pairs: dict[str, int] = field(default_factory=dict)  # dedup/pairs/<key>.parquet -> bytes
+    remove_temp: dict[str, int] = field(default_factory=dict)  # a killed write's temporary file -> bytes
+    keep_pairs: dict[str, str] = field(default_factory=dict)  # dedup/pairs/<key>.parquet -> why kept
     keep_token_cache: dict[str, str] = field(default_factory=dict)  # cache key -> why kept
 
     def groups(self) -> dict[str, dict[str, int]]:
         """What is removed, by kind (the --dry-run listing's sections)."""
         return {"keyed records": self.remove_records, "blobs": self.remove_blobs,
                 "chunk parts": self.remove_parts, "token-id cache keys": self.remove_token_cache,
-                "per-source files of removed sources": self.remove_per_source}
+                "per-source files of removed sources": self.remove_per_source,
+                "dedup pairs files": self.remove_pairs, "temporary files of killed writes": self.remove_temp}
 
     @property
     def bytes(self) -> int:
@@ -180,6 +197,8 @@ def plan(storage: Storage, keep_days: float = DEFAULT_KEEP_DAYS, now: float | No
     _plan_parts(storage, p, horizon)
     _plan_token_cache(storage, p, horizon, keep_days, {k: r for k, r in keyed.items() if k not in p.remove_records})
     _plan_per_source(storage, p, horizon, sources)
+    _plan_pairs(storage, p, horizon, keep_days, {k: r for k, r in keyed.items() if k not in p.remove_records})
+    _plan_temp(storage, p, horizon)
     return p
 
 
@@ -252,14 +271,86 @@ def _plan_per_source(storage: Storage, p: Plan, horizon: float, sources: list[st
             p.remove_per_source[k] = _size(storage, k)
 
 
+def _pair_keys(storage: Storage, signatures: dict[str, str]) -> set[str]:
+    """The dedup/pairs keys a reduce over these signature files ({source: key under the root}) looks up:
+    every pair of the sources (names sorted; a source with itself), as stages/dedup/pairs.PairStore keys them."""
+    ids = []
+    for name in sorted(signatures):
+        src = storage.source(signatures[name])
+        try:
+            rows = pq.ParquetFile(src).metadata.num_rows
+            ident = pairs_lib.source_identity(storage, name, signatures[name], rows)
+        finally:
+            if hasattr(src, "close"):
+                src.close()
+        if ident is not None:
+            ids.append(ident)
+    return {pairs_lib.pair_key(a, b, a["signatures"]["shingle"])
+            for i, a in enumerate(ids) for b in ids[i:] if a["signatures"].get("shingle") == b["signatures"].get("shingle")}
+
+
+def _plan_pairs(storage: Storage, p: Plan, horizon: float, keep_days: float, kept: dict[str, dict]) -> None:
+    """dedup/pairs files whose key neither the current signature files nor a kept dedup_keys record's
+    signature blobs give, older than the horizon (see the module docstring)."""
+    files = [k for k in storage.list(DEDUP_PAIRS) if k.endswith(".parquet")]
+    if not files:
+        return
+    sig_folder, tail = layout.DEDUP_SIGNATURES.split("{source}")
+    current = {k[len(sig_folder):-len(tail)]: k for k in storage.list(sig_folder.rstrip("/"))
+               if k.endswith(tail) and "/" not in k[len(sig_folder):]}
+    wanted: dict[str, str] = {}
+    for k in _pair_keys(storage, current):
+        wanted.setdefault(k, "the current signature files' pairs")
+    for rk, rec in sorted(kept.items()):
+        if rec.get("asset") != "dedup_keys":
+            continue
+        sigs = {path[len(sig_folder):-len(tail)]: objects.object_key(sha) for path, sha in rec["outputs"].items()
+                if path.startswith(sig_folder) and path.endswith(tail)}
+        if not all(storage.exists(b) for b in sigs.values()):
+            continue
+        for k in _pair_keys(storage, sigs):
+            wanted.setdefault(k, f"the pairs of {rk}")
+    for k in files:
+        if k in wanted:
+            p.keep_pairs[k] = wanted[k]
+        elif _mtime(storage, k) >= horizon:
+            p.keep_pairs[k] = f"written within {keep_days:g} days"
+        else:
+            p.remove_pairs[k] = _size(storage, k)
+
+
+def _plan_temp(storage: Storage, p: Plan, horizon: float) -> None:
+    """A local root's temporary files (`.<name>.<random>.tmp`) older than the horizon: what a write killed
+    between its temp file and the rename leaves (storage lists hide them)."""
+    if storage.is_s3:
+        return  # an S3 write is one upload: nothing half-written stays under a key
+    root = str(storage.root)
+    for d, _dirs, names in os.walk(root):
+        for n in names:
+            if not (n.startswith(".") and n.endswith(".tmp")):
+                continue
+            full = os.path.join(d, n)
+            try:
+                st = os.stat(full)
+            except OSError:
+                continue
+            if st.st_mtime < horizon:
+                p.remove_temp[os.path.relpath(full, root).replace(os.sep, "/")] = st.st_size
+
+
 def apply(storage: Storage, p: Plan) -> None:
     """Remove the records first, then the blobs (a blob is never removed while a kept record names it)."""
     for k in p.remove_records:
         storage.delete(k)
     for k in p.remove_blobs:
         storage.delete(k)
-    for k in [*p.remove_parts, *p.remove_per_source]:
+    for k in [*p.remove_parts, *p.remove_per_source, *p.remove_pairs]:
         storage.delete(k)
+    for k in p.remove_temp:  # hidden from storage's keys: removed by path, under the root only
+        try:
+            os.unlink(os.path.join(str(storage.root), k))
+        except FileNotFoundError:
+            pass
     for folder in p.remove_token_cache:
         storage.delete_prefix(folder + "/")
 
@@ -296,9 +387,10 @@ def main(argv: list[str] | None = None) -> int:
         apply(storage, p)
     print(f"{'would remove' if a.dry_run else 'removed'} {len(p.remove_records)} keyed record(s), "
           f"{len(p.remove_blobs)} blob(s), {len(p.remove_parts)} chunk part(s), {len(p.remove_token_cache)} "
-          f"token-id cache key(s), {len(p.remove_per_source)} per-source file(s): {_mb(p.bytes)}; kept "
-          f"{len(p.keep_records)} keyed record(s), {p.kept_blobs} blob(s), {len(p.keep_token_cache)} token-id "
-          f"cache key(s) in {storage.root}")
+          f"token-id cache key(s), {len(p.remove_per_source)} per-source file(s), {len(p.remove_pairs)} dedup pairs "
+          f"file(s), {len(p.remove_temp)} temporary file(s): {_mb(p.bytes)}; kept {len(p.keep_records)} keyed "
+          f"record(s), {p.kept_blobs} blob(s), {len(p.keep_token_cache)} token-id cache key(s), "
+          f"{len(p.keep_pairs)} dedup pairs file(s) in {storage.root}")
     return 0
 
 

@@ -177,3 +177,71 @@ def test_gc_collects_the_caches_on_s3(seaweedfs, monkeypatch, tmp_path):
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     _check_caches(Storage(seaweedfs.url("gc-caches"), s3_endpoint_url=seaweedfs.endpoint,
                           cache_dir=str(tmp_path / "cache")), tmp_path)
+
+
+# -- dedup_keys' verified pairs and the temporary files of killed writes -----------------------------------------
+def _signature_file(st: Storage, key: str, raw: str, rows: int) -> None:
+    """A signature file (stages/dedup/signatures.py) of `rows` documents computed from raw version `raw`."""
+    import pyarrow as pa
+
+    from mix_assets.core import tables
+    from mix_assets.stages.dedup import signatures as sig
+
+    sch = sig.schema(4, sig.describe(raw, 4, 5, 1))
+    cols = {f.name: pa.array([f"d{i}" if f.type == pa.string() else i for i in range(rows)], f.type) for f in sch}
+    tables.write_parquet(st, key, pa.table(cols, schema=sch))
+
+
+def _pairs_layout(st: Storage) -> dict:
+    from mix_assets.stages.dedup import pairs
+
+    def ident(name: str, raw: str, rows: int, at: str) -> dict:
+        _signature_file(st, at, raw, rows)
+        return pairs.source_identity(st, name, at, rows)
+
+    sig = layout.DEDUP_SIGNATURES.format
+    web, books = ident("web", "raw-web-2", 3, sig(source="web")), ident("books", "raw-books-1", 2, sig(source="books"))
+    old_web = ident("web", "raw-web-1", 2, "work/old-web.parquet")  # web before new documents came
+    # a dedup_keys artifact kept by a publication, built over the old web signatures
+    st.write_bytes("dedup/dedup_keys.parquet", b"old keys")
+    outputs = {"dedup/dedup_keys.parquet": st.sha256("dedup/dedup_keys.parquet"),
+               sig(source="web"): st.sha256("work/old-web.parquet"), sig(source="books"): st.sha256(sig(source="books"))}
+    objects.put_object(st, "dedup/dedup_keys.parquet", outputs["dedup/dedup_keys.parquet"])
+    objects.put_object(st, "work/old-web.parquet", outputs[sig(source="web")])
+    objects.put_object(st, sig(source="books"), outputs[sig(source="books")])
+    objects.write_keyed(st, "dedup_keys", "a" * 64, outputs, input_keys={}, code_version="c", run_id="r", dagster=None)
+    st.write_text("publish/published_revision.json",
+                  json.dumps({"revision": "rev-p", "input_keys": {"artifacts": {"dedup_keys": "a" * 64}}}))
+    gone = {"source": "web", "rows": 1, "signatures": {**web["signatures"], "raw": "raw-web-0"}}  # nothing has it
+    keys = {"current": [pairs.pair_key(books, web, 5), pairs.pair_key(web, web, 5), pairs.pair_key(books, books, 5)],
+            "published": [pairs.pair_key(books, old_web, 5), pairs.pair_key(old_web, old_web, 5)],
+            "stale": [pairs.pair_key(books, gone, 5), pairs.pair_key(gone, gone, 5)]}
+    for k in (x for v in keys.values() for x in v):
+        st.write_bytes(k, b"pairs")
+    return keys
+
+
+def test_gc_collects_stale_dedup_pairs_and_killed_writes_temporary_files(tmp_path):
+    root = tmp_path / "root"
+    st = Storage(str(root))
+    keys = _pairs_layout(st)
+    (root / "dedup").mkdir(exist_ok=True)
+    killed = root / "dedup" / ".dedup_keys.parquet.k1ll3d.tmp"  # a write SIGKILLed before its rename
+    killed.write_bytes(b"half a file")
+    (root / "locks").mkdir(exist_ok=True)
+    (root / "locks" / ".run.lease.cas").write_bytes(b"{}")  # not a temporary file: never collected
+    fresh = gc.plan(st, keep_days=7)
+    assert not fresh.remove_pairs and not fresh.remove_temp  # everything written just now
+    later = time.time() + 30 * 86400
+    os.utime(killed, (time.time() - 30 * 86400,) * 2)
+    p = gc.plan(st, keep_days=7, now=later)
+    assert set(p.remove_pairs) == set(keys["stale"])
+    assert all(p.keep_pairs[k] == "the current signature files' pairs" for k in keys["current"])
+    assert all(p.keep_pairs[k] == f"the pairs of {objects.keyed_key('dedup_keys', 'a' * 64)}" for k in keys["published"])
+    assert set(p.remove_temp) == {"dedup/.dedup_keys.parquet.k1ll3d.tmp"}
+    gc.apply(st, p)
+    assert not any(st.exists(k) for k in keys["stale"]) and not killed.exists()
+    assert all(st.exists(k) for k in keys["current"] + keys["published"])
+    assert (root / "locks" / ".run.lease.cas").exists()
+    again = gc.plan(st, keep_days=7, now=later)
+    assert not again.remove_pairs and not again.remove_temp

@@ -22,7 +22,7 @@ DEDUP_SIGNATURES = "dedup/signatures/{source}.parquet"
 # dedup_keys' verified candidate pairs per pair of sources (stages/dedup/pairs.py): row_a, row_b (int64 raw rows
 #   of the two sources, names sorted), jaccard (float64 exact shingle Jaccard); <key> = sha256 of both sources'
 #   identities (name, rows, signature file metadata) and the shingling code. A cache: written once, never
-#   replaced, only spares comparisons (the output is a from-scratch reduce's); delete the folder to clear
+#   replaced, only spares comparisons (the output is a from-scratch reduce's); gc (mix_assets/gc.py) removes stale ones
 DEDUP_PAIRS = "dedup/pairs/{key}.parquet"
 
 # document_filters (stages/filters/decisions.py), per source in raw row order: doc_id, keep (bool), reason (first
@@ -57,6 +57,10 @@ CONTAMINATED_DOCS = "audit/contaminated_docs.parquet"  # doc_id, source, tasks (
 #   hit in raw row order: doc_id, counts (list<int64>, per registry task), fuzzy_item (list<int64>), fuzzy_jaccard
 #   (list<float64>); reused while raw/<source>, the eval registry's files, the audit parameters and the scan code hold
 CONTAMINATION_HITS = "audit/hits/{source}.parquet"
+# contamination_report's per-document key of that scan, per source in raw row order: text_key (blake2b-128 of the
+#   UTF-8 text, null for a null text), hit (int32: the row in audit/hits/<source>.parquet, -1 without a hit);
+#   the hits file's metadata. A rescan of a changed source reuses the rows of the texts it holds
+CONTAMINATION_TEXT_KEYS = "audit/text_keys/{source}.parquet"
 
 # no_fuzzy_eval_overlap (WARN check on contamination_report, stages/audit/fuzzy.py): advisory, excludes nothing.
 # The index (hashes and ints: per item its shingles, the argmin postings of its MinHash signature),
@@ -97,6 +101,10 @@ STREAM_DOCS = "tokens/stream_docs/{split}.parquet"
 #   and the id-deciding parameters; <name> = hash of the part's keys. Never published; delete the folder to clear
 TOKEN_CACHE_DIR = "tokens/cache"
 TOKEN_CACHE_PART = TOKEN_CACHE_DIR + "/{key}/{source}/part-{name}.parquet"
+# token_ids_match_reference's HF ids of a source's sample (stages/tokens/reference_ids.py): text_key
+#   (fixed_size_binary(16)), ids (list<uint32>); the working file each sample is filed from, as a blob named by a
+#   keyed record keyed/token_ids_reference/<key>.json
+TOKEN_IDS_REFERENCE = "tokens/reference_ids/{source}.parquet"
 MANIFEST = "mix/manifest.json"
 MIX_DEDUP_KEYS = "mix/review/dedup_keys.parquet"
 MIX_EXCLUSION_MASKS = "mix/review/exclusion_masks.parquet"

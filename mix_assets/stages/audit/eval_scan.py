@@ -444,6 +444,107 @@ def write_hits(storage, source: str, meta: dict, parts: list[pa.Table]) -> None:
     tables.write_parquet(storage, hits_key(source), t.replace_schema_metadata(schema.metadata))
 
 
+# -- per-document reuse: a changed source rescans only the texts its last scan did not hold ------------------
+TEXT_KEYS_SCHEMA = pa.schema([("text_key", pa.binary(16)), ("hit", pa.int32())])
+
+
+def text_keys_key(source: str) -> str:
+    return layout.CONTAMINATION_TEXT_KEYS.format(source=source)
+
+
+def text_keys(texts: pa.ChunkedArray | pa.Array) -> list:
+    """blake2b-128 of each text's UTF-8 bytes (None for a null text: never reused)."""
+    return [None if v is None else hashlib.blake2b(v.encode("utf-8"), digest_size=16).digest()
+            for v in texts.to_pylist()]
+
+
+def _without_raw(meta: dict) -> dict:
+    return {k: v for k, v in meta.items() if k != "raw"}
+
+
+@dataclass
+class Prior:
+    """A source's last scan, reusable per document: each text's row in it, each row's hit, the hits, and (when
+    this scan signs the source) the signature rows the same scan wrote."""
+
+    rows: dict  # text key -> its first row in the last scan
+    hit: np.ndarray  # row of the last scan -> its row in `hits`, -1 without a hit
+    hits: pa.Table
+    signatures: pa.Table | None
+
+
+def prior_scan(storage, source: str, meta: dict, sign_meta: dict | None) -> Prior | None:
+    """The last scan of `source` when everything but its raw data is what `meta` (hits_meta) and `sign_meta`
+    (the signature file this scan writes, None: none) name: the same registry files, fuzzy index, parameters and
+    code; its text keys, hits and signature file written by that one scan (the same raw version in each)."""
+    kk, hk = text_keys_key(source), hits_key(source)
+    if meta["raw"] is None or not storage.exists(kk) or not storage.exists(hk):
+        return None
+    kmd = pq.read_schema(storage.source(kk)).metadata or {}
+    hmd = pq.read_schema(storage.source(hk)).metadata or {}
+    if HITS_META_KEY not in kmd or kmd.get(HITS_META_KEY) != hmd.get(HITS_META_KEY) or HITS_DOCS_KEY not in hmd:
+        return None
+    last = json.loads(kmd[HITS_META_KEY])
+    if last.get("raw") is None or _without_raw(last) != _without_raw(meta):
+        return None
+    keys = tables.read_parquet(storage, kk)
+    if keys.num_rows != int(hmd[HITS_DOCS_KEY]):
+        return None
+    sigs = None
+    if sign_meta is not None:
+        sk = dedup.signatures_key(source)
+        smeta = signatures.stored_meta(storage.source(sk)) if storage.exists(sk) else None
+        if not smeta or smeta.get("raw") != last["raw"] or _without_raw(smeta) != _without_raw(sign_meta):
+            return None
+        sigs = tables.read_parquet(storage, sk)
+        if sigs.num_rows != keys.num_rows:
+            return None
+    rows: dict = {}
+    for i, k in enumerate(keys.column("text_key").to_pylist()):
+        if k is not None:
+            rows.setdefault(k, i)
+    return Prior(rows, keys.column("hit").to_numpy(), tables.read_parquet(storage, hk), sigs)
+
+
+def _todo_ranges(src_rows: np.ndarray, path, chunk_rows: int, endpoint_url=None) -> list[engine.RowRange]:
+    """Row ranges (at most `chunk_rows` rows) covering exactly the rows no earlier scan holds (-1)."""
+    out = []
+    miss = np.flatnonzero(src_rows < 0)
+    if not len(miss):
+        return out
+    cuts = np.flatnonzero(np.diff(miss) != 1) + 1
+    for run in np.split(miss, cuts):
+        a, b = int(run[0]), int(run[-1]) + 1
+        out += [engine.RowRange(path, x, min(x + chunk_rows, b), endpoint_url) for x in range(a, b, chunk_rows)]
+    return out
+
+
+def _cached_hits(prior: Prior, src_rows: np.ndarray, doc_ids: list) -> pa.Table:
+    """The hits of rows reused from `prior` (`src_rows`: their rows in it), under the documents' current ids."""
+    h = prior.hit[src_rows]
+    at = np.flatnonzero(h >= 0)
+    t = prior.hits.take(pa.array(h[at], pa.int64())).replace_schema_metadata(None)
+    t = t.set_column(0, "doc_id", pa.array([doc_ids[i] for i in at], pa.string()))
+    return t.replace_schema_metadata({HITS_DOCS_KEY: str(len(src_rows)).encode()})
+
+
+def _cached_signatures(prior: Prior, src_rows: np.ndarray, doc_ids: pa.Array, schema: pa.Schema) -> pa.Table:
+    t = prior.signatures.take(pa.array(src_rows, pa.int64())).replace_schema_metadata(None)
+    return t.set_column(0, "doc_id", doc_ids).cast(schema)
+
+
+def write_text_keys(storage, source: str, meta: dict, keys: list, hits: list[pa.Table], doc_ids: list) -> None:
+    """The per-document keys of a scan of `source` (rows in raw order), each row's hit row, and the scan's meta."""
+    at = {}
+    for t in hits:
+        for d in t.column("doc_id").to_pylist():
+            at[d] = len(at)
+    hit = np.fromiter((at.get(d, -1) for d in doc_ids), np.int32, len(doc_ids))
+    t = pa.table({"text_key": pa.array(keys, pa.binary(16)), "hit": hit}, schema=TEXT_KEYS_SCHEMA)
+    tables.write_parquet(storage, text_keys_key(source), t.replace_schema_metadata(
+        {HITS_META_KEY: json.dumps(meta, sort_keys=True).encode()}))
+
+
 def scan_sources(storage, sources: Iterable[str], eng: engine.Engine = engine.Engine(), threads: int = 2,
                  log=None, label: str = "contamination scan", fuzzy_index: RegistryLocation | None = None,
                  sign: tuple[dedup.DedupParams, dict[str, dict]] | None = None,
@@ -480,8 +581,30 @@ def scan_sources(storage, sources: Iterable[str], eng: engine.Engine = engine.En
     params, plan = sign or (None, {})
     plan = {s: m for s, m in plan.items() if s in todo}
     signing = {s: Signing(params.num_perm, params.shingle, params.seed) for s in plan}
-    work = [(s, rng) for s in todo
-            for rng in tables.row_ranges(storage, layout.RAW_DOCS.format(source=s), eng.chunk_rows)]
+    # per source still to scan: its documents' text keys and, when its last scan can answer per document, which
+    # rows it holds (src_rows: the row in that scan, -1: scanned now)
+    current: dict[str, tuple] = {}
+    priors: dict[str, tuple] = {}
+    work = []
+    for s in todo:
+        raw = tables.file_at(storage, layout.RAW_DOCS.format(source=s))
+        if meta[s]["raw"] is not None:
+            t = tables.read_parquet(storage, layout.RAW_DOCS.format(source=s), columns=["doc_id", "text"])
+            current[s] = (text_keys(t.column("text")), t.column("doc_id").combine_chunks().cast(pa.string()))
+            prior = prior_scan(storage, s, meta[s], plan.get(s))
+            if prior is not None:
+                src_rows = np.fromiter((-1 if k is None else prior.rows.get(k, -1) for k in current[s][0]),
+                                       np.int64, len(current[s][0]))
+                priors[s] = (prior, src_rows)
+                path = raw.path if isinstance(raw, engine.FileAt) else raw
+                url = raw.endpoint_url if isinstance(raw, engine.FileAt) else None
+                work += [(s, rng) for rng in _todo_ranges(src_rows, path, eng.chunk_rows, url)]
+                continue
+        work += [(s, rng) for rng in tables.row_ranges(storage, layout.RAW_DOCS.format(source=s), eng.chunk_rows)]
+    if log and priors:
+        log.info(f"{label}: reused per document (same text, eval registry, audit parameters and scan code) "
+                 + ", ".join(f"{s} {int((r >= 0).sum()):,} of {len(r):,} documents" for s, (_, r) in sorted(priors.items()))
+                 + "; the others scanned")
     store, sig_store = chunks.Parts(storage, PARTS_STAGE), dedup.signature_parts(storage)
     keys, have, resumed = store.keyed(label, work, meta, log)
     out.resumed_chunks.update({s: resumed.get(s, 0) for s in todo})
@@ -514,6 +637,13 @@ def scan_sources(storage, sources: Iterable[str], eng: engine.Engine = engine.En
     for s in todo:
         mine = [i for i, (x, _) in enumerate(work) if x == s]
         got_parts: list = []
+        if s in priors:
+            _assemble(storage, s, priors[s], current[s], [work[i][1] for i in mine], tallied(s, len(mine), got_parts),
+                      got_parts, out, item_task, plan.get(s), params, sig_schema, [sig_keys[i] for i in mine],
+                      sig_store, meta[s])
+            write_text_keys(storage, s, meta[s], current[s][0], got_parts, current[s][1].to_pylist())
+            store.drop(keys[i] for i in mine)
+            continue
         group = tallied(s, len(mine), got_parts)
         if s in plan:
             try:
@@ -527,11 +657,59 @@ def scan_sources(storage, sources: Iterable[str], eng: engine.Engine = engine.En
             pass
         if meta[s]["raw"] is not None:
             write_hits(storage, s, meta[s], got_parts)
+            write_text_keys(storage, s, meta[s], current[s][0], got_parts, current[s][1].to_pylist())
         store.drop(keys[i] for i in mine)
     if prog:
         near = f"; {len(out.fuzzy.hits):,} near an eval item" if index is not None else ""
         prog.done(f"{sum(out.tally.contaminated.values()):,} contaminated{near} of {total:,}")
     return out
+
+
+def _assemble(storage, s: str, prior: tuple, current: tuple, ranges: list, group, got_parts: list,
+              out: SourcesScanned, item_task, sign_meta: dict | None, params, sig_schema, sig_keys: list,
+              sig_store: chunks.Parts, meta: dict) -> None:
+    """A source scanned in part: its hits (and, when this pass signs it, its signature file) in raw row order from
+    the rows its last scan holds (`prior`) and the ranges scanned now (`group`: their results, in order)."""
+    prior, src_rows = prior
+    ids = current[1]
+    n = len(src_rows)
+    # the source's rows in order: (start, stop, index of the range scanned now, or None for a reused run)
+    pieces, pos = [], 0
+    for i, rng in enumerate(ranges):
+        if rng.start > pos:
+            pieces.append((pos, rng.start, None))
+        pieces.append((rng.start, rng.stop, i))
+        pos = rng.stop
+    if pos < n:
+        pieces.append((pos, n, None))
+    sigs: list[pa.Table] = []
+    signing = sign_meta is not None
+    for a, b, i in pieces:
+        if i is None:
+            t = _cached_hits(prior, src_rows[a:b], ids.slice(a, b - a).to_pylist())
+            add_hits(out, s, t, item_task)
+            got_parts.append(t)
+            if signing:
+                sigs.append(_cached_signatures(prior, src_rows[a:b], ids.slice(a, b - a), sig_schema))
+            continue
+        got = next(group)
+        if not signing:
+            continue
+        if got is not None and got.signed is not None:
+            sigs.append(dedup.signed_table(got.signed, sig_schema))
+            continue
+        t = sig_store.get(sig_keys[i]) if sig_keys[i] is not None and got is None else None
+        if t is None:
+            signing = False  # left to dedup_keys, as when a chunk comes back unsigned
+            continue
+        sigs.append(t)
+    for _ in group:
+        pass
+    write_hits(storage, s, meta, got_parts)
+    if signing:
+        dedup.write_signature_tables(storage, s, sign_meta, params.num_perm, iter(sigs))
+        out.signed_sources.append(s)
+        sig_store.drop(sig_keys)
 
 
 def _signed(group, sig_keys: list, sig_store: chunks.Parts, schema: pa.Schema) -> Iterator[pa.Table]:

@@ -13,7 +13,8 @@ Banding and candidate generation still run over every document (the candidates' 
 of them, and the argsort that dominates banding does not shrink), as do clusters and the keep rule: the cache
 only spares comparisons, and a candidate it does not hold is compared as before, so the output's bytes are a
 from-scratch reduce's. A file is written once under its key, atomically, never replaced (a key that exists
-holds the same numbers); stale files stay until the folder is deleted.
+holds the same numbers); stale files stay until `python -m mix_assets.gc` removes them (the files no current
+or kept signature files key, older than its --keep-days).
 """
 
 from __future__ import annotations

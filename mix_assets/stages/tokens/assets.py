@@ -14,7 +14,7 @@ from mix_assets.stages.common import (code_version, gate, gated, raw_name, recor
 from mix_assets.config import MixSpec
 from mix_assets.core import layout, lineage
 from mix_assets.stages.quality import tiers as quality_tiers
-from mix_assets.stages.tokens import exactness
+from mix_assets.stages.tokens import backends, exactness, reference_ids
 from mix_assets.stages.tokens import samples as samples_lib
 from mix_assets.stages.tokens import shards as shards_lib
 from mix_assets.stages.tokens import tokenizer as tokenizer_lib
@@ -167,8 +167,15 @@ def build_tokens_assets(spec: MixSpec) -> list:
 
         def compute() -> dg.AssetCheckResult:
             names = [x.name for x in mix.spec.sources]
-            rep = exactness.check(st, mix.spec.seed, Tokenizer.from_file(st.local_path(layout.TOKENIZER_FILE)),
-                                  lines_lib.text_paths(st, mix.spec, names))  # the text token_shards encoded
+            tok = Tokenizer.from_file(st.local_path(layout.TOKENIZER_FILE))
+            ref = reference_ids.ReferenceIds(st, st.sha256(layout.TOKENIZER_FILE), backends.HFEncoder(tok),
+                                             context.run.run_id)
+            rep = exactness.check(st, mix.spec.seed, tok, lines_lib.text_paths(st, mix.spec, names),  # what token_shards encoded
+                                  reference=ref)
+            context.log.info(f"{TOKEN_IDS_MATCH_REFERENCE}: HF ids of {ref.reused:,} sampled document(s) reused from "
+                             f"the keyed store (same text, tokenizer file and code), {ref.encoded:,} encoded" if ref.reused
+                             else f"{TOKEN_IDS_MATCH_REFERENCE}: HF ids of {ref.encoded:,} sampled document(s) encoded "
+                                  "(none stored under this tokenizer file and code)")
             first = rep.first_mismatches()
             return dg.AssetCheckResult(
                 passed=rep.passed, metadata=md.token_ids_match_reference(rep),

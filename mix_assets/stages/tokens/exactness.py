@@ -145,9 +145,11 @@ def _texts(path, want: set[str]) -> dict[str, str]:
     return got
 
 
-def check(storage, seed: int, tok, paths: Optional[dict] = None) -> ExactnessReport:
+def check(storage, seed: int, tok, paths: Optional[dict] = None, reference=None) -> ExactnessReport:
     """Compare the sampled documents' ids in the shards with HF's (`tok`, a tokenizers.Tokenizer). `paths`:
-    {source: its documents file as token_shards read it} (line_dedup's where it ran); None: raw/<source>'s."""
+    {source: its documents file as token_shards read it} (line_dedup's where it ran); None: raw/<source>'s.
+    `reference` (reference_ids.ReferenceIds over `tok`): where HF's ids of a source's sample come from, each
+    text's ids reused from the keyed store when stored under the same tokenizer and code; None: encoded here."""
     stats = json.loads(storage.read_text(layout.SHARD_STATS))
     dtype, L = token_dtype(stats["dtype"]), stats["packing"]["sample_len"]
     sep = stats["packing"].get("separator_id")
@@ -165,13 +167,16 @@ def check(storage, seed: int, tok, paths: Optional[dict] = None) -> ExactnessRep
             res = report.sources[source]
             res.sampled = len(set(ids))
             splits, starts, takes = (sub.column(c).to_pylist() for c in ("split", "start", "tokens"))
+            known = (reference.ids(source, [texts[d] for d in ids])
+                     if reference is not None and all(texts.get(d) is not None for d in ids) else None)
             for lo in range(0, len(ids), ENCODE_BATCH):
                 batch = ids[lo:lo + ENCODE_BATCH]
                 missing = [d for d in batch if texts.get(d) is None]
                 if missing:
                     raise ValueError(f"{path}: no text for document {missing[0]!r} of the shards; the documents "
                                      "changed after token_shards")
-                for j, want in enumerate(hf.encode([texts[d] for d in batch])):
+                wants = known[lo:lo + ENCODE_BATCH] if known is not None else hf.encode([texts[d] for d in batch])
+                for j, want in enumerate(wants):
                     k = lo + j
                     if sep is not None:
                         want = want + [sep]

@@ -146,8 +146,9 @@ eval_scan.write_contamination_report(Storage({st.root!r}), load_spec({str(spec.c
 
 
 def test_one_changed_source_rescans_only_itself(tmp_path, monkeypatch):
-    """After books' raw data changes (a new version), contamination_report rescans books alone and reuses web's
-    stored hits; its outputs equal a from-scratch scan of the changed data."""
+    """After books' raw data changes (a new version: its last document edited), contamination_report reuses web's
+    stored hits and rescans, of books, only the document whose text changed (per document: the others' texts are
+    those its last scan holds); its outputs equal a from-scratch scan of the changed data."""
     from mix_assets.core import engine
     from mix_assets_tests.support import killed
 
@@ -160,14 +161,54 @@ def test_one_changed_source_rescans_only_itself(tmp_path, monkeypatch):
     counter = killed.Counter(eval_scan._scan_task)
     monkeypatch.setattr(eval_scan, "_scan_task", counter)
     scan, _ = eval_scan.write_contamination_report(changed, spec, e, raw_versions={"web": "w1", "books": "b2"})
-    assert counter.calls == 10  # books' 10 chunks, none of web's 6
-    assert scan.reused_sources == ["web"]
-    assert {k: changed.read_bytes(k) for k in SCAN_OUTPUTS[:4]} == {k: fresh.read_bytes(k) for k in SCAN_OUTPUTS[:4]}
+    assert counter.calls == 1  # books' edited last document alone, none of web's 6 chunks
+    assert scan.reused_sources == ["web"] and scan.signed_sources == ["books"]
+    assert _outputs(changed) == _outputs(fresh)
     # another eval registry (any byte of its files) rescans every source
     counter.calls = 0
     changed.write_text(layout.EVAL_REGISTRY, changed.read_text(layout.EVAL_REGISTRY) + "\n")
     assert eval_scan.write_contamination_report(changed, spec, e, raw_versions={"web": "w1", "books": "b2"})[0] \
         .reused_sources == [] and counter.calls == 16
+
+
+def test_new_and_dropped_documents_rescan_only_the_new_texts_and_write_a_from_scratch_scans_bytes(tmp_path, monkeypatch):
+    """A refreshed source as the raw stage's sample makes it: documents dropped from the middle, new ones appended
+    (among them a copy of an eval item, so a new hit). The rescan maps only the new rows, the reused rows keep
+    their hits (counts, fuzzy matches) and signatures under their current ids, and every output (report,
+    contaminated and fuzzy ids, signature files, the hits and text keys of books) equals a from-scratch scan's."""
+    from mix_assets.core import engine
+    from mix_assets_tests.support import killed
+
+    spec, e = make_spec(tmp_path), engine.Engine(num_cpus=1, chunk_rows=50)
+    corpus = make_corpus(n_web=300, n_books=500, near_copy=True)
+    before = corpus.docs["books"]
+    after = [d for i, d in enumerate(before) if i % 37 != 5]  # 14 dropped, scattered (books-0005, a hit, among them)
+    after += [(f"books-new-{i}", before[i * 7][1] + f" new words {i} here") for i in range(40)]
+    after.append(("books-new-eval", corpus.docs["web"][3][1]))  # web-0003's text: an eval item in it
+
+    def root(name: str, books) -> Storage:
+        st = Storage(root=str(tmp_path / name))
+        _raw_with_chars(st, "web", corpus.docs["web"])
+        _raw_with_chars(st, "books", books)
+        eval_scan.write_registry(st, spec)
+        return st
+
+    st = root("st", before)
+    eval_scan.write_contamination_report(st, spec, e, raw_versions={"web": "w1", "books": "b1"})
+    _raw_with_chars(st, "books", after)
+    fresh = root("fresh", after)
+    eval_scan.write_contamination_report(fresh, spec, e, raw_versions={"web": "w1", "books": "b2"})
+    counter, log = killed.Counter(eval_scan._scan_task), killed.Lines()
+    monkeypatch.setattr(eval_scan, "_scan_task", counter)
+    scan, _ = eval_scan.write_contamination_report(st, spec, e, log=log, raw_versions={"web": "w1", "books": "b2"})
+    assert counter.calls == 1  # the 41 new rows, appended: one range of at most 50
+    assert f"books {len(after) - 41:,} of {len(after):,} documents" in " ".join(log.lines), log.lines
+    assert scan.reused_sources == ["web"] and scan.signed_sources == ["books"]
+    assert _outputs(st) == _outputs(fresh)
+    for k in (layout.CONTAMINATION_HITS.format(source="books"), layout.CONTAMINATION_TEXT_KEYS.format(source="books")):
+        assert pq.read_table(st.local_path(k)).equals(pq.read_table(fresh.local_path(k))), k
+    assert json.loads(st.read_text(layout.CONTAMINATION_REPORT))["contaminated_docs"] > 0
+    assert st.list("parts") == []
 
 
 def test_the_registry_files_do_not_depend_on_the_thread_count(tmp_path):

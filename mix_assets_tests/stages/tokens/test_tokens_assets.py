@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import dagster as dg
@@ -168,3 +169,48 @@ def test_a_reused_token_shards_re_emits_the_stored_exactness_result(tmp_path, mo
     shard.write_bytes(shard.read_bytes())
     gate = dg.AssetCheckKey(dg.AssetKey("token_shards"), TOKEN_IDS_MATCH_REFERENCE)
     assert run(assets, res, selection=dg.AssetSelection.checks(gate)).success
+
+
+def test_a_rebuild_takes_hf_ids_of_unchanged_sampled_texts_from_the_keyed_store_and_still_catches_a_wrong_id(
+        tmp_path, monkeypatch):
+    """token_ids_match_reference's HF ids are filed per source sample (stages/tokens/reference_ids.py): a rebuild of
+    the same texts (every asset recomputed, MIX_NO_REUSE) encodes none of them again, and a fast encoder that gets a
+    document wrong in that rebuild still fails the check (the reused ids are HF's, not the shards')."""
+    from mix_assets.stages.common import NO_REUSE_ENV
+    from mix_assets.stages.tokens import backends, reference_ids
+
+    encoded = []
+    hf_encode = backends.HFEncoder.encode
+
+    def counted(self, texts, threads=1):
+        encoded.extend(texts)
+        return hf_encode(self, texts, threads)
+
+    monkeypatch.setattr(backends.HFEncoder, "encode", counted)
+    spec, assets, res = setup(tmp_path)
+    first = run(assets, res)
+    assert first.success
+    ev = next(e for e in first.get_asset_check_evaluations() if e.check_name == TOKEN_IDS_MATCH_REFERENCE)
+    sampled = sum(v["sampled"] for v in ev.metadata["per_source"].value.values())
+    assert len(encoded) >= sampled > 0
+    assert len(list((tmp_path / "storage" / "keyed" / reference_ids.ASSET).glob("*.json"))) == len(spec.sources)
+
+    right, wrong = backends.TiktokenEncoder.encode_flat, []
+
+    def tampered(self, texts, threads, dtype, separator_id):
+        flat, n = right(self, texts, threads, dtype, separator_id)
+        if not wrong and len(n) and n[0] > 3:
+            flat = flat.copy()
+            flat[2] = (int(flat[2]) + 1) % 256
+            wrong.append(texts[0])
+        return flat, n
+
+    monkeypatch.setattr(backends.TiktokenEncoder, "encode_flat", tampered)
+    monkeypatch.setenv(NO_REUSE_ENV, "1")
+    shutil.rmtree(tmp_path / "storage" / layout.TOKEN_CACHE_DIR)  # token_shards encodes again (with the fault)
+    encoded.clear()
+    again = run(assets, res)
+    assert wrong and not again.success
+    ev = next(e for e in again.get_asset_check_evaluations() if e.check_name == TOKEN_IDS_MATCH_REFERENCE)
+    assert not ev.passed and ev.metadata["mismatched_documents"].value == 1
+    assert wrong[0] not in encoded and len(encoded) < sampled  # the check encoded none of the sample again
