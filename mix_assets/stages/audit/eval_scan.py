@@ -87,7 +87,7 @@ def _reference(spec, task, items: evals.TaskItems, keep_words: bool = False,
 
 
 def merged_scrub(scrub: list[np.ndarray]) -> np.ndarray:
-    return ct.sorted_unique(np.concatenate(scrub)) if scrub else np.zeros(0, np.uint64)
+    return ct.merged_unique(scrub)  # each task's scrub set is sorted
 
 
 def scrub_hashes(spec) -> np.ndarray:
