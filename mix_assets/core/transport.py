@@ -38,6 +38,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -86,6 +87,43 @@ def sha256_file(path: str | os.PathLike) -> str:
     """The hex sha256 of a local file: the one file-hashing helper of the project."""
     with open(path, "rb") as f:
         return sha256_stream(f)[0]
+
+
+# A local file's sha256, remembered in this process by what stat says of the file. Lineage re-checks every
+# input's files in each step that reads them (a 100 MB build hashed 2.3 GB, half of it the same raw
+# documents and shards again): a file the project writes is a new inode (write-temp-rename), and a write in
+# place moves its ctime, which nothing but the clock sets. A file whose last change is within RACY_NS of
+# the hash (whole-second timestamps: RACY_COARSE_NS) is hashed again next time, as git re-reads "racily
+# clean" files: a change in the same clock tick would leave the timestamps as they were.
+RACY_NS = 100_000_000
+RACY_COARSE_NS = 2_000_000_000
+_HASHED_MAX = 1 << 14
+_HASHED: dict[tuple, str] = {}
+
+
+def _stat_key(st: os.stat_result) -> tuple:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def sha256_file_remembered(path: str | os.PathLike) -> str:
+    """`sha256_file(path)`, not hashed again while the file's device, inode, size, mtime and ctime stay the
+    same (past its racy window). For the lineage checks; what proves published bytes (the manifest
+    checker, the reader) hashes the bytes every time."""
+    now = time.time_ns()
+    before = os.stat(path)
+    key = _stat_key(before)
+    got = _HASHED.get(key)
+    if got is not None:
+        return got
+    got = sha256_file(path)
+    changed = max(before.st_mtime_ns, before.st_ctime_ns)
+    racy = RACY_COARSE_NS if changed % 1_000_000_000 == 0 else RACY_NS
+    # a later change then gets other timestamps; and none happened while the bytes were read
+    if now - changed > racy and _stat_key(os.stat(path)) == key:
+        if len(_HASHED) >= _HASHED_MAX:
+            _HASHED.clear()
+        _HASHED[key] = got
+    return got
 
 
 @contextlib.contextmanager
@@ -393,10 +431,11 @@ class LocalLocation(Location):
 
     def stat(self, key):  # a local file's hash is cheap next to its upload; nothing records it
         p = self.path(key)
-        return (p.stat().st_size, sha256_file(p)) if p.is_file() else None
+        return (p.stat().st_size, sha256_file_remembered(p)) if p.is_file() else None
 
-    def digest(self, key):
-        return self.stat(key)
+    def digest(self, key):  # recomputed from the bytes, as on every location
+        p = self.path(key)
+        return (p.stat().st_size, sha256_file(p)) if p.is_file() else None
 
     def download(self, key, dest):
         src = self.path(key)

@@ -88,3 +88,55 @@ def test_a_symlink_out_of_a_local_root_is_refused_for_writes_and_deletes(tmp_pat
     via.write_bytes("mix/review/x.json", b"{}")
     via.delete_prefix("mix/review/")
     assert not (root / "mix" / "review").exists() and (root / "mix" / "val" / "a.bin").read_bytes() == b"a"
+
+
+def _counting_hashes(monkeypatch):
+    from mix_assets.core import transport
+
+    calls = []
+    real = transport.sha256_file
+    monkeypatch.setattr(transport, "sha256_file", lambda p: calls.append(str(p)) or real(p))
+    monkeypatch.setattr(transport, "_HASHED", {})
+    return calls
+
+
+def test_a_local_sha256_is_remembered_until_the_file_changes(tmp_path, monkeypatch):
+    """Storage.sha256 of an unchanged local file is hashed once per process; a rewrite (a new inode) or a
+    write in place (same size, same inode: ctime moves) is hashed again and gives the new bytes' hash."""
+    import hashlib
+    import os
+
+    from mix_assets.core import transport
+
+    calls = _counting_hashes(monkeypatch)
+    monkeypatch.setattr(transport, "RACY_NS", 0)
+    st = Storage(str(tmp_path / "root"))
+    st.write_bytes("a.bin", b"one")
+    assert st.sha256("a.bin") == st.sha256("a.bin") == hashlib.sha256(b"one").hexdigest()
+    assert len(calls) == 1
+    st.write_bytes("a.bin", b"two")  # write-temp-rename: another inode
+    assert st.sha256("a.bin") == hashlib.sha256(b"two").hexdigest() and len(calls) == 2
+    path = st.local_path("a.bin")
+    before = os.stat(path)
+    with open(path, "r+b") as f:  # in place, same size; mtime put back as it was: only ctime moves
+        f.write(b"six")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(path).st_ino == before.st_ino and os.stat(path).st_ctime_ns != before.st_ctime_ns
+    assert st.sha256("a.bin") == hashlib.sha256(b"six").hexdigest() and len(calls) == 3
+    # what checks bytes (digest: the manifest checker's and the object store's) hashes them every time
+    assert st.location.digest("a.bin") == (3, hashlib.sha256(b"six").hexdigest()) and len(calls) == 4
+
+
+def test_a_file_changed_within_the_racy_window_is_hashed_again(tmp_path, monkeypatch):
+    """A file hashed within RACY_NS of its last change is not remembered: a change in the same clock tick
+    would not move its timestamps."""
+    from mix_assets.core import transport
+
+    calls = _counting_hashes(monkeypatch)
+    monkeypatch.setattr(transport, "RACY_NS", 10**18)
+    monkeypatch.setattr(transport, "RACY_COARSE_NS", 10**18)
+    st = Storage(str(tmp_path / "root"))
+    st.write_bytes("a.bin", b"one")
+    st.sha256("a.bin")
+    st.sha256("a.bin")
+    assert len(calls) == 2

@@ -172,7 +172,7 @@ def task_ngrams(
     words = item_words(items, chunk, threads) if words is None else words
     one = functools.partial(_task_ngrams, n=n, short_item_min_words=short_item_min_words, scrub_k=scrub_k)
     parts = list(ordered_map(lambda hw: one(*hw), words, threads))
-    hashes = sorted_unique(np.concatenate([p.hashes for p in parts]))
+    hashes = merged_unique([p.hashes for p in parts])
     short = np.concatenate([p.short for p in parts])
     return TaskNgrams(
         hashes=hashes,
@@ -182,7 +182,7 @@ def task_ngrams(
         short_items=sum(p.short_items for p in parts),
         short_items_unmatched=sum(p.short_items_unmatched for p in parts),
         empty_items=sum(p.empty_items for p in parts),
-        scrub=None if scrub_k is None else sorted_unique(np.concatenate([p.scrub for p in parts])),
+        scrub=None if scrub_k is None else merged_unique([p.scrub for p in parts]),
         words=joined_words(words) if keep_words else None,
     )
 
@@ -221,7 +221,7 @@ def _task_ngrams(h: np.ndarray, off: np.ndarray, n: int, short_item_min_words: i
         short_items=int(matched.sum()),
         short_items_unmatched=int(unmatched.sum()),
         empty_items=int((lens == 0).sum()),
-        scrub=None if scrub_k is None else _runs(h, off, scrub_k),
+        scrub=None if scrub_k is None else sorted_unique(_runs(h, off, scrub_k)),  # sorted on the chunk's thread
     )
 
 
@@ -557,9 +557,17 @@ def file_strings(path: str) -> list[str]:
     return [data.decode("utf-8", errors="replace"), data.decode("latin-1")]
 
 
-def sorted_unique(a: np.ndarray) -> np.ndarray:
+def sorted_unique(a: np.ndarray, kind: str | None = None) -> np.ndarray:
     """np.unique for uint64 via sort (numpy 2.4's hash-based unique is ~100x slower here)."""
-    s = np.sort(a)
+    s = np.sort(a, kind=kind)
     if s.size:
         s = s[np.concatenate([[True], s[1:] != s[:-1]])]
     return s
+
+
+def merged_unique(runs: list[np.ndarray]) -> np.ndarray:
+    """`sorted_unique` of the concatenation of arrays that are each sorted: a stable sort (timsort) merges
+    the runs it finds, several times faster than sorting the values afresh; equal integers are
+    indistinguishable, so the same array as any sort."""
+    return sorted_unique(np.concatenate(runs), kind="stable") if runs else np.zeros(0, np.uint64)
+

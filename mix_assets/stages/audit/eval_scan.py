@@ -87,7 +87,7 @@ def _reference(spec, task, items: evals.TaskItems, keep_words: bool = False,
 
 
 def merged_scrub(scrub: list[np.ndarray]) -> np.ndarray:
-    return ct.sorted_unique(np.concatenate(scrub)) if scrub else np.zeros(0, np.uint64)
+    return ct.merged_unique(scrub)  # each task's scrub set is sorted
 
 
 def scrub_hashes(spec) -> np.ndarray:
@@ -142,20 +142,26 @@ def fuzzy_enabled(spec) -> bool:
 def write_registry(storage, spec, log=None) -> RegistryWritten:
     """Hash every task and write its n-grams, short items, the merged scrub set and eval_registry.json;
     with the fuzzy advisory on, its item index too (built here, from the items read once, for every
-    contamination_report map task to load). Each task is normalised and hashed on a pool thread while
-    this one parses the next task's rows (JSON parsing holds the GIL, Arrow and numpy release it); the
-    index is then built on a pool thread while this one writes each task's n-grams."""
+    contamination_report map task to load). This thread parses each task's rows (JSON parsing holds the
+    GIL) while a pool thread normalises the previous task's items into word hashes (Arrow and the kernels
+    release it); once every task has its words, the index (the largest single job) and each task's
+    n-grams are built at the same time on the pool, and this thread writes each task's files as they come."""
     audit = spec.audit
     tasks, scrub, lines = {}, [], []
     with ThreadPoolExecutor(max_workers=audit.threads) as pool:  # the scan-threads knob (default 2)
-        # each task's own chunks on `threads` threads too: one large task (hellaswag: 40k items) would
-        # otherwise keep one core busy while the other has finished the small ones
-        jobs = [pool.submit(_hashed, spec, t, evals.load_task_items(t, spec.base_dir), audit.threads)
-                for t in audit.tasks]
-        done = [j.result() for j in jobs]
-        index = pool.submit(fuzzy.build_index_from_words, {r.name: ct.joined_words(w) for r, w in done},
+        loaded = []
+        for t in audit.tasks:
+            items = evals.load_task_items(t, spec.base_dir)
+            # a large task's chunks on `threads` threads too (hellaswag: 40k items)
+            loaded.append((t, items, pool.submit(ct.item_words, items.items, threads=audit.threads)))
+        words = [(t, items, w.result()) for t, items, w in loaded]
+        for _, items, _ in words:
+            items.items.clear()  # the text is dropped once hashed
+        index = pool.submit(fuzzy.build_index_from_words, {t.name: ct.joined_words(w) for t, _, w in words},
                             fuzzy_params(spec)) if fuzzy_enabled(spec) else None
-        for ref, _ in done:
+        refs = [pool.submit(_reference, spec, t, items, words=w, threads=audit.threads) for t, items, w in words]
+        for job in refs:
+            ref = job.result()
             tasks[ref.name] = _write_task(storage, ref, lines.append)
             scrub.append(ref.scrub)
         index = index.result() if index is not None else None
@@ -180,14 +186,6 @@ def write_registry(storage, spec, log=None) -> RegistryWritten:
     if index is not None:
         files += write_fuzzy_index(storage, index)
     return RegistryWritten(tasks, files)
-
-
-def _hashed(spec, task, items: evals.TaskItems, threads: int = 1) -> tuple[TaskReference, list]:
-    """A task's reference and its items' `contamination.item_words` (chunks on `threads` threads, gathered in
-    order: the same arrays whatever the count; the item text is dropped after)."""
-    words = ct.item_words(items.items, threads=threads)
-    items.items.clear()
-    return _reference(spec, task, items, words=words, threads=threads), words
 
 
 def _write_task(storage, ref: TaskReference, log=None) -> dict:

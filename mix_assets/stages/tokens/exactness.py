@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Optional
 from dataclasses import dataclass, field
 
@@ -149,7 +151,10 @@ def check(storage, seed: int, tok, paths: Optional[dict] = None, reference=None)
     """Compare the sampled documents' ids in the shards with HF's (`tok`, a tokenizers.Tokenizer). `paths`:
     {source: its documents file as token_shards read it} (line_dedup's where it ran); None: raw/<source>'s.
     `reference` (reference_ids.ReferenceIds over `tok`): where HF's ids of a source's sample come from, each
-    text's ids reused from the keyed store when stored under the same tokenizer and code; None: encoded here."""
+    text's ids reused from the keyed store when stored under the same tokenizer and code; None: encoded here.
+
+    HF encodes on a thread of its own (encode_batch_fast releases the GIL and runs on its Rust threads), a
+    batch ahead, while this thread reads the next source's texts and compares the ids of the batch before."""
     stats = json.loads(storage.read_text(layout.SHARD_STATS))
     dtype, L = token_dtype(stats["dtype"]), stats["packing"]["sample_len"]
     sep = stats["packing"].get("separator_id")
@@ -158,33 +163,48 @@ def check(storage, seed: int, tok, paths: Optional[dict] = None, reference=None)
     hf = backends.HFEncoder(tok)
     streams = {sp: _Stream(storage, stats["splits"][sp]["shards"], L, dtype) for sp in ("train", "val")}
     report = ExactnessReport({s: SourceCheck(documents=docs[s]) for s in docs})
+
+    def compare(res: SourceCheck, batch: list, where: list, ids: list[list[int]]) -> None:
+        for d, (split, start, take), want in zip(batch, where, ids):
+            if sep is not None:
+                want.append(sep)
+            n = min(take, len(want))
+            have = streams[split].read(start, n)
+            res.tokens += len(have)
+            if take > len(want) or have.tolist() != want[:len(have)]:
+                res.mismatched.append(d)
+
     try:
-        for source, rows in picks.items():
-            sub = app.take(pa.array(rows))
-            ids = sub.column("doc_id").to_pylist()
-            path = (paths or {}).get(source) or storage.source(layout.RAW_DOCS.format(source=source))
-            texts = _texts(path, set(ids))
-            res = report.sources[source]
-            res.sampled = len(set(ids))
-            splits, starts, takes = (sub.column(c).to_pylist() for c in ("split", "start", "tokens"))
-            known = (reference.ids(source, [texts[d] for d in ids])
-                     if reference is not None and all(texts.get(d) is not None for d in ids) else None)
-            for lo in range(0, len(ids), ENCODE_BATCH):
-                batch = ids[lo:lo + ENCODE_BATCH]
-                missing = [d for d in batch if texts.get(d) is None]
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pending: deque = deque()  # (source's result, doc ids, positions, HF's ids to come), in order
+            for source, rows in picks.items():
+                sub = app.take(pa.array(rows))
+                ids = sub.column("doc_id").to_pylist()
+                path = (paths or {}).get(source) or storage.source(layout.RAW_DOCS.format(source=source))
+                texts = _texts(path, set(ids))
+                res = report.sources[source]
+                res.sampled = len(set(ids))
+                where = list(zip(*(sub.column(c).to_pylist() for c in ("split", "start", "tokens"))))
+                missing = [d for d in ids if texts.get(d) is None]
                 if missing:
                     raise ValueError(f"{path}: no text for document {missing[0]!r} of the shards; the documents "
                                      "changed after token_shards")
-                wants = known[lo:lo + ENCODE_BATCH] if known is not None else hf.encode([texts[d] for d in batch])
-                for j, want in enumerate(wants):
-                    k = lo + j
-                    if sep is not None:
-                        want = want + [sep]
-                    n = min(takes[k], len(want))
-                    have = streams[splits[k]].read(starts[k], n)
-                    res.tokens += len(have)
-                    if takes[k] > len(want) or have.tolist() != want[:len(have)]:
-                        res.mismatched.append(batch[j])
+                known = reference.ids(source, [texts[d] for d in ids]) if reference is not None else None
+                for lo in range(0, len(ids), ENCODE_BATCH):
+                    batch = ids[lo:lo + ENCODE_BATCH]
+                    if known is not None:
+                        job = Future()
+                        job.set_result(known[lo:lo + ENCODE_BATCH])
+                    else:
+                        job = pool.submit(hf.encode, [texts[d] for d in batch])
+                    pending.append((res, batch, where[lo:lo + ENCODE_BATCH], job))
+                    while len(pending) > 1:  # compare what HF has done while it encodes the next batch
+                        r, b, w, job = pending.popleft()
+                        compare(r, b, w, job.result())
+                del texts
+            while pending:
+                r, b, w, job = pending.popleft()
+                compare(r, b, w, job.result())
     finally:
         for s in streams.values():
             s.close()

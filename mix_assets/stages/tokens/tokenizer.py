@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
@@ -153,9 +154,7 @@ def training_sample(
             totals[s] += n
             while totals[s] - c[-1][2] >= quotas[s]:
                 totals[s] -= c.pop()[2]
-    for source in sorted(raw_paths):
-        if not chosen[source]:
-            continue
+    def texts_of(source: str) -> list[Optional[str]]:
         rank = {d: k for k, (_, d, _) in enumerate(chosen[source])}
         want = pa.array(list(rank), pa.string())
         texts: list[Optional[str]] = [None] * len(rank)
@@ -164,7 +163,14 @@ def training_sample(
             sel = batch.filter(pc.is_in(batch.column(0).cast(pa.string()), value_set=want))
             for d, t in zip(sel.column(0).to_pylist(), sel.column(1).to_pylist()):
                 texts[rank[d]] = t
-        yield from (t for t in texts if t)
+        return texts
+
+    # every source's file is read whole for its few sampled rows: two at a time (Parquet decoding and the
+    # Arrow filter release the GIL), yielded in source order; what is held is the sample's text
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        jobs = [pool.submit(texts_of, s) for s in sorted(raw_paths) if chosen[s]]
+        for job in jobs:
+            yield from (t for t in job.result() if t)
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int, special_tokens: list[str], out_dir: str) -> None:

@@ -121,3 +121,17 @@ def test_short_items_found_among_many_windows_past_the_prefilter():
     reg = ct.Registry.build({"t": ct.task_ngrams(items)}, n=13, short_min=8)
     docs = [" ".join(f"x{j}" for j in range(200)) + " " + items[i] + " tail" for i in range(0, 300, 7)]
     assert (reg.scan_texts(docs)[:, 0] == 1).all()
+
+
+def test_merged_unique_is_np_unique_of_the_runs():
+    """merged_unique (a stable sort that merges sorted runs) gives np.unique's array: of sorted runs with
+    values shared between them, of one run, of none, and of an unsorted run too (only slower)."""
+    rng = np.random.default_rng(3)
+    pool = rng.integers(0, 2**64 - 1, 5000, dtype=np.uint64)
+    runs = [np.sort(rng.choice(pool, size=n)) for n in (0, 1, 700, 3000, 2)]
+    got = ct.merged_unique(runs)
+    assert got.dtype == np.uint64 and np.array_equal(got, np.unique(np.concatenate(runs)))
+    assert np.array_equal(ct.merged_unique([runs[3]]), np.unique(runs[3]))
+    assert ct.merged_unique([]).size == 0
+    shuffled = rng.permutation(pool)
+    assert np.array_equal(ct.merged_unique([shuffled, pool[:10]]), np.unique(pool))
