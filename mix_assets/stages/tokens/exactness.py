@@ -167,7 +167,7 @@ def check(storage, seed: int, tok, paths: Optional[dict] = None, reference=None)
     def compare(res: SourceCheck, batch: list, where: list, ids: list[list[int]]) -> None:
         for d, (split, start, take), want in zip(batch, where, ids):
             if sep is not None:
-                want.append(sep)
+                want = want + [sep]  # a copy: reference ids may share one list between equal texts
             n = min(take, len(want))
             have = streams[split].read(start, n)
             res.tokens += len(have)
