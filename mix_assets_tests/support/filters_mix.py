@@ -114,4 +114,5 @@ def write_mix(folder: Path, model: gc.MarkovModel, target_bytes: int, seed: int,
     out = folder / "mix.yaml"
     out.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return out, {"paths": paths, "bytes": total, "target_tokens": target, "docs": sum(
-        1 for s in names for _ in open(paths[s])), "pairs": int(len(corpus.pairs))}
+        1 for s in names for _ in open(paths[s])), "pairs": int(len(corpus.pairs)),
+        "j_min": float(corpus.jaccard.min()), "j_max": float(corpus.jaccard.max())}
