@@ -535,6 +535,20 @@ def filter_outcomes(spec, st) -> dict:
     if spec.filters is not None or any(s.filters for s in spec.sources):
         reasons = collections.Counter(decisions.rejected_ids(st, [s.name for s in spec.sources]).values())
         out["rejections"] = dict(sorted(reasons.items()))
+    truth = Path(spec.resolve(spec.sources[0].loader.paths[0])).parent / "ground_truth.json"
+    signals = json.loads(truth.read_text()).get("signals") if truth.exists() else None
+    if signals and "rejections" in out:  # --filters all: the planted salad vs the prose, by the filter deciding
+        import pyarrow.parquet as pq
+
+        by = collections.Counter()
+        for s, lines in signals["salad"].items():
+            raw = pq.read_table(st.local_path(layout.RAW_DOCS.format(source=s)), columns=["doc_id", "row_index"])
+            row = dict(zip(raw.column("doc_id").to_pylist(), raw.column("row_index").to_pylist()))
+            salad = set(lines)
+            t = decisions.read_decisions(st, [s])[s]
+            for d, r in zip(t.column("doc_id").to_pylist(), t.column("reason").to_pylist()):
+                by[f"{'salad' if row[d] in salad else 'prose'} {(r or 'kept').split(':')[0]}"] += 1
+        out["pool"] = dict(sorted(by.items()))
     if st.exists(layout.LINE_REPORT):
         rep = json.loads(st.read_text(layout.LINE_REPORT))
         out["lines"] = {"frequent": rep["frequent"], "removed_lines": sum(r["removed_lines"] for r in rep["sources"]),
@@ -769,6 +783,10 @@ def section(mb: int, gen: dict, runs: list[dict], encs: dict) -> str:
             if o.get("quality"):
                 line += (f"; classifier held-out ROC-AUC {o['quality']['roc_auc']:.4f}, model sha256 "
                          f"`{o['quality']['model_sha256'][:12]}`")
+            if o.get("pool"):
+                line += ("; the pool's documents (word salad planted / prose) by the filter that rejected them "
+                         "(url first, then the cascade, language, the classifier): " + ", ".join(
+                             f"{k} {v:,}" for k, v in o["pool"].items()))
             L.append(line + ".")
     models = {r["graph"].get("outputs", {}).get("quality", {}).get("model_sha256") for r in runs} - {None}
     if models:
