@@ -20,7 +20,14 @@ No filter cascade by default (issue 13's graph). `--filters` adds configs/demo.y
 `filters:` section as it stands (Gopher quality and repetition, C4, FineWeb, language ID, guard: the
 `document_filters` stage, which keeps ~72 % of this corpus's documents, bench/results/filters_stage.md)
 with `keep_share: 0.65`, so every source is still read whole (raw samples budget x headroom /
-keep_share) and target_tokens is 0.65 of the figure above.
+keep_share) and target_tokens is 0.65 of the figure above. `--filters all` adds issue 30's three on top of
+that cascade, over the same pool with filter signals (../mix_assets_tests/support/filters_mix.py: a URL on
+every row, 3 % on a blocklisted domain and 1 % with a blocklisted substring; a boilerplate line planted in 30 %
+of the documents; 10 % word salad mixed in; two more sources, `reference` prose and `junk` salad, the
+classifier's positives and negatives): the URL filter, line dedup, a classifier trained in the graph with each
+pool source keeping score >= 0.3 and its best fifth as a tier seen twice; keep_share 0.55 (the cascade's 0.65
+times the ~0.85 the three keep). The report adds each run's rejections per reason, the lines removed and the
+classifier file's sha256.
 
 Workers: `--workers 1 2` × `--engines local ray` (default: all four). A run with n workers sets the
 mix spec's `engine:` section to {kind, num_cpus: n} and every other parallelism knob to n as well
@@ -100,6 +107,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FILTERS_KEEP_SHARE = 0.65  # --filters: below the ~0.72 of documents the demo's cascade keeps here
+ALL_KEEP_SHARE = 0.55  # --filters all: the cascade's, times the ~0.85 the URL filter and the classifier keep
 OUT = REPO / "bench" / "out" / "graph"
 RESULTS = REPO / "bench" / "results" / "graph.md"
 SOURCES = ("part_a", "part_b", "part_c", "part_d")
@@ -157,7 +165,7 @@ def eval_tasks(evals: Path) -> list[dict]:
 
 
 # -- children ---------------------------------------------------------------------------------
-def child_gen(mb: int, folder: Path, seed: int, bpt: float, filters: bool = False, vocab: int = 4096) -> dict:
+def child_gen(mb: int, folder: Path, seed: int, bpt: float, filters: str = "none", vocab: int = 4096) -> dict:
     import yaml
 
     from mix_assets_tests.support import gen_corpus as gc
@@ -167,6 +175,8 @@ def child_gen(mb: int, folder: Path, seed: int, bpt: float, filters: bool = Fals
                    for p in (data / "sources" / n).glob("*.txt"))
     t0 = time.perf_counter()
     model = gc.MarkovModel.from_files(books, order=2)
+    if filters == "all":
+        return gen_filters_all(mb, folder, seed, bpt, vocab, model, data, t0)
     corpus = gc.generate_bytes(model, int(mb * 1e6), seed=seed)
     paths = gc.write_jsonl_sources(corpus, folder / "corpus", SOURCES, seed=seed)
     secs = time.perf_counter() - t0
@@ -175,7 +185,7 @@ def child_gen(mb: int, folder: Path, seed: int, bpt: float, filters: bool = Fals
     total = sum(nbytes.values())
     shares = {s: round(nbytes[s] / total, 6) for s in SOURCES[:-1]}
     shares[SOURCES[-1]] = round(1.0 - sum(shares.values()), 6)
-    headroom, val, keep = 1.25, 0.02, (FILTERS_KEEP_SHARE if filters else 1.0)
+    headroom, val, keep = 1.25, 0.02, (FILTERS_KEEP_SHARE if filters == "cascade" else 1.0)
     target = int(0.97 * total / bpt * (1 - val) / headroom * keep)
     cfg = {
         "name": f"graph_bench_{mb}mb",
@@ -187,6 +197,22 @@ def child_gen(mb: int, folder: Path, seed: int, bpt: float, filters: bool = Fals
                      "license": "generated (CC0)",
                      "rationale": "Order-2 Markov prose over the shared books, 10 % planted near-copies.",
                      "share": shares[s]} for s in SOURCES],
+        **base_sections(bpt, vocab, val, data),
+        "storage": {"root": str(folder / "storage"), "cache_dir": str(folder / "cache")},
+        "publish": {"url": str(folder / "published")},
+    }
+    if filters == "cascade":
+        cfg["filters"] = {**demo_cascade(), "keep_share": keep}
+    (folder / "mix.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return {"secs": secs, "docs": len(corpus.texts), "pairs": int(len(corpus.pairs)),
+            "j_min": float(corpus.jaccard.min()), "j_max": float(corpus.jaccard.max()),
+            "bytes": total, "target_tokens": target, "training_words": int(len(model.stream)),
+            "peak_rss_mb": peak_rss_mb()}
+
+
+def base_sections(bpt: float, vocab: int, val: float, data: Path) -> dict:
+    """The config's sections other than the sources, budgets and filters (the docstring's "Config")."""
+    return {
         "tokenizer": {"kind": "train", "vocab_size": vocab, "bytes_per_token_fallback": bpt,
                       "train_sample_bytes": 2000000, "special_tokens": ["<|endoftext|>"]},
         "packing": {"seq_len": 512, "shifted_targets": False, "separator": "<|endoftext|>",
@@ -194,17 +220,41 @@ def child_gen(mb: int, folder: Path, seed: int, bpt: float, filters: bool = Fals
         "dedup": {"shingle_words": 5, "num_perm": 128, "threshold": 0.8, "max_loss_share_warn": 0.3},
         "audit": {"ngram": 13, "mask_contaminated": True, "tasks": eval_tasks(data / "evals")},
         "split": {"val_fraction": val},
-        "storage": {"root": str(folder / "storage"), "cache_dir": str(folder / "cache")},
-        "publish": {"url": str(folder / "published")},
     }
-    if filters:
-        cfg["filters"] = {**yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())["filters"],
-                          "keep_share": keep}
-    (folder / "mix.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    return {"secs": secs, "docs": len(corpus.texts), "pairs": int(len(corpus.pairs)),
-            "j_min": float(corpus.jaccard.min()), "j_max": float(corpus.jaccard.max()),
-            "bytes": total, "target_tokens": target, "training_words": int(len(model.stream)),
-            "peak_rss_mb": peak_rss_mb()}
+
+
+def demo_cascade() -> dict:
+    import yaml
+
+    return yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())["filters"]
+
+
+def gen_filters_all(mb: int, folder: Path, seed: int, bpt: float, vocab: int, model, data: Path, t0: float) -> dict:
+    """--filters all: the filter-signals corpus and config of mix_assets_tests/support/filters_mix.py over the
+    bench's base sections, with the demo's cascade; paths made absolute (each run's config is written elsewhere)."""
+    import yaml
+
+    from mix_assets_tests.support import filters_mix as fm
+
+    base = {"name": f"graph_bench_{mb}mb_filters_all", "headroom": 1.25, "seed": 1234,
+            "description": "Markov prose, 10 % planted near-copies, URL / boilerplate / salad signals (bench/graph.py).",
+            **base_sections(bpt, vocab, 0.02, data)}
+    # the WARN on a source's share lost to the masks: the cascade (~28 %), the URL lists (4 %), the salad (~9 %)
+    base["dedup"]["max_loss_share_warn"] = 0.5
+    cfg_path, info = fm.write_mix(folder, model, int(mb * 1e6), seed, base, keep_share=ALL_KEEP_SHARE,
+                                  cascade=demo_cascade(), bytes_per_token=bpt)
+    secs = time.perf_counter() - t0
+    cfg = yaml.safe_load(cfg_path.read_text())
+    for src in cfg["sources"]:
+        src["loader"]["paths"] = [str(folder / p) for p in src["loader"]["paths"]]
+    for lst in cfg["filters"]["url"]["lists"]:
+        lst["path"] = str(folder / lst["path"])
+    cfg["storage"] = {"root": str(folder / "storage"), "cache_dir": str(folder / "cache")}
+    cfg["publish"] = {"url": str(folder / "published")}
+    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return {"secs": secs, "docs": info["docs"], "pairs": info["pairs"], "j_min": info["j_min"],
+            "j_max": info["j_max"], "bytes": info["bytes"], "target_tokens": info["target_tokens"],
+            "training_words": int(len(model.stream)), "peak_rss_mb": peak_rss_mb()}
 
 
 def rebuild_job():
@@ -469,7 +519,45 @@ def outputs(spec) -> dict:
     data = None if files is None else hashlib.sha256("".join(
         f["sha256"] for f in files if f["path"] != "review/mix_config.json").encode()).hexdigest()
     return {"fingerprint": json.loads(m.read_text())["fingerprint"] if m.exists() else None, "data_sha256": data,
-            "dedup_docs": pq.ParquetFile(k).metadata.num_rows if k.exists() else None}
+            "dedup_docs": pq.ParquetFile(k).metadata.num_rows if k.exists() else None, **filter_outcomes(spec, st)}
+
+
+def filter_outcomes(spec, st) -> dict:
+    """With filters: rejections per reason over every source (the filters' first failing rule); with line dedup:
+    lines removed and documents it dropped; with a classifier: its file's sha256 and held-out ROC-AUC."""
+    import collections
+    import hashlib
+
+    from mix_assets.core import layout
+    from mix_assets.stages.filters import decisions
+
+    out: dict = {}
+    if spec.filters is not None or any(s.filters for s in spec.sources):
+        reasons = collections.Counter(decisions.rejected_ids(st, [s.name for s in spec.sources]).values())
+        out["rejections"] = dict(sorted(reasons.items()))
+    truth = Path(spec.resolve(spec.sources[0].loader.paths[0])).parent / "ground_truth.json"
+    signals = json.loads(truth.read_text()).get("signals") if truth.exists() else None
+    if signals and "rejections" in out:  # --filters all: the planted salad vs the prose, by the filter deciding
+        import pyarrow.parquet as pq
+
+        by = collections.Counter()
+        for s, lines in signals["salad"].items():
+            raw = pq.read_table(st.local_path(layout.RAW_DOCS.format(source=s)), columns=["doc_id", "row_index"])
+            row = dict(zip(raw.column("doc_id").to_pylist(), raw.column("row_index").to_pylist()))
+            salad = set(lines)
+            t = decisions.read_decisions(st, [s])[s]
+            for d, r in zip(t.column("doc_id").to_pylist(), t.column("reason").to_pylist()):
+                by[f"{'salad' if row[d] in salad else 'prose'} {(r or 'kept').split(':')[0]}"] += 1
+        out["pool"] = dict(sorted(by.items()))
+    if st.exists(layout.LINE_REPORT):
+        rep = json.loads(st.read_text(layout.LINE_REPORT))
+        out["lines"] = {"frequent": rep["frequent"], "removed_lines": sum(r["removed_lines"] for r in rep["sources"]),
+                        "dropped_docs": sum(r["dropped_docs"] for r in rep["sources"])}
+    if st.exists(layout.QUALITY_MODEL):
+        ts = json.loads(st.read_text(layout.QUALITY_TRAINING_SET))
+        out["quality"] = {"model_sha256": hashlib.sha256(st.read_bytes(layout.QUALITY_MODEL)).hexdigest(),
+                          "roc_auc": ts["heldout_metrics"].get("roc_auc")}
+    return out
 
 
 def child_encode(cfg: Path) -> dict:
@@ -511,8 +599,7 @@ def child_encode(cfg: Path) -> dict:
 
 def child(kind: str, args: list[str]) -> None:
     if kind == "gen":
-        out = child_gen(int(args[0]), Path(args[1]), int(args[2]), float(args[3]), args[4] == "filters",
-                        int(args[5]))
+        out = child_gen(int(args[0]), Path(args[1]), int(args[2]), float(args[3]), args[4], int(args[5]))
     elif kind == "graph":
         out = child_graph(Path(args[0]), int(args[1]), args[2])
     else:
@@ -685,6 +772,26 @@ def section(mb: int, gen: dict, runs: list[dict], encs: dict) -> str:
                      + (f"; run-level resource init {run['graph']['run_resource_init_secs']:.1f} s (the in-process "
                         "executor connects the engine once per run)" if run["graph"].get("run_resource_init_secs")
                         else "") + ".")
+    for run in runs:
+        o = run["graph"].get("outputs", {})
+        if o.get("rejections") is not None:
+            line = f"{label(run)}: documents rejected per reason " + ", ".join(
+                f"`{k}` {v:,}" for k, v in o["rejections"].items())
+            if o.get("lines"):
+                line += (f"; line dedup: {o['lines']['frequent']:,} frequent line(s), {o['lines']['removed_lines']:,} "
+                         f"lines removed, {o['lines']['dropped_docs']:,} documents dropped")
+            if o.get("quality"):
+                line += (f"; classifier held-out ROC-AUC {o['quality']['roc_auc']:.4f}, model sha256 "
+                         f"`{o['quality']['model_sha256'][:12]}`")
+            if o.get("pool"):
+                line += ("; the pool's documents (word salad planted / prose) by the filter that rejected them "
+                         "(url first, then the cascade, language, the classifier): " + ", ".join(
+                             f"{k} {v:,}" for k, v in o["pool"].items()))
+            L.append(line + ".")
+    models = {r["graph"].get("outputs", {}).get("quality", {}).get("model_sha256") for r in runs} - {None}
+    if models:
+        L.append("Classifier file (quality/model.bin): " + ("the same bytes in every run." if len(models) == 1
+                                                            else f"DIFFERS between runs: {sorted(models)}"))
     L += ["", "Per step: seconds STEP_START → STEP_SUCCESS (in brackets: from the executor launching the step to "
           "its last log line, so with process start and resource init/teardown such as ray.init), CPU seconds (in "
           "process: the run process's between the step's start and end, from 0.5 s samples, Ray workers' not counted; multiprocess: the "
@@ -877,8 +984,11 @@ def main() -> None:
                          "peak RSS; pays a process start per step); default both")
     ap.add_argument("--max-concurrent", type=int, default=1,
                     help="steps the multiprocess executor runs at once (1: a step's seconds are its own)")
-    ap.add_argument("--filters", action="store_true",
-                    help=f"add configs/demo.yaml's filters: section (document_filters), keep_share {FILTERS_KEEP_SHARE}")
+    ap.add_argument("--filters", nargs="?", const="cascade", default="none", choices=["none", "cascade", "all"],
+                    help=f"--filters (or cascade): add configs/demo.yaml's filters: section (document_filters), "
+                         f"keep_share {FILTERS_KEEP_SHARE}; --filters all: that cascade and issue 30's URL filter, "
+                         f"line dedup and quality classifier (with a tier) over a corpus with their signals, "
+                         f"keep_share {ALL_KEEP_SHARE} (support/filters_mix.py)")
     ap.add_argument("--no-pin", dest="pin", action="store_false",
                     help="do not pin an n-worker run (and the n-thread encode) to n cores")
     ap.add_argument("--repeat", type=int, default=1,
@@ -913,8 +1023,7 @@ def main() -> None:
         if folder.exists():
             subprocess.run(["rm", "-rf", str(folder)], check=True)
         folder.mkdir(parents=True)
-        gen = run_child("gen", [mb, folder, a.seed, a.bytes_per_token, "filters" if a.filters else "none",
-                                a.vocab], 1, folder / "gen.log")
+        gen = run_child("gen", [mb, folder, a.seed, a.bytes_per_token, a.filters, a.vocab], 1, folder / "gen.log")
         print(f"[{mb} MB] corpus {gen['bytes'] / 1e6:.1f} MB, {gen['docs']:,} docs, {gen['pairs']:,} pairs "
               f"({gen['secs']:.1f} s)", flush=True)
         runs = []
@@ -957,8 +1066,10 @@ def main() -> None:
            + (f" (multiprocess max_concurrent {a.max_concurrent})" if "multiprocess" in a.executor else "")
            + (f"; {a.repeat} interleaved repetitions of each in-process run and its encode" if a.repeat > 1 else "")
            + (f"; **tokenizer vocab_size {a.vocab:,}** (`--vocab`; the default is the demo's 4,096)" if a.vocab != 4096 else "")
-           + (f"; **with the demo's filter cascade** (`--filters`, keep_share {FILTERS_KEEP_SHARE})." if a.filters
-              else "; no filter cascade."),
+           + {"cascade": f"; **with the demo's filter cascade** (`--filters`, keep_share {FILTERS_KEEP_SHARE}).",
+              "all": f"; **with the demo's filter cascade, the URL filter, line dedup and the quality classifier** "
+                     f"(`--filters all`, keep_share {ALL_KEEP_SHARE}).",
+              "none": "; no filter cascade."}[a.filters],
            f"Load average (1/5/15 min) at start: {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f}; at end: "
            f"{load1[0]:.2f} / {load1[1]:.2f} / {load1[2]:.2f} (2 cores, shared with other work).", "",
            "Against issue 13's targets (figure, reference, ratio):", "", *[f"- {x}" for x in tgt], ""]

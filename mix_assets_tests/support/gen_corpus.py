@@ -14,6 +14,14 @@ target; the Jaccard is then measured exactly, on the normalised words (`textkeys
 dedup stage and the split gate use), and m nudged until it lands in range. Every planted pair is
 returned with its measured Jaccard.
 
+Filter signals (`write_jsonl_sources(..., signals=FilterSignals())`, off by default: without it the files are
+byte for byte those written before the option): every row gets a `url` (a share on a blocklisted domain or
+holding a blocklisted substring), a planted boilerplate line ends a share of the documents, and word salad
+(words drawn one by one with their corpus frequency: the unigram statistics of prose without its word order)
+is mixed into the pool; `write_reference_sources` writes the classifier's labelled sources beside it, clean
+generated prose (`reference`, the positives) and salad alone (`junk`, the negatives), and the blocklists.
+mix_assets_tests/support/filters_mix.py turns that into a config with the three filters on.
+
 Everything is a function of the training texts and the seed.
 """
 
@@ -22,7 +30,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -195,24 +203,117 @@ def generate_bytes(model: MarkovModel, target_bytes: int, seed: int = 0, **kw) -
     return generate(model, max(1, int(target_bytes / per_doc)), seed=seed, **kw)
 
 
-def write_jsonl_sources(corpus: Corpus, folder: str | Path, sources: Sequence[str], seed: int = 0) -> dict:
+# -- filter signals (off by default) ---------------------------------------------------------------------
+BLOCKED_DOMAIN = "spamfarm.example"  # FilterSignals.blocked_fraction of the URLs are on subdomains of it
+BLOCKED_SUBSTRING = "casino"  # FilterSignals.substring_fraction of the URLs hold it in their path
+BOILERPLATE = "Subscribe to our newsletter for the latest stories, offers and events."
+
+
+@dataclass(frozen=True)
+class FilterSignals:
+    """What `write_jsonl_sources(..., signals=...)` plants for the URL filter, line dedup and the classifier."""
+
+    salad_fraction: float = 0.1  # word-salad documents added to the pool, as a share of its documents
+    blocked_fraction: float = 0.03  # URLs on a subdomain of BLOCKED_DOMAIN
+    substring_fraction: float = 0.01  # URLs (on ordinary hosts) whose path holds BLOCKED_SUBSTRING
+    boilerplate_fraction: float = 0.3  # documents ending with BOILERPLATE on a line of its own
+    hosts: int = 200  # ordinary hosts the other URLs are spread over
+
+
+def word_salad(model: MarkovModel, n_docs: int, rng: np.random.Generator, median_words: int = 330,
+               sigma: float = 0.7, min_words: int = 40, max_words: int = 4000) -> list[str]:
+    """`n_docs` documents of words drawn independently with their frequency in the training text (lengths
+    as `generate`'s): prose's vocabulary without its word order."""
+    lens = np.clip(np.round(rng.lognormal(np.log(median_words), sigma, n_docs)), min_words, max_words).astype(np.int64)
+    ids = model.stream[rng.integers(0, len(model.stream), int(lens.sum()))]
+    return [" ".join(model.vocab[d].tolist()) for d in np.split(ids, np.cumsum(lens)[:-1])] if n_docs else []
+
+
+def _urls(n: int, rng: np.random.Generator, sig: FilterSignals) -> tuple[list[str], np.ndarray]:
+    """n URLs and what each is: 0 ordinary, 1 on BLOCKED_DOMAIN, 2 holding BLOCKED_SUBSTRING."""
+    u = rng.random(n)
+    kind = np.where(u < sig.blocked_fraction, 1, np.where(u < sig.blocked_fraction + sig.substring_fraction, 2, 0))
+    host = rng.integers(0, sig.hosts, n)
+    sub = np.array(["www", "blog", "m", "news"])[rng.integers(0, 4, n)]
+    out = []
+    for i in range(n):
+        if kind[i] == 1:
+            out.append(f"https://{sub[i]}.{BLOCKED_DOMAIN}/post/{i}")
+        else:
+            section = f"{BLOCKED_SUBSTRING}-night" if kind[i] == 2 else "articles"
+            out.append(f"https://{sub[i]}.site{int(host[i])}.example.org/{section}/{i}.html")
+    return out, kind
+
+
+def write_jsonl_sources(corpus: Corpus, folder: str | Path, sources: Sequence[str], seed: int = 0,
+                        signals: Optional[FilterSignals] = None,
+                        model: Optional[MarkovModel] = None) -> dict:
     """Spread the documents over `sources` (seeded) as <folder>/<source>.jsonl ({"text": ...} rows).
 
     Writes <folder>/ground_truth.json: every planted pair as (source, line) of both documents and its
-    Jaccard. Returns {source: path}.
+    Jaccard. Returns {source: path}. With `signals` (and the `model` the salad is drawn from), the pool is
+    first grown by the salad documents (shuffled in), planted lines are appended and every row is
+    {"text", "url"}; ground_truth.json then also lists, per source, the lines holding salad, the planted line,
+    a blocked domain and a blocked substring.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    which = rng.integers(0, len(sources), len(corpus.texts))
-    line = np.zeros(len(corpus.texts), np.int64)
+    texts, pairs, urls, marks = corpus.texts, corpus.pairs, None, {}
+    if signals is not None:
+        if model is None:
+            raise ValueError("write_jsonl_sources: signals need the model the word salad is drawn from")
+        srng = np.random.default_rng([seed, 30])  # its own stream: the pool's documents are the default's
+        salad = word_salad(model, int(round(signals.salad_fraction * len(texts))), srng)
+        texts = texts + salad
+        perm = srng.permutation(len(texts))  # texts[perm[j]] goes to position j
+        where_now = np.empty(len(texts), np.int64)
+        where_now[perm] = np.arange(len(texts))
+        is_salad = np.arange(len(texts)) >= len(corpus.texts)
+        texts, pairs, is_salad = [texts[k] for k in perm], where_now[pairs], is_salad[perm]
+        planted = srng.random(len(texts)) < signals.boilerplate_fraction
+        texts = [t + "\n\n" + BOILERPLATE if p else t for t, p in zip(texts, planted)]
+        urls, kind = _urls(len(texts), srng, signals)
+        marks = {"salad": is_salad, "boilerplate": planted, "blocked_domain": kind == 1,
+                 "blocked_substring": kind == 2}
+    which = rng.integers(0, len(sources), len(texts))
+    line = np.zeros(len(texts), np.int64)
     paths = {}
     for k, name in enumerate(sources):
         idx = np.flatnonzero(which == k)
         line[idx] = np.arange(len(idx))
         paths[name] = folder / f"{name}.jsonl"
-        paths[name].write_text("".join(json.dumps({"text": corpus.texts[i]}) + "\n" for i in idx))
-    truth = [{"a": [sources[which[a]], int(line[a])], "b": [sources[which[b]], int(line[b])], "jaccard": j}
-             for (a, b), j in zip(corpus.pairs.tolist(), corpus.jaccard.tolist())]
-    (folder / "ground_truth.json").write_text(json.dumps({"pairs": truth}, indent=0))
+        rows = ({"text": texts[i]} if urls is None else {"text": texts[i], "url": urls[i]} for i in idx)
+        paths[name].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    truth: dict = {"pairs": [{"a": [sources[which[a]], int(line[a])], "b": [sources[which[b]], int(line[b])],
+                              "jaccard": j} for (a, b), j in zip(pairs.tolist(), corpus.jaccard.tolist())]}
+    if marks:
+        truth["signals"] = {m: {name: line[(which == k) & v].tolist() for k, name in enumerate(sources)}
+                            for m, v in marks.items()}
+    (folder / "ground_truth.json").write_text(json.dumps(truth, indent=0))
     return {k: str(v) for k, v in paths.items()}
+
+
+def write_reference_sources(model: MarkovModel, folder: str | Path, n_reference: int, n_junk: int, seed: int = 0,
+                            signals: FilterSignals = FilterSignals()) -> dict:
+    """The classifier's labelled sources and the blocklists, beside a pool written with `signals`:
+    <folder>/reference.jsonl (clean generated prose: no near-copies, no planted line; the positives),
+    <folder>/junk.jsonl (word salad alone; the negatives), both with ordinary URLs, and
+    <folder>/blocklists/{domains,url_words}.txt. Returns {"reference": path, "junk": path, "domains": path,
+    "url_words": path}."""
+    folder = Path(folder)
+    rng = np.random.default_rng([seed, 31])
+    ref = generate(model, n_reference, seed=seed + 31, near_dup_fraction=0.0).texts
+    junk = word_salad(model, n_junk, rng)
+    clean = FilterSignals(blocked_fraction=0.0, substring_fraction=0.0, hosts=signals.hosts)
+    out = {}
+    for name, texts in (("reference", ref), ("junk", junk)):
+        urls, _ = _urls(len(texts), rng, clean)
+        out[name] = folder / f"{name}.jsonl"
+        out[name].write_text("".join(json.dumps({"text": t, "url": u}) + "\n" for t, u in zip(texts, urls)))
+    (folder / "blocklists").mkdir(parents=True, exist_ok=True)
+    out["domains"] = folder / "blocklists" / "domains.txt"
+    out["domains"].write_text(f"# generated spam hosts (gen_corpus.FilterSignals)\n{BLOCKED_DOMAIN}\n")
+    out["url_words"] = folder / "blocklists" / "url_words.txt"
+    out["url_words"].write_text(f"{BLOCKED_SUBSTRING}\n")
+    return {k: str(v) for k, v in out.items()}

@@ -83,7 +83,7 @@ class UrlSpec(Strict):
     """The URL / domain filter: documents whose URL is on a blocklist are rejected (`url:<list>`)."""
 
     enabled: bool = True
-    field: str = "url"  # the documents' column holding the URL (a JSONL source's `url_field` puts it in `url`)
+    field: str = "url"  # the documents' column holding the URL (a source's `url_field` puts it in `url`)
     lists: list[UrlListSpec] = Field(min_length=1)  # tried in order: a document's reason is the first that matches
     reject_unparseable: bool = False  # a URL without a usable host: kept and counted, or rejected (`url:unparseable`)
 

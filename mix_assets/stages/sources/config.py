@@ -108,7 +108,8 @@ class SourceSpec(Strict):
     split: str = "train"  # the split read (hub / datasets builders); local loaders ignore it
     text_field: Optional[str] = None  # the field holding the text ...
     template: Optional[str] = None  # ... or a str.format template joining fields, "{question}\n{answer}"
-    # JSONL sources: the field holding each document's URL, kept as raw/<source>'s `url` column (filters.url)
+    # JSONL, Parquet and hub sources: the field holding each document's URL, kept as raw/<source>'s `url` column
+    # (filters.url); a text-folder source has no fields, so no URL
     url_field: Optional[str] = None
     license: str = Field(min_length=1)  # licence as stated by the source
     rationale: str = Field(min_length=20)  # the corpus property relied on (shown in the UI)
@@ -147,8 +148,10 @@ class SourceSpec(Strict):
                 raise ValueError("a text-folder source takes neither text_field nor template")
         elif bool(self.text_field) == bool(self.template):
             raise ValueError("give exactly one of text_field or template")
-        if self.url_field and self.loader.kind != "jsonl":
-            raise ValueError(f"url_field is read from JSONL sources only (this one's loader is {self.loader.kind})")
+        if self.url_field and self.loader.kind == "text":
+            raise ValueError("url_field is read from JSONL, Parquet and hub sources: a text-folder source's "
+                             "documents are pieces of files, with no field to hold a URL (switch filters.url off "
+                             "for it)")
         return self
 
     @property

@@ -51,7 +51,7 @@ DOC_SCHEMA = pa.schema([
     ("est_tokens", pa.int64()),
 ])
 
-URL_COLUMN = "url"  # raw/<source>'s column holding a source's `url_field` (JSONL sources that name one)
+URL_COLUMN = "url"  # raw/<source>'s column holding a source's `url_field` (JSONL, Parquet and hub sources)
 
 
 def doc_schema(src) -> pa.Schema:
@@ -106,6 +106,7 @@ class Row:
     text: Optional[str]  # None when the bytes did not decode
     id_key: str  # what the doc_id is derived from (stable across rebuilds)
     note: Optional[str] = None  # why `text` is None, when more than "the bytes did not decode"
+    url: Optional[str] = None  # the source's `url_field` value (Parquet and hub rows; JSONL reads it per chunk)
 
 
 def doc_id(source: str, id_key: str) -> str:
@@ -332,7 +333,18 @@ def _read_datasets(src: SourceSpec, loader, split: str) -> Iterator[Row]:
         raise
     for i, row in enumerate(ds):
         key = f"{split}:{i}"
-        yield Row(i, key, _render(src, row, f"{where} {key}"), key)
+        yield Row(i, key, _render(src, row, f"{where} {key}"), key,
+                  url=_url_of(src, row, f"{where} {key}") if src.url_field else None)
+
+
+def _url_of(src: SourceSpec, row: dict, where: str) -> Optional[str]:
+    """A Parquet / hub row's `url_field` value (None when the column is absent or null); a value that is not a
+    string fails naming the file, row and field (as a JSONL row's does)."""
+    v = row.get(src.url_field)
+    if v is not None and not isinstance(v, str):
+        raise SourceError(f"source {src.name}: {where}: field {src.url_field!r} holds {type(v).__name__}, "
+                          "expected a string (a URL)")
+    return v
 
 
 PLACEHOLDER_REVISION = "0" * 40
@@ -913,7 +925,8 @@ def iter_sample(spec, src: SourceSpec, bytes_per_token: float, plan: SamplePlan,
         return
     scratch = SourceSample()
     last = int(np.flatnonzero(plan.keep)[-1]) if plan.keep.any() else -1
-    cols: dict[str, list] = {c: [] for c in DOC_SCHEMA.names}
+    schema = doc_schema(src)  # DOC_SCHEMA, then `url` for a Parquet / hub source with a url_field
+    cols: dict[str, list] = {c: [] for c in schema.names}
     size = 0
     cands = _candidates(spec, src, bytes_per_token, float("inf"), scratch) if last >= 0 else iter(())
     for j, (row, text, nb, est) in enumerate(cands):
@@ -925,14 +938,14 @@ def iter_sample(spec, src: SourceSpec, bytes_per_token: float, plan: SamplePlan,
         if _sample_key(spec.seed, did) != int(plan.keys[j]):
             raise SourceError(f"source {src.name}: the source changed while it was read ({row.origin})")
         if cols["doc_id"] and (len(cols["doc_id"]) >= group_rows or size + nb > group_bytes):
-            yield pa.Table.from_pydict(cols, schema=DOC_SCHEMA)
-            cols, size = {c: [] for c in DOC_SCHEMA.names}, 0
-        values = (did, src.name, text, row.row_index, row.origin, nb, len(text), est)
-        for c, v in zip(DOC_SCHEMA.names, values):
+            yield pa.Table.from_pydict(cols, schema=schema)
+            cols, size = {c: [] for c in schema.names}, 0
+        values = (did, src.name, text, row.row_index, row.origin, nb, len(text), est, row.url)
+        for c, v in zip(schema.names, values):
             cols[c].append(v)
         size += nb
     if cols["doc_id"] or last < 0:
-        yield pa.Table.from_pydict(cols, schema=DOC_SCHEMA)
+        yield pa.Table.from_pydict(cols, schema=schema)
 
 
 def sample_source(

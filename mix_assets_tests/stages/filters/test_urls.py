@@ -96,11 +96,33 @@ def test_the_config_section_and_a_dump_without_it():
         FiltersSpec.model_validate({"url": {"lists": [{"name": "x", "path": "d.txt", "kind": "hosts"}]}})
 
 
-def test_in_the_graph_a_jsonl_url_field_reaches_raw_and_blocked_documents_are_masked_with_the_reason(tmp_path):
-    """raw/<source> carries the source's url_field as `url`; document_filters rejects a blocklisted domain and
-    its subdomain (`url:adult`), counted per list as metadata; exclusion_masks holds the reason."""
-    import json
+def _web_rows():
     import random
+
+    r = random.Random(3)
+    words = "river stone market lantern harvest copper meadow orchard bridge signal quiet amber".split()
+    hosts = ["bad.example", "news.bad.example", "good.org", "fine.net", "notbad.example"]
+    return [{"text": " ".join(r.choice(words) for _ in range(60)) + ".", "page_url": f"https://{hosts[i % 5]}/p{i}"}
+            for i in range(150)]
+
+
+def _web_loader(tmp_path, kind: str, rows: list) -> dict:
+    """The rows as a JSONL or a Parquet source's file."""
+    import json
+
+    if kind == "jsonl":
+        (tmp_path / "web.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+        return {"kind": "jsonl", "paths": [str(tmp_path / "web.jsonl")]}
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "web.parquet")
+    return {"kind": "parquet", "paths": [str(tmp_path / "web.parquet")]}
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_in_the_graph_a_url_field_reaches_raw_and_blocked_documents_are_masked_with_the_reason(tmp_path, kind):
+    """raw/<source> carries the source's url_field as `url` (a JSONL or a Parquet source); document_filters rejects
+    a blocklisted domain and its subdomain (`url:adult`), counted per list as metadata; exclusion_masks holds
+    the reason."""
+    import json
 
     import dagster as dg
 
@@ -113,15 +135,9 @@ def test_in_the_graph_a_jsonl_url_field_reaches_raw_and_blocked_documents_are_ma
     from mix_assets.stages.sources.assets import build_source_assets
     from mix_assets_tests.conftest import minimal_config, source, write_config
 
-    r = random.Random(3)
-    words = "river stone market lantern harvest copper meadow orchard bridge signal quiet amber".split()
-    hosts = ["bad.example", "news.bad.example", "good.org", "fine.net", "notbad.example"]
-    rows = [{"text": " ".join(r.choice(words) for _ in range(60)) + ".", "url": f"https://{hosts[i % 5]}/p{i}"}
-            for i in range(150)]
-    (tmp_path / "web.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+    loader = _web_loader(tmp_path, kind, _web_rows())
     lists = _lists(tmp_path)
-    cfg = minimal_config(sources=[source("web", {"kind": "jsonl", "paths": [str(tmp_path / "web.jsonl")]},
-                                         url_field="url")],
+    cfg = minimal_config(sources=[source("web", loader, url_field="page_url")],
                          target_tokens=3000, headroom=1.1, filters={"url": {"lists": lists}, "keep_share": 0.5},
                          audit={"mask_contaminated": False, "tasks": []})
     cfg["storage"] = {"root": str(tmp_path / "storage"), "cache_dir": str(tmp_path / "cache")}
@@ -144,12 +160,31 @@ def test_in_the_graph_a_jsonl_url_field_reaches_raw_and_blocked_documents_are_ma
     assert {m["doc_id"] for m in masks if "url:adult" in json.dumps(m)} == blocked
 
 
-def test_url_field_is_for_jsonl_sources_and_absent_from_dumps_when_unset():
+def test_a_parquet_url_that_is_not_a_string_fails_naming_file_row_and_field(tmp_path):
+    from mix_assets.config import load_spec
+    from mix_assets.stages.sources import sources
+    from mix_assets_tests.conftest import minimal_config, source, write_config
+
+    rows = [{"text": "An ordinary document about rivers.", "page_url": 7 * i} for i in range(3)]
+    cfg = minimal_config(sources=[source("web", _web_loader(tmp_path, "parquet", rows), url_field="page_url")])
+    spec = load_spec(write_config(tmp_path, cfg))
+    with pytest.raises(sources.SourceError, match=r"web.parquet train:0: field 'page_url' holds int, expected a "
+                                                  r"string \(a URL\)"):
+        list(sources.iter_rows(spec, spec.source("web")))
+    # without a url_field the column is not read: the rows carry no URL
+    spec = load_spec(write_config(tmp_path, minimal_config(sources=[source("web", _web_loader(tmp_path, "parquet",
+                                                                                              rows))])))
+    assert [r.url for r in sources.iter_rows(spec, spec.source("web"))] == [None] * 3
+
+
+def test_url_field_is_for_jsonl_parquet_and_hub_sources_and_absent_from_dumps_when_unset():
     from mix_assets.stages.sources.config import SourceSpec
     base = {"name": "web", "license": "test", "rationale": "A test source whose property is that it is small.",
             "share": 1.0}
-    with pytest.raises(Exception, match="url_field is read from JSONL sources only"):
+    with pytest.raises(Exception, match="a text-folder source's documents are pieces of files, with no field"):
         SourceSpec.model_validate({**base, "loader": {"kind": "text", "paths": ["x"]}, "url_field": "url"})
+    parquet = {**base, "loader": {"kind": "parquet", "paths": ["x.parquet"]}, "text_field": "text", "url_field": "u"}
+    assert SourceSpec.model_validate(parquet).url_field == "u"
     jsonl = {**base, "loader": {"kind": "jsonl", "paths": ["x.jsonl"]}, "text_field": "text"}
     assert "url_field" not in SourceSpec.model_validate(jsonl).model_dump(mode="json")
     assert SourceSpec.model_validate({**jsonl, "url_field": "url"}).model_dump(mode="json")["url_field"] == "url"
