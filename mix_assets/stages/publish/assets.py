@@ -67,7 +67,7 @@ def build_publish_assets(spec: MixSpec, derive: Optional[Callable[[MixSpec], Map
     )
     def published_revision(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
         """The mix as an immutable revision at the publish target (local dir, s3:// or the hub)."""
-        with run_lock(context, mix.storage, "published_revision"):  # mix/ must not change while it is copied
+        with run_lock(context, mix.storage, "published_revision"):  # one run writes the publish target at a time
             inputs = verified_inputs(mix.storage, "published_revision", ["manifest", SHARDS_AUDIT_RECORD], context)
             manifest = pub.load_manifest(_mix_dir(mix.storage))
             _require_clean_audit(mix.storage, manifest)
@@ -97,7 +97,7 @@ def build_publish_assets(spec: MixSpec, derive: Optional[Callable[[MixSpec], Map
                                             mix: MixResource) -> dg.AssetCheckResult:
         """A stranger's read of the revision: every file re-hashed, the reader's samples equal the local ones;
         then `latest` names it."""
-        with run_lock(context, mix.storage, PUBLISHED_READABLE):  # compares with mix/, moves `latest`
+        with run_lock(context, mix.storage, PUBLISHED_READABLE):  # moves `latest`
             verified_inputs(mix.storage, PUBLISHED_READABLE, ["published_revision"], context)
             record = json.loads(mix.storage.read_text(layout.PUBLISHED))
             v = pub.verify(read_only_target(mix.spec), record["revision"], _mix_dir(mix.storage),
