@@ -177,3 +177,19 @@ def test_gc_collects_the_caches_on_s3(seaweedfs, monkeypatch, tmp_path):
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     _check_caches(Storage(seaweedfs.url("gc-caches"), s3_endpoint_url=seaweedfs.endpoint,
                           cache_dir=str(tmp_path / "cache")), tmp_path)
+
+
+def test_a_record_current_in_a_runs_checkout_is_kept(tmp_path):
+    """A run that worked in a checkout of its own (core/checkout.py) names its artifacts there: gc keeps them."""
+    st = Storage(str(tmp_path / "root"))
+    co = Storage(str(tmp_path / "root" / "checkouts" / "cfg-x"), store_root=str(tmp_path / "root"))
+    key, sha = _artifact(co, "a", b"in-checkout", current=True)
+    assert st.exists(objects.keyed_key("a", key)) and st.exists(objects.object_key(sha))  # filed in the root
+    rec = json.loads(st.read_text(objects.keyed_key("a", key)))
+    st.write_text(objects.keyed_key("a", key), json.dumps({**rec, "created": OLD}))
+    for k in st.list(objects.OBJECTS):
+        os.utime(tmp_path / "root" / k, (0, 0))
+    p = gc.plan(st, keep_days=0)
+    # before: removed at --keep-days 0, only the root's lineage/ counted as current
+    assert p.keep_records[objects.keyed_key("a", key)] == "current lineage record"
+    assert objects.object_key(sha) not in p.remove_blobs
