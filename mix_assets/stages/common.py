@@ -1,6 +1,7 @@
 """The asset kit every stages/<stage>/assets.py uses (Dagster side): raw asset keys and lineage names, the
 derived code_version, verified inputs and recorded lineage, artifact keys and their reuse from the object
-store (`reused`, core/keys.py, core/objects.py), gates (`gate`, `@gated`, the failure summary naming what
+store (`reused`, core/keys.py, core/objects.py), a checkout's inputs restored by the current config's keys
+(`checkout_inputs`, core/checkout.py), gates (`gate`, `@gated`, the failure summary naming what
 was held back) and the run lease (`run_lock`)."""
 
 from __future__ import annotations

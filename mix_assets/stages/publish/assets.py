@@ -12,8 +12,9 @@ A re-publish of an existing revision re-hashes its objects and repairs what is m
 
 Every byte published is hashed as it is written and refused unless it is what the manifest lists, and
 `latest` moves only when the gate `published_readable_from_empty_cache` has read the revision back and
-found it whole. Both steps hold the storage root's run lease (`common.run_lock`), so no other run rewrites
-`mix/` while this one copies it or compares it with the revision.
+found it whole. Both steps hold the storage root's run lease (`common.run_lock`, `common.LEASED_STEPS`), so
+one run at a time writes the publish target and moves `latest`; `mix/` is the run's own checkout
+(core/checkout.py), which no other live run writes.
 """
 
 
