@@ -93,7 +93,7 @@ raise SystemExit("the run finished before it was killed")
     assert parts, "the killed run left no chunk part to resume from"
     assert not storage.exists("mix/manifest.json")  # killed before it could publish anything
 
-        counter = killed.Counter(getattr(module, fn))
+    counter = killed.Counter(getattr(module, fn))
     monkeypatch.setattr(module, fn, counter)
     instance = dg.DagsterInstance.ephemeral()
     r = materialize(cfg, instance)
