@@ -13,7 +13,8 @@ same config holds that one too, in `checkouts/run-<run id>`. A run holds its che
 
 written before it looks at the others (create, then list): of two runs claiming one checkout at once the one
 whose claim is older ((created, run id) order) keeps it, the other withdraws, so at most one run uses a
-checkout. A claim is rewritten every TTL/4 while held and deleted on release (Dagster's in-process executor
+checkout. A run's later steps try the checkout its previous step worked in first (`locks/checkouts/.runs/<run
+id>`), so under the multiprocess executor a run does not move between checkouts while they stay free. A claim is rewritten every TTL/4 while held and deleted on release (Dagster's in-process executor
 holds it for the whole run: the resource's lifetime; the multiprocess executor for each step, the run's
 steps sharing it by run id). A claim whose heartbeat is older than its TTL is dead; one whose process is
 gone on this host is waited for until it is TTL/2 old (as the run lease, core/runlock.py: a container sharing
@@ -52,9 +53,14 @@ def config_id(config_json: str) -> str:
     return hashlib.sha256(config_json.encode("utf-8")).hexdigest()[:12]
 
 
-def candidates(run_id: str, cfg: str) -> list[str]:
-    """The checkouts a run tries, in order."""
-    return [MAIN, f"cfg-{cfg}", f"run-{run_id}"]
+def candidates(run_id: str, cfg: str, last: Optional[str] = None) -> list[str]:
+    """The checkouts a run tries, in order: first the one its previous step worked in (`last`)."""
+    names = [MAIN, f"cfg-{cfg}", f"run-{run_id}"]
+    return [last, *(n for n in names if n != last)] if last in names else names
+
+
+def _last_key(run_id: str) -> str:
+    return f"{CLAIMS}/.runs/{run_id}"  # the checkout a run's steps worked in last (multiprocess: one claim a step)
 
 
 @dataclass
@@ -132,7 +138,11 @@ def _dying(body: dict, now: float) -> bool:
 def claim(store, run_id: str, cfg: str, *, ttl: float = runlock.DEFAULT_TTL, poll: float = 0.5,
           log: Callable[[str], None] = lambda s: None, clock: Callable[[], float] = time.time) -> Claim:
     """Claim the first checkout of `candidates(run_id, cfg)` that no other live run holds (see the module doc)."""
-    names = candidates(run_id, cfg)
+    try:
+        last = store.read_text(_last_key(run_id)).strip()
+    except (FileNotFoundError, UnicodeDecodeError):
+        last = None
+    names = candidates(run_id, cfg, last)
     for i, name in enumerate(names):
         while True:
             now = clock()
@@ -152,6 +162,8 @@ def claim(store, run_id: str, cfg: str, *, ttl: float = runlock.DEFAULT_TTL, pol
                     log(f"checkout {name} ({prefix(name)}/): {MAIN} is in use by "
                         + ", ".join(sorted({str(b.get('run_id')) for _, b in _claims(store, MAIN)
                                             if b.get('run_id') != run_id}) or ["another run"]))
+                if name != last:
+                    store.write_text(_last_key(run_id), name)
                 return Claim(store, name, key, body, ttl).start()
             store.delete(key)
             if all(_dying(b, now) for b in older):  # a killed run on this host: it is dead at TTL/2

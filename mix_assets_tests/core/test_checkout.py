@@ -40,7 +40,7 @@ def test_live_runs_get_checkouts_of_their_own_and_a_released_main_is_taken_again
     assert a2.name == "main"
     for x in (a, a2, b, c):
         x.release()
-    assert store.list(checkout.CLAIMS) == []
+    assert [k for k in store.list(checkout.CLAIMS) if k.endswith(".json")] == []  # every claim released
     d = checkout.claim(store, "run-d", "cfg2")
     assert d.name == "main"
     d.release()
@@ -85,3 +85,20 @@ def test_a_held_claim_is_kept_fresh(tmp_path):
     assert b.name == "cfg-cfg1"
     for x in (b, c):
         x.release()
+
+
+def test_a_runs_next_step_stays_in_the_checkout_its_last_step_worked_in(tmp_path):
+    """The multiprocess executor claims once a step: a run whose first step went to its config's checkout
+    (main was busy) keeps working there when main frees up, rather than move back and restore its inputs."""
+    store = Storage(str(tmp_path))
+    other = checkout.claim(store, "run-other", "cfg1")
+    step1 = checkout.claim(store, "run-a", "cfg2")
+    assert step1.name == "cfg-cfg2"
+    step1.release()
+    other.release()
+    step2 = checkout.claim(store, "run-a", "cfg2")  # main is free now
+    assert step2.name == "cfg-cfg2"
+    step2.release()
+    b = checkout.claim(store, "run-b", "cfg2")
+    assert b.name == "main"  # a new run still starts in the root
+    b.release()
