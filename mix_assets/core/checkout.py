@@ -121,18 +121,9 @@ def _order(body: dict) -> tuple:
     return float(body.get("created", 0)), str(body.get("run_id"))
 
 
-def _dead(body: dict, now: float) -> bool:
-    """Its heartbeat is older than its TTL (or unreadable)."""
-    try:
-        return now - float(body["heartbeat_at"]) > float(body["ttl_seconds"])
-    except (KeyError, TypeError, ValueError):
-        return True
-
-
-def _dying(body: dict, now: float) -> bool:
+def _dying(body: dict) -> bool:
     """Its process is gone on this host: dead once TTL/2 old (runlock.is_stale), waited for until then."""
-    o = {"host": body.get("host"), "pid": body.get("pid")}
-    return o["host"] == socket.gethostname() and runlock._pid_gone(o["pid"])
+    return body.get("host") == socket.gethostname() and runlock._pid_gone(body.get("pid"))
 
 
 def claim(store, run_id: str, cfg: str, *, ttl: float = runlock.DEFAULT_TTL, poll: float = 0.5,
@@ -143,6 +134,7 @@ def claim(store, run_id: str, cfg: str, *, ttl: float = runlock.DEFAULT_TTL, pol
     except (FileNotFoundError, UnicodeDecodeError):
         last = None
     names = candidates(run_id, cfg, last)
+    waited = False
     for i, name in enumerate(names):
         while True:
             now = clock()
@@ -158,7 +150,9 @@ def claim(store, run_id: str, cfg: str, *, ttl: float = runlock.DEFAULT_TTL, pol
                     if k != key and b.get("run_id") != run_id and runlock.is_stale(b, now):
                         log(f"checkout {name}: removed the dead claim of run {b.get('run_id')} (pid {b.get('pid')})")
                         store.delete(k)
-                if name != MAIN:
+                if name != MAIN and name == last:
+                    log(f"checkout {name} ({prefix(name)}/): where this run's previous step worked")
+                elif name != MAIN:
                     log(f"checkout {name} ({prefix(name)}/): {MAIN} is in use by "
                         + ", ".join(sorted({str(b.get('run_id')) for _, b in _claims(store, MAIN)
                                             if b.get('run_id') != run_id}) or ["another run"]))
@@ -166,9 +160,11 @@ def claim(store, run_id: str, cfg: str, *, ttl: float = runlock.DEFAULT_TTL, pol
                     store.write_text(_last_key(run_id), name)
                 return Claim(store, name, key, body, ttl).start()
             store.delete(key)
-            if all(_dying(b, now) for b in older):  # a killed run on this host: it is dead at TTL/2
-                log(f"checkout {name}: waiting for the claim of run {older[0].get('run_id')} (pid "
-                    f"{older[0].get('pid')}, gone) to go stale")
+            if all(_dying(b) for b in older):  # a killed run on this host: it is dead at TTL/2
+                if not waited:
+                    log(f"checkout {name}: waiting for the claim of run {older[0].get('run_id')} (pid "
+                        f"{older[0].get('pid')}, gone) to go stale")
+                    waited = True
                 time.sleep(poll)
                 continue
             break
