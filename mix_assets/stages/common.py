@@ -154,6 +154,12 @@ def verified_inputs(storage: Storage, consumer: str, inputs: list[str], context)
     ) from None
 
 
+def restore_inputs(storage: Storage, inputs: list[str], context) -> list[str]:
+    """`checkout_inputs` for a step that reads `inputs` without verifying them (fingerprint_reproduced): the
+    current config's artifacts restored by key where the checkout holds another config's; nothing refused."""
+    return checkout_inputs(storage, inputs, current_code_versions(context), context.log.info)
+
+
 def recorded(storage: Storage, asset: str, outputs, inputs: dict[str, str], context,
              uses: Optional[Mapping[str, str]] = None) -> dict:
     """Write `asset`'s lineage record (last, after its files) with its current code_version (none for a
