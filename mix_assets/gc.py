@@ -58,7 +58,7 @@ from mix_assets.config import load_spec
 from mix_assets.format.shards import dtype_for_vocab
 from mix_assets.stages.dedup import pairs as pairs_lib
 from mix_assets.stages.tokens import idcache
-from mix_assets.core import layout, lineage, objects
+from mix_assets.core import checkout, layout, lineage, objects
 from mix_assets.core.storage import Storage
 from mix_assets.stages.publish.target import PUBLISHED_REVISION
 
@@ -153,7 +153,9 @@ def plan(storage: Storage, keep_days: float = DEFAULT_KEEP_DAYS, now: float | No
     horizon = now - keep_days * 86400
     keyed = {k: json.loads(storage.read_text(k)) for k in storage.list(objects.KEYED) if k.endswith(".json")}
     p = Plan()
-    for rk in storage.list("lineage"):
+    # the lineage records of every checkout (core/checkout.py): a run's checkout names artifacts as the root does
+    checkouts = [k for k in storage.list(checkout.CHECKOUTS) if k.split("/")[2:3] == ["lineage"]]
+    for rk in storage.list("lineage") + checkouts:
         try:
             rec = json.loads(storage.read_text(rk))
         except (ValueError, FileNotFoundError):
@@ -255,7 +257,9 @@ def _plan_per_source(storage: Storage, p: Plan, horizon: float, sources: list[st
     if sources is None:
         return
     listed = set()
-    for rk in storage.list("lineage"):
+    # the lineage records of every checkout (core/checkout.py): a run's checkout names artifacts as the root does
+    checkouts = [k for k in storage.list(checkout.CHECKOUTS) if k.split("/")[2:3] == ["lineage"]]
+    for rk in storage.list("lineage") + checkouts:
         try:
             listed |= set(json.loads(storage.read_text(rk)).get("outputs") or {})
         except (ValueError, FileNotFoundError):

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Optional
 
 import dagster as dg
+from pydantic import PrivateAttr
 
 from mix_assets.config import MixSpec, load_spec
+from mix_assets.core import checkout
 from mix_assets.core.engine import Engine, RayNotInstalled, ray_missing_message
 from mix_assets.core.storage import Storage
 
@@ -27,6 +29,7 @@ class MixResource(dg.ConfigurableResource):
 
     config_path: str
     storage_root: Optional[str] = None
+    _checkout: str = PrivateAttr(default="")  # the run's checkout under the storage root ("": the root itself)
 
     @property
     def spec(self) -> MixSpec:
@@ -36,7 +39,29 @@ class MixResource(dg.ConfigurableResource):
 
     @property
     def storage(self) -> Storage:
-        return storage_for(self.spec)
+        """The run's checkout (core/checkout.py; outside a run, or holding `main`: the storage root itself)."""
+        root = storage_for(self.spec)
+        if not self._checkout:
+            return root
+        return Storage(root=root.uri(self._checkout), s3_endpoint_url=root.s3_endpoint_url,
+                       cache_dir=root.cache_dir, store_root=root.root)
+
+    @contextlib.contextmanager
+    def yield_for_execution(self, context: dg.InitResourceContext):
+        """For a run (a step, under the multiprocess executor): this resource working in a checkout no other
+        live run uses, claimed for as long as the resource lives (core/checkout.py)."""
+        run_id = getattr(context, "run_id", None)
+        if not run_id:
+            yield self
+            return
+        spec = self.spec
+        store = storage_for(spec)
+        ttl = _seconds("MIX_LOCK_TTL_SECONDS", 60.0)
+        log = context.log.info if context.log else (lambda s: None)
+        with checkout.holding(store, run_id, checkout.config_id(spec.model_dump_json()), ttl=ttl, log=log) as c:
+            out = self.model_copy()
+            out._checkout = c.prefix
+            yield out
 
 
 @functools.lru_cache(maxsize=8)
@@ -46,6 +71,14 @@ def _parsed(path: str, version: object, storage_root: Optional[str], env_root: O
     if storage_root:
         spec = spec.with_storage_root(storage_root, "the resource's storage_root")
     return spec
+
+
+def _seconds(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, "").strip() or default)
+    except ValueError:
+        return default  # stages/common._env_seconds names the bad value where the run lease reads it
+    return value if value > 0 else default
 
 
 def storage_for(spec: MixSpec) -> Storage:

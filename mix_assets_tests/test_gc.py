@@ -245,3 +245,19 @@ def test_gc_collects_stale_dedup_pairs_and_killed_writes_temporary_files(tmp_pat
     assert (root / "locks" / ".run.lease.cas").exists()
     again = gc.plan(st, keep_days=7, now=later)
     assert not again.remove_pairs and not again.remove_temp
+
+
+def test_a_record_current_in_a_runs_checkout_is_kept(tmp_path):
+    """A run that worked in a checkout of its own (core/checkout.py) names its artifacts there: gc keeps them."""
+    st = Storage(str(tmp_path / "root"))
+    co = Storage(str(tmp_path / "root" / "checkouts" / "cfg-x"), store_root=str(tmp_path / "root"))
+    key, sha = _artifact(co, "a", b"in-checkout", current=True)
+    assert st.exists(objects.keyed_key("a", key)) and st.exists(objects.object_key(sha))  # filed in the root
+    rec = json.loads(st.read_text(objects.keyed_key("a", key)))
+    st.write_text(objects.keyed_key("a", key), json.dumps({**rec, "created": OLD}))
+    for k in st.list(objects.OBJECTS):
+        os.utime(tmp_path / "root" / k, (0, 0))
+    p = gc.plan(st, keep_days=0)
+    # before: removed at --keep-days 0, only the root's lineage/ counted as current
+    assert p.keep_records[objects.keyed_key("a", key)] == "current lineage record"
+    assert objects.object_key(sha) not in p.remove_blobs

@@ -16,6 +16,9 @@ a copy when the link fails (another filesystem); on S3 a server-side copy. `rest
 record's outputs back at their working paths (temp name, then rename; S3: server-side copy), each blob's
 bytes checked against its name first: a blob changed in the store is refused (`CorruptObject`), never
 restored. gc (mix_assets/gc.py) removes keyed records nothing needs, then the blobs no record names.
+
+A `storage` here may be a run's checkout (core/checkout.py): its working paths are under the checkout, the
+blobs and keyed records under `storage.store`, the storage root every checkout shares.
 """
 
 from __future__ import annotations
@@ -72,22 +75,21 @@ def put_object(storage, path: str, sha256: str) -> bool:
     """File the working file `path` (whose sha256 the caller knows) as its blob; False if it was there."""
     okey = object_key(sha256)
     if storage.is_s3:
-        loc = storage.location
-        if loc.stat(okey) is not None:
+        loc, store = storage.location, storage.store.location
+        if store.stat(okey) is not None:
             return False
         # the working object's recorded sha256 (what lineage trusts on S3) and its ETag pin the copied bytes
         head = _head(loc, path)
         version = head["ETag"] if head and head.get("Metadata", {}).get("sha256") == sha256 else None
-        if not loc.copy_from(loc, path, okey, sha256, version):  # no server-side copy here: download, upload
+        if not store.copy_from(loc, path, okey, sha256, version):  # no server-side copy here: download, upload
             local = storage.local_path(path)
-            loc.put_file(okey, local, sha256)
+            store.put_file(okey, local, sha256)
         return True
-    root = _local_root(storage)
-    dest = root / okey
+    dest = _local_root(storage.store) / okey
     if dest.exists():
         return False
     dest.parent.mkdir(parents=True, exist_ok=True)
-    src = root / path
+    src = _local_root(storage) / path
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     try:
         try:
@@ -105,6 +107,7 @@ def put_object(storage, path: str, sha256: str) -> bool:
 def blob_problem(storage, sha256: str) -> Optional[str]:
     """Why the blob `sha256` cannot be restored (missing, or its bytes hash otherwise), or None."""
     okey = object_key(sha256)
+    storage = storage.store
     got = storage.location.digest(okey)  # the bytes, re-hashed (not S3's recorded metadata)
     if got is None:
         return f"{storage.uri(okey)} is missing"
@@ -117,38 +120,38 @@ def restore_object(storage, sha256: str, path: str, verify: bool = True) -> None
     """Put blob `sha256` at the working path `path` atomically, refusing a blob whose bytes changed
     (`verify=False`: the caller has just re-hashed it with `blob_problem`; a local link is not re-read)."""
     okey = object_key(sha256)
+    store = storage.store
     if storage.is_s3:
-        loc = storage.location
-        head = None if verify else _head(loc, okey)  # verify: hash the blob, then copy exactly those bytes
+        loc, sloc = storage.location, store.location
+        head = None if verify else _head(sloc, okey)  # verify: hash the blob, then copy exactly those bytes
         try:
-            if loc.copy_from(loc, okey, path, sha256, head["ETag"] if head else None):
+            if loc.copy_from(sloc, okey, path, sha256, head["ETag"] if head else None):
                 return
         except IntegrityError as e:
             raise CorruptObject(str(e)) from None
         with tempfile.TemporaryDirectory(dir=storage.cache_dir) as d:  # no server-side copy: through here
             tmp = os.path.join(d, "blob")
             try:
-                got = loc.download(okey, tmp)
+                got = sloc.download(okey, tmp)
             except FileNotFoundError:
-                raise CorruptObject(f"{storage.uri(okey)} is missing") from None
+                raise CorruptObject(f"{store.uri(okey)} is missing") from None
             if got != sha256:
-                raise CorruptObject(f"{storage.uri(okey)} hashes to {got[:12]}, not its name (changed in the "
+                raise CorruptObject(f"{store.uri(okey)} hashes to {got[:12]}, not its name (changed in the "
                                     "object store); not restored")
             loc.put_file(path, tmp, sha256)
         return
-    root = _local_root(storage)
-    src = root / okey
+    src = _local_root(store) / okey
     with storage.writing(path) as tmp:
         os.unlink(tmp)  # atomic_path made it; the link takes its name
         try:
             os.link(src, tmp)
         except FileNotFoundError:
-            raise CorruptObject(f"{storage.uri(okey)} is missing") from None
+            raise CorruptObject(f"{store.uri(okey)} is missing") from None
         except OSError:
             shutil.copyfile(src, tmp)
         got = transport.sha256_file(tmp) if verify else sha256
         if got != sha256:
-            raise CorruptObject(f"{storage.uri(okey)} hashes to {got[:12]}, not its name (changed in the "
+            raise CorruptObject(f"{store.uri(okey)} hashes to {got[:12]}, not its name (changed in the "
                                 "object store); not restored")
 
 
@@ -161,11 +164,13 @@ def write_keyed(storage, asset: str, key: str, outputs: Mapping[str, str], *, in
            "run_id": run_id, "dagster": dagster}
     if uses:
         rec["uses"] = dict(sorted(uses.items()))
-    storage.location.create_if_absent(keyed_key(asset, key), json.dumps(rec, indent=1, sort_keys=True).encode())
+    storage.store.location.create_if_absent(keyed_key(asset, key),
+                                            json.dumps(rec, indent=1, sort_keys=True).encode())
     return rec
 
 
 def read_keyed(storage, asset: str, key: str) -> Optional[dict]:
+    storage = storage.store
     k = keyed_key(asset, key)
     try:
         rec = json.loads(storage.read_bytes(k))
@@ -174,6 +179,21 @@ def read_keyed(storage, asset: str, key: str) -> Optional[dict]:
     if rec.get("format") != FORMAT or rec.get("asset") != asset or rec.get("key") != key:
         raise ValueError(f"{storage.uri(k)}: not the keyed record of {asset} {key[:12]}")
     return rec
+
+
+def keyed_records(storage, asset: str) -> list[dict]:
+    """Every keyed record of `asset` in the store (unreadable ones left out), newest first."""
+    store, out = storage.store, []
+    for k in store.list(f"{KEYED}/{asset}"):
+        if not k.endswith(".json") or "/" in k[len(f"{KEYED}/{asset}/"):]:
+            continue  # keyed/checks/<asset>/... lives below keyed/ too
+        try:
+            rec = read_keyed(store, asset, k.rsplit("/", 1)[1][:-len(".json")])
+        except (ValueError, FileNotFoundError):
+            continue
+        if rec is not None:
+            out.append(rec)
+    return sorted(out, key=lambda r: (r.get("created") or "", r["key"]), reverse=True)
 
 
 def stash(storage, asset: str, key: str, outputs: Mapping[str, str], **record) -> dict:

@@ -55,6 +55,9 @@ class Storage:
     root: str
     s3_endpoint_url: Optional[str] = None
     cache_dir: Optional[str] = None  # where S3 uploads are staged and `local_path` downloads land
+    # a run's checkout (core/checkout.py): `root` holds its working files, `store_root` (the storage root) the
+    # object store, keyed records and locks that every checkout shares; None: `root` is the storage root
+    store_root: Optional[str] = None
     _location: Optional[Location] = field(default=None, repr=False)
 
     @property
@@ -70,6 +73,13 @@ class Storage:
             else:
                 self._location = LocalLocation(self.root)
         return self._location
+
+    @property
+    def store(self) -> "Storage":
+        """The storage root shared by every checkout: objects/, keyed/, locks/ (itself when not a checkout)."""
+        if self.store_root is None or self.store_root == self.root:
+            return self
+        return Storage(root=self.store_root, s3_endpoint_url=self.s3_endpoint_url, cache_dir=self.cache_dir)
 
     def sub(self, prefix: str) -> Location:
         """The location of the folder `prefix` (e.g. the mix directory, for publishing and the reader)."""

@@ -1,6 +1,7 @@
 """The asset kit every stages/<stage>/assets.py uses (Dagster side): raw asset keys and lineage names, the
 derived code_version, verified inputs and recorded lineage, artifact keys and their reuse from the object
-store (`reused`, core/keys.py, core/objects.py), gates (`gate`, `@gated`, the failure summary naming what
+store (`reused`, core/keys.py, core/objects.py), a checkout's inputs restored by the current config's keys
+(`checkout_inputs`, core/checkout.py), gates (`gate`, `@gated`, the failure summary naming what
 was held back) and the run lease (`run_lock`)."""
 
 from __future__ import annotations
@@ -133,15 +134,30 @@ def current_code_versions(context) -> dict[str, str]:
 def verified_inputs(storage: Storage, consumer: str, inputs: list[str], context) -> dict[str, str]:
     """Data versions of `inputs` once lineage proves they belong together, each computed under its
     asset's current code_version (so under the current config); a dg.Failure names what to redo."""
+    versions = current_code_versions(context)
     try:
-        return lineage.verify_inputs(storage, consumer, inputs, code_versions=current_code_versions(context))
-    except lineage.StaleInputError as e:
-        raise dg.Failure(
-            description=str(e),
-            metadata={"stale_assets": ", ".join(e.rematerialise) or "none",
-                      "problems": dg.MetadataValue.md("\n".join(f"- {p}" for p in e.problems))},
-            allow_retries=False,
-        ) from None
+        return lineage.verify_inputs(storage, consumer, inputs, code_versions=versions)
+    except lineage.StaleInputError as first:
+        e = first
+    # the checkout holds another config's artifacts (another run wrote it since): the current config's are
+    # restored from the keyed store by their keys when they were built before, never taken from another config
+    if checkout_inputs(storage, inputs, versions, context.log.info):
+        try:
+            return lineage.verify_inputs(storage, consumer, inputs, code_versions=versions)
+        except lineage.StaleInputError as again:
+            e = again
+    raise dg.Failure(
+        description=str(e),
+        metadata={"stale_assets": ", ".join(e.rematerialise) or "none",
+                  "problems": dg.MetadataValue.md("\n".join(f"- {p}" for p in e.problems))},
+        allow_retries=False,
+    ) from None
+
+
+def restore_inputs(storage: Storage, inputs: list[str], context) -> list[str]:
+    """`checkout_inputs` for a step that reads `inputs` without verifying them (fingerprint_reproduced): the
+    current config's artifacts restored by key where the checkout holds another config's; nothing refused."""
+    return checkout_inputs(storage, inputs, current_code_versions(context), context.log.info)
 
 
 def recorded(storage: Storage, asset: str, outputs, inputs: dict[str, str], context,
@@ -240,37 +256,12 @@ def reused(context, mix, asset: str, inputs: Mapping[str, str],
     stored = objects.read_keyed(storage, asset, key)
     if stored is None or stored.get("dagster") is None:
         return None
+    got = restore(storage, asset, stored, dict(inputs), code, ikeys)
+    if isinstance(got, str):
+        context.log.warning(f"not reusing {asset} {key[:12]}: {got}; recomputing")
+        return None
     outputs: dict[str, str] = stored["outputs"]
-    record_outputs = {k: v for k, v in outputs.items() if k not in EXTRA_OUTPUTS.get(asset, ())}
-    cur = lineage.read_record(storage, asset)
-    have = lineage.current_hashes(storage, list(outputs))
-    wrong = [p for p, sha in outputs.items() if have[p] != sha]
-    in_place = not wrong and cur is not None and cur.get("key") == key
-    restored = 0
-    if not in_place:
-        # an asset that owns folders (token_shards: mix/train, ...) gets them cleared and refilled whole, so
-        # no file of another key stays there, even where the files it lists already hash right
-        owned = OWNED_PREFIXES.get(asset, ())
-        todo = sorted(set(wrong) | ({p for p in outputs if p.startswith(owned)} if owned else set()))
-        problems = [(sha, why) for sha in sorted({outputs[p] for p in todo})
-                    if (why := objects.blob_problem(storage, sha))]
-        if problems:
-            for sha, _ in problems:  # a damaged blob goes, so the recomputed artifact files its bytes again
-                storage.delete(objects.object_key(sha))
-            context.log.warning(f"not reusing {asset} {key[:12]}: {problems[0][1]}"
-                                f"{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}; recomputing")
-            return None
-        if asset in CLEARS_MANIFEST:
-            storage.delete(layout.MANIFEST)
-        for prefix in owned:
-            storage.delete_prefix(prefix)
-        for p in OPTIONAL_OUTPUTS.get(asset, ()):
-            if p not in outputs:
-                storage.delete(p)
-        for p in todo:
-            objects.restore_object(storage, outputs[p], p, verify=False)  # checked just above
-        restored = len(todo)
-        lineage.write_record(storage, asset, record_outputs, dict(inputs), code, input_keys=ikeys)
+    restored = got
     _KEYS.pop((context.run.run_id, asset), None)
     run, created = stored.get("run_id") or "?", stored.get("created") or "?"
     context.log.info(f"reused {asset} {key[:12]} (computed by run {run[:8]} at {created}): {len(outputs)} files, "
@@ -282,6 +273,105 @@ def reused(context, mix, asset: str, inputs: Mapping[str, str],
     metadata["computed_from"] = dg.MetadataValue.json({k: v[:16] for k, v in sorted(inputs.items())})
     return dg.MaterializeResult(metadata={**metadata, **md.peak_rss()}, data_version=dg.DataVersion(key[:16]),
                                 check_results=checks or None)
+
+
+def restore(storage: Storage, asset: str, stored: dict, inputs: Mapping[str, str], code: Optional[str],
+            ikeys: Mapping[str, str]) -> "int | str":
+    """Put the keyed record `stored` of `asset` in place in `storage` (the run's checkout): its files restored
+    from the object store where they do not hash right (atomically; what the asset would have cleared is
+    cleared first) and its lineage record written with `inputs` (lineage name -> data version). The number
+    of files restored, or why it cannot be (a blob that no longer hashes to its name: removed)."""
+    outputs: dict[str, str] = stored["outputs"]
+    record_outputs = {k: v for k, v in outputs.items() if k not in EXTRA_OUTPUTS.get(asset, ())}
+    cur = lineage.read_record(storage, asset)
+    have = lineage.current_hashes(storage, list(outputs))
+    wrong = [p for p, sha in outputs.items() if have[p] != sha]
+    if not wrong and cur is not None and cur.get("key") == stored["key"]:
+        return 0
+    # an asset that owns folders (token_shards: mix/train, ...) gets them cleared and refilled whole, so
+    # no file of another key stays there, even where the files it lists already hash right
+    owned = OWNED_PREFIXES.get(asset, ())
+    todo = sorted(set(wrong) | ({p for p in outputs if p.startswith(owned)} if owned else set()))
+    problems = [(sha, why) for sha in sorted({outputs[p] for p in todo})
+                if (why := objects.blob_problem(storage, sha))]
+    if problems:
+        for sha, _ in problems:  # a damaged blob goes, so the recomputed artifact files its bytes again
+            storage.store.delete(objects.object_key(sha))
+        return f"{problems[0][1]}{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}"
+    if asset in CLEARS_MANIFEST:
+        storage.delete(layout.MANIFEST)
+    for prefix in owned:
+        storage.delete_prefix(prefix)
+    for p in OPTIONAL_OUTPUTS.get(asset, ()):
+        if p not in outputs:
+            storage.delete(p)
+    for p in todo:
+        objects.restore_object(storage, outputs[p], p, verify=False)  # checked just above
+    lineage.write_record(storage, asset, record_outputs, dict(inputs), code, input_keys=ikeys)
+    return len(todo)
+
+
+def checkout_inputs(storage: Storage, inputs: list[str], code_versions: Mapping[str, str],
+                    log: Callable[[str], None]) -> list[str]:
+    """Make `inputs` and everything upstream of them in `storage` (the run's checkout) the artifacts of the
+    current config: an asset whose lineage record there is of another code_version, or was computed from
+    other upstream keys (another run's config wrote the checkout since), is restored from the keyed store
+    by the key the current config gives it: the keyed record of its current code_version whose input keys
+    are the keys its inputs resolve to, upstream first. An artifact whose key cannot be told (none stored;
+    a root with stored records of several external inputs, e.g. source files that changed between builds)
+    is left as it is: `verify_inputs` then names what to re-materialise. Returns the assets restored.
+    """
+    memo: dict[str, Optional[str]] = {}
+    done: list[str] = []
+
+    def resolve(name: str) -> Optional[str]:
+        """`name`'s artifact key in the checkout once it is the current config's, or None."""
+        if name in memo:
+            return memo[name]
+        memo[name] = None  # records never cycle; a hand-edited one must not loop here
+        cur = lineage.read_record(storage, name)
+        cv = code_versions.get(name)
+        if cv is None:  # not an asset of these definitions (a check's record): as it is
+            memo[name] = cur.get("key") if cur else None
+            return memo[name]
+        if cur is not None and cur.get("code_version") == cv and cur.get("key"):
+            ups = {u: k for u, k in (cur.get("input_keys") or {}).items() if u in code_versions}
+            if all(resolve(u) == k for u, k in ups.items()):
+                memo[name] = cur["key"]
+                return memo[name]
+        matches: dict[str, dict] = {}
+        for rec in objects.keyed_records(storage, name):
+            if rec.get("code_version") != cv or rec.get("dagster") is None:
+                continue
+            ikeys = rec.get("input_keys") or {}
+            if all(resolve(u) == k for u, k in ikeys.items() if u in code_versions):
+                matches.setdefault(rec["key"], rec)
+        if len(matches) != 1:
+            return None  # none stored, or several that differ in what is read from outside the root
+        rec = next(iter(matches.values()))
+        ikeys = rec.get("input_keys") or {}
+        ups = {}
+        for u in ikeys:  # its lineage inputs: the names in its input keys that have a record (not the roots')
+            try:
+                r = lineage.read_record(storage, u)
+            except (ValueError, OSError):
+                r = None
+            if r is not None:
+                ups[u] = r["data_version"]
+        got = restore(storage, name, rec, ups, cv, ikeys)
+        if isinstance(got, str):
+            log(f"{name}: the current config's artifact {rec['key'][:12]} cannot be restored: {got}")
+            return None
+        done.append(name)
+        log(f"{name}: restored the current config's artifact {rec['key'][:12]} (computed by run "
+            f"{str(rec.get('run_id'))[:8]} at {rec.get('created')}) from the object store, {got} files; the "
+            "checkout held another config's")
+        memo[name] = rec["key"]
+        return memo[name]
+
+    for n in inputs:
+        resolve(n)
+    return done
 
 
 # -- stored check results -----------------------------------------------------------------------------------
@@ -457,24 +547,36 @@ def _env_seconds(name: str, default: float, positive: bool = False) -> float:
     return value
 
 
-@contextlib.contextmanager
-def run_lock(context, storage: Storage, step: str) -> Iterator[runlock.Lease]:
-    """Hold the storage root's run lease (core/runlock.py) for this step; a dg.Failure naming the holder
-    when another run has it.
+# The steps that hold the run lease. Every run writes its working files in a checkout no other live run uses
+# (core/checkout.py, claimed by MixResource), and artifacts are filed in the shared store under their keys,
+# written once, so tokenizer, token_shards and manifest need no lease: two runs of different configs build on
+# one root side by side. What stays shared, and so serialised: the publish target. `published_revision` may
+# write (or repair) the very revision another run is writing (same bytes, same name), and the gate moves
+# `latest`, which must not go to a revision another run is still writing, nor move back and forth between two
+# runs' read-backs: the lease makes "write revision, read it back as a stranger, move latest" one run's at a time.
+LEASED_STEPS = frozenset({"published_revision", "published_readable_from_empty_cache"})
 
-    Which steps take it: the ones that write `mix/` (tokenizer, token_shards, manifest) and the ones that
-    publish from it or move `latest` (published_revision and its gate). A lease per step, not per run:
-    Dagster has no hook at a run's end in every executor (the multiprocess executor starts a process per
-    step), so a run-long lease could not be released when the run ends or fails, and the next run would
-    wait for its TTL. Between two steps of one run another run may therefore write `mix/`; what a later
-    step reads is still verified (its checks re-hash against the manifest and fail cleanly, and publishing
-    stores only bytes hashing to the manifest's sha256), so an interleaving fails a run, never publishes.
+
+@contextlib.contextmanager
+def run_lock(context, storage: Storage, step: str) -> Iterator[Optional[runlock.Lease]]:
+    """Hold the storage root's run lease (core/runlock.py) for this step when it publishes or moves `latest`
+    (`LEASED_STEPS`; other steps get None: they write only their run's checkout); a dg.Failure naming the
+    holder when another run has it.
+
+    A lease per step, not per run: Dagster has no hook at a run's end in every executor (the multiprocess
+    executor starts a process per step), so a run-long lease could not be released when the run ends or
+    fails, and the next run would wait for its TTL. The lease lives in the storage root (`storage.store`),
+    whichever checkout the step works in.
     """
+    if step not in LEASED_STEPS:
+        yield None
+        return
+    store = storage.store
     who = runlock.owner(context.run.run_id, step)
-    if not storage.is_s3:  # the lease is written like a stage's files: never through a link out of the root
-        local_key_path(storage.root, runlock.LEASE_KEY)
+    if not store.is_s3:  # the lease is written like a stage's files: never through a link out of the root
+        local_key_path(store.root, runlock.LEASE_KEY)
     try:
-        with runlock.holding(storage.location, who, ttl=_env_seconds(LOCK_TTL_ENV, runlock.DEFAULT_TTL, positive=True),
+        with runlock.holding(store.location, who, ttl=_env_seconds(LOCK_TTL_ENV, runlock.DEFAULT_TTL, positive=True),
                              wait_seconds=_env_seconds(LOCK_WAIT_ENV, 0.0), log=context.log.info) as lease:
             yield lease
     except (runlock.LeaseHeld, runlock.LeaseLost) as e:

@@ -1,4 +1,5 @@
-"""Two runs on one storage root (issue 25, 2.1): the run lease and the checks that see another run's mix/."""
+"""Two runs on one storage root (issue 25, 2.1; issue 27 item 7): the run lease, which only publishing holds, and the
+checks that see another run's mix/."""
 
 from __future__ import annotations
 
@@ -56,26 +57,18 @@ def _lease(storage, run_id: str, heartbeat_age: float, ttl: float = 600.0) -> No
     path.write_text(json.dumps(body))
 
 
-def test_a_second_run_fails_fast_naming_the_holder_and_takes_over_a_stale_lease(tmp_path):
+def test_another_runs_publish_lease_does_not_hold_back_a_build(tmp_path):
+    """The run lease serialises only publishing and `latest` (common.LEASED_STEPS): a build step writes its
+    run's checkout (core/checkout.py), which no other live run writes."""
     spec, assets, res = setup(tmp_path)
     assert run(assets, res).success
     storage = tmp_path / "storage"
-    shard = storage / "mix" / "train" / "train-00000.bin"
-    before = (shard.stat().st_mtime_ns, shard.read_bytes())
-    _lease(storage, "run-B-holding-the-root", heartbeat_age=1.0)
-    blocked = run(assets, res, selection=[dg.AssetKey("token_shards")])
-    assert not blocked.success
-    text = _failure_text(blocked)
-    # before: nothing serialised runs, token_shards rewrote mix/ under the other run
-    assert "run-B-holding-the-root" in text and "step token_shards" in text and f"pid {os.getpid()}" in text
-    assert "MIX_LOCK_WAIT_SECONDS" in text
-    assert (shard.stat().st_mtime_ns, shard.read_bytes()) == before  # mix/ untouched
-    assert json.loads((storage / runlock.LEASE_KEY).read_text())["owner"]["run_id"] == "run-B-holding-the-root"
-
-    _lease(storage, "run-B-long-dead", heartbeat_age=3600.0)  # its heartbeat is older than its TTL
-    took = run(assets, res, selection=[dg.AssetKey("token_shards")])
-    assert took.success, _failure_text(took)  # the stale lease was taken over (core/test_runlock.py)
-    assert not (storage / runlock.LEASE_KEY).exists()  # released at the end of the step
+    _lease(storage, "run-B-publishing", heartbeat_age=1.0)
+    # before: token_shards failed at once, "in use by run run-B-publishing (step token_shards ...)"
+    again = run(assets, res, selection=[dg.AssetKey("tokenizer"), dg.AssetKey("token_shards")])
+    assert again.success, _failure_text(again)
+    assert json.loads((storage / runlock.LEASE_KEY).read_text())["owner"]["run_id"] == "run-B-publishing"
+    assert not (storage / "checkouts").exists()  # the lease is no claim on the checkout: it built in main
 
 
 def test_the_run_lease_is_not_written_through_a_symlink_out_of_the_storage_root(tmp_path):
@@ -93,9 +86,9 @@ def test_the_run_lease_is_not_written_through_a_symlink_out_of_the_storage_root(
     ctx = types.SimpleNamespace(run=types.SimpleNamespace(run_id="run-A"), log=types.SimpleNamespace(info=print))
     # before: the lease (and its .cas lock file) were written into elsewhere/, and deleted there
     with pytest.raises(StorageLinkError, match=rf"{root / 'locks'} is a symlink to {outside}, outside the storage root"):
-        with run_lock(ctx, Storage(str(root)), "token_shards"):
+        with run_lock(ctx, Storage(str(root)), "published_revision"):
             pass
     assert list(outside.iterdir()) == []
     (root / "locks").unlink()
-    with run_lock(ctx, Storage(str(root)), "token_shards"):  # a real folder: the lease is taken and released
+    with run_lock(ctx, Storage(str(root)), "published_revision"):  # a real folder: the lease is taken and released
         assert json.loads((root / runlock.LEASE_KEY).read_text())["owner"]["run_id"] == "run-A"

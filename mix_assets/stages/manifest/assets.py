@@ -82,7 +82,7 @@ def build_manifest_assets(spec: MixSpec) -> list:
         s = mix.spec
         scrubbed = [raw_name(x) for x in modifiers.scrub_sources(s)]
         quality = ["quality_classifier"] if quality_scores.quality_sources(s) else []  # model + training set published
-        with run_lock(context, mix.storage, "manifest"):  # it writes mix/manifest.json and mix/review/
+        with run_lock(context, mix.storage, "manifest"):  # no lease: it writes this run's checkout only
             inputs = verified_inputs(mix.storage, "manifest", MANIFEST_INPUTS + scrubbed + quality, context)
             if hit := reused(context, mix, "manifest", inputs):
                 return hit

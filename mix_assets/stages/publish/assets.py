@@ -12,8 +12,9 @@ A re-publish of an existing revision re-hashes its objects and repairs what is m
 
 Every byte published is hashed as it is written and refused unless it is what the manifest lists, and
 `latest` moves only when the gate `published_readable_from_empty_cache` has read the revision back and
-found it whole. Both steps hold the storage root's run lease (`common.run_lock`), so no other run rewrites
-`mix/` while this one copies it or compares it with the revision.
+found it whole. Both steps hold the storage root's run lease (`common.run_lock`, `common.LEASED_STEPS`), so
+one run at a time writes the publish target and moves `latest`; `mix/` is the run's own checkout
+(core/checkout.py), which no other live run writes.
 """
 
 
@@ -67,7 +68,7 @@ def build_publish_assets(spec: MixSpec, derive: Optional[Callable[[MixSpec], Map
     )
     def published_revision(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
         """The mix as an immutable revision at the publish target (local dir, s3:// or the hub)."""
-        with run_lock(context, mix.storage, "published_revision"):  # mix/ must not change while it is copied
+        with run_lock(context, mix.storage, "published_revision"):  # one run writes the publish target at a time
             inputs = verified_inputs(mix.storage, "published_revision", ["manifest", SHARDS_AUDIT_RECORD], context)
             manifest = pub.load_manifest(_mix_dir(mix.storage))
             _require_clean_audit(mix.storage, manifest)
@@ -97,7 +98,7 @@ def build_publish_assets(spec: MixSpec, derive: Optional[Callable[[MixSpec], Map
                                             mix: MixResource) -> dg.AssetCheckResult:
         """A stranger's read of the revision: every file re-hashed, the reader's samples equal the local ones;
         then `latest` names it."""
-        with run_lock(context, mix.storage, PUBLISHED_READABLE):  # compares with mix/, moves `latest`
+        with run_lock(context, mix.storage, PUBLISHED_READABLE):  # moves `latest`
             verified_inputs(mix.storage, PUBLISHED_READABLE, ["published_revision"], context)
             record = json.loads(mix.storage.read_text(layout.PUBLISHED))
             v = pub.verify(read_only_target(mix.spec), record["revision"], _mix_dir(mix.storage),

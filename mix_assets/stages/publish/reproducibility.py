@@ -25,7 +25,7 @@ from typing import Optional
 import dagster as dg
 
 from mix_assets.console.metadata import markdown_table, table
-from mix_assets.stages.common import gate, gated
+from mix_assets.stages.common import gate, gated, restore_inputs
 from mix_assets.core import layout
 from mix_assets.stages.publish.drift import (DIFF_COLUMNS, compare_manifests, diff_text, documents_of_dedup_keys,
                                              revision_diff)
@@ -96,6 +96,7 @@ def build_reproducibility_checks(asset_keys: set[dg.AssetKey]) -> list:
     @gated
     def fingerprint_reproduced(context: dg.AssetCheckExecutionContext, mix: MixResource) -> Optional[dg.AssetCheckResult]:
         storage = mix.storage
+        restore_inputs(storage, ["manifest"], context)  # this config's, when the checkout holds another's
         rebuilt = json.loads(storage.read_text(layout.MANIFEST))
         if not storage.exists(layout.PUBLISHED):
             return _skipped(context, "no previous revision: nothing published yet from this storage root")

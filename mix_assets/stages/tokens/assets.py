@@ -59,7 +59,7 @@ def build_tokens_assets(spec: MixSpec) -> list:
     )
     def tokenizer(context: dg.AssetExecutionContext, mix: MixResource) -> dg.MaterializeResult:
         """The mix tokenizer (hub at a pinned revision, a local file, or BPE trained on kept train text)."""
-        with run_lock(context, mix.storage, "tokenizer"):  # it writes mix/tokenizer/
+        with run_lock(context, mix.storage, "tokenizer"):  # no lease: it writes this run's checkout only
             inputs = verified_inputs(mix.storage, "tokenizer", _tokenizer_inputs(mix.spec), context)
             if hit := reused(context, mix, "tokenizer", inputs, roots=lambda: tokenizer_lib.root_keys(mix.spec)):
                 return hit
@@ -103,7 +103,7 @@ def build_tokens_assets(spec: MixSpec) -> list:
                      engine: EngineResource) -> dg.MaterializeResult:
         """Train and val shards of fixed-length samples (raw little-endian token ids), budgets filled;
         ~30 of them read back and decoded as the trainer reads them (`rendered_samples`)."""
-        with run_lock(context, mix.storage, "token_shards"):  # it rewrites mix/train, mix/val, mix/doc_index
+        with run_lock(context, mix.storage, "token_shards"):  # no lease: this run's checkout only
             s = mix.spec
             inputs = verified_inputs(mix.storage, "token_shards",
                                      ["tokenizer", "validation_split", *(raw_name(x.name) for x in s.sources),
