@@ -530,7 +530,10 @@ def gate(context, key: dg.AssetKey, result: dg.AssetCheckResult) -> dg.AssetChec
     return result._replace(description=f"{desc.rstrip('.')}. {note}" if desc else note)
 
 
-LOCK_WAIT_ENV = "MIX_LOCK_WAIT_SECONDS"  # how long a step waits for another run's lease (default 0: fail at once)
+LOCK_WAIT_ENV = "MIX_LOCK_WAIT_SECONDS"  # how long a publish waits for another run's lease
+# Default 300 s: only publishing holds the lease (seconds per revision), so a second publisher waits its turn
+# instead of failing a whole build; 0 fails at once naming the holder.
+LOCK_WAIT_DEFAULT = 300.0
 LOCK_TTL_ENV = "MIX_LOCK_TTL_SECONDS"  # a lease whose heartbeat is older than this is taken over
 
 
@@ -577,7 +580,7 @@ def run_lock(context, storage: Storage, step: str) -> Iterator[Optional[runlock.
         local_key_path(store.root, runlock.LEASE_KEY)
     try:
         with runlock.holding(store.location, who, ttl=_env_seconds(LOCK_TTL_ENV, runlock.DEFAULT_TTL, positive=True),
-                             wait_seconds=_env_seconds(LOCK_WAIT_ENV, 0.0), log=context.log.info) as lease:
+                             wait_seconds=_env_seconds(LOCK_WAIT_ENV, LOCK_WAIT_DEFAULT), log=context.log.info) as lease:
             yield lease
     except (runlock.LeaseHeld, runlock.LeaseLost) as e:
         raise dg.Failure(description=str(e), allow_retries=False) from None

@@ -182,13 +182,14 @@ def test_latest_moves_only_once_the_gate_has_read_the_revision_back(tmp_path):
     assert pub.read_latest(target) == rev2
 
 
-def test_published_revision_fails_fast_while_another_run_holds_the_storage_root(tmp_path):
+def test_published_revision_fails_fast_while_another_run_holds_the_storage_root(tmp_path, monkeypatch):
     import os
     import socket
     import time
 
     from mix_assets.core import runlock
 
+    monkeypatch.setenv("MIX_LOCK_WAIT_SECONDS", "0")  # fail at once (the default waits 300 s)
     spec = make_spec(tmp_path, {"url": str(tmp_path / "published")})
     audited(tmp_path, build_synthetic_mix(tmp_path / "storage" / "mix"))
     now = time.time()
