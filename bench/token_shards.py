@@ -50,8 +50,9 @@ def _copy_inputs(run: Path, root: Path) -> None:
         shutil.copytree(run / "storage" / part, root / part)
 
 
-def measure(run: Path, cpus: int) -> dict:
-    """In this process (whichever mix_assets is on the path): token_shards on a copy of the run's inputs."""
+def measure(run: Path, cpus: int, warm: bool = False) -> dict:
+    """In this process (whichever mix_assets is on the path): token_shards on a copy of the run's inputs;
+    `warm`: the second of two builds (the first, not timed, fills the token-id cache: an incremental rebuild)."""
     from mix_assets.config import load_spec
     from mix_assets.core import engine, layout
     from mix_assets.stages.tokens.shards import build_token_shards
@@ -61,6 +62,8 @@ def measure(run: Path, cpus: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-token-shards-") as tmp:
         _copy_inputs(run, Path(tmp) / "storage")
         storage = Storage(str(Path(tmp) / "storage"))
+        if warm:
+            build_token_shards(storage, spec, scratch_dir=tmp, eng=engine.Engine(num_cpus=cpus))
         u0 = _usage()
         res = build_token_shards(storage, spec, scratch_dir=tmp, eng=engine.Engine(num_cpus=cpus))
         got = _delta(u0, _usage())
@@ -105,15 +108,16 @@ def compare(a) -> None:
 
     code = {"old": old_code(a.old, Path(tempfile.gettempdir()) / "bench-token-shards"), "new": REPO, "reference": REPO}
     runs = {w: [] for w in WAYS}
-    print(f"{a.run}: token_shards, {a.old} (old) vs this checkout (new), engine local x{a.cpus}, RAYON_NUM_THREADS=2; "
+    print(f"{a.run}: token_shards{' (warm: second build, token-id cache hits)' if a.warm else ''}, {a.old} (old) vs "
+          f"this checkout (new), engine local x{a.cpus}, RAYON_NUM_THREADS=2; "
           f"reference: encode_batch_fast of every raw document")
     print("| repeat | way | wall s | CPU s | user s | sys s | minor faults | peak RSS MB | MB encoded | CPU s / MB |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in range(a.repeats):
         for way in WAYS[r % 3:] + WAYS[: r % 3]:
             env = dict(os.environ, PYTHONPATH=str(code[way]), RAYON_NUM_THREADS="2")
-            flag = "--reference-child" if way == "reference" else "--measure"
-            done = subprocess.run([sys.executable, __file__, "--run", str(a.run), "--cpus", str(a.cpus), flag],
+            flag = ["--reference-child"] if way == "reference" else ["--measure"] + (["--warm"] if a.warm else [])
+            done = subprocess.run([sys.executable, __file__, "--run", str(a.run), "--cpus", str(a.cpus), *flag],
                                   env=env, capture_output=True, text=True)
             if done.returncode:
                 raise SystemExit(f"{way} failed:\n{done.stderr[-3000:]}")
@@ -142,11 +146,13 @@ def main() -> None:
     ap.add_argument("--old", default="main", help="git revision of the old code (default: main)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cpus", type=int, default=2, help="in-process engine threads")
+    ap.add_argument("--warm", action="store_true",
+                    help="time the second of two builds on the same storage (token-id cache hits: an incremental rebuild)")
     ap.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--reference-child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.measure or a.reference_child:
-        print(json.dumps(measure(a.run, a.cpus) if a.measure else reference(a.run)))
+        print(json.dumps(measure(a.run, a.cpus, a.warm) if a.measure else reference(a.run)))
         return
     compare(a)
 
