@@ -102,6 +102,10 @@ def _median(xs: list) -> float:
     return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
 
 
+def _per_mb(g: dict) -> str:
+    return f"{g['cpu'] / (g['bytes'] / 1e6):.3f}" if g["bytes"] else "—"
+
+
 def compare(a) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from lsh_reduce import REPO, old_code  # the same git archive export
@@ -124,16 +128,20 @@ def compare(a) -> None:
             g = json.loads(done.stdout.strip().splitlines()[-1])
             runs[way].append(g)
             print(f"| {r + 1} | {way} | {g['wall']:.1f} | {g['cpu']:.1f} | {g['user']:.1f} | {g['sys']:.1f} | "
-                  f"{g['minflt']} | {g['peak_rss_mb']:.0f} | {g['bytes'] / 1e6:.1f} | {g['cpu'] / (g['bytes'] / 1e6):.3f} |",
+                  f"{g['minflt']} | {g['peak_rss_mb']:.0f} | {g['bytes'] / 1e6:.1f} | {_per_mb(g)} |",
                   flush=True)
     med = {w: {k: _median([g[k] for g in runs[w]]) for k in ("wall", "cpu", "peak_rss_mb")} for w in WAYS}
-    per_mb = {w: _median([g["cpu"] / (g["bytes"] / 1e6) for g in runs[w]]) for w in WAYS}
     for k, what in (("wall", "wall s"), ("cpu", "CPU s"), ("peak_rss_mb", "peak RSS MB")):
         print(f"median {what}: old {med['old'][k]:.1f}, new {med['new'][k]:.1f} "
               f"(new / old {med['new'][k] / med['old'][k]:.3f})")
-    print(f"median CPU s per encoded MB: old {per_mb['old']:.3f}, new {per_mb['new']:.3f}, reference "
-          f"{per_mb['reference']:.3f} (old / reference {per_mb['old'] / per_mb['reference']:.2f}, new / reference "
-          f"{per_mb['new'] / per_mb['reference']:.2f})")
+    if a.warm:  # nothing encoded: no per-MB figure
+        per_mb = None
+    else:
+        per_mb = {w: _median([g["cpu"] / (g["bytes"] / 1e6) for g in runs[w]]) for w in WAYS}
+    if per_mb:
+        print(f"median CPU s per encoded MB: old {per_mb['old']:.3f}, new {per_mb['new']:.3f}, reference "
+              f"{per_mb['reference']:.3f} (old / reference {per_mb['old'] / per_mb['reference']:.2f}, new / reference "
+              f"{per_mb['new'] / per_mb['reference']:.2f})")
     same = len({g["digest"] for w in ("old", "new") for g in runs[w]}) == 1
     print(f"same shards, doc index and shard_stats.json every old and new run: {same}")
     if not same:
