@@ -11,7 +11,6 @@ shown beside them.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -110,10 +109,7 @@ def cutoff(scores: np.ndarray, rule) -> float:
     """The score a source keeps at (keep score >= cutoff)."""
     if rule.threshold is not None:
         return float(rule.threshold)
-    if not len(scores):
-        return 0.0
-    k = max(1, math.ceil(rule.top_fraction * len(scores)))
-    return float(np.sort(scores)[::-1][k - 1])
+    return tiers.top_cutoff(scores, rule.top_fraction) if len(scores) else 0.0
 
 
 def score_sources(storage, spec, text_files: dict, eng) -> dict:

@@ -33,14 +33,18 @@ def tiered_sources(spec) -> dict[str, list]:
     return out
 
 
+def top_cutoff(scores: np.ndarray, fraction: float) -> float:
+    """The score of the ceil(fraction * n)-th best of `scores` (n > 0): the keep rule's and a tier's top-fraction
+    cutoff, so every document tied at it is in."""
+    k = max(1, math.ceil(fraction * len(scores)))
+    return float(np.sort(scores)[::-1][k - 1])
+
+
 def tier_cutoff(scores: np.ndarray, tier) -> float:
     """The score a bounded tier starts at (a document is in it when its score is >= this)."""
     if tier.min_score is not None:
         return float(tier.min_score)
-    if not len(scores):
-        return 1.0
-    k = max(1, math.ceil(tier.top_fraction * len(scores)))
-    return float(np.sort(scores)[::-1][k - 1])
+    return top_cutoff(scores, tier.top_fraction) if len(scores) else 1.0
 
 
 def assign(scores: np.ndarray, cutoffs) -> np.ndarray:
