@@ -133,6 +133,36 @@ def test_the_same_bytes_for_one_and_two_workers_and_any_chunking(tmp_path):
     assert ra == rb
 
 
+def test_chunks_follow_row_groups_and_give_the_bytes_of_the_fixed_cut(tmp_path, monkeypatch):
+    """lines.group_ranges: whole row groups together while they fit in chunk_rows, a larger group cut; the files
+    are the bytes engine.row_ranges' fixed cut (the cut before it) gives, on raw files of several row groups."""
+    path = tmp_path / "g.parquet"
+    t = pq.read_table(_write_one(tmp_path / "one.parquet"))
+    with pq.ParquetWriter(path, t.schema) as w:
+        for a, b in [(0, 3), (3, 5), (5, 17), (17, 40)]:
+            w.write_table(t.slice(a, b - a))
+    cuts = [(r.start, r.stop) for r in lib.group_ranges(engine.FileAt(str(path)), 8)]
+    assert cuts == [(0, 5), (5, 13), (13, 17), (17, 25), (25, 33), (33, 40)]
+    assert [(r.start, r.stop) for r in lib.group_ranges(engine.FileAt(str(path)), 100)] == [(0, 40)]
+
+    def run(root, ranges):
+        monkeypatch.setattr(lib, "group_ranges", ranges)
+        storage = Storage(root=str(root))
+        lib.dedup_lines(storage, {"web": engine.FileAt(str(path))}, {"web": "v1"},
+                        lib.LineParams(min_docs=5, min_kept_share=0.5), [], engine.Engine(num_cpus=1, chunk_rows=8))
+        return storage
+
+    new = run(tmp_path / "new", lib.group_ranges)
+    old = run(tmp_path / "old", lambda f, n: engine.row_ranges(f, n))
+    for key in [layout.LINE_FREQUENT, layout.LINE_REPORT, layout.LINE_DOCS.format(source="web")]:
+        assert new.sha256(key) == old.sha256(key), key
+
+
+def _write_one(path):
+    _docs_file(path, corpus()["web"], "web")
+    return path
+
+
 def test_reduce_counts_is_independent_of_order_and_cut():
     r = np.random.default_rng(0)
     parts = [(np.unique(r.integers(0, 50, 20).astype(np.uint64)), None) for _ in range(6)]
