@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mix_assets.config import load_spec
-from mix_assets.core import engine, layout
+from mix_assets.core import engine, layout, tables
 from mix_assets.core.storage import Storage
 from mix_assets.resources import MixResource
 from mix_assets.stages.dedup import dedup as dedup_lib
@@ -156,6 +156,22 @@ def test_chunks_follow_row_groups_and_give_the_bytes_of_the_fixed_cut(tmp_path, 
     old = run(tmp_path / "old", lambda f, n: engine.row_ranges(f, n))
     for key in [layout.LINE_FREQUENT, layout.LINE_REPORT, layout.LINE_DOCS.format(source="web")]:
         assert new.sha256(key) == old.sha256(key), key
+
+
+def test_the_documents_file_is_lz4_with_the_content_of_the_project_writer(tmp_path, monkeypatch):
+    """lines.DOCS_WRITER_OPTIONS (LZ4, cheaper to write and read than zstd): the same table as the project's
+    writer (tables.WRITER_OPTIONS, the options before) gives, row groups included; the other files keep theirs."""
+    lz4, _ = _run_lib(tmp_path / "lz4", engine.Engine(num_cpus=1, chunk_rows=8))
+    monkeypatch.setattr(lib, "DOCS_WRITER_OPTIONS", dict(tables.WRITER_OPTIONS))
+    zstd, _ = _run_lib(tmp_path / "zstd", engine.Engine(num_cpus=1, chunk_rows=8))
+    for s in ("web", "forum"):
+        key = layout.LINE_DOCS.format(source=s)
+        a, b = pq.ParquetFile(lz4.source(key)), pq.ParquetFile(zstd.source(key))
+        assert a.metadata.row_group(0).column(2).compression.startswith("LZ4")
+        assert b.metadata.row_group(0).column(2).compression == "ZSTD"
+        assert a.read().equals(b.read()) and a.schema_arrow.equals(b.schema_arrow, check_metadata=True)
+        assert a.metadata.num_row_groups == b.metadata.num_row_groups
+    assert lz4.sha256(layout.LINE_FREQUENT) == zstd.sha256(layout.LINE_FREQUENT)
 
 
 def _write_one(path):
