@@ -126,8 +126,8 @@ def _read(rows: engine.RowRange, source: str, columns: list[str]) -> pa.Table:
 
 def count_lines(text: pa.Array, min_line_chars: int, keep: bool = False):
     """(distinct line hashes sorted, documents holding each): every counted line once per document (one
-    compiled pass, kernels.doc_line_hashes). With `keep`, also (every line's hash, its stripped characters)
-    in text order: what remove_lines would compute again (`lines=`)."""
+    compiled pass, kernels.doc_line_hashes). With `keep`, also (every line's hash, stripped characters, end
+    and characters) in text order: what remove_lines would compute again (`lines=`)."""
     from mix_assets.stages.lines import kernels
 
     _, o, b = _buffers(text)
@@ -135,10 +135,10 @@ def count_lines(text: pa.Array, min_line_chars: int, keep: bool = False):
     # (bytes + documents) / 2 + documents of them (np.empty: only the pages written are taken)
     n = len(o) - 1
     cap = int(o[-1] - o[0] + n) // 2 + n + 1 if min_line_chars >= 1 else int(o[-1] - o[0]) + n + 1
-    h, line_hash, line_sc = kernels.doc_line_hashes(o, b, min_line_chars, cap, keep)
+    h, *lines = kernels.doc_line_hashes(o, b, min_line_chars, cap, keep)
     uniq, n = np.unique(h, return_counts=True)
     counts = (uniq.astype(np.uint64), n.astype(np.int64))
-    return (*counts, line_hash, line_sc) if keep else counts
+    return (*counts, *lines) if keep else counts
 
 
 def count_chunk(chunk: CountChunk) -> tuple[np.ndarray, np.ndarray]:
@@ -148,8 +148,8 @@ def count_chunk(chunk: CountChunk) -> tuple[np.ndarray, np.ndarray]:
         t = _read(chunk.rows, chunk.source, ["doc_id", "text"])
         return count_lines(t.column("text"), chunk.min_line_chars)
     t = _read(chunk.rows, chunk.source, _columns(chunk.rows))
-    uniq, n, line_hash, line_sc = count_lines(t.column("text"), chunk.min_line_chars, keep=True)
-    HELD.put((chunk.source, chunk.rows), (t, line_hash, line_sc))
+    uniq, n, *lines = count_lines(t.column("text"), chunk.min_line_chars, keep=True)
+    HELD.put((chunk.source, chunk.rows), (t, *lines))
     return uniq, n
 
 
@@ -163,7 +163,7 @@ class Held:
 
     @staticmethod
     def _bytes(v) -> int:
-        return int(v[0].nbytes + v[1].nbytes + v[2].nbytes)
+        return int(sum(x.nbytes for x in v))
 
     def put(self, key, value) -> bool:
         with self.lock:
@@ -220,9 +220,9 @@ def remove_lines(text: pa.Array, hashes: np.ndarray, p: LineParams, lines: Optio
 
     old, o, b = _buffers(text)
     n = len(old)
-    lh, ls = lines if lines is not None else (np.zeros(0, np.uint64), np.zeros(0, np.int64))
+    lines = lines if lines is not None else (np.zeros(0, np.uint64), *(np.zeros(0, np.int64) for _ in range(3)))
     no, nb, removed, chars, kept, nchars = kernels.remove_frequent(
-        o, b, p.min_line_chars, np.ascontiguousarray(hashes, np.uint64), lh, ls)
+        o, b, p.min_line_chars, np.ascontiguousarray(hashes, np.uint64), *lines)
     out = pa.LargeStringArray.from_buffers(n, pa.py_buffer(no), pa.py_buffer(nb))
     if old.null_count:  # a null text stays null (it has one blank line, never removed unless blank lines count)
         out = pc.if_else(pc.is_null(old), old, out)
