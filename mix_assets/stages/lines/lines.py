@@ -74,7 +74,10 @@ def code() -> str:
 
 def _buffers(text) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     """(the texts as one large_string array, its offsets as int64, its UTF-8 bytes): views, no copy of the bytes."""
-    a = text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text
+    if isinstance(text, pa.ChunkedArray):  # one chunk: taken as it is (combine_chunks would copy it)
+        a = text.chunk(0) if text.num_chunks == 1 else text.combine_chunks()
+    else:
+        a = text
     if a.type == pa.string():
         a = a.cast(pa.large_string())  # int32 offsets widened (kernels read int64 offsets)
     bufs = a.buffers()
@@ -148,6 +151,9 @@ def count_chunk(chunk: CountChunk) -> tuple[np.ndarray, np.ndarray]:
         t = _read(chunk.rows, chunk.source, ["doc_id", "text"])
         return count_lines(t.column("text"), chunk.min_line_chars)
     t = _read(chunk.rows, chunk.source, _columns(chunk.rows))
+    i = t.schema.get_field_index("text")
+    if t.column(i).num_chunks > 1:  # joined once here, not again by the removal
+        t = t.set_column(i, t.schema.field(i), pa.chunked_array([t.column(i).combine_chunks()]))
     uniq, n, *lines = count_lines(t.column("text"), chunk.min_line_chars, keep=True)
     HELD.put((chunk.source, chunk.rows), (t, *lines))
     return uniq, n
