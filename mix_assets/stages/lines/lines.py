@@ -349,7 +349,7 @@ def describe(raw_versions: Mapping[str, Optional[str]], params: LineParams, skip
 GROUP_ROWS = 65536  # rows per row group of a documents file, whatever the chunk size (same bytes on every engine)
 # A documents file is a second copy of its source's text, written once and read by every later stage:
 # pyarrow's lz4 instead of the project's zstd costs less CPU to write and about half as much to read, for a
-# file about 1.5x larger on prose (bench/results/line_dedup.md, "documents file"). Same content.
+# file about 1.5x larger on prose (bench/results/line_dedup.md, "the stage with its files"). Same content.
 DOCS_WRITER_OPTIONS = {**tables.WRITER_OPTIONS, "compression": "lz4"}
 
 
