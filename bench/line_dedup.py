@@ -17,7 +17,10 @@ Both sides run on the same documents, each in its own process:
 
 Also, like for like: ours in memory (the stage's count / reduce / removal functions on in-memory Arrow chunks, no
 Parquet, no chunk parts) beside datatrove in memory, and datatrove reading the same raw Parquet file with its
-ParquetReader and writing the kept documents with its ParquetWriter (zstd) beside the stage (Parquet in and out).
+ParquetReader and writing the kept documents with its ParquetWriter beside the stage (Parquet in and out); its
+writer uses the codec of the stage's documents file (lines.DOCS_WRITER_OPTIONS; zstd before it existed) and, like
+the stage's writer, no content-defined chunking and no page index (its defaults turn both on: extra work the
+stage does not do).
 
 Reported: wall and CPU seconds of each (CPU: the process's user + system time over the timed part), the
 ratio, and the removals: the set of (document, line index) each removes, their overlap, and the differences
@@ -73,7 +76,7 @@ from datatrove.pipeline.dedup.sentence_dedup import (SentDedupConfig, SentenceDe
                                                      SentenceFindDedups)
 from datatrove.utils.text import TextNormConfig
 
-docs_path, work, out, mode, raw_dir = sys.argv[1:6]
+docs_path, work, out, mode, raw_dir, codec = sys.argv[1:7]
 texts = [json.loads(l) for l in open(docs_path)]
 if mode in ("lines", "lines-files"):
     cfg = SentDedupConfig(n_sentences=1, split_sentences=False, min_doc_words=0, min_num_sentences=0,
@@ -87,7 +90,7 @@ def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 
-if mode == "lines-files":  # the raw Parquet file read by its ParquetReader, the kept documents written (zstd)
+if mode == "lines-files":  # the raw Parquet file read by its ParquetReader, the kept documents written
     from datatrove.pipeline.readers import ParquetReader
     from datatrove.pipeline.writers import ParquetWriter
     docs = lambda: ParquetReader(raw_dir, text_key="text", id_key="doc_id").run(rank=0, world_size=1)
@@ -96,7 +99,8 @@ SentenceDedupSignature(output_folder=f"{work}/sigs", config=cfg).run(docs(), ran
 SentenceFindDedups(data_folder=f"{work}/sigs", output_folder=f"{work}/dups", config=cfg).run(rank=0, world_size=1)
 kept = SentenceDedupFilter(data_folder=f"{work}/dups", config=cfg).run(docs(), rank=0, world_size=1)
 if mode == "lines-files":
-    kept = ParquetWriter(f"{work}/out", compression="zstd").run(kept, rank=0, world_size=1)
+    kept = ParquetWriter(f"{work}/out", compression=codec, use_content_defined_chunking=False,
+                         write_page_index=False).run(kept, rank=0, world_size=1)
 kept = [d.text for d in kept]
 wall, cpus = time.perf_counter() - t0, cpu() - c0
 dups = np.fromfile(f"{work}/dups/0000/00000.c4_dup", dtype=[("doc", "<u4"), ("sent", "<u2")]) \
@@ -104,6 +108,14 @@ dups = np.fromfile(f"{work}/dups/0000/00000.c4_dup", dtype=[("doc", "<u4"), ("se
 json.dump({"wall": wall, "cpu": cpus, "docs_out": len(kept),
            "removed": sorted([int(d), int(s)] for d, s in zip(dups["doc"], dups["sent"]))}, open(out, "w"))
 '''
+
+
+def docs_codec() -> str:
+    """The codec of the stage's documents file (zstd, the project's, for code before lines.DOCS_WRITER_OPTIONS)."""
+    from mix_assets.core import tables
+    from mix_assets.stages.lines import lines as lib
+
+    return getattr(lib, "DOCS_WRITER_OPTIONS", tables.WRITER_OPTIONS)["compression"]
 
 
 PARAMS = dict(min_docs=2, min_line_chars=1, min_kept_share=0.0, min_kept_chars=0)
@@ -234,7 +246,7 @@ def main() -> None:
         for mode in ("lines", "lines-files") + (() if a.skip_defaults else ("default",)):
             t0 = time.perf_counter()
             subprocess.run([a.datatrove_python, str(work / "child.py"), str(src), str(work / f"dt-{mode}"),
-                            str(work / f"dt-{mode}.json"), mode, str(work / "raw")], check=True,
+                            str(work / f"dt-{mode}.json"), mode, str(work / "raw"), docs_codec()], check=True,
                            env={**os.environ, "PYTHONPATH": ""})
             dts[mode] = {**json.loads((work / f"dt-{mode}.json").read_text()), "total": time.perf_counter() - t0}
         dt, df, dd = dts["lines"], dts["lines-files"], dts.get("default")
@@ -272,7 +284,8 @@ def main() -> None:
         f"| ratio in memory, ours / datatrove set to lines in memory: wall / CPU s | "
         f"**{dt['wall'] / mem['wall']:.1f}x** / **{dt['cpu'] / mem['cpu']:.1f}x** (target >= 10x) |",
         f"| like for like, files: datatrove set to lines reading the same raw Parquet file (its ParquetReader) and "
-        f"writing the kept documents (its ParquetWriter, zstd): wall s / CPU s | {df['wall']:.2f} / {df['cpu']:.2f} |",
+        f"writing the kept documents (its ParquetWriter, {docs_codec()} as the stage's documents file): wall s / CPU s | "
+        f"{df['wall']:.2f} / {df['cpu']:.2f} |",
         f"| ratio files, ours as the stage / datatrove set to lines with files: wall / CPU s | "
         f"**{df['wall'] / ours['wall']:.1f}x** / **{df['cpu'] / ours['cpu']:.1f}x** (target >= 10x) |",
         "| **removals below: datatrove set to lines** | |",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-from typing import Iterable
+from typing import Iterable, Optional
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -26,12 +26,14 @@ def write_parquet(storage, key: str, table: pa.Table) -> None:
         pq.write_table(table, tmp, row_group_size=ROW_GROUP_ROWS, **WRITER_OPTIONS)
 
 
-def write_parquet_groups(storage, key: str, schema: pa.Schema, groups: Iterable[pa.Table]) -> None:
+def write_parquet_groups(storage, key: str, schema: pa.Schema, groups: Iterable[pa.Table],
+                         options: Optional[dict] = None) -> None:
     """Write tables one after another with the options of `write_parquet`, each as its own row group
     (a table longer than pyarrow's default row group is split as `write_table` splits it), holding one
-    at a time: a single table gives the bytes `write_parquet` gives."""
+    at a time: a single table gives the bytes `write_parquet` gives. `options`: other fixed writer options
+    for one file kind (default WRITER_OPTIONS)."""
     with storage.writing(key) as tmp:
-        with pq.ParquetWriter(tmp, schema, **WRITER_OPTIONS) as w:
+        with pq.ParquetWriter(tmp, schema, **(WRITER_OPTIONS if options is None else options)) as w:
             for t in groups:
                 w.write_table(t, row_group_size=ROW_GROUP_ROWS)
 

@@ -108,12 +108,16 @@ _LINEAR = 64  # up to this many distinct lines a document's repeats are found by
 def doc_line_hashes(o: np.ndarray, b: np.ndarray, min_chars: int, cap: int, keep: bool):
     """(the distinct hashes of each document's counted lines (documents in order; within one, first seen
     first unless it has more than _LINEAR, then sorted): every counted line once per document; and with
-    `keep`, every line's hash and stripped characters in text order (what remove_frequent would compute
-    again), else two empty arrays). `cap` bounds the number of counted lines."""
+    `keep`, every line's hash, stripped characters, end (its newline or its document's end, from o[0]) and
+    characters in text order (what remove_frequent would compute again), else four empty arrays). `cap`
+    bounds the number of counted lines."""
     out = np.empty(cap, np.uint64)
     nl = (b.shape[0] + o.shape[0]) if keep else 0  # lines <= bytes + documents
     line_hash = np.empty(nl, np.uint64)
     line_sc = np.empty(nl, np.int64)
+    line_end = np.empty(nl, np.int64)
+    line_nc = np.empty(nl, np.int64)
+    base = o[0]
     li = 0
     k = 0
     for d in range(o.shape[0] - 1):
@@ -141,6 +145,8 @@ def doc_line_hashes(o: np.ndarray, b: np.ndarray, min_chars: int, cap: int, keep
             if keep:
                 line_hash[li] = h
                 line_sc[li] = sc
+                line_end[li] = q - base
+                line_nc[li] = nc
                 li += 1
             if q >= e:
                 break
@@ -153,7 +159,7 @@ def doc_line_hashes(o: np.ndarray, b: np.ndarray, min_chars: int, cap: int, keep
                     out[m] = out[i]
                     m += 1
             k = m
-    return out[:k], line_hash[:li].copy(), line_sc[:li].copy()
+    return out[:k], line_hash[:li].copy(), line_sc[:li].copy(), line_end[:li].copy(), line_nc[:li].copy()
 
 
 @numba.njit(inline="always")
@@ -195,14 +201,17 @@ def _table(hashes):
 
 @numba.njit(**_JIT)
 def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.ndarray, line_hash: np.ndarray,
-                    line_sc: np.ndarray):
+                    line_sc: np.ndarray, line_end: np.ndarray, line_nc: np.ndarray):
     """Every document without its counted lines whose hash is in `frequent`, kept lines joined by
     `\\n` (a document losing nothing keeps its bytes: its lines joined again are its text). Returns (offsets,
     bytes, removed lines, stripped chars of all lines, stripped chars of the kept lines, characters of the new
     text); the two stripped sums are 0 for a document that lost nothing. One pass: each line is copied while
     its end is sought and its characters counted, and dropped again (the write position rewound) if it goes.
-    `line_hash` / `line_sc`: every line's hash and stripped characters from doc_line_hashes(keep=True) on the
-    same buffers (not computed again), or empty arrays (computed here)."""
+    `line_hash` / `line_sc` / `line_end` / `line_nc`: every line's hash, stripped characters, end and characters
+    from doc_line_hashes(keep=True) on the same buffers, or empty arrays (computed here). With them no byte is
+    scanned: a document losing nothing is copied whole, a kept line as one slice."""
+    if line_hash.shape[0] > 0:
+        return _remove_known(o, b, min_chars, frequent, line_hash, line_sc, line_end, line_nc)
     n = o.shape[0] - 1
     base = o[0]
     no = np.empty(n + 1, np.int64)
@@ -215,8 +224,6 @@ def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.n
     no[0] = 0
     search = frequent.shape[0] > 0
     table, has_zero = _table(frequent)
-    known = line_hash.shape[0] > 0
-    li = 0
     for d in range(n):
         s, e = o[d], o[d + 1]
         p = s
@@ -237,14 +244,9 @@ def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.n
                 if (c & 0xC0) != 0x80:
                     nc += 1
                 q += 1
-            if known:
-                sc = line_sc[li]
-                h = line_hash[li]
-                li += 1
-            else:
-                ls, le = _strip(b, p, q)
-                sc = nc - _chars(b, p, ls) - _chars(b, le, q)
-                h = _xxh64(b, ls, le) if search and sc >= min_chars else np.uint64(0)
+            ls, le = _strip(b, p, q)
+            sc = nc - _chars(b, p, ls) - _chars(b, le, q)
+            h = _xxh64(b, ls, le) if search and sc >= min_chars else np.uint64(0)
             tot += sc
             if search and sc >= min_chars and _has(table, has_zero, h):
                 rm += 1
@@ -265,4 +267,67 @@ def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.n
             removed[d] = rm
             chars[d] = tot
             kept[d] = kc
+    return no, nb[:w], removed, chars, kept, nchars
+
+
+@numba.njit(**_JIT)
+def _remove_known(o, b, min_chars, frequent, line_hash, line_sc, line_end, line_nc):
+    """remove_frequent with every line's key, end and characters known (doc_line_hashes(keep=True))."""
+    n = o.shape[0] - 1
+    base = o[0]
+    no = np.empty(n + 1, np.int64)
+    nb = np.empty(o[n] - base, np.uint8)
+    removed = np.zeros(n, np.int32)
+    chars = np.zeros(n, np.int64)
+    kept = np.zeros(n, np.int64)
+    nchars = np.zeros(n, np.int64)
+    search = frequent.shape[0] > 0
+    table, has_zero = _table(frequent)
+    w = 0
+    no[0] = 0
+    li = 0
+    for d in range(n):
+        s, e = o[d] - base, o[d + 1] - base
+        j = li
+        rm = 0
+        cc = 0
+        while True:  # the document's lines: which go, and its characters
+            sc = line_sc[j]
+            if search and sc >= min_chars and _has(table, has_zero, line_hash[j]):
+                rm += 1
+            cc += line_nc[j]
+            j += 1
+            if line_end[j - 1] >= e:
+                break
+        if rm == 0:
+            nb[w:w + e - s] = b[base + s:base + e]
+            w += e - s
+            nchars[d] = cc + (j - li - 1)  # its characters and newlines
+        else:
+            p = s
+            first = True
+            tot = 0
+            kc = 0
+            cc = 0
+            for i in range(li, j):
+                q = line_end[i]
+                sc = line_sc[i]
+                tot += sc
+                if not (search and sc >= min_chars and _has(table, has_zero, line_hash[i])):
+                    kc += sc
+                    if not first:
+                        nb[w] = 0x0A
+                        w += 1
+                        cc += 1
+                    first = False
+                    nb[w:w + q - p] = b[base + p:base + q]
+                    w += q - p
+                    cc += line_nc[i]
+                p = q + 1
+            removed[d] = rm
+            chars[d] = tot
+            kept[d] = kc
+            nchars[d] = cc
+        no[d + 1] = w
+        li = j
     return no, nb[:w], removed, chars, kept, nchars

@@ -74,7 +74,10 @@ def code() -> str:
 
 def _buffers(text) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     """(the texts as one large_string array, its offsets as int64, its UTF-8 bytes): views, no copy of the bytes."""
-    a = text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text
+    if isinstance(text, pa.ChunkedArray):  # one chunk: taken as it is (combine_chunks would copy it)
+        a = text.chunk(0) if text.num_chunks == 1 else text.combine_chunks()
+    else:
+        a = text
     if a.type == pa.string():
         a = a.cast(pa.large_string())  # int32 offsets widened (kernels read int64 offsets)
     bufs = a.buffers()
@@ -126,8 +129,8 @@ def _read(rows: engine.RowRange, source: str, columns: list[str]) -> pa.Table:
 
 def count_lines(text: pa.Array, min_line_chars: int, keep: bool = False):
     """(distinct line hashes sorted, documents holding each): every counted line once per document (one
-    compiled pass, kernels.doc_line_hashes). With `keep`, also (every line's hash, its stripped characters)
-    in text order: what remove_lines would compute again (`lines=`)."""
+    compiled pass, kernels.doc_line_hashes). With `keep`, also (every line's hash, stripped characters, end
+    and characters) in text order: what remove_lines would compute again (`lines=`)."""
     from mix_assets.stages.lines import kernels
 
     _, o, b = _buffers(text)
@@ -135,10 +138,10 @@ def count_lines(text: pa.Array, min_line_chars: int, keep: bool = False):
     # (bytes + documents) / 2 + documents of them (np.empty: only the pages written are taken)
     n = len(o) - 1
     cap = int(o[-1] - o[0] + n) // 2 + n + 1 if min_line_chars >= 1 else int(o[-1] - o[0]) + n + 1
-    h, line_hash, line_sc = kernels.doc_line_hashes(o, b, min_line_chars, cap, keep)
+    h, *lines = kernels.doc_line_hashes(o, b, min_line_chars, cap, keep)
     uniq, n = np.unique(h, return_counts=True)
     counts = (uniq.astype(np.uint64), n.astype(np.int64))
-    return (*counts, line_hash, line_sc) if keep else counts
+    return (*counts, *lines) if keep else counts
 
 
 def count_chunk(chunk: CountChunk) -> tuple[np.ndarray, np.ndarray]:
@@ -148,8 +151,11 @@ def count_chunk(chunk: CountChunk) -> tuple[np.ndarray, np.ndarray]:
         t = _read(chunk.rows, chunk.source, ["doc_id", "text"])
         return count_lines(t.column("text"), chunk.min_line_chars)
     t = _read(chunk.rows, chunk.source, _columns(chunk.rows))
-    uniq, n, line_hash, line_sc = count_lines(t.column("text"), chunk.min_line_chars, keep=True)
-    HELD.put((chunk.source, chunk.rows), (t, line_hash, line_sc))
+    i = t.schema.get_field_index("text")
+    if t.column(i).num_chunks > 1:  # joined once here, not again by the removal
+        t = t.set_column(i, t.schema.field(i), pa.chunked_array([t.column(i).combine_chunks()]))
+    uniq, n, *lines = count_lines(t.column("text"), chunk.min_line_chars, keep=True)
+    HELD.put((chunk.source, chunk.rows), (t, *lines))
     return uniq, n
 
 
@@ -163,7 +169,7 @@ class Held:
 
     @staticmethod
     def _bytes(v) -> int:
-        return int(v[0].nbytes + v[1].nbytes + v[2].nbytes)
+        return int(sum(x.nbytes for x in v))
 
     def put(self, key, value) -> bool:
         with self.lock:
@@ -220,9 +226,9 @@ def remove_lines(text: pa.Array, hashes: np.ndarray, p: LineParams, lines: Optio
 
     old, o, b = _buffers(text)
     n = len(old)
-    lh, ls = lines if lines is not None else (np.zeros(0, np.uint64), np.zeros(0, np.int64))
+    lines = lines if lines is not None else (np.zeros(0, np.uint64), *(np.zeros(0, np.int64) for _ in range(3)))
     no, nb, removed, chars, kept, nchars = kernels.remove_frequent(
-        o, b, p.min_line_chars, np.ascontiguousarray(hashes, np.uint64), lh, ls)
+        o, b, p.min_line_chars, np.ascontiguousarray(hashes, np.uint64), *lines)
     out = pa.LargeStringArray.from_buffers(n, pa.py_buffer(no), pa.py_buffer(nb))
     if old.null_count:  # a null text stays null (it has one blank line, never removed unless blank lines count)
         out = pc.if_else(pc.is_null(old), old, out)
@@ -341,6 +347,10 @@ def describe(raw_versions: Mapping[str, Optional[str]], params: LineParams, skip
 
 # -- the stage: count map, reduce, removal map, files ----------------------------------------------------------
 GROUP_ROWS = 65536  # rows per row group of a documents file, whatever the chunk size (same bytes on every engine)
+# A documents file is a second copy of its source's text, written once and read by every later stage:
+# pyarrow's lz4 instead of the project's zstd costs less CPU to write and about half as much to read, for a
+# file about 1.5x larger on prose (bench/results/line_dedup.md, "the stage with its files"). Same content.
+DOCS_WRITER_OPTIONS = {**tables.WRITER_OPTIONS, "compression": "lz4"}
 
 
 @dataclass
@@ -354,6 +364,27 @@ class Result:
 
 
 PARTS_STAGE = "lines"  # core/chunks.py: the chunk parts of a killed run live under parts/lines/
+
+
+def group_ranges(file: engine.FileAt, chunk_rows: int) -> list[engine.RowRange]:
+    """The file cut into consecutive row ranges of at most `chunk_rows` rows that follow its row groups: whole
+    groups together while they fit, a larger group cut into `chunk_rows` pieces. A chunk then reads each of
+    its row groups once and as one Arrow chunk (engine.row_ranges' fixed cut reads a group straddling two
+    chunks twice and hands over several Arrow chunks, joined by a copy). Results do not depend on the cut."""
+    with engine.open_parquet(file) as f:
+        sizes = [f.metadata.row_group(g).num_rows for g in range(f.metadata.num_row_groups)]
+    cuts, start, row = [], 0, 0
+    for n in sizes:
+        if row > start and row + n - start > chunk_rows:
+            cuts.append((start, row))
+            start = row
+        row += n
+        while row - start > chunk_rows:
+            cuts.append((start, start + chunk_rows))
+            start += chunk_rows
+    if row > start:
+        cuts.append((start, row))
+    return [engine.RowRange(file.path, a, b, file.endpoint_url) for a, b in cuts]
 
 
 def _count_table(chunk, got: tuple[np.ndarray, np.ndarray]) -> pa.Table:
@@ -381,7 +412,7 @@ def _dedup_lines(storage, files: Mapping[str, engine.FileAt], raw_versions: Mapp
     meta = describe(raw_versions, p, skip)
     store = chunks.Parts(storage, PARTS_STAGE)
     own = {s: {"raw": raw_versions.get(s), "params": meta["params"], "code": meta["code"]} for s in names}
-    work = [(s, rng) for s in names for rng in engine.row_ranges(files[s], eng.chunk_rows)]
+    work = [(s, rng) for s in names for rng in group_ranges(files[s], eng.chunk_rows)]
     count_meta = {s: {**own[s], "map": "count"} for s in names}
     keys, have, _ = store.keyed("line_dedup (count)", work, count_meta, log)
     HELD.clear()
@@ -406,7 +437,7 @@ def _dedup_lines(storage, files: Mapping[str, engine.FileAt], raw_versions: Mapp
         with engine.open_parquet(files[s]) as f:
             schema = docs_schema(f.schema_arrow).with_metadata({META_KEY: json.dumps(meta, sort_keys=True).encode()})
         totals = SourceTotals()
-        mine = [(s, rng) for rng in engine.row_ranges(files[s], eng.chunk_rows)]
+        mine = [(s, rng) for rng in group_ranges(files[s], eng.chunk_rows)]
         keys, have, _ = store.keyed("line_dedup", mine, {s: {**own[s], "map": "remove", "frequent": frequent_key}}, log)
         results = chunks.resume(apply_chunk, [ApplyChunk(s, rng, wanted, p) for _, rng in mine], keys, eng, store,
                                 have=have)
@@ -418,7 +449,7 @@ def _dedup_lines(storage, files: Mapping[str, engine.FileAt], raw_versions: Mapp
                 yield t.cast(schema)
 
         tables.write_parquet_groups(storage, layout.LINE_DOCS.format(source=s), schema,
-                                    sig.regroup(parts(), GROUP_ROWS, schema))
+                                    sig.regroup(parts(), GROUP_ROWS, schema), DOCS_WRITER_OPTIONS)
         store.drop(keys)
         rows.append(totals.row(s))
     shown = [] if not samples else top_lines(_texts([files[s] for s in names if s not in skip]), top, samples,

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mix_assets.config import load_spec
-from mix_assets.core import engine, layout
+from mix_assets.core import engine, layout, tables
 from mix_assets.core.storage import Storage
 from mix_assets.resources import MixResource
 from mix_assets.stages.dedup import dedup as dedup_lib
@@ -131,6 +131,52 @@ def test_the_same_bytes_for_one_and_two_workers_and_any_chunking(tmp_path):
     for key in [layout.LINE_FREQUENT, layout.LINE_REPORT, *(layout.LINE_DOCS.format(source=s) for s in ("web", "forum"))]:
         assert a.sha256(key) == b.sha256(key), key
     assert ra == rb
+
+
+def test_chunks_follow_row_groups_and_give_the_bytes_of_the_fixed_cut(tmp_path, monkeypatch):
+    """lines.group_ranges: whole row groups together while they fit in chunk_rows, a larger group cut; the files
+    are the bytes engine.row_ranges' fixed cut (the cut before it) gives, on raw files of several row groups."""
+    path = tmp_path / "g.parquet"
+    t = pq.read_table(_write_one(tmp_path / "one.parquet"))
+    with pq.ParquetWriter(path, t.schema) as w:
+        for a, b in [(0, 3), (3, 5), (5, 17), (17, 40)]:
+            w.write_table(t.slice(a, b - a))
+    cuts = [(r.start, r.stop) for r in lib.group_ranges(engine.FileAt(str(path)), 8)]
+    assert cuts == [(0, 5), (5, 13), (13, 17), (17, 25), (25, 33), (33, 40)]
+    assert [(r.start, r.stop) for r in lib.group_ranges(engine.FileAt(str(path)), 100)] == [(0, 40)]
+
+    def run(root, ranges):
+        monkeypatch.setattr(lib, "group_ranges", ranges)
+        storage = Storage(root=str(root))
+        lib.dedup_lines(storage, {"web": engine.FileAt(str(path))}, {"web": "v1"},
+                        lib.LineParams(min_docs=5, min_kept_share=0.5), [], engine.Engine(num_cpus=1, chunk_rows=8))
+        return storage
+
+    new = run(tmp_path / "new", lib.group_ranges)
+    old = run(tmp_path / "old", lambda f, n: engine.row_ranges(f, n))
+    for key in [layout.LINE_FREQUENT, layout.LINE_REPORT, layout.LINE_DOCS.format(source="web")]:
+        assert new.sha256(key) == old.sha256(key), key
+
+
+def test_the_documents_file_is_lz4_with_the_content_of_the_project_writer(tmp_path, monkeypatch):
+    """lines.DOCS_WRITER_OPTIONS (LZ4, cheaper to write and read than zstd): the same table as the project's
+    writer (tables.WRITER_OPTIONS, the options before) gives, row groups included; the other files keep theirs."""
+    lz4, _ = _run_lib(tmp_path / "lz4", engine.Engine(num_cpus=1, chunk_rows=8))
+    monkeypatch.setattr(lib, "DOCS_WRITER_OPTIONS", dict(tables.WRITER_OPTIONS))
+    zstd, _ = _run_lib(tmp_path / "zstd", engine.Engine(num_cpus=1, chunk_rows=8))
+    for s in ("web", "forum"):
+        key = layout.LINE_DOCS.format(source=s)
+        a, b = pq.ParquetFile(lz4.source(key)), pq.ParquetFile(zstd.source(key))
+        assert a.metadata.row_group(0).column(2).compression.startswith("LZ4")
+        assert b.metadata.row_group(0).column(2).compression == "ZSTD"
+        assert a.read().equals(b.read()) and a.schema_arrow.equals(b.schema_arrow, check_metadata=True)
+        assert a.metadata.num_row_groups == b.metadata.num_row_groups
+    assert lz4.sha256(layout.LINE_FREQUENT) == zstd.sha256(layout.LINE_FREQUENT)
+
+
+def _write_one(path):
+    _docs_file(path, corpus()["web"], "web")
+    return path
 
 
 def test_reduce_counts_is_independent_of_order_and_cut():
