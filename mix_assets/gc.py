@@ -452,7 +452,16 @@ def apply(storage: Storage, p: Plan, log=print) -> None:
         storage.delete(k)
     for k in p.remove_blobs:
         storage.delete(k)
-    for k in [*p.remove_parts, *p.remove_per_source, *p.remove_pairs, *p.remove_claims]:
+    for k in [*p.remove_parts, *p.remove_per_source, *p.remove_pairs]:
+        storage.delete(k)
+    for k in p.remove_claims:
+        if k.endswith(".json"):  # a claim judged dead: judged again (a paused process may have beaten since)
+            try:
+                body = json.loads(storage.read_text(k))
+            except (ValueError, FileNotFoundError, UnicodeDecodeError):
+                continue
+            if isinstance(body, dict) and not runlock.is_stale(body):
+                continue
         storage.delete(k)
     for k in p.remove_temp:  # hidden from storage's keys: removed by path, under the root only
         try:
