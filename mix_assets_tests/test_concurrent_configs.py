@@ -30,7 +30,8 @@ import pytest
 import yaml
 
 from mix_assets.config import REPO_ROOT, load_spec
-from mix_assets.core import checkout
+from mix_assets import gc
+from mix_assets.core import checkout, objects
 from mix_assets.core.storage import Storage
 from mix_assets.resources import storage_for
 from mix_assets_tests.support.s3server import WRITER
@@ -132,6 +133,16 @@ def _together(setup, root, published: Path, endpoint, label: str) -> None:
     (name,) = {k.split("/")[1] for k in st.list(checkout.CHECKOUTS)}
     assert name.startswith("cfg-")
     assert [k for k in st.list(checkout.CLAIMS) if k.endswith(".json")] == []
+    # gc: the idle checkout goes (no live claim; --keep-days 0), every publication's artifacts stay in the store
+    p = gc.plan(st, keep_days=0)
+    assert set(p.remove_checkouts) == {f"{checkout.CHECKOUTS}/{name}"}, p.keep_checkouts
+    gc.apply(st, p)
+    assert not st.list(checkout.CHECKOUTS)
+    keyed = {k: json.loads(st.read_text(k)) for k in st.list(objects.KEYED) if k.endswith(".json")}
+    needed = gc._published_keys(st, keyed)
+    assert {why.removeprefix("published ") for why in needed.values()} == set(revs)  # both revisions' artifacts, named by their records
+    for k in needed:
+        assert all(objects.blob_problem(st, sha) is None for sha in keyed[k]["outputs"].values()), k
 
 
 def test_a_partial_run_of_a_then_b_whole_then_a_downstream_publishes_a(setup):
