@@ -353,3 +353,25 @@ def test_gc_removes_idle_run_checkouts_and_never_a_held_one_on_s3(seaweedfs, mon
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     _check_checkouts(Storage(seaweedfs.url("gc-checkouts"), s3_endpoint_url=seaweedfs.endpoint,
                              cache_dir=str(tmp_path / "cache")))
+
+
+def test_gc_cli_dry_run_lists_an_idle_checkout_and_keeps_a_held_one(tmp_path, capsys):
+    from mix_assets_tests.support.ui_harness import REPO, config_variant
+
+    root = tmp_path / "root"
+    cfg = config_variant(REPO / "configs" / "demo.yaml", tmp_path / "mix.yaml",
+                         {"storage": {"root": str(root), "cache_dir": str(tmp_path / "cache")}})
+    st = Storage(str(root))
+    held = checkout.hold(st, "cfg-live", "run-live")
+    try:
+        for name in ("cfg-idle", "cfg-live"):
+            _artifact(_checkout(st, name), name, b"x", OLD, current=True)
+        assert gc.main([str(cfg), "--dry-run", "--keep-days", "0"]) == 0
+        out = capsys.readouterr().out
+        assert "run checkouts: 1, " in out and "  would remove checkouts/cfg-idle (" in out
+        assert "  keeping checkouts/cfg-live: held by run run-live" in out
+        assert st.list("checkouts/cfg-idle")  # a dry run removes nothing
+        assert gc.main([str(cfg), "--keep-days", "0"]) == 0
+        assert not st.list("checkouts/cfg-idle") and st.list("checkouts/cfg-live")
+    finally:
+        held.release()
