@@ -432,6 +432,26 @@ def _plan_temp(storage: Storage, p: Plan, horizon: float) -> None:
                 p.remove_temp[os.path.relpath(full, root).replace(os.sep, "/")] = st.st_size
 
 
+def _keep_named_by(storage: Storage, p: Plan, folder: str) -> None:
+    """A checkout kept after all (a run took it since the plan): the keyed records its lineage records name, and
+    their blobs, are kept too, as if it had been kept in the plan."""
+    for rk in storage.list(f"{folder}/lineage"):
+        try:
+            rec = json.loads(storage.read_text(rk))
+            kk = objects.keyed_key(rec["asset"], rec["key"])
+        except (ValueError, FileNotFoundError, UnicodeDecodeError, KeyError, TypeError):
+            continue
+        if p.remove_records.pop(kk, None) is None:
+            continue
+        p.keep_records[kk] = f"current lineage record in {folder}"
+        try:
+            shas = json.loads(storage.read_text(kk))["outputs"].values()
+        except (ValueError, FileNotFoundError, KeyError):
+            continue
+        for sha in shas:
+            p.remove_blobs.pop(objects.object_key(sha), None)
+
+
 def apply(storage: Storage, p: Plan, log=print) -> None:
     """Remove the checkouts first (each held by a claim of gc's own meanwhile, and skipped when in use by
     then), then the records, then the blobs (a blob is never removed while a kept record names it)."""
@@ -443,6 +463,7 @@ def apply(storage: Storage, p: Plan, log=print) -> None:
         try:
             if why:
                 log(f"  kept {folder}: {why}")
+                _keep_named_by(storage, p, folder)
                 continue
             storage.delete_prefix(folder)
         finally:

@@ -294,7 +294,7 @@ def _check_checkouts(st: Storage) -> None:
         st.write_text("publish/published_revision.json", json.dumps(
             {"revision": "rev-z", "input_keys": {"artifacts": {"b": pub_key, "c": gone_key}}}))
         st.delete(objects.object_key(gone_sha))  # the store lost the published blob: the checkout holds the only copy
-        _artifact(_checkout(st, "run-busy-later"), "busy", b"busy-later", OLD, current=True)
+        busy_key, busy_sha = _artifact(_checkout(st, "run-busy-later"), "busy", b"busy-later", OLD, current=True)
         for run, name in (("run-killed", "cfg-stale"), ("run-live", "cfg-live"), ("run-old", "run-idle")):
             st.write_text(f"{checkout.CLAIMS}/.runs/{run}", name)
 
@@ -316,6 +316,7 @@ def _check_checkouts(st: Storage) -> None:
         assert p.keep_records[objects.keyed_key("b", pub_key)] == "published rev-z"
         assert p.keep_records[objects.keyed_key("live", _checkout_key(st, "cfg-live"))] == "current lineage record"
 
+        assert objects.keyed_key("busy", busy_key) in p.remove_records  # planned while idle
         busy = checkout.hold(st, "run-busy-later", "run-late", ttl=600)  # a run claims it after the plan
         said: list[str] = []
         try:
@@ -323,6 +324,8 @@ def _check_checkouts(st: Storage) -> None:
         finally:
             busy.release()
         assert said == ["  kept checkouts/run-busy-later: claimed by a run since the plan"]
+        # what its lineage records name stays with it: its keyed record and blob
+        assert st.exists(objects.keyed_key("busy", busy_key)) and objects.blob_problem(st, busy_sha) is None
         assert not st.list("checkouts/cfg-stale") and not st.list("checkouts/run-idle")
         assert st.list("checkouts/cfg-live") and st.list("checkouts/run-only-copy") and st.list("checkouts/run-busy-later")
         assert [k for k in st.list(checkout.CLAIMS) if k.endswith(".json")] == [live.key]
