@@ -43,8 +43,8 @@ Beside the object store, the caches other stages keep under the root:
     kept). Its lineage records then no longer keep keyed records current. `apply` claims the checkout
     itself before removing it (checkout.hold), so a run claiming it meanwhile works elsewhere, and skips
     it (and the keyed records and blobs its lineage records name) when a run holds it or wrote in it by
-    then; a checkout is only a working copy of what the store
-    holds (the next run there restores its inputs by key);
+    then; a checkout is only a working copy of what the store holds (the next run there restores its
+    inputs by key);
   * claim leftovers: claims whose heartbeat is older than their TTL (a killed run's; the next claimant
     would remove them too) and the run markers locks/checkouts/.runs/<run id> (the checkout a run's
     steps worked in last) older than the N days, of runs holding no live claim.
