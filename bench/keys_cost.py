@@ -29,7 +29,6 @@ import argparse
 import functools
 import importlib
 import json
-import os
 import shutil
 import sys
 import threading
