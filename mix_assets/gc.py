@@ -35,7 +35,19 @@ Beside the object store, the caches other stages keep under the root:
     restoring that record would look up), or when it was written within the N days; the others go. A
     pairs file is only a cache (a reduce without it computes the same bytes): no revision needs one;
   * temporary files of killed writes (local roots: `.<name>.<random>.tmp` beside their target, from
-    core/transport.atomic_path and objects.put_object), older than the N days (a live write's is new).
+    core/transport.atomic_path and objects.put_object), older than the N days (a live write's is new);
+  * run checkouts (checkouts/<name>/, core/checkout.py: where a run worked while another held the root):
+    a checkout goes whole when no live claim is on it (locks/checkouts/<name>/: a run holds it), none of
+    its files was written within the N days, and every artifact of a publication its lineage records
+    name is in the store (keyed record and blobs: a checkout holding the only copy of published bytes is
+    kept). Its lineage records then no longer keep keyed records current. `apply` claims the checkout
+    itself before removing it (checkout.hold), so a run claiming it meanwhile works elsewhere, and skips
+    it (and the keyed records and blobs its lineage records name) when a run holds it or wrote in it by
+    then; a checkout is only a working copy of what the store holds (the next run there restores its
+    inputs by key);
+  * claim leftovers: claims whose heartbeat is older than their TTL (a killed run's; the next claimant
+    would remove them too) and the run markers locks/checkouts/.runs/<run id> (the checkout a run's
+    steps worked in last) older than the N days, of runs holding no live claim.
 `--dry-run` lists what would be removed, with sizes, grouped by kind, and removes nothing. Local and s3://
 roots alike.
 Exit status 0; 2 when the config or the root cannot be read (message on stderr).
@@ -49,6 +61,7 @@ import json
 import os
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 
 import pyarrow.parquet as pq
@@ -58,7 +71,7 @@ from mix_assets.config import load_spec
 from mix_assets.format.shards import dtype_for_vocab
 from mix_assets.stages.dedup import pairs as pairs_lib
 from mix_assets.stages.tokens import idcache
-from mix_assets.core import checkout, layout, lineage, objects
+from mix_assets.core import checkout, layout, lineage, objects, runlock
 from mix_assets.core.storage import Storage
 from mix_assets.stages.publish.target import PUBLISHED_REVISION
 
@@ -87,13 +100,19 @@ class Plan:
     remove_temp: dict[str, int] = field(default_factory=dict)  # a killed write's temporary file -> bytes
     keep_pairs: dict[str, str] = field(default_factory=dict)  # dedup/pairs/<key>.parquet -> why kept
     keep_token_cache: dict[str, str] = field(default_factory=dict)  # cache key -> why kept
+    remove_checkouts: dict[str, int] = field(default_factory=dict)  # checkouts/<name> -> bytes of its files
+    remove_claims: dict[str, int] = field(default_factory=dict)  # dead claims and old run markers -> bytes
+    keep_checkouts: dict[str, str] = field(default_factory=dict)  # checkouts/<name> -> why kept
+    horizon: float = 0.0  # files written since are kept
+    keep_days: float = DEFAULT_KEEP_DAYS
 
     def groups(self) -> dict[str, dict[str, int]]:
         """What is removed, by kind (the --dry-run listing's sections)."""
         return {"keyed records": self.remove_records, "blobs": self.remove_blobs,
                 "chunk parts": self.remove_parts, "token-id cache keys": self.remove_token_cache,
                 "per-source files of removed sources": self.remove_per_source,
-                "dedup pairs files": self.remove_pairs, "temporary files of killed writes": self.remove_temp}
+                "dedup pairs files": self.remove_pairs, "temporary files of killed writes": self.remove_temp,
+                "run checkouts": self.remove_checkouts, "dead claims and old run markers": self.remove_claims}
 
     @property
     def bytes(self) -> int:
@@ -152,17 +171,17 @@ def plan(storage: Storage, keep_days: float = DEFAULT_KEEP_DAYS, now: float | No
     now = time.time() if now is None else now
     horizon = now - keep_days * 86400
     keyed = {k: json.loads(storage.read_text(k)) for k in storage.list(objects.KEYED) if k.endswith(".json")}
-    p = Plan()
-    # the lineage records of every checkout (core/checkout.py): a run's checkout names artifacts as the root does
-    checkouts = [k for k in storage.list(checkout.CHECKOUTS) if k.split("/")[2:3] == ["lineage"]]
-    for rk in storage.list("lineage") + checkouts:
+    p = Plan(horizon=horizon, keep_days=keep_days)
+    published = _published_keys(storage, keyed)
+    _plan_checkouts(storage, p, published, keyed)
+    for rk in storage.list("lineage") + _checkout_lineage(storage, p):
         try:
             rec = json.loads(storage.read_text(rk))
         except (ValueError, FileNotFoundError):
             continue
         if rec.get("format") == lineage.FORMAT and rec.get("key"):
             p.keep_records[objects.keyed_key(rec["asset"], rec["key"])] = "current lineage record"
-    for k, why in _published_keys(storage, keyed).items():
+    for k, why in published.items():
         p.keep_records.setdefault(k, why)
     for k, rec in keyed.items():
         if k in p.keep_records:
@@ -202,6 +221,80 @@ def plan(storage: Storage, keep_days: float = DEFAULT_KEEP_DAYS, now: float | No
     _plan_pairs(storage, p, horizon, keep_days, {k: r for k, r in keyed.items() if k not in p.remove_records})
     _plan_temp(storage, p, horizon)
     return p
+
+
+def _checkout_lineage(storage: Storage, p: Plan) -> list[str]:
+    """The lineage records of the checkouts gc keeps (core/checkout.py): a run's checkout names artifacts as
+    the root does."""
+    return [k for k in storage.list(checkout.CHECKOUTS) if k.split("/")[2:3] == ["lineage"]
+            and "/".join(k.split("/")[:2]) not in p.remove_checkouts]
+
+
+def _checkout_in_use(storage: Storage, name: str, p: Plan, but: str | None = None) -> str | None:
+    """Why checkout `name` is in use (None: it is not): a live claim (other than run `but`'s), a file written
+    within the N days."""
+    live = [b for b in checkout.live_claims(storage, name) if b.get("run_id") != but]  # live now, whatever the horizon
+    if live:
+        return "held by run " + ", ".join(sorted({str(b.get("run_id")) for b in live}))
+    for k in storage.list(checkout.prefix(name)):
+        if _mtime(storage, k) >= p.horizon:
+            return f"written within {p.keep_days:g} days ({k})"
+    return None
+
+
+def _checkout_holds_published(storage: Storage, name: str, published: dict[str, str], keyed: dict[str, dict]
+                              ) -> str | None:
+    """Why checkout `name` holds what a publication needs and the store lacks (None: nothing)."""
+    for k in storage.list(f"{checkout.prefix(name)}/lineage"):
+        try:
+            rec = json.loads(storage.read_text(k))
+        except (ValueError, FileNotFoundError, UnicodeDecodeError):
+            continue
+        if not isinstance(rec, dict):
+            continue
+        kk = objects.keyed_key(str(rec.get("asset")), str(rec.get("key")))
+        if kk not in published:
+            continue
+        stored = keyed.get(kk)
+        missing = ["keyed record"] if stored is None else [
+            path for path, sha in sorted(stored["outputs"].items()) if not storage.exists(objects.object_key(sha))]
+        if missing:
+            return f"names {rec.get('asset')} of {published[kk]}, whose {missing[0]} is not in the store"
+    return None
+
+
+def _plan_checkouts(storage: Storage, p: Plan, published: dict[str, str], keyed: dict[str, dict]) -> None:
+    """Run checkouts no live run holds, untouched for N days, holding nothing only they have; dead claims;
+    old run markers (see the module docstring)."""
+    now = time.time()
+    names = {k.split("/")[1] for k in storage.list(checkout.CHECKOUTS) if k.count("/") >= 2}
+    for name in sorted(names):
+        folder = checkout.prefix(name)
+        why = _checkout_in_use(storage, name, p) or _checkout_holds_published(storage, name, published, keyed)
+        if why:
+            p.keep_checkouts[folder] = why
+        else:
+            p.remove_checkouts[folder] = sum(_size(storage, k) for k in storage.list(folder))
+    claims = storage.list(checkout.CLAIMS)
+    live_runs = set()
+    for k in claims:
+        parts = k[len(checkout.CLAIMS) + 1:].split("/")
+        if len(parts) != 2 or parts[0] == ".runs" or not k.endswith(".json"):
+            continue
+        try:
+            body = json.loads(storage.read_text(k))
+        except (ValueError, FileNotFoundError, UnicodeDecodeError):
+            continue  # released meanwhile, or half a write: left to the claimants
+        if not isinstance(body, dict):
+            continue
+        if runlock.is_stale(body, now):
+            p.remove_claims[k] = _size(storage, k)
+        else:
+            live_runs.add(str(body.get("run_id")))
+    runs = f"{checkout.CLAIMS}/.runs/"
+    for k in claims:
+        if k.startswith(runs) and k[len(runs):] not in live_runs and _mtime(storage, k) < p.horizon:
+            p.remove_claims[k] = _size(storage, k)
 
 
 def _plan_parts(storage: Storage, p: Plan, horizon: float) -> None:
@@ -257,9 +350,7 @@ def _plan_per_source(storage: Storage, p: Plan, horizon: float, sources: list[st
     if sources is None:
         return
     listed = set()
-    # the lineage records of every checkout (core/checkout.py): a run's checkout names artifacts as the root does
-    checkouts = [k for k in storage.list(checkout.CHECKOUTS) if k.split("/")[2:3] == ["lineage"]]
-    for rk in storage.list("lineage") + checkouts:
+    for rk in storage.list("lineage") + _checkout_lineage(storage, p):
         try:
             listed |= set(json.loads(storage.read_text(rk)).get("outputs") or {})
         except (ValueError, FileNotFoundError):
@@ -342,13 +433,57 @@ def _plan_temp(storage: Storage, p: Plan, horizon: float) -> None:
                 p.remove_temp[os.path.relpath(full, root).replace(os.sep, "/")] = st.st_size
 
 
-def apply(storage: Storage, p: Plan) -> None:
-    """Remove the records first, then the blobs (a blob is never removed while a kept record names it)."""
+def _keep_named_by(storage: Storage, p: Plan, folder: str) -> None:
+    """A checkout kept after all (a run took it since the plan): the keyed records its lineage records name, and
+    their blobs, are kept too, as if it had been kept in the plan."""
+    for rk in storage.list(f"{folder}/lineage"):
+        try:
+            rec = json.loads(storage.read_text(rk))
+            kk = objects.keyed_key(rec["asset"], rec["key"])
+        except (ValueError, FileNotFoundError, UnicodeDecodeError, KeyError, TypeError):
+            continue
+        if p.remove_records.pop(kk, None) is None:
+            continue
+        p.keep_records[kk] = f"current lineage record in {folder}"
+        try:
+            shas = json.loads(storage.read_text(kk))["outputs"].values()
+        except (ValueError, FileNotFoundError, KeyError):
+            continue
+        for sha in shas:
+            p.remove_blobs.pop(objects.object_key(sha), None)
+
+
+def apply(storage: Storage, p: Plan, log=print) -> None:
+    """Remove the checkouts first (each held by a claim of gc's own meanwhile, and skipped when in use by
+    then), then the records, then the blobs (a blob is never removed while a kept record names it)."""
+    for folder in p.remove_checkouts:
+        name = folder.split("/", 1)[1]
+        gc_run = f"gc-{uuid.uuid4().hex[:12]}"
+        held = checkout.hold(storage, name, gc_run)
+        why = "claimed by a run since the plan" if held is None else _checkout_in_use(storage, name, p, but=gc_run)
+        try:
+            if why:
+                log(f"  kept {folder}: {why}")
+                _keep_named_by(storage, p, folder)
+                continue
+            storage.delete_prefix(folder)
+        finally:
+            if held is not None:
+                held.release()
     for k in p.remove_records:
         storage.delete(k)
     for k in p.remove_blobs:
         storage.delete(k)
     for k in [*p.remove_parts, *p.remove_per_source, *p.remove_pairs]:
+        storage.delete(k)
+    for k in p.remove_claims:
+        if k.endswith(".json"):  # a claim judged dead: judged again (a paused process may have beaten since)
+            try:
+                body = json.loads(storage.read_text(k))
+            except (ValueError, FileNotFoundError, UnicodeDecodeError):
+                continue
+            if isinstance(body, dict) and not runlock.is_stale(body):
+                continue
         storage.delete(k)
     for k in p.remove_temp:  # hidden from storage's keys: removed by path, under the root only
         try:
@@ -387,14 +522,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{kind}: {len(group)}, {_mb(sum(group.values()))}")
         for k, n in sorted(group.items()):
             print(f"  {verb} {k} ({_mb(n)})")
+    for folder, why in sorted(p.keep_checkouts.items()):
+        print(f"  keeping {folder}: {why}")
     if not a.dry_run:
         apply(storage, p)
     print(f"{'would remove' if a.dry_run else 'removed'} {len(p.remove_records)} keyed record(s), "
           f"{len(p.remove_blobs)} blob(s), {len(p.remove_parts)} chunk part(s), {len(p.remove_token_cache)} "
           f"token-id cache key(s), {len(p.remove_per_source)} per-source file(s), {len(p.remove_pairs)} dedup pairs "
-          f"file(s), {len(p.remove_temp)} temporary file(s): {_mb(p.bytes)}; kept {len(p.keep_records)} keyed "
+          f"file(s), {len(p.remove_temp)} temporary file(s), {len(p.remove_checkouts)} run checkout(s), "
+          f"{len(p.remove_claims)} dead claim(s) or run marker(s): {_mb(p.bytes)}; kept {len(p.keep_records)} keyed "
           f"record(s), {p.kept_blobs} blob(s), {len(p.keep_token_cache)} token-id cache key(s), "
-          f"{len(p.keep_pairs)} dedup pairs file(s) in {storage.root}")
+          f"{len(p.keep_pairs)} dedup pairs file(s), {len(p.keep_checkouts)} run checkout(s) in {storage.root}")
     return 0
 
 

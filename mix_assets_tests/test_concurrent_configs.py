@@ -13,6 +13,8 @@ publish to one target. Each revision must be the from-scratch build of its own c
    A's downstream half (tokenizer and below): A's consumers restore A's artifacts by their keys from the
    store (common.checkout_inputs) instead of refusing B's. Before: tokenizer refused validation_split
    ("materialised under another config").
+Both also on an S3 storage root (SeaweedFS on loopback, `support/s3server.py`): the claims, the checkout and
+the keyed store are objects there (core/checkout.py, core/objects.py).
 """
 
 from __future__ import annotations
@@ -27,20 +29,29 @@ import dagster as dg
 import pytest
 import yaml
 
-from mix_assets.config import REPO_ROOT
+from mix_assets.config import REPO_ROOT, load_spec
+from mix_assets import gc
+from mix_assets.core import checkout, objects
+from mix_assets.core.storage import Storage
+from mix_assets.resources import storage_for
+from mix_assets_tests.support.s3server import WRITER
 from mix_assets_tests.test_integrity_lineage import failures, materialize, private_demo
 
 pytestmark = pytest.mark.slow
 
 
-def _config(base: Path, tmp: Path, name: str, root: Path, published: Path, edit: bool) -> Path:
+def _config(base: Path, tmp: Path, name: str, root: "Path | str", published: Path, edit: bool,
+            endpoint: str | None = None, label: str | None = None) -> Path:
     d = yaml.safe_load(base.read_text())
     if edit:
         d["filters"]["gopher_quality"] = {**(d["filters"]["gopher_quality"] or {}), "min_doc_words": 5}
         d["tokenizer"]["vocab_size"] = 2048
-    d["storage"] = {"root": str(root), "cache_dir": str(tmp / f"cache-{name}")}
+    label = label or Path(root).parent.name
+    d["storage"] = {"root": str(root), "cache_dir": str(tmp / f"cache-{name}-{label}")}
+    if endpoint:
+        d["storage"]["s3_endpoint_url"] = endpoint
     d["publish"] = {"url": str(published)}
-    path = tmp / f"{name}-{root.parent.name}.yaml"
+    path = tmp / f"{name}-{label}.yaml"
     path.write_text(yaml.safe_dump(d, sort_keys=False))
     return path
 
@@ -81,38 +92,83 @@ def _execute(cfg: Path, home: Path) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, text=True)
 
 
+def _storage(cfg: Path) -> Storage:
+    return storage_for(load_spec(cfg))
+
+
+@pytest.fixture
+def s3_root(seaweedfs, monkeypatch):
+    """A fresh S3 storage root on the SeaweedFS server: (url, endpoint); credentials from the environment, as
+    the `dagster job execute` processes get them."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", WRITER[0])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", WRITER[1])
+    for var in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    return seaweedfs.url("concurrent"), seaweedfs.endpoint
+
+
 def test_two_runs_of_different_configs_started_together_on_one_root_both_publish_their_own_build(setup):
+    shared = setup["tmp"] / "together"
+    _together(setup, shared / "storage", shared / "published", None, "together")
+
+
+@pytest.mark.s3
+def test_two_runs_of_different_configs_started_together_on_one_s3_root_both_publish_their_own_build(setup, s3_root):
+    _together(setup, s3_root[0], setup["tmp"] / "together-s3" / "published", s3_root[1], "together-s3")
+
+
+def _together(setup, root, published: Path, endpoint, label: str) -> None:
     tmp, base, ref = setup["tmp"], setup["base"], setup["ref"]
-    shared = tmp / "together"
-    cfgs = {name: _config(base, tmp, name, shared / "storage", shared / "published", edit)
+    cfgs = {name: _config(base, tmp, name, root, published, edit, endpoint, label)
             for name, edit in (("A", False), ("B", True))}
     procs = {name: _execute(cfg, tmp / f"home-{name}") for name, cfg in cfgs.items()}
     outs = {name: p.communicate(timeout=1200)[0] for name, p in procs.items()}
     for name, p in procs.items():
         assert p.returncode == 0, f"run of config {name} failed:\n{outs[name][-6000:]}"
-    revs = _revisions(shared / "published")
+    revs = _revisions(published)
     # two revisions, each the from-scratch build of its own config, its published config that build's
     assert sorted(revs.values()) == sorted(ref.values()), {k: v[0][:16] for k, v in revs.items()}
     # one of the runs worked in the root, the other in a checkout of its own; neither left a claim
-    assert [p.name for p in (shared / "storage" / "checkouts").iterdir()][0].startswith("cfg-")
-    assert list((shared / "storage" / "locks" / "checkouts").rglob("*.json")) == []
+    st = _storage(cfgs["A"])
+    (name,) = {k.split("/")[1] for k in st.list(checkout.CHECKOUTS)}
+    assert name.startswith("cfg-")
+    assert [k for k in st.list(checkout.CLAIMS) if k.endswith(".json")] == []
+    # gc: the idle checkout goes (no live claim; --keep-days 0), every publication's artifacts stay in the store
+    p = gc.plan(st, keep_days=0)
+    assert set(p.remove_checkouts) == {f"{checkout.CHECKOUTS}/{name}"}, p.keep_checkouts
+    gc.apply(st, p)
+    assert not st.list(checkout.CHECKOUTS)
+    keyed = {k: json.loads(st.read_text(k)) for k in st.list(objects.KEYED) if k.endswith(".json")}
+    needed = gc._published_keys(st, keyed)
+    assert {why.removeprefix("published ") for why in needed.values()} == set(revs)  # both revisions' artifacts, named by their records
+    for k in needed:
+        assert all(objects.blob_problem(st, sha) is None for sha in keyed[k]["outputs"].values()), k
 
 
 def test_a_partial_run_of_a_then_b_whole_then_a_downstream_publishes_a(setup):
+    shared = setup["tmp"] / "interleaved"
+    _interleaved(setup, shared / "storage", shared / "published", None, "interleaved")
+
+
+@pytest.mark.s3
+def test_on_an_s3_root_a_partial_run_of_a_then_b_whole_then_a_downstream_publishes_a(setup, s3_root):
+    _interleaved(setup, s3_root[0], setup["tmp"] / "interleaved-s3" / "published", s3_root[1], "interleaved-s3")
+
+
+def _interleaved(setup, root, published: Path, endpoint, label: str) -> None:
     tmp, base, ref = setup["tmp"], setup["base"], setup["ref"]
-    shared = tmp / "interleaved"
-    a = _config(base, tmp, "A", shared / "storage", shared / "published", False)
-    b = _config(base, tmp, "B", shared / "storage", shared / "published", True)
+    a = _config(base, tmp, "A", root, published, False, endpoint, label)
+    b = _config(base, tmp, "B", root, published, True, endpoint, label)
     upstream = dg.AssetSelection.assets("validation_split").upstream()
     instance = dg.DagsterInstance.ephemeral()
     r = materialize(a, instance, selection=upstream)
     assert r.success, failures(r)
     r = materialize(b, instance)
     assert r.success, failures(r)
-    assert sorted(_revisions(shared / "published").values()) == [ref["B"]]
+    assert sorted(_revisions(published).values()) == [ref["B"]]
     r = materialize(a, instance, selection=dg.AssetSelection.all() - upstream)
     assert r.success, failures(r)  # before: tokenizer refused validation_split, "materialised under another config"
     logs = [e.user_message for e in instance.all_logs(r.run_id)]
     assert any(m.startswith("validation_split: restored the current config's artifact") for m in logs)
-    assert sorted(_revisions(shared / "published").values()) == sorted(ref.values())
-    assert not (shared / "storage" / "checkouts").exists()  # sequential runs all work in the root
+    assert sorted(_revisions(published).values()) == sorted(ref.values())
+    assert not _storage(a).list(checkout.CHECKOUTS)  # sequential runs all work in the root

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from mix_assets import gc
-from mix_assets.core import layout, lineage, objects
+from mix_assets.core import checkout, layout, lineage, objects
 from mix_assets.core.storage import Storage
 from mix_assets.core.transport import IntegrityError
 from mix_assets_tests.support.s3server import WRITER
@@ -32,9 +32,9 @@ def _artifact(st: Storage, asset: str, body: bytes, created: str | None = None, 
     if current:
         key = lineage.write_record(st, asset, {path: sha}, {}, "c", input_keys={})["key"]
     objects.stash(st, asset, key, {path: sha}, input_keys={}, code_version="c", run_id="r", dagster=None)
-    if created:  # backdate it
-        rec = json.loads(st.read_text(objects.keyed_key(asset, key)))
-        st.write_text(objects.keyed_key(asset, key), json.dumps({**rec, "created": created}))
+    if created:  # backdate it (filed in the storage root's store, also from a checkout)
+        rec = json.loads(st.store.read_text(objects.keyed_key(asset, key)))
+        st.store.write_text(objects.keyed_key(asset, key), json.dumps({**rec, "created": created}))
     return key, sha
 
 
@@ -248,8 +248,10 @@ def test_gc_collects_stale_dedup_pairs_and_killed_writes_temporary_files(tmp_pat
 
 
 def test_a_record_current_in_a_runs_checkout_is_kept(tmp_path):
-    """A run that worked in a checkout of its own (core/checkout.py) names its artifacts there: gc keeps them."""
+    """A run that works in a checkout of its own (core/checkout.py) names its artifacts there: gc keeps them
+    (and the checkout) while the run holds it; an idle checkout goes (test_gc_removes_idle_run_checkouts_...)."""
     st = Storage(str(tmp_path / "root"))
+    held = checkout.hold(st, "cfg-x", "run-x")
     co = Storage(str(tmp_path / "root" / "checkouts" / "cfg-x"), store_root=str(tmp_path / "root"))
     key, sha = _artifact(co, "a", b"in-checkout", current=True)
     assert st.exists(objects.keyed_key("a", key)) and st.exists(objects.object_key(sha))  # filed in the root
@@ -261,3 +263,118 @@ def test_a_record_current_in_a_runs_checkout_is_kept(tmp_path):
     # before: removed at --keep-days 0, only the root's lineage/ counted as current
     assert p.keep_records[objects.keyed_key("a", key)] == "current lineage record"
     assert objects.object_key(sha) not in p.remove_blobs
+    assert p.keep_checkouts == {"checkouts/cfg-x": "held by run run-x"}
+    held.release()
+
+
+# -- run checkouts (core/checkout.py), their claims and run markers ------------------------------------------------
+def _checkout(st: Storage, name: str) -> Storage:
+    return Storage(st.uri(f"{checkout.CHECKOUTS}/{name}"), s3_endpoint_url=st.s3_endpoint_url, cache_dir=st.cache_dir,
+                   store_root=st.root)
+
+
+def _claim_body(run_id: str, age: float, ttl: float = 60.0) -> str:
+    now = time.time()
+    return json.dumps({"run_id": run_id, "host": "elsewhere", "pid": 1, "created": now - age, "heartbeat_at": now - age,
+                       "ttl_seconds": ttl})
+
+
+def _check_checkouts(st: Storage) -> None:
+    """A checkout a live run holds survives (whatever its age); one a killed run left (its claim stale) goes with
+    its claim, and its record, now current nowhere, with it; one holding the only copy of a published artifact
+    stays; a checkout claimed between the plan and apply stays."""
+    live = checkout.hold(st, "cfg-live", "run-live", ttl=600)  # a run working there now (its heartbeat thread runs)
+    assert live is not None
+    try:
+        _artifact(_checkout(st, "cfg-live"), "live", b"live-run", OLD, current=True)
+        stale_key, stale_sha = _artifact(_checkout(st, "cfg-stale"), "killed", b"killed-run", OLD, current=True)
+        st.write_text(f"{checkout.CLAIMS}/cfg-stale/run-killed.1.x.json", _claim_body("run-killed", age=3600))
+        pub_key, _ = _artifact(_checkout(st, "run-idle"), "b", b"idle-published", OLD, current=True)
+        gone_key, gone_sha = _artifact(_checkout(st, "run-only-copy"), "c", b"only-copy", OLD, current=True)
+        st.write_text("publish/published_revision.json", json.dumps(
+            {"revision": "rev-z", "input_keys": {"artifacts": {"b": pub_key, "c": gone_key}}}))
+        st.delete(objects.object_key(gone_sha))  # the store lost the published blob: the checkout holds the only copy
+        busy_key, busy_sha = _artifact(_checkout(st, "run-busy-later"), "busy", b"busy-later", OLD, current=True)
+        for run, name in (("run-killed", "cfg-stale"), ("run-live", "cfg-live"), ("run-old", "run-idle")):
+            st.write_text(f"{checkout.CLAIMS}/.runs/{run}", name)
+
+        fresh = gc.plan(st, keep_days=7)  # everything was written just now: every checkout stays
+        assert not fresh.remove_checkouts
+        assert set(fresh.remove_claims) == {f"{checkout.CLAIMS}/cfg-stale/run-killed.1.x.json"}  # stale by heartbeat
+
+        later = time.time() + 30 * 86400
+        p = gc.plan(st, keep_days=7, now=later)
+        assert set(p.remove_checkouts) == {"checkouts/cfg-stale", "checkouts/run-idle", "checkouts/run-busy-later"}
+        assert p.keep_checkouts["checkouts/cfg-live"] == "held by run run-live"
+        assert p.keep_checkouts["checkouts/run-only-copy"] == \
+            "names c of published rev-z, whose work/c/only-copy.bin is not in the store"
+        assert set(p.remove_claims) == {f"{checkout.CLAIMS}/cfg-stale/run-killed.1.x.json",
+                                        f"{checkout.CLAIMS}/.runs/run-killed", f"{checkout.CLAIMS}/.runs/run-old"}
+        # the killed run's record was current only in its checkout: it goes with it; the published one stays
+        assert objects.keyed_key("killed", stale_key) in p.remove_records
+        assert objects.object_key(stale_sha) in p.remove_blobs
+        assert p.keep_records[objects.keyed_key("b", pub_key)] == "published rev-z"
+        assert p.keep_records[objects.keyed_key("live", _checkout_key(st, "cfg-live"))] == "current lineage record"
+
+        assert objects.keyed_key("busy", busy_key) in p.remove_records  # planned while idle
+        busy = checkout.hold(st, "run-busy-later", "run-late", ttl=600)  # a run claims it after the plan
+        said: list[str] = []
+        try:
+            gc.apply(st, p, log=said.append)
+        finally:
+            busy.release()
+        assert said == ["  kept checkouts/run-busy-later: claimed by a run since the plan"]
+        # what its lineage records name stays with it: its keyed record and blob
+        assert st.exists(objects.keyed_key("busy", busy_key)) and objects.blob_problem(st, busy_sha) is None
+        assert not st.list("checkouts/cfg-stale") and not st.list("checkouts/run-idle")
+        assert st.list("checkouts/cfg-live") and st.list("checkouts/run-only-copy") and st.list("checkouts/run-busy-later")
+        assert [k for k in st.list(checkout.CLAIMS) if k.endswith(".json")] == [live.key]
+        assert st.list(f"{checkout.CLAIMS}/.runs") == [f"{checkout.CLAIMS}/.runs/run-live"]
+        (pub_sha,) = json.loads(st.read_text(objects.keyed_key("b", pub_key)))["outputs"].values()
+        assert objects.blob_problem(st, pub_sha) is None  # what the publication needs is in the store
+        # the live run still works there: its next step's claim goes to the checkout it holds
+        step = checkout.claim(st, "run-live", "live")
+        assert step.name == "cfg-live"
+        step.release()
+    finally:
+        live.release()
+
+
+def _checkout_key(st: Storage, name: str) -> str:
+    (rk,) = st.list(f"checkouts/{name}/lineage")
+    return json.loads(st.read_text(rk))["key"]
+
+
+def test_gc_removes_idle_run_checkouts_and_never_a_held_one_on_a_local_root(tmp_path):
+    _check_checkouts(Storage(str(tmp_path / "root")))
+
+
+@pytest.mark.s3
+def test_gc_removes_idle_run_checkouts_and_never_a_held_one_on_s3(seaweedfs, monkeypatch, tmp_path):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", WRITER[0])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", WRITER[1])
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    _check_checkouts(Storage(seaweedfs.url("gc-checkouts"), s3_endpoint_url=seaweedfs.endpoint,
+                             cache_dir=str(tmp_path / "cache")))
+
+
+def test_gc_cli_dry_run_lists_an_idle_checkout_and_keeps_a_held_one(tmp_path, capsys):
+    from mix_assets_tests.support.ui_harness import REPO, config_variant
+
+    root = tmp_path / "root"
+    cfg = config_variant(REPO / "configs" / "demo.yaml", tmp_path / "mix.yaml",
+                         {"storage": {"root": str(root), "cache_dir": str(tmp_path / "cache")}})
+    st = Storage(str(root))
+    held = checkout.hold(st, "cfg-live", "run-live")
+    try:
+        for name in ("cfg-idle", "cfg-live"):
+            _artifact(_checkout(st, name), name, b"x", OLD, current=True)
+        assert gc.main([str(cfg), "--dry-run", "--keep-days", "0"]) == 0
+        out = capsys.readouterr().out
+        assert "run checkouts: 1, " in out and "  would remove checkouts/cfg-idle (" in out
+        assert "  keeping checkouts/cfg-live: held by run run-live" in out
+        assert st.list("checkouts/cfg-idle")  # a dry run removes nothing
+        assert gc.main([str(cfg), "--keep-days", "0"]) == 0
+        assert not st.list("checkouts/cfg-idle") and st.list("checkouts/cfg-live")
+    finally:
+        held.release()

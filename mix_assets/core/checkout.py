@@ -171,6 +171,27 @@ def claim(store, run_id: str, cfg: str, *, ttl: float = runlock.DEFAULT_TTL, pol
     raise AssertionError("unreachable: the last candidate is always claimed")
 
 
+def hold(store, name: str, run_id: str, *, ttl: float = runlock.DEFAULT_TTL,
+         clock: Callable[[], float] = time.time) -> Optional[Claim]:
+    """Claim exactly checkout `name` when no other live claim is on it (older or younger), else None; gc
+    holds a checkout so while it removes it: a run claiming it meanwhile sees the older claim and moves on."""
+    now = clock()
+    body = {"run_id": run_id, "host": socket.gethostname(), "pid": os.getpid(), "created": now,
+            "heartbeat_at": now, "ttl_seconds": ttl}
+    key = f"{CLAIMS}/{name}/{run_id}.{os.getpid()}.{uuid.uuid4().hex[:8]}.json"
+    store.write_bytes(key, _encode(body))
+    if any(k != key and b.get("run_id") != run_id and not runlock.is_stale(b, now) for k, b in _claims(store, name)):
+        store.delete(key)
+        return None
+    return Claim(store, name, key, body, ttl).start()
+
+
+def live_claims(store, name: str, now: Optional[float] = None) -> list[dict]:
+    """The claims on checkout `name` that are not stale (a run holds it)."""
+    now = time.time() if now is None else now
+    return [b for _, b in _claims(store, name) if not runlock.is_stale(b, now)]
+
+
 @contextlib.contextmanager
 def holding(store, run_id: str, cfg: str, **kw) -> Iterator[Claim]:
     """`claim`, yield it, release it."""

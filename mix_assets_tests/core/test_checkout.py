@@ -1,4 +1,5 @@
-"""core/checkout.py: which checkout a run works in, so two live runs never share one."""
+"""core/checkout.py: which checkout a run works in, so two live runs never share one; on a local root and on S3
+(SeaweedFS on loopback: claims are objects there, written and listed through the same Storage calls)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,23 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from mix_assets.core import checkout
 from mix_assets.core.storage import Storage
+from mix_assets_tests.support.s3server import WRITER
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def store(request, tmp_path, monkeypatch) -> Storage:
+    """An empty storage root: a local folder, or a fresh prefix on the SeaweedFS server."""
+    if request.param == "local":
+        return Storage(str(tmp_path / "root"))
+    seaweedfs = request.getfixturevalue("seaweedfs")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", WRITER[0])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", WRITER[1])
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    return Storage(seaweedfs.url("checkout"), s3_endpoint_url=seaweedfs.endpoint, cache_dir=str(tmp_path / "cache"))
 
 
 def _other(store: Storage, name: str, run_id: str, *, age: float = 0.0, pid: int | None = None, ttl: float = 600.0,
@@ -28,8 +44,7 @@ def _dead_pid() -> int:
     return p.pid
 
 
-def test_live_runs_get_checkouts_of_their_own_and_a_released_main_is_taken_again(tmp_path):
-    store = Storage(str(tmp_path))
+def test_live_runs_get_checkouts_of_their_own_and_a_released_main_is_taken_again(store):
     a = checkout.claim(store, "run-a", "cfg1")
     assert (a.name, a.prefix) == ("main", "")
     b = checkout.claim(store, "run-b", "cfg2")
@@ -46,8 +61,7 @@ def test_live_runs_get_checkouts_of_their_own_and_a_released_main_is_taken_again
     d.release()
 
 
-def test_of_two_claims_made_at_once_the_older_keeps_main(tmp_path):
-    store = Storage(str(tmp_path))
+def test_of_two_claims_made_at_once_the_older_keeps_main(store):
     _other(store, "main", "run-younger", created=time.time() + 5)  # claimed after us: it withdraws, not us
     mine = checkout.claim(store, "run-older", "cfg1")
     assert mine.name == "main"
@@ -58,8 +72,7 @@ def test_of_two_claims_made_at_once_the_older_keeps_main(tmp_path):
     later.release()
 
 
-def test_a_dead_claim_is_removed_and_a_killed_runs_is_waited_for_on_its_host(tmp_path):
-    store = Storage(str(tmp_path))
+def test_a_dead_claim_is_removed_and_a_killed_runs_is_waited_for_on_its_host(store):
     _other(store, "main", "run-long-dead", age=3600.0, ttl=60.0)  # heartbeat older than its TTL
     said = []
     c = checkout.claim(store, "run-a", "cfg1", log=said.append)
@@ -75,8 +88,7 @@ def test_a_dead_claim_is_removed_and_a_killed_runs_is_waited_for_on_its_host(tmp
     c.release()
 
 
-def test_a_held_claim_is_kept_fresh(tmp_path):
-    store = Storage(str(tmp_path))
+def test_a_held_claim_is_kept_fresh(store):
     c = checkout.claim(store, "run-a", "cfg1", ttl=1.0)
     first = json.loads(store.read_text(c.key))["heartbeat_at"]
     time.sleep(1.5)  # past its TTL: only the heartbeat keeps it live
@@ -87,10 +99,9 @@ def test_a_held_claim_is_kept_fresh(tmp_path):
         x.release()
 
 
-def test_a_runs_next_step_stays_in_the_checkout_its_last_step_worked_in(tmp_path):
+def test_a_runs_next_step_stays_in_the_checkout_its_last_step_worked_in(store):
     """The multiprocess executor claims once a step: a run whose first step went to its config's checkout
     (main was busy) keeps working there when main frees up, rather than move back and restore its inputs."""
-    store = Storage(str(tmp_path))
     other = checkout.claim(store, "run-other", "cfg1")
     step1 = checkout.claim(store, "run-a", "cfg2")
     assert step1.name == "cfg-cfg2"
