@@ -53,6 +53,7 @@ from mix_assets.stages.dedup import partitioned as part
 
 _K = np.uint64(0x9E3779B97F4A7C15)  # golden-ratio multiplier for band keys
 CONFIRM_CHUNK = 8192  # candidate pairs compared per step (bounds the gather to ~8 MiB)
+GROUP_CAP = 32  # candidate pairs per member of a band bucket (`_group_pairs`)
 VERIFY_CHUNK = 1 << 20  # shingle values gathered per exact-verification step (~40 MB of sort work)
 MAX_MISS = 1e-6  # largest P(a pair at exactly the threshold shares no band) recall_params allows
 

@@ -1,0 +1,170 @@
+"""stages/dedup/docparts.py: dedup_keys' per-document reduce as tasks writes the bytes of the one-process reduce
+(oracles/dedup_reduce_reference.py, `lsh.dedup` deciding) for any partition and worker count, and the step's
+process sends no task a per-document array."""
+
+from __future__ import annotations
+
+import functools
+import pickle
+import random
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mix_assets.core import engine, tables
+from mix_assets.core.storage import Storage
+from mix_assets.stages.dedup import dedup as lib
+from mix_assets.stages.dedup import docparts
+from mix_assets_tests.oracles import dedup_reduce_reference as ref
+
+ENGINES = [engine.Engine(num_cpus=1, chunk_rows=64), engine.Engine(num_cpus=2, chunk_rows=64)]
+SOURCES = ("a", "b", "c")
+PRIORITY = {"a": 0, "b": 2, "c": 1}
+
+
+def _corpus(folder, seed: int = 7):
+    """Raw files with exact copies across sources, near copies of other lengths, chains, wordless documents
+    (some repeated), interleaved doc_ids; and the rejected ids (some of them survivors otherwise)."""
+    rng = random.Random(seed)
+    vocab = [f"w{k}" for k in range(4000)]
+    docs = {s: [] for s in SOURCES}
+
+    def add(text: str) -> str:
+        s = rng.choice(SOURCES)
+        doc = f"{rng.getrandbits(36):09x}-{s}"
+        docs[s].append((doc, text))
+        return doc
+
+    rejected = []
+    for k in range(260):
+        words = [rng.choice(vocab) for _ in range(rng.randrange(30, 160))]
+        first = add(" ".join(words))
+        if k % 5 == 0:
+            add(" ".join(words))  # an exact copy
+        if k % 4 == 0:  # near copies, one longer, a link or two further
+            for _ in range(rng.randrange(1, 4)):
+                at = rng.randrange(0, len(words) - 2)
+                words[at] = rng.choice(vocab)
+                if rng.random() < 0.5:
+                    words.append(rng.choice(vocab))
+                d = add(" ".join(words))
+                if rng.random() < 0.3:
+                    rejected.append(d)
+        if k % 9 == 0:
+            rejected.append(first)
+    for _ in range(6):
+        add("")  # wordless: keyed on their raw text, exact copies of each other
+    add("  ")
+    paths = {}
+    for s, rows in docs.items():
+        paths[s] = str(folder / f"{s}.parquet")
+        pq.write_table(pa.table({"doc_id": [d for d, _ in rows], "text": [t for _, t in rows],
+                                 "n_chars": [len(t) for _, t in rows]}), paths[s], row_group_size=40)
+    return paths, pa.array(sorted(rejected), pa.string())
+
+
+@pytest.fixture(scope="module")
+def signed(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("docparts")
+    paths, rejected = _corpus(folder)
+    storage = Storage(str(folder / "storage"))
+    lib.sign_sources(storage, paths, {s: f"v-{s}" for s in SOURCES}, lib.DedupParams(), engine.Engine(num_cpus=1))
+    table, stats = ref.reduce_signatures(storage, paths, PRIORITY, lib.DedupParams(), rejected, reuse_pairs=False)
+    key = "want/dedup_keys.parquet"
+    tables.write_parquet(storage, key, table)
+    return storage, paths, rejected, storage.read_bytes(key), stats
+
+
+def _written(storage, paths, rejected, partitions: int, eng) -> tuple[bytes, dict]:
+    key = f"got/{partitions}-{eng.num_cpus}.parquet"
+    stats = lib.reduce_to(storage, key, paths, PRIORITY, lib.DedupParams(partitions=partitions), rejected, eng,
+                          reuse_pairs=False)
+    return storage.read_bytes(key), stats
+
+
+def test_the_corpus_has_every_kind_of_cluster(signed):
+    storage, *_ = signed
+    t = pq.read_table(storage.source("want/dedup_keys.parquet"))
+    reasons = t.column("reason").to_pylist()
+    assert reasons.count("exact_dup") >= 50 and reasons.count("near_dup") >= 50
+    assert max(t.column("cluster_size").to_pylist()) >= 4
+
+
+@pytest.mark.parametrize("partitions", [1, 2, 8])
+@pytest.mark.parametrize("workers", [0, 1])
+def test_bytes_and_stats_are_the_one_process_reduces(signed, partitions, workers):
+    storage, paths, rejected, want, want_stats = signed
+    got, stats = _written(storage, paths, rejected, partitions, ENGINES[workers])
+    assert got == want
+    assert stats == dict(want_stats, partitions=partitions)
+
+
+def test_splitters_only_balance_the_ranges(signed, monkeypatch):
+    """Any sorted splitters (here: every document in the last range but a few) give the same bytes."""
+    storage, paths, rejected, want, _ = signed
+    monkeypatch.setattr(docparts, "splitters", lambda samples, p: ("0",) * (p - 2) + ("1",))
+    assert _written(storage, paths, rejected, 8, ENGINES[1])[0] == want
+
+
+def test_ranges_out_of_order_are_refused(signed, monkeypatch):
+    """Rows scattered by doc_id hash, not range, would write the ranges out of doc_id order: refused, and
+    without that check the bytes differ (the identity test above can fail)."""
+    import zlib
+
+    storage, paths, rejected, want, _ = signed
+    monkeypatch.setattr(docparts, "range_of", lambda doc, cuts: np.fromiter(
+        (zlib.crc32(d.encode()) % (len(cuts) + 1) for d in doc.to_pylist()), np.int64, len(doc)))
+    with pytest.raises(RuntimeError, match="ranges out of order"):
+        _written(storage, paths, rejected, 8, ENGINES[0])
+    monkeypatch.setattr(docparts, "check_order", lambda ranges: None)
+    assert _written(storage, paths, rejected, 8, ENGINES[0])[0] != want
+
+
+def test_reduce_signatures_reads_back_the_written_table(signed):
+    storage, paths, rejected, want, _ = signed
+    table, _ = lib.reduce_signatures(storage, paths, PRIORITY, lib.DedupParams(partitions=2), rejected,
+                                     ENGINES[1], reuse_pairs=False)
+    tables.write_parquet(storage, "got/back.parquet", table)
+    assert storage.read_bytes("got/back.parquet") == want
+
+
+def test_repeated_doc_ids_are_refused_naming_them(tmp_path):
+    storage = Storage(str(tmp_path / "s"))
+    paths = {}
+    for s, ids in (("a", ["x1", "x2", "x3"]), ("b", ["x2", "y", "x3"])):
+        paths[s] = str(tmp_path / f"{s}.parquet")
+        pq.write_table(pa.table({"doc_id": ids, "text": [f"t {d} {s}" for d in ids], "n_chars": [5] * 3}), paths[s])
+    lib.sign_sources(storage, paths, {}, lib.DedupParams(), engine.Engine(num_cpus=1))
+    for p in (1, 4):
+        with pytest.raises(ValueError, match=r"doc_id must be unique; repeated: \['x2', 'x3'\]"):
+            lib.reduce_to(storage, "k.parquet", paths, {}, lib.DedupParams(partitions=p), reuse_pairs=False)
+
+
+def test_an_empty_corpus_writes_an_empty_table(tmp_path):
+    storage = Storage(str(tmp_path / "s"))
+    path = str(tmp_path / "a.parquet")
+    pq.write_table(pa.table({"doc_id": pa.array([], pa.string()), "text": pa.array([], pa.string()),
+                             "n_chars": pa.array([], pa.int64())}), path)
+    lib.sign_sources(storage, {"a": path}, {}, lib.DedupParams(), engine.Engine(num_cpus=1))
+    for p in (1, 3):
+        st = lib.reduce_to(storage, "k.parquet", {"a": path}, {}, lib.DedupParams(partitions=p), reuse_pairs=False)
+        assert st["documents"] == 0 and pq.read_table(storage.source("k.parquet")).num_rows == 0
+
+
+def test_tasks_get_no_per_document_array(signed, monkeypatch):
+    """What the driver ships with each task (the pickled function and chunk) does not grow with the documents."""
+    storage, paths, rejected, _, _ = signed
+    sizes = []
+    plain = engine.map_chunks
+
+    def spy(fn, chunks, e):
+        chunks = list(chunks)
+        sizes.extend(len(pickle.dumps((fn, c))) for c in chunks if not isinstance(fn, functools.partial)
+                     or fn.func.__module__ == docparts.__name__)
+        return plain(fn, chunks, e)
+
+    monkeypatch.setattr(engine, "map_chunks", spy)
+    _written(storage, paths, None, 4, ENGINES[0])
+    assert sizes and max(sizes) < 8 * 1024  # ~1,000 documents: 8 B each would be 8 KB
