@@ -208,6 +208,17 @@ def dedup_keys_table(
     return table, dict(stats, reused_sources=reused)
 
 
+def write_dedup_keys(
+    storage, key: str, sources: Mapping[str, str], priorities: Mapping[str, int], params: DedupParams,
+    eng: engine.Engine = engine.Engine(), log=None, raw_versions: Optional[Mapping[str, str]] = None,
+    rejected: Optional[pa.Array] = None,
+) -> dict:
+    """`dedup_keys_table` written to `key` of `storage` by `reduce_to` (the table never whole in this process);
+    returns the statistics."""
+    reused = sign_sources(storage, sources, raw_versions or {}, params, eng, log)
+    return dict(reduce_to(storage, key, sources, priorities, params, rejected, eng), reused_sources=reused)
+
+
 def signatures_key(source: str) -> str:
     return layout.DEDUP_SIGNATURES.format(source=source)
 
@@ -434,14 +445,6 @@ def reduce_to(storage, key: str, sources: Mapping[str, str], priorities: Mapping
         "pairs_reused": known.reused if known is not None else 0,
     }
     return stats
-
-
-def _per_source_kills(names: list[str], src: np.ndarray, code: np.ndarray) -> dict:
-    """{source: documents, exact_dup, near_dup} from per-document source indices and lsh codes."""
-    counts = np.zeros((len(names), 3), np.int64)
-    np.add.at(counts, (src.astype(np.int64), code.astype(np.int64)), 1)
-    return {n: {"documents": int(counts[k].sum()), "exact_dup": int(counts[k, lsh.EXACT_DUP]),
-                "near_dup": int(counts[k, lsh.NEAR_DUP])} for k, n in enumerate(names) if counts[k].sum()}
 
 
 def check_clusters(table: pa.Table, limit: int = 20) -> list[str]:

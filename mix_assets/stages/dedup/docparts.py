@@ -268,8 +268,8 @@ def _size(sc: Scratch, name: str) -> int:
         return f.tell() // 8
 
 
-def band_nodes(sig, active: tuple, r: int, group_cap: int, band: int, slice: int = 0, slices: int = 1,
-               sc: Optional[Scratch] = None) -> tuple[np.ndarray, np.ndarray]:
+def band_nodes(sig, active: tuple, r: int, group_cap: int, sc: Scratch, band: int, slice: int = 0,
+               slices: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """`lsh.band_pairs` over the LSH documents (read from the `active` parts), as node pairs (pure)."""
     rows, node = _active(sc, active)
     lo, hi = lsh.band_pairs(sig, rows, r, group_cap, band, slice, slices)
@@ -288,16 +288,12 @@ def candidates(st: Setup, sig, active: tuple, b: int, r: int, group_cap: int, en
     """Every candidate pair (node lo, node hi, input lo, input hi), sorted by node pair (`lsh.candidate_pairs`)."""
     slices = -(-st.partitions // b)
     tasks = [part.BandTask(k, s, slices) for k in range(b) for s in range(slices)]
-    bands = functools.partial(_band_nodes, sig, active, r, group_cap, st.sc)
+    bands = functools.partial(band_nodes, sig, active, r, group_cap, st.sc)
     parts = list(engine.map_chunks(functools.partial(part.band_task, bands, st.partitions, st.sc), tasks, eng))
     got = list(engine.map_chunks(functools.partial(merge_task, st.sc, parts, active), range(st.partitions), eng))
     cols = [np.concatenate([np.zeros(0, np.int64), *(g[i] for g in got)]) for i in range(4)]
     o = np.lexsort((cols[1], cols[0]))
     return tuple(c[o] for c in cols)
-
-
-def _band_nodes(sig, active, r, group_cap, sc, band, slice, slices):
-    return band_nodes(sig, active, r, group_cap, band, slice, slices, sc)
 
 
 # -- 4. clusters and the keep rule ---------------------------------------------------------------------

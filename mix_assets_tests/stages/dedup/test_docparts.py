@@ -154,15 +154,16 @@ def test_an_empty_corpus_writes_an_empty_table(tmp_path):
 
 
 def test_tasks_get_no_per_document_array(signed, monkeypatch):
-    """What the driver ships with each task (the pickled function and chunk) does not grow with the documents."""
+    """What the driver ships with each of docparts' tasks (the pickled function and chunk) does not grow with the
+    documents (the verification's tasks get candidate pairs: O(pairs), tested in test_partitioned)."""
     storage, paths, rejected, _, _ = signed
     sizes = []
     plain = engine.map_chunks
 
     def spy(fn, chunks, e):
         chunks = list(chunks)
-        sizes.extend(len(pickle.dumps((fn, c))) for c in chunks if not isinstance(fn, functools.partial)
-                     or fn.func.__module__ == docparts.__name__)
+        if isinstance(fn, functools.partial) and fn.func.__module__ == docparts.__name__:
+            sizes.extend(len(pickle.dumps((fn, c))) for c in chunks)
         return plain(fn, chunks, e)
 
     monkeypatch.setattr(engine, "map_chunks", spy)
