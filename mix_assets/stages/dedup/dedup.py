@@ -443,8 +443,31 @@ def reduce_to(storage, key: str, sources: Mapping[str, str], priorities: Mapping
                            "near_dup": int(counts[k, lsh.NEAR_DUP])} for k, x in enumerate(names) if counts[k].sum()},
         "wordless_exact_dup": sum(o["wordless_exact_dup"] for o in done),
         "pairs_reused": known.reused if known is not None else 0,
+        "kept_cluster_sizes": kept_sizes(done),
     }
     return stats
+
+
+def kept_sizes(done: list[dict]) -> dict[int, int]:
+    """{cluster size: clusters} summed over the range tasks' counts (one kept member per cluster)."""
+    out: dict[int, int] = {}
+    for o in done:
+        for k, v in o["kept_sizes"].items():
+            out[k] = out.get(k, 0) + v
+    return dict(sorted(out.items()))
+
+
+CHECK_ROWS = 1 << 16  # dedup_keys rows per task of the partitioned clusters_consistent check
+
+
+def cluster_problems(storage, key: str, eng: engine.Engine, partitions: int) -> list[str]:
+    """`check_clusters`' problems of the dedup_keys file `key`: none when tasks on `eng` find it consistent
+    (`docparts.clusters_consistent`, the driver holding O(partitions)); otherwise `check_clusters` over the
+    table read here lists them."""
+    with partitioned.scratch(storage, "dedup_keys_check") as sc:
+        if docparts.clusters_consistent(tables.file_at(storage, key), sc, partitions, eng, CHECK_ROWS):
+            return []
+    return check_clusters(tables.read_parquet(storage, key))
 
 
 def check_clusters(table: pa.Table, limit: int = 20) -> list[str]:

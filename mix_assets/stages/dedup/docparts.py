@@ -358,4 +358,104 @@ def final_task(st: Setup, bounds: tuple, clusters: list, jac: tuple, schema: pa.
     counts = np.zeros((len(st.names), 3), np.int64)
     np.add.at(counts, (src, code.astype(np.int64)), 1)
     nsh = np.asarray(t.column("n_shingles"), np.int64)
-    return {"rows": n, "counts": counts, "wordless_exact_dup": int(np.count_nonzero(code[nsh == 0] == lsh.EXACT_DUP))}
+    sizes, k = np.unique(size[code == lsh.KEEP], return_counts=True)
+    return {"rows": n, "counts": counts, "wordless_exact_dup": int(np.count_nonzero(code[nsh == 0] == lsh.EXACT_DUP)),
+            "kept_sizes": dict(zip(sizes.tolist(), k.tolist()))}
+
+
+# -- the clusters_consistent check over the written file ----------------------------------------------------
+CHECK_COLUMNS = ["doc_id", "exact_key", "cluster_id", "cluster_size", "keep", "reason"]
+_BY_CLUSTER = pa.schema([("doc_id", pa.string()), ("exact_key", pa.string()), ("cluster_id", pa.string()),
+                         ("cluster_size", pa.int64()), ("keep", pa.bool_()), ("reason", pa.string())])
+_BY_KEY = pa.schema([("exact_key", pa.string()), ("cluster_id", pa.string())])
+
+
+def _hash_part(values: pa.Array, partitions: int) -> np.ndarray:
+    return np.fromiter((zlib.crc32(v.encode()) % partitions for v in values.to_pylist()), np.int64, len(values))
+
+
+def check_scatter_task(sc: Scratch, partitions: int, k_rng: tuple) -> tuple:
+    """Row range k of dedup_keys: its rows by cluster-id hash (`bycluster-k`) and (exact_key, cluster_id) by key
+    hash (`bykey-k`); returns (first id, last id, every exact key 64 hex digits), or (None, None, False) when a
+    checked column holds a null or the ids do not strictly ascend within the range (pure)."""
+    k, rng = k_rng
+    t = engine.read_rows(rng, CHECK_COLUMNS).cast(_BY_CLUSTER).combine_chunks()
+    n = t.num_rows
+    ok = all(t.column(c).null_count == 0 for c in CHECK_COLUMNS if c != "reason")
+    doc = t.column("doc_id").combine_chunks()
+    if ok and n > 1:
+        ok = bool(pc.all(pc.greater(doc.slice(1), doc.slice(0, n - 1))).as_py())
+    if not ok:
+        return None, None, False
+    put_batches(sc, f"bycluster-{k}", _BY_CLUSTER, _split(t, _hash_part(t.column("cluster_id"), partitions),
+                                                           partitions))
+    kt = t.select(["exact_key", "cluster_id"])
+    put_batches(sc, f"bykey-{k}", _BY_KEY, _split(kt, _hash_part(kt.column("exact_key"), partitions), partitions))
+    hexed = lsh.hex_mixes(t.column("exact_key").combine_chunks()) is not None
+    return (doc[0].as_py(), doc[n - 1].as_py(), hexed) if n else (None, None, True)
+
+
+def _key_codes(key: pa.Array, hexed: bool) -> pa.Table:
+    """What `check_clusters` compares exact keys by: `lsh.key_groups`' mixes when every key of the file is hex
+    (`hexed`), else the strings."""
+    if hexed:
+        h1, h2 = lsh.hex_mixes(key)
+        return pa.table({"h1": h1, "h2": h2})
+    return pa.table({"k": key})
+
+
+def check_cluster_task(sc: Scratch, n_ranges: int, hexed: bool, q: int) -> bool:
+    """Hash partition q holds whole clusters and whole exact keys: True when each cluster has one kept member,
+    the one whose doc_id is the cluster id, every member's cluster_size is the member count, its reason is none
+    (kept), exact_dup (the kept member's exact key) or near_dup (another key), and no exact key is in two
+    clusters (pure; a False is judged again by `check_clusters`)."""
+    t = _concat([get_batch(sc, f"bycluster-{k}", q) for k in range(n_ranges)], _BY_CLUSTER)
+    if t.num_rows:
+        t = t.take(pc.sort_indices(t, [("cluster_id", "ascending"), ("keep", "descending")])).combine_chunks()
+        cl = t.column("cluster_id").combine_chunks()
+        n = len(cl)
+        new = np.r_[True, ~pc.equal(cl.slice(1), cl.slice(0, n - 1)).to_numpy(zero_copy_only=False)]
+        start = np.flatnonzero(new)
+        size = np.diff(np.r_[start, n])
+        group = np.repeat(np.arange(len(start)), size)
+        keep = t.column("keep").to_numpy(zero_copy_only=False)
+        first = pa.array(start, pa.int64())
+        # kept first in each cluster (keep descending): it must be the cluster's id, and the only kept member
+        if not keep[start].all() or np.bincount(group, weights=keep).max() != 1:
+            return False
+        if not pc.all(pc.equal(t.column("doc_id").take(first), cl.take(first))).as_py():
+            return False
+        if (np.asarray(t.column("cluster_size"), np.int64) != size[group]).any():
+            return False
+        codes = _key_codes(t.column("exact_key").combine_chunks(), hexed)
+        at = pa.array(start[group], pa.int64())
+        same = np.all([pc.equal(c, c.take(at)).to_numpy(zero_copy_only=False) for c in codes.columns], axis=0)
+        want = pa.array(np.where(keep, 0, np.where(same, 1, 2)).astype(np.int8))
+        want = pa.array(list(lsh.REASONS), pa.string()).take(want)
+        if not t.column("reason").combine_chunks().equals(want):
+            return False
+    kt = _concat([get_batch(sc, f"bykey-{k}", q) for k in range(n_ranges)], _BY_KEY)
+    if kt.num_rows:
+        codes = _key_codes(kt.column("exact_key").combine_chunks(), hexed)
+        d = codes.append_column("cluster_id", kt.column("cluster_id")).group_by(codes.column_names).aggregate(
+            [("cluster_id", "count_distinct")])
+        if pc.max(d.column("cluster_id_count_distinct")).as_py() != 1:
+            return False
+    return True
+
+
+def clusters_consistent(file: engine.FileAt, sc: Scratch, partitions: int, eng: engine.Engine, rows: int) -> bool:
+    """True when `check_clusters` would find no problem in the dedup_keys file, judged by tasks: row ranges of
+    `rows` rows scattered by cluster-id and exact-key hash, one check per hash partition; the driver holds the
+    ranges' first and last ids. False: some rule may fail (nulls, ids out of order or repeated, or a cluster
+    rule); the caller then lists the problems with `check_clusters`."""
+    ranges = list(enumerate(engine.row_ranges(file, rows)))
+    got = list(engine.map_chunks(functools.partial(check_scatter_task, sc, partitions), ranges, eng))
+    if any(r == (None, None, False) for r in got):
+        return False
+    ends = [x for a, b, _ in got if a is not None for x in (a, b)]
+    if any(b <= a for a, b in zip(ends[1::2], ends[2::2])):
+        return False
+    hexed = all(h for _, _, h in got)
+    return all(engine.map_chunks(functools.partial(check_cluster_task, sc, len(ranges), hexed), range(partitions),
+                                 eng))

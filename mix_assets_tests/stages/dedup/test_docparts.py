@@ -4,7 +4,9 @@ process sends no task a per-document array."""
 
 from __future__ import annotations
 
+import collections
 import functools
+import hashlib
 import pickle
 import random
 
@@ -98,7 +100,10 @@ def test_bytes_and_stats_are_the_one_process_reduces(signed, partitions, workers
     storage, paths, rejected, want, want_stats = signed
     got, stats = _written(storage, paths, rejected, partitions, ENGINES[workers])
     assert got == want
+    kept = stats.pop("kept_cluster_sizes")
     assert stats == dict(want_stats, partitions=partitions)
+    t = pq.read_table(storage.source("want/dedup_keys.parquet")).filter(pa.compute.field("keep"))
+    assert kept == dict(sorted(collections.Counter(t.column("cluster_size").to_pylist()).items()))
 
 
 def test_splitters_only_balance_the_ranges(signed, monkeypatch):
@@ -169,3 +174,69 @@ def test_tasks_get_no_per_document_array(signed, monkeypatch):
     monkeypatch.setattr(engine, "map_chunks", spy)
     _written(storage, paths, None, 4, ENGINES[0])
     assert sizes and max(sizes) < 8 * 1024  # ~1,000 documents: 8 B each would be 8 KB
+
+
+# -- clusters_consistent: the check as tasks ---------------------------------------------------------------
+def _consistent(storage, table: pa.Table, partitions: int, eng) -> bool:
+    tables.write_parquet(storage, "check/keys.parquet", table)
+    return lib.cluster_problems(storage, "check/keys.parquet", eng, partitions) == [] and \
+        docparts.clusters_consistent(tables.file_at(storage, "check/keys.parquet"),
+                                     _scratch(storage), partitions, eng, 37)
+
+
+def _scratch(storage):
+    from mix_assets.stages.dedup import partitioned
+
+    return partitioned.Scratch(storage.root, None, "check-parts")
+
+
+@pytest.mark.parametrize("hex_keys", [False, True], ids=["short-keys", "sha256-keys"])
+@pytest.mark.parametrize("seed", range(6))
+def test_the_check_as_tasks_passes_exactly_the_tables_check_clusters_passes(tmp_path, seed, hex_keys):
+    """Each corruption of a consistent table (one at a time, as in test_dedup): the tasks find it consistent
+    iff `check_clusters` finds no problem (a False there only costs the full check; a True must be right)."""
+    from mix_assets_tests.stages.dedup.test_dedup import _consistent_keys
+
+    storage = Storage(str(tmp_path))
+    rng = random.Random(seed)
+    base = _consistent_keys(rng, 80)
+    if hex_keys:
+        for r in base:
+            r["exact_key"] = hashlib.sha256(r["exact_key"].encode()).hexdigest()
+    base.sort(key=lambda r: r["doc_id"])
+    ok = pa.Table.from_pylist(base, schema=lib.DEDUP_SCHEMA)
+    assert _consistent(storage, ok, 3, ENGINES[seed % 2])
+    seen = set()
+    for trial in range(12):
+        rows = [dict(r) for r in base]
+        r = rng.choice(rows)
+        what = trial % 7
+        if what == 0:
+            r["keep"] = not r["keep"]
+        elif what == 1:
+            r["cluster_size"] += rng.choice([-1, 1])
+        elif what == 2:
+            r["reason"] = rng.choice([None, "exact_dup", "near_dup", "other"])
+        elif what == 3:
+            r["cluster_id"] = rng.choice(rows)["doc_id"]
+        elif what == 4:
+            r["exact_key"] = rng.choice(rows)["exact_key"]
+        elif what == 5:
+            r["doc_id"] = rng.choice(rows)["doc_id"]
+        else:
+            rows.reverse()  # ids out of order: left to check_clusters
+        t = pa.Table.from_pylist(rows, schema=lib.DEDUP_SCHEMA)
+        want = lib.check_clusters(t) == []
+        tables.write_parquet(storage, "check/keys.parquet", t)
+        got = docparts.clusters_consistent(tables.file_at(storage, "check/keys.parquet"), _scratch(storage),
+                                           rng.choice([1, 3, 8]), ENGINES[trial % 2], rng.choice([16, 37, 1000]))
+        assert got == want or (not got and want and what == 6), (what, got, want)
+        assert lib.cluster_problems(storage, "check/keys.parquet", ENGINES[0], 4) == lib.check_clusters(t)
+        seen.add(want)
+    assert False in seen
+
+
+def test_the_check_as_tasks_reads_the_written_file(signed):
+    storage, paths, rejected, want, _ = signed
+    for p in (1, 4):
+        assert lib.cluster_problems(storage, "want/dedup_keys.parquet", ENGINES[1], p) == []
