@@ -416,11 +416,11 @@ def reduce_to(storage, key: str, sources: Mapping[str, str], priorities: Mapping
         def parts():
             for q, o in enumerate(outs):
                 done.append(o)
-                for bt in docparts.iter_batches(sc, f"out-{q}"):
-                    yield pa.Table.from_batches([bt])
+                yield from docparts.iter_batches(sc, f"out-{q}")
                 sc.storage().delete(sc.key(f"out-{q}"))
 
-        tables.write_parquet_groups(storage, key, DEDUP_SCHEMA, sig.regroup(parts(), tables.ROW_GROUP_ROWS, DEDUP_SCHEMA))
+        tables.write_parquet_groups(storage, key, DEDUP_SCHEMA,
+                                    docparts.row_groups(parts(), tables.ROW_GROUP_ROWS, DEDUP_SCHEMA))
     if known is not None:
         known.store(*verify.pairs())
     counts = sum((o["counts"] for o in done), np.zeros((len(names), 3), np.int64))

@@ -92,6 +92,22 @@ def iter_batches(sc: Scratch, name: str) -> Iterator[pa.RecordBatch]:
             yield r.get_batch(i)
 
 
+def row_groups(batches, rows: int, schema: pa.Schema) -> Iterator[pa.Table]:
+    """The batches' rows re-cut into tables of exactly `rows` rows (the last shorter; one empty table when there
+    is no row), each a chunked view of the batches: no copy before the writer's own."""
+    buf, n, out = [], 0, False
+    for b in batches:
+        while b.num_rows:
+            k = min(rows - n, b.num_rows)
+            buf.append(b.slice(0, k))
+            n, b = n + k, b.slice(k)
+            if n == rows:
+                yield pa.Table.from_batches(buf, schema)
+                buf, n, out = [], 0, True
+    if n or not out:
+        yield pa.Table.from_batches(buf, schema)
+
+
 def _split(t: pa.Table, part_of: np.ndarray, partitions: int) -> list[pa.RecordBatch]:
     """The rows of `t` as one record batch per partition (rows in their order within each)."""
     order = np.argsort(part_of, kind="stable")

@@ -153,9 +153,20 @@ def test_an_empty_corpus_writes_an_empty_table(tmp_path):
     pq.write_table(pa.table({"doc_id": pa.array([], pa.string()), "text": pa.array([], pa.string()),
                              "n_chars": pa.array([], pa.int64())}), path)
     lib.sign_sources(storage, {"a": path}, {}, lib.DedupParams(), engine.Engine(num_cpus=1))
+    table, _ = ref.reduce_signatures(storage, {"a": path}, {}, lib.DedupParams(), reuse_pairs=False)
+    tables.write_parquet(storage, "want.parquet", table)
     for p in (1, 3):
         st = lib.reduce_to(storage, "k.parquet", {"a": path}, {}, lib.DedupParams(partitions=p), reuse_pairs=False)
-        assert st["documents"] == 0 and pq.read_table(storage.source("k.parquet")).num_rows == 0
+        assert st["documents"] == 0 and storage.read_bytes("k.parquet") == storage.read_bytes("want.parquet")
+
+
+def test_row_groups_cut_batches_at_exact_sizes():
+    batches = [pa.record_batch([pa.array(range(a, b))], ["x"]) for a, b in ((0, 5), (5, 5), (5, 23), (23, 24))]
+    got = list(docparts.row_groups(batches, 10, batches[0].schema))
+    assert [t.num_rows for t in got] == [10, 10, 4]
+    assert pa.concat_tables(got).column("x").to_pylist() == list(range(24))
+    assert [t.num_rows for t in docparts.row_groups(batches[:3], 23, batches[0].schema)] == [23]
+    assert [t.num_rows for t in docparts.row_groups([], 23, batches[0].schema)] == [0]
 
 
 def test_tasks_get_no_per_document_array(signed, monkeypatch):
@@ -240,3 +251,16 @@ def test_the_check_as_tasks_reads_the_written_file(signed):
     storage, paths, rejected, want, _ = signed
     for p in (1, 4):
         assert lib.cluster_problems(storage, "want/dedup_keys.parquet", ENGINES[1], p) == []
+
+
+def test_row_groups_made_of_several_batches_write_the_same_bytes(signed, monkeypatch):
+    """Row groups of 50 rows built from the ranges' 37-row batches (chunked, across ranges): write_parquet's bytes."""
+    storage, paths, rejected, _, _ = signed
+    monkeypatch.setattr(tables, "ROW_GROUP_ROWS", 50)
+    monkeypatch.setattr(docparts, "OUT_BATCH", 37)
+    table, _ = ref.reduce_signatures(storage, paths, PRIORITY, lib.DedupParams(), rejected, reuse_pairs=False)
+    tables.write_parquet(storage, "want/small-groups.parquet", table)
+    assert pq.ParquetFile(storage.source("want/small-groups.parquet")).metadata.num_row_groups > 5
+    for p in (1, 8):
+        got, _ = _written(storage, paths, rejected, p, ENGINES[1])
+        assert got == storage.read_bytes("want/small-groups.parquet")
