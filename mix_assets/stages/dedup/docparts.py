@@ -94,7 +94,8 @@ def iter_batches(sc: Scratch, name: str) -> Iterator[pa.RecordBatch]:
 
 def row_groups(batches, rows: int, schema: pa.Schema) -> Iterator[pa.Table]:
     """The batches' rows re-cut into tables of exactly `rows` rows (the last shorter; one empty table when there
-    is no row), each a chunked view of the batches: no copy before the writer's own."""
+    is no row), each one contiguous chunk: the Parquet writer's dictionary fallback depends on the chunks it is
+    given, so a chunked group could write other bytes than `write_parquet` of the whole table."""
     buf, n, out = [], 0, False
     for b in batches:
         while b.num_rows:
@@ -102,10 +103,12 @@ def row_groups(batches, rows: int, schema: pa.Schema) -> Iterator[pa.Table]:
             buf.append(b.slice(0, k))
             n, b = n + k, b.slice(k)
             if n == rows:
-                yield pa.Table.from_batches(buf, schema)
+                group = pa.Table.from_batches(buf, schema).combine_chunks()
                 buf, n, out = [], 0, True
+                yield group
+                group = None
     if n or not out:
-        yield pa.Table.from_batches(buf, schema)
+        yield pa.Table.from_batches(buf, schema).combine_chunks()
 
 
 def _split(t: pa.Table, part_of: np.ndarray, partitions: int) -> list[pa.RecordBatch]:
