@@ -8,7 +8,9 @@ and the parameters are unchanged. Reduce (`reduce_signatures`): LSH band by band
 candidate pairs only (one task per raw row group), whose shingle sets (8 B per distinct shingle of
 those documents, spilled to disk) verify every candidate by exact Jaccard (chunks of pairs as
 tasks); the candidate pairs' union, the clusters and the keep rule as partition tasks
-(stages/dedup/partitioned.py, `dedup.partitions`; the bytes do not depend on it). The verified
+(stages/dedup/partitioned.py, `dedup.partitions`; the bytes do not depend on it), and every per-document step
+(sort by doc_id, exact groups, keep keys, the table's rows) as tasks over doc_id ranges
+(stages/dedup/docparts.py): `reduce_to` writes the file from the ranges' parts, holding no per-document array. The verified
 Jaccards are stored per pair of sources (stages/dedup/pairs.py): a rerun compares only the candidate
 pairs they do not hold. The tasks run on the same engine as the map, results taken in task order,
 so the bytes do not depend on the worker count.
