@@ -9,7 +9,9 @@ near-copies at Jaccard 0.80-0.85), spread over four sources as documents parquet
 files are written once (dedup_keys' map, threads) and kept in --folder. Each measurement is a fresh process:
 a local Ray instance of --workers CPUs, then `reduce_signatures` over the stored signatures with
 `dedup.partitions` = P (the map is not measured; no stored verified pairs are used or written, so every run
-compares every candidate). Step process = the driver: `peak` its VmHWM, `cpu` its
+compares every candidate); the reduce writes the dedup_keys file (`reduce_to`; older code: `reduce_signatures`,
+then the table written as the asset wrote it), whose sha256 is shown. Step process = the driver: `peak` its VmHWM
+(the largest Ray worker's VmHWM beside it), `cpu` its
 user+system seconds during the reduce, `wall` the reduce's seconds; `tasks` = the sum of the tasks' own
 wall and thread-CPU seconds (each task timed inside its worker). The dedup_keys table's sha256 must be the
 same for every P. The ratio the issue asks for: step-process CPU seconds / task CPU seconds. With --before, the reduce of that
@@ -19,8 +21,6 @@ revision's code (`git archive`; P shown as "before") is measured in the same way
 from __future__ import annotations
 
 import argparse
-import hashlib
-import io
 import json
 import os
 import subprocess
@@ -56,6 +56,31 @@ class Timed:
         return out, time.perf_counter() - w, time.thread_time() - c
 
 
+def _worker_peaks() -> list[int]:
+    """VmHWM (bytes) of every Ray worker process under this one (the local instance's workers: each one's peak
+    over every task it ran)."""
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                ppid = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    todo, out = list(kids.get(os.getpid(), [])), []
+    while todo:
+        pid = todo.pop()
+        todo += kids.get(pid, [])
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+            if b"default_worker" in cmd or cmd.startswith(b"ray::"):
+                out += [int(line.split()[1]) * 1024 for line in open(f"/proc/{pid}/status")
+                        if line.startswith("VmHWM:")]
+        except OSError:
+            continue
+    return out
+
+
 def child_prep(mb: int, folder: Path) -> dict:
     """The corpus as documents parquet files and their stored signatures."""
     import pyarrow as pa
@@ -88,8 +113,6 @@ def child_prep(mb: int, folder: Path) -> dict:
 
 
 def child_reduce(folder: Path, partitions: int, workers: int) -> dict:
-    import pyarrow.parquet as pq
-
     from mix_assets.core import engine
     from mix_assets.core.storage import Storage
     from mix_assets.stages.dedup import dedup as lib
@@ -109,15 +132,25 @@ def child_reduce(folder: Path, partitions: int, workers: int) -> dict:
 
     engine.map_chunks = timed_map
     paths = {s: str(folder / f"{s}.parquet") for s in SOURCES}
+    storage, key = Storage(str(folder / "storage")), "bench/dedup_keys.parquet"
     with engine.ray_session(eng):
         base, c0, w0 = _status("VmRSS"), _cpu(), time.perf_counter()
-        table, st = lib.reduce_signatures(Storage(str(folder / "storage")), paths, {s: 0 for s in SOURCES},
-                                          params, eng=eng, reuse_pairs=False)
+        if hasattr(lib, "reduce_to"):  # the table written by the reduce, never whole in this process
+            st = lib.reduce_to(storage, key, paths, {s: 0 for s in SOURCES}, params, eng=eng, reuse_pairs=False)
+        else:  # older code: the table built here, written as the asset wrote it
+            from mix_assets.core import tables
+
+            table, st = lib.reduce_signatures(storage, paths, {s: 0 for s in SOURCES}, params, eng=eng,
+                                              reuse_pairs=False)
+            tables.write_parquet(storage, key, table)
+            del table
         wall, cpu, peak = time.perf_counter() - w0, _cpu() - c0, _status("VmHWM")
-    buf = io.BytesIO()
-    pq.write_table(table, buf)
+        workers = _worker_peaks()
+    digest = storage.sha256(key)
+    storage.delete(key)
     return {"partitions": "before" if before else partitions, "wall": wall, "cpu": cpu, "peak_mb": peak / 1e6, "base_mb": base / 1e6,
-            "tasks": tasks, "sha256": hashlib.sha256(buf.getvalue()).hexdigest(), "docs": st["documents"],
+            "worker_peak_mb": max(workers, default=0) / 1e6,
+            "tasks": tasks, "sha256": digest, "docs": st["documents"],
             "candidate_pairs": st["candidate_pairs"], "rounds": st.get("component_rounds", "-"),
             "near_dup": st["excluded_near_dup"]}
 
@@ -136,12 +169,13 @@ def report(sizes: dict, runs: dict, workers: int) -> str:
              f"(Ray, {workers} CPUs, host {host}, {os.cpu_count()} CPUs, LOADED by other sessions' jobs)", "",
              "Command: `PYTHONPATH=$PWD MIX_SHARED_DATA=/work/shared/data .venv/bin/python bench/dedup_partitions.py "
              + " ".join(sys.argv[1:]) + "`", "",
-             "| MB | docs | P | step peak RSS MB | step wall s | step CPU s | tasks | task wall s | task CPU s "
-             "| step CPU / task CPU | rounds | table sha256 |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| MB | docs | P | step peak RSS MB | largest worker peak MB | step wall s | step CPU s | tasks | task wall s "
+             "| task CPU s | step CPU / task CPU | rounds | file sha256 |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for mb, gen in sizes.items():
         for r in runs[mb]:
             t = r["tasks"]
-            lines.append(f"| {mb} | {gen['docs']:,} | {r['partitions']} | {r['peak_mb']:.0f} | {r['wall']:.1f} | "
+            lines.append(f"| {mb} | {gen['docs']:,} | {r['partitions']} | {r['peak_mb']:.0f} | "
+                         f"{r.get('worker_peak_mb', 0):.0f} | {r['wall']:.1f} | "
                          f"{r['cpu']:.1f} | {t['n']} | {t['wall']:.1f} | {t['cpu']:.1f} | "
                          f"{r['cpu'] / max(t['cpu'], 1e-9):.2f} | {r['rounds']} | {r['sha256'][:16]} |")
     lines.append("")

@@ -19,7 +19,6 @@ from mix_assets.config import MixSpec
 from mix_assets.stages.filters import decisions
 from mix_assets.stages.lines import lines as lines_lib
 from mix_assets.core import layout, tables
-from mix_assets.core.tables import write_parquet
 from mix_assets.stages.dedup import dedup as lib
 from mix_assets.stages.dedup import metadata as md
 from mix_assets.resources import EngineResource, MixResource
@@ -70,8 +69,9 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
         The per-document work (read, normalise, exact key, MinHash) runs as map tasks on `engine`
         (in process or Ray) and are stored per source (reused while a source is unchanged; written by
         contamination_report's pass when it ran first); the LSH reduce's bands, text pass and
-        verification run as tasks on `engine` too, the clusters here. Documents the filters rejected
-        cluster as usual but never survive a cluster holding a document they kept."""
+        verification, the clusters, the keep rule, the table's rows and the clusters check run as tasks on
+        `engine` too. Documents the filters rejected cluster as usual but never survive a cluster holding a
+        document they kept."""
         spec_now, storage = mix.spec, mix.storage
         names = [s.name for s in spec_now.sources]
         filtered = [k.to_user_string() for k in filter_deps(spec_now)]
@@ -79,23 +79,21 @@ def _dedup_keys(spec: MixSpec) -> dg.AssetsDefinition:
         if hit := reused(context, mix, "dedup_keys", inputs):
             return hit
         started = time.monotonic()
-        table, st = lib.dedup_keys_table(tables.raw_files(storage, names),
-                                         {s.name: s.priority for s in spec_now.sources}, lib.dedup_params(spec_now),
-                                         engine.engine, log=context.log, storage=storage,
-                                         raw_versions={s: inputs[raw_name(s)] for s in names},
-                                         rejected=lines_lib.with_dropped_ids(
-                                             decisions.rejected_array(storage, decisions.filtered_sources(spec_now)),
-                                             storage, spec_now) if filtered else None)
+        st = lib.write_dedup_keys(storage, layout.DEDUP_KEYS, tables.raw_files(storage, names),
+                                  {s.name: s.priority for s in spec_now.sources}, lib.dedup_params(spec_now),
+                                  engine.engine, log=context.log, raw_versions={s: inputs[raw_name(s)] for s in names},
+                                  rejected=lines_lib.with_dropped_ids(
+                                      decisions.rejected_array(storage, decisions.filtered_sources(spec_now)),
+                                      storage, spec_now) if filtered else None)
         elapsed = time.monotonic() - started
-        write_parquet(storage, layout.DEDUP_KEYS, table)
         lin = recorded(storage, "dedup_keys", [layout.DEDUP_KEYS, *map(lib.signatures_key, sorted(names))], inputs,
                        context)
         context.log.info(f"dedup_keys: {st['documents']:,} documents in {elapsed:.1f} s on engine {engine.kind}")
-        problems = lib.check_clusters(table)
+        problems = lib.cluster_problems(storage, layout.DEDUP_KEYS, engine.engine, spec_now.dedup.partitions)
         check = dg.AssetCheckResult(check_name=CLUSTERS_CONSISTENT, passed=not problems,
                                     metadata={"clusters": st["clusters"], **console_md.problems(problems)},
                                     description=f"{len(problems):,} inconsistent cluster(s)" if problems else None)
-        return with_lineage(md.dedup_keys(storage, layout.DEDUP_KEYS, table, st, elapsed, names), lin,
+        return with_lineage(md.dedup_keys(storage, layout.DEDUP_KEYS, st, elapsed, names), lin,
                             check_results=[gate(context, DEDUP_KEYS, check)])
 
     return dedup_keys

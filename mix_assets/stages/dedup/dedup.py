@@ -8,7 +8,9 @@ and the parameters are unchanged. Reduce (`reduce_signatures`): LSH band by band
 candidate pairs only (one task per raw row group), whose shingle sets (8 B per distinct shingle of
 those documents, spilled to disk) verify every candidate by exact Jaccard (chunks of pairs as
 tasks); the candidate pairs' union, the clusters and the keep rule as partition tasks
-(stages/dedup/partitioned.py, `dedup.partitions`; the bytes do not depend on it). The verified
+(stages/dedup/partitioned.py, `dedup.partitions`; the bytes do not depend on it), and every per-document step
+(sort by doc_id, exact groups, keep keys, the table's rows) as tasks over doc_id ranges
+(stages/dedup/docparts.py): `reduce_to` writes the file from the ranges' parts, holding no per-document array. The verified
 Jaccards are stored per pair of sources (stages/dedup/pairs.py): a rerun compares only the candidate
 pairs they do not hold. The tasks run on the same engine as the map, results taken in task order,
 so the bytes do not depend on the worker count.
@@ -40,7 +42,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mix_assets.core import chunks, engine, layout, tables
-from mix_assets.stages.dedup import lsh, pairs, partitioned
+from mix_assets.stages.dedup import docparts, lsh, pairs, partitioned
 from mix_assets.core import textkeys as tk
 from mix_assets.stages.audit.contamination import ordered_map
 from mix_assets.core.idset import UNSORTED, IdSet, unsorted_row
@@ -208,6 +210,17 @@ def dedup_keys_table(
     return table, dict(stats, reused_sources=reused)
 
 
+def write_dedup_keys(
+    storage, key: str, sources: Mapping[str, str], priorities: Mapping[str, int], params: DedupParams,
+    eng: engine.Engine = engine.Engine(), log=None, raw_versions: Optional[Mapping[str, str]] = None,
+    rejected: Optional[pa.Array] = None,
+) -> dict:
+    """`dedup_keys_table` written to `key` of `storage` by `reduce_to` (the table never whole in this process);
+    returns the statistics."""
+    reused = sign_sources(storage, sources, raw_versions or {}, params, eng, log)
+    return dict(reduce_to(storage, key, sources, priorities, params, rejected, eng), reused_sources=reused)
+
+
 def signatures_key(source: str) -> str:
     return layout.DEDUP_SIGNATURES.format(source=source)
 
@@ -331,66 +344,132 @@ def stored_signatures(storage, sources: Mapping[str, str], raw_versions: Mapping
 def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[str, int],
                       params: DedupParams, rejected: Optional[pa.Array] = None,
                       eng: Optional[engine.Engine] = None, reuse_pairs: bool = True) -> tuple[pa.Table, dict]:
-    """LSH banding over the stored signature files (one band's columns at a time), then clusters.
-    The bands, the candidates' text pass (read + shingle sets, one task per raw row group) and the
-    verification's chunks run as tasks on `eng` (default: this thread); the bytes do not depend on it.
+    """`reduce_to` into a scratch file of `storage`, read back: (the dedup_keys table, statistics)."""
+    with partitioned.scratch(storage, "dedup_keys_table") as out:
+        key = out.key("dedup_keys.parquet")
+        stats = reduce_to(storage, key, sources, priorities, params, rejected, eng, reuse_pairs)
+        return tables.read_parquet(storage, key), stats
 
-    Held per document: doc_id and exact_key (Arrow), a few int64 arrays and the keep rule's sort
-    keys; never the signature matrix (docs/scale.md gives the measured bytes per document).
+
+def reduce_to(storage, key: str, sources: Mapping[str, str], priorities: Mapping[str, int], params: DedupParams,
+              rejected: Optional[pa.Array] = None, eng: Optional[engine.Engine] = None,
+              reuse_pairs: bool = True) -> dict:
+    """Write dedup_keys (DEDUP_SCHEMA, rows sorted by doc_id) to `key` from the stored signature files; returns
+    the stage statistics. Every per-document step runs as tasks on `eng` (default: this thread) over doc_id
+    ranges, exact-key partitions and node partitions (`params.partitions` of each; stages/dedup/docparts.py):
+    LSH band by band, the candidates' text pass (read + shingle sets, one task per raw row group) and the
+    verification's chunks, components and the keep rule. The bytes do not depend on the partitions or the
+    engine, and are `lsh.dedup`'s. This process holds the candidate pairs and their Jaccards, the near
+    duplicates' pairs and one row group of the table while it copies the ranges' parts into the file.
     With `reuse_pairs`, verified Jaccards are taken from and stored to layout.DEDUP_PAIRS per pair of
     sources (stages/dedup/pairs.py): a rerun with one source changed compares only the pairs involving it.
     """
     b, r = params.bands_rows
+    if params.partitions < 1:
+        raise ValueError(f"dedup: partitions is {params.partitions}, expected at least 1")
+    P, eng = params.partitions, eng or engine.Engine(num_cpus=1)
     names = sorted(sources)
-    stored = sig.Stored([tables.file_at(storage, signatures_key(n)) for n in names], params.num_perm)
-    meta = stored.read(sig.SCALARS)
-    src = np.repeat(np.arange(len(names), dtype=np.int16), stored.rows)
-    first_row = dict(zip(names, np.r_[0, np.cumsum(stored.rows)[:-1]].tolist()))
-    doc_ids = meta.column("doc_id").combine_chunks()
-    labels = lsh.key_groups(meta.column("exact_key").combine_chunks())  # the key strings are read again below
-    nsh, nch = (meta.column(c).to_numpy() for c in ("n_shingles", "n_chars"))
-    del meta
-    prio = np.asarray([priorities.get(n, 0) for n in names], dtype=np.int64)[src]
-    demoted = None if rejected is None else pc.is_in(doc_ids, value_set=rejected).to_numpy(zero_copy_only=False)
+    files = [tables.file_at(storage, signatures_key(n)) for n in names]
+    stored = sig.Stored(files, params.num_perm)
+    first_row = np.r_[0, np.cumsum(stored.rows)[:-1]].astype(np.int64).tolist()
+    rej = IdSet(rejected) if rejected is not None else None
+    run = functools.partial
     with tempfile.TemporaryDirectory(prefix="dedup-shingles-") as spill, \
-            partitioned.scratch(storage) as sc:  # the tasks' parts (pairs, shingle sets), under the storage root
-        sets = sig.shingle_reader(sources, first_row, params.shingle, spill, READ_BATCH_ROWS, eng, scratch=sc)
+            partitioned.scratch(storage) as sc:  # the tasks' parts (rows, pairs, shingle sets), under the storage root
+        st = docparts.Setup(sc, tuple(names), tuple(files), tuple(first_row),
+                            tuple(int(priorities.get(x, 0)) for x in names), rej, P)
+        chunks_ = docparts.chunks_of(st, max(eng.chunk_rows, sig.GROUP_ROWS))
+        cuts = docparts.splitters(list(engine.map_chunks(run(docparts.sample_task, P), chunks_, eng)), P) \
+            if P > 1 else ()
+        n = sum(engine.map_chunks(run(docparts.scatter_task, st, cuts), chunks_, eng))
+        ranges = list(engine.map_chunks(run(docparts.sort_task, st, len(chunks_)), range(P), eng))
+        dup = sorted(x for _, d, _ in ranges for x in d)[:5]
+        if dup:
+            raise ValueError(f"dedup: doc_id must be unique; repeated: {dup}")
+        docparts.check_order(ranges)
+        bounds = tuple(np.r_[0, np.cumsum([c for c, _, _ in ranges])].astype(np.int64).tolist())
+        exact = list(engine.map_chunks(run(docparts.exact_task, st, bounds), range(P), eng))
+        reps = tuple(x[0] for x in exact)
+        prep = list(engine.map_chunks(run(docparts.prep_task, st, bounds, reps), range(P), eng))
+        active = tuple(x[0] for x in prep)
+        lsh_docs = sum(x[2] for x in prep)
+        e = np.zeros(0, np.int64)
+        c_lo, c_hi, i_lo, i_hi = (docparts.candidates(st, stored, active, b, r, lsh.GROUP_CAP, eng)
+                                  if lsh_docs > 1 else (e, e, e, e))
+        sets = sig.shingle_reader(sources, dict(zip(names, first_row)), params.shingle, spill, READ_BATCH_ROWS,
+                                  eng, scratch=sc)
         known = pairs.PairStore.of(storage, names, stored.rows, params.shingle) if reuse_pairs else None
-        res = lsh.dedup(doc_ids, labels, stored, nsh, nch, prio, b, r, params.threshold, shingle_sets=sets,
-                        demoted=demoted, eng=eng, cached=known.cached if known else None,
-                        partitions=params.partitions, scratch=sc)
+        verify = lsh.Verifier(sets, known.cached if known else None)
+        est = verify(i_lo, i_hi)  # loads the candidate documents' sets (unless `known` holds them all)
+        ok = est >= params.threshold
+        labels, rounds = partitioned.components(c_lo[ok], c_hi[ok], P, eng, sc,
+                                                partitioned.Ranks(tuple(x[1] for x in prep), 5),
+                                                tuple(x[1] for x in exact))
+        got = list(engine.map_chunks(run(docparts.cluster_task, st, labels, bounds), range(P), eng))
+        near = [np.concatenate([e, *(g[1][k] for g in got)]) for k in range(3)]
+        # near duplicates: Jaccard of their exact representative to the survivor's (both candidate documents)
+        jv = lsh._reused_jaccard(verify, near[1], near[2], (i_lo, i_hi, est), n) if len(near[0]) else np.zeros(0)
+        jac = ("jaccard", tuple(partitioned._put_rows(sc, "jaccard", [near[0], jv.astype(np.float64).view(np.int64)],
+                                                      P, docparts._ranged(near[0], np.asarray(bounds)))))
+        done: list[dict] = []
+        outs = engine.map_chunks(run(docparts.final_task, st, bounds, [g[0] for g in got], jac, DEDUP_SCHEMA),
+                                 range(P), eng)
+
+        def parts():
+            for q, o in enumerate(outs):
+                done.append(o)
+                yield from docparts.iter_batches(sc, f"out-{q}")
+                sc.storage().delete(sc.key(f"out-{q}"))
+
+        tables.write_parquet_groups(storage, key, DEDUP_SCHEMA,
+                                    docparts.row_groups(parts(), tables.ROW_GROUP_ROWS, DEDUP_SCHEMA))
     if known is not None:
-        known.store(*res.verified)
-    # documents without words (so without a shingle) are keyed on their raw text: copies of it dropped
-    wordless_exact_dup = int(np.count_nonzero(res.code[nsh == 0] == lsh.EXACT_DUP))
-    del prio, nsh, nch, labels, demoted
-    tables.release_unused()  # the bands' and verification's freed pages, before the table is built
-    canon = pa.array(np.asarray(pc.sort_indices(doc_ids), dtype=np.int64))  # = by doc_id (ids are unique)
-    cols = {"doc_id": doc_ids.take(canon), "source": pa.array(names, pa.string()).take(pa.array(src).take(canon))}
-    cols["exact_key"] = stored.read(["exact_key"]).column(0).take(canon).combine_chunks()
-    cols["cluster_id"] = doc_ids.take(pa.array(res.kept_index).take(canon))
-    del doc_ids
-    for name, values in (("cluster_size", res.cluster_size), ("keep", res.keep), ("reason", res.code),
-                         ("jaccard_to_kept", res.jaccard_to_kept)):
-        cols[name] = pa.array(values).take(canon)
-    cols["reason"] = pa.array(list(lsh.REASONS), pa.string()).take(cols["reason"])
-    cols["n_words"] = stored.read(["n_words"]).column(0).take(canon).combine_chunks()
-    table = pa.table(cols, schema=DEDUP_SCHEMA)
-    stats = dict(res.stats, bands=b, rows=r, threshold=params.threshold, num_perm=params.num_perm)
-    stats["per_source"] = _per_source_kills(names, src, res.code)
-    stats["wordless_exact_dup"] = wordless_exact_dup
-    stats["pairs_reused"] = known.reused if known is not None else 0
-    del cols, res, canon
-    tables.release_unused()
-    return table, stats
+        known.store(*verify.pairs())
+    counts = sum((o["counts"] for o in done), np.zeros((len(names), 3), np.int64))
+    members = sum(g[2]["members"] for g in got)
+    multi = sum(g[2]["multi"] for g in got)
+    stats = {
+        "documents": n, "exact_groups": sum(x[2] for x in exact), "lsh_documents": lsh_docs,
+        "no_shingle_documents": sum(x[3] for x in prep), "candidate_pairs": int(len(c_lo)), "verification": "exact",
+        "confirmed_pairs": int(ok.sum()), "rejected_pairs": int(len(ok) - ok.sum()),
+        "clusters": n - members + multi, "multi_member_clusters": multi,
+        "largest_cluster": max([1 if n else 0] + [g[2]["largest"] for g in got]),
+        "partitions": P, "component_rounds": rounds,
+        "kept": int(counts[:, lsh.KEEP].sum()), "excluded_exact_dup": int(counts[:, lsh.EXACT_DUP].sum()),
+        "excluded_near_dup": int(counts[:, lsh.NEAR_DUP].sum()),
+        "confirmed_jaccard_min": float(est[ok].min()) if ok.any() else None,
+        "rejected_jaccard_max": float(est[~ok].max()) if (~ok).any() else None,
+        "pairs_compared": verify.compared,
+        "bands": b, "rows": r, "threshold": params.threshold, "num_perm": params.num_perm,
+        "per_source": {x: {"documents": int(counts[k].sum()), "exact_dup": int(counts[k, lsh.EXACT_DUP]),
+                           "near_dup": int(counts[k, lsh.NEAR_DUP])} for k, x in enumerate(names) if counts[k].sum()},
+        "wordless_exact_dup": sum(o["wordless_exact_dup"] for o in done),
+        "pairs_reused": known.reused if known is not None else 0,
+        "kept_cluster_sizes": kept_sizes(done),
+    }
+    return stats
 
 
-def _per_source_kills(names: list[str], src: np.ndarray, code: np.ndarray) -> dict:
-    """{source: documents, exact_dup, near_dup} from per-document source indices and lsh codes."""
-    counts = np.zeros((len(names), 3), np.int64)
-    np.add.at(counts, (src.astype(np.int64), code.astype(np.int64)), 1)
-    return {n: {"documents": int(counts[k].sum()), "exact_dup": int(counts[k, lsh.EXACT_DUP]),
-                "near_dup": int(counts[k, lsh.NEAR_DUP])} for k, n in enumerate(names) if counts[k].sum()}
+def kept_sizes(done: list[dict]) -> dict[int, int]:
+    """{cluster size: clusters} summed over the range tasks' counts (one kept member per cluster)."""
+    out: dict[int, int] = {}
+    for o in done:
+        for k, v in o["kept_sizes"].items():
+            out[k] = out.get(k, 0) + v
+    return dict(sorted(out.items()))
+
+
+CHECK_ROWS = 1 << 16  # dedup_keys rows per task of the partitioned clusters_consistent check
+
+
+def cluster_problems(storage, key: str, eng: engine.Engine, partitions: int) -> list[str]:
+    """`check_clusters`' problems of the dedup_keys file `key`: none when tasks on `eng` find it consistent
+    (`docparts.clusters_consistent`, the driver holding O(partitions)); otherwise `check_clusters` over the
+    table read here lists them."""
+    with partitioned.scratch(storage, "dedup_keys_check") as sc:
+        if docparts.clusters_consistent(tables.file_at(storage, key), sc, partitions, eng, CHECK_ROWS):
+            return []
+    return check_clusters(tables.read_parquet(storage, key))
 
 
 def check_clusters(table: pa.Table, limit: int = 20) -> list[str]:

@@ -53,6 +53,7 @@ from mix_assets.stages.dedup import partitioned as part
 
 _K = np.uint64(0x9E3779B97F4A7C15)  # golden-ratio multiplier for band keys
 CONFIRM_CHUNK = 8192  # candidate pairs compared per step (bounds the gather to ~8 MiB)
+GROUP_CAP = 32  # candidate pairs per member of a band bucket (`_group_pairs`)
 VERIFY_CHUNK = 1 << 20  # shingle values gathered per exact-verification step (~40 MB of sort work)
 MAX_MISS = 1e-6  # largest P(a pair at exactly the threshold shares no band) recall_params allows
 
@@ -430,13 +431,9 @@ def key_groups(exact_keys: Sequence[str] | pa.Array) -> np.ndarray:
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     arr = arr.cast(pa.string())
-    if arr.null_count == 0 and pc.all(pc.match_substring_regex(arr, r"^[0-9a-f]{64}$")).as_py():
-        offs = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset : arr.offset + n + 1]
-        raw = np.frombuffer(arr.buffers()[2], np.uint8)[offs[0] : offs[-1]].reshape(n, 64)
-        w = np.ascontiguousarray(raw[:, :32]).view(np.uint64)  # (n, 4): 8 hex digits per word
-        with np.errstate(over="ignore"):
-            h1 = ((w[:, 0] * _K) ^ w[:, 1]) * np.uint64(0xBF58476D1CE4E5B9)
-            h2 = ((w[:, 2] * _K) ^ w[:, 3]) * np.uint64(0x94D049BB133111EB)
+    mixed = hex_mixes(arr)
+    if mixed is not None:
+        h1, h2 = mixed
         order = np.lexsort((h2, h1))
         h1, h2 = h1[order], h2[order]
         new = np.r_[True, (h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1])]
@@ -444,6 +441,24 @@ def key_groups(exact_keys: Sequence[str] | pa.Array) -> np.ndarray:
         label[order] = np.cumsum(new) - 1
         return label
     return np.asarray(arr.dictionary_encode().indices, dtype=np.int64)
+
+
+def hex_mixes(arr: pa.Array) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """`key_groups`' two 64-bit mixes of every key (equal keys, equal mixes) when every key is 64 lowercase hex
+    digits (a string array without nulls), else None."""
+    arr = arr.cast(pa.string())
+    n = len(arr)
+    if arr.null_count or not pc.all(pc.match_substring_regex(arr, r"^[0-9a-f]{64}$")).as_py():
+        return None
+    if n == 0:
+        return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
+    offs = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset : arr.offset + n + 1]
+    raw = np.frombuffer(arr.buffers()[2], np.uint8)[offs[0] : offs[-1]].reshape(n, 64)
+    w = np.ascontiguousarray(raw[:, :32]).view(np.uint64)  # (n, 4): 8 hex digits per word
+    with np.errstate(over="ignore"):
+        h1 = ((w[:, 0] * _K) ^ w[:, 1]) * np.uint64(0xBF58476D1CE4E5B9)
+        h2 = ((w[:, 2] * _K) ^ w[:, 3]) * np.uint64(0x94D049BB133111EB)
+    return h1, h2
 
 
 # -- the whole stage -------------------------------------------------------------------------

@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import dagster as dg
-import numpy as np
-import pyarrow as pa
 
 from mix_assets.console import charts
-from mix_assets.console.metadata import (by_name, chart, parquet_file_output, parquet_output, seconds, share, table,
-                                         wide_table)
+from mix_assets.console.metadata import by_name, chart, parquet_file_output, seconds, share, table, wide_table
 from mix_assets.stages.dedup import lsh
-from mix_assets.stages.dedup.dedup import EXCLUSION_SCHEMA
+from mix_assets.stages.dedup.dedup import DEDUP_SCHEMA, EXCLUSION_SCHEMA
 
 S_CURVE_POINTS = (0.5, 0.7, 0.8, 0.9)
 _CLUSTER_BINS = [(1, 1), (2, 2), (3, 5), (6, 20), (21, 10**12)]
 
 
-def _cluster_sizes(t: pa.Table) -> list[dict]:
-    sizes = np.asarray(t.column("cluster_size"))[np.asarray(t.column("keep"))]
+def _cluster_sizes(kept: dict) -> list[dict]:
+    """Clusters per size bin from {cluster size: clusters} (the reduce's `kept_cluster_sizes`)."""
     return [{"cluster_size": f"{lo}" if lo == hi else (f"{lo}-{hi}" if hi < 10**12 else f">= {lo}"),
-             "clusters": int(np.count_nonzero((sizes >= lo) & (sizes <= hi)))} for lo, hi in _CLUSTER_BINS]
+             "clusters": int(sum(c for s, c in kept.items() if lo <= s <= hi))} for lo, hi in _CLUSTER_BINS]
 
 
 def _s_curve(b: int, r: int, threshold: float) -> dict:
@@ -32,7 +29,7 @@ def _s_curve(b: int, r: int, threshold: float) -> dict:
     }
 
 
-def dedup_keys(storage, key: str, t: pa.Table, st: dict, elapsed: float, sources: list[str]) -> dict:
+def dedup_keys(storage, key: str, st: dict, elapsed: float, sources: list[str]) -> dict:
     """dedup_keys: LSH parameters, kill counts and shares, pair and cluster statistics; which sources'
     signatures were stored already (by an earlier dedup_keys, or contamination_report's pass) and which
     it signed."""
@@ -44,7 +41,7 @@ def dedup_keys(storage, key: str, t: pa.Table, st: dict, elapsed: float, sources
                   for s, v in st["per_source"].items()]
     none = -1.0  # no pair of that kind: a number keeps the plot continuous
     return {
-        **parquet_output(storage, key, t),
+        **parquet_file_output(storage, key, DEDUP_SCHEMA),
         "lsh_bands": st["bands"],
         "lsh_rows": st["rows"],
         "minhash_permutations": st["num_perm"],
@@ -66,7 +63,7 @@ def dedup_keys(storage, key: str, t: pa.Table, st: dict, elapsed: float, sources
         "clusters": st["clusters"],
         "multi_member_clusters": st["multi_member_clusters"],
         "largest_cluster_docs": st["largest_cluster"],
-        "cluster_sizes": table(_cluster_sizes(t)),
+        "cluster_sizes": table(_cluster_sizes(st["kept_cluster_sizes"])),
         **wide_table("kills_per_source", per_source, ["source", "docs", "exact_dup_docs", "near_dup_docs",
                                                       "excluded_share"],
                      ["source", "exact_dup_docs", "near_dup_docs", "excluded_share"]),

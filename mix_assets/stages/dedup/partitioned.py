@@ -120,11 +120,13 @@ def _put_pairs(sc: Scratch, name: str, first: np.ndarray, second: np.ndarray, pa
     return _put_rows(sc, name, [first, second], partitions)
 
 
-def _put_rows(sc: Scratch, name: str, cols: list[np.ndarray], partitions: int) -> list[int]:
-    """Write rows of int64 columns `cols`, each distinct row once, sorted by (node_part(cols[0]), cols...);
-    returns the partitions' offsets in values (partitions + 1 values)."""
+def _put_rows(sc: Scratch, name: str, cols: list[np.ndarray], partitions: int,
+              part: Optional[np.ndarray] = None) -> list[int]:
+    """Write rows of int64 columns `cols`, each distinct row once, sorted by (partition, cols...), the partition
+    `part` (one per row, 0 .. partitions-1) or node_part(cols[0]); returns the partitions' offsets in values
+    (partitions + 1 values)."""
     cols = [np.asarray(c, np.int64) for c in cols]
-    part = node_part(cols[0], partitions)
+    part = node_part(cols[0], partitions) if part is None else np.asarray(part, np.int64)
     o = np.lexsort((*cols[::-1], part))
     part, cols = part[o], [c[o] for c in cols]
     if len(part):
@@ -206,23 +208,33 @@ def star_task(sc: Scratch, parts: list[tuple[str, list[int]]], kind: str, name: 
     return (out, _put_pairs(sc, out, np.concatenate([a, b]), np.concatenate([b, a]), partitions)), digest
 
 
+@dataclass(frozen=True)
+class Ranks:
+    """Parts of rows (node, key columns...) partitioned by node (`width` int64 values a row): what a label task
+    carries beside each node of partition q (e.g. the keep rule's sort keys, docparts.py)."""
+
+    parts: tuple
+    width: int
+
+
 def label_task(sc: Scratch, parts: list[tuple[str, list[int]]], partitions: int, ranks, q: int
                ) -> tuple[str, list[int]]:
     """(label, node, keep rank) of every node of partition q with an edge, the label its smallest neighbour or
-    itself, written partitioned by label (pure). `ranks`: the (node, rank) part (`put_ranks`), of which the
-    task reads partition q only; None: rank 0 (labels only)."""
+    itself, written partitioned by label (pure). `ranks`: the (node, rank) part (`put_ranks`), or `Ranks`
+    (then (label, node, its key columns)), of which the task reads partition q only; None: rank 0."""
     x, y = _read_partition(sc, parts, q)
     start = np.flatnonzero(np.r_[True, x[1:] != x[:-1]]) if len(x) else np.zeros(0, np.int64)
     node = x[start]
-    rank = np.zeros(len(node), np.int64)
-    if ranks is not None and len(node):
-        rn, rr = _read_partition(sc, [ranks], q)  # sorted by node
+    rk = ranks if isinstance(ranks, Ranks) or ranks is None else Ranks((ranks,), 2)
+    carried = [np.zeros(len(node), np.int64) for _ in range(rk.width - 1 if rk is not None else 1)]
+    if rk is not None and len(node):
+        rn, *rest = _read_rows(sc, list(rk.parts), q, rk.width)  # sorted by node
         at = np.searchsorted(rn, node)
         if (at >= len(rn)).any() or (rn[np.minimum(at, len(rn) - 1)] != node).any():
             raise ValueError(f"dedup: partition {q}: a node in an edge has no keep rank")
-        rank = rr[at]
+        carried = [c[at] for c in rest]
     out = f"labels-{q}"
-    return out, _put_rows(sc, out, [np.minimum(node, y[start]), node, rank], partitions)
+    return out, _put_rows(sc, out, [np.minimum(node, y[start]), node, *carried], partitions)
 
 
 def put_ranks(sc: Scratch, rank: np.ndarray, partitions: int) -> tuple[str, list[int]]:
@@ -230,15 +242,16 @@ def put_ranks(sc: Scratch, rank: np.ndarray, partitions: int) -> tuple[str, list
     return "ranks", _put_pairs(sc, "ranks", np.arange(len(rank), dtype=np.int64), rank, partitions)
 
 
-def components(u: np.ndarray, v: np.ndarray, partitions: int, eng: engine.Engine, sc: Scratch, ranks=None
-               ) -> tuple[list[tuple[str, list[int]]], int]:
+def components(u: np.ndarray, v: np.ndarray, partitions: int, eng: engine.Engine, sc: Scratch, ranks=None,
+               edge_parts: tuple = ()) -> tuple[list[tuple[str, list[int]]], int]:
     """Label parts (label, node, keep rank) of every node in an edge of (u, v), the label the smallest node of
     its component, partitioned by label; and the number of (large, small) rounds run. `ranks`: the keep ranks'
-    part (`put_ranks`; None: every rank 0)."""
+    part (`put_ranks`, or `Ranks`; None: every rank 0). `edge_parts`: more edges, parts written by tasks
+    (both directions, no self-loop, `_put_pairs` by node partition)."""
     u, v = np.asarray(u, np.int64), np.asarray(v, np.int64)
     keep = u != v
     parts = [("edges", _put_pairs(sc, "edges", np.concatenate([u[keep], v[keep]]),
-                                  np.concatenate([v[keep], u[keep]]), partitions))]
+                                  np.concatenate([v[keep], u[keep]]), partitions)), *edge_parts]
     before = None
     for k in range(MAX_ROUNDS):
         got = list(engine.map_chunks(functools.partial(star_task, sc, parts, "large", f"large{k}", partitions),

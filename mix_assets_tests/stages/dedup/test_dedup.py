@@ -395,5 +395,5 @@ def test_distinct_documents_without_words_are_not_exact_duplicates(tmp_path):
     from mix_assets.core.storage import Storage
     lib_storage = Storage(str(tmp_path))
     pq.write_table(table, tmp_path / "keys.parquet")
-    meta = md.dedup_keys(lib_storage, "keys.parquet", table, stats, 1.0, ["s"])
+    meta = md.dedup_keys(lib_storage, "keys.parquet", stats, 1.0, ["s"])
     assert meta["wordless_docs"] == 5 and meta["wordless_exact_dup_docs"] == 1
