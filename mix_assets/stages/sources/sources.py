@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from mix_assets.core import keys, layout, tables
+from mix_assets.core import imports, keys, layout, objects, tables
 from mix_assets.core.engine import Engine, map_chunks
 from mix_assets.stages.sources.config import HubDataset, LocalJsonl, LocalParquet, SourceSpec, TextFolder
 from mix_assets.stages.filters.rules.sanity import CONTROL_ALLOWED, CONTROL_SHARE_MAX
@@ -983,8 +983,9 @@ def tokenizer_fields_read(tok) -> dict:
     return {"kind": tok.kind, **where, "bytes_per_token_fallback": tok.bytes_per_token_fallback}
 
 
-def bytes_per_token(spec, texts: list[str]) -> tuple[float, str]:
-    """Estimated bytes per token and how it was obtained (recorded beside every estimate)."""
+def bytes_per_token(spec, texts: list[str], storage=None) -> tuple[float, str]:
+    """Estimated bytes per token and how it was obtained (recorded beside every estimate). With `storage`,
+    a measurement is filed in its keyed store and reused (`_measured_tokens`)."""
     tok = spec.tokenizer
     path = None
     if tok.kind == "file" and tok.path:
@@ -997,18 +998,56 @@ def bytes_per_token(spec, texts: list[str]) -> tuple[float, str]:
         except Exception as e:  # offline without a cache: fall back, and say so
             return tok.bytes_per_token_fallback, f"fallback {tok.bytes_per_token_fallback} B/token (hub tokenizer unavailable: {type(e).__name__})"
     if path and texts:
-        from tokenizers import Tokenizer
-
-        t = Tokenizer.from_file(path)
-        sample = texts[:500]
-        n_tok = sum(len(e.ids) for e in t.encode_batch(sample, add_special_tokens=False))
+        sample = texts[:HEAD_ROWS]
         n_bytes = sum(len(s.encode("utf-8")) for s in sample)
+        n_tok = _measured_tokens(storage, path, sample, n_bytes)
         if n_tok:
             return n_bytes / n_tok, f"measured with {tok.kind} tokenizer on {len(sample)} documents"
     return tok.bytes_per_token_fallback, (
         f"fallback {tok.bytes_per_token_fallback} B/token (the tokenizer is trained after dedup)"
         if tok.kind == "train" else f"fallback {tok.bytes_per_token_fallback} B/token"
     )
+
+
+BYTES_PER_TOKEN_ASSET = "raw_bytes_per_token"  # keyed records of the head's token count (core/objects.py)
+
+
+def bytes_per_token_key(tokenizer_path: str, sample: list[str]) -> str:
+    """The artifact key of a head's token count: the tokenizer file's bytes, the texts in order and the code
+    that counts (this module and what it imports, the `tokenizers` version); never where any of them is."""
+    import tokenizers
+
+    code = f"{imports.source_version(__name__)[:16]}+tokenizers-{tokenizers.__version__}"
+    texts = hashlib.sha256(b"".join(hashlib.blake2b(t.encode("utf-8"), digest_size=16).digest()
+                                    for t in sample)).hexdigest()
+    return keys.artifact_key(BYTES_PER_TOKEN_ASSET, code, {"tokenizer": keys.sha256_file(tokenizer_path),
+                                                           "texts": texts, "documents": str(len(sample))})
+
+
+def _measured_tokens(storage, path: str, sample: list[str], n_bytes: int) -> int:
+    """Tokens of `sample` with the tokenizer file at `path`: the count a keyed record of the same tokenizer
+    bytes, texts and code holds (a rebuild reads the same head of a source again), else encoded (and filed)."""
+    key = bytes_per_token_key(path, sample) if storage is not None else None
+    if key is not None:
+        try:
+            rec = objects.read_keyed(storage, BYTES_PER_TOKEN_ASSET, key)
+        except (OSError, ValueError):
+            rec = None
+        value = (rec or {}).get("value") or {}
+        if value.get("bytes") == n_bytes and value.get("documents") == len(sample) and \
+                isinstance(value.get("tokens"), int) and value["tokens"] > 0:
+            return value["tokens"]
+    from tokenizers import Tokenizer
+
+    n_tok = sum(len(e.ids) for e in Tokenizer.from_file(path).encode_batch_fast(sample, add_special_tokens=False))
+    if key is not None and n_tok:
+        try:
+            objects.write_keyed(storage, BYTES_PER_TOKEN_ASSET, key, {}, input_keys={}, code_version=None,
+                                run_id="", dagster=None,
+                                value={"tokens": n_tok, "bytes": n_bytes, "documents": len(sample)})
+        except OSError:  # a cache beside the estimate
+            pass
+    return n_tok
 
 
 # -- the raw/<source> stage ------------------------------------------------------------------------
@@ -1072,7 +1111,7 @@ def read_raw_source(storage, spec, name: str, progress: Optional[Callable[[int, 
     # A tokenizer trained later cannot measure anything yet: read a sample head only for one that exists.
     head = ([] if spec.tokenizer.kind == "train" else
             [r.text for r in itertools.islice(iter_rows(spec, src), HEAD_ROWS) if r.text])
-    bpt, how = bytes_per_token(spec, head)
+    bpt, how = bytes_per_token(spec, head, storage)
     got, plan = plan_sample(spec, src, bpt, spec.raw_budget(name), progress, eng)  # pass 1: choose
     if progress:
         progress(got.rows_read, got.bytes_read)

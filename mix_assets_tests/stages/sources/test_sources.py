@@ -503,3 +503,52 @@ def test_a_line_edited_in_place_between_the_passes_is_refused_naming_the_file(tm
     monkeypatch.setattr(lib, "plan_sample", then_edit)
     with pytest.raises(lib.SourceError, match=r"source e: the source changed while it was read \(.*e\.jsonl, bytes 0-"):
         lib.read_raw_source(Storage(root=str(tmp_path / "st")), spec, "e")
+
+
+def _bpt_spec(tmp_path, vocab: int):
+    from mix_assets.stages.tokens.tokenizer import train_bpe
+
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    rnd = random.Random(vocab)
+    texts = [" ".join(rnd.choices(words, k=rnd.randint(5, 40))) for _ in range(60)]
+    train_bpe(texts, vocab, ["<|endoftext|>"], str(tmp_path / f"tok{vocab}"))
+    _jsonl(tmp_path / "a.jsonl", [{"text": t} for t in texts])
+    spec = _spec(tmp_path, source("a", {"kind": "jsonl", "paths": ["a.jsonl"]}),
+                 tokenizer={"kind": "file", "path": f"tok{vocab}/tokenizer.json"})
+    return spec, texts
+
+
+def test_bytes_per_token_is_filed_by_key_and_reused_only_for_the_same_tokenizer_bytes_and_texts(tmp_path, monkeypatch):
+    """raw/<source>'s measured bytes per token (HF-encoding the head of the source) is a keyed record of the
+    tokenizer file's bytes, the head's texts and the code: a rebuild that reads the same head reuses it;
+    another tokenizer file, other texts or a record whose counts do not fit are encoded again."""
+    import tokenizers
+
+    from mix_assets.core import objects
+    from mix_assets.core.storage import Storage
+
+    spec, texts = _bpt_spec(tmp_path, 300)
+    st = Storage(root=str(tmp_path / "st"))
+    want = lib.bytes_per_token(spec, texts)  # no storage: measured, nothing filed
+    assert want[1].startswith("measured") and objects.keyed_records(st, lib.BYTES_PER_TOKEN_ASSET) == []
+    assert lib.bytes_per_token(spec, texts, st) == want
+    (rec,) = objects.keyed_records(st, lib.BYTES_PER_TOKEN_ASSET)
+    assert rec["value"]["documents"] == len(texts)
+
+    calls = []
+    real = tokenizers.Tokenizer.from_file
+    monkeypatch.setattr(tokenizers.Tokenizer, "from_file", lambda p: calls.append(p) or real(p))
+    assert lib.bytes_per_token(spec, texts, st) == want and calls == []  # reused: nothing encoded
+    assert lib.bytes_per_token(spec, texts[1:], st)[0] != 0 and len(calls) == 1  # other texts: encoded
+    # a record whose counts do not fit the texts is not trusted
+    path = tmp_path / "st" / objects.keyed_key(lib.BYTES_PER_TOKEN_ASSET, rec["key"])
+    bad = json.loads(path.read_text())
+    bad["value"]["bytes"] += 1
+    path.write_text(json.dumps(bad))
+    assert lib.bytes_per_token(spec, texts, st) == want and len(calls) == 2
+    # another tokenizer file (same path, other bytes): another key, encoded
+    spec2, _ = _bpt_spec(tmp_path, 280)
+    tok = tmp_path / "tok300" / "tokenizer.json"
+    tok.write_bytes((tmp_path / "tok280" / "tokenizer.json").read_bytes())
+    got = lib.bytes_per_token(spec, texts, st)
+    assert len(calls) == 3 and got == lib.bytes_per_token(spec2, texts)
