@@ -130,6 +130,9 @@ CHUNK_PART = "parts/{stage}/{key}.arrow"
 # A partitioned reduce's scratch (stages/dedup/partitioned.py): the parts its tasks pass to each other (candidate
 #   pairs, edges per round, labels), under a fresh run token; deleted when the reduce ends.
 REDUCE_SCRATCH = "scratch/{stage}/{run}"
+# raw/<source>'s pass 1 of one JSONL chunk (stages/sources/sources._plan_chunk): the working file it is filed from,
+#   as a blob named by a keyed record keyed/raw_chunk_plan/<key>.json, then deleted
+RAW_CHUNK_PLAN = "scratch/raw_chunk_plans/{key}.npz"
 
 # lineage/<asset>.json: what each artifact was computed from (core/lineage.py)
 LINEAGE = "lineage/{asset}.json"

@@ -558,8 +558,8 @@ def _chunk_digest(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
 
 
-def _scan(src: SourceSpec, chunk: JsonlChunk, bytes_per_token: float) -> _Scan:
-    data = chunk.read()
+def _scan(src: SourceSpec, chunk: JsonlChunk, bytes_per_token: float, data: Optional[bytes] = None) -> _Scan:
+    data = chunk.read() if data is None else data
     s = _scan_arrow(src, chunk, data, bytes_per_token) or _scan_python(src, chunk, data, bytes_per_token)
     s.digest = _chunk_digest(data)
     return s
@@ -724,25 +724,94 @@ class _ChunkPlan:
     arrow: bool  # parsed by pyarrow (`_Scan.arrow`)
 
 
-def _plan_chunk(src: SourceSpec, seed: int, bytes_per_token: float, chunk: JsonlChunk) -> _ChunkPlan:
-    s = _scan(src, chunk, bytes_per_token)
+def _plan_chunk(src: SourceSpec, seed: int, bytes_per_token: float, chunk: JsonlChunk, storage=None) -> _ChunkPlan:
+    """Pass 1 of one chunk; with `storage`, the plan filed for the same bytes, place in the file (name, first
+    line), source fields, seed, bytes per token and code when there is one (`_stored_plan`), else computed and
+    filed: a rebuild after new lines are appended to a source reads only the new chunks' rows again."""
+    data = chunk.read()
+    digest = _chunk_digest(data) if storage is not None else b""
+    key = _plan_key(src, seed, bytes_per_token, chunk, digest) if storage is not None else None
+    if key is not None and (got := _stored_plan(storage, key, chunk, digest)) is not None:
+        return got
+    s = _scan(src, chunk, bytes_per_token, data)
     cand = s.lines[s.codes == 0]
     keys = np.array([_sample_key(seed, doc_id(src.name, f"{chunk.rel}:{n}")) for n in cand.tolist()],
                     np.uint64)
     undecodable = [n for n in s.notes if n[1] == UNDECODABLE][:20]
     notes = sorted(set(s.notes[:20]) | set(undecodable))
-    return _ChunkPlan(chunk, s.codes, s.nb, s.est, keys,
+    plan = _ChunkPlan(chunk, s.codes, s.nb, s.est, keys,
                       [(r, f"{chunk.rel}:{s.lines[r]}", reason, what) for r, reason, what in notes], s.error,
                       s.digest, cand, s.arrow)
+    if key is not None and plan.error is None:
+        _file_plan(storage, key, plan)
+    return plan
+
+
+CHUNK_PLAN_ASSET = "raw_chunk_plan"  # keyed records of pass 1 per JSONL chunk (core/objects.py)
+
+
+def _plan_key(src: SourceSpec, seed: int, bytes_per_token: float, chunk: JsonlChunk, digest: bytes) -> str:
+    """What a chunk's pass 1 is a function of: its bytes, its file's name within the source and first line
+    (doc ids name lines), the source fields raw reads, the seed, bytes per token and this module's code
+    (with what it imports); not where the file is."""
+    fields = hashlib.sha256(source_fields_read(src).encode()).hexdigest()
+    return keys.artifact_key(CHUNK_PLAN_ASSET, imports.source_version(__name__)[:16], {
+        "bytes": digest.hex(), "source": src.name, "file": chunk.rel, "first_line": str(chunk.first_line),
+        "fields": fields, "seed": str(seed), "bytes_per_token": repr(float(bytes_per_token))})
+
+
+_PLAN_ARRAYS = ("codes", "nb", "est", "keys", "cand_lines")
+
+
+def _file_plan(storage, key: str, plan: _ChunkPlan) -> None:
+    """File a chunk's pass 1 as one blob (npz: the arrays, the notes and how it parsed) under its key."""
+    buf = io.BytesIO()
+    np.savez(buf, **{f: getattr(plan, f) for f in _PLAN_ARRAYS},
+             meta=np.frombuffer(json.dumps({"notes": plan.notes, "arrow": plan.arrow}).encode(), np.uint8))
+    data = buf.getvalue()
+    work = layout.RAW_CHUNK_PLAN.format(key=key)
+    try:
+        storage.write_bytes(work, data)
+        objects.stash(storage, CHUNK_PLAN_ASSET, key, {work: hashlib.sha256(data).hexdigest()},
+                      input_keys={"bytes": plan.digest.hex()}, code_version=None, run_id="", dagster=None)
+    except OSError:  # a cache beside the source's read: the next read scans the chunk again
+        pass
+    finally:
+        storage.delete(work)
+
+
+def _stored_plan(storage, key: str, chunk: JsonlChunk, digest: bytes) -> Optional[_ChunkPlan]:
+    """The chunk's filed pass 1, or None (none filed; a blob missing or changed since: removed with its
+    record, so the scan files it again)."""
+    store = storage.store
+    sha = data = None
+    try:
+        rec = objects.read_keyed(storage, CHUNK_PLAN_ASSET, key)
+        if rec is None:
+            return None
+        (sha,) = rec["outputs"].values()
+        data = store.read_bytes(objects.object_key(sha))
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise ValueError("changed")
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            arrays = {f: z[f] for f in _PLAN_ARRAYS}
+            meta = json.loads(z["meta"].tobytes())
+    except (OSError, ValueError, KeyError, TypeError):
+        if sha is not None and data is not None:
+            store.delete(objects.object_key(sha))
+        store.delete(objects.keyed_key(CHUNK_PLAN_ASSET, key))
+        return None
+    return _ChunkPlan(chunk, arrays["codes"], arrays["nb"], arrays["est"], arrays["keys"],
+                      [tuple(n) for n in meta["notes"]], None, digest, arrays["cand_lines"], bool(meta["arrow"]))
 
 
 def _plan_jsonl(spec, src: SourceSpec, bytes_per_token: float, limit_tokens: float,
                 out: SourceSample, eng: Engine,
-                progress: Optional[Callable[[int, int], None]] = None) -> tuple[list, list, list, list]:
+                progress: Optional[Callable[[int, int], None]] = None, storage=None) -> tuple[list, list, list, list]:
     """Pass 1 over chunks: (sample keys, n_bytes, est_tokens) of the candidates, and per chunk read
     (chunk, rows read, the candidates' rows in it), counting into `out` exactly as `_candidates` does."""
     keys, nbs, ests, chunks, seen = [], [], [], [], 0
-    fn = functools.partial(_plan_chunk, src, spec.seed, bytes_per_token)
+    fn = functools.partial(_plan_chunk, src, spec.seed, bytes_per_token, storage=storage)
     for p in map_chunks(fn, jsonl_chunks(spec, src), eng):
         n, cand = len(p.codes), np.flatnonzero(p.codes == 0)
         reach = np.flatnonzero(seen + np.cumsum(p.est[cand]) >= limit_tokens)
@@ -871,17 +940,18 @@ class SamplePlan:
 
 def plan_sample(spec, src: SourceSpec, bytes_per_token: float, budget_tokens: int,
                 progress: Optional[Callable[[int, int], None]] = None,
-                eng: Optional[Engine] = None) -> tuple[SourceSample, SamplePlan]:
+                eng: Optional[Engine] = None, storage=None) -> tuple[SourceSample, SamplePlan]:
     """Pass 1: read the source keeping 24 bytes per candidate (sample key, n_bytes, est_tokens), and
     choose the sample: the prefix of the candidates ordered by a hash of (seed, doc_id) that first
     reaches `budget_tokens`. Counts, drops and the kept documents' sums go into the SourceSample.
-    A JSONL source is read in chunks on `eng` (default: one at a time, in this thread)."""
+    A JSONL source is read in chunks on `eng` (default: one at a time, in this thread); with `storage`, each
+    chunk's pass 1 is filed in its keyed store and reused for the same bytes (`_plan_chunk`)."""
     out = SourceSample()
     limit = SCAN_FACTOR * budget_tokens
     chunks = None
     if isinstance(src.loader, LocalJsonl):
         keys, nbs, ests, chunks = _plan_jsonl(spec, src, bytes_per_token, limit, out, eng or _SERIAL,
-                                              progress)
+                                              progress, storage)
         key, nb_a, est_a = (np.concatenate(a) if a else np.zeros(0, t)
                             for a, t in ((keys, np.uint64), (nbs, np.int64), (ests, np.int64)))
     else:
@@ -1112,7 +1182,7 @@ def read_raw_source(storage, spec, name: str, progress: Optional[Callable[[int, 
     head = ([] if spec.tokenizer.kind == "train" else
             [r.text for r in itertools.islice(iter_rows(spec, src), HEAD_ROWS) if r.text])
     bpt, how = bytes_per_token(spec, head, storage)
-    got, plan = plan_sample(spec, src, bpt, spec.raw_budget(name), progress, eng)  # pass 1: choose
+    got, plan = plan_sample(spec, src, bpt, spec.raw_budget(name), progress, eng, storage)  # pass 1: choose
     if progress:
         progress(got.rows_read, got.bytes_read)
     n_chars: list[np.ndarray] = []
