@@ -424,6 +424,7 @@ class SourceSample:
     text_bytes: int = 0  # their UTF-8 bytes
     n_chars: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per kept document
     modifiers: dict = field(default_factory=dict)  # stages/sources/modifiers.py: configuration and counts, when any
+    chunks_reused: tuple[int, int] = (0, 0)  # JSONL: (chunks whose filed pass 1 was reused, chunks read); not in stats
 
     def drop(self, origin: str, reason: str, what: str) -> None:
         """Count a row dropped as unreadable and note where and why (the first 20)."""
@@ -722,6 +723,7 @@ class _ChunkPlan:
     digest: bytes
     cand_lines: np.ndarray  # line number per candidate
     arrow: bool  # parsed by pyarrow (`_Scan.arrow`)
+    reused: bool = False  # read from its keyed record (`_stored_plan`), not scanned
 
 
 def _plan_chunk(src: SourceSpec, seed: int, bytes_per_token: float, chunk: JsonlChunk, storage=None) -> _ChunkPlan:
@@ -802,7 +804,8 @@ def _stored_plan(storage, key: str, chunk: JsonlChunk, digest: bytes) -> Optiona
         store.delete(objects.keyed_key(CHUNK_PLAN_ASSET, key))
         return None
     return _ChunkPlan(chunk, arrays["codes"], arrays["nb"], arrays["est"], arrays["keys"],
-                      [tuple(n) for n in meta["notes"]], None, digest, arrays["cand_lines"], bool(meta["arrow"]))
+                      [tuple(n) for n in meta["notes"]], None, digest, arrays["cand_lines"], bool(meta["arrow"]),
+                      reused=True)
 
 
 def _plan_jsonl(spec, src: SourceSpec, bytes_per_token: float, limit_tokens: float,
@@ -829,6 +832,7 @@ def _plan_jsonl(spec, src: SourceSpec, bytes_per_token: float, limit_tokens: flo
         keys.append(p.keys[: len(cand)])
         nbs.append(p.nb[cand])
         ests.append(p.est[cand])
+        out.chunks_reused = (out.chunks_reused[0] + p.reused, out.chunks_reused[1] + 1)
         chunks.append((p.chunk, n, cand.astype(np.int32), p.digest,
                        (p.cand_lines[: len(cand)] - p.chunk.first_line).astype(np.int32), p.arrow))
         seen += int(p.est[cand].sum())

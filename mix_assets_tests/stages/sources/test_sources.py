@@ -590,6 +590,7 @@ def test_a_jsonl_chunks_pass_1_is_filed_by_its_bytes_and_only_new_or_changed_chu
     scanned.clear()
     again = lib.read_raw_source(st, spec, "a")
     assert scanned == [] and (open(st.source(docs), "rb").read(), again.stats()) == want
+    assert first.sample.chunks_reused == (0, n_chunks) and again.sample.chunks_reused == (n_chunks, n_chunks)
 
     # lines appended: only the last chunk (its bytes grew) and the new ones are scanned
     size = path.stat().st_size
