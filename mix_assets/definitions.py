@@ -23,13 +23,30 @@ from mix_assets.stages.sources.assets import build_source_assets
 from mix_assets.stages.split.assets import build_split_assets
 from mix_assets.stages.tokens.assets import build_tokens_assets
 from mix_assets.config import MixSpec, load_spec
+from mix_assets.core import imports
 from mix_assets.jobs import build_jobs, executor_from_env
 from mix_assets.resources import MixResource
 
 
 def build_assets(spec: MixSpec) -> list:
     """Assets and checks of every stage, in graph order, each asset's code_version chained with its parents'
-    (stages/common.chain_code_versions: the UI marks every asset an edit affects, not only its readers)."""
+    (stages/common.chain_code_versions: the UI marks every asset an edit affects, not only its readers).
+
+    Built once per process for a config (its JSON and path) and package root (core/imports.ROOT): Dagster reconstructs a run's job several times
+    in one process (5 in-process `rebuild_mix` runs of bench/incremental.py, ~0.2 s each), and the code a
+    code_version hashes is read once per process anyway (core/imports.py)."""
+    key = (spec.model_dump_json(), spec.config_path, str(imports.ROOT))  # the package the versions are read from
+    if key not in _ASSETS:
+        if len(_ASSETS) >= 8:
+            _ASSETS.clear()
+        _ASSETS[key] = _build_assets(spec)
+    return list(_ASSETS[key])
+
+
+_ASSETS: dict[tuple, list] = {}
+
+
+def _build_assets(spec: MixSpec) -> list:
     return chain_code_versions([
         *build_source_assets(spec),
         *build_line_assets(spec),

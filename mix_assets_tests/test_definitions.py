@@ -100,3 +100,17 @@ def test_code_versions_cover_the_config_each_asset_reads(tmp_path):
     assert all(other_corpus[k] != now[k] for k in now if k.startswith("raw/") or k == "eval_registry")
     # versions chain (stages/common.chain_code_versions): every asset below them moves with them (all of them)
     assert all(other_corpus[k] != now[k] for k in now)
+
+
+def test_assets_are_built_once_per_config_and_again_for_an_edited_one():
+    """build_assets is kept per process for a config's JSON and path (Dagster reconstructs a job several times
+    in one run); an edited config (even one field) builds its own, with its own code versions."""
+    from mix_assets import definitions
+
+    spec = load_spec(REPO_ROOT / "configs" / "demo.yaml")
+    first = definitions.build_assets(spec)
+    again = definitions.build_assets(load_spec(REPO_ROOT / "configs" / "demo.yaml"))
+    assert [id(a) for a in first] == [id(a) for a in again] and first is not again
+    edited = definitions.build_assets(spec.model_copy(update={"seed": spec.seed + 1}))
+    assert not {id(a) for a in edited} & {id(a) for a in first}
+    assert definitions.code_versions(spec) != definitions.code_versions(spec.model_copy(update={"seed": spec.seed + 1}))

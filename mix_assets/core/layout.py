@@ -101,6 +101,10 @@ STREAM_DOCS = "tokens/stream_docs/{split}.parquet"
 #   and the id-deciding parameters; <name> = hash of the part's keys. Never published; delete the folder to clear
 TOKEN_CACHE_DIR = "tokens/cache"
 TOKEN_CACHE_PART = TOKEN_CACHE_DIR + "/{key}/{source}/part-{name}.parquet"
+# the text keys of every row of a raw (or line_dedup) file, as the token-id cache looks them up (idcache.text_keys:
+#   n x 16 bytes, then one is-null byte per row): the working file each is filed from, as a blob named by a keyed
+#   record keyed/token_text_keys/<key>.json (key: the file's sha256 and the hashing code), then deleted
+TOKEN_TEXT_KEYS = "tokens/text_keys/{source}.bin"
 # token_ids_match_reference's HF ids of a source's sample (stages/tokens/reference_ids.py): text_key
 #   (fixed_size_binary(16)), ids (list<uint32>); the working file each sample is filed from, as a blob named by a
 #   keyed record keyed/token_ids_reference/<key>.json
@@ -126,6 +130,9 @@ CHUNK_PART = "parts/{stage}/{key}.arrow"
 # A partitioned reduce's scratch (stages/dedup/partitioned.py): the parts its tasks pass to each other (candidate
 #   pairs, edges per round, labels), under a fresh run token; deleted when the reduce ends.
 REDUCE_SCRATCH = "scratch/{stage}/{run}"
+# raw/<source>'s pass 1 of one JSONL chunk (stages/sources/sources._plan_chunk): the working file it is filed from,
+#   as a blob named by a keyed record keyed/raw_chunk_plan/<key>.json, then deleted
+RAW_CHUNK_PLAN = "scratch/raw_chunk_plans/{key}.npz"
 
 # lineage/<asset>.json: what each artifact was computed from (core/lineage.py)
 LINEAGE = "lineage/{asset}.json"

@@ -6,7 +6,9 @@
                                         check results (dagster serdes, opaque here),
                                         "uses": optional, what else the artifact was made with that gc
                                         must keep while the record stays (token_shards: its token-id
-                                        cache key, {"token_cache": key})}
+                                        cache key, {"token_cache": key}),
+                                        "value": optional, a small JSON result the record itself holds
+                                        (raw's measured bytes per token: no file to file)}
     keyed/checks/<asset>/<check>/<key>.json   a check's stored result on the artifact of `asset` whose key
                                         its input_keys name (stages/common.stored_check)
 
@@ -157,13 +159,15 @@ def restore_object(storage, sha256: str, path: str, verify: bool = True) -> None
 
 def write_keyed(storage, asset: str, key: str, outputs: Mapping[str, str], *, input_keys: Mapping[str, str],
                 code_version: Optional[str], run_id: str, dagster: Optional[str],
-                uses: Optional[Mapping[str, str]] = None) -> dict:
+                uses: Optional[Mapping[str, str]] = None, value: Optional[dict] = None) -> dict:
     """Write `keyed/<asset>/<key>.json` (once: an existing record of the key is left as it is)."""
     rec = {"format": FORMAT, "asset": asset, "key": key, "outputs": dict(sorted(outputs.items())),
            "input_keys": dict(sorted(input_keys.items())), "code_version": code_version, "created": now(),
            "run_id": run_id, "dagster": dagster}
     if uses:
         rec["uses"] = dict(sorted(uses.items()))
+    if value is not None:
+        rec["value"] = value
     storage.store.location.create_if_absent(keyed_key(asset, key),
                                             json.dumps(rec, indent=1, sort_keys=True).encode())
     return rec

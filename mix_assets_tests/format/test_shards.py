@@ -73,6 +73,7 @@ NOT_SHARDS = {
     # stages/tokens/idcache.py: the token-id cache (text keys, Arrow offsets, ids in format/shards' token_dtype;
     # a cache under the storage root, never published)
     "text_keys", "_fixed", "SourceHits.read", "TokenCache.locate", "TokenCache.write",
+    "TokenCache.stored_text_keys", "TokenCache.file_text_keys",  # raw text keys (16 B a row), never token ids
     "TiktokenEncoder._array",  # stages/tokens/backends.py: tiktoken's output buffer of ids, before any shard
 }
 # Where shard bytes could be handled: the stages that write, check, publish or audit shards, and the reader.

@@ -63,7 +63,10 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
         # this machine, and a few seconds of reading would not pay for starting or joining Ray per source
         threads = Engine(num_cpus=spec_now.engine.num_cpus)
         raw = lib.read_raw_source(storage, spec_now, src.name, progress, threads)
-        prog.done(f"kept {raw.docs:,} documents ({raw.sample.rows_read - raw.docs:,} dropped or sampled out)")
+        reused_chunks, chunks = raw.sample.chunks_reused
+        prog.done(f"kept {raw.docs:,} documents ({raw.sample.rows_read - raw.docs:,} dropped or sampled out)"
+                  + (f"; pass 1 of {reused_chunks} of {chunks} chunks reused from the object store (same bytes)"
+                     if reused_chunks else ""))
         docs_key = layout.RAW_DOCS.format(source=src.name)
         lin = recorded(storage, raw_name(src.name), [docs_key, layout.RAW_STATS.format(source=src.name)], {}, context)
         if raw.unreadable:

@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from mix_assets.core import keys, layout, tables
+from mix_assets.core import imports, keys, layout, objects, tables
 from mix_assets.core.engine import Engine, map_chunks
 from mix_assets.stages.sources.config import HubDataset, LocalJsonl, LocalParquet, SourceSpec, TextFolder
 from mix_assets.stages.filters.rules.sanity import CONTROL_ALLOWED, CONTROL_SHARE_MAX
@@ -424,6 +424,7 @@ class SourceSample:
     text_bytes: int = 0  # their UTF-8 bytes
     n_chars: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per kept document
     modifiers: dict = field(default_factory=dict)  # stages/sources/modifiers.py: configuration and counts, when any
+    chunks_reused: tuple[int, int] = (0, 0)  # JSONL: (chunks whose filed pass 1 was reused, chunks read); not in stats
 
     def drop(self, origin: str, reason: str, what: str) -> None:
         """Count a row dropped as unreadable and note where and why (the first 20)."""
@@ -558,8 +559,8 @@ def _chunk_digest(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
 
 
-def _scan(src: SourceSpec, chunk: JsonlChunk, bytes_per_token: float) -> _Scan:
-    data = chunk.read()
+def _scan(src: SourceSpec, chunk: JsonlChunk, bytes_per_token: float, data: Optional[bytes] = None) -> _Scan:
+    data = chunk.read() if data is None else data
     s = _scan_arrow(src, chunk, data, bytes_per_token) or _scan_python(src, chunk, data, bytes_per_token)
     s.digest = _chunk_digest(data)
     return s
@@ -722,27 +723,98 @@ class _ChunkPlan:
     digest: bytes
     cand_lines: np.ndarray  # line number per candidate
     arrow: bool  # parsed by pyarrow (`_Scan.arrow`)
+    reused: bool = False  # read from its keyed record (`_stored_plan`), not scanned
 
 
-def _plan_chunk(src: SourceSpec, seed: int, bytes_per_token: float, chunk: JsonlChunk) -> _ChunkPlan:
-    s = _scan(src, chunk, bytes_per_token)
+def _plan_chunk(src: SourceSpec, seed: int, bytes_per_token: float, chunk: JsonlChunk, storage=None) -> _ChunkPlan:
+    """Pass 1 of one chunk; with `storage`, the plan filed for the same bytes, place in the file (name, first
+    line), source fields, seed, bytes per token and code when there is one (`_stored_plan`), else computed and
+    filed: a rebuild after new lines are appended to a source reads only the new chunks' rows again."""
+    data = chunk.read()
+    digest = _chunk_digest(data) if storage is not None else b""
+    key = _plan_key(src, seed, bytes_per_token, chunk, digest) if storage is not None else None
+    if key is not None and (got := _stored_plan(storage, key, chunk, digest)) is not None:
+        return got
+    s = _scan(src, chunk, bytes_per_token, data)
     cand = s.lines[s.codes == 0]
     keys = np.array([_sample_key(seed, doc_id(src.name, f"{chunk.rel}:{n}")) for n in cand.tolist()],
                     np.uint64)
     undecodable = [n for n in s.notes if n[1] == UNDECODABLE][:20]
     notes = sorted(set(s.notes[:20]) | set(undecodable))
-    return _ChunkPlan(chunk, s.codes, s.nb, s.est, keys,
+    plan = _ChunkPlan(chunk, s.codes, s.nb, s.est, keys,
                       [(r, f"{chunk.rel}:{s.lines[r]}", reason, what) for r, reason, what in notes], s.error,
                       s.digest, cand, s.arrow)
+    if key is not None and plan.error is None:
+        _file_plan(storage, key, plan)
+    return plan
+
+
+CHUNK_PLAN_ASSET = "raw_chunk_plan"  # keyed records of pass 1 per JSONL chunk (core/objects.py)
+
+
+def _plan_key(src: SourceSpec, seed: int, bytes_per_token: float, chunk: JsonlChunk, digest: bytes) -> str:
+    """What a chunk's pass 1 is a function of: its bytes, its file's name within the source and first line
+    (doc ids name lines), the source fields raw reads, the seed, bytes per token and this module's code
+    (with what it imports); not where the file is."""
+    fields = hashlib.sha256(source_fields_read(src).encode()).hexdigest()
+    return keys.artifact_key(CHUNK_PLAN_ASSET, imports.source_version(__name__)[:16], {
+        "bytes": digest.hex(), "source": src.name, "file": chunk.rel, "first_line": str(chunk.first_line),
+        "fields": fields, "seed": str(seed), "bytes_per_token": repr(float(bytes_per_token))})
+
+
+_PLAN_ARRAYS = ("codes", "nb", "est", "keys", "cand_lines")
+
+
+def _file_plan(storage, key: str, plan: _ChunkPlan) -> None:
+    """File a chunk's pass 1 as one blob (npz: the arrays, the notes and how it parsed) under its key."""
+    buf = io.BytesIO()
+    np.savez(buf, **{f: getattr(plan, f) for f in _PLAN_ARRAYS},
+             meta=np.frombuffer(json.dumps({"notes": plan.notes, "arrow": plan.arrow}).encode(), np.uint8))
+    data = buf.getvalue()
+    work = layout.RAW_CHUNK_PLAN.format(key=key)
+    try:
+        storage.write_bytes(work, data)
+        objects.stash(storage, CHUNK_PLAN_ASSET, key, {work: hashlib.sha256(data).hexdigest()},
+                      input_keys={"bytes": plan.digest.hex()}, code_version=None, run_id="", dagster=None)
+    except OSError:  # a cache beside the source's read: the next read scans the chunk again
+        pass
+    finally:
+        storage.delete(work)
+
+
+def _stored_plan(storage, key: str, chunk: JsonlChunk, digest: bytes) -> Optional[_ChunkPlan]:
+    """The chunk's filed pass 1, or None (none filed; a blob missing or changed since: removed with its
+    record, so the scan files it again)."""
+    store = storage.store
+    sha = data = None
+    try:
+        rec = objects.read_keyed(storage, CHUNK_PLAN_ASSET, key)
+        if rec is None:
+            return None
+        (sha,) = rec["outputs"].values()
+        data = store.read_bytes(objects.object_key(sha))
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise ValueError("changed")
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            arrays = {f: z[f] for f in _PLAN_ARRAYS}
+            meta = json.loads(z["meta"].tobytes())
+    except (OSError, ValueError, KeyError, TypeError):
+        if sha is not None and data is not None:
+            store.delete(objects.object_key(sha))
+        store.delete(objects.keyed_key(CHUNK_PLAN_ASSET, key))
+        return None
+    return _ChunkPlan(chunk, arrays["codes"], arrays["nb"], arrays["est"], arrays["keys"],
+                      [tuple(n) for n in meta["notes"]], None, digest, arrays["cand_lines"], bool(meta["arrow"]),
+                      reused=True)
 
 
 def _plan_jsonl(spec, src: SourceSpec, bytes_per_token: float, limit_tokens: float,
                 out: SourceSample, eng: Engine,
-                progress: Optional[Callable[[int, int], None]] = None) -> tuple[list, list, list, list]:
+                progress: Optional[Callable[[int, int], None]] = None, storage=None) -> tuple[list, list, list, list]:
     """Pass 1 over chunks: (sample keys, n_bytes, est_tokens) of the candidates, and per chunk read
     (chunk, rows read, the candidates' rows in it), counting into `out` exactly as `_candidates` does."""
     keys, nbs, ests, chunks, seen = [], [], [], [], 0
-    fn = functools.partial(_plan_chunk, src, spec.seed, bytes_per_token)
+    fn = functools.partial(_plan_chunk, src, spec.seed, bytes_per_token, storage=storage)
     for p in map_chunks(fn, jsonl_chunks(spec, src), eng):
         n, cand = len(p.codes), np.flatnonzero(p.codes == 0)
         reach = np.flatnonzero(seen + np.cumsum(p.est[cand]) >= limit_tokens)
@@ -760,6 +832,7 @@ def _plan_jsonl(spec, src: SourceSpec, bytes_per_token: float, limit_tokens: flo
         keys.append(p.keys[: len(cand)])
         nbs.append(p.nb[cand])
         ests.append(p.est[cand])
+        out.chunks_reused = (out.chunks_reused[0] + p.reused, out.chunks_reused[1] + 1)
         chunks.append((p.chunk, n, cand.astype(np.int32), p.digest,
                        (p.cand_lines[: len(cand)] - p.chunk.first_line).astype(np.int32), p.arrow))
         seen += int(p.est[cand].sum())
@@ -871,17 +944,18 @@ class SamplePlan:
 
 def plan_sample(spec, src: SourceSpec, bytes_per_token: float, budget_tokens: int,
                 progress: Optional[Callable[[int, int], None]] = None,
-                eng: Optional[Engine] = None) -> tuple[SourceSample, SamplePlan]:
+                eng: Optional[Engine] = None, storage=None) -> tuple[SourceSample, SamplePlan]:
     """Pass 1: read the source keeping 24 bytes per candidate (sample key, n_bytes, est_tokens), and
     choose the sample: the prefix of the candidates ordered by a hash of (seed, doc_id) that first
     reaches `budget_tokens`. Counts, drops and the kept documents' sums go into the SourceSample.
-    A JSONL source is read in chunks on `eng` (default: one at a time, in this thread)."""
+    A JSONL source is read in chunks on `eng` (default: one at a time, in this thread); with `storage`, each
+    chunk's pass 1 is filed in its keyed store and reused for the same bytes (`_plan_chunk`)."""
     out = SourceSample()
     limit = SCAN_FACTOR * budget_tokens
     chunks = None
     if isinstance(src.loader, LocalJsonl):
         keys, nbs, ests, chunks = _plan_jsonl(spec, src, bytes_per_token, limit, out, eng or _SERIAL,
-                                              progress)
+                                              progress, storage)
         key, nb_a, est_a = (np.concatenate(a) if a else np.zeros(0, t)
                             for a, t in ((keys, np.uint64), (nbs, np.int64), (ests, np.int64)))
     else:
@@ -983,8 +1057,9 @@ def tokenizer_fields_read(tok) -> dict:
     return {"kind": tok.kind, **where, "bytes_per_token_fallback": tok.bytes_per_token_fallback}
 
 
-def bytes_per_token(spec, texts: list[str]) -> tuple[float, str]:
-    """Estimated bytes per token and how it was obtained (recorded beside every estimate)."""
+def bytes_per_token(spec, texts: list[str], storage=None) -> tuple[float, str]:
+    """Estimated bytes per token and how it was obtained (recorded beside every estimate). With `storage`,
+    a measurement is filed in its keyed store and reused (`_measured_tokens`)."""
     tok = spec.tokenizer
     path = None
     if tok.kind == "file" and tok.path:
@@ -997,18 +1072,56 @@ def bytes_per_token(spec, texts: list[str]) -> tuple[float, str]:
         except Exception as e:  # offline without a cache: fall back, and say so
             return tok.bytes_per_token_fallback, f"fallback {tok.bytes_per_token_fallback} B/token (hub tokenizer unavailable: {type(e).__name__})"
     if path and texts:
-        from tokenizers import Tokenizer
-
-        t = Tokenizer.from_file(path)
-        sample = texts[:500]
-        n_tok = sum(len(e.ids) for e in t.encode_batch(sample, add_special_tokens=False))
+        sample = texts[:HEAD_ROWS]
         n_bytes = sum(len(s.encode("utf-8")) for s in sample)
+        n_tok = _measured_tokens(storage, path, sample, n_bytes)
         if n_tok:
             return n_bytes / n_tok, f"measured with {tok.kind} tokenizer on {len(sample)} documents"
     return tok.bytes_per_token_fallback, (
         f"fallback {tok.bytes_per_token_fallback} B/token (the tokenizer is trained after dedup)"
         if tok.kind == "train" else f"fallback {tok.bytes_per_token_fallback} B/token"
     )
+
+
+BYTES_PER_TOKEN_ASSET = "raw_bytes_per_token"  # keyed records of the head's token count (core/objects.py)
+
+
+def bytes_per_token_key(tokenizer_path: str, sample: list[str]) -> str:
+    """The artifact key of a head's token count: the tokenizer file's bytes, the texts in order and the code
+    that counts (this module and what it imports, the `tokenizers` version); never where any of them is."""
+    import tokenizers
+
+    code = f"{imports.source_version(__name__)[:16]}+tokenizers-{tokenizers.__version__}"
+    texts = hashlib.sha256(b"".join(hashlib.blake2b(t.encode("utf-8"), digest_size=16).digest()
+                                    for t in sample)).hexdigest()
+    return keys.artifact_key(BYTES_PER_TOKEN_ASSET, code, {"tokenizer": keys.sha256_file(tokenizer_path),
+                                                           "texts": texts, "documents": str(len(sample))})
+
+
+def _measured_tokens(storage, path: str, sample: list[str], n_bytes: int) -> int:
+    """Tokens of `sample` with the tokenizer file at `path`: the count a keyed record of the same tokenizer
+    bytes, texts and code holds (a rebuild reads the same head of a source again), else encoded (and filed)."""
+    key = bytes_per_token_key(path, sample) if storage is not None else None
+    if key is not None:
+        try:
+            rec = objects.read_keyed(storage, BYTES_PER_TOKEN_ASSET, key)
+        except (OSError, ValueError):
+            rec = None
+        value = (rec or {}).get("value") or {}
+        if value.get("bytes") == n_bytes and value.get("documents") == len(sample) and \
+                isinstance(value.get("tokens"), int) and value["tokens"] > 0:
+            return value["tokens"]
+    from tokenizers import Tokenizer
+
+    n_tok = sum(len(e.ids) for e in Tokenizer.from_file(path).encode_batch_fast(sample, add_special_tokens=False))
+    if key is not None and n_tok:
+        try:
+            objects.write_keyed(storage, BYTES_PER_TOKEN_ASSET, key, {}, input_keys={}, code_version=None,
+                                run_id="", dagster=None,
+                                value={"tokens": n_tok, "bytes": n_bytes, "documents": len(sample)})
+        except OSError:  # a cache beside the estimate
+            pass
+    return n_tok
 
 
 # -- the raw/<source> stage ------------------------------------------------------------------------
@@ -1072,8 +1185,8 @@ def read_raw_source(storage, spec, name: str, progress: Optional[Callable[[int, 
     # A tokenizer trained later cannot measure anything yet: read a sample head only for one that exists.
     head = ([] if spec.tokenizer.kind == "train" else
             [r.text for r in itertools.islice(iter_rows(spec, src), HEAD_ROWS) if r.text])
-    bpt, how = bytes_per_token(spec, head)
-    got, plan = plan_sample(spec, src, bpt, spec.raw_budget(name), progress, eng)  # pass 1: choose
+    bpt, how = bytes_per_token(spec, head, storage)
+    got, plan = plan_sample(spec, src, bpt, spec.raw_budget(name), progress, eng, storage)  # pass 1: choose
     if progress:
         progress(got.rows_read, got.bytes_read)
     n_chars: list[np.ndarray] = []

@@ -17,6 +17,15 @@ Lookup (`locate`) works one source at a time: the source's part keys are sorted 
 cached document, only during the lookup), and the raw file's text keys, hashed by map tasks (`hash_chunk`),
 are matched a chunk at a time as they arrive, leaving one int64 position per raw row (8 B per raw document
 while the source is read). `SourceHits.read` streams the hits part by part (one part's ids in memory at a time).
+
+The text keys of a raw file are a pure function of its bytes and of this module's hashing code, so once hashed
+they are filed in the object store (core/objects.py: keyed record `keyed/token_text_keys/<key>.json`, key =
+hash(the file's sha256, this module's source version), naming one blob: keys, then a state byte per row): a
+rebuild reads the unchanged sources' keys from it instead of reading and hashing their text again. A build
+that hashed every row (a source with cache parts) files every key; one that found no part files the keys of
+the rows it encoded (encode_chunk hashes them), the others marked not hashed: a later build looks those up as
+misses and encodes them if it wants them (their ids are the same either way). A blob that does not hash to its
+name, or whose size does not fit the file's row count, is never used (the text is hashed).
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import tokenizers
 
-from mix_assets.core import engine, imports, layout, tables
+from mix_assets.core import engine, imports, keys as artifact_keys, layout, objects, tables
 from mix_assets.format.shards import token_dtype
 from mix_assets.stages.tokens import encoding
 
@@ -48,6 +57,14 @@ _PART = re.compile(r"part-[0-9a-f]{16}\.parquet")
 # The code that decides a document's ids (encoding.py and every project module it imports): an edit there
 # starts a new cache key (the old one is left for gc).
 _CODE = imports.source_version(encoding.__name__)[:16]
+TEXT_KEYS_ASSET = "token_text_keys"
+KNOWN, NULL_TEXT, NOT_HASHED = 0, 1, 2  # a filed text key's row state
+_KEYS_CODE = imports.source_version(__name__)[:16]  # text_keys and hash_chunk are this module's
+
+
+def text_keys_key(file_sha256: str) -> str:
+    """The artifact key of a raw file's text keys: its bytes and the hashing code, not where it is."""
+    return artifact_keys.artifact_key(TEXT_KEYS_ASSET, _KEYS_CODE, {"file": file_sha256})
 
 
 def describe(tokenizer_sha256: str, dtype: str) -> dict:
@@ -190,6 +207,42 @@ class TokenCache:
         pos = [index.lookup(keys, null) for keys, null in chunks]
         return SourceHits(list(parts), np.asarray(starts, np.int64),
                           np.concatenate(pos) if pos else np.zeros(0, np.int64))
+
+    def stored_text_keys(self, file_sha256: str, rows: int) -> Optional[tuple[np.ndarray, np.ndarray]]:
+        """(text keys, not-to-look-up mask) of the `rows` rows of the file whose bytes hash to `file_sha256`, as
+        filed by `file_text_keys` (a row whose text is null or was not hashed is never looked up: a miss);
+        None when none is filed, or its blob is missing, changed or of another size."""
+        key = text_keys_key(file_sha256)
+        try:
+            rec = objects.read_keyed(self.storage, TEXT_KEYS_ASSET, key)
+            if rec is None:
+                return None
+            (sha,) = rec["outputs"].values()
+            data = self.storage.store.read_bytes(objects.object_key(sha))
+        except (OSError, ValueError, KeyError):
+            data = None
+        if data is None or len(data) != rows * (KEY_BYTES + 1) or hashlib.sha256(data).hexdigest() != sha:
+            # a missing or changed blob goes with its record, so the keys hashed now are filed in their place
+            store = self.storage.store
+            if data is not None:
+                store.delete(objects.object_key(sha))
+            store.delete(objects.keyed_key(TEXT_KEYS_ASSET, key))
+            return None
+        state = np.frombuffer(data, np.uint8, rows, offset=rows * KEY_BYTES)
+        return np.frombuffer(data, np.uint8, rows * KEY_BYTES).reshape(rows, KEY_BYTES), state != KNOWN
+
+    def file_text_keys(self, source: str, file_sha256: str, keys: np.ndarray, state: np.ndarray) -> None:
+        """File the text keys of the rows of the file whose bytes hash to `file_sha256` (see the module doc);
+        `state` per row: KNOWN, NULL_TEXT or NOT_HASHED (its key bytes are then zeros, never looked up)."""
+        work = layout.TOKEN_TEXT_KEYS.format(source=source)
+        data = np.ascontiguousarray(keys, np.uint8).tobytes() + np.ascontiguousarray(state, np.uint8).tobytes()
+        self.storage.write_bytes(work, data)
+        try:
+            objects.stash(self.storage, TEXT_KEYS_ASSET, text_keys_key(file_sha256),
+                          {work: hashlib.sha256(data).hexdigest()}, input_keys={"file": file_sha256},
+                          code_version=_KEYS_CODE, run_id="", dagster=None)
+        finally:
+            self.storage.delete(work)
 
     def write(self, source: str, keys: np.ndarray, n_bytes: np.ndarray, tokens: np.ndarray, lengths: np.ndarray,
               separator_id: Optional[int]) -> Optional[str]:

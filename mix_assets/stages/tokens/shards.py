@@ -121,6 +121,7 @@ class ShardsResult:
     cache_docs: dict[str, tuple[int, int]] = field(default_factory=dict)
     backend: str = "hf"  # the encoder that ran (backends: tiktoken | hf); never in shard_stats.json
     backend_reason: str = ""  # why HF when it was not the fast backend
+    text_keys_reused: list[str] = field(default_factory=list)  # sources whose text keys came from the store
 
     def cache_line(self) -> str:
         """What the token-id cache saved, for the log."""
@@ -130,7 +131,9 @@ class ShardsResult:
             return f"encoded {miss:,} documents (no token cache)"
         return (f"encoded {miss:,} documents, {hit:,} from the token cache (ids of unchanged text under {under}, "
                 f"cache key {self.cache_key[:12]}); per source: "
-                + ", ".join(f"{s} {h:,} cached / {m:,} encoded" for s, (h, m) in sorted(self.cache_docs.items())))
+                + ", ".join(f"{s} {h:,} cached / {m:,} encoded" for s, (h, m) in sorted(self.cache_docs.items()))
+                + (f"; text keys of {', '.join(sorted(self.text_keys_reused))} read from the object store (same file "
+                   "bytes), not hashed again" if self.text_keys_reused else ""))
 
     def to_json(self, packing: Optional[dict] = None) -> dict:
         return {
@@ -460,6 +463,8 @@ class _EncodeMap:
         self.row_ranges: dict = {}
         self.hits: dict[str, Optional[idcache.SourceHits]] = {}  # per source, while it is read
         self.cache_docs: dict[str, list[int]] = {}  # per source: [documents from the cache, documents encoded]
+        self.text_keys_reused: list[str] = []  # sources whose raw text keys were read from the store, not hashed
+        self.learned: dict[str, tuple] = {}  # source -> (raw path, [raw rows], [their text keys]) while it is read
         self.progress = Progress(log, "token_shards encode", total_docs=0, total_bytes=0) if log else None
 
     def encode(self, jobs: list[tuple]) -> list[tuple[np.ndarray, np.ndarray, int, int]]:
@@ -488,6 +493,7 @@ class _EncodeMap:
             if self.cache is not None:
                 self.cache.write(jobs[j][3], got.keys, got.doc_bytes, got.tokens, got.lengths,
                                  self.params.separator_id)
+                self._learn(jobs[j][3], jobs[j][0], jobs[j][1][m], got.keys)
             if self.progress:
                 self.progress.update(docs=len(m), bytes=got.text_bytes, tokens=got.encoded_tokens)
         return [(o, n, acc[1], acc[2]) for o, n, acc in out]
@@ -503,8 +509,7 @@ class _EncodeMap:
         if source not in self.hits:
             parts = self.cache.parts(source)
             if parts:  # every raw row's text key, matched a chunk at a time as the hash tasks return
-                self.hits[source] = self.cache.locate(
-                    source, parts, engine.map_chunks(idcache.hash_chunk, self._ranges(path), self.eng))
+                self.hits[source] = self.cache.locate(source, parts, self._text_keys(source, path))
             else:
                 self.hits[source] = None
         hits = self.hits[source]
@@ -523,9 +528,61 @@ class _EncodeMap:
                 acc[2] += len(ids) - (len(lens) if sep is not None else 0)
         return every[~hit]
 
+    def _file_sha(self, path) -> Optional[str]:
+        """sha256 of a raw file read locally (lineage has just hashed it: remembered), None for an S3 object."""
+        local = path if isinstance(path, str) else (
+            path.path if isinstance(path, engine.FileAt) and path.endpoint_url is None else None)
+        return transport.sha256_file_remembered(local) if local else None
+
+    def _rows(self, path) -> int:
+        return sum(r.stop - r.start for r in self._ranges(path))
+
+    def _text_keys(self, source: str, path) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(text keys, not-to-look-up) of every row of the raw file, in row order: the ones filed for the file's
+        bytes (idcache.TokenCache.stored_text_keys), else hashed by map tasks a chunk at a time (then filed)."""
+        sha = self._file_sha(path)
+        if sha is not None:
+            got = self.cache.stored_text_keys(sha, self._rows(path))
+            if got is not None:
+                self.text_keys_reused.append(source)
+                yield got
+                return
+        got = []
+        for chunk in engine.map_chunks(idcache.hash_chunk, self._ranges(path), self.eng):
+            got.append(chunk)
+            yield chunk
+        if sha is not None and got:
+            null = np.concatenate([n for _, n in got])
+            self._file_keys(source, sha, np.concatenate([k for k, _ in got]),
+                            np.where(null, idcache.NULL_TEXT, idcache.KNOWN).astype(np.uint8))
+
+    def _file_keys(self, source: str, sha: str, keys: np.ndarray, state: np.ndarray) -> None:
+        try:
+            self.cache.file_text_keys(source, sha, keys, state)
+        except OSError:  # a cache beside the cache: the next build hashes the text again
+            pass
+
+    def _learn(self, source: str, path, rows: np.ndarray, keys: Optional[np.ndarray]) -> None:
+        """Keep the text keys encode_chunk computed for raw `rows` of a source that had no cache part."""
+        if keys is not None and self.hits.get(source, 0) is None:
+            got = self.learned.setdefault(source, (path, [], []))
+            got[1].append(np.asarray(rows, np.int64))
+            got[2].append(keys)
+
     def forget(self, source: str) -> None:
-        """The source is read: drop its cache positions."""
+        """The source is read: drop its cache positions; file the text keys its encodes computed when it had no
+        cache part (its other rows marked not hashed)."""
         self.hits.pop(source, None)
+        learned = self.learned.pop(source, None)
+        sha = self._file_sha(learned[0]) if learned else None
+        if sha is not None:
+            n = self._rows(learned[0])
+            keys = np.zeros((n, idcache.KEY_BYTES), np.uint8)
+            state = np.full(n, idcache.NOT_HASHED, np.uint8)
+            rows = np.concatenate(learned[1])
+            keys[rows] = np.concatenate(learned[2])
+            state[rows] = idcache.KNOWN
+            self._file_keys(source, sha, keys, state)
 
     def _ranges(self, path) -> list[engine.RowRange]:
         """The file's row ranges (its footer read once per build, not once per round)."""
@@ -680,6 +737,7 @@ def build_shards(
             spill.close()
         result.encoded_bytes, result.encoded_tokens = enc.bytes, enc.tokens
         result.cache_docs = {s: (h, m) for s, (h, m) in sorted(enc.cache_docs.items())}
+        result.text_keys_reused = sorted(set(enc.text_keys_reused))
         if cache is not None:
             result.cache_key, result.tokenizer_sha256 = cache.key, cache.meta["tokenizer_sha256"]
         reader = spill.reader()

@@ -503,3 +503,116 @@ def test_a_line_edited_in_place_between_the_passes_is_refused_naming_the_file(tm
     monkeypatch.setattr(lib, "plan_sample", then_edit)
     with pytest.raises(lib.SourceError, match=r"source e: the source changed while it was read \(.*e\.jsonl, bytes 0-"):
         lib.read_raw_source(Storage(root=str(tmp_path / "st")), spec, "e")
+
+
+def _bpt_spec(tmp_path, vocab: int):
+    from mix_assets.stages.tokens.tokenizer import train_bpe
+
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    rnd = random.Random(vocab)
+    texts = [" ".join(rnd.choices(words, k=rnd.randint(5, 40))) for _ in range(60)]
+    train_bpe(texts, vocab, ["<|endoftext|>"], str(tmp_path / f"tok{vocab}"))
+    _jsonl(tmp_path / "a.jsonl", [{"text": t} for t in texts])
+    spec = _spec(tmp_path, source("a", {"kind": "jsonl", "paths": ["a.jsonl"]}),
+                 tokenizer={"kind": "file", "path": f"tok{vocab}/tokenizer.json"})
+    return spec, texts
+
+
+def test_bytes_per_token_is_filed_by_key_and_reused_only_for_the_same_tokenizer_bytes_and_texts(tmp_path, monkeypatch):
+    """raw/<source>'s measured bytes per token (HF-encoding the head of the source) is a keyed record of the
+    tokenizer file's bytes, the head's texts and the code: a rebuild that reads the same head reuses it;
+    another tokenizer file, other texts or a record whose counts do not fit are encoded again."""
+    import tokenizers
+
+    from mix_assets.core import objects
+    from mix_assets.core.storage import Storage
+
+    spec, texts = _bpt_spec(tmp_path, 300)
+    st = Storage(root=str(tmp_path / "st"))
+    want = lib.bytes_per_token(spec, texts)  # no storage: measured, nothing filed
+    assert want[1].startswith("measured") and objects.keyed_records(st, lib.BYTES_PER_TOKEN_ASSET) == []
+    assert lib.bytes_per_token(spec, texts, st) == want
+    (rec,) = objects.keyed_records(st, lib.BYTES_PER_TOKEN_ASSET)
+    assert rec["value"]["documents"] == len(texts)
+
+    calls = []
+    real = tokenizers.Tokenizer.from_file
+    monkeypatch.setattr(tokenizers.Tokenizer, "from_file", lambda p: calls.append(p) or real(p))
+    assert lib.bytes_per_token(spec, texts, st) == want and calls == []  # reused: nothing encoded
+    assert lib.bytes_per_token(spec, texts[1:], st)[0] != 0 and len(calls) == 1  # other texts: encoded
+    # a record whose counts do not fit the texts is not trusted
+    path = tmp_path / "st" / objects.keyed_key(lib.BYTES_PER_TOKEN_ASSET, rec["key"])
+    bad = json.loads(path.read_text())
+    bad["value"]["bytes"] += 1
+    path.write_text(json.dumps(bad))
+    assert lib.bytes_per_token(spec, texts, st) == want and len(calls) == 2
+    # another tokenizer file (same path, other bytes): another key, encoded
+    spec2, _ = _bpt_spec(tmp_path, 280)
+    tok = tmp_path / "tok300" / "tokenizer.json"
+    tok.write_bytes((tmp_path / "tok280" / "tokenizer.json").read_bytes())
+    got = lib.bytes_per_token(spec, texts, st)
+    assert len(calls) == 3 and got == lib.bytes_per_token(spec2, texts)
+
+
+def test_a_jsonl_chunks_pass_1_is_filed_by_its_bytes_and_only_new_or_changed_chunks_are_scanned_again(
+        tmp_path, monkeypatch):
+    """raw/<source> files each JSONL chunk's pass 1 (codes, estimates, sample keys) under a key of its bytes,
+    file name and first line, the source fields, seed, bytes per token and code: a rebuild after lines are
+    appended scans only the chunks whose bytes changed, a filed blob that changed is scanned again (and
+    refiled), and the documents and stats are a fresh read's every time."""
+    from mix_assets.core import layout, objects
+    from mix_assets.core.storage import Storage
+
+    monkeypatch.setattr(lib, "JSONL_CHUNK_BYTES", 4096)  # many chunks
+    rnd = random.Random(7)
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    rows = [{"text": " ".join(rnd.choices(words, k=rnd.randint(3, 60)))} for _ in range(900)]
+    rows[11] = {"text": "x\x00y"}  # a dropped row with a note
+    path = _jsonl(tmp_path / "a.jsonl", rows)
+    spec = _spec(tmp_path, source("a", {"kind": "jsonl", "paths": ["a.jsonl"]}), target_tokens=9000)
+    st = Storage(root=str(tmp_path / "st"))
+    docs = layout.RAW_DOCS.format(source="a")
+
+    def fresh() -> tuple[bytes, dict]:  # a read with nothing filed
+        other = Storage(root=str(tmp_path / f"fresh{len(list(tmp_path.glob('fresh*')))}"))
+        raw = lib.read_raw_source(other, spec, "a")
+        return open(other.source(docs), "rb").read(), raw.stats()
+
+    scanned = []
+    real = lib._scan
+    monkeypatch.setattr(lib, "_scan", lambda src, chunk, *a: scanned.append(chunk.start) or real(src, chunk, *a))
+    first = lib.read_raw_source(st, spec, "a")
+    n_chunks = len(scanned)
+    assert first.sample.exhausted and 0 < first.docs < 900  # read whole, sampled
+    assert n_chunks > 5 and len(objects.keyed_records(st, lib.CHUNK_PLAN_ASSET)) == n_chunks
+    want = fresh()
+    assert (open(st.source(docs), "rb").read(), first.stats()) == want
+    scanned.clear()
+    again = lib.read_raw_source(st, spec, "a")
+    assert scanned == [] and (open(st.source(docs), "rb").read(), again.stats()) == want
+    assert first.sample.chunks_reused == (0, n_chunks) and again.sample.chunks_reused == (n_chunks, n_chunks)
+
+    # lines appended: only the last chunk (its bytes grew) and the new ones are scanned
+    size = path.stat().st_size
+    with open(path, "a") as f:
+        f.write("".join(json.dumps({"text": " ".join(rnd.choices(words, k=30))}) + "\n" for _ in range(60)))
+    scanned.clear()
+    grown = lib.read_raw_source(st, spec, "a")
+    assert scanned and min(scanned) >= size - 4096 and len(scanned) < n_chunks
+    want = fresh()
+    assert (open(st.source(docs), "rb").read(), grown.stats()) == want
+
+    # a filed plan whose blob changed is never used: that chunk is scanned again, the result the same
+    head = lib._chunk_digest(next(lib.jsonl_chunks(spec, spec.sources[0])).read()).hex()
+    (rec,) = [r for r in objects.keyed_records(st, lib.CHUNK_PLAN_ASSET) if r["input_keys"]["bytes"] == head]
+    (sha,) = rec["outputs"].values()
+    blob = tmp_path / "st" / objects.object_key(sha)
+    data = bytearray(blob.read_bytes())
+    data[-1] ^= 0xFF
+    blob.write_bytes(bytes(data))
+    scanned.clear()
+    again = lib.read_raw_source(st, spec, "a")
+    assert scanned == [0] and (open(st.source(docs), "rb").read(), again.stats()) == want
+    scanned.clear()
+    lib.read_raw_source(st, spec, "a")
+    assert scanned == []  # filed again

@@ -225,3 +225,59 @@ def test_keys_sharing_their_first_8_bytes_never_match_the_wrong_document():
     index = idcache._KeyIndex(np.stack([a, b]))
     assert index.lookup(np.stack([b, a, c]), np.zeros(3, bool)).tolist() == [-1, 0, -1]  # b: a miss, not a
     assert idcache._KeyIndex(np.stack([b])).lookup(np.stack([b, a]), np.zeros(2, bool)).tolist() == [0, -1]
+
+
+def _text_key_records(st: Storage) -> dict[str, dict]:
+    from mix_assets.core import objects
+
+    return {r["input_keys"]["file"]: r for r in objects.keyed_records(st, idcache.TEXT_KEYS_ASSET)}
+
+
+def test_raw_text_keys_are_filed_by_the_file_bytes_and_reused_only_while_those_bytes_and_the_blob_are_unchanged(
+        tmp_path, monkeypatch):
+    """The text keys token_shards looks the cache up with are filed per raw file's sha256: a rebuild reads the
+    unchanged files' keys instead of reading and hashing their text; a changed raw file, or a filed blob whose
+    bytes changed, is hashed again; the bytes are a cacheless build's every time."""
+    from mix_assets.core import objects, transport
+
+    spec, st = _upstream(tmp_path)
+    _, want, _ = _build(spec, st, token_cache=False)
+    first, got, _ = _build(spec, st)  # no part yet: the keys of the encoded rows are filed (the others not hashed)
+    assert got == want and first.text_keys_reused == []
+    raw = {s.name: transport.sha256_file(st.local_path(layout.RAW_DOCS.format(source=s.name))) for s in spec.sources}
+    recs = _text_key_records(st)
+    assert set(recs) == set(raw.values())
+
+    hashed = []
+    real = idcache.hash_chunk
+    monkeypatch.setattr(idcache, "hash_chunk", lambda rows: hashed.append(rows.path) or real(rows))
+    second, got, line = _build(spec, st)
+    assert got == want and second.text_keys_reused == sorted(raw) and hashed == []
+    assert "text keys of a, b read from the object store" in line
+    assert sum(h for h, _ in second.cache_docs.values()) == sum(m for _, m in first.cache_docs.values())
+
+    # a filed blob whose bytes changed (same size) is not used: that source's text is hashed again
+    (sha,) = recs[raw["a"]]["outputs"].values()
+    blob = Path(st.root, objects.object_key(sha))
+    data = bytearray(blob.read_bytes())
+    data[0] ^= 0xFF
+    blob.write_bytes(bytes(data))
+    third, got, _ = _build(spec, st)
+    assert got == want and third.text_keys_reused == ["b"] and hashed
+    assert all("raw/a/" in p for p in hashed) and not blob.exists()  # the changed blob removed, the keys filed again
+    hashed.clear()
+    assert _build(spec, st)[0].text_keys_reused == ["a", "b"] and hashed == []
+
+    # a changed raw file: other bytes, another key; its keys hashed and filed whole
+    hashed.clear()
+    _edit_raw(st, "b", changed=[3, 50], appended=4)
+    build_validation_split(st, [s.name for s in spec.sources], spec.seed, spec.split.val_fraction)
+    _, want, _ = _build(spec, st, token_cache=False)
+    fourth, got, _ = _build(spec, st)
+    assert got == want and "b" not in fourth.text_keys_reused and any("raw/b/" in p for p in hashed)
+    new_b = transport.sha256_file(st.local_path(layout.RAW_DOCS.format(source="b")))
+    rec = _text_key_records(st)[new_b]
+    (sha,) = rec["outputs"].values()
+    state = np.frombuffer(Path(st.root, objects.object_key(sha)).read_bytes(), np.uint8)[-pq.ParquetFile(
+        st.local_path(layout.RAW_DOCS.format(source="b"))).metadata.num_rows:]
+    assert (state == idcache.KNOWN).all()
