@@ -228,6 +228,26 @@ def heavy_postings(pos: np.ndarray, rep: np.ndarray, doc_hash: np.ndarray, post_
 
 
 @numba.njit(**_JIT)
+def segment_distinct(values: np.ndarray, offsets: np.ndarray, out: np.ndarray, out_offsets: np.ndarray) -> int:
+    """Each segment's distinct values, ascending, into `out` (as long as `values`), its offsets into
+    `out_offsets`; the number written. A sort per segment (short: an eval item's shingles), no global one."""
+    k = 0
+    out_offsets[0] = 0
+    for d in range(offsets.shape[0] - 1):
+        s, e = offsets[d], offsets[d + 1]
+        if e > s:
+            v = np.sort(values[s:e])
+            out[k] = v[0]
+            k += 1
+            for j in range(1, v.shape[0]):
+                if v[j] != v[j - 1]:
+                    out[k] = v[j]
+                    k += 1
+        out_offsets[d + 1] = k
+    return k
+
+
+@numba.njit(**_JIT)
 def ngram_hashes(hashes: np.ndarray, offsets: np.ndarray, out_offsets: np.ndarray, n: int, whole: bool,
                  base: np.uint64) -> np.ndarray:
     """textkeys.ngram_hashes' values: per document, splitmix64(polynomial of each n-word window in `base`
