@@ -11,8 +11,43 @@ raw's or the code server's).
 
 from __future__ import annotations
 
+import importlib.abc
+import sys
+import threading
+
 import numba
 import numpy as np
+
+
+class _RefuseScipy(importlib.abc.MetaPathFinder):
+    """Refuses `scipy` imports from the thread that installed it (ModuleNotFoundError), for `_load_arraymath`."""
+
+    def __init__(self):
+        self.thread = threading.get_ident()
+
+    def find_spec(self, name, path=None, target=None):
+        if (name == "scipy" or name.startswith("scipy.")) and threading.get_ident() == self.thread:
+            raise ModuleNotFoundError(f"{name}: not imported while numba.np.arraymath loads", name=name)
+        return None
+
+
+def _load_arraymath() -> None:
+    """Import numba.np.arraymath (numba's first compile or cache load does) with scipy refused: at import it
+    probes BLAS by importing scipy.linalg (~0.2 CPU s and more wall, in every process that runs a kernel), and
+    only its np.convolve / np.correlate read the answer (they fall back to a loop; no kernel here calls
+    them). numba's linalg functions probe BLAS again when compiled, unaffected. Nothing is refused when
+    scipy.linalg or arraymath is loaded already."""
+    if "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
+        return
+    finder = _RefuseScipy()
+    sys.meta_path.insert(0, finder)
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        sys.meta_path.remove(finder)
+
+
+_load_arraymath()
 
 _JIT = dict(nogil=True, cache=True)
 _WINDOW_BLOCK = 2048  # window hashes computed before their bitmap tests
@@ -190,6 +225,26 @@ def heavy_postings(pos: np.ndarray, rep: np.ndarray, doc_hash: np.ndarray, post_
                 out_pos[k] = pos[i]
                 k += 1
     return out_at[:k].copy(), out_pos[:k].copy()
+
+
+@numba.njit(**_JIT)
+def segment_distinct(values: np.ndarray, offsets: np.ndarray, out: np.ndarray, out_offsets: np.ndarray) -> int:
+    """Each segment's distinct values, ascending, into `out` (as long as `values`), its offsets into
+    `out_offsets`; the number written. A sort per segment (short: an eval item's shingles), no global one."""
+    k = 0
+    out_offsets[0] = 0
+    for d in range(offsets.shape[0] - 1):
+        s, e = offsets[d], offsets[d + 1]
+        if e > s:
+            v = np.sort(values[s:e])
+            out[k] = v[0]
+            k += 1
+            for j in range(1, v.shape[0]):
+                if v[j] != v[j - 1]:
+                    out[k] = v[j]
+                    k += 1
+        out_offsets[d + 1] = k
+    return k
 
 
 @numba.njit(**_JIT)

@@ -200,3 +200,24 @@ def test_loading_the_definitions_does_not_load_numba():
     code = "import sys, mix_assets.definitions; print('numba' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_process_running_a_kernel_does_not_import_scipy_linalg():
+    """numba's BLAS probe (numba.np.arraymath imports scipy.linalg) is skipped (core/kernels_jit._load_arraymath):
+    a fresh process that normalises, hashes and scans text never loads scipy.linalg; a numba function that
+    needs BLAS still compiles and runs (it probes again itself)."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+import numpy as np, pyarrow as pa
+from mix_assets.core import kernels_jit, textkeys as tk
+h, off = tk.word_hashes(tk.words(pa.array(["one two three four", "five six"], pa.large_string())))
+kernels_jit.bitmap_hits(np.zeros(4, np.uint64), np.uint64(60), np.zeros(16, np.uint8))
+print("scipy.linalg" in sys.modules)
+import numba
+print(numba.njit(lambda a, b: np.dot(a, b))(np.ones(3), np.ones(3)))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "3.0"]

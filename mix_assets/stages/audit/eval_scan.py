@@ -286,6 +286,7 @@ class ScannedChunk:
     fuzzy: fuzzy.Matches | None = None  # doc = row in the range
     fuzzy_seconds: float = 0.0  # spent matching against the fuzzy index (past the shared normalisation)
     signed: dedup.SignedChunk | None = None  # with `sign` (None too when a doc_id or text is null)
+    text_keys: list | None = None  # with `keys`: each row's `text_keys` (the per-document reuse file's)
 
 
 @dataclass(frozen=True)
@@ -311,10 +312,12 @@ def _scan_batch(reg: ct.Registry, index: fuzzy.Index | None, perms: tuple | None
 
 
 def scan_chunk(rows: engine.RowRange, registry: RegistryLocation, threads: int = 1,
-               fuzzy_index: RegistryLocation | None = None, sign: Signing | None = None) -> ScannedChunk:
+               fuzzy_index: RegistryLocation | None = None, sign: Signing | None = None,
+               keys: bool = False) -> ScannedChunk:
     """The map work of the scan: read the rows, normalise each batch once, count each document's n-grams
     in the registry and, with `fuzzy_index`, match it against the fuzzy advisory's index; with `sign`,
-    sign the same words for dedup_keys (`minhash.sign_words`) (pure)."""
+    sign the same words for dedup_keys (`minhash.sign_words`); with `keys`, each text's key (`text_keys`)
+    from the same read (pure)."""
     reg = registry_at(registry)
     index = _loaded(fuzzy_index, load_fuzzy_index) if fuzzy_index is not None else None
     t = engine.read_rows(rows, ["doc_id", "text", "n_chars"] if sign else ["doc_id", "text"])
@@ -331,6 +334,8 @@ def scan_chunk(rows: engine.RowRange, registry: RegistryLocation, threads: int =
                        int(pc.sum(pc.binary_length(text)).as_py() or 0))
     if sign:
         out.signed = dedup.signed_chunk(t, [g[3] for g in got], sign.num_perm)
+    if keys:
+        out.text_keys = text_keys(text)
     if index is not None:
         parts = [fuzzy.Matches(m.doc + i, m.item, m.jaccard) for i, (_, m, _, _) in zip(starts, got)]
         out.fuzzy = fuzzy.Matches(*(np.concatenate([getattr(p, f) for p in parts])
@@ -340,8 +345,8 @@ def scan_chunk(rows: engine.RowRange, registry: RegistryLocation, threads: int =
 
 
 def _scan_task(task: tuple, **kwargs) -> ScannedChunk:
-    """`scan_chunk` of a (row range, `Signing` or None, chunk index) map task."""
-    return scan_chunk(task[0], sign=task[1], **kwargs)
+    """`scan_chunk` of a (row range, `Signing` or None, chunk index, text keys wanted) map task."""
+    return scan_chunk(task[0], sign=task[1], keys=task[3], **kwargs)
 
 
 @dataclass
@@ -451,9 +456,11 @@ def text_keys_key(source: str) -> str:
 
 
 def text_keys(texts: pa.ChunkedArray | pa.Array) -> list:
-    """blake2b-128 of each text's UTF-8 bytes (None for a null text: never reused)."""
-    return [None if v is None else hashlib.blake2b(v.encode("utf-8"), digest_size=16).digest()
-            for v in texts.to_pylist()]
+    """blake2b-128 of each text's UTF-8 bytes (None for a null text: never reused); the bytes read as binary,
+    never decoded to str."""
+    binary = pa.large_binary() if pa.types.is_large_string(texts.type) else pa.binary()
+    return [None if v is None else hashlib.blake2b(v, digest_size=16).digest()
+            for v in texts.cast(binary).to_pylist()]
 
 
 def _without_raw(meta: dict) -> dict:
@@ -587,9 +594,12 @@ def scan_sources(storage, sources: Iterable[str], eng: engine.Engine = engine.En
     for s in todo:
         raw = tables.file_at(storage, layout.RAW_DOCS.format(source=s))
         if meta[s]["raw"] is not None:
-            t = tables.read_parquet(storage, layout.RAW_DOCS.format(source=s), columns=["doc_id", "text"])
-            current[s] = (text_keys(t.column("text")), t.column("doc_id").combine_chunks().cast(pa.string()))
             prior = prior_scan(storage, s, meta[s], plan.get(s))
+            # without a last scan to answer per document, the map tasks key the texts they read (None here)
+            t = tables.read_parquet(storage, layout.RAW_DOCS.format(source=s),
+                                    columns=["doc_id", "text"] if prior is not None else ["doc_id"])
+            current[s] = (text_keys(t.column("text")) if prior is not None else None,
+                          t.column("doc_id").combine_chunks().cast(pa.string()))
             if prior is not None:
                 src_rows = np.fromiter((-1 if k is None else prior.rows.get(k, -1) for k in current[s][0]),
                                        np.int64, len(current[s][0]))
@@ -616,16 +626,20 @@ def scan_sources(storage, sources: Iterable[str], eng: engine.Engine = engine.En
         return hits_table(got)
 
     fn = functools.partial(_scan_task, registry=loc, threads=inner, fuzzy_index=fuzzy_index)
-    tasks = [(rng, signing.get(s), i) for i, (s, rng) in enumerate(work)]
+    tasks = [(rng, signing.get(s), i, s in current and current[s][0] is None) for i, (s, rng) in enumerate(work)]
     total = sum(r.stop - r.start for (_, r), k in zip(work, keys) if k not in have)
     # a progress line for work done (as before reuse existed when nothing is reused or resumed)
     prog = Progress(log, label, total_docs=total) if log and (total or not (out.reused_sources or have)) else None
-    results = chunks.resume(fn, tasks, keys, eng, store, encode=encode, have=have)
+    results = zip(tasks, chunks.resume(fn, tasks, keys, eng, store, encode=encode, have=have))
+    chunk_keys: dict[str, list] = {}  # per source keyed by its map tasks: each chunk's text keys, in row order
 
     def tallied(s: str, k: int, got_parts: list) -> Iterator[tuple]:
-        for t, got in itertools.islice(results, k):
+        for task, (t, got) in itertools.islice(results, k):
             add_hits(out, s, t, item_task)
             got_parts.append(t)
+            if task[3]:  # a chunk loaded from a killed run's part: its texts keyed here
+                chunk_keys.setdefault(s, []).append(
+                    got.text_keys if got is not None else text_keys(engine.read_rows(task[0], ["text"]).column("text")))
             if got is not None:
                 out.fuzzy_seconds += got.fuzzy_seconds
                 if prog:
@@ -655,7 +669,8 @@ def scan_sources(storage, sources: Iterable[str], eng: engine.Engine = engine.En
             pass
         if meta[s]["raw"] is not None:
             write_hits(storage, s, meta[s], got_parts)
-            write_text_keys(storage, s, meta[s], current[s][0], got_parts, current[s][1].to_pylist())
+            tkeys = current[s][0] if current[s][0] is not None else list(itertools.chain(*chunk_keys.pop(s, [])))
+            write_text_keys(storage, s, meta[s], tkeys, got_parts, current[s][1].to_pylist())
         store.drop(keys[i] for i in mine)
     if prog:
         near = f"; {len(out.fuzzy.hits):,} near an eval item" if index is not None else ""

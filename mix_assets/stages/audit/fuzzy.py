@@ -102,21 +102,19 @@ def _shingles(texts, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _distinct(sh: np.ndarray, off: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each segment's distinct values, sorted, their new offsets, and each value's count of segments:
-    one argsort of the values, then one sort of (segment, value rank) packed in an int64."""
-    order, sv = _argsort_u64(sh)
+    a sort per segment (`kernels_jit.segment_distinct`), then one argsort of the distinct values to count them."""
+    from mix_assets.core import kernels_jit  # numba loads only in processes that run a kernel (core/kernels_jit.py)
+
+    vals, out = np.empty(len(sh), np.uint64), np.empty(len(off), np.int64)
+    vals = vals[: kernels_jit.segment_distinct(np.ascontiguousarray(sh, np.uint64), np.ascontiguousarray(off, np.int64),
+                                               vals, out)]
+    order, sv = _argsort_u64(vals)
     new = np.ones(len(sv), bool)
     new[1:] = sv[1:] != sv[:-1]
-    vals = sv[new]
-    bits = len(vals).bit_length()
-    pair = _owners(np.diff(off))[order] << bits | (np.cumsum(new) - 1)
-    pair.sort()
-    keep = np.ones(len(pair), bool)
-    keep[1:] = pair[1:] != pair[:-1]
-    pair = pair[keep]
-    seg, rank = pair >> bits, pair & ((1 << bits) - 1)
-    out = np.zeros(len(off), np.int64)
-    np.cumsum(np.bincount(seg, minlength=len(off) - 1), out=out[1:])
-    return vals[rank], out, np.bincount(rank, minlength=len(vals))[rank]
+    group = np.cumsum(new) - 1
+    df = np.empty(len(vals), np.int64)
+    df[order] = np.bincount(group, minlength=int(group[-1]) + 1 if len(group) else 0)[group]
+    return vals, out, df
 
 
 def _argsort_u64(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -11,10 +11,11 @@ raw text and the tokenizer (the token_shards artifact key) and the seed: a reuse
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 from dataclasses import dataclass, field
 
@@ -153,8 +154,8 @@ def check(storage, seed: int, tok, paths: Optional[dict] = None, reference=None)
     `reference` (reference_ids.ReferenceIds over `tok`): where HF's ids of a source's sample come from, each
     text's ids reused from the keyed store when stored under the same tokenizer and code; None: encoded here.
 
-    HF encodes on a thread of its own (encode_batch_fast releases the GIL and runs on its Rust threads), a
-    batch ahead, while this thread reads the next source's texts and compares the ids of the batch before."""
+    A source's texts are read and HF-encoded on a pool thread (Arrow's decode and encode_batch_fast release the
+    GIL; HF runs on its Rust threads), the next source's while this thread compares the ids of the one before."""
     stats = json.loads(storage.read_text(layout.SHARD_STATS))
     dtype, L = token_dtype(stats["dtype"]), stats["packing"]["sample_len"]
     sep = stats["packing"].get("separator_id")
@@ -164,47 +165,55 @@ def check(storage, seed: int, tok, paths: Optional[dict] = None, reference=None)
     streams = {sp: _Stream(storage, stats["splits"][sp]["shards"], L, dtype) for sp in ("train", "val")}
     report = ExactnessReport({s: SourceCheck(documents=docs[s]) for s in docs})
 
-    def compare(res: SourceCheck, batch: list, where: list, ids: list[list[int]]) -> None:
-        for d, (split, start, take), want in zip(batch, where, ids):
-            if sep is not None:
-                want = want + [sep]  # a copy: reference ids may share one list between equal texts
-            n = min(take, len(want))
-            have = streams[split].read(start, n)
-            res.tokens += len(have)
-            if take > len(want) or have.tolist() != want[:len(have)]:
-                res.mismatched.append(d)
+    def prepare(source: str, rows: np.ndarray) -> tuple[str, list, list, list[list[int]]]:
+        """(source, sampled doc ids, their (split, start, tokens), HF's ids of each)."""
+        sub = app.take(pa.array(rows))
+        ids = sub.column("doc_id").to_pylist()
+        path = (paths or {}).get(source) or storage.source(layout.RAW_DOCS.format(source=source))
+        texts = _texts(path, set(ids))
+        where = list(zip(*(sub.column(c).to_pylist() for c in ("split", "start", "tokens"))))
+        missing = [d for d in ids if texts.get(d) is None]
+        if missing:
+            raise ValueError(f"{path}: no text for document {missing[0]!r} of the shards; the documents "
+                             "changed after token_shards")
+        sampled = [texts[d] for d in ids]
+        del texts
+        if reference is not None:  # one thread calls it: its counters need no lock
+            return source, ids, where, reference.ids(source, sampled)
+        want: list[list[int]] = []
+        for lo in range(0, len(ids), ENCODE_BATCH):
+            want += hf.encode(sampled[lo:lo + ENCODE_BATCH])
+        return source, ids, where, want
+
+    def compare(source: str, ids: list, where: list, want: list[list[int]]) -> None:
+        res = report.sources[source]
+        res.sampled = len(set(ids))
+        extra = 0 if sep is None else 1
+        # each document's shard tokens (as many of its ids as the shards hold) against HF's ids, all at once
+        n = np.array([min(take, len(w) + extra) for (_, _, take), w in zip(where, want)], np.int64)
+        have = [streams[split].read(start, int(k)) for (split, start, _), k in zip(where, n)]
+        got = np.array([len(h) for h in have], np.int64)
+        res.tokens += int(got.sum())
+        ref = np.fromiter(itertools.chain.from_iterable(
+            itertools.chain(w[:k], [sep] if extra and k > len(w) else ()) for w, k in zip(want, got.tolist())),
+            np.int64, int(got.sum()))
+        flat = np.concatenate(have).astype(np.int64) if have else np.zeros(0, np.int64)
+        bad_at = np.flatnonzero(flat != ref)
+        ends = np.cumsum(got)
+        bad = np.zeros(len(ids), bool)
+        bad[np.searchsorted(ends, bad_at, side="right")] = True
+        bad |= np.array([take > len(w) + extra for (_, _, take), w in zip(where, want)], bool)
+        res.mismatched += [d for d, b in zip(ids, bad.tolist()) if b]
 
     try:
         with ThreadPoolExecutor(max_workers=1) as pool:
-            pending: deque = deque()  # (source's result, doc ids, positions, HF's ids to come), in order
+            pending: deque = deque()  # sources prepared (read and encoded) ahead of their comparison
             for source, rows in picks.items():
-                sub = app.take(pa.array(rows))
-                ids = sub.column("doc_id").to_pylist()
-                path = (paths or {}).get(source) or storage.source(layout.RAW_DOCS.format(source=source))
-                texts = _texts(path, set(ids))
-                res = report.sources[source]
-                res.sampled = len(set(ids))
-                where = list(zip(*(sub.column(c).to_pylist() for c in ("split", "start", "tokens"))))
-                missing = [d for d in ids if texts.get(d) is None]
-                if missing:
-                    raise ValueError(f"{path}: no text for document {missing[0]!r} of the shards; the documents "
-                                     "changed after token_shards")
-                known = reference.ids(source, [texts[d] for d in ids]) if reference is not None else None
-                for lo in range(0, len(ids), ENCODE_BATCH):
-                    batch = ids[lo:lo + ENCODE_BATCH]
-                    if known is not None:
-                        job = Future()
-                        job.set_result(known[lo:lo + ENCODE_BATCH])
-                    else:
-                        job = pool.submit(hf.encode, [texts[d] for d in batch])
-                    pending.append((res, batch, where[lo:lo + ENCODE_BATCH], job))
-                    while len(pending) > 1:  # compare what HF has done while it encodes the next batch
-                        r, b, w, job = pending.popleft()
-                        compare(r, b, w, job.result())
-                del texts
+                pending.append(pool.submit(prepare, source, rows))
+                while len(pending) > 1:  # compare a source while the next one is read and encoded
+                    compare(*pending.popleft().result())
             while pending:
-                r, b, w, job = pending.popleft()
-                compare(r, b, w, job.result())
+                compare(*pending.popleft().result())
     finally:
         for s in streams.values():
             s.close()

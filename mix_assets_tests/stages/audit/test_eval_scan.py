@@ -142,6 +142,9 @@ eval_scan.write_contamination_report(Storage({st.root!r}), load_spec({str(spec.c
     assert any(x.startswith("contamination_report: reused the stored hits of web (300 docs)") for x in log.lines)
     assert scan.reused_sources == ["web"] and scan.signed_sources == ["books"]
     assert _outputs(st) == _outputs(whole)
+    # the per-document reuse file too: the resumed chunks' texts are keyed by the driver, the others' by their tasks
+    keys = eval_scan.text_keys_key("books")
+    assert st.read_bytes(keys) == whole.read_bytes(keys)
     assert st.list("parts") == []
 
 

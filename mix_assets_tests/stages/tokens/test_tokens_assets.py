@@ -219,3 +219,41 @@ def test_a_rebuild_takes_hf_ids_of_unchanged_sampled_texts_from_the_keyed_store_
     ev = next(e for e in again.get_asset_check_evaluations() if e.check_name == TOKEN_IDS_MATCH_REFERENCE)
     assert not ev.passed and ev.metadata["mismatched_documents"].value == 1
     assert wrong[0] not in encoded and len(encoded) < sampled  # the check encoded none of the sample again
+
+
+def test_exactness_names_exactly_the_document_whose_first_or_last_id_or_length_differs(tmp_path, monkeypatch):
+    """exactness.check compares each sampled document's shard tokens with HF's ids (and the separator) as one flat
+    array: an id changed at a document's first or last position, or one id too few, is charged to that document
+    alone, never to its neighbour in the comparison."""
+    from tokenizers import Tokenizer
+
+    from mix_assets.core.storage import Storage
+    from mix_assets.stages.tokens import backends, exactness
+
+    spec, assets, res = setup(tmp_path)
+    assert run(assets, res).success
+    st = Storage(root=str(tmp_path / "storage"))
+    tok = Tokenizer.from_file(st.local_path(layout.TOKENIZER_FILE))
+    assert exactness.check(st, spec.seed, tok).mismatches == 0
+    app = exactness._appearances(st, json.loads(st.read_text(layout.SHARD_STATS)))
+    picks, _ = exactness.choose(app, spec.seed)
+    source, rows = sorted(picks.items())[0]
+    ids = app.take(rows).column("doc_id").to_pylist()
+    texts = exactness._texts(st.source(layout.RAW_DOCS.format(source=source)), set(ids))
+    target = texts[ids[len(ids) // 2]]  # a document in the middle of its source's sample
+    hf_encode = backends.HFEncoder.encode
+    for change in ("first", "last", "shorter"):
+        def tampered(self, batch, threads=1, change=change):
+            out = hf_encode(self, batch, threads)
+            for t, got in zip(batch, out):
+                if t == target and len(got) > 2:
+                    if change == "shorter":
+                        del got[-1]
+                    else:
+                        got[0 if change == "first" else -1] = (got[0 if change == "first" else -1] + 1) % 256
+            return out
+
+        monkeypatch.setattr(backends.HFEncoder, "encode", tampered)
+        rep = exactness.check(st, spec.seed, tok)
+        assert rep.sources[source].mismatched == [ids[len(ids) // 2]], change
+        assert rep.mismatches == 1 and not rep.passed, change
