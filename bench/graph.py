@@ -1006,6 +1006,8 @@ def main() -> None:
     ap.add_argument("--results", type=Path, default=None, help=f"report file (default {RESULTS})")
     ap.add_argument("--append", action="store_true",
                     help="append this run to --results instead of replacing it")
+    ap.add_argument("--no-encode", dest="encode", action="store_false",
+                    help="skip the raw encode references (memory and plan runs: no graph/encode ratio)")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -1041,7 +1043,7 @@ def main() -> None:
             print(f"[{mb} MB] {label(runs[-1])}: graph {'published' if graph['success'] else 'FAILED'} in "
                   f"{f(graph.get('run_secs'))} s, map stages {f(map_secs(graph))} s, largest step process "
                   f"{f(top, '.0f')} MB ({step})", flush=True)
-            if ex == "in_process" and graph["outputs"].get("fingerprint"):
+            if ex == "in_process" and graph["outputs"].get("fingerprint") and a.encode:
                 # the host's speed drifts over minutes: this run's reference is measured right after it
                 runs[-1]["enc"] = run_child("encode", [cfg], n, run_dir / "encode.log", cores=pinned_cores(n, a.pin))
                 print(f"[{mb} MB] raw encode right after it, {n} thread(s): {f(runs[-1]['enc'].get('secs'))} s",
@@ -1049,6 +1051,9 @@ def main() -> None:
         tok = next((r["cfg"] for r in runs if r["graph"]["outputs"].get("fingerprint")), runs[0]["cfg"])
         encs = {}
         for n in a.workers:
+            if not a.encode:
+                encs[n] = {"skipped": "--no-encode (a memory run)"}
+                continue
             encs[n] = run_child("encode", [tok], n, folder / f"encode-{n}.log", cores=pinned_cores(n, a.pin))
             print(f"[{mb} MB] raw encode, {n} thread(s): {f(encs[n].get('secs'))} s", flush=True)
         results[mb] = {"gen": gen, "runs": runs, "encs": encs}
