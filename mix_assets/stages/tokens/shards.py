@@ -649,6 +649,8 @@ def build_shards(
     for split_name in ("train", "val"):  # (with any .tmp shard a killed build left)
         storage.delete_prefix(f"{layout.MIX_DIR}/{split_name}/")
     storage.delete_prefix(f"{layout.DOC_INDEX_DIR}/")
+    # the stream docs are written while packing (a row group per bucket): a killed build's partial file goes too
+    storage.delete_prefix(layout.STREAM_DOCS.format(split="x").rsplit("/", 1)[0] + "/")
     # spill folders of killed builds (a concurrent build's is kept: its process is alive)
     scratch.sweep(scratch_dir or tempfile.gettempdir(), SPILL)
     with tempfile.TemporaryDirectory(prefix=scratch.owner_prefix(SPILL), dir=scratch_dir) as tmp:
