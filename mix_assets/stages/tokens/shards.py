@@ -39,6 +39,7 @@ from typing import Optional
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import xxhash
 from tokenizers import Tokenizer
 
 from mix_assets.core import engine, layout, scratch, tables, transport
@@ -790,9 +791,30 @@ def _pack(split_name, per_source: dict[str, _SourceDocs], names: list[str], part
         tables.write_parquet_groups(storage, layout.STREAM_DOCS.format(split=split_name), STREAM_DOCS_SCHEMA,
                                     row_groups())
         stats = packer.finish()
-    distinct = [per_source[names[i]].ids.take(pa.array(np.unique(p[0]))) for i, p in enumerate(parts)]
-    stats.documents = pc.count_distinct(pa.concat_arrays(distinct)).as_py() if distinct else 0
+    stats.documents = _count_distinct([per_source[names[i]].ids.take(pa.array(np.unique(p[0])))
+                                       for i, p in enumerate(parts)])
     return stats
+
+
+def _count_distinct(arrays: list[pa.Array]) -> int:
+    """Distinct strings over `arrays`, exactly, one group of a hash of the string at a time (equal strings
+    share a group; a group is counted by sorting it, not with a hash table: pc.count_distinct's took
+    ~220 B per document)."""
+    n = sum(len(a) for a in arrays)
+    bits = _bucket_bits(n)
+    if bits:
+        shift = np.uint64(64 - bits)
+        group = [np.fromiter((xxhash.xxh64_intdigest(x.encode("utf-8")) for x in _strings(a)), np.uint64, len(a)) >> shift
+                 for a in arrays]
+    total = 0
+    for g in range(1 << bits):
+        parts = [x for x in ([a.filter(pa.array(h == g)) for a, h in zip(arrays, group)] if bits else arrays) if len(x)]
+        if not parts:
+            continue
+        a = pa.concat_arrays(parts)
+        srt = a.take(pc.sort_indices(a))
+        total += len(a) - (int(pc.sum(pc.equal(srt.slice(1), srt.slice(0, len(a) - 1))).as_py() or 0) if len(a) > 1 else 0)
+    return total
 
 
 def _record_ids(per_source: dict[str, _SourceDocs], names: list[str], rec: np.ndarray) -> pa.Array:
