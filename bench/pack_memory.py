@@ -1,6 +1,7 @@
 """token_shards' pass 2 alone (stages/tokens/shards._pack): its peak RSS over its start, old code vs this checkout.
 
     PYTHONPATH=$PWD .venv/bin/python bench/pack_memory.py --appearances 170000 680000 2720000 --old main
+    ... bench/pack_memory.py --run OUT/1600mb/local-2-multiprocess --old main   # the whole step, real inputs
 
 Per size N and way (old: mix_assets at `--old`, exported with git archive; new: this checkout), a fresh
 process builds four sources' documents as token_shards holds them (Arrow doc_id strings `part_x-%09d`,
@@ -10,6 +11,10 @@ temporary storage root. Measured: VmHWM (reset with /proc/self/clear_refs just b
 VmRSS at the call, so the pass's own peak above what the step held before it; wall and CPU seconds of
 the call. The stream docs' sha256 must agree between old and new (the stream order and its file bytes).
 Not measured here: pass 1 (the encode map), whose memory is the engine's window of chunk results.
+`--run`: instead, `build_token_shards` on a finished bench/graph.py run's inputs (raw, split, tokenizer and
+its token-id cache, hard-linked into a temporary storage root, so pass 1 reads the cache and encodes
+nothing), local engine x2, old and new one after the other: the peak of pass 1 (`_encode_sources`) and of
+each split's pass 2 (`_pack`), each VmHWM reset at its start; shard_stats.json and the stream docs compared.
 """
 
 from __future__ import annotations
@@ -70,20 +75,90 @@ def child(n: int) -> dict:
                 "documents": stats.documents, "stream_docs": st.sha256("tokens/stream_docs/train.parquet")}
 
 
+def child_run(run: Path) -> dict:
+    import hashlib
+
+    from mix_assets.config import load_spec
+    from mix_assets.core import engine
+    from mix_assets.core.storage import Storage
+    from mix_assets.stages.tokens import shards as S
+
+    phases = []
+    for name in ("_encode_sources", "_pack"):
+        fn = getattr(S, name)
+
+        def timed(*a, _fn=fn, _name=name, **k):
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            r0, t0 = _status("VmRSS:"), time.perf_counter()
+            try:
+                return _fn(*a, **k)
+            finally:
+                phases.append({"phase": _name, "rss_before_mb": r0, "peak_mb": _status("VmHWM:"),
+                               "secs": time.perf_counter() - t0})
+        setattr(S, name, timed)
+    spec = load_spec(run / "mix.yaml")
+    with tempfile.TemporaryDirectory(prefix="bench-pack-memory-") as tmp:
+        root = Path(tmp) / "storage"
+        for part in ("raw", "split", "mix/tokenizer", "tokens/cache"):
+            (root / part).parent.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["cp", "-al", str(run / "storage" / part), str(root / part)], check=True)
+        st = Storage(str(root))
+        S.build_token_shards(st, spec, scratch_dir=tmp, eng=engine.Engine(num_cpus=2))
+        digest = hashlib.sha256(b"".join(bytes.fromhex(st.sha256(k)) for k in (
+            "tokens/shard_stats.json", "tokens/stream_docs/train.parquet", "tokens/stream_docs/val.parquet")))
+        return {"phases": phases, "peak_mb": _status("VmHWM:"), "digest": digest.hexdigest()}
+
+
+def main_run(a, code: dict) -> None:
+    rows = ["| way | phase | RSS at its start MB | its peak MB | seconds |", "|---|---|---|---|---|"]
+    got = {}
+    for way in ("old", "new"):
+        env = dict(os.environ, PYTHONPATH=str(code[way]), RAYON_NUM_THREADS="2")
+        done = subprocess.run([sys.executable, __file__, "--child-run", str(a.run)], env=env, capture_output=True,
+                              text=True)
+        if done.returncode:
+            raise SystemExit(f"{way} failed:\n{done.stderr[-3000:]}")
+        g = got[way] = json.loads(done.stdout.strip().splitlines()[-1])
+        for p, split in zip(g["phases"], ("pass 1 (token-id cache)", "pass 2 train", "pass 2 val")):
+            rows.append(f"| {way} | {split} | {p['rss_before_mb']:.0f} | {p['peak_mb']:.0f} | {p['secs']:.1f} |")
+            print(rows[-1], flush=True)
+    peak = {w: max(p["peak_mb"] for p in got[w]["phases"]) for w in got}
+    same = got["old"]["digest"] == got["new"]["digest"]
+    cmd = "PYTHONPATH=$PWD .venv/bin/python bench/pack_memory.py " + " ".join(sys.argv[1:])
+    body = [f"## Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on a graph run's inputs", "",
+            f"    {cmd}", "", f"`build_token_shards` on `{a.run}`'s inputs, old `{a.old}` vs this checkout; load "
+            f"average (1 min) {os.getloadavg()[0]:.2f} at the end (seconds are the loaded host's).", "", *rows, "",
+            f"- the step's largest phase peak: new / old {peak['new']:.0f} / {peak['old']:.0f} MB = "
+            f"{peak['new'] / peak['old']:.2f}",
+            f"- shard_stats.json (every shard's sha256) and both stream docs files the same old and new: {same}", ""]
+    a.results.write_text((a.results.read_text().rstrip("\n") + "\n\n" if a.results.exists() else "") + "\n".join(body))
+    print("\n".join(body))
+    if not same:
+        raise SystemExit(1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--appearances", type=int, nargs="+", default=[170_000, 680_000])
     ap.add_argument("--old", default="main", help="git revision of the old code (default: main)")
     ap.add_argument("--results", type=Path, default=RESULTS, help="appends a section (created if missing)")
+    ap.add_argument("--run", type=Path, help="a bench/graph.py run folder (mix.yaml, storage/ with its token cache)")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--child-run", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         print(json.dumps(child(a.child)))
+        return
+    if a.child_run:
+        print(json.dumps(child_run(a.child_run)))
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from lsh_reduce import old_code  # the same git archive export
 
     code = {"old": old_code(a.old, Path(tempfile.gettempdir()) / "bench-pack-memory"), "new": REPO}
+    if a.run:
+        return main_run(a, code)
     load0 = os.getloadavg()
     rows = ["| appearances | way | peak over start MB | bytes / appearance | wall s | CPU s | stream docs sha256 |",
             "|---|---|---|---|---|---|---|"]
