@@ -3,6 +3,7 @@
     PYTHONPATH=$PWD MIX_SHARED_DATA=/work/shared/data .venv/bin/python bench/plan_costs.py --sizes 100 400
     ... bench/plan_costs.py --sizes 100 400 --check 200   # also the plan's error against a measured run
     ... bench/plan_costs.py --quick                       # 1 MB, writes bench/out/plan_costs/ only
+    ... bench/plan_costs.py --check-graph OUT/1600mb/result.json ...   # the recorded plan vs graph.py runs
 
 Per size, on bench/graph.py's generated corpus and config (2 workers, local engine), two fresh runs of
 `rebuild_mix`:
@@ -22,6 +23,10 @@ documents, seconds and bytes = base + per MB x MB (slopes clamped at 0). Written
 mix_assets/plan_costs.json (`--costs`) with the command, code revision, host and load, and the measured
 task durations (for bench/replay.py); the report (bench/results/plan_costs.md) prints each measured figure
 beside the plan's estimate for it, as a ratio (`--check MB` adds a size the fit did not see).
+`--check-graph` fits nothing: it holds the recorded coefficients (`--costs`) against the local x2
+multiprocess runs of bench/graph.py result.json files (per step: its process's peak RSS and its
+STEP_START -> STEP_SUCCESS seconds, so with the host's load of that run) and appends that section to
+`--results`, with the largest process per size and its growth from the smallest size.
 """
 
 from __future__ import annotations
@@ -185,7 +190,7 @@ def fit(runs: list[dict], ray_workers: dict[str, float]) -> dict:
             "bytes_per_doc": round(hi["bytes"] / hi["docs"], 1), "chunk_rows": hi["chunk_rows"]}
 
 
-def compare(costs: dict, run: dict) -> list[str]:
+def compare(costs: dict, run: dict, disk: bool = True) -> list[str]:
     """Each measured figure beside the plan's estimate (the plan module's own arithmetic)."""
     from mix_assets import plan
 
@@ -200,16 +205,55 @@ def compare(costs: dict, run: dict) -> list[str]:
             continue
         r_mem = m["peak_mb"] / e.driver_mb if e.driver_mb else None
         r_s = (m["secs"] / e.wall_s) if m["secs"] and e.wall_s else None
-        r_d = (m["disk_bytes"] / 1e6 / e.disk_mb) if e.disk_mb else None
+        r_d = (m["disk_bytes"] / 1e6 / e.disk_mb) if e.disk_mb and disk else None
         errs["mem"].append(abs(r_mem - 1) if r_mem else 0)
         if r_s and m["secs"] > 1:
             errs["secs"].append(abs(r_s - 1))
         rows.append(f"| {name} | {m['peak_mb']:.0f} / {e.driver_mb:.0f} | {graph.f(r_mem, '.2f')} | "
                     f"{graph.f(m['secs'])} / {e.wall_s:.1f} | {graph.f(r_s, '.2f')} | "
-                    f"{m['disk_bytes'] / 1e6:.1f} / {e.disk_mb:.1f} | {graph.f(r_d, '.2f')} |")
+                    f"{(m['disk_bytes'] / 1e6 if disk else '—'):{'.1f' if disk else ''}} / {e.disk_mb:.1f} | "
+                    f"{graph.f(r_d, '.2f')} |")
     rows += ["", f"Largest error: peak RSS {max(errs['mem'], default=0):.1%}, seconds (steps over 1 s) "
                  f"{max(errs['secs'], default=0):.1%}.", ""]
     return rows
+
+
+def graph_run(path: Path) -> dict:
+    """A bench/graph.py result.json's local x2 multiprocess run in `measure`'s shape (seconds: the step's
+    own STEP_START -> STEP_SUCCESS in that run; no lineage bytes)."""
+    g = json.loads(Path(path).read_text())
+    run = next((r for r in g["runs"] if r["executor"] == "multiprocess" and r["engine"] == "local"
+                and r["workers"] == WORKERS), None)
+    if run is None:
+        raise SystemExit(f"{path}: no local x{WORKERS} multiprocess run")
+    steps = {s["step"]: {"map": s["map"], "peak_mb": s.get("step_mb"), "secs": s.get("secs"), "disk_bytes": 0}
+             for s in run["graph"]["steps"]}
+    mb = round(g["gen"]["bytes"] / 1e6 / 100) * 100 or round(g["gen"]["bytes"] / 1e6)
+    return {"mb": mb, "bytes": g["gen"]["bytes"], "docs": g["gen"]["docs"], "steps": steps,
+            "run_secs": run["graph"].get("run_secs"), "success": run["graph"].get("success"), "source": str(path)}
+
+
+def check_graph(costs: dict, runs: list[dict]) -> list[str]:
+    """Per size: the compare() table; then the largest process per size, measured and planned."""
+    from mix_assets import plan
+
+    body = []
+    for r in runs:
+        body += [f"Run: `{r['source']}` ({'published' if r['success'] else 'FAILED'}, whole graph "
+                 f"{graph.f(r['run_secs'])} s).", ""]
+        body += compare(costs, r, disk=False)
+    body += ["### Largest process (step process; local engine: its map tasks are threads in it)", "",
+             "| corpus | documents | measured MB (step) | plan MB (step) | measured / plan | measured / smallest size's |",
+             "|---|---|---|---|---|---|"]
+    first = None
+    for r in runs:
+        top = max(((s["peak_mb"], k) for k, s in r["steps"].items() if s["peak_mb"]), default=(None, "—"))
+        est = max(plan.estimate(costs, r["bytes"], workers=WORKERS, partitions=1, docs=r["docs"]).steps,
+                  key=lambda s: s.driver_mb)
+        first = first or top[0]
+        body.append(f"| {r['bytes'] / 1e6:,.1f} MB | {r['docs']:,} | {top[0]:.0f} (`{top[1]}`) | {est.driver_mb:.0f} "
+                    f"(`{est.step}`) | {top[0] / est.driver_mb:.2f} | {top[0] / first:.3f} (target <= 1.10) |")
+    return body + [""]
 
 
 def main() -> None:
@@ -223,8 +267,28 @@ def main() -> None:
     ap.add_argument("--costs", type=Path, default=None, help=f"coefficients file (default {COSTS})")
     ap.add_argument("--results", type=Path, default=None, help=f"report (default {RESULTS})")
     ap.add_argument("--reuse", action="store_true", help="take a size's figures from an earlier run in --out")
+    ap.add_argument("--check-graph", type=Path, nargs="+", help="bench/graph.py result.json files: hold the "
+                    "recorded coefficients against their local x2 multiprocess runs (appends to --results)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.check_graph:
+        from mix_assets import plan
+
+        costs = plan.load_costs(a.costs or COSTS)
+        runs = sorted((graph_run(p) for p in a.check_graph), key=lambda r: r["bytes"])
+        m = costs["measured"]
+        body = [f"## The recorded plan against bench/graph.py runs ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
+                "", f"    {graph.command_line('bench/plan_costs.py')}", "",
+                f"Coefficients: {a.costs or COSTS} (measured {m.get('date')}, code {m.get('code')}); the runs: local "
+                f"engine, {WORKERS} workers, multiprocess executor, one step at a time. Seconds are each step's "
+                "STEP_START -> STEP_SUCCESS in that run, on a host loaded by other work (see the runs' load), so "
+                "their ratios say more about the load than the plan; the writes column is not measured here (—).", "",
+                *check_graph(costs, runs)]
+        res = a.results or RESULTS
+        res.write_text(res.read_text().rstrip("\n") + "\n\n" + "\n".join(body) + "\n" if res.exists()
+                       else "\n".join(body) + "\n")
+        print("\n".join(body))
+        return
     if a.child:
         print("BENCH-RESULT " + json.dumps(child_tasks(Path(a.child))), flush=True)
         return

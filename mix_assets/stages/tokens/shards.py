@@ -10,12 +10,15 @@ encoded chunk is stored there as it arrives: the same ids per document, so the s
 Train documents are read in rounds: only as many as the budget fill needs (estimated from byte
 counts, then corrected with the observed bytes/token), so the excess headroom is not encoded;
 the final selection depends only on true token counts, never on the estimate.
-Pass 2 walks the appearances in stream order, reads each document's ids back from the spill
-with pread, and feeds the packer (packing.py), whose shards format/shards.ShardWriter writes atomically
-through `Storage` (the one encoder of the shard bytes).
-Peak memory: the engine's window of chunk results + one shard buffer + O(documents) numpy/Arrow
-columns (doc ids stay in Arrow string arrays; raw rows, offsets, lengths, appearances and order keys
-are int64/uint64 arrays, a few tens of bytes per document): no Python object is held per document.
+Pass 2 spills each split's appearances to local files by key range of their stream-order key
+(BUCKET_APPEARANCES per bucket), then per bucket in key order: sorts it, reads each document's ids back
+from the spill with pread and feeds the packer (packing.py), whose shards format/shards.ShardWriter
+writes atomically through `Storage` (the one encoder of the shard bytes); the stream docs are written a
+row group at a time. Equal keys share a bucket, so the bytes do not depend on the bucket count.
+Peak memory: the engine's window of chunk results + one shard buffer + one bucket + O(documents)
+numpy/Arrow columns per source (doc ids stay in Arrow string arrays; raw rows, offsets, lengths and the
+budget fill's appearances are int64 arrays, a few tens of bytes per document): no Python object is held
+per document.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
 import os
 import tempfile
 import threading
@@ -35,6 +39,7 @@ from typing import Optional
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import xxhash
 from tokenizers import Tokenizer
 
 from mix_assets.core import engine, layout, scratch, tables, transport
@@ -702,6 +707,8 @@ def build_shards(
     for split_name in ("train", "val"):  # (with any .tmp shard a killed build left)
         storage.delete_prefix(f"{layout.MIX_DIR}/{split_name}/")
     storage.delete_prefix(f"{layout.DOC_INDEX_DIR}/")
+    # the stream docs are written while packing (a row group per bucket): a killed build's partial file goes too
+    storage.delete_prefix(layout.STREAM_DOCS.format(split="x").rsplit("/", 1)[0] + "/")
     # spill folders of killed builds (a concurrent build's is kept: its process is alive)
     scratch.sweep(scratch_dir or tempfile.gettempdir(), SPILL)
     with tempfile.TemporaryDirectory(prefix=scratch.owner_prefix(SPILL), dir=scratch_dir) as tmp:
@@ -747,10 +754,10 @@ def build_shards(
             names = sorted(budgets)
             train = [(per_source[s].n_val + per_source[s].apps.index, per_source[s].apps.epoch,
                       per_source[s].apps.take) for s in names]
-            result.splits["train"] = _pack("train", per_source, names, train, reader, plan, dtype, storage)
+            result.splits["train"] = _pack("train", per_source, names, train, reader, plan, dtype, storage, tmp)
             val = [(np.arange(per_source[s].n_val, dtype=np.int64), np.zeros(per_source[s].n_val, np.int64),
                     per_source[s].length[: per_source[s].n_val]) for s in names]
-            result.splits["val"] = _pack("val", per_source, names, val, reader, plan, dtype, storage)
+            result.splits["val"] = _pack("val", per_source, names, val, reader, plan, dtype, storage, tmp)
         finally:
             reader.close()
 
@@ -760,60 +767,163 @@ def build_shards(
     return result
 
 
-def _pack(split_name, per_source: dict[str, _SourceDocs], names: list[str], parts, reader, plan: PackingPlan,
-          dtype, storage):
-    """Pack one split. parts[i] = (document positions in per_source[names[i]], epochs, takes): the
-    appearances of source names[i], concatenated in `names` order before the stream-order sort."""
-
-    def app_ids(i: int):
-        return per_source[names[i]].ids.take(pa.array(parts[i][0]))
-
-    n = sum(len(p[0]) for p in parts)
-    keys = np.empty(n, np.uint64)
-    at = 0
-    for i, (pos, ep, _) in enumerate(parts):
-        keys[at : at + len(pos)] = order_keys(plan.seed, _strings(app_ids(i)), ep.tolist(), len(pos))
-        at += len(pos)
-    epochs = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
-    offsets = np.concatenate([per_source[names[i]].offset[p[0]] for i, p in enumerate(parts)]) if parts else epochs
-    takes = np.concatenate([p[2] for p in parts]) if parts else epochs
-    src = np.repeat(np.arange(len(parts), dtype=np.int32), [len(p[0]) for p in parts])
-    order = order_from_keys(keys, epochs, lambda: _stable_rank(pa.concat_arrays([app_ids(i) for i in range(len(parts))])))
-    del keys
-
-    writer = ShardWriter(storage, split_name, plan.sample_len, dtype)
-    packer = Packer(plan.sample_len, plan.shard_samples, dtype, writer.shard,
-                    writer.doc_index if plan.doc_index else None)
-    for c in range(0, n, _CHUNK):
-        o = order[c : c + _CHUNK]
-        for off, take, si in zip(offsets[o].tolist(), takes[o].tolist(), src[o].tolist()):
-            packer.feed(reader.read(off, take), names[si])
-    stats = packer.finish()
-    _write_stream_docs(storage, split_name, order, takes, src, names,
-                       lambda: pa.concat_arrays([app_ids(i) for i in range(len(parts))]) if parts else pa.array([], pa.string()))
-    distinct = [per_source[names[i]].ids.take(pa.array(np.unique(p[0]))) for i, p in enumerate(parts)]
-    stats.documents = pc.count_distinct(pa.concat_arrays(distinct)).as_py() if distinct else 0
-    return stats
-
-
 STREAM_DOCS_SCHEMA = pa.schema([("start", pa.int64()), ("tokens", pa.int64()),
                                 ("source", pa.dictionary(pa.int32(), pa.string())), ("doc_id", pa.string())])
 
+# Appearances per bucket of pass 2's stream-order sort: the split's appearances are spilled to local files by
+# key range (their order keys' top bits) and each bucket is sorted and packed alone, so pass 2 holds one
+# bucket's records and ids, not the split's. Key ranges in key order give the global order exactly (equal
+# keys share a bucket), so the bytes do not depend on it.
+BUCKET_APPEARANCES = 1 << 18
+_REC = np.dtype([("key", "<u8"), ("src", "<i4"), ("pos", "<i8"), ("epoch", "<i8"), ("take", "<i8"),
+                 ("offset", "<i8")])
 
-def _write_stream_docs(storage, split_name: str, order: np.ndarray, takes: np.ndarray, src: np.ndarray,
-                       names: list[str], ids) -> None:
-    """layout.STREAM_DOCS: the split's document appearances in stream order (start token in the split's
-    stream, tokens, source, doc_id; empty appearances left out), so a sample's segments can name their
-    documents (stages/tokens/samples.py). Not published; columns, not a Python object per document."""
-    take = np.asarray(takes, np.int64)[order] if len(order) else np.zeros(0, np.int64)
-    start = np.concatenate([[0], np.cumsum(take)[:-1]]).astype(np.int64) if len(take) else take
-    keep = take > 0
-    sel = pa.array(np.asarray(order, np.int64)[keep])
-    t = pa.table({"start": start[keep], "tokens": take[keep],
-                  "source": pa.DictionaryArray.from_arrays(pa.array(np.asarray(src, np.int32)[order][keep]),
-                                                           pa.array(names, pa.string())),
-                  "doc_id": ids().cast(pa.string()).take(sel)}, schema=STREAM_DOCS_SCHEMA)
-    tables.write_parquet(storage, layout.STREAM_DOCS.format(split=split_name), t)
+
+def _bucket_bits(n: int) -> int:
+    """log2 of the bucket count for n appearances (buckets of <= ~BUCKET_APPEARANCES when keys are uniform)."""
+    return max(0, math.ceil(math.log2(n / BUCKET_APPEARANCES))) if n > BUCKET_APPEARANCES else 0
+
+
+def _spill_buckets(seed: int, per_source: dict[str, _SourceDocs], names: list[str], parts, tmp: str,
+                   bits: int) -> list[str]:
+    """Every appearance as a _REC record, appended to the file of its key range (the key's top `bits` bits),
+    in concatenation order (source, then appearance), a chunk at a time."""
+    paths = [os.path.join(tmp, f"bucket-{b:05d}.rec") for b in range(1 << bits)]
+    files = [open(p, "wb") for p in paths]
+    try:
+        for i, (pos, ep, take) in enumerate(parts):
+            sd = per_source[names[i]]
+            for c in range(0, len(pos), _CHUNK):
+                p, e = pos[c : c + _CHUNK], np.asarray(ep[c : c + _CHUNK], np.int64)
+                rec = np.empty(len(p), _REC)
+                rec["key"] = order_keys(seed, _strings(sd.ids.take(pa.array(p))), e.tolist(), len(p))
+                rec["src"], rec["pos"], rec["epoch"], rec["take"] = i, p, e, take[c : c + _CHUNK]
+                rec["offset"] = sd.offset[p]
+                if not bits:
+                    files[0].write(rec.tobytes())
+                    continue
+                b = (rec["key"] >> np.uint64(64 - bits)).astype(np.int64)
+                by = np.argsort(b, kind="stable")  # stable: concatenation order within a bucket
+                cuts = np.searchsorted(b[by], np.arange((1 << bits) + 1))
+                for k in np.flatnonzero(cuts[1:] > cuts[:-1]):
+                    files[k].write(rec[by[cuts[k] : cuts[k + 1]]].tobytes())
+    finally:
+        for f in files:
+            f.close()
+    return paths
+
+
+def _pack(split_name, per_source: dict[str, _SourceDocs], names: list[str], parts, reader, plan: PackingPlan,
+          dtype, storage, tmp: Optional[str] = None):
+    """Pack one split. parts[i] = (document positions in per_source[names[i]], epochs, takes): the
+    appearances of source names[i], concatenated in `names` order before the stream-order sort (hash key,
+    then doc_id, then that concatenation order). Sorted and packed one key-range bucket at a time
+    (BUCKET_APPEARANCES), spilled under `tmp`."""
+    n = sum(len(p[0]) for p in parts)
+    with contextlib.ExitStack() as stack:
+        if tmp is None:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix=scratch.owner_prefix(SPILL)))
+        tmp = tempfile.mkdtemp(prefix=f"pack-{split_name}-", dir=tmp)
+        paths = _spill_buckets(plan.seed, per_source, names, parts, tmp, _bucket_bits(n))
+        writer = ShardWriter(storage, split_name, plan.sample_len, dtype)
+        packer = Packer(plan.sample_len, plan.shard_samples, dtype, writer.shard,
+                        writer.doc_index if plan.doc_index else None)
+        docs = _StreamDocs(names)
+
+        def row_groups():  # packs bucket by bucket as the Parquet writer asks for the stream docs' row groups
+            for path in paths:
+                rec = np.fromfile(path, _REC)
+                os.unlink(path)
+                if not len(rec):
+                    continue
+                ids = _record_ids(per_source, names, rec)
+                order = order_from_keys(rec["key"], rec["epoch"], lambda: _stable_rank(ids))
+                rec = rec[order]
+                for off, take, si in zip(rec["offset"].tolist(), rec["take"].tolist(), rec["src"].tolist()):
+                    packer.feed(reader.read(off, take), names[si])
+                docs.add(rec["take"], rec["src"], ids.take(pa.array(order)))
+                del rec, ids, order
+                yield from docs.full()
+            yield from docs.rest()
+
+        tables.write_parquet_groups(storage, layout.STREAM_DOCS.format(split=split_name), STREAM_DOCS_SCHEMA,
+                                    row_groups())
+        stats = packer.finish()
+    stats.documents = _count_distinct([per_source[names[i]].ids.take(pa.array(np.unique(p[0])))
+                                       for i, p in enumerate(parts)])
+    return stats
+
+
+def _count_distinct(arrays: list[pa.Array]) -> int:
+    """Distinct strings over `arrays`, exactly, one group of a hash of the string at a time (equal strings
+    share a group; a group is counted by sorting it, not with a hash table: pc.count_distinct's took
+    ~220 B per document)."""
+    n = sum(len(a) for a in arrays)
+    bits = _bucket_bits(n)
+    if bits:
+        shift = np.uint64(64 - bits)
+        group = [np.fromiter((xxhash.xxh64_intdigest(x.encode("utf-8")) for x in _strings(a)), np.uint64, len(a)) >> shift
+                 for a in arrays]
+    total = 0
+    for g in range(1 << bits):
+        parts = [x for x in ([a.filter(pa.array(h == g)) for a, h in zip(arrays, group)] if bits else arrays) if len(x)]
+        if not parts:
+            continue
+        a = pa.concat_arrays(parts)
+        srt = a.take(pc.sort_indices(a))
+        total += len(a) - (int(pc.sum(pc.equal(srt.slice(1), srt.slice(0, len(a) - 1))).as_py() or 0) if len(a) > 1 else 0)
+    return total
+
+
+def _record_ids(per_source: dict[str, _SourceDocs], names: list[str], rec: np.ndarray) -> pa.Array:
+    """The doc_id of each record, in record order."""
+    src = rec["src"]
+    by = np.argsort(src, kind="stable")
+    cuts = np.searchsorted(src[by], np.arange(len(names) + 1))
+    parts = [per_source[names[i]].ids.take(pa.array(rec["pos"][by[cuts[i] : cuts[i + 1]]]))
+             for i in range(len(names)) if cuts[i + 1] > cuts[i]]
+    back = np.empty(len(by), np.int64)
+    back[by] = np.arange(len(by))
+    return pa.concat_arrays(parts).take(pa.array(back))
+
+
+class _StreamDocs:
+    """layout.STREAM_DOCS rows (start, tokens, source, doc_id) of a split's appearances fed in stream order,
+    handed out as row groups of exactly tables.ROW_GROUP_ROWS rows (the last shorter): the bytes one
+    `write_parquet` of the whole table gives, holding one row group's worth."""
+
+    def __init__(self, names: list[str]):
+        self.names = pa.array(names, pa.string())
+        self.start = 0
+        self.pending: list[pa.Table] = []
+        self.rows = 0
+        self.yielded = 0  # row groups handed out
+
+    def add(self, takes: np.ndarray, src: np.ndarray, ids: pa.Array) -> None:
+        take = np.asarray(takes, np.int64)
+        start = self.start + np.concatenate([[0], np.cumsum(take)[:-1]]).astype(np.int64)
+        self.start += int(take.sum())
+        keep = take > 0  # empty appearances left out
+        t = pa.table({"start": start[keep], "tokens": take[keep],
+                      "source": pa.DictionaryArray.from_arrays(pa.array(np.asarray(src, np.int32)[keep]), self.names),
+                      "doc_id": ids.cast(pa.string()).filter(pa.array(keep))}, schema=STREAM_DOCS_SCHEMA)
+        self.pending.append(t)
+        self.rows += t.num_rows
+
+    def full(self):
+        """The complete row groups added so far."""
+        R = tables.ROW_GROUP_ROWS
+        while self.rows >= R:
+            t = pa.concat_tables(self.pending)
+            self.pending, self.rows = [t.slice(R)], t.num_rows - R
+            self.yielded += 1
+            yield t.slice(0, R).combine_chunks()
+
+    def rest(self):
+        """The last, shorter row group (an empty table when no row was added: the file has the schema)."""
+        if self.rows or not self.yielded:
+            yield pa.concat_tables(self.pending).combine_chunks() if self.pending else STREAM_DOCS_SCHEMA.empty_table()
+        self.pending, self.rows = [], 0
 
 
 def packing_plan(spec, tok: Tokenizer) -> PackingPlan:
