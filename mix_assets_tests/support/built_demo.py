@@ -6,6 +6,9 @@ edited or partly re-materialised. Building it costs one whole demo graph per tes
 Dagster's stale status), and keeps a pristine copy. `built_demo.restore()` puts that build back (corpus,
 config, storage, cache, published target, instance) at the same paths: the paths are part of the config
 (mix_config.json holds the sources' absolute paths), so a copy elsewhere would be another config.
+
+`demo_fingerprint` (session) is the fingerprint of configs/demo.yaml itself (its corpus in build/demo_corpus)
+built in process: the peer of the tests that build the demo on other engines, workers or encoders.
 """
 
 from __future__ import annotations
@@ -54,3 +57,10 @@ def built_demo(tmp_path_factory) -> BuiltDemo:
     shutil.copytree(work, base / "pristine", symlinks=True)
     return BuiltDemo(work, base / "pristine")
 
+
+@pytest.fixture(scope="session")
+def demo_fingerprint(tmp_path_factory) -> str:
+    """The fingerprint of configs/demo.yaml built in process (test_fingerprint_workers.REFERENCE's settings)."""
+    from mix_assets_tests.test_fingerprint_workers import REFERENCE, _fingerprint
+
+    return _fingerprint(tmp_path_factory.mktemp("demo_fingerprint"), "reference", **REFERENCE)
