@@ -11,7 +11,9 @@ import huggingface_hub.constants  # noqa: E402
 import pytest
 import yaml
 
-# Reusable fixtures: a SeaweedFS S3 server (session), a synthetic mix directory, an offline hub.
+# Reusable fixtures: a SeaweedFS S3 server (session), a synthetic mix directory, an offline hub, the demo built
+# once per session (restored for each test that starts from it) and its in-process fingerprint (session).
+from mix_assets_tests.support.built_demo import built_demo, demo_fingerprint  # noqa: F401
 from mix_assets_tests.support.fake_hub import fake_hub  # noqa: F401
 from mix_assets_tests.support.shared_data import FIXTURE, find_shared_data, missing_reason, required, shared_data_dir
 from mix_assets_tests.support.s3server import seaweedfs  # noqa: F401

@@ -35,7 +35,7 @@ from mix_assets.core import checkout, objects
 from mix_assets.core.storage import Storage
 from mix_assets.resources import storage_for
 from mix_assets_tests.support.s3server import WRITER
-from mix_assets_tests.test_integrity_lineage import failures, materialize, private_demo
+from mix_assets_tests.test_integrity_lineage import failures, materialize
 
 pytestmark = pytest.mark.slow
 
@@ -66,18 +66,20 @@ def _revisions(published: Path) -> dict[str, tuple[str, bytes]]:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, built_demo):
     """The two configs over one copy of the demo corpus, and each one's from-scratch revision."""
     tmp = tmp_path_factory.mktemp("concurrent_configs")
-    base = private_demo(tmp)  # the corpus at tmp/demo_corpus, shared by every config below
-    ref = {}
-    for name, edit in (("A", False), ("B", True)):
-        root = tmp / f"ref{name}"
-        cfg = _config(base, tmp, name, root / "storage", root / "published", edit)
-        r = materialize(cfg, dg.DagsterInstance.ephemeral())
-        assert r.success, failures(r)
-        (rev,) = _revisions(root / "published").values()
-        ref[name] = rev
+    # the corpus at built_demo.work/demo_corpus, shared by every config below; A is that config itself (storage
+    # and publish are operational: in neither the fingerprint nor mix_config.json), so the session's
+    # from-scratch build of it (support/built_demo.py) is A's reference revision
+    base = built_demo.restore()
+    (ref_a,) = _revisions(built_demo.work / "published").values()
+    root = tmp / "refB"
+    cfg = _config(base, tmp, "B", root / "storage", root / "published", True)
+    r = materialize(cfg, dg.DagsterInstance.ephemeral())
+    assert r.success, failures(r)
+    (ref_b,) = _revisions(root / "published").values()
+    ref = {"A": ref_a, "B": ref_b}
     assert ref["A"][0] != ref["B"][0]  # the two configs build different bytes
     return {"tmp": tmp, "base": base, "ref": ref}
 

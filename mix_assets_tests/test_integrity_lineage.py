@@ -77,11 +77,13 @@ def published(tmp: Path) -> list[str]:
     return sorted(p.name for p in (tmp / "published").glob("rev-*"))
 
 
-def test_edited_source_then_partial_selection_is_refused(tmp_path):
-    cfg = private_demo(tmp_path)
+# Each test starts from the demo built whole (private_demo, then every asset materialised): the session fixture
+# `built_demo` (support/built_demo.py) builds it once and restores it at the same paths, as each test's own first
+# build left it; the runs below use an instance of their own, as they did after that build.
+def test_edited_source_then_partial_selection_is_refused(built_demo):
+    cfg = built_demo.restore()
+    tmp_path = cfg.parent
     instance = dg.DagsterInstance.ephemeral()
-    first = materialize(cfg, instance)
-    assert first.success, failures(first)
     before = published(tmp_path)
     assert len(before) == 1
 
@@ -124,15 +126,14 @@ def latest(tmp: Path) -> str:
     return (tmp / "published" / "latest").read_text()
 
 
-def test_config_edited_then_partial_selection_is_refused(tmp_path):
+def test_config_edited_then_partial_selection_is_refused(built_demo):
     """Issue 27 item 1: tokenizer.vocab_size 4096 -> 2048, then `manifest` (or `token_shards*`) alone: the
     revision would hold the 4,096-entry tokenizer under a config saying 2048. Every record now carries the
     code_version (code + the config sections read) its asset was computed under, and consumers refuse
     records of another one."""
-    cfg = private_demo(tmp_path)
+    cfg = built_demo.restore()
+    tmp_path = cfg.parent
     instance = dg.DagsterInstance.ephemeral()
-    first = materialize(cfg, instance)
-    assert first.success, failures(first)
     before, pointed = published(tmp_path), latest(tmp_path)
 
     smaller = edited(cfg, "vocab.yaml", "tokenizer", vocab_size=2048)
@@ -146,16 +147,15 @@ def test_config_edited_then_partial_selection_is_refused(tmp_path):
         assert published(tmp_path) == before and latest(tmp_path) == pointed
 
 
-def test_another_runs_token_shards_between_token_shards_and_manifest_publishes_a_own_shards(tmp_path):
+def test_another_runs_token_shards_between_token_shards_and_manifest_publishes_a_own_shards(built_demo):
     """The interleaving of two runs on one storage root: A (the demo) built token_shards, then B (the same
     config with another packing.shard_tokens) re-materialised token_shards there; A's manifest would publish
     B's packing under A's mix_config.json, with the manifest checker and the audit green. Before issue 27
     item 7 it was refused; now A's manifest restores A's token_shards from the keyed store by the key A's
     config gives it (common.checkout_inputs) and publishes A's own build again."""
-    a = private_demo(tmp_path)
+    a = built_demo.restore()
+    tmp_path = a.parent
     instance = dg.DagsterInstance.ephemeral()
-    first = materialize(a, instance)
-    assert first.success, failures(first)
     before, pointed = published(tmp_path), latest(tmp_path)
     fingerprint = json.loads((tmp_path / "storage" / "mix" / "manifest.json").read_text())["fingerprint"]
 

@@ -1,9 +1,10 @@
 """Issue 29 §2: the demo built on a real two-node Ray cluster (two `ray start` processes, separate temp
 dirs, 1 CPU each) whose only shared thing is an S3 storage root (SeaweedFS on loopback), with this test's
-process joining as the driver; its revision has the fingerprint of the in-process (threads) build.
+process joining as the driver; its revision has the fingerprint of the in-process (threads) build (the session
+fixture `demo_fingerprint`, support/built_demo.py).
 
 The task workers open nothing of the driver's: each refuses opening any file under the driver's folders
-(the configs, the demo corpus, the in-process build's local storage root and cache), so a task that
+(the configs, the demo corpus, the driver's cache), so a task that
 reached for a local path instead of storage fails the build (support/ray_cluster.watch_worker). The one
 local folder they may use is the Ray build's `storage.cache_dir`, the scratch where S3 downloads land:
 on a real cluster that path is each node's own disk; on one machine it is one folder, so this test does
@@ -43,7 +44,8 @@ def _build(cfg: Path, root: str) -> None:
 @pytest.mark.s3
 @pytest.mark.ray
 @pytest.mark.timeout(300)
-def test_demo_on_two_ray_nodes_sharing_only_s3_has_the_in_process_fingerprint(seaweedfs, monkeypatch, tmp_path):
+def test_demo_on_two_ray_nodes_sharing_only_s3_has_the_in_process_fingerprint(seaweedfs, monkeypatch, tmp_path,
+                                                                              demo_fingerprint):
     ray = pytest.importorskip("ray")
     driver, scratch, nodes = tmp_path / "driver", tmp_path / "scratch", tmp_path / "nodes"
     ledger = nodes / "ledger"
@@ -58,10 +60,9 @@ def test_demo_on_two_ray_nodes_sharing_only_s3_has_the_in_process_fingerprint(se
     base = {"storage": {"root": str(driver / "unused"), "s3_endpoint_url": seaweedfs.endpoint,
                         "cache_dir": str(driver / "cache")},
             "publish": {"url": str(driver / "published")}}
-    local_cfg = config_variant(REPO_ROOT / "configs" / "demo.yaml", driver / "configs" / "local.yaml",
-                               {**base, "engine": {"kind": "local", "num_cpus": 2}})
-    _build(local_cfg, str(driver / "local-root"))
-    expected = json.loads((driver / "local-root" / layout.MANIFEST).read_text())["fingerprint"]
+    # the demo's in-process (threads) build: the session's (support/built_demo.py; test_fingerprint_workers
+    # compares with it too). Storage, engine and threads are operational: in no published byte.
+    expected = demo_fingerprint
 
     # the nodes' environment: this checkout's code (their "image"), their own S3 credentials, the token
     node_env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "AWS_"))}

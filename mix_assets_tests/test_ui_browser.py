@@ -218,21 +218,13 @@ def test_failing_gate_shows_the_failed_check_and_skipped_downstream(tmp_path):
 
 
 
-def test_a_config_edit_shows_exactly_the_affected_assets_unsynced(tmp_path):
-    import dagster as dg
+def test_a_config_edit_shows_exactly_the_affected_assets_unsynced(tmp_path, built_demo):
     import yaml
 
-    from mix_assets.config import load_spec
-    from mix_assets.definitions import build_definitions
-    from mix_assets_tests.test_integrity_lineage import failures, private_demo
-
-    built = private_demo(tmp_path)  # the demo over a private corpus copy, built into the webserver's instance
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    with dg.DagsterInstance.local_temp(str(home)) as instance:
-        defs = build_definitions(load_spec(built))
-        run = dg.materialize(list(defs.assets), resources=defs.resources, instance=instance, raise_on_error=False)
-        assert run.success, failures(run)
+    # the demo over a private corpus copy, built into the webserver's instance: the session's build
+    # (support/built_demo.py), restored with the on-disk instance that ran it
+    built = built_demo.restore()
+    home = built_demo.home
     original = yaml.safe_load(built.read_text())
     cfg = tmp_path / "mix.yaml"  # what MIX_CONFIG names: the user edits this file, then reloads
     cfg.write_text(built.read_text())
@@ -245,7 +237,7 @@ def test_a_config_edit_shows_exactly_the_affected_assets_unsynced(tmp_path):
             d = yaml.safe_load(yaml.safe_dump(original))
             edit, readers = edits.get(name, (None, set()))
             if edit is not None:
-                edit(d, tmp_path)
+                edit(d, built.parent)  # the folder of the built config (an edit may read it or write beside it)
             cfg.write_text(yaml.safe_dump(d, sort_keys=False))
             if step:
                 ui.reload_definitions(page, web.url)

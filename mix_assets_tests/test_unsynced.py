@@ -24,7 +24,6 @@ import yaml
 from mix_assets.config import load_spec
 from mix_assets.definitions import build_definitions
 from mix_assets_tests.test_config_edits import _edit_filter_threshold, _edit_source_path, _language_off, _set, _set_top
-from mix_assets_tests.test_integrity_lineage import failures, private_demo
 
 pytestmark = pytest.mark.slow
 
@@ -108,15 +107,11 @@ def stale_assets(instance: dg.DagsterInstance, cfg: Path) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> tuple[Path, dg.DagsterInstance]:
-    """The demo (private corpus copy) built once into an instance on disk."""
-    tmp = tmp_path_factory.mktemp("unsynced")
-    cfg = private_demo(tmp)
-    (tmp / "dagster_home").mkdir()
-    with dg.DagsterInstance.local_temp(str(tmp / "dagster_home")) as instance:
-        defs = build_definitions(load_spec(cfg))
-        run = dg.materialize(list(defs.assets), resources=defs.resources, instance=instance, raise_on_error=False)
-        assert run.success, failures(run)
+def built(built_demo) -> tuple[Path, dg.DagsterInstance]:
+    """The demo (private corpus copy) built once into an instance on disk: the session's build
+    (support/built_demo.py), restored with the instance that ran it."""
+    cfg = built_demo.restore()
+    with dg.DagsterInstance.local_temp(str(built_demo.home)) as instance:
         yield cfg, instance
 
 
