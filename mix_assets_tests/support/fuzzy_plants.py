@@ -26,8 +26,9 @@ def eval_items(data: Path | None = None) -> dict[str, list[str]]:
     from mix_assets.stages.audit import evals
 
     data = data or data_dir()
-    spec = load_spec(str(real_mix_config(Path(tempfile.mkdtemp(prefix="fuzzy-items-")), data)))
-    return {t.name: evals.load_task_items(t, spec.base_dir).items for t in spec.audit.tasks}
+    with tempfile.TemporaryDirectory(prefix="fuzzy-items-") as tmp:  # only the config file lives here
+        spec = load_spec(str(real_mix_config(Path(tmp), data)))
+        return {t.name: evals.load_task_items(t, spec.base_dir).items for t in spec.audit.tasks}
 
 
 def prose(mb: float, seed: int, data: Path | None = None) -> list[str]:
