@@ -91,7 +91,7 @@ def start_seaweedfs(workdir: Path, timeout: float = 30.0) -> SeaweedS3:
     (workdir / "s3.json").write_text(json.dumps(cfg))
     master, master_g, vol, vol_g, filer, filer_g, s3, s3_g = _free_ports(8)
     cmd = [
-        binary, "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={workdir / 'data'}",
+        binary, f"-logdir={workdir}", "server", "-ip=127.0.0.1",  # glog's files beside weed.log, not in /tmp "-ip.bind=127.0.0.1", f"-dir={workdir / 'data'}",
         f"-master.port={master}", f"-master.port.grpc={master_g}", "-master.volumeSizeLimitMB=64",
         f"-volume.port={vol}", f"-volume.port.grpc={vol_g}", "-volume.max=32",
         "-filer", f"-filer.port={filer}", f"-filer.port.grpc={filer_g}",
