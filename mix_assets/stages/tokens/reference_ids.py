@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import tokenizers
@@ -79,18 +80,25 @@ class ReferenceIds:
 
     def ids(self, source: str, texts: list[str]) -> list[list[int]]:
         """HF's ids of each of `texts` (a source's sample, in order)."""
+        return [a.tolist() for a in self.arrays(source, texts)]
+
+    def arrays(self, source: str, texts: list[str]) -> list[np.ndarray]:
+        """`ids` as uint32 arrays (views into the stored blob where reused: no Python int per token)."""
         tkeys = [text_key(t) for t in texts]
         key = self.key(source, tkeys)
         rec = objects.read_keyed(self.storage, ASSET, key)
-        got: dict[bytes, list[int]] = {}
+        got: dict[bytes, np.ndarray] = {}
         wanted = set(tkeys)
         for r in ([rec] if rec is not None else self._records(source)):
             t = self._blob(r)
             if t is None:
                 continue
-            for k, v in zip(t.column("text_key").to_pylist(), t.column("ids").to_pylist()):
-                if k in wanted:
-                    got[k] = v
+            col = t.column("ids").combine_chunks()
+            values = col.values.to_numpy(zero_copy_only=False)
+            offsets = col.offsets.to_numpy()
+            for i, k in enumerate(t.column("text_key").to_pylist()):
+                if k in wanted and k not in got:
+                    got[k] = values[offsets[i]:offsets[i + 1]]
             if len(got) == len(wanted):
                 break
         todo = list(dict.fromkeys(k for k in tkeys if k not in got))
@@ -99,7 +107,7 @@ class ReferenceIds:
             for lo in range(0, len(todo), ENCODE_BATCH):
                 batch = todo[lo:lo + ENCODE_BATCH]
                 for k, v in zip(batch, self.encoder.encode([text_of[x] for x in batch])):
-                    got[k] = v
+                    got[k] = np.asarray(v, np.uint32)
         fresh = set(todo)
         n = sum(k in fresh for k in tkeys)
         self.encoded, self.reused = self.encoded + n, self.reused + len(tkeys) - n
@@ -108,8 +116,12 @@ class ReferenceIds:
             self._file(source, key, tkeys, out)
         return out
 
-    def _file(self, source: str, key: str, tkeys: list[bytes], ids: list[list[int]]) -> None:
+    def _file(self, source: str, key: str, tkeys: list[bytes], ids: list[np.ndarray]) -> None:
         path = WORK.format(source=source)
-        tables.write_parquet(self.storage, path, pa.table({"text_key": tkeys, "ids": ids}, schema=SCHEMA))
+        offsets = np.zeros(len(ids) + 1, np.int32)
+        np.cumsum([len(a) for a in ids], out=offsets[1:])
+        values = np.concatenate(ids).astype(np.uint32, copy=False) if ids else np.zeros(0, np.uint32)
+        col = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.uint32()))
+        tables.write_parquet(self.storage, path, pa.table({"text_key": tkeys, "ids": col}, schema=SCHEMA))
         objects.stash(self.storage, ASSET, key, {path: self.storage.sha256(path)},
                       input_keys=self._inputs(source, tkeys), code_version=CODE, run_id=self.run_id, dagster=None)
