@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mix_assets.core import layout, tables
+from mix_assets.core import imports, layout, tables, transport
 from mix_assets.core.seeded import unit_hash
 from mix_assets.format import shards as shards_fmt
 from mix_assets.format.shards import token_dtype
@@ -35,6 +35,7 @@ SHARE = 0.01
 LONGEST = 8
 SHOW = 5  # mismatched doc ids named in the result
 ENCODE_BATCH = 500
+_READER = imports.source_version(__name__)[:16]  # the code that reads the sampled texts (`_texts`, `check`)
 
 
 @dataclass
@@ -192,8 +193,16 @@ def check(storage, seed: int, tok, paths: Optional[dict] = None, reference=None)
         sub = app.take(pa.array(rows))
         ids = sub.column("doc_id").to_pylist()
         path = (paths or {}).get(source) or storage.source(layout.RAW_DOCS.format(source=source))
-        texts = _texts(path, set(ids))
         where = list(zip(*(sub.column(c).to_pylist() for c in ("split", "start", "tokens"))))
+        # a local documents file's bytes (and this module's reading code) fix each doc id's text: HF's ids of the
+        # same doc ids of the same file are read from the store without reading a text (reference_ids.by_file)
+        file_sha = transport.sha256_file_remembered(path) if reference is not None and isinstance(path, str) \
+            and not transport.is_s3(path) else None
+        if file_sha is not None:
+            got = reference.by_file(source, file_sha, ids, _READER)
+            if got is not None:
+                return source, ids, where, got
+        texts = _texts(path, set(ids))
         missing = [d for d in ids if texts.get(d) is None]
         if missing:
             raise ValueError(f"{path}: no text for document {missing[0]!r} of the shards; the documents "
@@ -201,7 +210,10 @@ def check(storage, seed: int, tok, paths: Optional[dict] = None, reference=None)
         sampled = [texts[d] for d in ids]
         del texts
         if reference is not None:  # one thread calls it: its counters need no lock
-            return source, ids, where, reference.arrays(source, sampled)
+            out = reference.arrays(source, sampled)
+            if file_sha is not None:
+                reference.file_by_file(source, file_sha, ids, _READER, sampled)
+            return source, ids, where, out
         want: list[np.ndarray] = []
         for lo in range(0, len(ids), ENCODE_BATCH):
             want += [np.asarray(w, np.int64) for w in hf.encode(sampled[lo:lo + ENCODE_BATCH])]

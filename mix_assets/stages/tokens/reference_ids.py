@@ -9,7 +9,15 @@ object store (core/objects.py): a keyed record `keyed/token_ids_reference/<key>.
     key = artifact_key("token_ids_reference", CODE, {"tokenizer": sha256 of the tokenizer file, "source": name,
                                                      "texts": sha256 of the sample's text keys in order})
 
-A source whose sample has a record is read from its blob. Otherwise each sampled text is looked up by its text
+A source whose sample has a record is read from its blob. Its texts need not even be read when the sample is
+the same doc ids of the same documents file: a second keyed record `keyed/token_ids_reference_by_file/<key>.json`
+names the same blob under
+
+    key = artifact_key("token_ids_reference_by_file", CODE, {"tokenizer", "source", "file": sha256 of the documents
+                       file the texts are read from, "doc_ids": sha256 of the sampled doc ids in order,
+                       "reader": the code reading the texts (exactness.py's version)})
+
+(a file's bytes and the reading code fix the text of each doc id, so the same texts, so the same ids). Otherwise each sampled text is looked up by its text
 key among the records of the same code, tokenizer and source (newest first, their input keys say which), only
 the texts none holds are encoded, and the sample is filed under its key. So a rebuild after new documents
 encodes the new sampled documents only. The sample, the comparison and the check's result are exactness.py's;
@@ -30,6 +38,7 @@ import tokenizers
 from mix_assets.core import imports, keys, layout, objects, tables
 
 ASSET = "token_ids_reference"
+BY_FILE = "token_ids_reference_by_file"
 WORK = layout.TOKEN_IDS_REFERENCE  # the working file a sample is filed from (then a blob)
 SCHEMA = pa.schema([("text_key", pa.binary(16)), ("ids", pa.list_(pa.uint32()))])
 CODE = f"{imports.source_version(__name__)[:16]}+tokenizers-{tokenizers.__version__}"
@@ -115,6 +124,32 @@ class ReferenceIds:
         if rec is None or todo:
             self._file(source, key, tkeys, out)
         return out
+
+    def _by_file_inputs(self, source: str, file_sha256: str, doc_ids: list[str], reader: str) -> dict:
+        return {"tokenizer": self.tokenizer, "source": source, "file": file_sha256, "reader": reader,
+                "doc_ids": hashlib.sha256("\n".join(doc_ids).encode("utf-8")).hexdigest()}
+
+    def by_file(self, source: str, file_sha256: str, doc_ids: list[str], reader: str) -> list[np.ndarray] | None:
+        """`arrays` of the texts of `doc_ids` in the documents file whose bytes hash to `file_sha256`, as the code
+        `reader` reads them, when a sample of exactly these doc ids of that file was filed; else None (nothing read)."""
+        inputs = self._by_file_inputs(source, file_sha256, doc_ids, reader)
+        rec = objects.read_keyed(self.storage, BY_FILE, keys.artifact_key(BY_FILE, CODE, inputs))
+        t = None if rec is None else self._blob(rec)
+        if t is None or len(t) != len(doc_ids):
+            return None
+        col = t.column("ids").combine_chunks()
+        values, offsets = col.values.to_numpy(zero_copy_only=False), col.offsets.to_numpy()
+        self.reused += len(doc_ids)
+        return [values[offsets[i]:offsets[i + 1]] for i in range(len(doc_ids))]
+
+    def file_by_file(self, source: str, file_sha256: str, doc_ids: list[str], reader: str, texts: list[str]) -> None:
+        """Name the blob of the sample of `texts` (just filed or read by `arrays`) under the file's key too."""
+        rec = objects.read_keyed(self.storage, ASSET, self.key(source, [text_key(t) for t in texts]))
+        if rec is None:
+            return
+        inputs = self._by_file_inputs(source, file_sha256, doc_ids, reader)
+        objects.write_keyed(self.storage, BY_FILE, keys.artifact_key(BY_FILE, CODE, inputs), rec["outputs"],
+                            input_keys=inputs, code_version=CODE, run_id=self.run_id, dagster=None)
 
     def _file(self, source: str, key: str, tkeys: list[bytes], ids: list[np.ndarray]) -> None:
         path = WORK.format(source=source)
