@@ -107,7 +107,7 @@ TOKEN_CACHE_PART = TOKEN_CACHE_DIR + "/{key}/{source}/part-{name}.parquet"
 TOKEN_TEXT_KEYS = "tokens/text_keys/{source}.bin"
 # token_ids_match_reference's HF ids of a source's sample (stages/tokens/reference_ids.py): text_key
 #   (fixed_size_binary(16)), ids (list<uint32>); the working file each sample is filed from, as a blob named by a
-#   keyed record keyed/token_ids_reference/<key>.json (and by keyed/token_ids_reference_by_file/<key>.json)
+#   keyed record keyed/token_ids_reference/<key>.json
 TOKEN_IDS_REFERENCE = "tokens/reference_ids/{source}.parquet"
 MANIFEST = "mix/manifest.json"
 MIX_DEDUP_KEYS = "mix/review/dedup_keys.parquet"
