@@ -15,6 +15,8 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 
@@ -172,7 +174,21 @@ def documents_of_dedup_keys(data: bytes | None) -> dict[str, dict[str, str]]:
         return {}
     f = pq.ParquetFile(io.BytesIO(data))
     columns = [c for c in ("doc_id", "source", "exact_key", "keep") if c in f.schema_arrow.names]
-    return documents_by_source(f.read(columns=columns).to_pylist())
+    t = f.read(columns=columns)
+    # `documents_by_source` of its rows, a column at a time (no dict per row): same values, same order
+    if "keep" in columns:
+        t = t.filter(pc.fill_null(t.column("keep"), False))  # a null keep is falsy in a row dict too
+    n = len(t)
+    key = pc.fill_null(t.column("exact_key").cast(pa.string()), "None") if "exact_key" in columns else \
+        pa.array(["None"] * n, pa.string())
+    out: dict[str, dict[str, str]] = {}
+
+    def strings(c: str) -> list:  # str() of each value, as the row dicts gave
+        return pc.fill_null(t.column(c).cast(pa.string()), "None").to_pylist()
+
+    for s, d, k in zip(strings("source"), strings("doc_id"), key.to_pylist()):
+        out.setdefault(s, {})[d] = k
+    return out
 
 
 def revision_diff(before: Mapping[str, Any], after: Mapping[str, Any],

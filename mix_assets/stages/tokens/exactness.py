@@ -11,9 +11,10 @@ raw text and the tokenizer (the token_shards artifact key) and the seed: a reuse
 
 from __future__ import annotations
 
-import itertools
+import bisect
 import json
 import math
+import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
@@ -23,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mix_assets.core import layout, tables
+from mix_assets.core import imports, layout, tables, transport
 from mix_assets.core.seeded import unit_hash
 from mix_assets.format import shards as shards_fmt
 from mix_assets.format.shards import token_dtype
@@ -34,6 +35,7 @@ SHARE = 0.01
 LONGEST = 8
 SHOW = 5  # mismatched doc ids named in the result
 ENCODE_BATCH = 500
+_READER = imports.source_version(__name__)[:16]  # the code that reads the sampled texts (`_texts`, `check`)
 
 
 @dataclass
@@ -106,32 +108,53 @@ def choose(app: pa.Table, seed: int) -> tuple[dict[str, np.ndarray], dict[str, i
 
 
 class _Stream:
-    """A split's shards read as one token stream (the concatenation of its shards, in order)."""
+    """A split's shards read as one token stream (the concatenation of its shards, in order). A local root's
+    shards are memory-mapped (a read is a slice); an S3 root's are read in place, one range per read."""
 
     def __init__(self, storage, shards: list[dict], sample_len: int, dtype: np.dtype):
         self.storage, self.dtype = storage, dtype
         self.keys = [f"{layout.MIX_DIR}/{sh['path']}" for sh in shards]
-        self.ends = np.cumsum([sh["samples"] * sample_len for sh in shards]).astype(np.int64)
+        self.tokens = [sh["samples"] * sample_len for sh in shards]
+        self.ends = np.cumsum(self.tokens).astype(np.int64).tolist()
         self.files: dict[int, object] = {}
+        self.maps: dict[int, np.ndarray] = {}
 
     @property
     def size(self) -> int:
         return int(self.ends[-1]) if len(self.ends) else 0
 
+    def _part(self, k: int, lo: int, n: int) -> np.ndarray:
+        if not self.storage.is_s3:
+            mm = self.maps.get(k)
+            if mm is None:
+                path = self.storage.local_path(self.keys[k])
+                if os.path.getsize(path) != self.tokens[k] * self.dtype.itemsize:
+                    raise ValueError(f"{self.keys[k]}: {os.path.getsize(path)} bytes, the shard stats list "
+                                     f"{self.tokens[k]} tokens of {self.dtype.itemsize} bytes")
+                mm = self.maps[k] = shards_fmt.map_rows(path, self.dtype, 1, self.tokens[k]).reshape(-1) \
+                    if self.tokens[k] else np.zeros(0, self.dtype)
+            if lo + n > len(mm):
+                raise ValueError(f"{self.keys[k]}: short read at token {lo} ({len(mm) - lo} of {n} tokens)")
+            return mm[lo:lo + n]
+        f = self.files.get(k) or self.files.setdefault(k, self.storage.open(self.keys[k]))
+        return shards_fmt.read_tokens(f, lo, n, self.dtype, self.keys[k])
+
     def read(self, start: int, n: int) -> np.ndarray:
         out, pos, end = [], start, min(start + n, self.size)
         while pos < end:
-            k = int(np.searchsorted(self.ends, pos, side="right"))
-            first = int(self.ends[k - 1]) if k else 0
-            take = min(end, int(self.ends[k])) - pos
-            f = self.files.get(k) or self.files.setdefault(k, self.storage.open(self.keys[k]))
-            out.append(shards_fmt.read_tokens(f, pos - first, take, self.dtype, self.keys[k]))
+            k = bisect.bisect_right(self.ends, pos)
+            first = self.ends[k - 1] if k else 0
+            take = min(end, self.ends[k]) - pos
+            out.append(self._part(k, pos - first, take))
             pos += take
+        if len(out) == 1:
+            return out[0]
         return np.concatenate(out) if out else np.zeros(0, self.dtype)
 
     def close(self) -> None:
         for f in self.files.values():
             f.close()
+        self.maps.clear()
 
 
 def _texts(path, want: set[str]) -> dict[str, str]:
@@ -170,8 +193,16 @@ def check(storage, seed: int, tok, paths: Optional[dict] = None, reference=None)
         sub = app.take(pa.array(rows))
         ids = sub.column("doc_id").to_pylist()
         path = (paths or {}).get(source) or storage.source(layout.RAW_DOCS.format(source=source))
-        texts = _texts(path, set(ids))
         where = list(zip(*(sub.column(c).to_pylist() for c in ("split", "start", "tokens"))))
+        # a local documents file's bytes (and this module's reading code) fix each doc id's text: HF's ids of the
+        # same doc ids of the same file are read from the store without reading a text (reference_ids.by_file)
+        file_sha = transport.sha256_file_remembered(path) if reference is not None and isinstance(path, str) \
+            and not transport.is_s3(path) else None
+        if file_sha is not None:
+            got = reference.by_file(source, file_sha, ids, _READER)
+            if got is not None:
+                return source, ids, where, got
+        texts = _texts(path, set(ids))
         missing = [d for d in ids if texts.get(d) is None]
         if missing:
             raise ValueError(f"{path}: no text for document {missing[0]!r} of the shards; the documents "
@@ -179,13 +210,16 @@ def check(storage, seed: int, tok, paths: Optional[dict] = None, reference=None)
         sampled = [texts[d] for d in ids]
         del texts
         if reference is not None:  # one thread calls it: its counters need no lock
-            return source, ids, where, reference.ids(source, sampled)
-        want: list[list[int]] = []
+            out = reference.arrays(source, sampled)
+            if file_sha is not None:
+                reference.file_by_file(source, file_sha, ids, _READER, sampled)
+            return source, ids, where, out
+        want: list[np.ndarray] = []
         for lo in range(0, len(ids), ENCODE_BATCH):
-            want += hf.encode(sampled[lo:lo + ENCODE_BATCH])
+            want += [np.asarray(w, np.int64) for w in hf.encode(sampled[lo:lo + ENCODE_BATCH])]
         return source, ids, where, want
 
-    def compare(source: str, ids: list, where: list, want: list[list[int]]) -> None:
+    def compare(source: str, ids: list, where: list, want: list[np.ndarray]) -> None:
         res = report.sources[source]
         res.sampled = len(set(ids))
         extra = 0 if sep is None else 1
@@ -194,9 +228,14 @@ def check(storage, seed: int, tok, paths: Optional[dict] = None, reference=None)
         have = [streams[split].read(start, int(k)) for (split, start, _), k in zip(where, n)]
         got = np.array([len(h) for h in have], np.int64)
         res.tokens += int(got.sum())
-        ref = np.fromiter(itertools.chain.from_iterable(
-            itertools.chain(w[:k], [sep] if extra and k > len(w) else ()) for w, k in zip(want, got.tolist())),
-            np.int64, int(got.sum()))
+        # HF's ids as the shards should hold them: each document's first `got` ids, its separator when they reach it
+        sep_row = np.array([0 if sep is None else sep], np.int64)
+        parts = []
+        for w, k in zip(want, got.tolist()):
+            parts.append(w[:k])
+            if extra and k > len(w):
+                parts.append(sep_row)
+        ref = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
         flat = np.concatenate(have).astype(np.int64) if have else np.zeros(0, np.int64)
         bad_at = np.flatnonzero(flat != ref)
         ends = np.cumsum(got)

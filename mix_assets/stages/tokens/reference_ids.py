@@ -9,7 +9,15 @@ object store (core/objects.py): a keyed record `keyed/token_ids_reference/<key>.
     key = artifact_key("token_ids_reference", CODE, {"tokenizer": sha256 of the tokenizer file, "source": name,
                                                      "texts": sha256 of the sample's text keys in order})
 
-A source whose sample has a record is read from its blob. Otherwise each sampled text is looked up by its text
+A source whose sample has a record is read from its blob. Its texts need not even be read when the sample is
+the same doc ids of the same documents file: a second keyed record `keyed/token_ids_reference_by_file/<key>.json`
+names the same blob under
+
+    key = artifact_key("token_ids_reference_by_file", CODE, {"tokenizer", "source", "file": sha256 of the documents
+                       file the texts are read from, "doc_ids": sha256 of the sampled doc ids in order,
+                       "reader": the code reading the texts (exactness.py's version)})
+
+(a file's bytes and the reading code fix the text of each doc id, so the same texts, so the same ids). Otherwise each sampled text is looked up by its text
 key among the records of the same code, tokenizer and source (newest first, their input keys say which), only
 the texts none holds are encoded, and the sample is filed under its key. So a rebuild after new documents
 encodes the new sampled documents only. The sample, the comparison and the check's result are exactness.py's;
@@ -22,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import tokenizers
@@ -29,6 +38,7 @@ import tokenizers
 from mix_assets.core import imports, keys, layout, objects, tables
 
 ASSET = "token_ids_reference"
+BY_FILE = "token_ids_reference_by_file"
 WORK = layout.TOKEN_IDS_REFERENCE  # the working file a sample is filed from (then a blob)
 SCHEMA = pa.schema([("text_key", pa.binary(16)), ("ids", pa.list_(pa.uint32()))])
 CODE = f"{imports.source_version(__name__)[:16]}+tokenizers-{tokenizers.__version__}"
@@ -79,18 +89,25 @@ class ReferenceIds:
 
     def ids(self, source: str, texts: list[str]) -> list[list[int]]:
         """HF's ids of each of `texts` (a source's sample, in order)."""
+        return [a.tolist() for a in self.arrays(source, texts)]
+
+    def arrays(self, source: str, texts: list[str]) -> list[np.ndarray]:
+        """`ids` as uint32 arrays (views into the stored blob where reused: no Python int per token)."""
         tkeys = [text_key(t) for t in texts]
         key = self.key(source, tkeys)
         rec = objects.read_keyed(self.storage, ASSET, key)
-        got: dict[bytes, list[int]] = {}
+        got: dict[bytes, np.ndarray] = {}
         wanted = set(tkeys)
         for r in ([rec] if rec is not None else self._records(source)):
             t = self._blob(r)
             if t is None:
                 continue
-            for k, v in zip(t.column("text_key").to_pylist(), t.column("ids").to_pylist()):
-                if k in wanted:
-                    got[k] = v
+            col = t.column("ids").combine_chunks()
+            values = col.values.to_numpy(zero_copy_only=False)
+            offsets = col.offsets.to_numpy()
+            for i, k in enumerate(t.column("text_key").to_pylist()):
+                if k in wanted and k not in got:
+                    got[k] = values[offsets[i]:offsets[i + 1]]
             if len(got) == len(wanted):
                 break
         todo = list(dict.fromkeys(k for k in tkeys if k not in got))
@@ -99,7 +116,7 @@ class ReferenceIds:
             for lo in range(0, len(todo), ENCODE_BATCH):
                 batch = todo[lo:lo + ENCODE_BATCH]
                 for k, v in zip(batch, self.encoder.encode([text_of[x] for x in batch])):
-                    got[k] = v
+                    got[k] = np.asarray(v, np.uint32)
         fresh = set(todo)
         n = sum(k in fresh for k in tkeys)
         self.encoded, self.reused = self.encoded + n, self.reused + len(tkeys) - n
@@ -108,8 +125,38 @@ class ReferenceIds:
             self._file(source, key, tkeys, out)
         return out
 
-    def _file(self, source: str, key: str, tkeys: list[bytes], ids: list[list[int]]) -> None:
+    def _by_file_inputs(self, source: str, file_sha256: str, doc_ids: list[str], reader: str) -> dict:
+        return {"tokenizer": self.tokenizer, "source": source, "file": file_sha256, "reader": reader,
+                "doc_ids": hashlib.sha256("\n".join(doc_ids).encode("utf-8")).hexdigest()}
+
+    def by_file(self, source: str, file_sha256: str, doc_ids: list[str], reader: str) -> list[np.ndarray] | None:
+        """`arrays` of the texts of `doc_ids` in the documents file whose bytes hash to `file_sha256`, as the code
+        `reader` reads them, when a sample of exactly these doc ids of that file was filed; else None (nothing read)."""
+        inputs = self._by_file_inputs(source, file_sha256, doc_ids, reader)
+        rec = objects.read_keyed(self.storage, BY_FILE, keys.artifact_key(BY_FILE, CODE, inputs))
+        t = None if rec is None else self._blob(rec)
+        if t is None or len(t) != len(doc_ids):
+            return None
+        col = t.column("ids").combine_chunks()
+        values, offsets = col.values.to_numpy(zero_copy_only=False), col.offsets.to_numpy()
+        self.reused += len(doc_ids)
+        return [values[offsets[i]:offsets[i + 1]] for i in range(len(doc_ids))]
+
+    def file_by_file(self, source: str, file_sha256: str, doc_ids: list[str], reader: str, texts: list[str]) -> None:
+        """Name the blob of the sample of `texts` (just filed or read by `arrays`) under the file's key too."""
+        rec = objects.read_keyed(self.storage, ASSET, self.key(source, [text_key(t) for t in texts]))
+        if rec is None:
+            return
+        inputs = self._by_file_inputs(source, file_sha256, doc_ids, reader)
+        objects.write_keyed(self.storage, BY_FILE, keys.artifact_key(BY_FILE, CODE, inputs), rec["outputs"],
+                            input_keys=inputs, code_version=CODE, run_id=self.run_id, dagster=None)
+
+    def _file(self, source: str, key: str, tkeys: list[bytes], ids: list[np.ndarray]) -> None:
         path = WORK.format(source=source)
-        tables.write_parquet(self.storage, path, pa.table({"text_key": tkeys, "ids": ids}, schema=SCHEMA))
+        offsets = np.zeros(len(ids) + 1, np.int32)
+        np.cumsum([len(a) for a in ids], out=offsets[1:])
+        values = np.concatenate(ids).astype(np.uint32, copy=False) if ids else np.zeros(0, np.uint32)
+        col = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.uint32()))
+        tables.write_parquet(self.storage, path, pa.table({"text_key": tkeys, "ids": col}, schema=SCHEMA))
         objects.stash(self.storage, ASSET, key, {path: self.storage.sha256(path)},
                       input_keys=self._inputs(source, tkeys), code_version=CODE, run_id=self.run_id, dagster=None)

@@ -84,3 +84,24 @@ def test_diff_cli_names_an_unreadable_revision(tmp_path, capsys):
     assert diff_cli.main([str(tmp_path / "a"), str(tmp_path / "b")]) == diff_cli.EXIT_ERROR
     err = capsys.readouterr().err
     assert err.startswith(f"mix_assets.diff: {tmp_path / 'a'}: ") and "manifest.json: not found" in err, err
+
+
+def test_documents_of_dedup_keys_equals_documents_by_source_of_its_rows():
+    """The column-wise reading of review/dedup_keys.parquet gives what `documents_by_source` gives its rows
+    (nulls included: a null keep drops the row, a null key reads "None")."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mix_assets.stages.publish.drift import documents_of_dedup_keys
+
+    for cols in (("doc_id", "source", "exact_key", "keep"), ("doc_id", "source", "exact_key"), ("doc_id", "source")):
+        t = pa.table({"doc_id": ["a", "b", "c", None, "e", "a"], "source": ["web", "web", None, "web", "books", "web"],
+                      "exact_key": ["1", None, "3", "4", "5", "6"], "keep": [True, True, None, True, False, True]})
+        t = t.select(list(cols))
+        buf = io.BytesIO()
+        pq.write_table(t, buf)
+        want = documents_by_source(t.to_pylist())
+        got = documents_of_dedup_keys(buf.getvalue())
+        assert got == want and [list(v.items()) for v in got.values()] == [list(v.items()) for v in want.values()]

@@ -57,3 +57,27 @@ def test_only_texts_no_stored_sample_holds_are_encoded_and_a_changed_blob_is_nev
             st.delete(r)
     assert reference_ids.ReferenceIds(st, "t1", enc).ids("web", new) == [want[1], want[4], want[2], want[5], want[3]]
     assert enc.texts == new and objects.blob_problem(st, sha) is None
+
+
+def test_a_sample_of_the_same_doc_ids_of_the_same_file_is_read_by_file_and_nothing_else_is(tmp_path):
+    """`by_file` answers only for exactly the doc ids, documents-file sha256 and reading code it was filed under,
+    with the ids `arrays` gave (no text, no encoder); a changed blob is not read."""
+    st, tok = Storage(str(tmp_path / "root")), _tok()
+    texts, ids = ["a b", "b c", "c a a"], ["d1", "d2", "d3"]
+    want = [e.ids for e in tok.encode_batch_fast(texts, add_special_tokens=False)]
+    ref = reference_ids.ReferenceIds(st, "t1", Counting(tok))
+    assert ref.by_file("web", "f1", ids, "r1") is None
+    got = ref.arrays("web", texts)
+    ref.file_by_file("web", "f1", ids, "r1", texts)
+    enc = Counting(tok)
+    again = reference_ids.ReferenceIds(st, "t1", enc)
+    assert [a.tolist() for a in again.by_file("web", "f1", ids, "r1")] == want == [a.tolist() for a in got]
+    assert enc.texts == [] and again.reused == 3
+    for other in (("web", "f2", ids, "r1"), ("web", "f1", ids[::-1], "r1"), ("web", "f1", ids, "r2"),
+                  ("books", "f1", ids, "r1")):
+        assert again.by_file(*other) is None
+    assert reference_ids.ReferenceIds(st, "t2", enc).by_file("web", "f1", ids, "r1") is None  # another tokenizer
+    (rec,) = objects.keyed_records(st, reference_ids.BY_FILE)
+    (sha,) = rec["outputs"].values()
+    (tmp_path / "root" / objects.object_key(sha)).write_bytes(b"not the ids")
+    assert reference_ids.ReferenceIds(st, "t1", enc).by_file("web", "f1", ids, "r1") is None

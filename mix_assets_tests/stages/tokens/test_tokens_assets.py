@@ -211,6 +211,10 @@ def test_a_rebuild_takes_hf_ids_of_unchanged_sampled_texts_from_the_keyed_store_
         return flat, n
 
     monkeypatch.setattr(backends.TiktokenEncoder, "encode_flat", tampered)
+    from mix_assets.stages.tokens import exactness
+
+    texts_read, read_texts = [], exactness._texts
+    monkeypatch.setattr(exactness, "_texts", lambda path, want: texts_read.append(path) or read_texts(path, want))
     monkeypatch.setenv(NO_REUSE_ENV, "1")
     shutil.rmtree(tmp_path / "storage" / layout.TOKEN_CACHE_DIR)  # token_shards encodes again (with the fault)
     encoded.clear()
@@ -219,6 +223,8 @@ def test_a_rebuild_takes_hf_ids_of_unchanged_sampled_texts_from_the_keyed_store_
     ev = next(e for e in again.get_asset_check_evaluations() if e.check_name == TOKEN_IDS_MATCH_REFERENCE)
     assert not ev.passed and ev.metadata["mismatched_documents"].value == 1
     assert wrong[0] not in encoded and len(encoded) < sampled  # the check encoded none of the sample again
+    # the same doc ids of the same documents files: HF's ids came from the store by file, no text was read
+    assert texts_read == []
 
 
 def test_exactness_names_exactly_the_document_whose_first_or_last_id_or_length_differs(tmp_path, monkeypatch):
