@@ -177,7 +177,10 @@ class TextPairs:
                         mine = np.flatnonzero(grp == g)
                         col = f.read_row_group(g, columns=["exact_key"], use_threads=False).column(0)
                         off = rows[mine] - (int(ends[g - 1]) if g else 0)
-                        got[at[mine]] = np.array(col.take(pa.array(off, pa.int64())).to_pylist(), "S64")
+                        vals = col.take(pa.array(off, pa.int64()))
+                        if vals.null_count:  # np.array([None], "S64") would be b"None": a key shared by all
+                            raise ValueError(f"{self.files[s]}: row group {g}: field 'exact_key' is null")
+                        got[at[mine]] = np.array(vals.to_pylist(), "S64")
             docs_all = np.concatenate([self._docs, new])
             order = np.argsort(docs_all, kind="stable")
             self._docs, self._keys = docs_all[order], np.concatenate([self._keys, got])[order]
