@@ -230,3 +230,29 @@ def test_pairs_keyed_by_doc_id_instead_of_text_would_give_other_bytes(tmp_path, 
     new = _changed(texts)
     got, _ = _run(root, new, {"part_c": "v2"})
     assert got != _fresh(tmp_path, new, {"part_c": "v2"})
+
+
+def test_without_the_pairs_keyed_by_text_an_append_compares_pairs_of_unchanged_texts(tmp_path, monkeypatch):
+    """The append test above can fail: with only the identity files (main before TextPairs), part_c's new
+    identity makes every pair involving it a miss, including pairs of two texts the first reduce compared."""
+    texts, root = _corpus(), tmp_path / "s"
+    _run(root, texts, {})
+    new = _appended(texts)
+    old_texts = {t for ts in texts.values() for t in ts}
+    monkeypatch.setattr(pairs.TextPairs, "cached", lambda self, a, b: (np.zeros(len(a), bool), np.zeros(len(a))))
+    misses = []
+    real = pairs.first_hit
+
+    def first_hit(*lookups):
+        cached = real(*lookups)
+
+        def recording(a, b):
+            hit, vals = cached(a, b)
+            misses.extend(zip(np.asarray(a)[~hit].tolist(), np.asarray(b)[~hit].tolist()))
+            return hit, vals
+        return recording
+
+    monkeypatch.setattr(pairs, "first_hit", first_hit)
+    _run(root, new, {"part_c": "v2"})
+    flat = [t for n in sorted(new) for t in new[n]]
+    assert any(flat[a] in old_texts and flat[b] in old_texts for a, b in misses)
