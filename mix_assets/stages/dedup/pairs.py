@@ -15,6 +15,10 @@ only spares comparisons, and a candidate it does not hold is compared as before,
 from-scratch reduce's. A file is written once under its key, atomically, never replaced (a key that exists
 holds the same numbers); stale files stay until `python -m mix_assets.gc` removes them (the files no current
 or kept signature files key, older than its --keep-days).
+
+`TextPairs` is the second lookup: the last reduce's pairs keyed by the two documents' exact keys (their
+normalised texts), one file replaced by each reduce, so a source whose rows moved (an append changes its
+sample) still has the pairs among its unchanged texts answered.
 """
 
 from __future__ import annotations
