@@ -32,8 +32,11 @@ Beside the object store, the caches other stages keep under the root:
     source identities, never replaced, so every changed source leaves the files of its old identity
     behind. A file is kept when its key is one the signature files now in the root give (what the next
     reduce looks up) or one a kept dedup_keys keyed record's signature blobs give (what a reduce after
-    restoring that record would look up), or when it was written within the N days; the others go. A
+    restoring that record would look up), or when it was written within the N days; the others go (so the
+    last reduce's pairs keyed by text, dedup/pairs/by-text-<code>-<shingle>.parquet, go once older). A
     pairs file is only a cache (a reduce without it computes the same bytes): no revision needs one;
+  * stored charts (console/charts/<key>.md, console/metadata.stored_chart): not collected (a few KB per
+    distinct chart parameters);
   * temporary files of killed writes (local roots: `.<name>.<random>.tmp` beside their target, from
     core/transport.atomic_path and objects.put_object), older than the N days (a live write's is new);
   * run checkouts (checkouts/<name>/, core/checkout.py: where a run worked while another held the root):

@@ -25,8 +25,11 @@ materialisation also carries `peak_rss_mb` (`peak_rss`; per step only under a pe
 
 from __future__ import annotations
 
+import hashlib
+import json
 import resource
 import sys
+from importlib.metadata import version
 from collections.abc import Mapping, Sequence
 
 import dagster as dg
@@ -35,6 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mix_assets.console import charts
+from mix_assets.core import imports, layout
 
 SHARE_PLACES = 4
 SECONDS_PLACES = 2
@@ -138,6 +142,28 @@ def wide_table(key: str, rows: Sequence[Mapping[str, object]], columns: Sequence
 def chart(markdown: str) -> dg.MarkdownMetadataValue:
     """A chart from `console/charts.py` (`*_md` functions) as markdown metadata."""
     return dg.MetadataValue.md(markdown)
+
+
+def stored_chart(storage, name: str, params: Mapping[str, object], draw) -> str:
+    """`draw()` (a `charts.*_md` string) for a chart that is a function of `params` alone, read from the storage
+    root when drawn before with the same parameters, charts code and matplotlib: a rebuild draws no chart whose
+    numbers did not change (matplotlib's import and layout cost ~0.1-0.9 s a process). `storage` None: drawn."""
+    if storage is None:
+        return draw()
+    body = {"chart": name, "params": params, "code": imports.source_version(charts.__name__),
+            "matplotlib": version("matplotlib")}  # not imported: that is the cost spared
+    key = layout.CHARTS.format(key=hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest())
+    try:
+        if storage.exists(key):
+            return storage.read_text(key)
+    except OSError:
+        pass
+    md = draw()
+    try:
+        storage.write_text(key, md)
+    except OSError:  # a cache: the chart is drawn again next time
+        pass
+    return md
 
 
 _ARROW_TYPES = {"string": "string", "large_string": "string", "bool": "bool", "float": "float",

@@ -24,6 +24,12 @@ DEDUP_SIGNATURES = "dedup/signatures/{source}.parquet"
 #   identities (name, rows, signature file metadata) and the shingling code. A cache: written once, never
 #   replaced, only spares comparisons (the output is a from-scratch reduce's); gc (mix_assets/gc.py) removes stale ones
 DEDUP_PAIRS = "dedup/pairs/{key}.parquet"
+# ... and by text (stages/dedup/pairs.TextPairs): key_a, key_b (exact keys, hex, key_a < key_b), jaccard, every pair
+#   the last reduce verified, replaced by the next; <key> = "by-text-<shingling code>-<shingle>"
+
+# charts that are a function of a few parameters (console/metadata.stored_chart: the S-curve), the Markdown drawn
+#   once per <key> = sha256 of the chart's name, parameters, charts code and matplotlib version; a cache
+CHARTS = "console/charts/{key}.md"
 
 # document_filters (stages/filters/decisions.py), per source in raw row order: doc_id, keep (bool), reason (first
 #   failing rule, null when kept: "gopher_quality:min_doc_words", "language:fr", ...), rules (list<str>, the

@@ -80,3 +80,22 @@ def test_code_span_holds_any_backticks():
         html = MARKDOWN.render("| t |\n|---|\n" + charts.markdown_table([{"t": charts.code_span(text)}]).split("\n", 2)[2])
         inner = html.split("<code>", 1)[1].split("</code>", 1)[0]
         assert inner == " ".join(text.splitlines()).replace("&", "&amp;").replace("<", "&lt;"), (text, html)
+
+
+def test_a_stored_chart_is_drawn_once_per_parameters(tmp_path):
+    """console/metadata.stored_chart: the second ask with the same parameters reads what the first drew (no
+    matplotlib), other parameters draw again; without a storage it always draws."""
+    from mix_assets.core.storage import Storage
+
+    storage, drawn = Storage(str(tmp_path)), []
+
+    def draw(tag):
+        drawn.append(tag)
+        return f"chart {tag}"
+
+    p = {"bands": 9, "rows": 13, "threshold": 0.8}
+    assert md.stored_chart(storage, "s_curve", p, lambda: draw("a")) == "chart a"
+    assert md.stored_chart(storage, "s_curve", dict(p), lambda: draw("b")) == "chart a"
+    assert md.stored_chart(storage, "s_curve", {**p, "threshold": 0.7}, lambda: draw("c")) == "chart c"
+    assert md.stored_chart(None, "s_curve", p, lambda: draw("d")) == "chart d"
+    assert drawn == ["a", "c", "d"]

@@ -68,6 +68,7 @@ def reduce_signatures(storage, sources: Mapping[str, str], priorities: Mapping[s
     stats["per_source"] = _per_source_kills(names, src, res.code)
     stats["wordless_exact_dup"] = wordless_exact_dup
     stats["pairs_reused"] = known.reused if known is not None else 0
+    stats["pairs_reused_by_text"] = 0  # the reference looks up no pair by text (stages/dedup/pairs.TextPairs)
     del cols, res, canon
     tables.release_unused()
     return table, stats

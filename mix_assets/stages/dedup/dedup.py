@@ -399,7 +399,9 @@ def reduce_to(storage, key: str, sources: Mapping[str, str], priorities: Mapping
         sets = sig.shingle_reader(sources, dict(zip(names, first_row)), params.shingle, spill, READ_BATCH_ROWS,
                                   eng, scratch=sc)
         known = pairs.PairStore.of(storage, names, stored.rows, params.shingle) if reuse_pairs else None
-        verify = lsh.Verifier(sets, known.cached if known else None)
+        # then by text: the pairs among a changed source's unchanged documents (its rows moved) too
+        by_text = pairs.TextPairs(storage, files, stored.rows, params.shingle) if reuse_pairs else None
+        verify = lsh.Verifier(sets, pairs.first_hit(known.cached, by_text.cached) if known else None)
         est = verify(i_lo, i_hi)  # loads the candidate documents' sets (unless `known` holds them all)
         ok = est >= params.threshold
         labels, rounds = partitioned.components(c_lo[ok], c_hi[ok], P, eng, sc,
@@ -425,6 +427,7 @@ def reduce_to(storage, key: str, sources: Mapping[str, str], priorities: Mapping
                                     docparts.row_groups(parts(), tables.ROW_GROUP_ROWS, DEDUP_SCHEMA))
     if known is not None:
         known.store(*verify.pairs())
+        by_text.store(*verify.pairs())
     counts = sum((o["counts"] for o in done), np.zeros((len(names), 3), np.int64))
     members = sum(g[2]["members"] for g in got)
     multi = sum(g[2]["multi"] for g in got)
@@ -444,7 +447,8 @@ def reduce_to(storage, key: str, sources: Mapping[str, str], priorities: Mapping
         "per_source": {x: {"documents": int(counts[k].sum()), "exact_dup": int(counts[k, lsh.EXACT_DUP]),
                            "near_dup": int(counts[k, lsh.NEAR_DUP])} for k, x in enumerate(names) if counts[k].sum()},
         "wordless_exact_dup": sum(o["wordless_exact_dup"] for o in done),
-        "pairs_reused": known.reused if known is not None else 0,
+        "pairs_reused": known.reused + by_text.reused if known is not None else 0,
+        "pairs_reused_by_text": by_text.reused if by_text is not None else 0,
         "kept_cluster_sizes": kept_sizes(done),
     }
     return stats

@@ -5,7 +5,9 @@ from __future__ import annotations
 import dagster as dg
 
 from mix_assets.console import charts
-from mix_assets.console.metadata import by_name, chart, parquet_file_output, seconds, share, table, wide_table
+from mix_assets.console.metadata import (
+    by_name, chart, parquet_file_output, seconds, share, stored_chart, table, wide_table,
+)
 from mix_assets.stages.dedup import lsh
 from mix_assets.stages.dedup.dedup import DEDUP_SCHEMA, EXCLUSION_SCHEMA
 
@@ -19,12 +21,15 @@ def _cluster_sizes(kept: dict) -> list[dict]:
              "clusters": int(sum(c for s, c in kept.items() if lo <= s <= hi))} for lo, hi in _CLUSTER_BINS]
 
 
-def _s_curve(b: int, r: int, threshold: float) -> dict:
+def _s_curve(b: int, r: int, threshold: float, storage=None) -> dict:
     p = {j: share(lsh.s_curve(b, r, j)) for j in S_CURVE_POINTS}
+    # a function of (b, r, threshold) alone: stored once drawn (a rebuild draws it no more)
+    curve = stored_chart(storage, "s_curve", {"bands": b, "rows": r, "threshold": threshold},
+                         lambda: charts.s_curve_md(b, r, threshold))
     return {
         **by_name("candidate_probability", {f"{j:.1f}": v for j, v in p.items()}),
         "s_curve": table([{"jaccard": j, "candidate_probability": v} for j, v in p.items()]),
-        "s_curve_chart": chart(charts.s_curve_md(b, r, threshold) + f"\n\nP(pair shares a band) = 1 - (1 - J^{r})^{b}; "
+        "s_curve_chart": chart(curve + f"\n\nP(pair shares a band) = 1 - (1 - J^{r})^{b}; "
                                f"candidates are then verified by exact shingle Jaccard >= {threshold}"),
     }
 
@@ -46,7 +51,7 @@ def dedup_keys(storage, key: str, st: dict, elapsed: float, sources: list[str]) 
         "lsh_rows": st["rows"],
         "minhash_permutations": st["num_perm"],
         "jaccard_threshold": st["threshold"],
-        **_s_curve(st["bands"], st["rows"], st["threshold"]),
+        **_s_curve(st["bands"], st["rows"], st["threshold"], storage),
         "docs": st["documents"],
         "kept_docs": st["kept"],
         "exact_dup_docs": st["excluded_exact_dup"],

@@ -15,6 +15,10 @@ only spares comparisons, and a candidate it does not hold is compared as before,
 from-scratch reduce's. A file is written once under its key, atomically, never replaced (a key that exists
 holds the same numbers); stale files stay until `python -m mix_assets.gc` removes them (the files no current
 or kept signature files key, older than its --keep-days).
+
+`TextPairs` is the second lookup: the last reduce's pairs keyed by the two documents' exact keys (their
+normalised texts), one file replaced by each reduce, so a source whose rows moved (an append changes its
+sample) still has the pairs among its unchanged texts answered.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mix_assets.core import imports, layout, tables
+from mix_assets.core import engine, imports, layout, tables
 from mix_assets.stages.dedup import signatures as sig
 
 FORMAT = "mix_assets.dedup_pairs/1"
@@ -127,3 +131,136 @@ class PairStore:
                 {"row_a": ra[keep], "row_b": rb[keep], "jaccard": jaccard[keep]}, schema=SCHEMA))
             self.written.append(key)
         return self.written
+
+
+# -- pairs keyed by text --------------------------------------------------------------------------------------
+TEXT_FORMAT = "mix_assets.dedup_text_pairs/1"
+TEXT_META_KEY = b"mix_assets.dedup_text_pairs"
+TEXT_SCHEMA = pa.schema([("key_a", pa.string()), ("key_b", pa.string()), ("jaccard", pa.float64())])
+
+
+def text_pairs_key(shingle: int) -> str:
+    """Where the last reduce's pairs keyed by text live (one file per shingling code and shingle size)."""
+    return layout.DEDUP_PAIRS.format(key=f"by-text-{_CODE}-{int(shingle)}")
+
+
+class TextPairs:
+    """Verified Jaccards keyed by the two documents' exact keys (sha256 of the normalised text: the shingle
+    sets, so the Jaccard, are a function of it), whatever source or row holds them: after an append that moves a
+    source's rows (its sample changes) and gives it a new identity, the pairs among its unchanged documents are
+    still answered; only the pairs touching a new text are compared, and only their row groups' text is read.
+
+    One file (`text_pairs_key`) holds every pair the last reduce verified (cached or compared), replaced by the
+    next reduce atomically: a cache like the identity files (the output is a from-scratch reduce's)."""
+
+    def __init__(self, storage, files: list, rows: list[int], shingle: int):
+        self.storage, self.files, self.shingle = storage, list(files), int(shingle)
+        self.rows = np.asarray(rows, np.int64)
+        self.starts = np.r_[0, np.cumsum(self.rows)[:-1]].astype(np.int64)
+        self.key = text_pairs_key(shingle)
+        self._docs = np.zeros(0, np.int64)
+        self._keys = np.zeros(0, "S64")
+        self._stored: Optional[tuple[np.ndarray, np.ndarray]] = None
+        self.reused = 0
+
+    def keys(self, docs: np.ndarray) -> np.ndarray:
+        """The exact keys (hex, S64) of documents `docs` (input indices), read from the signature files'
+        row groups holding them (kept for later calls)."""
+        docs = np.asarray(docs, np.int64)
+        new = np.setdiff1d(docs, self._docs)
+        if len(new):
+            got = np.empty(len(new), "S64")
+            src = np.searchsorted(self.starts, new, side="right") - 1
+            for s in np.unique(src).tolist():
+                at = np.flatnonzero(src == s)
+                rows = new[at] - self.starts[s]
+                with engine.open_parquet(self.files[s]) as f:
+                    ends = np.cumsum([f.metadata.row_group(g).num_rows for g in range(f.metadata.num_row_groups)])
+                    grp = np.searchsorted(ends, rows, side="right")
+                    for g in np.unique(grp).tolist():
+                        mine = np.flatnonzero(grp == g)
+                        col = f.read_row_group(g, columns=["exact_key"], use_threads=False).column(0)
+                        off = rows[mine] - (int(ends[g - 1]) if g else 0)
+                        vals = col.take(pa.array(off, pa.int64()))
+                        if vals.null_count:  # np.array([None], "S64") would be b"None": a key shared by all
+                            raise ValueError(f"{self.files[s]}: row group {g}: field 'exact_key' is null")
+                        got[at[mine]] = np.array(vals.to_pylist(), "S64")
+            docs_all = np.concatenate([self._docs, new])
+            order = np.argsort(docs_all, kind="stable")
+            self._docs, self._keys = docs_all[order], np.concatenate([self._keys, got])[order]
+        return self._keys[np.searchsorted(self._docs, docs)]
+
+    def _pair_codes(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Each pair as its two keys, the smaller first (S128): the same code either way round."""
+        ka, kb = self.keys(a), self.keys(b)
+        swap = ka > kb
+        lo, hi = np.where(swap, kb, ka), np.where(swap, ka, kb)
+        return _joined(lo, hi)
+
+    def _load(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._stored is None:
+            codes, vals = np.zeros(0, "S128"), np.zeros(0, np.float64)
+            try:
+                if self.storage.exists(self.key):
+                    t = pq.read_table(self.storage.source(self.key))
+                    meta = json.loads((t.schema.metadata or {}).get(TEXT_META_KEY, b"{}"))
+                    if meta == {"format": TEXT_FORMAT, "code": _CODE, "shingle": self.shingle}:
+                        codes = _joined(np.array(t.column("key_a").to_pylist(), "S64"),
+                                        np.array(t.column("key_b").to_pylist(), "S64"))
+                        vals = t.column("jaccard").to_numpy()
+            except (OSError, ValueError, KeyError, pa.ArrowException):  # a cache: an unreadable file is no hit
+                codes, vals = np.zeros(0, "S128"), np.zeros(0, np.float64)
+            self._stored = (codes, vals)  # sorted as written
+        return self._stored
+
+    def cached(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(hit, jaccard) of the pairs (a[k], b[k]) (input indices) the last reduce's file holds."""
+        hit, out = np.zeros(len(a), bool), np.zeros(len(a), np.float64)
+        codes, vals = self._load()
+        if not len(a) or not len(codes):
+            return hit, out
+        q = self._pair_codes(np.asarray(a, np.int64), np.asarray(b, np.int64))
+        pos = np.minimum(np.searchsorted(codes, q), len(codes) - 1)
+        hit = codes[pos] == q
+        out[hit] = vals[pos[hit]]
+        self.reused += int(hit.sum())
+        return hit, out
+
+    def store(self, a: np.ndarray, b: np.ndarray, jaccard: np.ndarray) -> None:
+        """Replace the file by the pairs given (each once, sorted by their keys), unless it holds just those."""
+        a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+        codes, first = np.unique(self._pair_codes(a, b), return_index=True) if len(a) else \
+            (np.zeros(0, "S128"), np.zeros(0, np.int64))
+        old, old_vals = self._load()
+        if np.array_equal(codes, old) and np.array_equal(np.asarray(jaccard, np.float64)[first], old_vals):
+            return  # the same pairs as stored: not written again
+        halves = codes.view("S64").reshape(-1, 2) if len(codes) else np.zeros((0, 2), "S64")
+        t = pa.table({"key_a": pa.array(halves[:, 0].astype(str), pa.string()),
+                      "key_b": pa.array(halves[:, 1].astype(str), pa.string()),
+                      "jaccard": np.asarray(jaccard, np.float64)[first]}, schema=TEXT_SCHEMA)
+        meta = {"format": TEXT_FORMAT, "code": _CODE, "shingle": self.shingle}
+        tables.write_parquet(self.storage, self.key, t.replace_schema_metadata(
+            {TEXT_META_KEY: json.dumps(meta, sort_keys=True).encode()}))
+
+
+def _joined(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Two S64 arrays as one S128 array (hex keys hold no NUL byte, so none is cut)."""
+    m = np.empty((len(lo), 128), np.uint8)
+    m[:, :64] = np.asarray(lo, "S64").view(np.uint8).reshape(-1, 64)
+    m[:, 64:] = np.asarray(hi, "S64").view(np.uint8).reshape(-1, 64)
+    return m.view("S128").reshape(-1)
+
+
+def first_hit(*lookups):
+    """One `cached(a, b)` from several: each pair answered by the first lookup that holds it."""
+    def cached(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+        hit, out = np.zeros(len(a), bool), np.zeros(len(a), np.float64)
+        for look in lookups:
+            todo = np.flatnonzero(~hit)
+            if not len(todo):
+                break
+            h, v = look(a[todo], b[todo])
+            hit[todo[h]], out[todo[h]] = True, v[h]
+        return hit, out
+    return cached

@@ -138,11 +138,14 @@ def test_an_added_and_a_removed_source_match_a_reduce_from_scratch(tmp_path):
 
 @pytest.mark.parametrize("change", [{"shingle": 4}, {"num_perm": 64}, {"seed": 7}])
 def test_a_parameter_of_the_signatures_or_sets_invalidates_every_stored_pair(tmp_path, change):
+    """Every file keyed by the sources' identities goes; the pairs keyed by text stay valid unless the shingle
+    size changed (a Jaccard depends on the two texts and the shingles, not on num_perm or the seed)."""
     texts, root = _corpus(), tmp_path / "s"
     _run(root, texts, {})
     params = lib.DedupParams(**change)
     got, st = _run(root, texts, {}, params)
-    assert st["pairs_reused"] == 0
+    assert st["pairs_reused"] == st["pairs_reused_by_text"]
+    assert (st["pairs_reused"] == 0) == ("shingle" in change)
     assert got == _fresh(tmp_path, texts, {}, params)
 
 
@@ -162,3 +165,94 @@ def test_without_reuse_no_pair_is_stored(tmp_path):
     lib.sign_sources(storage, files, {n: "v1" for n in texts}, lib.DedupParams(), lib.engine.Engine())
     _, st = lib.reduce_signatures(storage, files, {}, lib.DedupParams(), reuse_pairs=False)
     assert st["pairs_reused"] == 0 and not _pair_files(root)
+
+
+def _appended(texts, rng_seed: int = 5):
+    """part_c's sample changed as an append changes it: two rows gone from the middle (every later row moves),
+    new texts at the end, among them near-copies of each other and of part_a's, and a text edited in place."""
+    rng = np.random.default_rng(rng_seed)
+    out = {n: list(ts) for n, ts in texts.items()}
+    c = out["part_c"]
+    del c[10], c[4]
+    fresh = [" ".join(rng.choice(VOCAB, 60)) for _ in range(4)]
+    copies = [t.replace(t.split()[30], "appended", 1) for t in (fresh[0], out["part_a"][7], out["part_c"][2])]
+    c += fresh + copies
+    words = c[5].split()
+    words[3] = "inplace"
+    c[5] = " ".join(words)
+    return out
+
+
+def test_an_append_that_moves_a_sources_rows_compares_only_pairs_touching_new_texts(tmp_path, monkeypatch):
+    """part_c gets a new identity and its rows move: the identity files answer only the pairs among the other
+    sources, the pairs keyed by text every pair of unchanged texts; the bytes are a from-scratch reduce's."""
+    texts, root = _corpus(), tmp_path / "s"
+    _run(root, texts, {})
+    new = _appended(texts)
+    old_texts = {t for ts in texts.values() for t in ts}
+    misses = []
+    real = pairs.first_hit
+
+    def first_hit(*lookups):
+        cached = real(*lookups)
+
+        def recording(a, b):
+            hit, vals = cached(a, b)
+            misses.extend(zip(np.asarray(a)[~hit].tolist(), np.asarray(b)[~hit].tolist()))
+            return hit, vals
+        return recording
+
+    monkeypatch.setattr(pairs, "first_hit", first_hit)
+    got, st = _run(root, new, {"part_c": "v2"})
+    rerun_misses = list(misses)
+    assert got == _fresh(tmp_path, new, {"part_c": "v2"})
+    misses = rerun_misses
+    assert st["pairs_reused_by_text"] > 0 and st["pairs_compared"] > 0
+    # every pair compared again holds a text the first reduce did not see (input index: sources sorted, raw rows)
+    flat = [t for n in sorted(new) for t in new[n]]
+    assert len(misses) == st["pairs_compared"]
+    assert all(flat[a] not in old_texts or flat[b] not in old_texts for a, b in misses)
+
+
+def test_pairs_keyed_by_doc_id_instead_of_text_would_give_other_bytes(tmp_path, monkeypatch):
+    """The test above can fail: keyed by what names a document (its doc_id) rather than its text, the Jaccards of
+    part_c's text edited in place are taken from before the edit and dedup_keys differs from a from-scratch reduce."""
+    texts, root = _corpus(), tmp_path / "s"
+
+    def by_doc_id(self, docs):
+        docs = np.asarray(docs, np.int64)
+        src = np.searchsorted(self.starts, docs, side="right") - 1
+        return np.array([f"{s}-{d - self.starts[s]:060d}" for s, d in zip(src.tolist(), docs.tolist())], "S64")
+
+    monkeypatch.setattr(pairs.TextPairs, "keys", by_doc_id)
+    monkeypatch.setattr(pairs.PairStore, "cached", lambda self, a, b: (np.zeros(len(a), bool), np.zeros(len(a))))
+    _run(root, texts, {})
+    new = _changed(texts)
+    got, _ = _run(root, new, {"part_c": "v2"})
+    assert got != _fresh(tmp_path, new, {"part_c": "v2"})
+
+
+def test_without_the_pairs_keyed_by_text_an_append_compares_pairs_of_unchanged_texts(tmp_path, monkeypatch):
+    """The append test above can fail: with only the identity files (main before TextPairs), part_c's new
+    identity makes every pair involving it a miss, including pairs of two texts the first reduce compared."""
+    texts, root = _corpus(), tmp_path / "s"
+    _run(root, texts, {})
+    new = _appended(texts)
+    old_texts = {t for ts in texts.values() for t in ts}
+    monkeypatch.setattr(pairs.TextPairs, "cached", lambda self, a, b: (np.zeros(len(a), bool), np.zeros(len(a))))
+    misses = []
+    real = pairs.first_hit
+
+    def first_hit(*lookups):
+        cached = real(*lookups)
+
+        def recording(a, b):
+            hit, vals = cached(a, b)
+            misses.extend(zip(np.asarray(a)[~hit].tolist(), np.asarray(b)[~hit].tolist()))
+            return hit, vals
+        return recording
+
+    monkeypatch.setattr(pairs, "first_hit", first_hit)
+    _run(root, new, {"part_c": "v2"})
+    flat = [t for n in sorted(new) for t in new[n]]
+    assert any(flat[a] in old_texts and flat[b] in old_texts for a, b in misses)
