@@ -28,6 +28,7 @@ from mix_assets.core import imports as im
 LAZY_IMPORTS = {
     "mix_assets.core.kernels_jit": "loads numba (~150 MB resident, ~0.5 s): only in processes that run a compiled kernel",
     "mix_assets.stages.lines.kernels": "loads numba (through core.kernels_jit): only in processes that run line_dedup",
+    "mix_assets.stages.audit.kernels": "loads numba: only in processes that run the fuzzy advisory's scan",
     "mix_assets.stages.quality.predict": "loads numba: only in processes that score documents with the classifier",
     "mix_assets.ray_engine": "imports ray and dagster-ray (optional): only for the engine kind 'ray'",
     # the trainer's reader imports format's checker; these load pyarrow, which only the checks of the

@@ -99,3 +99,22 @@ def test_a_stored_chart_is_drawn_once_per_parameters(tmp_path):
     assert md.stored_chart(storage, "s_curve", {**p, "threshold": 0.7}, lambda: draw("c")) == "chart c"
     assert md.stored_chart(None, "s_curve", p, lambda: draw("d")) == "chart d"
     assert drawn == ["a", "c", "d"]
+
+def test_a_chart_drawn_from_the_same_inputs_is_taken_from_the_last_materialisation():
+    drawn = []
+
+    def draw(v):
+        drawn.append(v)
+        return f"chart of {v}"
+
+    first = md.chart_once("overlap_chart", {"web": 3}, lambda: draw(3))
+    assert drawn == [3] and first["overlap_chart"].value == "chart of 3"
+    again = md.chart_once("overlap_chart", {"web": 3}, lambda: draw(3), previous=first)
+    assert drawn == [3] and again == first  # not drawn: the same key names the same bytes
+    other = md.chart_once("overlap_chart", {"web": 4}, lambda: draw(4), previous=first)
+    assert drawn == [3, 4] and other["overlap_chart"].value == "chart of 4"
+    assert other["overlap_chart_key"] != first["overlap_chart_key"]
+    # a previous materialisation without the key (older code) or without the chart: drawn
+    for prev in ({"overlap_chart": first["overlap_chart"]}, {"overlap_chart_key": first["overlap_chart_key"]}):
+        md.chart_once("overlap_chart", {"web": 3}, lambda: draw(3), previous=prev)
+    assert drawn == [3, 4, 3, 3]

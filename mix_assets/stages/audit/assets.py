@@ -127,7 +127,8 @@ def _contamination_report(spec: MixSpec, version: str) -> dg.AssetsDefinition:
         scan, report = lib.write_contamination_report(storage, s, engine.engine, context.log, versions)
         lin = recorded(storage, "contamination_report", [layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS,
                                                           *(scan.fuzzy.outputs if scan.fuzzy else [])], inputs, context)
-        metadata = md.contamination_report(storage, layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS, scan, report)
+        metadata = md.contamination_report(storage, layout.CONTAMINATION_REPORT, layout.CONTAMINATED_DOCS, scan, report,
+                                           _latest_metadata(context, CONTAMINATION_REPORT_KEY))
         if scan.fuzzy:  # no_fuzzy_eval_overlap reports it as its elapsed_seconds
             metadata[FUZZY_SECONDS] = console_md.seconds(scan.fuzzy.seconds)
         metadata["dedup_signatures_written_sources"] = ", ".join(scan.signed_sources) or "none"
@@ -169,12 +170,17 @@ def _scrub_result(context, storage, own_metadata: dict, k: int) -> dg.AssetCheck
     )
 
 
+def _latest_metadata(context, key: dg.AssetKey) -> dict | None:
+    """The metadata of `key`'s latest materialisation in the instance, None when there is none."""
+    ev = context.instance.get_latest_materialization_event(key)
+    return dict(ev.asset_materialization.metadata) if ev is not None and ev.asset_materialization is not None else None
+
+
 def _audit_metadata(context, own: dict) -> dict[str, dict]:
     """The audit's metadata in the UI: this report's, eval_registry's and its check's (latest of each)."""
     out = {"contamination_report": own}
-    ev = context.instance.get_latest_materialization_event(EVAL_REGISTRY_KEY)
-    if ev is not None and ev.asset_materialization is not None:
-        out["eval_registry"] = dict(ev.asset_materialization.metadata)
+    if (registry := _latest_metadata(context, EVAL_REGISTRY_KEY)) is not None:
+        out["eval_registry"] = registry
     check = dg.AssetCheckKey(EVAL_REGISTRY_KEY, DENOMINATORS_NONEMPTY)
     rec = context.instance.event_log_storage.get_latest_asset_check_execution_by_key([check]).get(check)
     evaluation = getattr(getattr(rec, "event", None), "asset_check_evaluation", None) if rec else None

@@ -399,10 +399,13 @@ def ordered_map(fn, items: Iterable, threads: int = 2) -> Iterator:
 
 
 def _union(arrays: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    allk = np.concatenate(arrays) if arrays else np.zeros(0, np.uint64)
-    keys, inv = np.unique(allk, return_inverse=True)
+    """(sorted unique keys of all arrays, key x array membership). A stable sort merges the arrays (each task's
+    is sorted) and one searchsorted per array marks its keys: ~3x faster than np.unique(return_inverse)
+    (numpy 2.4), which every process that loads the registry pays."""
+    keys = sorted_unique(np.concatenate(arrays), kind="stable") if arrays else np.zeros(0, np.uint64)
     member = np.zeros((keys.size, len(arrays)), bool)
-    member[inv.ravel(), np.repeat(np.arange(len(arrays)), [a.size for a in arrays])] = True
+    for t, a in enumerate(arrays):
+        member[np.searchsorted(keys, a), t] = True  # every value of `a` is in keys
     return keys, member
 
 

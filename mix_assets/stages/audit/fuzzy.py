@@ -70,12 +70,20 @@ class Index:
     denominators: dict = field(default_factory=dict)  # per task: items, indexed, too short
     bitmap: ct._Bitmap = field(default=None, repr=False)
     post_hash: np.ndarray = field(default=None, repr=False)  # uint64 hash of each posting's item (`candidates`)
+    radix: np.ndarray = field(default=None, repr=False)  # rep_keys' radix buckets (stages/audit/kernels.py)
 
     def __post_init__(self):
         if self.bitmap is None:
             self.bitmap = ct._Bitmap(self.rep_keys)
         if self.post_hash is None:
             self.post_hash = tk.splitmix64(self.post_item.astype(np.uint64), copy=False)
+        if self.radix is None:
+            self.radix = _radix_starts(self.rep_keys, self.radix_bits)
+
+    @property
+    def radix_bits(self) -> int:
+        """Top bits of a rep key naming its radix bucket: about one key per bucket (2**19 int64 at 355k keys)."""
+        return max(10, int(np.ceil(np.log2(max(self.rep_keys.size, 1)))))
 
     @property
     def items(self) -> int:
@@ -252,9 +260,13 @@ def candidates(index: Index, sh: np.ndarray, soff: np.ndarray) -> tuple[np.ndarr
     the item's permutations' argmin shingles."""
     if not sh.size or not index.rep_keys.size:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    pos, r = index.bitmap.lookup(index.rep_keys, sh, by_key=True)  # postings then read in order
+    from mix_assets.stages.audit import kernels  # numba loads only in processes that run a kernel (core/kernels_jit.py)
+    # the rep-key hits grouped by key (postings then read in order), with their documents, in one compiled pass
+    pos, r, doc = kernels.key_hits(np.ascontiguousarray(sh, np.uint64), np.ascontiguousarray(soff, np.int64),
+                                       index.bitmap.shift, index.bitmap.bits, index.rep_keys, index.radix,
+                                       np.uint64(64 - index.radix_bits))
     need = np.ceil(CANDIDATE_SHARE * index.params.num_perm)
-    at, pos = _heavy_postings(index, pos, r, soff, need)
+    at, pos = _heavy_postings(index, pos, r, doc, need)
     item, weight = index.post_item[at].astype(np.int64), index.post_weight[at].astype(np.int64)
     span = np.int64(len(sh) + 1)
     key = item * span + pos
@@ -286,7 +298,14 @@ def candidates(index: Index, sh: np.ndarray, soff: np.ndarray) -> tuple[np.ndarr
     return pos[first], item[first]
 
 
-def _heavy_postings(index: Index, pos: np.ndarray, r: np.ndarray, soff: np.ndarray,
+def _radix_starts(keys: np.ndarray, bits: int) -> np.ndarray:
+    """int64 (2**bits + 1): where each bucket of the top `bits` bits of the sorted uint64 `keys` starts."""
+    start = np.zeros((1 << bits) + 1, np.int64)
+    np.cumsum(np.bincount((keys >> np.uint64(64 - bits)).astype(np.int64), minlength=1 << bits), out=start[1:])
+    return start
+
+
+def _heavy_postings(index: Index, pos: np.ndarray, r: np.ndarray, doc: np.ndarray,
                     need: float) -> tuple[np.ndarray, np.ndarray]:
     """(posting, shingle position) of the postings of the rep-key hits (positions `pos`, keys `r`) that
     may be in an (item, document) pair of weight >= `need`: the weights summed per bucket of pairs (top
@@ -296,7 +315,6 @@ def _heavy_postings(index: Index, pos: np.ndarray, r: np.ndarray, soff: np.ndarr
     (`kernels_jit.heavy_postings`), no per-posting array."""
     n = int((index.post_off[r + 1] - index.post_off[r]).sum()) if r.size else 0
     bits = min(HEAVY_BUCKET_BITS, max(10, n.bit_length()))
-    doc = np.searchsorted(soff, pos, side="right") - 1
     with np.errstate(over="ignore"):
         doc_hash = (doc.astype(np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
     from mix_assets.core import kernels_jit  # numba loads only in processes that run a kernel (core/kernels_jit.py)

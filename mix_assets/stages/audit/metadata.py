@@ -7,7 +7,7 @@ import json
 import dagster as dg
 
 from mix_assets.console import charts
-from mix_assets.console.metadata import by_name, chart, parquet_output, seconds, share, wide_table
+from mix_assets.console.metadata import by_name, chart_once, parquet_output, seconds, share, wide_table
 from mix_assets.stages.audit import contamination as ct
 
 
@@ -53,10 +53,12 @@ _SCAN_COLUMNS = ["source", "task", "docs_scanned", "docs_with_overlap", "overlap
 _SCAN_DECIDING = ["source", "task", "overlap_ngrams"]  # zero_eval_overlap: overlap_ngrams
 
 
-def contamination_report(storage, key: str, docs_key: str, scan, report: dict) -> dict:
-    """contamination_report: overlap per source x task before the masks (counts and ids only)."""
+def contamination_report(storage, key: str, docs_key: str, scan, report: dict, previous: dict | None = None) -> dict:
+    """contamination_report: overlap per source x task before the masks (counts and ids only); `previous`: the
+    asset's last materialisation's metadata (its chart is shown again when drawn from the same counts)."""
     tally = scan.tally
     rows = scan.rows()
+    drawn = [{k: r[k] for k in ("source", "task", "docs_with_overlap")} for r in tally.rows()]  # what the chart reads
     return {
         **parquet_output(storage, docs_key, scan.contaminated),
         "path": dg.MetadataValue.path(storage.uri(key)),
@@ -69,7 +71,7 @@ def contamination_report(storage, key: str, docs_key: str, scan, report: dict) -
         "hits_resumed_chunks": ", ".join(f"{s}: {n}" for s, n in scan.resumed_chunks.items() if n) or "none",
         **by_name("contaminated_docs", tally.contaminated),
         **wide_table("overlap", rows, _SCAN_COLUMNS, _SCAN_DECIDING),
-        "overlap_chart": chart(charts.contamination_md(tally.rows())),
+        **chart_once("overlap_chart", drawn, lambda: charts.contamination_md(drawn), previous),
     }
 
 

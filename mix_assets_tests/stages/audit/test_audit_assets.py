@@ -206,3 +206,27 @@ def test_registry_of_valid_rows_has_no_empty_rows_key(tmp_path):
     storage = Res(spec).storage
     assert "empty_rows" not in storage.read_text(layout.EVAL_REGISTRY)
     assert "empty_rows" not in storage.read_text(layout.CONTAMINATION_REPORT)
+
+
+def test_a_recomputed_report_with_the_same_counts_shows_its_last_chart_without_drawing(tmp_path, monkeypatch):
+    """contamination_report computed again (no artifact reuse) with unchanged counts takes overlap_chart from its
+    last materialisation (console/metadata.chart_once): the same markdown, matplotlib never called."""
+    from mix_assets.console import charts
+    from mix_assets.stages.common import NO_REUSE_ENV
+
+    spec, corpus = make_spec(tmp_path), make_corpus()
+    instance = dg.DagsterInstance.ephemeral()
+    first = run(spec, corpus, instance=instance)
+    assert first.success
+    monkeypatch.setenv(NO_REUSE_ENV, "1")
+    monkeypatch.setattr(charts, "contamination_md", lambda *a, **k: (_ for _ in ()).throw(AssertionError("drawn")))
+    again = run(spec, corpus, selection=[A.CONTAMINATION_REPORT_KEY], instance=instance)
+    assert again.success
+
+    def chart_of(result):
+        ev = [e for e in result.get_asset_materialization_events() if e.asset_key == A.CONTAMINATION_REPORT_KEY]
+        md = ev[-1].materialization.metadata
+        assert "reused" not in md  # computed, not an artifact reused whole
+        return md["overlap_chart"].value, md["overlap_chart_key"].value
+
+    assert chart_of(again) == chart_of(first) and chart_of(first)[0].startswith("![")

@@ -135,3 +135,19 @@ def test_merged_unique_is_np_unique_of_the_runs():
     assert ct.merged_unique([]).size == 0
     shuffled = rng.permutation(pool)
     assert np.array_equal(ct.merged_unique([shuffled, pool[:10]]), np.unique(pool))
+
+
+def test_registry_union_is_np_unique_with_membership():
+    """Registry.build's key union (a merge of the sorted task arrays, one searchsorted each) equals the
+    np.unique(return_inverse) reference: the same keys and the same key x task matrix, for sorted task
+    arrays as the registry stores them and for unsorted ones with repeats (Registry.build takes any)."""
+    rng = np.random.default_rng(5)
+    pool = rng.integers(0, 2**64 - 1, 5000, dtype=np.uint64, endpoint=True)
+    arrays = [np.unique(rng.choice(pool, n)) for n in (0, 1, 700, 3000)]
+    arrays += [rng.choice(pool, 900), np.array([pool[0], pool[0], np.uint64(2**64 - 1), np.uint64(0)], np.uint64)]
+    keys, member = ct._union(arrays)
+    ref, inv = np.unique(np.concatenate(arrays), return_inverse=True)
+    want = np.zeros((ref.size, len(arrays)), bool)
+    want[inv.ravel(), np.repeat(np.arange(len(arrays)), [a.size for a in arrays])] = True
+    assert keys.dtype == np.uint64 and np.array_equal(keys, ref) and np.array_equal(member, want)
+    assert ct._union([])[0].size == 0
