@@ -116,6 +116,18 @@ class ScatterTask:
     name: str  # its scratch file
 
 
+def _released(fn):
+    """`fn`, then its freed pages returned to the system: on the local engine the tasks' threads are the step's
+    process, and each thread's cache of freed pages (mimalloc, glibc) otherwise adds to its peak."""
+    @functools.wraps(fn)
+    def run(*args):
+        out = fn(*args)
+        tables.release_unused()
+        return out
+    return run
+
+
+@_released
 def scatter_task(sc: part.Scratch, splitters: list[str], task: ScatterTask) -> dict[int, int]:
     """Check one raw row range and write it to `task.name`, a row group per doc_id range (pure); returns
     {range: row group}."""
@@ -174,6 +186,7 @@ class JoinTask:
     hi: Optional[str] = None
 
 
+@_released
 def join_task(sc: part.Scratch, scattered: dict, masks: engine.FileAt, seed: int, val_fraction: float,
               task: JoinTask) -> RangeResult:
     """Range k's kept documents per source with their side, written to scratch (pure). `scattered`:
