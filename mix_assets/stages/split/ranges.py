@@ -83,9 +83,9 @@ def key_rows(keys: engine.FileAt) -> int:
 
 
 def excluded_in(masks: engine.FileAt, lo: Optional[str], hi: Optional[str]) -> IdSet:
-    """The excluded ids of exclusion_masks that may lie in [lo, hi) (None: unbounded): every row group whose
-    doc_id statistics overlap it, or that has none (a superset of the range's ids; exact whatever the file's
-    order, ~one row group when it is sorted by doc_id, as build_exclusion_masks writes it)."""
+    """The excluded ids of exclusion_masks in [lo, hi) (None: unbounded), read from every row group whose doc_id
+    statistics overlap it, or that has none (exact whatever the file's order; ~one row group when it is sorted
+    by doc_id, as build_exclusion_masks writes it)."""
     ids = []
     with engine.open_parquet(masks) as f:
         md = f.metadata
@@ -95,7 +95,12 @@ def excluded_in(masks: engine.FileAt, lo: Optional[str], hi: Optional[str]) -> I
             if st is not None and st.has_min_max and isinstance(st.min, str) and isinstance(st.max, str) and \
                     ((hi is not None and st.min >= hi) or (lo is not None and st.max < lo)):
                 continue
-            ids.append(f.read_row_group(g, columns=["doc_id"], use_threads=False).column(0).cast(pa.string()))
+            got = f.read_row_group(g, columns=["doc_id"], use_threads=False).column(0).cast(pa.string())
+            if lo is not None:  # only the range's ids go into the set (a group may span many ranges)
+                got = got.filter(pc.greater_equal(got, lo).fill_null(False))
+            if hi is not None:
+                got = got.filter(pc.less(got, hi).fill_null(False))
+            ids.append(got)
     return IdSet(pa.chunked_array(ids, pa.string()) if ids else pa.array([], pa.string()))
 
 

@@ -397,6 +397,7 @@ def test_split_ranges_are_bounded_by_range_rows_whatever_the_partitions(tmp_path
     """Issue 29: with dedup.partitions 1 one join task held every document in the step's process (the local
     engine): the ranges now hold at most RANGE_ROWS rows, each task reads only the exclusion_masks row groups
     that may hold its ids, and the bytes are those of the reference for 1 and 8 partitions, 1 and 2 workers."""
+    import contextlib
     import random
 
     from mix_assets.core import engine
@@ -414,13 +415,13 @@ def test_split_ranges_are_bounded_by_range_rows_whatever_the_partitions(tmp_path
     want = (tmp_path / "ref.parquet").read_bytes()
     n_keys = pq.ParquetFile(st.local_path(layout.DEDUP_KEYS)).metadata.num_rows
     monkeypatch.setattr(ranges, "RANGE_ROWS", 50)
-    seen, plain, ids = [], ranges.join_task, masks.column("doc_id").to_pylist()
+    seen, plain, ids = [], ranges.join_task, sorted(masks.column("doc_id").to_pylist())
 
     def join_task(sc, scattered, masks_at, seed, val_fraction, task):
         ex = ranges.excluded_in(masks_at, task.lo, task.hi)
         inside = [i for i in ids if (task.lo is None or i >= task.lo) and (task.hi is None or i < task.hi)]
-        assert ex.contains(pa.array(inside, pa.string())).all()
-        seen.append((task.keys.stop - task.keys.start, len(ex) - len(inside)))
+        assert ex.contains(pa.array(inside, pa.string())).all() and len(ex) == len(inside)
+        seen.append((task.keys.stop - task.keys.start, len(ex)))
         return plain(sc, scattered, masks_at, seed, val_fraction, task)
 
     monkeypatch.setattr(ranges, "join_task", join_task)
@@ -431,5 +432,18 @@ def test_split_ranges_are_bounded_by_range_rows_whatever_the_partitions(tmp_path
             assert open(st.local_path(layout.VALIDATION_SPLIT), "rb").read() == want, (partitions, eng.num_cpus)
             assert len(seen) == max(partitions, -(-n_keys // 50)) and max(r for r, _ in seen) <= 50
             assert sum(r for r, _ in seen) == n_keys
-            if masks_order == "sorted":  # each task reads only the groups of 4 ids that overlap its range
-                assert max(e for _, e in seen) <= 6 < masks.num_rows
+            assert sum(e for _, e in seen) == masks.num_rows  # each excluded id in its range's set only
+    if masks_order == "sorted":  # a range reads only the row groups (of 4 ids) whose statistics overlap it
+        read, open_parquet = [], engine.open_parquet
+
+        @contextlib.contextmanager
+        def counting(src):
+            with open_parquet(src) as f:
+                plain_read = f.read_row_group
+                f.read_row_group = lambda g, **kw: read.append(g) or plain_read(g, **kw)
+                yield f
+
+        monkeypatch.setattr(engine, "open_parquet", counting)
+        lo, hi = ids[len(ids) // 3], ids[len(ids) // 3 + 5]
+        assert len(ranges.excluded_in(engine.FileAt(st.local_path(layout.EXCLUSION_MASKS)), lo, hi)) == 5
+        assert 2 <= len(read) <= 3 < -(-masks.num_rows // 4)
