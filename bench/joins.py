@@ -2,12 +2,14 @@
 beside the tasks' seconds, at two corpus sizes, and beside another revision's one-process steps.
 
     PYTHONPATH=$PWD MIX_SHARED_DATA=/work/shared/data .venv/bin/python bench/joins.py \\
-        --sizes 100 400 --partitions 1 8 [--workers 2] [--before REV] [--folder /tmp/joins] [--out <report.md>]
+        --sizes 100 400 --partitions 1 8 [--workers 2] [--engine ray|local] [--before REV] [--folder /tmp/joins]
+        [--out <report.md>]
 
 Corpus and config per size: bench/graph.py's generator and config (Markov prose, 10 % planted near-copies,
 audited against the shared evals with mask_contaminated on), its upstream (raw .. exclusion_masks) built once
 with local threads and kept in --folder. Each measurement is a fresh process on those files: a local Ray
-instance of --workers CPUs, then `build_exclusion_masks` (partitions do not apply: row-range tasks) or
+instance of --workers CPUs (`--engine local`: --workers threads in the step process, whose peak then holds the
+tasks' memory too), then `build_exclusion_masks` (partitions do not apply: row-range tasks) or
 `build_validation_split` with `dedup.partitions` = P. Step process = the driver: `peak` its VmHWM, `cpu` its
 user+system seconds during the step function, `wall` its seconds; `tasks` = the sum of the tasks' own wall and
 thread-CPU seconds (timed inside the workers). The outputs' sha256 must be the same in every run. With
@@ -67,7 +69,7 @@ def child_prep(mb: int, folder: Path) -> dict:
     return {"docs": gen["docs"], "bytes": gen["bytes"]}
 
 
-def child_step(folder: Path, step: str, partitions: int, workers: int) -> dict:
+def child_step(folder: Path, step: str, partitions: int, workers: int, kind: str = "ray") -> dict:
     from mix_assets.core import engine, layout
     from mix_assets.resources import MixResource
 
@@ -86,7 +88,7 @@ def child_step(folder: Path, step: str, partitions: int, workers: int) -> dict:
             yield out
 
     engine.map_chunks = timed_map
-    eng = engine.Engine(kind="ray", num_cpus=workers, object_store_mb=512)
+    eng = engine.Engine(kind=kind, num_cpus=workers, object_store_mb=512)
     with (engine.ray_session(eng) if not before else _nothing()):
         base, c0, w0 = _status("VmRSS"), _cpu(), time.perf_counter()
         if step == "masks":
@@ -127,9 +129,10 @@ def run_child(args: list[str], tree: Path = REPO) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def report(sizes: dict, runs: dict, workers: int) -> str:
+def report(sizes: dict, runs: dict, workers: int, kind: str = "ray") -> str:
+    where = f"Ray, {workers} CPUs" if kind == "ray" else f"local engine, {workers} threads in the step process"
     lines = [f"## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: exclusion_masks and validation_split as "
-             f"tasks (Ray, {workers} CPUs, host {os.uname().nodename}, {os.cpu_count()} CPUs, LOADED by other "
+             f"tasks ({where}, host {os.uname().nodename}, {os.cpu_count()} CPUs, LOADED by other "
              "sessions' jobs)", "",
              "Command: `PYTHONPATH=$PWD MIX_SHARED_DATA=/work/shared/data .venv/bin/python bench/joins.py "
              + " ".join(sys.argv[1:]) + "`", "",
@@ -157,7 +160,8 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[100, 400], help="corpus sizes in MB")
     ap.add_argument("--partitions", type=int, nargs="+", default=[1, 8], help="validation_split's ranges")
-    ap.add_argument("--workers", type=int, default=2, help="CPUs of the local Ray instance")
+    ap.add_argument("--workers", type=int, default=2, help="CPUs of the local Ray instance (local: threads)")
+    ap.add_argument("--engine", choices=["ray", "local"], default="ray", help="where the tasks run")
     ap.add_argument("--before", default=None, help="also measure this git revision's one-process steps")
     ap.add_argument("--folder", default="/tmp/joins", help="corpora and upstream (kept)")
     ap.add_argument("--out", default=None, help="append the report to this file")
@@ -168,7 +172,7 @@ def main() -> None:
         if kind == "prep":
             out = child_prep(int(rest[0]), Path(folder))
         else:
-            out = child_step(Path(folder), rest[0], int(rest[1]), int(rest[2]))
+            out = child_step(Path(folder), rest[0], int(rest[1]), int(rest[2]), *rest[3:])
         print(json.dumps(out))
         return
     old = None
@@ -188,10 +192,11 @@ def main() -> None:
         runs[mb] = {}
         for step, ps in (("masks", [1]), ("split", a.partitions)):
             ps = ps + ([0] if a.before else [])
-            runs[mb][step] = [run_child(["step", str(folder), step, str(p), str(a.workers)], old if p == 0 else REPO)
+            runs[mb][step] = [run_child(["step", str(folder), step, str(p), str(a.workers), a.engine],
+                                        old if p == 0 else REPO)
                               for p in ps]
         print(json.dumps({"mb": mb, "runs": runs[mb]}), flush=True)
-    text = report(sizes, runs, a.workers)
+    text = report(sizes, runs, a.workers, a.engine)
     print(text)
     if a.out:
         with open(a.out, "a") as f:

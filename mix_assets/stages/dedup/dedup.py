@@ -378,7 +378,7 @@ def reduce_to(storage, key: str, sources: Mapping[str, str], priorities: Mapping
             partitioned.scratch(storage) as sc:  # the tasks' parts (rows, pairs, shingle sets), under the storage root
         st = docparts.Setup(sc, tuple(names), tuple(files), tuple(first_row),
                             tuple(int(priorities.get(x, 0)) for x in names), rej, P)
-        chunks_ = docparts.chunks_of(st, max(eng.chunk_rows, sig.GROUP_ROWS))
+        chunks_ = docparts.chunks_of(st, max(eng.chunk_rows, docparts.CHUNK_ROWS))
         cuts = docparts.splitters(list(engine.map_chunks(run(docparts.sample_task, P), chunks_, eng)), P) \
             if P > 1 else ()
         n = sum(engine.map_chunks(run(docparts.scatter_task, st, cuts), chunks_, eng))

@@ -47,6 +47,11 @@ from mix_assets.stages.dedup.partitioned import Scratch
 SCALARS = ["doc_id", "exact_key", "n_shingles", "n_chars", "n_words"]
 SAMPLES = 4  # doc_ids sampled per chunk and partition (the splitters' balance only)
 OUT_BATCH = 16384  # rows per record batch of a range's output part (the driver holds one at a time)
+# Signature rows per sample / scatter task (4 row groups of the signature files; any size gives the same bytes).
+# The step's process pays ~5 ms of CPU per Ray task (submission, result, Ray's own threads; bench/results/
+# reduce_memory.md, bench/dedup_driver_profile.py); at 16 Ki rows these two rounds were 2 x 44 of the 498 tasks
+# at 1.6 GB (434 now), each task ~10 MB of columns.
+CHUNK_ROWS = 64 * 1024
 
 
 @dataclass(frozen=True)

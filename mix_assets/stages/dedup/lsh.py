@@ -62,6 +62,9 @@ MAX_MISS = 1e-6  # largest P(a pair at exactly the threshold shares no band) rec
 # The fp / fn integrals are of polynomials of degree b*r <= num_perm, so Gauss-Legendre quadrature with
 # num_perm // 2 + 1 nodes is exact (up to rounding; scipy's quad gave the same (b, r) on every grid tested,
 # test_lsh.py). No scipy: importing it cost every dedup_keys step 1.9 CPU s for these two integrals.
+# The searches integrate every (b, r) with the nodes for degree num_perm (exact for every b*r <= num_perm): one
+# node set per search, not one per degree (computing ~65 node sets was 0.14 of the step process's 0.64 CPU s at
+# 100 MB on Ray, bench/results/dedup_partitions.md).
 def _integral(f, lo: float, hi: float, degree: int) -> float:
     """The integral of the polynomial f (of at most `degree`) over [lo, hi], by Gauss-Legendre."""
     x, w = _legendre(degree // 2 + 1)
@@ -74,12 +77,12 @@ def _legendre(nodes: int) -> tuple[np.ndarray, np.ndarray]:
     return np.polynomial.legendre.leggauss(nodes)
 
 
-def _fp(threshold: float, b: int, r: int) -> float:
-    return _integral(lambda s: 1 - (1 - s ** float(r)) ** float(b), 0.0, threshold, b * r)
+def _fp(threshold: float, b: int, r: int, degree: int = 0) -> float:
+    return _integral(lambda s: 1 - (1 - s ** float(r)) ** float(b), 0.0, threshold, max(degree, b * r))
 
 
-def _fn(threshold: float, b: int, r: int) -> float:
-    return _integral(lambda s: 1 - (1 - (1 - s ** float(r)) ** float(b)), threshold, 1.0, b * r)
+def _fn(threshold: float, b: int, r: int, degree: int = 0) -> float:
+    return _integral(lambda s: 1 - (1 - (1 - s ** float(r)) ** float(b)), threshold, 1.0, max(degree, b * r))
 
 
 def optimal_params(
@@ -89,7 +92,7 @@ def optimal_params(
     best, opt = float("inf"), (0, 0)
     for b in range(1, num_perm + 1):
         for r in range(1, num_perm // b + 1):
-            err = _fp(threshold, b, r) * fp_weight + _fn(threshold, b, r) * fn_weight
+            err = _fp(threshold, b, r, num_perm) * fp_weight + _fn(threshold, b, r, num_perm) * fn_weight
             if err < best:
                 best, opt = err, (b, r)
     return opt
@@ -107,7 +110,7 @@ def recall_params(
         for r in range(1, num_perm // b + 1):
             miss = (1.0 - threshold**r) ** b
             if miss <= max_miss:
-                key = (0.0, _fp(threshold, b, r) * fp_weight + _fn(threshold, b, r) * fn_weight)
+                key = (0.0, _fp(threshold, b, r, num_perm) * fp_weight + _fn(threshold, b, r, num_perm) * fn_weight)
             else:
                 key = (miss, 0.0)
             if key < best:

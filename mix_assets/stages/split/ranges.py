@@ -1,14 +1,17 @@
 """validation_split as engine tasks over doc_id ranges of dedup_keys (issue 29): no process holds every document.
 
-dedup_keys is sorted by doc_id; it is cut into `partitions` contiguous row ranges, and range k holds the ids
-from its first id up to the next range's first (`key_ranges`, read from row-group statistics where a range
-starts a group). Two rounds of tasks, taken in task order:
+dedup_keys is sorted by doc_id; it is cut into contiguous row ranges (`range_count`: `partitions`, or more when
+that would put over RANGE_ROWS rows in one, so a join task's memory is bounded by RANGE_ROWS whatever the corpus
+and the configured count), and range k holds the ids from its first id up to the next range's first
+(`key_ranges`, read from row-group statistics where a range starts a group). Two rounds of tasks, taken in
+task order:
 
 1. `scatter_task`, one per row range of each raw file: checks its rows (null id, wrong source: the file and
    row named) and writes doc_id, n_bytes and raw row to a scratch Parquet file, one row group per doc_id range
    (layout.REDUCE_SCRATCH, local or S3, so a task on any worker reads it).
 2. `join_task`, one per range: its dedup_keys rows, its raw rows of every source (one row group of each
-   scatter file) and the excluded ids; per source (sorted) the kept rows in doc_id order with their side,
+   scatter file) and the excluded ids of its range (the exclusion_masks row groups whose statistics overlap
+   it, `excluded_in`); per source (sorted) the kept rows in doc_id order with their side,
    written as one row group each of a scratch file; it returns counts, and the first repeated raw id and
    the first lost document of each source (smallest raw row) for the driver's errors.
 
@@ -16,7 +19,7 @@ A document's side is a pure function of (seed, cluster_id) (`split.assign_split`
 straddles the split whatever the ranges; the driver then copies, source after source, each range's row
 group in range order into the split file: the rows of the one-process stream (`split.kept_batches`), in
 the same order and row groups, so the same bytes for any partition and worker count. The driver holds the
-excluded ids (`IdSet`, put once for the tasks), `partitions` splitter ids and per-task counts.
+splitter ids and per-task counts (O(ranges)), and each scatter file's {range: row group}.
 """
 
 from __future__ import annotations
@@ -40,6 +43,16 @@ SCATTER_SCHEMA = pa.schema([("doc_id", pa.string()), ("n_bytes", pa.int64()), ("
 KEY_COLUMNS = ["doc_id", "source", "cluster_id", "exact_key"]
 # raw rows per scatter task (~2 MB of doc_id and n_bytes): fewer, larger scatter files to read per join task
 SCATTER_ROWS = tables.ROW_GROUP_ROWS
+# Most dedup_keys rows per join task. A join task holds ~0.5 KB per row (its key columns, raw index, kept rows
+# with their side, the writer's buffers), so with `partitions` = 1 one task held the whole corpus in the step's
+# process on the local engine: the step's peak grew 358 -> 660 MB from 100 MB to 1.6 GB (bench/results/graph.md).
+RANGE_ROWS = 32 * 1024
+
+
+def range_count(rows: int, partitions: int) -> int:
+    """How many doc_id ranges the join runs in: `partitions`, or enough that none holds over RANGE_ROWS rows
+    (the bytes are the same for any count)."""
+    return max(partitions, -(-rows // RANGE_ROWS))
 
 
 def key_ranges(keys: engine.FileAt, partitions: int) -> tuple[list[engine.RowRange], list[str]]:
@@ -64,6 +77,33 @@ def key_ranges(keys: engine.FileAt, partitions: int) -> tuple[list[engine.RowRan
     return ranges, first
 
 
+def key_rows(keys: engine.FileAt) -> int:
+    with engine.open_parquet(keys) as f:
+        return f.metadata.num_rows
+
+
+def excluded_in(masks: engine.FileAt, lo: Optional[str], hi: Optional[str]) -> IdSet:
+    """The excluded ids of exclusion_masks in [lo, hi) (None: unbounded), read from every row group whose doc_id
+    statistics overlap it, or that has none (exact whatever the file's order; ~one row group when it is sorted
+    by doc_id, as build_exclusion_masks writes it)."""
+    ids = []
+    with engine.open_parquet(masks) as f:
+        md = f.metadata
+        col = f.schema_arrow.get_field_index("doc_id")
+        for g in range(md.num_row_groups):
+            st = md.row_group(g).column(col).statistics
+            if st is not None and st.has_min_max and isinstance(st.min, str) and isinstance(st.max, str) and \
+                    ((hi is not None and st.min >= hi) or (lo is not None and st.max < lo)):
+                continue
+            got = f.read_row_group(g, columns=["doc_id"], use_threads=False).column(0).cast(pa.string())
+            if lo is not None:  # only the range's ids go into the set (a group may span many ranges)
+                got = got.filter(pc.greater_equal(got, lo).fill_null(False))
+            if hi is not None:
+                got = got.filter(pc.less(got, hi).fill_null(False))
+            ids.append(got)
+    return IdSet(pa.chunked_array(ids, pa.string()) if ids else pa.array([], pa.string()))
+
+
 def range_of(ids: pa.Array, splitters: list[str]) -> np.ndarray:
     """The range (0 .. len(splitters)) of every id: how many splitters are <= it (byte order, as Arrow sorts)."""
     if not splitters or not len(ids):
@@ -81,6 +121,18 @@ class ScatterTask:
     name: str  # its scratch file
 
 
+def _released(fn):
+    """`fn`, then its freed pages returned to the system: on the local engine the tasks' threads are the step's
+    process, and each thread's cache of freed pages (mimalloc, glibc) otherwise adds to its peak."""
+    @functools.wraps(fn)
+    def run(*args):
+        out = fn(*args)
+        tables.release_unused()
+        return out
+    return run
+
+
+@_released
 def scatter_task(sc: part.Scratch, splitters: list[str], task: ScatterTask) -> dict[int, int]:
     """Check one raw row range and write it to `task.name`, a row group per doc_id range (pure); returns
     {range: row group}."""
@@ -135,12 +187,16 @@ class RangeResult:
 class JoinTask:
     k: int
     keys: engine.RowRange
+    lo: Optional[str] = None  # the range's ids: [lo, hi) (None: unbounded)
+    hi: Optional[str] = None
 
 
-def join_task(sc: part.Scratch, scattered: dict, excluded: IdSet, seed: int, val_fraction: float,
+@_released
+def join_task(sc: part.Scratch, scattered: dict, masks: engine.FileAt, seed: int, val_fraction: float,
               task: JoinTask) -> RangeResult:
     """Range k's kept documents per source with their side, written to scratch (pure). `scattered`:
-    {source: [(scatter file, {range: group})]} in raw row order."""
+    {source: [(scatter file, {range: group})]} in raw row order; `masks`: exclusion_masks."""
+    excluded = excluded_in(masks, task.lo, task.hi)
     keys = engine.read_rows(task.keys, KEY_COLUMNS)
     doc = keys.column("doc_id").cast(pa.string()).combine_chunks()
     res = RangeResult(f"join-{task.k}", {}, len(doc), doc[0].as_py() if len(doc) else None,
@@ -207,9 +263,11 @@ def build_split_in_ranges(storage, sources: list[str], seed: int, val_fraction: 
             missing = [c for c in ("doc_id", "source", "n_bytes") if c not in f.schema_arrow.names]
             if missing:
                 raise lib.SplitError(f"{raw[s]}: missing column(s) {missing}; has {f.schema_arrow.names}")
-    excluded = IdSet(pq.ParquetFile(storage.source(layout.EXCLUSION_MASKS)).read(columns=["doc_id"])
-                     .column(0).cast(pa.string()))
-    ranges, splitters = key_ranges(keys, partitions)
+    masks = tables.file_at(storage, layout.EXCLUSION_MASKS)
+    with engine.open_parquet(masks) as f:
+        if "doc_id" not in f.schema_arrow.names:
+            raise lib.SplitError(f"{masks}: missing column doc_id; has {f.schema_arrow.names}")
+    ranges, splitters = key_ranges(keys, range_count(key_rows(keys), partitions))
     summary = lib.SplitSummary(per_source={})
     with part.scratch(storage, "validation_split") as sc:
         # scatter tasks of up to SCATTER_ROWS rows: each join task reads one row group of every scatter file
@@ -219,8 +277,8 @@ def build_split_in_ranges(storage, sources: list[str], seed: int, val_fraction: 
         for t, groups in zip(work, engine.map_chunks(functools.partial(scatter_task, sc, splitters), work, eng)):
             scattered[t.source].append((t.name, groups))
         results = list(engine.map_chunks(
-            functools.partial(join_task, sc, scattered, excluded, seed, val_fraction),
-            [JoinTask(k, r) for k, r in enumerate(ranges)], eng))
+            functools.partial(join_task, sc, scattered, masks, seed, val_fraction),
+            [JoinTask(k, r, ([None] + splitters)[k], (splitters + [None])[k]) for k, r in enumerate(ranges)], eng))
         _raise_problems(results, names, keys_where)
         for s in names:
             per = [r.summary[s] for r in results if s in r.summary]
@@ -276,7 +334,7 @@ def build_validation_split(storage, sources: list[str], seed: int, val_fraction:
                            eng: Optional[engine.Engine] = None, partitions: int = 1) -> lib.SplitSummary:
     """Read raw/<source>, dedup_keys and exclusion_masks through `storage`; write the split file a row
     group of SPLIT_GROUP_ROWS rows at a time. The join runs as tasks on `eng` (default this thread) over
-    `partitions` doc_id ranges of dedup_keys (`build_split_in_ranges`): the rows of `split.kept_batches`
+    `partitions` doc_id ranges of dedup_keys (more when one would hold over RANGE_ROWS rows) (`build_split_in_ranges`): the rows of `split.kept_batches`
     (the one-process stream, kept as the reference) with their side, the same bytes for any partition and
     worker count."""
     if partitions < 1:

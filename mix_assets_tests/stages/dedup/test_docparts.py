@@ -106,6 +106,19 @@ def test_bytes_and_stats_are_the_one_process_reduces(signed, partitions, workers
     assert kept == dict(sorted(collections.Counter(t.column("cluster_size").to_pylist()).items()))
 
 
+@pytest.mark.parametrize("partitions", [1, 8])
+def test_the_chunk_size_of_the_sample_and_scatter_tasks_does_not_change_the_bytes(signed, monkeypatch, partitions):
+    """docparts.CHUNK_ROWS only sets how many sample / scatter tasks there are (here 64-row chunks: several per
+    source; the default 64 Ki is one per source here)."""
+    storage, paths, rejected, want, _ = signed
+    calls = []
+    plain = docparts.scatter_task
+    monkeypatch.setattr(docparts, "scatter_task", lambda st, cuts, chunk: calls.append(chunk) or plain(st, cuts, chunk))
+    monkeypatch.setattr(docparts, "CHUNK_ROWS", 1)
+    assert _written(storage, paths, rejected, partitions, ENGINES[1])[0] == want
+    assert len(calls) > 2 * len(SOURCES)
+
+
 def test_splitters_only_balance_the_ranges(signed, monkeypatch):
     """Any sorted splitters (here: every document in the last range but a few) give the same bytes."""
     storage, paths, rejected, want, _ = signed

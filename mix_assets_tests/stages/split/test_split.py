@@ -390,3 +390,60 @@ def test_split_in_ranges_names_the_same_rows_as_the_stream(tmp_path, monkeypatch
     pq.write_table(keys.filter(pa.compute.not_equal(keys.column("doc_id"), "b-000004")), st.local_path(layout.DEDUP_KEYS))
     with pytest.raises(SplitError, match=r"dedup_keys.parquet: no row for kept document 'b-000004' \(source 'b'\)"):
         split_ranges.build_validation_split(st, ["a", "b"], 5, 0.2, eng, 4)
+
+
+@pytest.mark.parametrize("masks_order", ["sorted", "shuffled"])
+def test_split_ranges_are_bounded_by_range_rows_whatever_the_partitions(tmp_path, monkeypatch, masks_order):
+    """Issue 29: with dedup.partitions 1 one join task held every document in the step's process (the local
+    engine): the ranges now hold at most RANGE_ROWS rows, each task reads only the exclusion_masks row groups
+    that may hold its ids, and the bytes are those of the reference for 1 and 8 partitions, 1 and 2 workers."""
+    import contextlib
+    import random
+
+    from mix_assets.core import engine
+    from mix_assets.stages.split import ranges
+
+    st = write_upstream(tmp_path, {"a": 300, "b": 200, "c": 40}, near_dups=6, masked=9)
+    masks = pq.read_table(st.local_path(layout.EXCLUSION_MASKS))
+    order = sorted(range(masks.num_rows), key=lambda i: masks.column("doc_id")[i].as_py())
+    if masks_order == "shuffled":
+        random.Random(3).shuffle(order)
+    pq.write_table(masks.take(pa.array(order)), st.local_path(layout.EXCLUSION_MASKS), row_group_size=4)
+    ref = assign_split(_kept_documents_reference(raw_paths(st, ["a", "b", "c"]), st.local_path(layout.DEDUP_KEYS),
+                                                 st.local_path(layout.EXCLUSION_MASKS)), 5, 0.2)
+    pq.write_table(ref, tmp_path / "ref.parquet")
+    want = (tmp_path / "ref.parquet").read_bytes()
+    n_keys = pq.ParquetFile(st.local_path(layout.DEDUP_KEYS)).metadata.num_rows
+    monkeypatch.setattr(ranges, "RANGE_ROWS", 50)
+    seen, plain, ids = [], ranges.join_task, sorted(masks.column("doc_id").to_pylist())
+
+    def join_task(sc, scattered, masks_at, seed, val_fraction, task):
+        ex = ranges.excluded_in(masks_at, task.lo, task.hi)
+        inside = [i for i in ids if (task.lo is None or i >= task.lo) and (task.hi is None or i < task.hi)]
+        assert ex.contains(pa.array(inside, pa.string())).all() and len(ex) == len(inside)
+        seen.append((task.keys.stop - task.keys.start, len(ex)))
+        return plain(sc, scattered, masks_at, seed, val_fraction, task)
+
+    monkeypatch.setattr(ranges, "join_task", join_task)
+    for partitions in (1, 8):
+        for eng in (engine.Engine(num_cpus=1), engine.Engine(num_cpus=2, chunk_rows=64)):
+            seen.clear()
+            split_ranges.build_validation_split(st, ["c", "a", "b"], 5, 0.2, eng, partitions)
+            assert open(st.local_path(layout.VALIDATION_SPLIT), "rb").read() == want, (partitions, eng.num_cpus)
+            assert len(seen) == max(partitions, -(-n_keys // 50)) and max(r for r, _ in seen) <= 50
+            assert sum(r for r, _ in seen) == n_keys
+            assert sum(e for _, e in seen) == masks.num_rows  # each excluded id in its range's set only
+    if masks_order == "sorted":  # a range reads only the row groups (of 4 ids) whose statistics overlap it
+        read, open_parquet = [], engine.open_parquet
+
+        @contextlib.contextmanager
+        def counting(src):
+            with open_parquet(src) as f:
+                plain_read = f.read_row_group
+                f.read_row_group = lambda g, **kw: read.append(g) or plain_read(g, **kw)
+                yield f
+
+        monkeypatch.setattr(engine, "open_parquet", counting)
+        lo, hi = ids[len(ids) // 3], ids[len(ids) // 3 + 5]
+        assert len(ranges.excluded_in(engine.FileAt(st.local_path(layout.EXCLUSION_MASKS)), lo, hi)) == 5
+        assert 2 <= len(read) <= 3 < -(-masks.num_rows // 4)
