@@ -405,9 +405,11 @@ def _dedup_lines(storage, files: Mapping[str, engine.FileAt], raw_versions: Mapp
     """Count every source's lines (map), sum them (reduce), write layout.LINE_FREQUENT, then each source's
     documents without the frequent lines (map; skipped sources: none written) and layout.LINE_REPORT.
 
-    Both maps keep each chunk's result as a keyed part until what it feeds is written (core/chunks.py), keyed by
-    the source's raw version, the parameters and this code (and, for the removal, the frequent set), so a killed
-    run resumes at the first chunk it had not finished."""
+    Resume after a kill: the count map keeps each chunk's counts as a keyed part (core/chunks.py, keyed by the
+    source's raw version, the parameters and this code) until the run ends, so a rerun counts only the chunks
+    it had not counted. The removal map stores no part: a chunk's removal is recomputed from raw and the
+    frequent set for less than storing its text would cost (its whole new text written, fsynced, read back,
+    deleted); a source whose documents file was written by a killed run of the same inputs (`done`) is kept."""
     names = list(files)
     meta = describe(raw_versions, p, skip)
     store = chunks.Parts(storage, PARTS_STAGE)
@@ -428,7 +430,6 @@ def _dedup_lines(storage, files: Mapping[str, engine.FileAt], raw_versions: Mapp
         log.info(f"line_dedup: {len(hashes):,} distinct lines over {len(names)} sources, {top.num_rows:,} in >= "
                  f"{p.min_docs} documents")
     wanted = top.column("hash").to_numpy().astype(np.uint64)
-    frequent_key = hashlib.sha256(wanted.tobytes()).hexdigest()[:16]
     rows = []
     for s in names:
         if s in skip:
@@ -436,21 +437,25 @@ def _dedup_lines(storage, files: Mapping[str, engine.FileAt], raw_versions: Mapp
             continue
         with engine.open_parquet(files[s]) as f:
             schema = docs_schema(f.schema_arrow).with_metadata({META_KEY: json.dumps(meta, sort_keys=True).encode()})
+        mine = group_ranges(files[s], eng.chunk_rows)
+        key = layout.LINE_DOCS.format(source=s)
+        if (totals := done(storage, key, meta)) is not None:
+            for rng in mine:
+                HELD.pop((s, rng))
+            if log:
+                log.info(f"line_dedup: kept {s}'s documents file, written by a killed run of the same inputs")
+            rows.append(totals.row(s))
+            continue
         totals = SourceTotals()
-        mine = [(s, rng) for rng in group_ranges(files[s], eng.chunk_rows)]
-        keys, have, _ = store.keyed("line_dedup", mine, {s: {**own[s], "map": "remove", "frequent": frequent_key}}, log)
-        results = chunks.resume(apply_chunk, [ApplyChunk(s, rng, wanted, p) for _, rng in mine], keys, eng, store,
-                                have=have)
+        results = engine.map_chunks(apply_chunk, [ApplyChunk(s, rng, wanted, p) for rng in mine], eng)
 
         def parts(results=results, totals=totals):
-            for t, _ in results:
-                nb_before = t.column("n_bytes").to_numpy().astype(np.int64) + t.column("removed_bytes").to_numpy()
-                totals.add(t, nb_before)
+            for t in results:
+                totals.add(t, _bytes_before(t))
                 yield t.cast(schema)
 
-        tables.write_parquet_groups(storage, layout.LINE_DOCS.format(source=s), schema,
-                                    sig.regroup(parts(), GROUP_ROWS, schema), DOCS_WRITER_OPTIONS)
-        store.drop(keys)
+        tables.write_parquet_groups(storage, key, schema, sig.regroup(parts(), GROUP_ROWS, schema),
+                                    DOCS_WRITER_OPTIONS)
         rows.append(totals.row(s))
     shown = [] if not samples else top_lines(_texts([files[s] for s in names if s not in skip]), top, samples,
                                              p.min_line_chars)
@@ -460,6 +465,27 @@ def _dedup_lines(storage, files: Mapping[str, engine.FileAt], raw_versions: Mapp
          "sources": rows}, indent=1, sort_keys=True))
     store.drop(count_keys)
     return res
+
+
+def _bytes_before(t: pa.Table) -> np.ndarray:
+    return t.column("n_bytes").to_numpy().astype(np.int64) + t.column("removed_bytes").to_numpy()
+
+
+def done(storage, key: str, meta: dict) -> Optional[SourceTotals]:
+    """The totals of the documents file at `key` when it was computed from `meta` (its schema metadata says so:
+    the same raw version of every source, parameters, skip list and code, hence the same frequent set), else
+    None. Files are written whole or not at all (storage.writing), so one found is complete; without every
+    source's raw version nothing is taken."""
+    if any(v is None for v in meta["raw"].values()) or not storage.exists(key):
+        return None
+    with engine.open_parquet(tables.file_at(storage, key)) as f:
+        if (f.schema_arrow.metadata or {}).get(META_KEY) != json.dumps(meta, sort_keys=True).encode():
+            return None
+        totals = SourceTotals()
+        for i in range(f.num_row_groups):
+            t = f.read_row_group(i, columns=["n_bytes", "removed_lines", "removed_bytes", "dropped"])
+            totals.add(t, _bytes_before(t))
+    return totals
 
 
 def _skipped_totals(file: engine.FileAt, source: str) -> dict:

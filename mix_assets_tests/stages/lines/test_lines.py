@@ -267,13 +267,15 @@ def test_without_a_line_dedup_section_there_is_no_asset_and_the_config_dump_is_u
     assert '"line_dedup":' not in off.canonical_json() and '"line_dedup":' in spec.canonical_json()
 
 
-def test_a_run_killed_in_the_removal_map_resumes_from_its_chunk_parts(tmp_path, monkeypatch):
+def test_a_run_killed_in_the_removal_map_resumes_without_counting_or_rewriting_a_finished_source(tmp_path, monkeypatch):
+    """Killed in forum's removal (web's documents file written): the rerun takes every count from its part,
+    keeps web's file (same inputs, its metadata says so), redoes forum's removal from raw (the removal map
+    stores no part) and writes the bytes of an uninterrupted run; nothing is left under parts/."""
     clean, _ = _run_lib(tmp_path / "clean", engine.Engine(num_cpus=1, chunk_rows=8))
     real_apply, real_count = lib.apply_chunk, lib.count_chunk
-    calls = {"apply": 0, "count": 0}
+    calls = {"apply": [], "count": 0}
 
     def dying(chunk, *a):
-        calls["apply"] += 1
         if chunk.source == "forum" and chunk.rows.start >= 16:
             raise KeyboardInterrupt("killed")
         return real_apply(chunk, *a)
@@ -281,19 +283,46 @@ def test_a_run_killed_in_the_removal_map_resumes_from_its_chunk_parts(tmp_path, 
     monkeypatch.setattr(lib, "apply_chunk", dying)
     with pytest.raises(KeyboardInterrupt):
         _run_lib(tmp_path / "run", engine.Engine(num_cpus=1, chunk_rows=8))
+    storage = Storage(root=str(tmp_path / "run" / "storage"))
+    assert storage.exists(layout.LINE_DOCS.format(source="web"))
+    assert not storage.exists(layout.LINE_DOCS.format(source="forum"))
+    assert storage.list("parts/lines")  # the count map's parts
+    written = storage.local_path(layout.LINE_DOCS.format(source="web"))
+    mtime = __import__("os").stat(written).st_mtime_ns
 
     def counting(chunk):
         calls["count"] += 1
         return real_count(chunk)
 
-    monkeypatch.setattr(lib, "apply_chunk", real_apply)
+    def applying(chunk, *a):
+        calls["apply"].append(chunk.source)
+        return real_apply(chunk, *a)
+
+    monkeypatch.setattr(lib, "apply_chunk", applying)
     monkeypatch.setattr(lib, "count_chunk", counting)
-    calls["count"] = 0
-    again, _ = _run_lib(tmp_path / "run", engine.Engine(num_cpus=1, chunk_rows=8))
+    again, res = _run_lib(tmp_path / "run", engine.Engine(num_cpus=1, chunk_rows=8))
     assert calls["count"] == 0  # every count chunk came from its part
-    for key in [layout.LINE_FREQUENT, *(layout.LINE_DOCS.format(source=s) for s in ("web", "forum"))]:
+    assert set(calls["apply"]) == {"forum"}  # web's file kept, forum's removal redone
+    assert __import__("os").stat(written).st_mtime_ns == mtime
+    for key in [layout.LINE_FREQUENT, layout.LINE_REPORT, *(layout.LINE_DOCS.format(source=s) for s in ("web", "forum"))]:
         assert again.sha256(key) == clean.sha256(key), key
     assert not again.list("parts/lines")  # the parts go once what they fed is written
+    assert not lib.HELD.items
+
+
+def test_a_documents_file_of_other_inputs_is_rewritten(tmp_path):
+    """A documents file left by a run with other parameters (or without raw versions to key it) is not
+    taken for this run's."""
+    _run_lib(tmp_path, engine.Engine(num_cpus=1, chunk_rows=8), lib.LineParams(min_docs=50))
+    other, _ = _run_lib(tmp_path, engine.Engine(num_cpus=1, chunk_rows=8))
+    clean, _ = _run_lib(tmp_path / "clean", engine.Engine(num_cpus=1, chunk_rows=8))
+    for s in ("web", "forum"):
+        assert other.sha256(layout.LINE_DOCS.format(source=s)) == clean.sha256(layout.LINE_DOCS.format(source=s))
+    storage = Storage(root=str(tmp_path / "storage"))
+    meta = lib.describe({"web": "v1", "forum": "v1"}, lib.LineParams(min_docs=5, min_kept_share=0.5), [])
+    key = layout.LINE_DOCS.format(source="web")
+    assert lib.done(storage, key, meta) is not None
+    assert lib.done(storage, key, {**meta, "raw": {"web": None, "forum": "v1"}}) is None
 
 
 def _messy_corpus(n: int = 600, seed: int = 9) -> list[str]:
