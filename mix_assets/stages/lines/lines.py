@@ -29,7 +29,7 @@ import hashlib
 import json
 import threading
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import polars as pl
@@ -38,7 +38,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mix_assets.core import chunks, engine, imports, layout, tables
-from mix_assets.stages.dedup import signatures as sig
 
 FORMAT = "mix_assets.line_dedup/1"
 META_KEY = b"mix_assets.line_dedup"
@@ -347,10 +346,53 @@ def describe(raw_versions: Mapping[str, Optional[str]], params: LineParams, skip
 
 # -- the stage: count map, reduce, removal map, files ----------------------------------------------------------
 GROUP_ROWS = 65536  # rows per row group of a documents file, whatever the chunk size (same bytes on every engine)
+WRITE_BATCH_ROWS = 1024  # the Parquet writer's batch (pyarrow's default write_batch_size, set explicitly below)
 # A documents file is a second copy of its source's text, written once and read by every later stage:
 # pyarrow's lz4 instead of the project's zstd costs less CPU to write and about half as much to read, for a
 # file about 1.5x larger on prose (bench/results/line_dedup.md, "the stage with its files"). Same content.
-DOCS_WRITER_OPTIONS = {**tables.WRITER_OPTIONS, "compression": "lz4"}
+DOCS_WRITER_OPTIONS = {**tables.WRITER_OPTIONS, "compression": "lz4", "write_batch_size": WRITE_BATCH_ROWS}
+
+
+def aligned_groups(parts: Iterable[pa.Table], rows: int, schema: pa.Schema,
+                   batch: int = WRITE_BATCH_ROWS) -> Iterator[pa.Table]:
+    """The rows of `parts` in order, as tables of exactly `rows` rows (the last one shorter), each made of the
+    parts' own Arrow chunks where a chunk boundary falls on a multiple of `batch` rows from the table's start,
+    and of the rows around any other boundary joined (under `batch` rows each). The Parquet writer cuts its
+    pages at its batches of `batch` rows, which start again at every Arrow chunk: with every boundary on a
+    multiple its batches, hence its bytes, are those of the table joined into one chunk (test), without
+    copying the whole group (a join into one chunk copies every byte of text once more)."""
+    group: list[pa.Table] = []
+    pending: list[pa.Table] = []  # the rows since the last multiple of `batch` in this group
+    pn = gn = 0
+    out = False
+    for t in parts:
+        while t.num_rows:
+            take = min(t.num_rows, rows - gn)
+            part, t = t.slice(0, take), t.slice(take)
+            if pn:
+                k = min(batch - pn, part.num_rows)
+                pending.append(part.slice(0, k))
+                pn, part = pn + k, part.slice(k)
+                if pn == batch:
+                    group.append(pa.concat_tables(pending).combine_chunks())
+                    pending, pn = [], 0
+            if part.num_rows:  # starts on a multiple: whole batches as they are, the rest pending
+                whole = part.num_rows - part.num_rows % batch
+                if whole:
+                    group.append(part.slice(0, whole))
+                if part.num_rows > whole:
+                    pending, pn = [part.slice(whole)], part.num_rows - whole
+            gn += take
+            if gn == rows:
+                yield _joined(group, pending, schema)
+                group, pending, pn, gn, out = [], [], 0, 0, True
+    if gn or not out:
+        yield _joined(group, pending, schema)
+
+
+def _joined(group: list, pending: list, schema: pa.Schema) -> pa.Table:
+    tail = [pa.concat_tables(pending).combine_chunks()] if pending else []
+    return pa.concat_tables(group + tail) if group or tail else schema.empty_table()
 
 
 @dataclass
@@ -454,7 +496,7 @@ def _dedup_lines(storage, files: Mapping[str, engine.FileAt], raw_versions: Mapp
                 totals.add(t, _bytes_before(t))
                 yield t.cast(schema)
 
-        tables.write_parquet_groups(storage, key, schema, sig.regroup(parts(), GROUP_ROWS, schema),
+        tables.write_parquet_groups(storage, key, schema, aligned_groups(parts(), GROUP_ROWS, schema),
                                     DOCS_WRITER_OPTIONS)
         rows.append(totals.row(s))
     shown = [] if not samples else top_lines(_texts([files[s] for s in names if s not in skip]), top, samples,

@@ -174,6 +174,37 @@ def test_the_documents_file_is_lz4_with_the_content_of_the_project_writer(tmp_pa
     assert lz4.sha256(layout.LINE_FREQUENT) == zstd.sha256(layout.LINE_FREQUENT)
 
 
+@pytest.mark.parametrize("rows,cuts", [(3000, [1, 700, 1024, 1100, 2047, 2049, 4500]), (1024, [5, 6, 2000, 3333]),
+                                       (5000, [])])
+def test_aligned_groups_write_the_bytes_of_groups_joined_into_one_chunk(rows, cuts):
+    """lines.aligned_groups keeps the removal's chunks as they are (no copy of the group) where they start on
+    a multiple of the writer's batch, which gives the bytes of the group joined into one chunk (the old
+    regroup's); parts cut anywhere else, written as they come, give other bytes (why the boundaries are joined)."""
+    import io
+
+    r = random.Random(4)
+    texts = ["\n".join(_line(r, r.randint(3, 30)) for _ in range(r.randint(5, 20))) for _ in range(4200)]  # pages (1 MB) fill
+    t = pa.table({"doc_id": [str(i) for i in range(len(texts))], "text": texts, "n": list(range(len(texts)))})
+    pts = [0, *cuts, t.num_rows]
+    parts = [t.slice(a, b - a).combine_chunks() for a, b in zip(pts, pts[1:]) if b > a]
+
+    def written(groups) -> bytes:
+        out = io.BytesIO()
+        with pq.ParquetWriter(out, t.schema, **lib.DOCS_WRITER_OPTIONS) as w:
+            for g in groups:
+                w.write_table(g, row_group_size=rows)
+        return out.getvalue()
+
+    joined = [t.slice(a, rows).combine_chunks() for a in range(0, t.num_rows, rows)]
+    got = list(lib.aligned_groups(iter(parts), rows, t.schema))
+    assert [g.num_rows for g in got] == [g.num_rows for g in joined]
+    assert written(got) == written(joined)
+    if any(c % lib.WRITE_BATCH_ROWS for c in cuts):
+        as_they_come = [pa.concat_tables(parts).slice(a, rows) for a in range(0, t.num_rows, rows)]
+        assert written(as_they_come) != written(joined)
+    assert list(lib.aligned_groups(iter([]), rows, t.schema))[0].num_rows == 0
+
+
 def _write_one(path):
     _docs_file(path, corpus()["web"], "web")
     return path
