@@ -201,21 +201,21 @@ def _table(hashes):
 
 @numba.njit(**_JIT)
 def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.ndarray, line_hash: np.ndarray,
-                    line_sc: np.ndarray, line_end: np.ndarray, line_nc: np.ndarray):
+                    line_sc: np.ndarray, line_end: np.ndarray, line_nc: np.ndarray, nb: np.ndarray):
     """Every document without its counted lines whose hash is in `frequent`, kept lines joined by
-    `\\n` (a document losing nothing keeps its bytes: its lines joined again are its text). Returns (offsets,
-    bytes, removed lines, stripped chars of all lines, stripped chars of the kept lines, characters of the new
-    text); the two stripped sums are 0 for a document that lost nothing. One pass: each line is copied while
+    `\\n` (a document losing nothing keeps its bytes: its lines joined again are its text), written to nb[:w].
+    Returns (offsets, w, removed lines, stripped chars of all lines, stripped chars of the kept lines,
+    characters of the new text); the two stripped sums are 0 for a document that lost nothing. One pass: each line is copied while
     its end is sought and its characters counted, and dropped again (the write position rewound) if it goes.
     `line_hash` / `line_sc` / `line_end` / `line_nc`: every line's hash, stripped characters, end and characters
     from doc_line_hashes(keep=True) on the same buffers, or empty arrays (computed here). With them no byte is
-    scanned: a document losing nothing is copied whole, a kept line as one slice."""
+    scanned: a document losing nothing is copied whole, a kept line as one slice. `nb`: where the new bytes go
+    (at least o[-1] - o[0] of them; the caller's allocation, e.g. from Arrow's pool)."""
     if line_hash.shape[0] > 0:
-        return _remove_known(o, b, min_chars, frequent, line_hash, line_sc, line_end, line_nc)
+        return _remove_known(o, b, min_chars, frequent, line_hash, line_sc, line_end, line_nc, nb)
     n = o.shape[0] - 1
     base = o[0]
     no = np.empty(n + 1, np.int64)
-    nb = np.empty(o[n] - base, np.uint8)
     removed = np.zeros(n, np.int32)
     chars = np.zeros(n, np.int64)
     kept = np.zeros(n, np.int64)
@@ -267,16 +267,15 @@ def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.n
             removed[d] = rm
             chars[d] = tot
             kept[d] = kc
-    return no, nb[:w], removed, chars, kept, nchars
+    return no, w, removed, chars, kept, nchars
 
 
 @numba.njit(**_JIT)
-def _remove_known(o, b, min_chars, frequent, line_hash, line_sc, line_end, line_nc):
+def _remove_known(o, b, min_chars, frequent, line_hash, line_sc, line_end, line_nc, nb):
     """remove_frequent with every line's key, end and characters known (doc_line_hashes(keep=True))."""
     n = o.shape[0] - 1
     base = o[0]
     no = np.empty(n + 1, np.int64)
-    nb = np.empty(o[n] - base, np.uint8)
     removed = np.zeros(n, np.int32)
     chars = np.zeros(n, np.int64)
     kept = np.zeros(n, np.int64)
@@ -330,4 +329,4 @@ def _remove_known(o, b, min_chars, frequent, line_hash, line_sc, line_end, line_
             nchars[d] = cc
         no[d + 1] = w
         li = j
-    return no, nb[:w], removed, chars, kept, nchars
+    return no, w, removed, chars, kept, nchars

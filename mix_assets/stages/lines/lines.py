@@ -226,9 +226,12 @@ def remove_lines(text: pa.Array, hashes: np.ndarray, p: LineParams, lines: Optio
     old, o, b = _buffers(text)
     n = len(old)
     lines = lines if lines is not None else (np.zeros(0, np.uint64), *(np.zeros(0, np.int64) for _ in range(3)))
-    no, nb, removed, chars, kept, nchars = kernels.remove_frequent(
-        o, b, p.min_line_chars, np.ascontiguousarray(hashes, np.uint64), *lines)
-    out = pa.LargeStringArray.from_buffers(n, pa.py_buffer(no), pa.py_buffer(nb))
+    # the new bytes in a buffer of Arrow's pool: it takes back the pages of the chunks already written (a
+    # fresh numpy allocation per chunk costs a page fault per 4 KB, all chunks of a row group being alive)
+    buf = pa.allocate_buffer(max(int(o[-1] - o[0]), 1))
+    no, w, removed, chars, kept, nchars = kernels.remove_frequent(
+        o, b, p.min_line_chars, np.ascontiguousarray(hashes, np.uint64), *lines, np.frombuffer(buf, np.uint8))
+    out = pa.LargeStringArray.from_buffers(n, pa.py_buffer(no), buf.slice(0, int(w)) if w < buf.size else buf)
     if old.null_count:  # a null text stays null (it has one blank line, never removed unless blank lines count)
         out = pc.if_else(pc.is_null(old), old, out)
     changed = removed > 0
