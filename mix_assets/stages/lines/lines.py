@@ -137,7 +137,7 @@ def count_lines(text: pa.Array, min_line_chars: int, keep: bool = False):
     # (bytes + documents) / 2 + documents of them (np.empty: only the pages written are taken)
     n = len(o) - 1
     cap = int(o[-1] - o[0] + n) // 2 + n + 1 if min_line_chars >= 1 else int(o[-1] - o[0]) + n + 1
-    h, *lines = kernels.doc_line_hashes(o, b, min_line_chars, cap, keep)
+    h, *lines = kernels.doc_line_hashes(o, b, *kernels.words(b), min_line_chars, cap, keep)
     uniq, n = np.unique(h, return_counts=True)
     counts = (uniq.astype(np.uint64), n.astype(np.int64))
     return (*counts, *lines) if keep else counts

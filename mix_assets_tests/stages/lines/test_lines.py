@@ -410,6 +410,26 @@ def test_removals_match_a_plain_python_reference(tmp_path, chunk_rows, held, mon
     assert sorted(pq.read_table(storage.source(layout.LINE_FREQUENT)).column("hash").to_pylist()) == sorted(frequent)
 
 
+def test_the_count_reads_whole_words_wherever_the_bytes_start():
+    """kernels._line_chars_w reads 8 aligned bytes at a time (kernels.words): the same counts and line keys
+    for the same texts at every alignment of their bytes (1-7 bytes off), on lines with multi-byte
+    characters and lines shorter and longer than a word."""
+    from mix_assets.stages.lines import kernels
+
+    texts = _messy_corpus(200) + ["é" * k + "\n" + "漢字😀x" * k for k in range(20)]
+    data = "".join(texts).encode()
+    offsets = np.cumsum([0] + [len(t.encode()) for t in texts]).astype(np.int64)
+    want = lib.count_lines(pa.array(texts, pa.large_string()), 3, keep=True)
+    seen = set()
+    for pad in range(8):
+        raw = pa.py_buffer(b"#" * pad + data).slice(pad)
+        arr = pa.LargeStringArray.from_buffers(len(texts), pa.py_buffer(offsets.tobytes()), raw)
+        seen.add(kernels.words(lib._buffers(arr)[2])[1])
+        got = lib.count_lines(arr, 3, keep=True)
+        assert all(np.array_equal(a, b) for a, b in zip(got, want)), pad
+    assert len(seen) == 8  # every alignment was exercised
+
+
 def test_the_line_key_is_xxh64_of_the_stripped_utf8_bytes():
     import xxhash
 
