@@ -6,8 +6,9 @@ Both sides run on the same documents, each in its own process:
 
   ours       lines.dedup_lines (count map, reduce, removal map; local engine, 1 worker), parquet in and out,
              its compiled kernels (stages/lines/kernels.py) imported before the timer, like polars and pyarrow;
-             run twice in one process: the first run pays numba's loading of the cached kernels (once per
-             process), the second is warm (the ratios use it; the first run's CPU ratio is shown too),
+             run 1 + --repeats times in one process: the first run pays numba's loading of the cached kernels
+             (once per process), the others are warm (the ratios use the least CPU of them; with --repeats > 1
+             every warm run's user + system CPU and ratio are shown; the first run's CPU ratio too),
              min_docs 2 (a line in >= 2 documents goes), no document dropped (min_kept_share 0, min_kept_chars 0)
   datatrove  datatrove 0.10.1's three stages (SentenceDedupSignature, SentenceFindDedups, SentenceDedupFilter)
              configured as close to line dedup as it goes: n_sentences 1, split_sentences False (a "sentence" is
