@@ -101,16 +101,59 @@ def _line_chars(b, p, e):
     return p, n
 
 
+_ONES = np.uint64(0x0101010101010101)
+_HIGH = np.uint64(0x8080808080808080)
+_NEWLINES = np.uint64(0x0A0A0A0A0A0A0A0A)
+
+
+def words(b: np.ndarray) -> tuple[np.ndarray, int]:
+    """(b's bytes from its first 8-byte-aligned address as uint64 words, that address's index in b): what
+    `_line_chars_w` reads 8 bytes at a time."""
+    head = min((-b.ctypes.data) % 8, b.shape[0])
+    n = (b.shape[0] - head) // 8
+    return b[head:head + 8 * n].view(np.uint64), head
+
+
+@numba.njit(inline="always")
+def _line_chars_w(b, w, head, p, e):
+    """_line_chars, 8 bytes at a time where they are whole aligned words (w, head: `words(b)`): a word
+    without a newline adds its bytes that are not UTF-8 continuation bytes (10xxxxxx) in one step."""
+    n = 0
+    while p < e and ((p - head) & 7) != 0:
+        c = b[p]
+        if c == 0x0A:
+            return p, n
+        if (c & 0xC0) != 0x80:
+            n += 1
+        p += 1
+    while p + 8 <= e:
+        x = w[(p - head) >> 3]
+        y = x ^ _NEWLINES
+        if ((y - _ONES) & ~y & _HIGH) != 0:  # a zero byte of y: a newline in this word
+            break
+        cont = x & ~(x << np.uint64(1)) & _HIGH  # bit 7 set, bit 6 clear
+        n += 8 - np.int64(((cont >> np.uint64(7)) * _ONES) >> np.uint64(56))
+        p += 8
+    while p < e:
+        c = b[p]
+        if c == 0x0A:
+            break
+        if (c & 0xC0) != 0x80:
+            n += 1
+        p += 1
+    return p, n
+
+
 _LINEAR = 64  # up to this many distinct lines a document's repeats are found by a scan, past it by a sort
 
 
 @numba.njit(**_JIT)
-def doc_line_hashes(o: np.ndarray, b: np.ndarray, min_chars: int, cap: int, keep: bool):
+def doc_line_hashes(o: np.ndarray, b: np.ndarray, w: np.ndarray, head: int, min_chars: int, cap: int, keep: bool):
     """(the distinct hashes of each document's counted lines (documents in order; within one, first seen
     first unless it has more than _LINEAR, then sorted): every counted line once per document; and with
     `keep`, every line's hash, stripped characters, end (its newline or its document's end, from o[0]) and
     characters in text order (what remove_frequent would compute again), else four empty arrays). `cap`
-    bounds the number of counted lines."""
+    bounds the number of counted lines; w, head: `words(b)`."""
     out = np.empty(cap, np.uint64)
     nl = (b.shape[0] + o.shape[0]) if keep else 0  # lines <= bytes + documents
     line_hash = np.empty(nl, np.uint64)
@@ -125,7 +168,7 @@ def doc_line_hashes(o: np.ndarray, b: np.ndarray, min_chars: int, cap: int, keep
         k0 = k
         p = s
         while True:
-            q, nc = _line_chars(b, p, e)
+            q, nc = _line_chars_w(b, w, head, p, e)
             sc = -1
             h = np.uint64(0)
             if nc >= min_chars or keep:  # else no stripped line is long enough
@@ -201,21 +244,21 @@ def _table(hashes):
 
 @numba.njit(**_JIT)
 def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.ndarray, line_hash: np.ndarray,
-                    line_sc: np.ndarray, line_end: np.ndarray, line_nc: np.ndarray):
+                    line_sc: np.ndarray, line_end: np.ndarray, line_nc: np.ndarray, nb: np.ndarray):
     """Every document without its counted lines whose hash is in `frequent`, kept lines joined by
-    `\\n` (a document losing nothing keeps its bytes: its lines joined again are its text). Returns (offsets,
-    bytes, removed lines, stripped chars of all lines, stripped chars of the kept lines, characters of the new
-    text); the two stripped sums are 0 for a document that lost nothing. One pass: each line is copied while
+    `\\n` (a document losing nothing keeps its bytes: its lines joined again are its text), written to nb[:w].
+    Returns (offsets, w, removed lines, stripped chars of all lines, stripped chars of the kept lines,
+    characters of the new text); the two stripped sums are 0 for a document that lost nothing. One pass: each line is copied while
     its end is sought and its characters counted, and dropped again (the write position rewound) if it goes.
     `line_hash` / `line_sc` / `line_end` / `line_nc`: every line's hash, stripped characters, end and characters
     from doc_line_hashes(keep=True) on the same buffers, or empty arrays (computed here). With them no byte is
-    scanned: a document losing nothing is copied whole, a kept line as one slice."""
+    scanned: a document losing nothing is copied whole, a kept line as one slice. `nb`: where the new bytes go
+    (at least o[-1] - o[0] of them; the caller's allocation, e.g. from Arrow's pool)."""
     if line_hash.shape[0] > 0:
-        return _remove_known(o, b, min_chars, frequent, line_hash, line_sc, line_end, line_nc)
+        return _remove_known(o, b, min_chars, frequent, line_hash, line_sc, line_end, line_nc, nb)
     n = o.shape[0] - 1
     base = o[0]
     no = np.empty(n + 1, np.int64)
-    nb = np.empty(o[n] - base, np.uint8)
     removed = np.zeros(n, np.int32)
     chars = np.zeros(n, np.int64)
     kept = np.zeros(n, np.int64)
@@ -267,16 +310,15 @@ def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.n
             removed[d] = rm
             chars[d] = tot
             kept[d] = kc
-    return no, nb[:w], removed, chars, kept, nchars
+    return no, w, removed, chars, kept, nchars
 
 
 @numba.njit(**_JIT)
-def _remove_known(o, b, min_chars, frequent, line_hash, line_sc, line_end, line_nc):
+def _remove_known(o, b, min_chars, frequent, line_hash, line_sc, line_end, line_nc, nb):
     """remove_frequent with every line's key, end and characters known (doc_line_hashes(keep=True))."""
     n = o.shape[0] - 1
     base = o[0]
     no = np.empty(n + 1, np.int64)
-    nb = np.empty(o[n] - base, np.uint8)
     removed = np.zeros(n, np.int32)
     chars = np.zeros(n, np.int64)
     kept = np.zeros(n, np.int64)
@@ -330,4 +372,4 @@ def _remove_known(o, b, min_chars, frequent, line_hash, line_sc, line_end, line_
             nchars[d] = cc
         no[d + 1] = w
         li = j
-    return no, nb[:w], removed, chars, kept, nchars
+    return no, w, removed, chars, kept, nchars

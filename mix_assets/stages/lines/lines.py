@@ -29,7 +29,7 @@ import hashlib
 import json
 import threading
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import polars as pl
@@ -38,7 +38,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mix_assets.core import chunks, engine, imports, layout, tables
-from mix_assets.stages.dedup import signatures as sig
 
 FORMAT = "mix_assets.line_dedup/1"
 META_KEY = b"mix_assets.line_dedup"
@@ -138,7 +137,7 @@ def count_lines(text: pa.Array, min_line_chars: int, keep: bool = False):
     # (bytes + documents) / 2 + documents of them (np.empty: only the pages written are taken)
     n = len(o) - 1
     cap = int(o[-1] - o[0] + n) // 2 + n + 1 if min_line_chars >= 1 else int(o[-1] - o[0]) + n + 1
-    h, *lines = kernels.doc_line_hashes(o, b, min_line_chars, cap, keep)
+    h, *lines = kernels.doc_line_hashes(o, b, *kernels.words(b), min_line_chars, cap, keep)
     uniq, n = np.unique(h, return_counts=True)
     counts = (uniq.astype(np.uint64), n.astype(np.int64))
     return (*counts, *lines) if keep else counts
@@ -227,9 +226,12 @@ def remove_lines(text: pa.Array, hashes: np.ndarray, p: LineParams, lines: Optio
     old, o, b = _buffers(text)
     n = len(old)
     lines = lines if lines is not None else (np.zeros(0, np.uint64), *(np.zeros(0, np.int64) for _ in range(3)))
-    no, nb, removed, chars, kept, nchars = kernels.remove_frequent(
-        o, b, p.min_line_chars, np.ascontiguousarray(hashes, np.uint64), *lines)
-    out = pa.LargeStringArray.from_buffers(n, pa.py_buffer(no), pa.py_buffer(nb))
+    # the new bytes in a buffer of Arrow's pool: it takes back the pages of the chunks already written (a
+    # fresh numpy allocation per chunk costs a page fault per 4 KB, all chunks of a row group being alive)
+    buf = pa.allocate_buffer(max(int(o[-1] - o[0]), 1))
+    no, w, removed, chars, kept, nchars = kernels.remove_frequent(
+        o, b, p.min_line_chars, np.ascontiguousarray(hashes, np.uint64), *lines, np.frombuffer(buf, np.uint8))
+    out = pa.LargeStringArray.from_buffers(n, pa.py_buffer(no), buf.slice(0, int(w)) if w < buf.size else buf)
     if old.null_count:  # a null text stays null (it has one blank line, never removed unless blank lines count)
         out = pc.if_else(pc.is_null(old), old, out)
     changed = removed > 0
@@ -347,10 +349,53 @@ def describe(raw_versions: Mapping[str, Optional[str]], params: LineParams, skip
 
 # -- the stage: count map, reduce, removal map, files ----------------------------------------------------------
 GROUP_ROWS = 65536  # rows per row group of a documents file, whatever the chunk size (same bytes on every engine)
+WRITE_BATCH_ROWS = 1024  # the Parquet writer's batch (pyarrow's default write_batch_size, set explicitly below)
 # A documents file is a second copy of its source's text, written once and read by every later stage:
 # pyarrow's lz4 instead of the project's zstd costs less CPU to write and about half as much to read, for a
 # file about 1.5x larger on prose (bench/results/line_dedup.md, "the stage with its files"). Same content.
-DOCS_WRITER_OPTIONS = {**tables.WRITER_OPTIONS, "compression": "lz4"}
+DOCS_WRITER_OPTIONS = {**tables.WRITER_OPTIONS, "compression": "lz4", "write_batch_size": WRITE_BATCH_ROWS}
+
+
+def aligned_groups(parts: Iterable[pa.Table], rows: int, schema: pa.Schema,
+                   batch: int = WRITE_BATCH_ROWS) -> Iterator[pa.Table]:
+    """The rows of `parts` in order, as tables of exactly `rows` rows (the last one shorter), each made of the
+    parts' own Arrow chunks where a chunk boundary falls on a multiple of `batch` rows from the table's start,
+    and of the rows around any other boundary joined (under `batch` rows each). The Parquet writer cuts its
+    pages at its batches of `batch` rows, which start again at every Arrow chunk: with every boundary on a
+    multiple its batches, hence its bytes, are those of the table joined into one chunk (test), without
+    copying the whole group (a join into one chunk copies every byte of text once more)."""
+    group: list[pa.Table] = []
+    pending: list[pa.Table] = []  # the rows since the last multiple of `batch` in this group
+    pn = gn = 0
+    out = False
+    for t in parts:
+        while t.num_rows:
+            take = min(t.num_rows, rows - gn)
+            part, t = t.slice(0, take), t.slice(take)
+            if pn:
+                k = min(batch - pn, part.num_rows)
+                pending.append(part.slice(0, k))
+                pn, part = pn + k, part.slice(k)
+                if pn == batch:
+                    group.append(pa.concat_tables(pending).combine_chunks())
+                    pending, pn = [], 0
+            if part.num_rows:  # starts on a multiple: whole batches as they are, the rest pending
+                whole = part.num_rows - part.num_rows % batch
+                if whole:
+                    group.append(part.slice(0, whole))
+                if part.num_rows > whole:
+                    pending, pn = [part.slice(whole)], part.num_rows - whole
+            gn += take
+            if gn == rows:
+                yield _joined(group, pending, schema)
+                group, pending, pn, gn, out = [], [], 0, 0, True
+    if gn or not out:
+        yield _joined(group, pending, schema)
+
+
+def _joined(group: list, pending: list, schema: pa.Schema) -> pa.Table:
+    tail = [pa.concat_tables(pending).combine_chunks()] if pending else []
+    return pa.concat_tables(group + tail) if group or tail else schema.empty_table()
 
 
 @dataclass
@@ -405,9 +450,11 @@ def _dedup_lines(storage, files: Mapping[str, engine.FileAt], raw_versions: Mapp
     """Count every source's lines (map), sum them (reduce), write layout.LINE_FREQUENT, then each source's
     documents without the frequent lines (map; skipped sources: none written) and layout.LINE_REPORT.
 
-    Both maps keep each chunk's result as a keyed part until what it feeds is written (core/chunks.py), keyed by
-    the source's raw version, the parameters and this code (and, for the removal, the frequent set), so a killed
-    run resumes at the first chunk it had not finished."""
+    Resume after a kill: the count map keeps each chunk's counts as a keyed part (core/chunks.py, keyed by the
+    source's raw version, the parameters and this code) until the run ends, so a rerun counts only the chunks
+    it had not counted. The removal map stores no part: a chunk's removal is recomputed from raw and the
+    frequent set for less than storing its text would cost (its whole new text written, fsynced, read back,
+    deleted); a source whose documents file was written by a killed run of the same inputs (`done`) is kept."""
     names = list(files)
     meta = describe(raw_versions, p, skip)
     store = chunks.Parts(storage, PARTS_STAGE)
@@ -428,7 +475,6 @@ def _dedup_lines(storage, files: Mapping[str, engine.FileAt], raw_versions: Mapp
         log.info(f"line_dedup: {len(hashes):,} distinct lines over {len(names)} sources, {top.num_rows:,} in >= "
                  f"{p.min_docs} documents")
     wanted = top.column("hash").to_numpy().astype(np.uint64)
-    frequent_key = hashlib.sha256(wanted.tobytes()).hexdigest()[:16]
     rows = []
     for s in names:
         if s in skip:
@@ -436,21 +482,25 @@ def _dedup_lines(storage, files: Mapping[str, engine.FileAt], raw_versions: Mapp
             continue
         with engine.open_parquet(files[s]) as f:
             schema = docs_schema(f.schema_arrow).with_metadata({META_KEY: json.dumps(meta, sort_keys=True).encode()})
+        mine = group_ranges(files[s], eng.chunk_rows)
+        key = layout.LINE_DOCS.format(source=s)
+        if (totals := done(storage, key, meta)) is not None:
+            for rng in mine:
+                HELD.pop((s, rng))
+            if log:
+                log.info(f"line_dedup: kept {s}'s documents file, written by a killed run of the same inputs")
+            rows.append(totals.row(s))
+            continue
         totals = SourceTotals()
-        mine = [(s, rng) for rng in group_ranges(files[s], eng.chunk_rows)]
-        keys, have, _ = store.keyed("line_dedup", mine, {s: {**own[s], "map": "remove", "frequent": frequent_key}}, log)
-        results = chunks.resume(apply_chunk, [ApplyChunk(s, rng, wanted, p) for _, rng in mine], keys, eng, store,
-                                have=have)
+        results = engine.map_chunks(apply_chunk, [ApplyChunk(s, rng, wanted, p) for rng in mine], eng)
 
         def parts(results=results, totals=totals):
-            for t, _ in results:
-                nb_before = t.column("n_bytes").to_numpy().astype(np.int64) + t.column("removed_bytes").to_numpy()
-                totals.add(t, nb_before)
+            for t in results:
+                totals.add(t, _bytes_before(t))
                 yield t.cast(schema)
 
-        tables.write_parquet_groups(storage, layout.LINE_DOCS.format(source=s), schema,
-                                    sig.regroup(parts(), GROUP_ROWS, schema), DOCS_WRITER_OPTIONS)
-        store.drop(keys)
+        tables.write_parquet_groups(storage, key, schema, aligned_groups(parts(), GROUP_ROWS, schema),
+                                    DOCS_WRITER_OPTIONS)
         rows.append(totals.row(s))
     shown = [] if not samples else top_lines(_texts([files[s] for s in names if s not in skip]), top, samples,
                                              p.min_line_chars)
@@ -460,6 +510,27 @@ def _dedup_lines(storage, files: Mapping[str, engine.FileAt], raw_versions: Mapp
          "sources": rows}, indent=1, sort_keys=True))
     store.drop(count_keys)
     return res
+
+
+def _bytes_before(t: pa.Table) -> np.ndarray:
+    return t.column("n_bytes").to_numpy().astype(np.int64) + t.column("removed_bytes").to_numpy()
+
+
+def done(storage, key: str, meta: dict) -> Optional[SourceTotals]:
+    """The totals of the documents file at `key` when it was computed from `meta` (its schema metadata says so:
+    the same raw version of every source, parameters, skip list and code, hence the same frequent set), else
+    None. Files are written whole or not at all (storage.writing), so one found is complete; without every
+    source's raw version nothing is taken."""
+    if any(v is None for v in meta["raw"].values()) or not storage.exists(key):
+        return None
+    with engine.open_parquet(tables.file_at(storage, key)) as f:
+        if (f.schema_arrow.metadata or {}).get(META_KEY) != json.dumps(meta, sort_keys=True).encode():
+            return None
+        totals = SourceTotals()
+        for i in range(f.num_row_groups):
+            t = f.read_row_group(i, columns=["n_bytes", "removed_lines", "removed_bytes", "dropped"])
+            totals.add(t, _bytes_before(t))
+    return totals
 
 
 def _skipped_totals(file: engine.FileAt, source: str) -> dict:

@@ -174,6 +174,37 @@ def test_the_documents_file_is_lz4_with_the_content_of_the_project_writer(tmp_pa
     assert lz4.sha256(layout.LINE_FREQUENT) == zstd.sha256(layout.LINE_FREQUENT)
 
 
+@pytest.mark.parametrize("rows,cuts", [(3000, [1, 700, 1024, 1100, 2047, 2049, 4500]), (1024, [5, 6, 2000, 3333]),
+                                       (5000, [])])
+def test_aligned_groups_write_the_bytes_of_groups_joined_into_one_chunk(rows, cuts):
+    """lines.aligned_groups keeps the removal's chunks as they are (no copy of the group) where they start on
+    a multiple of the writer's batch, which gives the bytes of the group joined into one chunk (the old
+    regroup's); parts cut anywhere else, written as they come, give other bytes (why the boundaries are joined)."""
+    import io
+
+    r = random.Random(4)
+    texts = ["\n".join(_line(r, r.randint(3, 30)) for _ in range(r.randint(5, 20))) for _ in range(4200)]  # pages (1 MB) fill
+    t = pa.table({"doc_id": [str(i) for i in range(len(texts))], "text": texts, "n": list(range(len(texts)))})
+    pts = [0, *cuts, t.num_rows]
+    parts = [t.slice(a, b - a).combine_chunks() for a, b in zip(pts, pts[1:]) if b > a]
+
+    def written(groups) -> bytes:
+        out = io.BytesIO()
+        with pq.ParquetWriter(out, t.schema, **lib.DOCS_WRITER_OPTIONS) as w:
+            for g in groups:
+                w.write_table(g, row_group_size=rows)
+        return out.getvalue()
+
+    joined = [t.slice(a, rows).combine_chunks() for a in range(0, t.num_rows, rows)]
+    got = list(lib.aligned_groups(iter(parts), rows, t.schema))
+    assert [g.num_rows for g in got] == [g.num_rows for g in joined]
+    assert written(got) == written(joined)
+    if any(c % lib.WRITE_BATCH_ROWS for c in cuts):
+        as_they_come = [pa.concat_tables(parts).slice(a, rows) for a in range(0, t.num_rows, rows)]
+        assert written(as_they_come) != written(joined)
+    assert list(lib.aligned_groups(iter([]), rows, t.schema))[0].num_rows == 0
+
+
 def _write_one(path):
     _docs_file(path, corpus()["web"], "web")
     return path
@@ -267,13 +298,15 @@ def test_without_a_line_dedup_section_there_is_no_asset_and_the_config_dump_is_u
     assert '"line_dedup":' not in off.canonical_json() and '"line_dedup":' in spec.canonical_json()
 
 
-def test_a_run_killed_in_the_removal_map_resumes_from_its_chunk_parts(tmp_path, monkeypatch):
+def test_a_run_killed_in_the_removal_map_resumes_without_counting_or_rewriting_a_finished_source(tmp_path, monkeypatch):
+    """Killed in forum's removal (web's documents file written): the rerun takes every count from its part,
+    keeps web's file (same inputs, its metadata says so), redoes forum's removal from raw (the removal map
+    stores no part) and writes the bytes of an uninterrupted run; nothing is left under parts/."""
     clean, _ = _run_lib(tmp_path / "clean", engine.Engine(num_cpus=1, chunk_rows=8))
     real_apply, real_count = lib.apply_chunk, lib.count_chunk
-    calls = {"apply": 0, "count": 0}
+    calls = {"apply": [], "count": 0}
 
     def dying(chunk, *a):
-        calls["apply"] += 1
         if chunk.source == "forum" and chunk.rows.start >= 16:
             raise KeyboardInterrupt("killed")
         return real_apply(chunk, *a)
@@ -281,19 +314,46 @@ def test_a_run_killed_in_the_removal_map_resumes_from_its_chunk_parts(tmp_path, 
     monkeypatch.setattr(lib, "apply_chunk", dying)
     with pytest.raises(KeyboardInterrupt):
         _run_lib(tmp_path / "run", engine.Engine(num_cpus=1, chunk_rows=8))
+    storage = Storage(root=str(tmp_path / "run" / "storage"))
+    assert storage.exists(layout.LINE_DOCS.format(source="web"))
+    assert not storage.exists(layout.LINE_DOCS.format(source="forum"))
+    assert storage.list("parts/lines")  # the count map's parts
+    written = storage.local_path(layout.LINE_DOCS.format(source="web"))
+    mtime = __import__("os").stat(written).st_mtime_ns
 
     def counting(chunk):
         calls["count"] += 1
         return real_count(chunk)
 
-    monkeypatch.setattr(lib, "apply_chunk", real_apply)
+    def applying(chunk, *a):
+        calls["apply"].append(chunk.source)
+        return real_apply(chunk, *a)
+
+    monkeypatch.setattr(lib, "apply_chunk", applying)
     monkeypatch.setattr(lib, "count_chunk", counting)
-    calls["count"] = 0
-    again, _ = _run_lib(tmp_path / "run", engine.Engine(num_cpus=1, chunk_rows=8))
+    again, res = _run_lib(tmp_path / "run", engine.Engine(num_cpus=1, chunk_rows=8))
     assert calls["count"] == 0  # every count chunk came from its part
-    for key in [layout.LINE_FREQUENT, *(layout.LINE_DOCS.format(source=s) for s in ("web", "forum"))]:
+    assert set(calls["apply"]) == {"forum"}  # web's file kept, forum's removal redone
+    assert __import__("os").stat(written).st_mtime_ns == mtime
+    for key in [layout.LINE_FREQUENT, layout.LINE_REPORT, *(layout.LINE_DOCS.format(source=s) for s in ("web", "forum"))]:
         assert again.sha256(key) == clean.sha256(key), key
     assert not again.list("parts/lines")  # the parts go once what they fed is written
+    assert not lib.HELD.items
+
+
+def test_a_documents_file_of_other_inputs_is_rewritten(tmp_path):
+    """A documents file left by a run with other parameters (or without raw versions to key it) is not
+    taken for this run's."""
+    _run_lib(tmp_path, engine.Engine(num_cpus=1, chunk_rows=8), lib.LineParams(min_docs=50))
+    other, _ = _run_lib(tmp_path, engine.Engine(num_cpus=1, chunk_rows=8))
+    clean, _ = _run_lib(tmp_path / "clean", engine.Engine(num_cpus=1, chunk_rows=8))
+    for s in ("web", "forum"):
+        assert other.sha256(layout.LINE_DOCS.format(source=s)) == clean.sha256(layout.LINE_DOCS.format(source=s))
+    storage = Storage(root=str(tmp_path / "storage"))
+    meta = lib.describe({"web": "v1", "forum": "v1"}, lib.LineParams(min_docs=5, min_kept_share=0.5), [])
+    key = layout.LINE_DOCS.format(source="web")
+    assert lib.done(storage, key, meta) is not None
+    assert lib.done(storage, key, {**meta, "raw": {"web": None, "forum": "v1"}}) is None
 
 
 def _messy_corpus(n: int = 600, seed: int = 9) -> list[str]:
@@ -348,6 +408,26 @@ def test_removals_match_a_plain_python_reference(tmp_path, chunk_rows, held, mon
     assert got.column("n_chars").to_pylist() == [len(w[0]) for w in want]
     assert got.column("n_bytes").to_pylist() == [len(w[0].encode()) for w in want]
     assert sorted(pq.read_table(storage.source(layout.LINE_FREQUENT)).column("hash").to_pylist()) == sorted(frequent)
+
+
+def test_the_count_reads_whole_words_wherever_the_bytes_start():
+    """kernels._line_chars_w reads 8 aligned bytes at a time (kernels.words): the same counts and line keys
+    for the same texts at every alignment of their bytes (1-7 bytes off), on lines with multi-byte
+    characters and lines shorter and longer than a word."""
+    from mix_assets.stages.lines import kernels
+
+    texts = _messy_corpus(200) + ["é" * k + "\n" + "漢字😀x" * k for k in range(20)]
+    data = "".join(texts).encode()
+    offsets = np.cumsum([0] + [len(t.encode()) for t in texts]).astype(np.int64)
+    want = lib.count_lines(pa.array(texts, pa.large_string()), 3, keep=True)
+    seen = set()
+    for pad in range(8):
+        raw = pa.py_buffer(b"#" * pad + data).slice(pad)
+        arr = pa.LargeStringArray.from_buffers(len(texts), pa.py_buffer(offsets.tobytes()), raw)
+        seen.add(kernels.words(lib._buffers(arr)[2])[1])
+        got = lib.count_lines(arr, 3, keep=True)
+        assert all(np.array_equal(a, b) for a, b in zip(got, want)), pad
+    assert len(seen) == 8  # every alignment was exercised
 
 
 def test_the_line_key_is_xxh64_of_the_stripped_utf8_bytes():
