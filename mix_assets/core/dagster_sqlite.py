@@ -48,15 +48,19 @@ def _on_connect(dbapi_connection, _record) -> None:
     if not isinstance(dbapi_connection, sqlite3.Connection):
         return
     try:
-        mode = dbapi_connection.execute("PRAGMA journal_mode").fetchone()
-        if not mode or str(mode[0]).lower() != "wal":
-            return  # a rollback journal keeps SQLite's default (NORMAL there can corrupt on power loss)
-        dbapi_connection.execute("PRAGMA synchronous=NORMAL")
         files = [row[2] for row in dbapi_connection.execute("PRAGMA database_list") if row[1] == "main"]
+        path = files[0] if files else ""
+        with _LOCK:
+            known = path in _HELD  # a WAL database seen before: no need to ask again
+        if not known:
+            mode = dbapi_connection.execute("PRAGMA journal_mode").fetchone()
+            if not mode or str(mode[0]).lower() != "wal":
+                return  # a rollback journal keeps SQLite's default (NORMAL there can corrupt on power loss)
+        dbapi_connection.execute("PRAGMA synchronous=NORMAL")
     except sqlite3.Error:
         return  # Dagster's own statement reports a broken database
-    if files and files[0]:
-        hold(files[0])
+    if path:  # not an in-memory database
+        hold(path)
 
 
 def hold(path: str) -> None:
