@@ -1,11 +1,11 @@
-"""Dagster's SQLite event log with and without mix_assets/core/dagster_sqlite.py, in fresh processes.
+"""Dagster's SQLite event log with and without mix_assets/dagster_sqlite.py, in fresh processes.
 
     PYTHONPATH=$PWD .venv/bin/python bench/event_log.py --steps 25 --repeats 3
 
 Each run: one `dg.materialize` of `--steps` trivial assets (each logs one line and reports one check,
 about the events a graph step stores) on a new local instance (DagsterInstance.local_temp: SQLite, WAL,
 as `make run`'s), in its own process; `default` leaves Dagster's SQLite settings (MIX_DAGSTER_SQLITE=default),
-`hook` installs core/dagster_sqlite. The two alternate, `--repeats` times each. Printed: each run's wall
+`hook` installs mix_assets/dagster_sqlite.py. The two alternate, `--repeats` times each. Printed: each run's wall
 and CPU seconds and events stored, then the medians and their ratio (hook ÷ default). Wall is mostly
 fsync latency, so it depends on the disk and on what else writes to it: say whether the host was loaded.
 """
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 def child(steps: int, hook: bool) -> dict:
     import dagster as dg
 
-    from mix_assets.core import dagster_sqlite
+    from mix_assets import dagster_sqlite
 
     if hook:
         dagster_sqlite.install()

@@ -1,4 +1,4 @@
-"""core/dagster_sqlite.py: Dagster's SQLite event log without an fsync per stored event."""
+"""mix_assets/dagster_sqlite.py: Dagster's SQLite event log without an fsync per stored event."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dagster as dg
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from mix_assets.core import dagster_sqlite
+from mix_assets import dagster_sqlite
 
 
 def _create(path, wal: bool) -> None:
