@@ -3,8 +3,9 @@
 Dagster's SQLite storages open a connection for every event they store (SQLAlchemy NullPool) and close it
 after one commit. In WAL mode (Dagster's), closing the last connection to a database checkpoints it
 (fsyncs of the log and the database, then the log is removed), and with SQLite's default synchronous=FULL
-every commit fsyncs the log too: ~20 ms per connection on this project's machines, ~700 connections in a
-100 MB build, most of a build's per-step overhead (bench/results/graph.md).
+every commit fsyncs the log too. bench/event_log.py measured 4 ms (load ~3) to 25 ms (load ~10) of wall saved
+per stored event on a shared 2-core machine; a 100 MB build stores ~200 events (~700 connections), and its whole
+graph showed no difference beyond run-to-run noise at load ~3 (bench/results/graph.md, branch i28-fixed).
 
 `install()` registers a SQLAlchemy connect hook: each SQLite connection to a WAL database gets
 `synchronous=NORMAL` (SQLite's recommended setting for WAL: an application crash loses nothing, a power
