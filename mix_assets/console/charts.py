@@ -15,6 +15,8 @@ import base64
 import io
 import math
 import re
+import sys
+import threading
 from collections.abc import Mapping, Sequence
 
 MAX_PNG_BYTES = 100_000
@@ -30,7 +32,43 @@ class ChartError(ValueError):
     """Input a chart cannot be drawn from (the message names the chart and the field)."""
 
 
+_PRELOADS: list[threading.Thread] = []  # preload threads started in this process
+_PRELOAD_LOCK = threading.Lock()
+
+
+def preload() -> threading.Thread | None:
+    """Start importing matplotlib's figure, Agg canvas and ticker on a daemon thread, for a step that charts
+    once its work is done: the import (~0.3 CPU s, the first chart's extra cost in a process) then overlaps that
+    work instead of following it. None when matplotlib is imported already or an import is under way.
+
+    Every chart function here waits for that thread before it imports matplotlib itself: two threads importing
+    matplotlib at once can see its modules half initialised (they import each other) and fail. Nothing else in
+    the step that preloads may import matplotlib."""
+    def load() -> None:
+        try:
+            import matplotlib.backends.backend_agg  # noqa: F401
+            import matplotlib.figure  # noqa: F401
+            import matplotlib.ticker  # noqa: F401
+        except Exception:  # noqa: BLE001 - the chart's own import reports it
+            pass
+
+    with _PRELOAD_LOCK:
+        if "matplotlib.ticker" in sys.modules or any(t.is_alive() for t in _PRELOADS):
+            return None
+        t = threading.Thread(target=load, name="charts-preload", daemon=True)
+        _PRELOADS[:] = [t]
+        t.start()
+    return t
+
+
+def _preloaded() -> None:
+    """Wait for a `preload` still importing matplotlib (see there why)."""
+    for t in list(_PRELOADS):
+        t.join()
+
+
 def _figure(size=_SIZE):
+    _preloaded()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -41,6 +79,7 @@ def _figure(size=_SIZE):
 
 def _style(ax, title: str, xlabel: str | None, ylabel: str | None, integer_y: bool = False) -> None:
     """Legible fonts, few ticks, a light grid behind the data, no top/right frame."""
+    _preloaded()
     from matplotlib.ticker import MaxNLocator
 
     ax.set_title(title, fontsize=_FONT["title"], loc="left")
@@ -60,6 +99,7 @@ def _style(ax, title: str, xlabel: str | None, ylabel: str | None, integer_y: bo
 def _log_ticks(axis, lo: float, hi: float) -> None:
     """A log axis with a few plain labels (200, 500, 1K, 2K): 1-2-5 steps over up to three decades,
     powers of ten beyond; no minor labels (matplotlib labels those on a short range: "6 x 10^2")."""
+    _preloaded()
     from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
     decades = math.log10(max(hi, lo * 1.0001) / lo)
@@ -114,6 +154,7 @@ def histogram_png(values: Sequence[float], title: str, xlabel: str, bins: int = 
                   log_x: bool = False, markers: Mapping[str, float] | None = None) -> bytes:
     """Histogram of `values` (e.g. document lengths); `markers` draw labelled vertical lines (p50, p99)."""
     import numpy as np
+    _preloaded()
     from matplotlib.ticker import MaxNLocator
 
     arr = np.asarray(values, dtype=float)
@@ -155,6 +196,7 @@ def s_curve_png(bands: int, rows: int, threshold: float | None = None,
                 observed: Sequence[float] | None = None, title: str | None = None) -> bytes:
     """The MinHash-LSH S-curve for `bands` x `rows`; `observed` Jaccards of candidate pairs as a histogram."""
     import numpy as np
+    _preloaded()
     from matplotlib.ticker import MaxNLocator
 
     if bands < 1 or rows < 1:

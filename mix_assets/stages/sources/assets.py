@@ -11,6 +11,7 @@ from mix_assets.stages.sources import sources as lib
 from mix_assets.stages.sources import metadata as md
 from mix_assets.core.engine import Engine
 from mix_assets.core.progress import Progress
+from mix_assets.console import charts
 from mix_assets.resources import MixResource
 
 HAS_DOCUMENTS = "has_documents"
@@ -52,6 +53,7 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
         demo_corpus.ensure_for_spec(spec_now)
         if hit := reused(context, mix, raw_name(src.name), {}, roots=lambda: lib.root_keys(spec_now, src.name)):
             return hit
+        charts.preload()  # its length histogram: matplotlib imported while the source is read
         prog = Progress(context.log, f"raw/{src.name}", interval=10.0, item="rows")  # rows read, before filters
         seen = [0, 0]
 

@@ -177,8 +177,9 @@ def check(storage, seed: int, tok, paths: Optional[dict] = None, reference=None)
     `reference` (reference_ids.ReferenceIds over `tok`): where HF's ids of a source's sample come from, each
     text's ids reused from the keyed store when stored under the same tokenizer and code; None: encoded here.
 
-    A source's texts are read and HF-encoded on a pool thread (Arrow's decode and encode_batch_fast release the
-    GIL; HF runs on its Rust threads), the next source's while this thread compares the ids of the one before."""
+    The sources' texts are read on a reader thread, in order, and HF-encoded on an encoding thread (Arrow's decode and
+    encode_batch_fast release the GIL; HF runs on its Rust threads): the next source is read while one is encoded,
+    and encoded while this thread compares the ids of the one before."""
     stats = json.loads(storage.read_text(layout.SHARD_STATS))
     dtype, L = token_dtype(stats["dtype"]), stats["packing"]["sample_len"]
     sep = stats["packing"].get("separator_id")
@@ -188,8 +189,9 @@ def check(storage, seed: int, tok, paths: Optional[dict] = None, reference=None)
     streams = {sp: _Stream(storage, stats["splits"][sp]["shards"], L, dtype) for sp in ("train", "val")}
     report = ExactnessReport({s: SourceCheck(documents=docs[s]) for s in docs})
 
-    def prepare(source: str, rows: np.ndarray) -> tuple[str, list, list, list[list[int]]]:
-        """(source, sampled doc ids, their (split, start, tokens), HF's ids of each)."""
+    def read(source: str, rows: np.ndarray) -> tuple:
+        """(sampled doc ids, their (split, start, tokens), their texts, the documents file, its sha256 or None, HF's
+        ids of the sample when stored by that file (then no text is read and the texts are None))."""
         sub = app.take(pa.array(rows))
         ids = sub.column("doc_id").to_pylist()
         path = (paths or {}).get(source) or storage.source(layout.RAW_DOCS.format(source=source))
@@ -201,15 +203,21 @@ def check(storage, seed: int, tok, paths: Optional[dict] = None, reference=None)
         if file_sha is not None:
             got = reference.by_file(source, file_sha, ids, _READER)
             if got is not None:
-                return source, ids, where, got
-        texts = _texts(path, set(ids))
+                return ids, where, None, path, file_sha, got
+        return ids, where, _texts(path, set(ids)), path, file_sha, None
+
+    def prepare(source: str, reading) -> tuple[str, list, list, list[np.ndarray]]:
+        """(source, sampled doc ids, their (split, start, tokens), HF's ids of each)."""
+        ids, where, texts, path, file_sha, got = reading.result()
+        if got is not None:
+            return source, ids, where, got
         missing = [d for d in ids if texts.get(d) is None]
         if missing:
             raise ValueError(f"{path}: no text for document {missing[0]!r} of the shards; the documents "
                              "changed after token_shards")
         sampled = [texts[d] for d in ids]
         del texts
-        if reference is not None:  # one thread calls it: its counters need no lock
+        if reference is not None:
             out = reference.arrays(source, sampled)
             if file_sha is not None:
                 reference.file_by_file(source, file_sha, ids, _READER, sampled)
@@ -245,10 +253,16 @@ def check(storage, seed: int, tok, paths: Optional[dict] = None, reference=None)
         res.mismatched += [d for d, b in zip(ids, bad.tolist()) if b]
 
     try:
-        with ThreadPoolExecutor(max_workers=1) as pool:
+        # a reader thread reads the sources' texts in order, ahead of the encoding thread (the encoder's Rust
+        # threads would otherwise wait while a documents file is decoded); one encoding thread calls `reference`
+        with ThreadPoolExecutor(max_workers=1) as reader, ThreadPoolExecutor(max_workers=1) as pool:
+            order = list(picks)
+            readings = {s: reader.submit(read, s, picks[s]) for s in order[:1]}
             pending: deque = deque()  # sources prepared (read and encoded) ahead of their comparison
-            for source, rows in picks.items():
-                pending.append(pool.submit(prepare, source, rows))
+            for i, source in enumerate(order):
+                for ahead in order[i + 1:i + 2]:  # at most one source's texts read ahead of its encoding
+                    readings[ahead] = reader.submit(read, ahead, picks[ahead])
+                pending.append(pool.submit(prepare, source, readings.pop(source)))
                 while len(pending) > 1:  # compare a source while the next one is read and encoded
                     compare(*pending.popleft().result())
             while pending:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -57,6 +58,7 @@ class ReferenceIds:
         self.storage, self.tokenizer, self.encoder, self.run_id = storage, tokenizer_sha256, encoder, run_id
         self.reused = 0
         self.encoded = 0
+        self._counting = threading.Lock()  # by_file runs on exactness' reader thread, arrays on its encoder's
 
     def key(self, source: str, tkeys: list[bytes]) -> str:
         return keys.artifact_key(ASSET, CODE, self._inputs(source, tkeys))
@@ -119,7 +121,8 @@ class ReferenceIds:
                     got[k] = np.asarray(v, np.uint32)
         fresh = set(todo)
         n = sum(k in fresh for k in tkeys)
-        self.encoded, self.reused = self.encoded + n, self.reused + len(tkeys) - n
+        with self._counting:
+            self.encoded, self.reused = self.encoded + n, self.reused + len(tkeys) - n
         out = [got[k] for k in tkeys]
         if rec is None or todo:
             self._file(source, key, tkeys, out)
@@ -139,7 +142,8 @@ class ReferenceIds:
             return None
         col = t.column("ids").combine_chunks()
         values, offsets = col.values.to_numpy(zero_copy_only=False), col.offsets.to_numpy()
-        self.reused += len(doc_ids)
+        with self._counting:
+            self.reused += len(doc_ids)
         return [values[offsets[i]:offsets[i + 1]] for i in range(len(doc_ids))]
 
     def file_by_file(self, source: str, file_sha256: str, doc_ids: list[str], reader: str, texts: list[str]) -> None:
