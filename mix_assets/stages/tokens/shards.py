@@ -11,11 +11,13 @@ Train documents are read in rounds: only as many as the budget fill needs (estim
 counts, then corrected with the observed bytes/token), so the excess headroom is not encoded;
 the final selection depends only on true token counts, never on the estimate.
 Pass 2 spills each split's appearances to local files by key range of their stream-order key
-(BUCKET_APPEARANCES per bucket), then per bucket in key order: sorts it, reads each document's ids back
-from the spill with pread and feeds the packer (packing.py), whose shards format/shards.ShardWriter
-writes atomically through `Storage` (the one encoder of the shard bytes); the stream docs are written a
+(BUCKET_APPEARANCES per bucket), then per bucket in key order: sorts it, gathers its documents' ids from
+the memory-mapped spill (GATHER_TOKENS at a time, one numpy gather each) and feeds them to the packer
+(packing.py, `feed_many`: numpy work per gather, not Python work per document), whose shards
+format/shards.ShardWriter writes atomically through `Storage` (the one encoder of the shard bytes); the stream docs are written a
 row group at a time. Equal keys share a bucket, so the bytes do not depend on the bucket count.
-Peak memory: the engine's window of chunk results + one shard buffer + one bucket + O(documents)
+Peak memory: the engine's window of chunk results + one shard buffer + one bucket + one gather (~10 B a
+token of GATHER_TOKENS: index and ids) + O(documents)
 numpy/Arrow columns per source (doc ids stay in Arrow string arrays; raw rows, offsets, lengths and the
 budget fill's appearances are int64 arrays, a few tens of bytes per document): no Python object is held
 per document.
@@ -29,6 +31,7 @@ import functools
 import hashlib
 import json
 import math
+import mmap
 import os
 import tempfile
 import threading
@@ -315,6 +318,26 @@ class _SpillReader:
     def __init__(self, path: str, dtype: np.dtype):
         self.fd = os.open(path, os.O_RDONLY)
         self.dtype = dtype
+
+    def gather(self, offsets: np.ndarray, takes: np.ndarray) -> np.ndarray:
+        """The first `takes[i]` tokens of the documents at spill `offsets[i]`, back to back (one numpy gather
+        from the memory-mapped spill)."""
+        takes = np.asarray(takes, np.int64)
+        total = int(takes.sum())
+        if not total:
+            return np.zeros(0, self.dtype)
+        first = np.cumsum(takes) - takes
+        idx = np.repeat(np.asarray(offsets, np.int64) - first, takes)
+        idx += np.arange(total, dtype=np.int64)
+        # mapped for this gather only: the pages it touched leave the process's RSS when it is unmapped
+        m = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
+        try:
+            spill = np.frombuffer(m, self.dtype)
+            out = spill[idx]
+            del spill
+        finally:
+            m.close()
+        return out
 
     def read(self, offset: int, n: int) -> np.ndarray:
         isz = self.dtype.itemsize
@@ -813,6 +836,22 @@ def _spill_buckets(seed: int, per_source: dict[str, _SourceDocs], names: list[st
     return paths
 
 
+# Tokens per gather of pass 2 (one numpy gather from the spill, then Packer.feed_many): bounds its index
+# (8 B per token) and copy; an appearance longer than this is gathered alone.
+GATHER_TOKENS = 1 << 22
+
+
+def _gather_slices(takes: np.ndarray, limit: int) -> Iterator[tuple[int, int]]:
+    """[a, b) ranges of consecutive appearances holding <= `limit` tokens each (or a single appearance)."""
+    cum = np.cumsum(np.asarray(takes, np.int64))
+    a = 0
+    while a < len(cum):
+        base = cum[a - 1] if a else 0
+        b = max(a + 1, int(np.searchsorted(cum, base + limit, side="right")))
+        yield a, b
+        a = b
+
+
 def _pack(split_name, per_source: dict[str, _SourceDocs], names: list[str], parts, reader, plan: PackingPlan,
           dtype, storage, tmp: Optional[str] = None):
     """Pack one split. parts[i] = (document positions in per_source[names[i]], epochs, takes): the
@@ -839,8 +878,9 @@ def _pack(split_name, per_source: dict[str, _SourceDocs], names: list[str], part
                 ids = _record_ids(per_source, names, rec)
                 order = order_from_keys(rec["key"], rec["epoch"], lambda: _stable_rank(ids))
                 rec = rec[order]
-                for off, take, si in zip(rec["offset"].tolist(), rec["take"].tolist(), rec["src"].tolist()):
-                    packer.feed(reader.read(off, take), names[si])
+                for a, b in _gather_slices(rec["take"], GATHER_TOKENS):
+                    packer.feed_many(reader.gather(rec["offset"][a:b], rec["take"][a:b]), rec["take"][a:b],
+                                     rec["src"][a:b], names)
                 docs.add(rec["take"], rec["src"], ids.take(pa.array(order)))
                 del rec, ids, order
                 yield from docs.full()
