@@ -67,7 +67,7 @@ def test_dtypes_are_the_manifests_two_little_endian_ones():
 
 # Functions outside mix_assets/format/ that encode or decode arrays that are not shards.
 NOT_SHARDS = {
-    "_Spill.append", "_SpillReader.read",  # stages/tokens/shards.py: the encode spill (scratch, never published)
+    "_Spill.append", "_SpillReader.read", "_SpillReader.gather",  # stages/tokens/shards.py: the encode spill (scratch)
     "_spill_buckets", "_pack.row_groups",  # stages/tokens/shards.py: pass 2's appearance records (keys, positions)
     "ByteDecoder.of", "ByteDecoder.texts", "ByteDecoder._redecode",  # stages/tokens/bytelevel.py: byte tables
     "perm_sha",  # reader: the hash of a shuffle permutation
