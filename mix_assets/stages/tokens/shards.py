@@ -12,12 +12,12 @@ counts, then corrected with the observed bytes/token), so the excess headroom is
 the final selection depends only on true token counts, never on the estimate.
 Pass 2 spills each split's appearances to local files by key range of their stream-order key
 (BUCKET_APPEARANCES per bucket), then per bucket in key order: sorts it, gathers its documents' ids from
-the memory-mapped spill (GATHER_TOKENS at a time, one numpy gather each) and feeds them to the packer
+the memory-mapped spill (GATHER_TOKENS at a time, one concatenation each) and feeds them to the packer
 (packing.py, `feed_many`: numpy work per gather, not Python work per document), whose shards
 format/shards.ShardWriter writes atomically through `Storage` (the one encoder of the shard bytes); the stream docs are written a
 row group at a time. Equal keys share a bucket, so the bytes do not depend on the bucket count.
-Peak memory: the engine's window of chunk results + one shard buffer + one bucket + one gather (~10 B a
-token of GATHER_TOKENS: index and ids) + O(documents)
+Peak memory: the engine's window of chunk results + one shard buffer + one bucket + one gather (GATHER_TOKENS
+ids) + O(documents)
 numpy/Arrow columns per source (doc ids stay in Arrow string arrays; raw rows, offsets, lengths and the
 budget fill's appearances are int64 arrays, a few tens of bytes per document): no Python object is held
 per document.
@@ -322,20 +322,18 @@ class _SpillReader:
         self.dtype = dtype
 
     def gather(self, offsets: np.ndarray, takes: np.ndarray) -> np.ndarray:
-        """The first `takes[i]` tokens of the documents at spill `offsets[i]`, back to back (one numpy gather
+        """The first `takes[i]` tokens of the documents at spill `offsets[i]`, back to back (one concatenation
         from the memory-mapped spill)."""
         takes = np.asarray(takes, np.int64)
         total = int(takes.sum())
         if not total:
             return np.zeros(0, self.dtype)
-        first = np.cumsum(takes) - takes
-        idx = np.repeat(np.asarray(offsets, np.int64) - first, takes)
-        idx += np.arange(total, dtype=np.int64)
-        # mapped for this gather only: the pages it touched leave the process's RSS when it is unmapped
+        # mapped for this gather only: the pages it touched leave the process's RSS when it is unmapped; slices
+        # concatenated (one copy), not a fancy index (an int64 index per token costs more than the copy)
         m = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
         try:
             spill = np.frombuffer(m, self.dtype)
-            out = spill[idx]
+            out = np.concatenate([spill[o : o + t] for o, t in zip(np.asarray(offsets).tolist(), takes.tolist())])
             del spill
         finally:
             m.close()
@@ -898,8 +896,8 @@ def _spill_buckets(seed: int, per_source: dict[str, _SourceDocs], names: list[st
     return paths
 
 
-# Tokens per gather of pass 2 (one numpy gather from the spill, then Packer.feed_many): bounds its index
-# (8 B per token) and copy; an appearance longer than this is gathered alone.
+# Tokens per gather of pass 2 (the appearances' ids concatenated from the spill, then Packer.feed_many): bounds
+# the copy; an appearance longer than this is gathered alone.
 GATHER_TOKENS = 1 << 22
 
 
