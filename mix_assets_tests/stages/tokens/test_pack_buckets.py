@@ -139,3 +139,30 @@ def test_distinct_documents_are_counted_exactly_in_any_group_count(monkeypatch, 
               pa.array(["y", "", "a-2", "z"])]
     assert shards._count_distinct(arrays) == len(set(sum((a.to_pylist() for a in arrays), []))) == 8
     assert shards._count_distinct([]) == 0
+
+
+def test_writes_run_in_order_bounded_and_raise_their_error():
+    import threading
+    import time
+
+    done, gate = [], threading.Event()
+    with shards._Writes(depth=2) as w:
+        w.submit(lambda: gate.wait(5) and done.append(0))
+        w.submit(lambda: done.append(1))
+        t = threading.Timer(0.2, gate.set)
+        t.start()
+        w.submit(lambda: done.append(2))  # a third pending write waits for the first
+        assert done[:1] == [0]
+        t.join()
+    assert done == [0, 1, 2]
+    with pytest.raises(OSError, match="disk full"):
+        with shards._Writes() as w:
+            w.submit(lambda: (_ for _ in ()).throw(OSError("disk full")))
+            time.sleep(0.01)
+    w = shards._Writes(depth=1)
+    try:
+        w.submit(lambda: (_ for _ in ()).throw(OSError("disk full")))
+        with pytest.raises(OSError, match="disk full"):
+            w.submit(lambda: None)  # collects the first write's error
+    finally:
+        w.pool.shutdown(wait=True)
