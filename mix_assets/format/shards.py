@@ -77,29 +77,50 @@ def to_bytes(tokens: np.ndarray, dtype: str | np.dtype) -> bytes:
 
 class ShardWriter:
     """Writes one split's shards and their document indexes through `storage` (atomic per file, at
-    layout.SHARD / layout.DOC_INDEX); each call returns what the manifest records of the file."""
+    layout.SHARD / layout.DOC_INDEX); each call returns what the manifest records of the file.
 
-    def __init__(self, storage: Any, split: str, sample_len: int, dtype: str | np.dtype):
+    With `writes` (an object whose `submit(fn)` runs `fn` later, on another thread), the write and the sha256
+    run there: the returned record's sha256 is filled in when they are done (its owner waits for them)."""
+
+    def __init__(self, storage: Any, split: str, sample_len: int, dtype: str | np.dtype, writes: Any = None):
         self.storage, self.split, self.sample_len, self.dtype = storage, split, sample_len, token_dtype(dtype)
+        self.writes = writes
 
-    def _write(self, key: str, data: bytes) -> tuple[str, str]:
-        self.storage.write_bytes(key, data)
-        return key.removeprefix(layout.MIX_DIR + "/"), hashlib.sha256(data).hexdigest()
+    def _write(self, key: str, data: bytes, record: Any) -> None:
+        """Write `data` at `key` and set the record's sha256 (here, or on `writes`)."""
+        def write() -> None:
+            sha = hashlib.sha256(data).hexdigest()
+            self.storage.write_bytes(key, data)
+            if isinstance(record, dict):
+                record["sha256"] = sha
+            else:
+                record.sha256 = sha
+
+        if self.writes is None:
+            write()
+        else:
+            self.writes.submit(write)
 
     def shard(self, index: int, tokens: np.ndarray) -> ShardRecord:
-        """Shard `index` of the split: `tokens` is a 1-D array of whole samples."""
+        """Shard `index` of the split: `tokens` is a 1-D array of whole samples (copied: reusable on return)."""
         if len(tokens) % self.sample_len:
             raise ValueError(f"{self.split} shard {index}: {len(tokens)} tokens are not whole samples of "
                              f"{self.sample_len}")
         data = to_bytes(tokens, self.dtype)
-        path, sha = self._write(layout.SHARD.format(split=self.split, index=index), data)
-        return ShardRecord(path=path, samples=len(tokens) // self.sample_len, bytes=len(data), sha256=sha)
+        key = layout.SHARD.format(split=self.split, index=index)
+        rec = ShardRecord(path=key.removeprefix(layout.MIX_DIR + "/"), samples=len(tokens) // self.sample_len,
+                          bytes=len(data), sha256="")
+        self._write(key, data, rec)
+        return rec
 
     def doc_index(self, index: int, starts: np.ndarray) -> dict:
         """The document index of shard `index` (format/docindex.py) and its manifest entry."""
         data = docindex.to_bytes(starts)
-        path, sha = self._write(layout.DOC_INDEX.format(split=self.split, index=index), data)
-        return {"path": path, "bytes": len(data), "sha256": sha, "documents": len(starts)}
+        key = layout.DOC_INDEX.format(split=self.split, index=index)
+        rec = {"path": key.removeprefix(layout.MIX_DIR + "/"), "bytes": len(data), "sha256": "",
+               "documents": len(starts)}
+        self._write(key, data, rec)
+        return rec
 
 
 # -- reading ------------------------------------------------------------------------------------------

@@ -65,7 +65,7 @@ def test_segment_ids_mark_documents():
 def _truth(monkeypatch):
     """Stream positions at which token_shards' packers start each document, per packer (train, then val)."""
     seen: list[list[int]] = []
-    orig_init, orig_feed = Packer.__init__, Packer.feed
+    orig_init, orig_feed, orig_many = Packer.__init__, Packer.feed, Packer.feed_many
 
     def init(self, *a, **k):
         orig_init(self, *a, **k)
@@ -77,8 +77,14 @@ def _truth(monkeypatch):
             self._truth.append(self.pos)
         orig_feed(self, tokens, source)
 
+    def feed_many(self, tokens, lengths, sources, names):
+        n = np.asarray(lengths, np.int64)
+        self._truth.extend((self.pos + np.cumsum(n) - n)[n > 0].tolist())
+        orig_many(self, tokens, lengths, sources, names)
+
     monkeypatch.setattr(Packer, "__init__", init)
     monkeypatch.setattr(Packer, "feed", feed)
+    monkeypatch.setattr(Packer, "feed_many", feed_many)
     return seen
 
 

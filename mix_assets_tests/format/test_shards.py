@@ -57,6 +57,24 @@ def test_writer_and_reader_round_trip_the_documented_bytes(tmp_path, dtype, top)
         w.shard(3, tokens[:-1])
 
 
+def test_writer_on_a_writes_queue_fills_the_records_when_the_writes_run(tmp_path):
+    """With `writes`, a record comes back before its file is written; its sha256 is set when the queued write
+    runs, and the files and records are those of a direct writer."""
+    tokens = np.arange(12, dtype=np.uint16)
+    direct = shards.ShardWriter(Storage(str(tmp_path / "a")), "train", 4, "uint16")
+    queued: list = []
+    later = shards.ShardWriter(Storage(str(tmp_path / "b")), "train", 4, "uint16", writes=type(
+        "Q", (), {"submit": lambda self, fn: queued.append(fn)})())
+    recs = [(w.shard(0, tokens), w.doc_index(0, np.array([0, 5]))) for w in (direct, later)]
+    key = layout.SHARD.format(split="train", index=0)
+    assert len(queued) == 2 and not (tmp_path / "b" / key).exists() and recs[1][0].sha256 == recs[1][1]["sha256"] == ""
+    tokens[:] = 0  # the caller reuses its buffer: the writer holds its own copy
+    for fn in queued:
+        fn()
+    assert (tmp_path / "b" / key).read_bytes() == (tmp_path / "a" / key).read_bytes()
+    assert recs[1] == recs[0] and recs[0][0].sha256
+
+
 def test_dtypes_are_the_manifests_two_little_endian_ones():
     assert shards.token_dtype("uint16").str == "<u2" and shards.token_dtype(np.dtype("<u4")).str == "<u4"
     for bad in ("int32", "uint8", np.dtype(">u2"), np.dtype("<i4")):
@@ -67,7 +85,7 @@ def test_dtypes_are_the_manifests_two_little_endian_ones():
 
 # Functions outside mix_assets/format/ that encode or decode arrays that are not shards.
 NOT_SHARDS = {
-    "_Spill.append", "_SpillReader.read",  # stages/tokens/shards.py: the encode spill (scratch, never published)
+    "_Spill.append", "_SpillReader.read", "_SpillReader.gather",  # stages/tokens/shards.py: the encode spill (scratch)
     "_spill_buckets", "_pack.row_groups",  # stages/tokens/shards.py: pass 2's appearance records (keys, positions)
     "ByteDecoder.of", "ByteDecoder.texts", "ByteDecoder._redecode",  # stages/tokens/bytelevel.py: byte tables
     "perm_sha",  # reader: the hash of a shuffle permutation

@@ -11,11 +11,13 @@ Train documents are read in rounds: only as many as the budget fill needs (estim
 counts, then corrected with the observed bytes/token), so the excess headroom is not encoded;
 the final selection depends only on true token counts, never on the estimate.
 Pass 2 spills each split's appearances to local files by key range of their stream-order key
-(BUCKET_APPEARANCES per bucket), then per bucket in key order: sorts it, reads each document's ids back
-from the spill with pread and feeds the packer (packing.py), whose shards format/shards.ShardWriter
-writes atomically through `Storage` (the one encoder of the shard bytes); the stream docs are written a
+(BUCKET_APPEARANCES per bucket), then per bucket in key order: sorts it, gathers its documents' ids from
+the memory-mapped spill (GATHER_TOKENS at a time, one concatenation each) and feeds them to the packer
+(packing.py, `feed_many`: numpy work per gather, not Python work per document), whose shards
+format/shards.ShardWriter writes atomically through `Storage` (the one encoder of the shard bytes); the stream docs are written a
 row group at a time. Equal keys share a bucket, so the bytes do not depend on the bucket count.
-Peak memory: the engine's window of chunk results + one shard buffer + one bucket + O(documents)
+Peak memory: the engine's window of chunk results + one shard buffer + one bucket + one gather (GATHER_TOKENS
+ids) + O(documents)
 numpy/Arrow columns per source (doc ids stay in Arrow string arrays; raw rows, offsets, lengths and the
 budget fill's appearances are int64 arrays, a few tens of bytes per document): no Python object is held
 per document.
@@ -23,16 +25,19 @@ per document.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import functools
 import hashlib
 import json
 import math
+import mmap
 import os
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -316,6 +321,24 @@ class _SpillReader:
         self.fd = os.open(path, os.O_RDONLY)
         self.dtype = dtype
 
+    def gather(self, offsets: np.ndarray, takes: np.ndarray) -> np.ndarray:
+        """The first `takes[i]` tokens of the documents at spill `offsets[i]`, back to back (one concatenation
+        from the memory-mapped spill)."""
+        takes = np.asarray(takes, np.int64)
+        total = int(takes.sum())
+        if not total:
+            return np.zeros(0, self.dtype)
+        # mapped for this gather only: the pages it touched leave the process's RSS when it is unmapped; slices
+        # concatenated (one copy), not a fancy index (an int64 index per token costs more than the copy)
+        m = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
+        try:
+            spill = np.frombuffer(m, self.dtype)
+            out = np.concatenate([spill[o : o + t] for o, t in zip(np.asarray(offsets).tolist(), takes.tolist())])
+            del spill
+        finally:
+            m.close()
+        return out
+
     def read(self, offset: int, n: int) -> np.ndarray:
         isz = self.dtype.itemsize
         b = os.pread(self.fd, n * isz, offset * isz)
@@ -451,16 +474,24 @@ def encode_chunk(chunk: EncodeChunk, params: EncodeParams) -> EncodedChunk:
 
 
 # -- the reduce side of the map: spill the results in chunk order ------------------------------------
+# Documents per token-cache part at least (the last of a source's round shorter): a round of small chunks (the
+# few documents an unchanged source newly wants after an append, or the val documents) makes one part, not one
+# per chunk, so fewer files are written and opened by every later lookup.
+CACHE_PART_DOCS = idcache.GROUP_ROWS
+
 class _EncodeMap:
     """Runs `encode_chunk` over a file's wanted rows on the engine, appends the ids to the spill.
 
     With a `cache` (idcache.TokenCache), rows whose text is in the source's cache are read from it instead
-    (looked up once per source, at its first read), and every encoded chunk is stored there as a new part
-    as soon as its result arrives: a killed build loses at most the chunks in flight."""
+    (looked up once per source, at its first read), and the encoded documents are stored there as new parts
+    as their results arrive: a source's chunks are gathered into parts of >= CACHE_PART_DOCS documents (the
+    last of each `encode` call shorter), written on `writes` when given (a killed build loses at most the
+    documents of the parts not yet written)."""
 
     def __init__(self, spill: _Spill, params: EncodeParams, eng: engine.Engine, log=None,
-                 cache: Optional[idcache.TokenCache] = None):
-        self.spill, self.eng, self.cache = spill, eng, cache
+                 cache: Optional[idcache.TokenCache] = None, writes: Optional[_Writes] = None):
+        self.spill, self.eng, self.cache, self.writes = spill, eng, cache, writes
+        self.unstored: dict[str, list] = {}  # source -> encoded chunks not yet in a cache part
         self.params = params = dataclasses.replace(params, text_keys=cache is not None)
         self.fn = functools.partial(encode_chunk, params=params)
         self.bytes = 0
@@ -496,12 +527,31 @@ class _EncodeMap:
             self.bytes += got.text_bytes
             self.tokens += got.encoded_tokens
             if self.cache is not None:
-                self.cache.write(jobs[j][3], got.keys, got.doc_bytes, got.tokens, got.lengths,
-                                 self.params.separator_id)
+                self._store(jobs[j][3], got)
                 self._learn(jobs[j][3], jobs[j][0], jobs[j][1][m], got.keys)
             if self.progress:
                 self.progress.update(docs=len(m), bytes=got.text_bytes, tokens=got.encoded_tokens)
+        for source in list(self.unstored):
+            self._store(source, None)
         return [(o, n, acc[1], acc[2]) for o, n, acc in out]
+
+    def _store(self, source: str, got: Optional[EncodedChunk]) -> None:
+        """Add a chunk's documents to the source's next cache part; write the part once it holds
+        CACHE_PART_DOCS documents, or (got None) now."""
+        chunks = self.unstored.setdefault(source, [])
+        if got is not None:
+            chunks.append(got)
+            if sum(len(c.lengths) for c in chunks) < CACHE_PART_DOCS:
+                return
+        del self.unstored[source]
+        if not chunks:
+            return
+        cat = (lambda f: np.concatenate([getattr(c, f) for c in chunks]))  # noqa: E731
+        args = (source, cat("keys"), cat("doc_bytes"), cat("tokens"), cat("lengths"), self.params.separator_id)
+        if self.writes is None:
+            self.cache.write(*args)
+        else:
+            self.writes.submit(functools.partial(self.cache.write, *args))
 
     def _from_cache(self, job: tuple, into: tuple) -> np.ndarray:
         """Fill `into` for the job's rows found in the cache; the indices (into the job's rows) of the rest."""
@@ -665,6 +715,38 @@ def _read_sources(reads: list[tuple], enc: _EncodeMap) -> list[tuple[int, int]]:
 SPILL = "token_spill"
 
 
+class _Writes:
+    """token_shards' file writes (shards, document indexes, token-cache parts) run one at a time on a thread of
+    their own, so their I/O (fsync, S3 uploads) and hashing overlap the encode and the packing instead of
+    stopping them. At most `depth` writes are pending (each holds its bytes): `submit` waits for the oldest
+    beyond that. An error is raised by the `submit` or `drain` that collects it, or on leaving the block."""
+
+    def __init__(self, depth: int = 2):
+        self.depth = depth
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="token-writes")
+        self.pending: collections.deque = collections.deque()
+
+    def submit(self, fn: Callable[[], object]) -> None:
+        while len(self.pending) >= self.depth:
+            self.pending.popleft().result()
+        self.pending.append(self.pool.submit(fn))
+
+    def drain(self) -> None:
+        """Wait for every pending write (raising the first error)."""
+        while self.pending:
+            self.pending.popleft().result()
+
+    def __enter__(self) -> "_Writes":
+        return self
+
+    def __exit__(self, kind, *_) -> None:
+        try:
+            if kind is None:
+                self.drain()
+        finally:
+            self.pool.shutdown(wait=True)  # after an error: the writes in flight end before the scratch goes
+
+
 def build_shards(
     tokenizer: TokenizerFile,
     split_path: str,
@@ -711,10 +793,10 @@ def build_shards(
     storage.delete_prefix(layout.STREAM_DOCS.format(split="x").rsplit("/", 1)[0] + "/")
     # spill folders of killed builds (a concurrent build's is kept: its process is alive)
     scratch.sweep(scratch_dir or tempfile.gettempdir(), SPILL)
-    with tempfile.TemporaryDirectory(prefix=scratch.owner_prefix(SPILL), dir=scratch_dir) as tmp:
+    with tempfile.TemporaryDirectory(prefix=scratch.owner_prefix(SPILL), dir=scratch_dir) as tmp, _Writes() as writes:
         spill = _Spill(os.path.join(tmp, "spill.bin"), np_dtype)
         params = EncodeParams(tokenizer, dtype, plan.separator_id, plan.encode_batch_docs, backend=backend)
-        enc = _EncodeMap(spill, params, eng, log, cache)
+        enc = _EncodeMap(spill, params, eng, log, cache, writes)
 
         # per source: val documents (all), then train documents in selection order, as columns
         per_source: dict[str, _SourceDocs] = {}
@@ -754,10 +836,11 @@ def build_shards(
             names = sorted(budgets)
             train = [(per_source[s].n_val + per_source[s].apps.index, per_source[s].apps.epoch,
                       per_source[s].apps.take) for s in names]
-            result.splits["train"] = _pack("train", per_source, names, train, reader, plan, dtype, storage, tmp)
+            result.splits["train"] = _pack("train", per_source, names, train, reader, plan, dtype, storage, tmp,
+                                           writes)
             val = [(np.arange(per_source[s].n_val, dtype=np.int64), np.zeros(per_source[s].n_val, np.int64),
                     per_source[s].length[: per_source[s].n_val]) for s in names]
-            result.splits["val"] = _pack("val", per_source, names, val, reader, plan, dtype, storage, tmp)
+            result.splits["val"] = _pack("val", per_source, names, val, reader, plan, dtype, storage, tmp, writes)
         finally:
             reader.close()
 
@@ -813,8 +896,24 @@ def _spill_buckets(seed: int, per_source: dict[str, _SourceDocs], names: list[st
     return paths
 
 
+# Tokens per gather of pass 2 (the appearances' ids concatenated from the spill, then Packer.feed_many): bounds
+# the copy; an appearance longer than this is gathered alone.
+GATHER_TOKENS = 1 << 22
+
+
+def _gather_slices(takes: np.ndarray, limit: int) -> Iterator[tuple[int, int]]:
+    """[a, b) ranges of consecutive appearances holding <= `limit` tokens each (or a single appearance)."""
+    cum = np.cumsum(np.asarray(takes, np.int64))
+    a = 0
+    while a < len(cum):
+        base = cum[a - 1] if a else 0
+        b = max(a + 1, int(np.searchsorted(cum, base + limit, side="right")))
+        yield a, b
+        a = b
+
+
 def _pack(split_name, per_source: dict[str, _SourceDocs], names: list[str], parts, reader, plan: PackingPlan,
-          dtype, storage, tmp: Optional[str] = None):
+          dtype, storage, tmp: Optional[str] = None, writes: Optional["_Writes"] = None):
     """Pack one split. parts[i] = (document positions in per_source[names[i]], epochs, takes): the
     appearances of source names[i], concatenated in `names` order before the stream-order sort (hash key,
     then doc_id, then that concatenation order). Sorted and packed one key-range bucket at a time
@@ -825,7 +924,7 @@ def _pack(split_name, per_source: dict[str, _SourceDocs], names: list[str], part
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix=scratch.owner_prefix(SPILL)))
         tmp = tempfile.mkdtemp(prefix=f"pack-{split_name}-", dir=tmp)
         paths = _spill_buckets(plan.seed, per_source, names, parts, tmp, _bucket_bits(n))
-        writer = ShardWriter(storage, split_name, plan.sample_len, dtype)
+        writer = ShardWriter(storage, split_name, plan.sample_len, dtype, writes)
         packer = Packer(plan.sample_len, plan.shard_samples, dtype, writer.shard,
                         writer.doc_index if plan.doc_index else None)
         docs = _StreamDocs(names)
@@ -839,8 +938,9 @@ def _pack(split_name, per_source: dict[str, _SourceDocs], names: list[str], part
                 ids = _record_ids(per_source, names, rec)
                 order = order_from_keys(rec["key"], rec["epoch"], lambda: _stable_rank(ids))
                 rec = rec[order]
-                for off, take, si in zip(rec["offset"].tolist(), rec["take"].tolist(), rec["src"].tolist()):
-                    packer.feed(reader.read(off, take), names[si])
+                for a, b in _gather_slices(rec["take"], GATHER_TOKENS):
+                    packer.feed_many(reader.gather(rec["offset"][a:b], rec["take"][a:b]), rec["take"][a:b],
+                                     rec["src"][a:b], names)
                 docs.add(rec["take"], rec["src"], ids.take(pa.array(order)))
                 del rec, ids, order
                 yield from docs.full()
@@ -849,6 +949,8 @@ def _pack(split_name, per_source: dict[str, _SourceDocs], names: list[str], part
         tables.write_parquet_groups(storage, layout.STREAM_DOCS.format(split=split_name), STREAM_DOCS_SCHEMA,
                                     row_groups())
         stats = packer.finish()
+        if writes is not None:  # every shard written and hashed before its record is read
+            writes.drain()
     stats.documents = _count_distinct([per_source[names[i]].ids.take(pa.array(np.unique(p[0])))
                                        for i, p in enumerate(parts)])
     return stats

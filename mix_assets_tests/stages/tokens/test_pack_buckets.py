@@ -45,11 +45,13 @@ def _outputs(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 
-def _build(upstream, monkeypatch, bucket: int, workers: int, row_group: int = tables.ROW_GROUP_ROWS):
+def _build(upstream, monkeypatch, bucket: int, workers: int, row_group: int = tables.ROW_GROUP_ROWS,
+           gather: int = shards.GATHER_TOKENS):
     root, spec, st = upstream
     bits = []
     real = shards._bucket_bits
     monkeypatch.setattr(shards, "BUCKET_APPEARANCES", bucket)
+    monkeypatch.setattr(shards, "GATHER_TOKENS", gather)
     monkeypatch.setattr(tables, "ROW_GROUP_ROWS", row_group)
     monkeypatch.setattr(shards, "_bucket_bits", lambda n: bits.append(real(n)) or bits[-1])
     st.delete_prefix(layout.TOKEN_CACHE_DIR)
@@ -70,6 +72,24 @@ def test_same_bytes_for_any_bucket_count_and_worker_count(upstream, monkeypatch)
         got, bits = _build(upstream, monkeypatch, bucket, workers, row_group)
         assert bucket == ONE_BUCKET or bits[0] >= 1, (bucket, bits)  # several buckets in the train split
         assert got == want[row_group], (bucket, workers, row_group)
+
+
+def test_same_bytes_for_any_gather_size(upstream, monkeypatch):
+    """Pass 2 gathers the sorted appearances' ids GATHER_TOKENS at a time (Packer.feed_many): one appearance per
+    gather, a few, or the whole bucket give the same files."""
+    want, _ = _build(upstream, monkeypatch, 7, 1)
+    for gather in (1, 37, 5000):
+        got, _ = _build(upstream, monkeypatch, 7, 1, gather=gather)
+        assert got == want, gather
+
+
+def test_gather_slices_cover_every_appearance_once():
+    takes = [5, 0, 3, 9, 1, 0, 0, 4]
+    for limit in (1, 4, 8, 100):
+        cuts = list(shards._gather_slices(takes, limit))
+        assert [i for a, b in cuts for i in range(a, b)] == list(range(len(takes)))
+        assert all(b > a and (b - a == 1 or sum(takes[a:b]) <= limit) for a, b in cuts), (limit, cuts)
+    assert list(shards._gather_slices([], 4)) == []
 
 
 def test_bucketed_shards_equal_the_per_document_reference(upstream, monkeypatch):
@@ -119,3 +139,30 @@ def test_distinct_documents_are_counted_exactly_in_any_group_count(monkeypatch, 
               pa.array(["y", "", "a-2", "z"])]
     assert shards._count_distinct(arrays) == len(set(sum((a.to_pylist() for a in arrays), []))) == 8
     assert shards._count_distinct([]) == 0
+
+
+def test_writes_run_in_order_bounded_and_raise_their_error():
+    import threading
+    import time
+
+    done, gate = [], threading.Event()
+    with shards._Writes(depth=2) as w:
+        w.submit(lambda: gate.wait(5) and done.append(0))
+        w.submit(lambda: done.append(1))
+        t = threading.Timer(0.2, gate.set)
+        t.start()
+        w.submit(lambda: done.append(2))  # a third pending write waits for the first
+        assert done[:1] == [0]
+        t.join()
+    assert done == [0, 1, 2]
+    with pytest.raises(OSError, match="disk full"):
+        with shards._Writes() as w:
+            w.submit(lambda: (_ for _ in ()).throw(OSError("disk full")))
+            time.sleep(0.01)
+    w = shards._Writes(depth=1)
+    try:
+        w.submit(lambda: (_ for _ in ()).throw(OSError("disk full")))
+        with pytest.raises(OSError, match="disk full"):
+            w.submit(lambda: None)  # collects the first write's error
+    finally:
+        w.pool.shutdown(wait=True)

@@ -123,3 +123,50 @@ def test_packer_drops_tail_and_its_seam():
 def test_packer_uint32_little_endian():
     stats, shards = _collect(2, 4, [("a", [70000, 1, 2, 3])], dtype="uint32")
     assert shards[0].dtype.str == "<u4" and shards[0].tobytes()[:4] == (70000).to_bytes(4, "little")
+
+
+def _packed(sample_len, shard_samples, lens, src, toks, cuts=None):
+    """(stats, shards, document index) of feeding the appearances one by one (cuts None) or with feed_many in the
+    slices between `cuts`."""
+    names, shards, index = ["a", "b", "c"], [], []
+
+    def write(i, t):
+        shards.append(t.tolist())
+        return ShardRecord(f"train/train-{i:05d}.bin", len(t) // sample_len, t.nbytes, "x")
+
+    def write_index(i, starts):
+        index.append(np.asarray(starts).tolist())
+        return {"documents": len(starts)}
+
+    p = Packer(sample_len, shard_samples, "uint16", write, write_index)
+    at = np.concatenate([[0], np.cumsum(lens)])
+    if cuts is None:
+        for i, (n, s) in enumerate(zip(lens, src)):
+            p.feed(toks[at[i] : at[i] + n], names[s])
+    else:
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            p.feed_many(toks[at[a] : at[b]], lens[a:b], src[a:b], names)
+    st = p.finish()
+    return st.to_json(), st.sources, shards, index
+
+
+def test_feed_many_packs_as_feeding_one_by_one():
+    """Shards, seams, tail, per-source tokens and document index: the same whatever the slices given to
+    feed_many (empty appearances, documents spanning shards, starts on sample and shard edges)."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        L, ss = int(rng.integers(1, 9)), int(rng.integers(1, 5))
+        n = int(rng.integers(0, 50))
+        lens = rng.integers(0, 3 * L * ss + 2, n) * (rng.random(n) > 0.15)
+        src = rng.integers(0, 3, n)
+        toks = rng.integers(0, 60000, int(lens.sum())).astype(np.uint16)
+        one = _packed(L, ss, lens, src, toks)
+        cuts = np.unique(np.concatenate([[0, n], rng.integers(0, n + 1, int(rng.integers(0, 5)))]))
+        assert _packed(L, ss, lens, src, toks, cuts) == one
+        assert _packed(L, ss, lens, src, toks, np.arange(n + 1)) == one
+
+
+def test_feed_many_refuses_tokens_not_matching_lengths():
+    p = Packer(4, 2, "uint16", lambda i, t: ShardRecord("x", len(t) // 4, t.nbytes, "x"))
+    with pytest.raises(ValueError, match="3 tokens for lengths summing to 4"):
+        p.feed_many(np.zeros(3, np.uint16), np.array([4]), np.array([0]), ["a"])

@@ -37,6 +37,13 @@ KW = dict(epochs={"a": 2.5, "b": 1.3}, packing={"separator": "<|endoftext|>"})
 ENGINE = eng.Engine(num_cpus=2, chunk_rows=37)  # several chunks, so several parts, per source
 
 
+@pytest.fixture(autouse=True)
+def _one_part_per_chunk(monkeypatch):
+    """Each encoded chunk stored as a part of its own (CACHE_PART_DOCS 1), so a source has several: the lookups
+    and the partial caches below need them; test_small_chunks_are_gathered_into_parts covers the default."""
+    monkeypatch.setattr(shards, "CACHE_PART_DOCS", 1)
+
+
 def _upstream(root: Path):
     spec = tiny_spec(root, **KW)
     st = write_upstream(root, {s.name: 400 for s in spec.sources}, near_dups=10, masked=5)
@@ -192,6 +199,7 @@ def slow(self, *a, **k):  # each stored chunk takes a while: the parent kills th
     time.sleep(0.4)
     return out
 idcache.TokenCache.write = slow
+shards.CACHE_PART_DOCS = 1  # a part per chunk
 spec = tiny_spec(root, epochs={"a": 2.5, "b": 1.3}, packing={"separator": "<|endoftext|>"})
 shards.build_token_shards(Storage(str(root)), spec, eng=engine.Engine(num_cpus=1, chunk_rows=37))
 """
@@ -218,6 +226,25 @@ def test_a_sigkilled_build_resumes_with_the_parts_it_wrote(tmp_path):
     assert res.cache_docs == {s: (h, m) for s, (h, m) in res.cache_docs.items()} and \
         {s: h + m for s, (h, m) in res.cache_docs.items()} == {s: m for s, (_, m) in ref.cache_docs.items()}
     assert f"encoded {miss:,} documents, {hit:,} from the token cache" in line
+
+
+def test_small_chunks_are_gathered_into_parts(tmp_path, monkeypatch):
+    """With CACHE_PART_DOCS > a chunk's documents, a source's chunks of one round share a part: every part but the
+    last of each round holds >= CACHE_PART_DOCS documents; the same bytes, and a rebuild reads them all back."""
+    spec, st = _upstream(tmp_path)
+    ref, want, _ = _build(spec, st, token_cache=False)
+    monkeypatch.setattr(shards, "CACHE_PART_DOCS", 60)
+    chunks, real = [], shards.encode_chunk
+    monkeypatch.setattr(shards, "encode_chunk", lambda chunk, params: chunks.append(chunk) or real(chunk, params))
+    first, got, _ = _build(spec, st)
+    assert got == want
+    for s, (_, encoded) in first.cache_docs.items():
+        rows = sorted(pq.ParquetFile(p).metadata.num_rows for p in _parts(tmp_path, s))
+        assert sum(rows) == encoded and len(rows) >= 2
+        assert sum(r < 60 for r in rows) <= 1 + first.rounds[s], (s, rows)  # val round + each train round
+    assert len(_parts(tmp_path)) < len(chunks) / 2, (len(_parts(tmp_path)), len(chunks))
+    again, got, _ = _build(spec, st)
+    assert got == want and all(m == 0 for _, m in again.cache_docs.values())
 
 
 def test_keys_sharing_their_first_8_bytes_never_match_the_wrong_document():
