@@ -11,11 +11,11 @@ file's sha256, then the main thread's profile by own time and by cumulative time
 thread's Python: read the ratios, not the absolute seconds.
 """
 
+import argparse
 import cProfile
 import dataclasses
 import os
 import pstats
-import sys
 import time
 
 from mix_assets.core import engine, layout
@@ -40,8 +40,12 @@ def hwm() -> int:
 
 
 def main() -> None:
-    folder, P = sys.argv[1], int(sys.argv[2])
-    kind = sys.argv[3] if len(sys.argv) > 3 else "ray"
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("folder", help="a bench/joins.py corpus folder built up to exclusion_masks")
+    ap.add_argument("partitions", type=int, help="dedup.partitions")
+    ap.add_argument("engine", nargs="?", default="ray", choices=("ray", "local"))
+    args = ap.parse_args()
+    folder, P, kind = args.folder, args.partitions, args.engine
     mix = MixResource(config_path=f"{folder}/mix.yaml")
     spec, storage = mix.spec, mix.storage
     names = [s.name for s in spec.sources]

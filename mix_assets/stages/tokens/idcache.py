@@ -6,8 +6,8 @@ A document's ids depend only on its text and on what encodes it, so the cache is
 and, within it, by the blake2b-128 of each document's UTF-8 text (`text_keys`): the same text under the
 same key always gives the same ids, wherever it sits in the raw file and whatever its doc_id.
 
-Stored per source as immutable Parquet parts (layout.TOKEN_CACHE_PART): the encoded chunks' documents gathered
-into parts of >= shards.CACHE_PART_DOCS documents (the last of a round shorter), each written atomically by the
+Stored per source as immutable Parquet parts (layout.TOKEN_CACHE_PART): each encoded chunk's documents (or,
+with shards.CACHE_PART_DOCS > 1, a round's chunks gathered into parts of at least that many documents), each written atomically by the
 reduce's writer thread once complete, named by a hash of its keys (so a part is never overwritten: the same
 name means the same bytes) and never modified; a killed build leaves only whole parts, which the next build
 reads. Columns: key (fixed_size_binary(16)), n_bytes (int64), ids (binary: the

@@ -474,10 +474,11 @@ def encode_chunk(chunk: EncodeChunk, params: EncodeParams) -> EncodedChunk:
 
 
 # -- the reduce side of the map: spill the results in chunk order ------------------------------------
-# Documents per token-cache part at least (the last of a source's round shorter): a round of small chunks (the
-# few documents an unchanged source newly wants after an append, or the val documents) makes one part, not one
-# per chunk, so fewer files are written and opened by every later lookup.
-CACHE_PART_DOCS = idcache.GROUP_ROWS
+# Documents per token-cache part at least (the last of a source's round shorter). 1: every encoded chunk is a
+# part of its own as soon as it is encoded, so a killed run resumes at the first chunk it had not finished (issue
+# 27; test_killed_runs). A larger value gathers a round's small chunks into fewer files (i27-tokens measured no
+# gain from it) but a killed run then loses the encoded documents of its unwritten part.
+CACHE_PART_DOCS = 1
 
 class _EncodeMap:
     """Runs `encode_chunk` over a file's wanted rows on the engine, appends the ids to the spill.
