@@ -361,10 +361,3 @@ def split_hash_words(o: np.ndarray, b: np.ndarray, high: np.ndarray):
         toff[d + 1] = nk
         woff[d + 1] = nw
     return out[:nk].copy(), toff, hashes[:nw].copy(), woff
-
-
-def warm() -> None:
-    """Load split_hash_words (the word-key kernel every text-keying stage runs) for its arguments' types,
-    from the cache when it holds them: numba's first load in a process also sets up LLVM (~0.1 s), which
-    jit_preload then pays on its background thread."""
-    split_hash_words(np.zeros(1, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.uint8))

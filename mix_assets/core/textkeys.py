@@ -28,8 +28,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from mix_assets.core import jit_preload
-
 # Letters, digits and combining marks survive; everything else that is not whitespace is deleted
 # ("don't" -> "dont", "well-known" -> "wellknown"), matching the lm-eval decontamination convention.
 _PUNCT = r"[^\p{L}\p{N}\p{M}\p{Z}\s]+"
@@ -142,7 +140,7 @@ def word_keys(texts: Sequence[str] | pa.Array) -> WordKeys:
         zero = np.zeros(1, np.int64)
         return WordKeys(np.zeros(0, np.uint64), zero, np.zeros(0, _U8), zero.copy(), raw)
     o, b = _offsets_bytes(a)
-    kernels_jit = jit_preload.kernels()  # numba: only in processes that run a kernel
+    from mix_assets.core import kernels_jit  # numba loads only in processes that run a kernel (core/kernels_jit.py)
     text, toff, h, off = kernels_jit.split_hash_words(o, b, np.zeros(0, _U8) if ascii_only else _high_classes(b))
     return WordKeys(h, off, text, toff, raw)
 
@@ -249,7 +247,7 @@ def _split(a: pa.Array, ascii_only: bool) -> pa.ListArray:
     if n == 0:
         return pa.array([], pa.list_(pa.large_string()))
     o, b = _offsets_bytes(a)
-    kernels_jit = jit_preload.kernels()  # numba: only in processes that run a kernel
+    from mix_assets.core import kernels_jit  # numba loads only in processes that run a kernel (core/kernels_jit.py)
     kept, soff, loff = kernels_jit.split_words(o, b, np.zeros(0, _U8) if ascii_only else _high_classes(b))
     has = loff[1:] > loff[:-1]
     nulls = n - int(np.count_nonzero(has))
@@ -326,7 +324,7 @@ def word_hashes(word_lists: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
     if len(flat) == 0:
         return np.zeros(0, dtype=np.uint64), offsets
     o, b = _offsets_bytes(flat.cast(pa.large_string()))
-    kernels_jit = jit_preload.kernels()  # numba: only in processes that run a kernel
+    from mix_assets.core import kernels_jit  # numba loads only in processes that run a kernel (core/kernels_jit.py)
     return kernels_jit.xxh64_strings(o, b), offsets
 
 
@@ -349,7 +347,7 @@ def ngram_hashes(
         out_counts[short_docs] = 1
     out_offsets = np.zeros(len(lens) + 1, dtype=np.int64)
     np.cumsum(out_counts, out=out_offsets[1:])
-    kernels_jit = jit_preload.kernels()  # numba: only in processes that run a kernel
+    from mix_assets.core import kernels_jit  # numba loads only in processes that run a kernel (core/kernels_jit.py)
     out = kernels_jit.ngram_hashes(np.ascontiguousarray(hashes, np.uint64), np.ascontiguousarray(offsets, np.int64),
                                    out_offsets, n, short == "whole", _P)
     return out, out_offsets

@@ -30,7 +30,6 @@ import numpy as np
 import pyarrow as pa
 
 from mix_assets.core import textkeys as tk
-from mix_assets.core import jit_preload
 
 _P = int(tk._P)
 _PINV = pow(_P, -1, 1 << 64)
@@ -96,7 +95,7 @@ class _Prefix:
     def bitmap_hits(self, L: int, bitmap: "_Bitmap") -> tuple[np.ndarray, np.ndarray]:
         """(start, hash) of the windows `all_windows(L)` whose bit is set in `bitmap`, in one compiled
         pass that never holds every window's hash (boundaries NOT checked)."""
-        kernels_jit = jit_preload.kernels()  # numba: only in processes that run a kernel
+        from mix_assets.core import kernels_jit  # numba loads only in processes that run a kernel (core/kernels_jit.py)
         return kernels_jit.window_bitmap_hits(self.c, self.pw, L, bitmap.shift, bitmap.bits)
 
     def at(self, start: np.ndarray, length: np.ndarray) -> np.ndarray:
@@ -250,7 +249,7 @@ class _Bitmap:
 
     def candidates(self, v: np.ndarray) -> np.ndarray:
         """Positions in `v` of the values whose bit is set (every key's is)."""
-        kernels_jit = jit_preload.kernels()  # numba: only in processes that run a kernel
+        from mix_assets.core import kernels_jit  # numba loads only in processes that run a kernel (core/kernels_jit.py)
         return kernels_jit.bitmap_hits(np.ascontiguousarray(v, np.uint64), self.shift, self.bits)
 
     def lookup(self, keys: np.ndarray, v: np.ndarray, by_key: bool = False) -> tuple[np.ndarray, np.ndarray]:

@@ -36,7 +36,6 @@ import pyarrow as pa
 from mix_assets.stages.audit import contamination as ct
 from mix_assets.stages.dedup import minhash
 from mix_assets.core import textkeys as tk
-from mix_assets.core import jit_preload
 
 FORMAT = "mix_assets.fuzzy_contamination/1"
 INDEX_FORMAT = "mix_assets.fuzzy_index/1"
@@ -112,7 +111,7 @@ def _shingles(texts, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def _distinct(sh: np.ndarray, off: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each segment's distinct values, sorted, their new offsets, and each value's count of segments:
     a sort per segment (`kernels_jit.segment_distinct`), then one argsort of the distinct values to count them."""
-    kernels_jit = jit_preload.kernels()  # numba: only in processes that run a kernel
+    from mix_assets.core import kernels_jit  # numba loads only in processes that run a kernel (core/kernels_jit.py)
 
     vals, out = np.empty(len(sh), np.uint64), np.empty(len(off), np.int64)
     vals = vals[: kernels_jit.segment_distinct(np.ascontiguousarray(sh, np.uint64), np.ascontiguousarray(off, np.int64),
@@ -261,7 +260,6 @@ def candidates(index: Index, sh: np.ndarray, soff: np.ndarray) -> tuple[np.ndarr
     the item's permutations' argmin shingles."""
     if not sh.size or not index.rep_keys.size:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    jit_preload.wait()  # a preload importing numba (core/jit_preload.py)
     from mix_assets.stages.audit import kernels  # numba loads only in processes that run a kernel (core/kernels_jit.py)
     # the rep-key hits grouped by key (postings then read in order), with their documents, in one compiled pass
     pos, r, doc = kernels.key_hits(np.ascontiguousarray(sh, np.uint64), np.ascontiguousarray(soff, np.int64),
@@ -319,7 +317,7 @@ def _heavy_postings(index: Index, pos: np.ndarray, r: np.ndarray, doc: np.ndarra
     bits = min(HEAVY_BUCKET_BITS, max(10, n.bit_length()))
     with np.errstate(over="ignore"):
         doc_hash = (doc.astype(np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
-    kernels_jit = jit_preload.kernels()  # numba: only in processes that run a kernel
+    from mix_assets.core import kernels_jit  # numba loads only in processes that run a kernel (core/kernels_jit.py)
     return kernels_jit.heavy_postings(pos, r, doc_hash, index.post_off, index.post_hash, index.post_weight,
                                       float(need), bits)
 

@@ -31,7 +31,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mix_assets.core import textkeys
-from mix_assets.core import jit_preload
 
 EMPTY = np.uint32(0xFFFFFFFF)  # signature value of a document without shingles (datasketch's too)
 DEFAULT_SEED = 1  # datasketch's default seed
@@ -74,7 +73,7 @@ def signatures_from_hashes(h32: np.ndarray, offsets: np.ndarray, a: np.ndarray, 
     n_docs = len(offsets) - 1
     out = np.full((n_docs, len(a)), EMPTY, dtype=np.uint32)
     if n_docs and int(offsets[-1]):
-        kernels_jit = jit_preload.kernels()  # numba: only in processes that run a kernel
+        from mix_assets.core import kernels_jit  # numba loads only in processes that run a kernel (core/kernels_jit.py)
         kernels_jit.minhash_rows(np.ascontiguousarray(h32, dtype=np.uint32), offsets,
                                  np.ascontiguousarray(a, dtype=np.uint32), np.ascontiguousarray(b, dtype=np.uint32), out)
     return out

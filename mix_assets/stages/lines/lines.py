@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mix_assets.core import chunks, engine, imports, jit_preload, layout, tables
+from mix_assets.core import chunks, engine, imports, layout, tables
 
 FORMAT = "mix_assets.line_dedup/1"
 META_KEY = b"mix_assets.line_dedup"
@@ -101,7 +101,7 @@ def _lines(text: pa.Array, min_line_chars: int):
 
 def textkeys_hash(stripped: pl.Series) -> np.ndarray:
     """The kernels' key (XXH64 of the UTF-8 bytes) of already stripped lines."""
-    kernels_jit = jit_preload.kernels()  # numba: only in processes that run a kernel
+    from mix_assets.core import kernels_jit
 
     _, o, b = _buffers(stripped.to_arrow())
     return kernels_jit.xxh64_strings(o, b)
@@ -130,7 +130,6 @@ def count_lines(text: pa.Array, min_line_chars: int, keep: bool = False):
     """(distinct line hashes sorted, documents holding each): every counted line once per document (one
     compiled pass, kernels.doc_line_hashes). With `keep`, also (every line's hash, stripped characters, end
     and characters) in text order: what remove_lines would compute again (`lines=`)."""
-    jit_preload.wait()  # a preload importing numba (core/jit_preload.py)
     from mix_assets.stages.lines import kernels
 
     _, o, b = _buffers(text)
@@ -222,7 +221,6 @@ def remove_lines(text: pa.Array, hashes: np.ndarray, p: LineParams, lines: Optio
     """(the texts without their frequent lines, per document: removed_lines, removed_bytes, dropped,
     kept_chars, chars, n_chars of the new text); a document losing nothing keeps its text as it was. One
     compiled pass (kernels.remove_frequent); `lines`: count_lines(keep=True)'s line keys of these texts."""
-    jit_preload.wait()  # a preload importing numba (core/jit_preload.py)
     from mix_assets.stages.lines import kernels
 
     old, o, b = _buffers(text)

@@ -19,7 +19,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mix_assets.core import jit_preload
 from mix_assets.core.textkeys import text_array
 
 
@@ -56,7 +55,6 @@ def score(texts: Sequence[str] | pa.Array | pa.ChunkedArray, path: str, sha256: 
           newline_replacement: str = " ", max_chars: Optional[int] = None) -> np.ndarray:
     """The probability of `label` for every text (float64; 0.0 where fastText does not return it). Not clipped:
     fastText returns exp(log(p + 1e-5)), so a sure document scores up to 1.00001, as datatrove records it."""
-    jit_preload.wait()  # a preload importing numba (core/jit_preload.py)
     from mix_assets.stages.quality import predict as compiled  # numba: only in processes that score
 
     m = compiled.loaded(path, sha256)

@@ -9,7 +9,6 @@ from mix_assets.stages.sources import demo_corpus, modifiers
 from mix_assets.core import layout
 from mix_assets.stages.sources import sources as lib
 from mix_assets.stages.sources import metadata as md
-from mix_assets.core import jit_preload
 from mix_assets.core.engine import Engine
 from mix_assets.core.progress import Progress
 from mix_assets.console import charts
@@ -55,8 +54,6 @@ def _raw_asset(spec: MixSpec, src: SourceSpec) -> dg.AssetsDefinition:
         if hit := reused(context, mix, raw_name(src.name), {}, roots=lambda: lib.root_keys(spec_now, src.name)):
             return hit
         charts.preload()  # its length histogram: matplotlib imported while the source is read
-        if context.job_def.executor_def.name == "in_process" and spec_now.engine.kind == "local":
-            jit_preload.start()  # numba for the later steps of this process that run a kernel
         prog = Progress(context.log, f"raw/{src.name}", interval=10.0, item="rows")  # rows read, before filters
         seen = [0, 0]
 
