@@ -435,6 +435,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.child:
         return child(a.child[0], a.child[1:])
+    graph.compiled_package()  # before any timed child (see there)
     if a.quick:
         a.sizes = [1]
     a.results = a.results or (a.out / "quick.md" if a.quick else RESULTS)
