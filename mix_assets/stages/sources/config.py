@@ -143,12 +143,18 @@ class TextFolder(Strict):
     def _codec(cls, v: Optional[str]) -> Optional[str]:
         return _known_encoding(v)
 
+    @field_validator("urls")
+    @classmethod
+    def _sorted(cls, v: Optional[dict[str, str]]) -> Optional[dict[str, str]]:
+        # in key order: the published config (sorted JSON) must read back to the same raw/<source> code version
+        return dict(sorted(v.items())) if v is not None else None
+
     @model_serializer(mode="wrap")
     def _omit_unset_urls(self, handler: SerializerFunctionWrapHandler) -> dict:
         out = handler(self)
         for k in ("url_template", "urls"):
             if out.get(k, 0) is None:
-                out.pop(k)  # configs without file URLs keep their published bytes and raw/<source>'s key
+                out.pop(k)  # configs without file URLs keep their published bytes (and raw/<source>'s config input)
         return out
 
 

@@ -124,3 +124,17 @@ def test_without_file_urls_raw_is_written_as_before(tmp_path):
     pq.write_table(t.drop(["url"]), tmp_path / "direct.parquet", compression="zstd", use_dictionary=True,
                    write_statistics=True)
     assert (tmp_path / "direct.parquet").read_bytes() == before
+
+
+def test_the_published_config_reads_back_to_the_same_raw_code_version(tmp_path):
+    """The published mix_config.json is sorted JSON: a `urls` mapping given in another order must read back to
+    the same source dump (raw/<source>'s code version), or published_revision refuses the mix."""
+    import json
+
+    from mix_assets.config import parse_spec
+
+    _books(tmp_path)
+    spec = _spec(tmp_path, urls={"more/1661.txt": "https://www.gutenberg.org/ebooks/1661",
+                                 "972.txt": "https://www.gutenberg.org/ebooks/972"})
+    again = parse_spec(json.loads(spec.canonical_json()), "mix_config.json")
+    assert lib.source_fields_read(again.sources[0]) == lib.source_fields_read(spec.sources[0])
