@@ -138,3 +138,26 @@ def test_the_published_config_reads_back_to_the_same_raw_code_version(tmp_path):
                                  "972.txt": "https://www.gutenberg.org/ebooks/972"})
     again = parse_spec(json.loads(spec.canonical_json()), "mix_config.json")
     assert lib.source_fields_read(again.sources[0]) == lib.source_fields_read(spec.sources[0])
+
+
+@pytest.mark.shared_data
+def test_the_shared_samples_ebook_urls_are_the_numbers_their_files_headers_give(tmp_path, shared_data):
+    """configs/shared-sample.yaml gives each Project Gutenberg file the page of the ebook its header names
+    (`[EBook #972]`): checked for every file of every source whose documents carry a gutenberg.org URL."""
+    import re
+
+    from mix_assets_tests.support.shared_data import real_mix_config
+
+    spec = load_spec(real_mix_config(tmp_path, shared_data))
+    checked = 0
+    for src in spec.sources:
+        if src.loader.kind != "text" or not src.has_url:
+            continue
+        files, base = lib._expand(spec, src, src.loader.paths, folder_ok=True)
+        for f, url in zip(files, lib.text_file_urls(src, src.loader, files, base)):
+            m = re.fullmatch(r"https://www\.gutenberg\.org/ebooks/(\d+)", url or "")
+            if m:
+                head = f.read_bytes()[:3000].decode("utf-8", "replace")
+                assert re.search(rf"\[ebook #{m.group(1)}\]", head, re.I), (f, url)
+                checked += 1
+    assert checked == 6  # the four gutenberg books, Sherlock Holmes and Botchan
