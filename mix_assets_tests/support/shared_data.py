@@ -77,7 +77,7 @@ def long_text(n_chars: int) -> str:
 
 def real_mix_config(tmp_path: Path, data: Path) -> Path:
     """The mix over `data`: the fixture's mix.yaml, or configs/shared-sample.yaml for the shared data
-    folder; written into tmp_path with every data path absolute and storage under tmp_path."""
+    folder; written into tmp_path with every data (and blocklist) path absolute and storage under tmp_path."""
     import yaml  # here, not at the top (see shared_data_dir)
 
     shared = data != FIXTURE
@@ -90,6 +90,10 @@ def real_mix_config(tmp_path: Path, data: Path) -> Path:
         s["loader"]["paths"] = [at(p) for p in s["loader"]["paths"]]
     for t in cfg["audit"]["tasks"]:
         t["dataset"]["path"] = at(t["dataset"]["path"])
+    config_dir = (SHARED_SAMPLE if shared else FIXTURE_CONFIG).parent
+    for section in [cfg.get("filters") or {}, *((s.get("filters") or {}) for s in cfg["sources"])]:
+        for lst in (section.get("url") or {}).get("lists", []):  # blocklists stay beside their config
+            lst["path"] = str(config_dir / lst["path"])
     cfg["storage"] = {"root": str(tmp_path / "storage"), "cache_dir": str(tmp_path / "cache")}
     cfg["publish"]["url"] = str(tmp_path / "published")
     out = tmp_path / f"{cfg['name']}.yaml"

@@ -147,7 +147,8 @@ def decide_chunk(chunk: FilterChunk) -> pa.Table:
                                  else engine.FileAt(chunk.rows.path, chunk.rows.endpoint_url)) as f:
             if p.url.field not in f.schema_arrow.names:
                 raise FilterInputError(f"{chunk.rows.path}: no column {p.url.field!r} (filters.url.field) in source "
-                                       f"{chunk.source}'s documents; give the source a url_field or switch filters.url off")
+                                       f"{chunk.source}'s documents; give the source a url_field (a text folder: "
+                                       "loader.url_template or loader.urls) or switch filters.url off for it")
     t = engine.read_rows(chunk.rows, ["doc_id", "text", "n_chars", "n_bytes"] + ([p.url.field] if p.url else []))
     for name in ("doc_id", "text"):
         if t.column(name).null_count:

@@ -7,6 +7,7 @@ import codecs
 import re
 import string
 from typing import Annotated, Literal, Optional, Union
+from urllib.parse import urlsplit
 
 from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
@@ -81,6 +82,45 @@ class LocalParquet(Strict):
     paths: list[str]  # files or globs, relative to the config file's directory
 
 
+URL_PLACEHOLDERS = ("name", "stem", "path")  # a text file's name, its name without the last suffix, its path
+
+
+def url_template_fields(template: str) -> list[str]:
+    """The placeholders of a text-folder source's `url_template` (each one of URL_PLACEHOLDERS, plain `{stem}`,
+    at least one), refusing anything else; the template must render an absolute URL (`scheme://host/...`)."""
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as e:
+        raise ValueError(f"not a valid template: {e} (write a literal brace as {{{{ or }}}})") from None
+    known = ", ".join("{" + p + "}" for p in URL_PLACEHOLDERS)
+    names = []
+    for _, name, spec, conv in parts:
+        if name is None:
+            continue
+        shown = "{" + name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
+        if name not in URL_PLACEHOLDERS:
+            raise ValueError(f"unknown placeholder {shown!r}; known: {known}")
+        if conv or spec:
+            raise ValueError(f"placeholder {shown!r} has a conversion or format spec; use plain {{{name}}}")
+        names.append(name)
+    if not names:
+        raise ValueError(f"names no placeholder ({known}): every file would get the same URL; give each file "
+                         "its URL with `urls:` (file name -> URL) instead")
+    example = template.format(**{p: "x" for p in URL_PLACEHOLDERS})
+    if not absolute_url(example):
+        raise ValueError(f"does not render an absolute URL (scheme://host/...): {example!r}")
+    return sorted(set(names))
+
+
+def absolute_url(url: str) -> bool:
+    """Whether `url` has a scheme and a host (`https://www.gutenberg.org/ebooks/972`)."""
+    try:
+        parts = urlsplit(url)
+        return bool(parts.scheme and parts.hostname) and not any(c.isspace() for c in url)
+    except ValueError:
+        return False
+
+
 class TextFolder(Strict):
     """A folder of plain-text files; each file is split into documents by `unit`."""
 
@@ -90,11 +130,32 @@ class TextFolder(Strict):
     group_chars: int = Field(0, ge=0)  # >0: join consecutive paragraphs/lines up to this many chars
     encoding: str = "utf-8"  # bytes that do not decode are counted per file, never fatal
     fallback_encoding: Optional[str] = None  # e.g. "cp1252": tried when `encoding` fails (counted)
+    # The URL of the file each document comes from, kept as raw/<source>'s `url` column (filters.url), as a JSONL or
+    # Parquet source's url_field: a template over the file's {name}, {stem} or {path} (below the folder common
+    # to the source's files; each percent-encoded), e.g. "https://www.gutenberg.org/ebooks/{stem}" ...
+    url_template: Optional[str] = None
+    # ... and/or file -> URL, a file named by its name or its path below that folder (wins over the template);
+    # a file given neither has no URL (counted as url_missing, kept)
+    urls: Optional[dict[str, str]] = None
 
     @field_validator("encoding", "fallback_encoding")
     @classmethod
     def _codec(cls, v: Optional[str]) -> Optional[str]:
         return _known_encoding(v)
+
+    @field_validator("urls")
+    @classmethod
+    def _sorted(cls, v: Optional[dict[str, str]]) -> Optional[dict[str, str]]:
+        # in key order: the published config (sorted JSON) must read back to the same raw/<source> code version
+        return dict(sorted(v.items())) if v is not None else None
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_urls(self, handler: SerializerFunctionWrapHandler) -> dict:
+        out = handler(self)
+        for k in ("url_template", "urls"):
+            if out.get(k, 0) is None:
+                out.pop(k)  # configs without file URLs keep their published bytes (and raw/<source>'s config input)
+        return out
 
 
 Loader = Annotated[Union[HubDataset, LocalJsonl, LocalParquet, TextFolder], Field(discriminator="kind")]
@@ -109,7 +170,7 @@ class SourceSpec(Strict):
     text_field: Optional[str] = None  # the field holding the text ...
     template: Optional[str] = None  # ... or a str.format template joining fields, "{question}\n{answer}"
     # JSONL, Parquet and hub sources: the field holding each document's URL, kept as raw/<source>'s `url` column
-    # (filters.url); a text-folder source has no fields, so no URL
+    # (filters.url); a text-folder source has no fields: its loader gives each file's URL (url_template, urls)
     url_field: Optional[str] = None
     license: str = Field(min_length=1)  # licence as stated by the source
     rationale: str = Field(min_length=20)  # the corpus property relied on (shown in the UI)
@@ -149,10 +210,32 @@ class SourceSpec(Strict):
         elif bool(self.text_field) == bool(self.template):
             raise ValueError("give exactly one of text_field or template")
         if self.url_field and self.loader.kind == "text":
-            raise ValueError("url_field is read from JSONL, Parquet and hub sources: a text-folder source's "
-                             "documents are pieces of files, with no field to hold a URL (switch filters.url off "
-                             "for it)")
+            raise ValueError(f"source {self.name}: url_field is read from JSONL, Parquet and hub rows: a text-folder "
+                             "source's documents are pieces of files, with no field to hold a URL; give each file's "
+                             "URL with loader.url_template (e.g. \"https://www.gutenberg.org/ebooks/{stem}\") or "
+                             "loader.urls (file name -> URL), or switch filters.url off for it")
+        if self.loader.kind == "text":
+            self._check_file_urls(self.loader)
         return self
+
+    def _check_file_urls(self, loader: TextFolder) -> None:
+        if loader.url_template is not None:
+            try:
+                url_template_fields(loader.url_template)
+            except ValueError as e:
+                raise ValueError(f"source {self.name}: loader.url_template {loader.url_template!r}: {e}") from None
+        for key, url in (loader.urls or {}).items():
+            if not key.strip():
+                raise ValueError(f"source {self.name}: loader.urls: an empty file name")
+            if not absolute_url(url):
+                raise ValueError(f"source {self.name}: loader.urls[{key!r}]: {url!r} is not an absolute URL "
+                                 "(scheme://host/...)")
+
+    @property
+    def has_url(self) -> bool:
+        """Whether raw/<source> carries a `url` column: a url_field, or a text folder's file URLs."""
+        loader = self.loader
+        return bool(self.url_field) or (loader.kind == "text" and bool(loader.url_template or loader.urls))
 
     @property
     def fields(self) -> list[str]:

@@ -28,6 +28,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
+from urllib.parse import quote
 
 import numpy as np
 import pyarrow as pa
@@ -51,12 +52,12 @@ DOC_SCHEMA = pa.schema([
     ("est_tokens", pa.int64()),
 ])
 
-URL_COLUMN = "url"  # raw/<source>'s column holding a source's `url_field` (JSONL, Parquet and hub sources)
+URL_COLUMN = "url"  # raw/<source>'s column: a source's `url_field`, or a text folder's file URLs (url_template, urls)
 
 
 def doc_schema(src) -> pa.Schema:
-    """raw/<source>/documents.parquet's schema: DOC_SCHEMA, then `url` when the source names a url_field."""
-    return DOC_SCHEMA.append(pa.field(URL_COLUMN, pa.string())) if getattr(src, "url_field", None) else DOC_SCHEMA
+    """raw/<source>/documents.parquet's schema: DOC_SCHEMA, then `url` when the source has URLs (SourceSpec.has_url)."""
+    return DOC_SCHEMA.append(pa.field(URL_COLUMN, pa.string())) if src.has_url else DOC_SCHEMA
 
 
 # Stop reading a source once this many times its budget has been seen (then sample by hash order):
@@ -106,7 +107,7 @@ class Row:
     text: Optional[str]  # None when the bytes did not decode
     id_key: str  # what the doc_id is derived from (stable across rebuilds)
     note: Optional[str] = None  # why `text` is None, when more than "the bytes did not decode"
-    url: Optional[str] = None  # the source's `url_field` value (Parquet and hub rows; JSONL reads it per chunk)
+    url: Optional[str] = None  # the `url_field` value (Parquet, hub rows; JSONL reads it per chunk) or the file's URL
 
 
 def doc_id(source: str, id_key: str) -> str:
@@ -281,12 +282,41 @@ def _units(data: bytes, unit: str) -> list[bytes]:
     return out
 
 
+def text_file_urls(src: SourceSpec, loader: TextFolder, files: list[Path], base: Path) -> list[Optional[str]]:
+    """Each file's URL (None: none given): `loader.urls` by the file's name or its path below `base` (the folder
+    common to the source's files), else `loader.url_template` over {name}, {stem}, {path}, each percent-encoded.
+    A `urls` key that names no file, or several, fails naming the source and the key (a typo would otherwise
+    leave a file without its URL unnoticed)."""
+    rels = [f.relative_to(base).as_posix() for f in files]
+    out: list[Optional[str]] = [None] * len(files)
+    if loader.url_template:
+        for i, (f, rel) in enumerate(zip(files, rels)):
+            out[i] = loader.url_template.format(**{k: quote(v, safe="/") for k, v in
+                                                   (("name", f.name), ("stem", f.stem), ("path", rel))})
+    given: dict[int, str] = {}
+    for key, url in (loader.urls or {}).items():
+        hits = [i for i, (f, rel) in enumerate(zip(files, rels)) if key in (rel, f.name)]
+        if not hits:
+            raise SourceError(f"source {src.name}: loader.urls: {key!r} is none of its files (a file's name or its "
+                              f"path below {base}: {', '.join(rels[:8])}{', ...' if len(rels) > 8 else ''})")
+        if len(hits) > 1:
+            raise SourceError(f"source {src.name}: loader.urls: {key!r} names {len(hits)} files "
+                              f"({', '.join(rels[i] for i in hits[:4])}); give its path below {base}")
+        if hits[0] in given:
+            raise SourceError(f"source {src.name}: loader.urls: {given[hits[0]]!r} and {key!r} both name "
+                              f"{rels[hits[0]]}")
+        given[hits[0]] = key
+        out[hits[0]] = url
+    return out
+
+
 def _read_text(
     spec, src: SourceSpec, loader: TextFolder, fallback_used: list[str]
 ) -> Iterator[Row]:
     files, base = _expand(spec, src, loader.paths, folder_ok=True)
+    file_urls = text_file_urls(src, loader, files, base) if src.has_url else [None] * len(files)
     i = 0
-    for f in files:
+    for f, url in zip(files, file_urls):
         rel = str(f.relative_to(base))
         units = [u for u in _units(f.read_bytes(), loader.unit) if u.strip()]
         groups: list[tuple[int, list[bytes]]] = []
@@ -309,7 +339,7 @@ def _read_text(
                         fallback_used.append(key)
                     except UnicodeDecodeError:
                         pass
-            yield Row(i, key, text, key)
+            yield Row(i, key, text, key, url=url)
             i += 1
 
 
@@ -999,7 +1029,7 @@ def iter_sample(spec, src: SourceSpec, bytes_per_token: float, plan: SamplePlan,
         return
     scratch = SourceSample()
     last = int(np.flatnonzero(plan.keep)[-1]) if plan.keep.any() else -1
-    schema = doc_schema(src)  # DOC_SCHEMA, then `url` for a Parquet / hub source with a url_field
+    schema = doc_schema(src)  # DOC_SCHEMA, then `url` for a source with URLs (Parquet / hub url_field, text files)
     cols: dict[str, list] = {c: [] for c in schema.names}
     size = 0
     cands = _candidates(spec, src, bytes_per_token, float("inf"), scratch) if last >= 0 else iter(())
@@ -1155,7 +1185,7 @@ class RawSource:
     @property
     def schema(self) -> pa.Schema:
         """The schema of raw/<source>/documents.parquet."""
-        return DOC_SCHEMA  # plus `url` when the source names a url_field (doc_schema)
+        return DOC_SCHEMA  # plus `url` when the source has URLs (doc_schema)
 
     @property
     def unreadable(self) -> dict[str, int]:

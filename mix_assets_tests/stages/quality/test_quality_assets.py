@@ -137,9 +137,11 @@ def test_roc_auc_counts_ties_as_half():
 
 @pytest.mark.slow
 @pytest.mark.shared_data
-def test_shared_sample_classifier_separates_and_keeps_every_domain(tmp_path):
+def test_shared_sample_classifier_and_url_filter_keep_every_domain(tmp_path):
     """configs/shared-sample.yaml: the classifier trained on the shared prose clears its min_auc, gutenberg's
-    lowest 5 % go as `quality:prose-ref`, every filter gate green, dedup_keys built on the decisions."""
+    lowest 5 % go as `quality:prose-ref`; the URL filter rejects the one blocklisted ebook's documents (their
+    URL from the text loader's url_template) as `url:excluded_books`; every gate of these steps green,
+    dedup_keys built on the decisions."""
     from mix_assets.stages.dedup.assets import build_dedup_assets
     from mix_assets_tests.support.shared_data import real_mix_config, shared_data_dir
 
@@ -151,10 +153,24 @@ def test_shared_sample_classifier_separates_and_keeps_every_domain(tmp_path):
     assert res.success
     checks = _checks(res)
     assert checks[quality_assets.SEPARATES_HELDOUT].passed and checks[filter_assets.NO_DOMAIN_VANISHED].passed
+    assert [name for name, c in checks.items() if not c.passed] == []
     storage = Storage(root=str(tmp_path / "storage"))
     g = decisions.read_decisions(storage, ["gutenberg"])["gutenberg"]
     dropped = sum(r == "quality:prose-ref" for r in g.column("rules").to_pylist() for r in r)
     assert 0 < dropped <= 0.05 * g.num_rows + 1
+    # the URL filter: exactly the blocklisted ebook's documents, counted per source and list
+    import pyarrow.parquet as pq
+    raw = pq.read_table(storage.source(layout.RAW_DOCS.format(source="gutenberg")), columns=["doc_id", "url"])
+    angler = {d for d, u in zip(*raw.to_pydict().values()) if u == "https://www.gutenberg.org/ebooks/9198"}
+    by_url = {d for d, rs in zip(g.column("doc_id").to_pylist(), g.column("rules").to_pylist())
+              if "url:excluded_books" in rs}
+    assert angler and by_url == angler and len(angler) < 0.2 * raw.num_rows
+    md = {m.asset_key.to_user_string(): m for m in res.get_asset_materialization_events()}["document_filters"]
+    md = md.materialization.metadata
+    assert md["url_rejected/gutenberg/excluded_books"].value == len(angler)
+    assert md["url_rejected/classic_novels/excluded_books"].value == 0
+    assert md["url_missing/classic_novels"].value == 0 and md["url_missing/shakespeare"].value == 0
+    assert not any(k.startswith("url_") and k.endswith(("/state_union", "/gsm8k_train")) for k in md)
     # its quality tiers (test_tiers.py): the best-scored fifth repeated twice, each tier holding documents
     import json
     tiers = json.loads(storage.read_text(layout.QUALITY_CUTOFFS))["gutenberg"]["tiers"]
