@@ -23,6 +23,7 @@ from mix_assets.stages.sources.assets import build_source_assets
 from mix_assets.stages.split.assets import build_split_assets
 from mix_assets.stages.tokens.assets import build_tokens_assets
 from mix_assets.config import MixSpec, load_spec
+from mix_assets import dagster_sqlite
 from mix_assets.core import imports
 from mix_assets.jobs import build_jobs, executor_from_env
 from mix_assets.resources import MixResource
@@ -70,6 +71,8 @@ def code_versions(spec: MixSpec) -> dict[str, str]:
 
 def build_definitions(spec: Optional[MixSpec] = None, storage_root: Optional[str] = None) -> dg.Definitions:
     spec = spec or load_spec()
+    # the run's process commits each event to the instance's SQLite without an fsync (mix_assets/dagster_sqlite.py)
+    dagster_sqlite.install()
     # jobs.py: rebuild_mix, refresh_<source>, the rebuild schedule, gated automation (see its docstring)
     orch = build_jobs(spec, build_assets(spec))
     keys = {k for a in orch.assets for k in a.keys}
