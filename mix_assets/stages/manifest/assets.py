@@ -124,11 +124,15 @@ def build_manifest_assets(spec: MixSpec) -> list:
         def audit():
             t0 = time.perf_counter()
             ref = eval_reference(st, s, current_code_versions(context))
+            # the clean documents of an earlier audit with the same registry, tokenizer and scan code: their
+            # pieces are decoded but their windows not hashed again (stages/audit/published.KnownClean)
+            ctx = published.known_clean_context(json.loads(st.read_text(layout.MANIFEST)), ref) if ref else None
+            clean = published.load_known_clean(st, ctx) if ctx else None
             try:
                 with tempfile.TemporaryDirectory(prefix="shards-audit-", dir=_cache_dir(st)) as cache:
                     report = published.audit_published(st.uri(layout.MIX_DIR), s, cache, eng=engine.engine,
                                                        log=context.log, label=SHARDS_AUDIT_CLEAN, reference=ref,
-                                                       s3_endpoint_url=st.s3_endpoint_url)
+                                                       clean=clean, s3_endpoint_url=st.s3_endpoint_url)
             except (ManifestError, ReaderError, FileNotFoundError) as e:  # mix/ is not what the manifest lists
                 report = unreadable_mix_report(json.loads(st.read_text(layout.MANIFEST)), e)
             secs = time.perf_counter() - t0
@@ -136,8 +140,16 @@ def build_manifest_assets(spec: MixSpec) -> list:
             if "unreadable" in report:  # about the files present, not the manifest's bytes: not stored
                 return dg.AssetCheckResult(passed=False, description=report["unreadable"],
                                            metadata={"fingerprint": report["fingerprint"]}), False
+            known = {}
+            if clean is not None:
+                published.file_known_clean(st, ctx, report["fingerprint"], clean.found,
+                                           layout.SHARDS_AUDIT_KNOWN_CLEAN, context.run_id)
+                context.log.info(f"{SHARDS_AUDIT_CLEAN}: {clean.pieces:,} of {clean.all_pieces:,} pieces are of "
+                                 f"documents an earlier audit found clean (same ids, registry, tokenizer and scan "
+                                 f"code): decoded, their windows not hashed again")
+                known = {KNOWN_CLEAN_PIECES: clean.pieces}
             result = shards_audit_result(report, secs)
-            return result._replace(metadata={**result.metadata, EVAL_REFERENCE: (
+            return result._replace(metadata={**result.metadata, **known, EVAL_REFERENCE: (
                 STORED_REFERENCE if ref is not None else REBUILT_REFERENCE)})
 
         # a pure function of the bytes the manifest names (its artifact key) and the audit config: a reused
@@ -160,6 +172,7 @@ def build_manifest_assets(spec: MixSpec) -> list:
 
 
 EVAL_REFERENCE = "eval_reference"  # shards_audit_clean's metadata: where its eval registry came from
+KNOWN_CLEAN_PIECES = "known_clean_pieces"  # shards_audit_clean's metadata: pieces not hashed again
 STORED_REFERENCE = "eval_registry's files (built from the current eval files by the current code)"
 REBUILT_REFERENCE = "rebuilt from the eval task files"
 
