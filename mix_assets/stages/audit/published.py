@@ -412,9 +412,9 @@ class SplitScanner:
         stop = np.maximum(nwords - cont, 0)  # a piece going on next sample leaves its last word out
         pre = np.where(has_carry, np.minimum(np.maximum(cwords - 1, 0), stop), 0)  # counted before
         known = np.zeros(m, bool)
-        if doc_of is not None and self.known:
-            for i in np.flatnonzero((doc_of >= 0) & ~short).tolist():
-                known[i] = digests[doc_of[i]] in self.known
+        if doc_of is not None and self.known and digests:
+            doc_known = np.array([d is not None and d in self.known for d in digests], bool)
+            known = (doc_of >= 0) & ~short & doc_known[np.maximum(doc_of, 0)]
         net = np.zeros((m, len(t.tasks)), np.int64)
         todo = np.flatnonzero(~known)
         if len(todo):
@@ -438,8 +438,9 @@ class SplitScanner:
         if doc_of is not None:
             t.known_pieces += int(known.sum())
             dirty = net.any(axis=1) | short
-            for i in np.flatnonzero(doc_of >= 0).tolist():
-                (t.dirty if dirty[i] else t.clean).add(digests[doc_of[i]])
+            whole = doc_of >= 0
+            t.dirty.update(digests[j] for j in np.unique(doc_of[whole & dirty]).tolist())
+            t.clean.update(digests[j] for j in np.unique(doc_of[whole & ~dirty]).tolist())
 
 
 def doc_digest(ids: np.ndarray) -> int:
