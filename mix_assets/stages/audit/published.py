@@ -201,10 +201,10 @@ class SplitTally:
     words_scanned: int = 0
     text_bytes: int = 0  # UTF-8 bytes decoded, carries included (progress lines only, not in the report)
     hits: dict[int, np.ndarray] = field(default_factory=dict)  # sample -> overlap n-grams per task
-    # documents wholly inside one chunk, by `doc_digest` (not in the report): no window of theirs matched (clean)
-    # or one did (dirty); pieces whose windows were not hashed because their document was known clean
-    clean: set = field(default_factory=set)
-    dirty: set = field(default_factory=set)
+    # documents wholly inside one chunk, `doc_digests` rows (not in the report): no window of theirs matched
+    # (clean) or one did (dirty); pieces whose windows were not hashed because their document was known clean
+    clean: list = field(default_factory=list)
+    dirty: list = field(default_factory=list)
     known_pieces: int = 0
 
     def merge(self, other: "SplitTally") -> None:
@@ -214,8 +214,8 @@ class SplitTally:
             setattr(self, f, getattr(self, f) + getattr(other, f))
         for sample, v in other.hits.items():
             self.hits[sample] = self.hits[sample] + v if sample in self.hits else v
-        self.clean |= other.clean
-        self.dirty |= other.dirty
+        self.clean += other.clean
+        self.dirty += other.dirty
         self.known_pieces += other.known_pieces
 
     def to_json(self, separator: bool, denominators: dict[str, dict]) -> dict:
@@ -257,8 +257,8 @@ class SplitScanner:
 
     def __init__(self, split: str, tokenizer, registry: ct.Registry, separator_id: Optional[int],
                  total_samples: int, max_carry_tokens: int = 1 << 16, decoder: Optional[ByteDecoder] = None,
-                 known: Optional[frozenset] = None):
-        self.known = known  # `doc_digest`s of documents no window of which matched (`KnownClean`), None: off
+                 known: Optional[np.ndarray] = None):
+        self.known = known  # `doc_digests` rows of documents no window of which matched (`KnownClean`), None: off
         self.tok = tokenizer
         self.dec = decoder  # the tokenizer's byte table (`ByteDecoder.of`), None: decode with the tokenizer
         self.reg = registry
@@ -335,7 +335,7 @@ class SplitScanner:
         shift = len(buf) - flat.size  # buf index of flat[0]
         if len(begin):
             carry, cwords, short = self._carries(buf, begin + shift, size, from_start)
-            doc_of, digests = self._whole_documents(flat, seps, begin, end) if self.known is not None else (None, [])
+            doc_of, digests = self._whole_documents(flat, seps, begin, end) if self.known is not None else (None, None)
             self._scan(buf, begin + shift, end + shift, carry, cwords, continues, np.where(end > begin, g, g - 1),
                        short, doc_of, digests)
         self.open = (self.sep is None or flat[-1] != self.sep) and first + count != self.total
@@ -379,20 +379,20 @@ class SplitScanner:
             todo, k = todo[more], k[more] * 4
         return carry, words, short
 
-    def _whole_documents(self, flat, seps, begin, end) -> tuple[np.ndarray, list[int]]:
+    def _whole_documents(self, flat, seps, begin, end) -> tuple[np.ndarray, np.ndarray]:
         """The documents wholly inside this chunk (after a separator, or at the chunk's start when no document is
-        open there, up to their separator): each piece's document (an index into the digests, -1 for a piece of a
-        document the chunk holds only part of) and each document's `doc_digest` (its ids, separator left out)."""
+        open there, up to their separator): each piece's document (a row of the digests, -1 for a piece of a
+        document the chunk holds only part of) and each document's `doc_digests` row (its ids, separator left out)."""
         if not len(seps):
-            return np.full(len(begin), -1, np.int64), []
+            return np.full(len(begin), -1, np.int64), np.zeros((0, 2), np.uint64)
         starts = np.concatenate([[-1 if self.open else 0], seps[:-1] + 1]).astype(np.int64)  # -1: not whole
-        digests = [doc_digest(flat[a:b]) if a >= 0 else None for a, b in zip(starts.tolist(), seps.tolist())]
+        digests = doc_digests([flat[max(a, 0):b] for a, b in zip(starts.tolist(), seps.tolist())])
         j = np.searchsorted(np.maximum(starts, 0), begin, side="right") - 1
         jj = np.maximum(j, 0)
         whole = (j >= 0) & (starts[jj] >= 0) & (begin >= starts[jj]) & (end <= seps[jj])
         return np.where(whole, j, -1), digests
 
-    def _scan(self, buf, at, end, carry, cwords, cont, sample, short=None, doc_of=None, digests=()) -> None:
+    def _scan(self, buf, at, end, carry, cwords, cont, sample, short=None, doc_of=None, digests=None) -> None:
         """Count the windows of pieces buf[at:end] (with their carries), attributed to `sample`.
 
         With `doc_of` (`_whole_documents`), a piece of a document this scanner knows clean (`known`) is decoded
@@ -412,9 +412,8 @@ class SplitScanner:
         stop = np.maximum(nwords - cont, 0)  # a piece going on next sample leaves its last word out
         pre = np.where(has_carry, np.minimum(np.maximum(cwords - 1, 0), stop), 0)  # counted before
         known = np.zeros(m, bool)
-        if doc_of is not None and self.known and digests:
-            doc_known = np.array([d is not None and d in self.known for d in digests], bool)
-            known = (doc_of >= 0) & ~short & doc_known[np.maximum(doc_of, 0)]
+        if doc_of is not None and len(self.known) and len(digests):
+            known = (doc_of >= 0) & ~short & member_rows(self.known, digests)[np.maximum(doc_of, 0)]
         net = np.zeros((m, len(t.tasks)), np.int64)
         todo = np.flatnonzero(~known)
         if len(todo):
@@ -439,13 +438,41 @@ class SplitScanner:
             t.known_pieces += int(known.sum())
             dirty = net.any(axis=1) | short
             whole = doc_of >= 0
-            t.dirty.update(digests[j] for j in np.unique(doc_of[whole & dirty]).tolist())
-            t.clean.update(digests[j] for j in np.unique(doc_of[whole & ~dirty]).tolist())
+            t.dirty.append(digests[np.unique(doc_of[whole & dirty])])
+            t.clean.append(digests[np.unique(doc_of[whole & ~dirty])])
 
 
-def doc_digest(ids: np.ndarray) -> int:
-    """A document's key for `KnownClean`: xxh3-128 of its token ids' bytes (the revision's dtype)."""
-    return xxhash.xxh3_128_intdigest(np.ascontiguousarray(ids).tobytes())
+def doc_digests(docs: list[np.ndarray]) -> np.ndarray:
+    """Each document's key for `KnownClean`: the xxh3-128 of its token ids' bytes (the revision's dtype), as a
+    (high 64 bits, low 64 bits) uint64 row: no Python object kept per document."""
+    out = np.zeros((len(docs), 2), np.uint64)
+    for i, ids in enumerate(docs):
+        d = xxhash.xxh3_128_intdigest(np.ascontiguousarray(ids).tobytes())
+        out[i] = (d >> 64, d & 0xFFFFFFFFFFFFFFFF)
+    return out
+
+
+def unique_rows(rows: np.ndarray) -> np.ndarray:
+    """The distinct (hi, lo) rows of `rows`, sorted by hi then lo (what `member_rows` looks up in)."""
+    rows = np.asarray(rows, np.uint64).reshape(-1, 2)
+    rows = rows[np.lexsort((rows[:, 1], rows[:, 0]))]
+    keep = np.ones(len(rows), bool)
+    keep[1:] = (rows[1:] != rows[:-1]).any(axis=1)
+    return np.ascontiguousarray(rows[keep])
+
+
+def member_rows(keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Whether each row of `rows` is one of `keys` (`unique_rows` output)."""
+    out = np.zeros(len(rows), bool)
+    if not len(keys) or not len(rows):
+        return out
+    lo = np.searchsorted(keys[:, 0], rows[:, 0], side="left")
+    hi = np.searchsorted(keys[:, 0], rows[:, 0], side="right")
+    one = hi - lo == 1
+    out[one] = keys[lo[one], 1] == rows[one, 1]
+    for i in np.flatnonzero(hi - lo > 1).tolist():  # equal high halves: ~never
+        out[i] = bool((keys[lo[i]:hi[i], 1] == rows[i, 1]).any())
+    return out
 
 
 # -- the audit -----------------------------------------------------------------------------------
@@ -534,7 +561,7 @@ def _open_split(location: Any, cache_dir: Optional[str], open_kwargs: dict, spli
 def audit_range(rng: SampleRange, *, location: Any, cache_dir: Optional[str], open_kwargs: dict,
                 registry: ct.Registry, separator_id: Optional[int], chunk_tokens: int,
                 max_carry_tokens: int, readers: Optional[ThreadReaders] = None,
-                known: Optional[frozenset] = None) -> SplitTally:
+                known: Optional[np.ndarray] = None) -> SplitTally:
     """The map work: scan one range of a split as a scan from the split's first sample would (pure).
 
     The scanner starts in the state it has at `rng.start` (`SplitScanner.resume_at` reads back the
@@ -642,8 +669,9 @@ def audit_published(
                           chunk_tokens=chunk_tokens, max_carry_tokens=max_carry_tokens,
                           known=clean.known if clean is not None else None)
     if clean is not None and sep_id is not None:
-        found = set().union(*(t.clean for t in tallies.values()))
-        clean.found = found - set().union(*(t.dirty for t in tallies.values()))
+        found = unique_rows(np.concatenate([r for t in tallies.values() for r in t.clean] or [np.zeros((0, 2), np.uint64)]))
+        dirty = unique_rows(np.concatenate([r for t in tallies.values() for r in t.dirty] or [np.zeros((0, 2), np.uint64)]))
+        clean.found = found[~member_rows(dirty, found)]
         clean.pieces = sum(t.known_pieces for t in tallies.values())
         clean.all_pieces = sum(t.pieces for t in tallies.values())
     splits = {s: tallies[s].to_json(sep_id is not None, ref.denominators) for s in SPLITS}
@@ -686,12 +714,13 @@ KNOWN_CODE = imports.source_version(__name__)[:16]  # this module and what it im
 
 @dataclass
 class KnownClean:
-    """Documents (`doc_digest`: xxh3-128 of their token ids) none of whose windows matched the registry in an
-    earlier audit with the same tokenizer, registry, dtype, separator and scan code (`known_clean_context`);
-    `found`: what this audit adds (its own clean whole documents), `pieces`: pieces answered from `known`."""
+    """Documents (`doc_digests` rows: xxh3-128 of their token ids) none of whose windows matched the registry in
+    an earlier audit with the same tokenizer, registry, dtype, separator and scan code (`known_clean_context`),
+    as `unique_rows`; `found`: this audit's clean whole documents (filed for the next), `pieces`: pieces answered
+    from `known`."""
 
-    known: frozenset = frozenset()
-    found: set = field(default_factory=set)
+    known: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.uint64))
+    found: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.uint64))
     pieces: int = 0
     all_pieces: int = 0
 
@@ -717,16 +746,14 @@ def load_known_clean(storage, context: str) -> KnownClean:
         (sha,) = rec["outputs"].values()
         if objects.blob_problem(storage, sha):
             continue
-        words = np.frombuffer(storage.store.read_bytes(objects.object_key(sha)), "<u8").reshape(-1, 2)
-        return KnownClean(known=frozenset((int(hi) << 64) | int(lo) for hi, lo in words.tolist()))
+        rows = np.frombuffer(storage.store.read_bytes(objects.object_key(sha)), "<u8").reshape(-1, 2)
+        return KnownClean(known=unique_rows(rows))
     return KnownClean()
 
 
-def file_known_clean(storage, context: str, fingerprint: str, found: set, work: str, run_id: str = "") -> None:
-    """File `found` (this revision's clean documents) under `context` and the revision's fingerprint."""
-    digests = sorted(found)
-    arr = np.array([[d >> 64, d & ((1 << 64) - 1)] for d in digests], "<u8").reshape(-1, 2)
-    data = arr.tobytes()
+def file_known_clean(storage, context: str, fingerprint: str, found: np.ndarray, work: str, run_id: str = "") -> None:
+    """File `found` (this revision's clean documents, `doc_digests` rows) under `context` and the fingerprint."""
+    data = unique_rows(found).astype("<u8").tobytes()
     try:
         storage.write_bytes(work, data)
         inputs = {"context": context, "fingerprint": fingerprint}

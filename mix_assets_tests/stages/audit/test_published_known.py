@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from mix_assets.core import engine as eng
@@ -48,7 +49,7 @@ def test_known_clean_documents_give_the_full_audits_report(tmp_path, tokenizer_d
     rep_a = P.audit_published(tmp_path / "a", spec, tmp_path / "c0", reference=ref, eng=e, clean=first)
     assert rep_a["overlap_total"] > 0 and first.pieces == 0 and len(first.found) > 40
     full = P.audit_published(tmp_path / "b", spec, tmp_path / "c1", reference=ref, eng=e)
-    memo = P.KnownClean(known=frozenset(first.found))
+    memo = P.KnownClean(known=first.found)
     reused = P.audit_published(tmp_path / "b", spec, tmp_path / "c2", reference=ref, eng=e, clean=memo)
     assert P.dumps(reused) == P.dumps(full)
     # most pieces were answered from A's clean documents; the new and the edited ones were scanned and found
@@ -56,7 +57,8 @@ def test_known_clean_documents_give_the_full_audits_report(tmp_path, tokenizer_d
     assert memo.all_pieces // 2 < memo.pieces < memo.all_pieces
     assert full["splits"]["train"]["overlap_ngrams"] > rep_a["splits"]["train"]["overlap_ngrams"] > 0
     # B's clean documents: A's that B still holds, and B's new clean ones; never one with an item
-    assert memo.found and len(memo.found - first.found) >= 4
+    new = {tuple(r) for r in memo.found.tolist()} - {tuple(r) for r in first.found.tolist()}
+    assert len(memo.found) and len(new) >= 4
 
 
 def test_a_memo_without_a_documents_digest_scans_it(tmp_path, tokenizer_dir):
@@ -66,7 +68,7 @@ def test_a_memo_without_a_documents_digest_scans_it(tmp_path, tokenizer_dir):
     ref = P.load_reference(spec)
     _revisions(tmp_path, tokenizer_dir, 16)
     full = P.audit_published(tmp_path / "b", spec, tmp_path / "c1", reference=ref)
-    memo = P.KnownClean(known=frozenset({12345}))
+    memo = P.KnownClean(known=np.array([[0, 12345]], np.uint64))
     assert P.dumps(P.audit_published(tmp_path / "b", spec, tmp_path / "c2", reference=ref, clean=memo)) == P.dumps(full)
     assert memo.pieces == 0
 
@@ -83,19 +85,21 @@ def test_a_corrupted_shard_still_fails_with_every_document_known(tmp_path, token
     shard.write_bytes(bytes(data))
     with pytest.raises(ReaderError):
         P.audit_published(tmp_path / "b", spec, tmp_path / "c2", reference=ref,
-                          clean=P.KnownClean(known=frozenset(memo.found)))
+                          clean=P.KnownClean(known=memo.found))
 
 
 def test_filed_clean_documents_load_back_and_a_changed_blob_is_not_trusted(tmp_path):
     st = Storage(root=str(tmp_path / "root"))
-    found = {1, (1 << 127) + 5, 2 ** 64 - 1, 2 ** 64}
+    found = np.array([[0, 1], [1 << 63, 5], [0, 2 ** 64 - 1], [1, 0], [0, 1]], np.uint64)
     P.file_known_clean(st, "ctx", "fp1", found, "audit/known.bin")
-    assert P.load_known_clean(st, "ctx").known == frozenset(found)
-    assert P.load_known_clean(st, "other").known == frozenset()
+    got = P.load_known_clean(st, "ctx").known
+    assert got.tolist() == [[0, 1], [0, 2 ** 64 - 1], [1, 0], [1 << 63, 5]]  # distinct, sorted
+    assert P.member_rows(got, found).all() and not P.member_rows(got, np.array([[0, 2]], np.uint64)).any()
+    assert len(P.load_known_clean(st, "other").known) == 0
     assert not st.exists("audit/known.bin")  # the working file is removed once filed
     (rec,) = objects.keyed_records(st, P.KNOWN_CLEAN)
     (sha,) = rec["outputs"].values()
     blob = tmp_path / "root" / objects.object_key(sha)
     blob.chmod(0o644)
     blob.write_bytes(b"\x00" * 32)
-    assert P.load_known_clean(st, "ctx").known == frozenset()
+    assert len(P.load_known_clean(st, "ctx").known) == 0
