@@ -103,3 +103,25 @@ def test_filed_clean_documents_load_back_and_a_changed_blob_is_not_trusted(tmp_p
     blob.chmod(0o644)
     blob.write_bytes(b"\x00" * 32)
     assert len(P.load_known_clean(st, "ctx").known) == 0
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    from mix_assets_tests.support.ray_local import local_ray
+
+    with local_ray(eng.Engine(kind="ray", num_cpus=2)) as ray:
+        yield ray
+
+
+@pytest.mark.ray
+def test_ray_tasks_take_the_known_documents_and_write_the_in_process_report(ray_instance, tmp_path, tokenizer_dir):
+    spec = make_spec(tmp_path)
+    ref = P.load_reference(spec)
+    _revisions(tmp_path, tokenizer_dir, 16)
+    first = P.KnownClean()
+    P.audit_published(tmp_path / "a", spec, tmp_path / "c0", reference=ref, clean=first)
+    local = P.audit_published(tmp_path / "b", spec, tmp_path / "c1", reference=ref)
+    memo = P.KnownClean(known=first.found)
+    on_ray = P.audit_published(tmp_path / "b", spec, tmp_path / "c2", reference=ref,
+                               eng=eng.Engine(kind="ray", num_cpus=2), clean=memo)
+    assert P.dumps(on_ray) == P.dumps(local) and memo.pieces > 0 and local["overlap_total"] > 0
