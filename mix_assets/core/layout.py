@@ -126,6 +126,8 @@ MIX_SCRUB_MANIFEST = "mix/scrub_manifest.json"
 
 # shards_audit_clean (check on manifest): the 13-gram audit of the decoded shards, counts only
 SHARDS_AUDIT = "audit/shards_audit.json"
+# the working file of the audit's clean documents while it is filed (stages/audit/published.KnownClean)
+SHARDS_AUDIT_KNOWN_CLEAN = "audit/shards_audit_known_clean.bin"
 
 # A map stage's chunk parts (core/chunks.py): one Arrow IPC file per finished chunk (source x row range) while
 #   its source's file is not yet assembled, so a killed run resumes at the first missing chunk; stage is

@@ -19,7 +19,7 @@ from mix_assets.core import layout, lineage, objects
 from mix_assets.resources import storage_for
 from mix_assets.stages import common
 from mix_assets.stages.audit import published
-from mix_assets.stages.manifest.assets import SHARDS_AUDIT_CLEAN
+from mix_assets.stages.manifest.assets import KNOWN_CLEAN_PIECES, SHARDS_AUDIT_CLEAN
 from mix_assets.stages.split import assets as split_assets
 from mix_assets.stages.split.assets import VAL_DISJOINT_FROM_TRAIN
 from mix_assets_tests.test_integrity_lineage import failures, materialize, private_demo
@@ -107,6 +107,10 @@ def test_a_changed_manifest_is_audited_again(demo):
     assert b["manifest"] != a["manifest"]
     assert b["audits"] == 1 and "reused" not in _audit(b["result"]).metadata
     assert b["report"]["fingerprint"] == b["fingerprint"] != a["fingerprint"]
+    # B cuts A's documents into other shards: the documents A's audit found clean are not hashed again
+    # (stages/audit/published.KnownClean; the same report as a full audit: stages/audit/test_published_known.py)
+    assert _audit(a["result"]).metadata[KNOWN_CLEAN_PIECES].value == 0
+    assert _audit(b["result"]).metadata[KNOWN_CLEAN_PIECES].value > 0
 
 
 def test_back_to_a_restores_its_audit_and_report(demo):

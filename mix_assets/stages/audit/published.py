@@ -51,6 +51,7 @@ before it is returned for any `audit.scrub_words` consecutive words of a referen
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import threading
 from bisect import bisect_right
@@ -60,11 +61,12 @@ from typing import Any, Optional
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import xxhash
 
 from mix_assets.stages.audit import contamination as ct
 from mix_assets.stages.audit import eval_scan as audit_lib
 from mix_assets.stages.audit import evals
-from mix_assets.core import engine, layout, lineage
+from mix_assets.core import engine, imports, keys, layout, lineage, objects
 from mix_assets.stages.tokens.bytelevel import ByteDecoder
 from mix_assets.core import textkeys as tk
 from mix_assets.core.progress import Progress
@@ -90,6 +92,7 @@ class EvalReference:
     registry: ct.Registry
     denominators: dict[str, dict]  # task -> rows, items, n-grams, min_rows ... (counts only)
     scrub: np.ndarray  # hashed `scrub_words`-word runs of every item (for the report's self-check)
+    key: Optional[str] = None  # what the registry is built from (its files' sha256 and the audit settings)
 
 
 def load_reference(spec) -> EvalReference:
@@ -135,9 +138,11 @@ def _stored_reference(storage, spec) -> Optional[EvalReference]:
     if any(rec["outputs"].get(k) != sha for k, sha in files.items()):
         return None
     names = [t.name for t in a.tasks]
+    key = keys.artifact_key("eval_reference", None, {"files": json.dumps(sorted(files.items())), "tasks": json.dumps(names),
+                                                     "settings": json.dumps([a.ngram, a.short_item_min_words, a.scrub_words])})
     return EvalReference(registry=audit_lib.registry_at(loc).in_order(names),
                          denominators={n: audit_lib.entry_denominators(meta["tasks"][n]) for n in names},
-                         scrub=audit_lib.load_npy(storage, layout.EVAL_SCRUB_NGRAMS))
+                         scrub=audit_lib.load_npy(storage, layout.EVAL_SCRUB_NGRAMS), key=key)
 
 
 def denominator_problems(denominators: dict[str, dict]) -> list[str]:
@@ -196,6 +201,11 @@ class SplitTally:
     words_scanned: int = 0
     text_bytes: int = 0  # UTF-8 bytes decoded, carries included (progress lines only, not in the report)
     hits: dict[int, np.ndarray] = field(default_factory=dict)  # sample -> overlap n-grams per task
+    # documents wholly inside one chunk, `doc_digests` rows (not in the report): no window of theirs matched
+    # (clean) or one did (dirty); pieces whose windows were not hashed because their document was known clean
+    clean: list = field(default_factory=list)
+    dirty: list = field(default_factory=list)
+    known_pieces: int = 0
 
     def merge(self, other: "SplitTally") -> None:
         """Add the counts of a later range of the same split (a sample's hits may come from both)."""
@@ -204,6 +214,9 @@ class SplitTally:
             setattr(self, f, getattr(self, f) + getattr(other, f))
         for sample, v in other.hits.items():
             self.hits[sample] = self.hits[sample] + v if sample in self.hits else v
+        self.clean += other.clean
+        self.dirty += other.dirty
+        self.known_pieces += other.known_pieces
 
     def to_json(self, separator: bool, denominators: dict[str, dict]) -> dict:
         per = np.zeros(len(self.tasks), np.int64)
@@ -243,7 +256,9 @@ class SplitScanner:
     between chunks: whether a document is open, where it started, and its tail (`_tails`)."""
 
     def __init__(self, split: str, tokenizer, registry: ct.Registry, separator_id: Optional[int],
-                 total_samples: int, max_carry_tokens: int = 1 << 16, decoder: Optional[ByteDecoder] = None):
+                 total_samples: int, max_carry_tokens: int = 1 << 16, decoder: Optional[ByteDecoder] = None,
+                 known: Optional[np.ndarray] = None):
+        self.known = known  # `doc_digests` rows of documents no window of which matched (`KnownClean`), None: off
         self.tok = tokenizer
         self.dec = decoder  # the tokenizer's byte table (`ByteDecoder.of`), None: decode with the tokenizer
         self.reg = registry
@@ -319,8 +334,10 @@ class SplitScanner:
         buf = np.concatenate([self.tail, flat]) if self.open and len(self.tail) else flat
         shift = len(buf) - flat.size  # buf index of flat[0]
         if len(begin):
-            carry, cwords = self._carries(buf, begin + shift, size, from_start)
-            self._scan(buf, begin + shift, end + shift, carry, cwords, continues, np.where(end > begin, g, g - 1))
+            carry, cwords, short = self._carries(buf, begin + shift, size, from_start)
+            doc_of, digests = self._whole_documents(flat, seps, begin, end) if self.known is not None else (None, None)
+            self._scan(buf, begin + shift, end + shift, carry, cwords, continues, np.where(end > begin, g, g - 1),
+                       short, doc_of, digests)
         self.open = (self.sep is None or flat[-1] != self.sep) and first + count != self.total
         if self.open:  # the last piece goes on: keep its document's tail
             self.doc_start = int(doc[-1])
@@ -342,6 +359,7 @@ class SplitScanner:
         in tokens and in words (0 for a piece starting a document)."""
         carry = np.zeros(len(at), np.int64)
         words = np.zeros(len(at), np.int64)
+        short = np.zeros(len(at), bool)
         want = self.n + 1
         # 2 (n + 1) tokens hold n + 1 words almost always (about 1.2 tokens a word); a longer carry only
         # adds words before the windows counted (any carry of n + 1 words gives the same counts)
@@ -356,37 +374,105 @@ class SplitScanner:
             whole = k >= size[todo]  # the carry is the whole tail
             done = (got >= want) | (whole & from_start[todo])
             self.tally.short_carries += int((~done & whole).sum())
+            short[todo[~done & whole]] = True
             more = ~done & ~whole
             todo, k = todo[more], k[more] * 4
-        return carry, words
+        return carry, words, short
 
-    def _scan(self, buf, at, end, carry, cwords, cont, sample) -> None:
-        """Count the windows of pieces buf[at:end] (with their carries), attributed to `sample`."""
+    def _whole_documents(self, flat, seps, begin, end) -> tuple[np.ndarray, np.ndarray]:
+        """The documents wholly inside this chunk (after a separator, or at the chunk's start when no document is
+        open there, up to their separator): each piece's document (a row of the digests, -1 for a piece of a
+        document the chunk holds only part of) and each document's `doc_digests` row (its ids, separator left out)."""
+        if not len(seps):
+            return np.full(len(begin), -1, np.int64), np.zeros((0, 2), np.uint64)
+        starts = np.concatenate([[-1 if self.open else 0], seps[:-1] + 1]).astype(np.int64)  # -1: not whole
+        digests = doc_digests([flat[max(a, 0):b] for a, b in zip(starts.tolist(), seps.tolist())])
+        j = np.searchsorted(np.maximum(starts, 0), begin, side="right") - 1
+        jj = np.maximum(j, 0)
+        whole = (j >= 0) & (starts[jj] >= 0) & (begin >= starts[jj]) & (end <= seps[jj])
+        return np.where(whole, j, -1), digests
+
+    def _scan(self, buf, at, end, carry, cwords, cont, sample, short=None, doc_of=None, digests=None) -> None:
+        """Count the windows of pieces buf[at:end] (with their carries), attributed to `sample`.
+
+        With `doc_of` (`_whole_documents`), a piece of a document this scanner knows clean (`known`) is decoded
+        and split for its word count but its windows are not hashed or looked up: 0, as a scan would count them
+        (the windows a piece counts are windows of its document's decoding, whatever the sample cut: the module
+        docstring's premise), unless its carry is short. Each whole document is then filed clean or dirty."""
         t = self.tally
         m = len(at)
         arr = self._decode(*_gather(buf, at - carry, end))
         t.text_bytes += int(pc.sum(pc.binary_length(arr)).as_py() or 0)
-        h, off = tk.word_hashes(tk.words(arr))
+        wl = tk.words(arr)
         del arr
-        starts = off[:-1]
-        nwords = np.diff(off)
+        if isinstance(wl, pa.ChunkedArray):
+            wl = wl.combine_chunks()
+        nwords = np.diff(np.asarray(wl.offsets, np.int64))
         has_carry = carry > 0
         stop = np.maximum(nwords - cont, 0)  # a piece going on next sample leaves its last word out
         pre = np.where(has_carry, np.minimum(np.maximum(cwords - 1, 0), stop), 0)  # counted before
-        # rows in place (no copy of the hashes): each piece's counted words, then the word it leaves out
-        rows = np.append(np.stack([starts, starts + stop], axis=1).reshape(-1), off[-1])
-        net = self.reg.scan_word_hashes(h, rows)[::2]
-        carried = np.flatnonzero(pre > 0)  # the carries' windows, counted before: subtracted
-        if len(carried):
-            net[carried] -= self.reg.scan_word_hashes(*_gather(h, starts[carried], starts[carried] + pre[carried]))
-        if (net < 0).any():  # windows of a prefix are windows of the whole: cannot happen
-            raise PublishedAuditError(f"split {t.split}: negative window count after carry subtraction")
+        known = np.zeros(m, bool)
+        if doc_of is not None and len(self.known) and len(digests):
+            known = (doc_of >= 0) & ~short & member_rows(self.known, digests)[np.maximum(doc_of, 0)]
+        net = np.zeros((m, len(t.tasks)), np.int64)
+        todo = np.flatnonzero(~known)
+        if len(todo):
+            h, off = tk.word_hashes(wl if len(todo) == m else wl.take(pa.array(todo)))
+            starts, st, pr = off[:-1], stop[todo], pre[todo]
+            # rows in place (no copy of the hashes): each piece's counted words, then the word it leaves out
+            rows = np.append(np.stack([starts, starts + st], axis=1).reshape(-1), off[-1])
+            got = self.reg.scan_word_hashes(h, rows)[::2]
+            carried = np.flatnonzero(pr > 0)  # the carries' windows, counted before: subtracted
+            if len(carried):
+                got[carried] -= self.reg.scan_word_hashes(*_gather(h, starts[carried], starts[carried] + pr[carried]))
+            if (got < 0).any():  # windows of a prefix are windows of the whole: cannot happen
+                raise PublishedAuditError(f"split {t.split}: negative window count after carry subtraction")
+            net[todo] = got
         t.pieces += m
         t.continued_pieces += int(has_carry.sum())
         t.words_scanned += int((stop - pre).sum())
         for i in np.flatnonzero(net.any(axis=1)):
             s = int(sample[i])
             t.hits[s] = t.hits.get(s, np.zeros(len(t.tasks), np.int64)) + net[i]
+        if doc_of is not None:
+            t.known_pieces += int(known.sum())
+            dirty = net.any(axis=1) | short
+            whole = doc_of >= 0
+            t.dirty.append(digests[np.unique(doc_of[whole & dirty])])
+            t.clean.append(digests[np.unique(doc_of[whole & ~dirty])])
+
+
+def doc_digests(docs: list[np.ndarray]) -> np.ndarray:
+    """Each document's key for `KnownClean`: the xxh3-128 of its token ids' bytes (the revision's dtype), as a
+    (high 64 bits, low 64 bits) uint64 row: no Python object kept per document."""
+    out = np.zeros((len(docs), 2), np.uint64)
+    for i, ids in enumerate(docs):
+        d = xxhash.xxh3_128_intdigest(np.ascontiguousarray(ids).tobytes())
+        out[i] = (d >> 64, d & 0xFFFFFFFFFFFFFFFF)
+    return out
+
+
+def unique_rows(rows: np.ndarray) -> np.ndarray:
+    """The distinct (hi, lo) rows of `rows`, sorted by hi then lo (what `member_rows` looks up in)."""
+    rows = np.asarray(rows, np.uint64).reshape(-1, 2)
+    rows = rows[np.lexsort((rows[:, 1], rows[:, 0]))]
+    keep = np.ones(len(rows), bool)
+    keep[1:] = (rows[1:] != rows[:-1]).any(axis=1)
+    return np.ascontiguousarray(rows[keep])
+
+
+def member_rows(keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Whether each row of `rows` is one of `keys` (`unique_rows` output)."""
+    out = np.zeros(len(rows), bool)
+    if not len(keys) or not len(rows):
+        return out
+    lo = np.searchsorted(keys[:, 0], rows[:, 0], side="left")
+    hi = np.searchsorted(keys[:, 0], rows[:, 0], side="right")
+    one = hi - lo == 1
+    out[one] = keys[lo[one], 1] == rows[one, 1]
+    for i in np.flatnonzero(hi - lo > 1).tolist():  # equal high halves: ~never
+        out[i] = bool((keys[lo[i]:hi[i], 1] == rows[i, 1]).any())
+    return out
 
 
 # -- the audit -----------------------------------------------------------------------------------
@@ -474,12 +560,13 @@ def _open_split(location: Any, cache_dir: Optional[str], open_kwargs: dict, spli
 
 def audit_range(rng: SampleRange, *, location: Any, cache_dir: Optional[str], open_kwargs: dict,
                 registry: ct.Registry, separator_id: Optional[int], chunk_tokens: int,
-                max_carry_tokens: int, readers: Optional[ThreadReaders] = None) -> SplitTally:
+                max_carry_tokens: int, readers: Optional[ThreadReaders] = None,
+                known: Optional[np.ndarray] = None) -> SplitTally:
     """The map work: scan one range of a split as a scan from the split's first sample would (pure).
 
     The scanner starts in the state it has at `rng.start` (`SplitScanner.resume_at` reads back the
     open document's tail), so the range's counts do not depend on where the ranges are cut. `readers`
-    (in-process engines): this thread's reader, else one opened for the task."""
+    (in-process engines): this thread's reader, else one opened for the task. `known`: `KnownClean.known`."""
     r = readers.get(rng.split) if readers is not None else _open_split(location, cache_dir, open_kwargs, rng.split)
     with r:  # closing releases the shards this task mapped; a thread's reader stays usable
         step = max(1, chunk_tokens // r.sample_len)
@@ -487,7 +574,8 @@ def audit_range(rng: SampleRange, *, location: Any, cache_dir: Optional[str], op
         if r.has_doc_index:
             check_doc_index(r, rng, separator_id, head)
         tok, dec = _reader_decoding(r)
-        scanner = SplitScanner(rng.split, tok, registry, separator_id, len(r), max_carry_tokens, decoder=dec)
+        memo = {"known": known} if known is not None and separator_id is not None else {}
+        scanner = SplitScanner(rng.split, tok, registry, separator_id, len(r), max_carry_tokens, decoder=dec, **memo)
         scanner.resume_at(rng.start, r.sample)
         for first in range(rng.start, rng.stop, step):
             scanner.feed(first, head if first == rng.start else r.samples(first, min(step, rng.stop - first)))
@@ -551,12 +639,15 @@ def audit_published(
     eng: engine.Engine = engine.Engine(),
     log=None,
     label: str = "published audit",
+    clean: Optional["KnownClean"] = None,
     **open_kwargs,
 ) -> dict:
     """The report (counts only) of the published revision at `location` against `spec`'s registry.
 
     Each shard is a map task on `eng` (`audit_range`; in process or Ray); `log` gets progress lines.
-    The report does not depend on the engine, its worker count or the shard cut."""
+    The report does not depend on the engine, its worker count or the shard cut, nor on `clean`: with it, the
+    pieces of documents it knows clean are not hashed and looked up, and `clean.found` is set to this
+    revision's clean documents (with a separator; without one `clean` is not used)."""
     ref = reference or load_reference(spec)
     readers = {s: open_mix(location, cache_dir, split=s, shuffle=False, epochs=1, **open_kwargs) for s in SPLITS}
     manifest = readers["train"].manifest
@@ -575,7 +666,14 @@ def audit_published(
         r.close()
     tallies = scan_ranges(ranges, eng, log, label, location=location, cache_dir=cache_dir,
                           open_kwargs=open_kwargs, registry=ref.registry, separator_id=sep_id,
-                          chunk_tokens=chunk_tokens, max_carry_tokens=max_carry_tokens)
+                          chunk_tokens=chunk_tokens, max_carry_tokens=max_carry_tokens,
+                          known=clean.known if clean is not None else None)
+    if clean is not None and sep_id is not None:
+        found = unique_rows(np.concatenate([r for t in tallies.values() for r in t.clean] or [np.zeros((0, 2), np.uint64)]))
+        dirty = unique_rows(np.concatenate([r for t in tallies.values() for r in t.dirty] or [np.zeros((0, 2), np.uint64)]))
+        clean.found = found[~member_rows(dirty, found)]
+        clean.pieces = sum(t.known_pieces for t in tallies.values())
+        clean.all_pieces = sum(t.pieces for t in tallies.values())
     splits = {s: tallies[s].to_json(sep_id is not None, ref.denominators) for s in SPLITS}
     problems = denominator_problems(ref.denominators)
     total = sum(v["overlap_ngrams"] for v in splits.values())
@@ -607,6 +705,65 @@ def audit_published(
         raise PublishedAuditError(f"the report would carry {len(leaks)} string(s) quoting a reference item; "
                                   "rename the task or location")
     return report
+
+
+# -- documents known clean, kept between audits ------------------------------------------------------
+KNOWN_CLEAN = "shards_audit_known_clean"  # keyed records (core/objects.py), one per audited revision
+KNOWN_CODE = imports.source_version(__name__)[:16]  # this module and what it imports (scan, decode, words)
+
+
+@dataclass
+class KnownClean:
+    """Documents (`doc_digests` rows: xxh3-128 of their token ids) none of whose windows matched the registry in
+    an earlier audit with the same tokenizer, registry, dtype, separator and scan code (`known_clean_context`),
+    as `unique_rows`; `found`: this audit's clean whole documents (filed for the next), `pieces`: pieces answered
+    from `known`."""
+
+    known: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.uint64))
+    found: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.uint64))
+    pieces: int = 0
+    all_pieces: int = 0
+
+
+def known_clean_context(manifest: dict, reference: EvalReference) -> Optional[str]:
+    """The key every input of a document's clean result but its ids contributes to, or None (a registry of no
+    known key, no separator: nothing is kept)."""
+    sep = manifest["packing"].get("separator_id")
+    if reference.key is None or sep is None:
+        return None
+    return keys.artifact_key(KNOWN_CLEAN, KNOWN_CODE, {
+        "registry": reference.key, "tokenizer": str(manifest["tokenizer"]["files"].get(TOKENIZER_FILE)),
+        "dtype": str(manifest["dtype"]), "separator_id": str(sep),
+        "sample_len": str(manifest["packing"]["sample_len"])})
+
+
+def load_known_clean(storage, context: str) -> KnownClean:
+    """The clean documents the newest record of `context` names (its blob checked against its sha256 first: a
+    changed or missing blob is not trusted), else none."""
+    for rec in objects.keyed_records(storage, KNOWN_CLEAN):
+        if (rec.get("input_keys") or {}).get("context") != context:
+            continue
+        (sha,) = rec["outputs"].values()
+        if objects.blob_problem(storage, sha):
+            continue
+        rows = np.frombuffer(storage.store.read_bytes(objects.object_key(sha)), "<u8").reshape(-1, 2)
+        return KnownClean(known=unique_rows(rows))
+    return KnownClean()
+
+
+def file_known_clean(storage, context: str, fingerprint: str, found: np.ndarray, work: str, run_id: str = "") -> None:
+    """File `found` (this revision's clean documents, `doc_digests` rows) under `context` and the fingerprint."""
+    data = unique_rows(found).astype("<u8").tobytes()
+    try:
+        storage.write_bytes(work, data)
+        inputs = {"context": context, "fingerprint": fingerprint}
+        objects.stash(storage, KNOWN_CLEAN, keys.artifact_key(KNOWN_CLEAN, KNOWN_CODE, inputs),
+                      {work: hashlib.sha256(data).hexdigest()}, input_keys=inputs, code_version=KNOWN_CODE,
+                      run_id=run_id, dagster=None)
+    except OSError:  # a cache: the next audit scans every document
+        pass
+    finally:
+        storage.delete(work)
 
 
 def exit_code(report: dict) -> int:

@@ -124,20 +124,14 @@ def build_manifest_assets(spec: MixSpec) -> list:
         def audit():
             t0 = time.perf_counter()
             ref = eval_reference(st, s, current_code_versions(context))
-            try:
-                with tempfile.TemporaryDirectory(prefix="shards-audit-", dir=_cache_dir(st)) as cache:
-                    report = published.audit_published(st.uri(layout.MIX_DIR), s, cache, eng=engine.engine,
-                                                       log=context.log, label=SHARDS_AUDIT_CLEAN, reference=ref,
-                                                       s3_endpoint_url=st.s3_endpoint_url)
-            except (ManifestError, ReaderError, FileNotFoundError) as e:  # mix/ is not what the manifest lists
-                report = unreadable_mix_report(json.loads(st.read_text(layout.MANIFEST)), e)
+            report, known = audited_mix(st, s, ref, engine.engine, context)
             secs = time.perf_counter() - t0
             st.write_text(layout.SHARDS_AUDIT, published.dumps(report))
             if "unreadable" in report:  # about the files present, not the manifest's bytes: not stored
                 return dg.AssetCheckResult(passed=False, description=report["unreadable"],
                                            metadata={"fingerprint": report["fingerprint"]}), False
             result = shards_audit_result(report, secs)
-            return result._replace(metadata={**result.metadata, EVAL_REFERENCE: (
+            return result._replace(metadata={**result.metadata, **known, EVAL_REFERENCE: (
                 STORED_REFERENCE if ref is not None else REBUILT_REFERENCE)})
 
         # a pure function of the bytes the manifest names (its artifact key) and the audit config: a reused
@@ -160,6 +154,7 @@ def build_manifest_assets(spec: MixSpec) -> list:
 
 
 EVAL_REFERENCE = "eval_reference"  # shards_audit_clean's metadata: where its eval registry came from
+KNOWN_CLEAN_PIECES = "known_clean_pieces"  # shards_audit_clean's metadata: pieces not hashed again
 STORED_REFERENCE = "eval_registry's files (built from the current eval files by the current code)"
 REBUILT_REFERENCE = "rebuilt from the eval task files"
 
@@ -174,6 +169,29 @@ def eval_reference(st: Storage, spec: MixSpec, code_versions: dict[str, str]) ->
     except lineage.StaleInputError:
         return None
     return published.stored_reference(st, spec)
+
+
+def audited_mix(st: Storage, spec: MixSpec, ref: "published.EvalReference | None", eng, context) -> tuple[dict, dict]:
+    """(shards_audit_clean's report of mix/, its known-clean metadata). The clean documents of an earlier audit
+    under the same registry, tokenizer and scan code are decoded but their windows not hashed again
+    (stages/audit/published.KnownClean), and this audit's are filed for the next one."""
+    ctx = published.known_clean_context(json.loads(st.read_text(layout.MANIFEST)), ref) if ref else None
+    clean = published.load_known_clean(st, ctx) if ctx else None
+    try:
+        with tempfile.TemporaryDirectory(prefix="shards-audit-", dir=_cache_dir(st)) as cache:
+            report = published.audit_published(st.uri(layout.MIX_DIR), spec, cache, eng=eng, log=context.log,
+                                               label=SHARDS_AUDIT_CLEAN, reference=ref, clean=clean,
+                                               s3_endpoint_url=st.s3_endpoint_url)
+    except (ManifestError, ReaderError, FileNotFoundError) as e:  # mix/ is not what the manifest lists
+        return unreadable_mix_report(json.loads(st.read_text(layout.MANIFEST)), e), {}
+    if clean is None:
+        return report, {}
+    published.file_known_clean(st, ctx, report["fingerprint"], clean.found, layout.SHARDS_AUDIT_KNOWN_CLEAN,
+                               context.run.run_id)
+    context.log.info(f"{SHARDS_AUDIT_CLEAN}: {clean.pieces:,} of {clean.all_pieces:,} pieces are of documents an "
+                     "earlier audit found clean (same ids, registry, tokenizer and scan code): decoded, their "
+                     "windows not hashed again")
+    return report, {KNOWN_CLEAN_PIECES: clean.pieces}
 
 
 def unreadable_mix_report(manifest: dict, err: Exception) -> dict:
