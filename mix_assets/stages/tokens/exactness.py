@@ -134,11 +134,7 @@ class _Stream:
                     raise ValueError(f"{self.keys[k]}: {os.path.getsize(path)} bytes, the shard stats list "
                                      f"{self.tokens[k]} tokens of {self.dtype.itemsize} bytes")
                 fd = self.fds[k] = os.open(path, os.O_RDONLY)
-            isz = self.dtype.itemsize
-            data = os.pread(fd, n * isz, lo * isz) if n else b""
-            if len(data) != n * isz:
-                raise ValueError(f"{self.keys[k]}: short read at token {lo} ({len(data) // isz} of {n} tokens)")
-            return np.frombuffer(data, self.dtype)
+            return shards_fmt.pread_tokens(fd, lo, n, self.dtype, self.keys[k])
         f = self.files.get(k) or self.files.setdefault(k, self.storage.open(self.keys[k]))
         return shards_fmt.read_tokens(f, lo, n, self.dtype, self.keys[k])
 

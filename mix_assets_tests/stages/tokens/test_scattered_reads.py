@@ -125,3 +125,18 @@ def test_exactness_stream_sampled_reads_keep_the_shards_out_of_rss(tmp_path):
         s.close()
     assert len(got) == 8 * len(starts)
     assert grew < LIMIT_MB, f"sampled reads' peak RSS grew {grew:.1f} MB over {TOKENS * 2 >> 20} MB of shards"
+
+
+def test_pread_tokens_reads_a_range_and_names_the_file_on_a_short_read(tmp_path):
+    from mix_assets.format import shards as shards_fmt
+
+    path = tmp_path / "s.bin"
+    np.arange(50, dtype=np.uint32).tofile(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert shards_fmt.pread_tokens(fd, 7, 5, "uint32").tolist() == [7, 8, 9, 10, 11]
+        assert shards_fmt.pread_tokens(fd, 50, 0, "uint32").size == 0
+        with pytest.raises(ValueError, match=r"train/x\.bin: short read at token 45 \(5 of 8 tokens\)"):
+            shards_fmt.pread_tokens(fd, 45, 8, "uint32", "train/x.bin")
+    finally:
+        os.close(fd)
