@@ -3,7 +3,7 @@
     PYTHONPATH=$PWD .venv/bin/python bench/dedup_reduce_phases.py RUN/mix.yaml PARTITIONS
 
 RUN is a bench/graph.py run folder (<out>/<size>mb/local-2-multiprocess) whose storage holds the signatures. In this
-process, without Dagster (whose ~60 MB more a step process has): `dedup.reduce_to` into probe/dedup_keys.parquet
+process, without Dagster (a step process adds its base: 502 vs 324 MB here at 100 MB): `dedup.reduce_to` into probe/dedup_keys.parquet
 of that storage (a scratch key: the run's own dedup_keys is not touched), then `dedup.cluster_problems` on it, with
 `dedup.partitions` = PARTITIONS and a local engine of 2 threads. The kernel's peak (VmHWM) is reset at every phase
 boundary (/proc/self/clear_refs 5): each engine map (named by its task function), `docparts.candidates`, the
