@@ -8,8 +8,9 @@ Beside each shard, with `packing.doc_index`, its document index (core/layout.DOC
 
 Writing: `ShardWriter` writes a split's shards and document indexes through a Storage and returns the
 manifest's records (the token stage's packer hands it whole samples). Reading: `rows` (a shard's bytes
-in memory), `map_rows` (a local file, memory-mapped) and `read_row` (one sample of an open file) give
-samples as arrays; every reader of shard bytes (the trainer's reader, the rendered samples, the checker)
+in memory), `map_rows` (a local file, memory-mapped), `read_row` (one sample of an open file), `read_tokens` (a
+range of an open file) and `pread_tokens` (a range of a local file descriptor, one pread: scattered reads that
+leave the file out of the process's RSS, which a map's fault-around does not) give samples or tokens as arrays; every reader of shard bytes (the trainer's reader, the rendered samples, the checker)
 goes through them.
 
 Changing the format (say, uint32 whatever the vocabulary) is an edit here: the token stage, the reader,
@@ -24,6 +25,7 @@ reader/test_reader.py, the demo fingerprint) change with it.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Optional
 
@@ -147,6 +149,16 @@ def read_row(f: BinaryIO, row: int, dtype: str | np.dtype, sample_len: int, labe
     if len(data) != n:
         raise ValueError(f"{label}: short read at sample row {row} ({len(data)} bytes)")
     return rows(data, dtype, sample_len, label)[0]
+
+
+def pread_tokens(fd: int, start: int, n: int, dtype: str | np.dtype, label: str = "shard") -> np.ndarray:
+    """Tokens [start, start + n) of a local shard file open as descriptor `fd` (one os.pread); ValueError naming `label`
+    on a short read."""
+    dt = token_dtype(dtype)
+    data = os.pread(fd, n * dt.itemsize, start * dt.itemsize) if n else b""
+    if len(data) != n * dt.itemsize:
+        raise ValueError(f"{label}: short read at token {start} ({len(data) // dt.itemsize} of {n} tokens)")
+    return np.frombuffer(data, dt)
 
 
 def read_tokens(f: BinaryIO, start: int, n: int, dtype: str | np.dtype, label: str = "shard") -> np.ndarray:

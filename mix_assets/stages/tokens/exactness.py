@@ -108,8 +108,10 @@ def choose(app: pa.Table, seed: int) -> tuple[dict[str, np.ndarray], dict[str, i
 
 
 class _Stream:
-    """A split's shards read as one token stream (the concatenation of its shards, in order). A local root's
-    shards are memory-mapped (a read is a slice); an S3 root's are read in place, one range per read."""
+    """A split's shards read as one token stream (the concatenation of its shards, in order). A local root's shards
+    are read with one pread per read (not memory-mapped: the kernel maps ~64 KB around each faulted page, so the
+    sampled reads of a mapped shard put most of it in the process's RSS, which then grew with the corpus); an S3
+    root's are read in place, one range per read."""
 
     def __init__(self, storage, shards: list[dict], sample_len: int, dtype: np.dtype):
         self.storage, self.dtype = storage, dtype
@@ -117,7 +119,7 @@ class _Stream:
         self.tokens = [sh["samples"] * sample_len for sh in shards]
         self.ends = np.cumsum(self.tokens).astype(np.int64).tolist()
         self.files: dict[int, object] = {}
-        self.maps: dict[int, np.ndarray] = {}
+        self.fds: dict[int, int] = {}
 
     @property
     def size(self) -> int:
@@ -125,17 +127,14 @@ class _Stream:
 
     def _part(self, k: int, lo: int, n: int) -> np.ndarray:
         if not self.storage.is_s3:
-            mm = self.maps.get(k)
-            if mm is None:
+            fd = self.fds.get(k)
+            if fd is None:
                 path = self.storage.local_path(self.keys[k])
                 if os.path.getsize(path) != self.tokens[k] * self.dtype.itemsize:
                     raise ValueError(f"{self.keys[k]}: {os.path.getsize(path)} bytes, the shard stats list "
                                      f"{self.tokens[k]} tokens of {self.dtype.itemsize} bytes")
-                mm = self.maps[k] = shards_fmt.map_rows(path, self.dtype, 1, self.tokens[k]).reshape(-1) \
-                    if self.tokens[k] else np.zeros(0, self.dtype)
-            if lo + n > len(mm):
-                raise ValueError(f"{self.keys[k]}: short read at token {lo} ({len(mm) - lo} of {n} tokens)")
-            return mm[lo:lo + n]
+                fd = self.fds[k] = os.open(path, os.O_RDONLY)
+            return shards_fmt.pread_tokens(fd, lo, n, self.dtype, self.keys[k])
         f = self.files.get(k) or self.files.setdefault(k, self.storage.open(self.keys[k]))
         return shards_fmt.read_tokens(f, lo, n, self.dtype, self.keys[k])
 
@@ -154,7 +153,10 @@ class _Stream:
     def close(self) -> None:
         for f in self.files.values():
             f.close()
-        self.maps.clear()
+        for fd in self.fds.values():
+            os.close(fd)
+        self.files.clear()
+        self.fds.clear()
 
 
 def _texts(path, want: set[str]) -> dict[str, str]:

@@ -12,7 +12,7 @@ counts, then corrected with the observed bytes/token), so the excess headroom is
 the final selection depends only on true token counts, never on the estimate.
 Pass 2 spills each split's appearances to local files by key range of their stream-order key
 (BUCKET_APPEARANCES per bucket), then per bucket in key order: sorts it, gathers its documents' ids from
-the memory-mapped spill (GATHER_TOKENS at a time, one concatenation each) and feeds them to the packer
+the spill (GATHER_TOKENS at a time, one pread per document into one buffer) and feeds them to the packer
 (packing.py, `feed_many`: numpy work per gather, not Python work per document), whose shards
 format/shards.ShardWriter writes atomically through `Storage` (the one encoder of the shard bytes); the stream docs are written a
 row group at a time. Equal keys share a bucket, so the bytes do not depend on the bucket count.
@@ -32,7 +32,6 @@ import functools
 import hashlib
 import json
 import math
-import mmap
 import os
 import tempfile
 import threading
@@ -322,21 +321,23 @@ class _SpillReader:
         self.dtype = dtype
 
     def gather(self, offsets: np.ndarray, takes: np.ndarray) -> np.ndarray:
-        """The first `takes[i]` tokens of the documents at spill `offsets[i]`, back to back (one concatenation
-        from the memory-mapped spill)."""
+        """The first `takes[i]` tokens of the documents at spill `offsets[i]`, back to back (one pread per document
+        into one buffer)."""
         takes = np.asarray(takes, np.int64)
         total = int(takes.sum())
         if not total:
             return np.zeros(0, self.dtype)
-        # mapped for this gather only: the pages it touched leave the process's RSS when it is unmapped; slices
-        # concatenated (one copy), not a fancy index (an int64 index per token costs more than the copy)
-        m = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
-        try:
-            spill = np.frombuffer(m, self.dtype)
-            out = np.concatenate([spill[o : o + t] for o, t in zip(np.asarray(offsets).tolist(), takes.tolist())])
-            del spill
-        finally:
-            m.close()
+        # pread, not a memory map: the appearances are in hash order, so a gather's documents are spread over the
+        # whole spill, and the kernel maps ~64 KB around each faulted page (fault-around): a mapped gather put most
+        # of the spill in the process's RSS (peak RSS grew with the corpus); read pages stay in the page cache
+        out = np.empty(total, self.dtype)
+        buf = memoryview(out).cast("B")
+        isz, pos = self.dtype.itemsize, 0
+        for o, t in zip(np.asarray(offsets).tolist(), takes.tolist()):
+            nb = t * isz
+            if nb and os.preadv(self.fd, [buf[pos : pos + nb]], o * isz) != nb:
+                raise IOError(f"spill file short read at token {o} (+{t})")
+            pos += nb
         return out
 
     def read(self, offset: int, n: int) -> np.ndarray:
