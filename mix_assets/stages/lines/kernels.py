@@ -229,6 +229,70 @@ def runs(h: np.ndarray):
 
 
 @numba.njit(inline="always")
+def _sift(heap, n, at, key):
+    """Restore the min-heap heap[:n] of part indices, ordered by key[part] (the part's current hash), from
+    `at` down."""
+    x = heap[at]
+    kx = key[x]
+    while True:
+        c = 2 * at + 1
+        if c >= n:
+            break
+        y = heap[c]
+        ky = key[y]
+        if c + 1 < n:
+            z = heap[c + 1]
+            if key[z] < ky:
+                c, y, ky = c + 1, z, key[z]
+        if kx <= ky:
+            break
+        heap[at] = y
+        at = c
+    heap[at] = x
+
+
+@numba.njit(**_JIT)
+def merge_counts(h, d, starts):
+    """(hashes, summed documents) of sorted parts laid end to end (part i: h[starts[i]:starts[i + 1]], sorted
+    and distinct; d its counts): one k-way merge (a heap of the parts' heads), equal hashes summed; no sort."""
+    k = starts.shape[0] - 1
+    oh = np.empty(h.shape[0], np.uint64)
+    od = np.empty(h.shape[0], np.int64)
+    pos = starts[:-1].copy()
+    key = np.empty(k, np.uint64)
+    heap = np.empty(k, np.int64)
+    n = 0
+    for i in range(k):
+        if starts[i + 1] > starts[i]:
+            key[i] = h[starts[i]]
+            heap[n] = i
+            n += 1
+    for at in range(n // 2 - 1, -1, -1):
+        _sift(heap, n, at, key)
+    m = 0
+    while n:
+        i = heap[0]
+        j = pos[i]
+        v = key[i]
+        if m and oh[m - 1] == v:
+            od[m - 1] += d[j]
+        else:
+            oh[m] = v
+            od[m] = d[j]
+            m += 1
+        j += 1
+        pos[i] = j
+        if j == starts[i + 1]:
+            n -= 1
+            heap[0] = heap[n]
+        else:
+            key[i] = h[j]
+        if n:
+            _sift(heap, n, 0, key)
+    return oh[:m], od[:m]
+
+
+@numba.njit(inline="always")
 def _has(table, has_zero, h):
     """Whether h is in the set `_table` built (open addressing on the hash's low bits; 0 marks an empty slot)."""
     if h == 0:

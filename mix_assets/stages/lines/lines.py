@@ -236,18 +236,17 @@ HELD = Held(512 << 20)  # a local engine's chunks (text and line keys) between t
 
 
 def reduce_counts(parts: Iterable[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """The chunks' counts summed per hash, sorted by hash (independent of the parts' order and cut)."""
+    """The chunks' counts summed per hash, sorted by hash (independent of the parts' order and cut): each
+    part is sorted, so one k-way merge of them (kernels.merge_counts) instead of a sort of them all."""
+    from mix_assets.stages.lines import kernels
+
     parts = list(parts)
     if not parts:
         return np.array([], np.uint64), np.array([], np.int64)
     h = np.concatenate([p[0] for p in parts]).astype(np.uint64, copy=False)
     d = np.concatenate([p[1] for p in parts]).astype(np.int64, copy=False)
-    order = np.argsort(h, kind="stable")  # each part is sorted: a merge of runs, not a full sort
-    h, d = h[order], d[order]
-    if not len(h):
-        return h, d
-    start = np.flatnonzero(np.concatenate(([True], h[1:] != h[:-1])))
-    return h[start], np.add.reduceat(d, start).astype(np.int64)
+    starts = np.cumsum([0] + [len(p[0]) for p in parts], dtype=np.int64)
+    return kernels.merge_counts(h, d, starts)
 
 
 def frequent(hashes: np.ndarray, docs: np.ndarray, min_docs: int) -> pa.Table:
