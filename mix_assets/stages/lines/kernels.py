@@ -201,10 +201,10 @@ def doc_line_hashes(o: np.ndarray, b: np.ndarray, w: np.ndarray, head: int, min_
     return k, li
 
 
-def work_arrays(counted: int, lines: int) -> tuple[np.ndarray, ...]:
-    """Fresh arrays for doc_line_hashes: `out` for `counted` hashes, line_* for `lines` lines (np.empty: only
-    the pages written are taken)."""
-    return (np.empty(counted, np.uint64), np.empty(lines, np.uint64), *(np.empty(lines, np.int64) for _ in range(3)))
+def work_arrays(counted: int, lines: int, index=np.int64) -> tuple[np.ndarray, ...]:
+    """Fresh arrays for doc_line_hashes: `out` for `counted` hashes, line_* for `lines` lines, their stripped
+    characters, ends and characters as `index` (np.empty: only the pages written are taken)."""
+    return (np.empty(counted, np.uint64), np.empty(lines, np.uint64), *(np.empty(lines, index) for _ in range(3)))
 
 
 @numba.njit(**_JIT)

@@ -140,7 +140,10 @@ def count_lines(text: pa.Array, min_line_chars: int, keep: bool = False, work: O
     size = int(o[-1] - o[0])
     cap = (size + n) // 2 + n + 1 if min_line_chars >= 1 else size + n + 1
     nl = size + n + 1 if keep else 0
-    arrays = work.take(cap, nl) if work is not None else kernels.work_arrays(cap, nl)
+    # a line's end, characters and stripped characters are under the chunk's bytes: int32 while that fits (the
+    # kept line keys take 20 bytes a line instead of 32)
+    index = np.int32 if size + n < 2**31 - 1 else np.int64
+    arrays = work.take(cap, nl, index) if work is not None else kernels.work_arrays(cap, nl, index)
     try:
         k, li = kernels.doc_line_hashes(o, b, *kernels.words(b), min_line_chars, *arrays, keep)
         h = arrays[0][:k]
@@ -177,15 +180,15 @@ class Work:
     def __init__(self):
         self.free, self.lock = [], threading.Lock()
 
-    def take(self, counted: int, lines: int) -> tuple[np.ndarray, ...]:
+    def take(self, counted: int, lines: int, index=np.int64) -> tuple[np.ndarray, ...]:
         from mix_assets.stages.lines import kernels
 
         with self.lock:
             got = self.free.pop() if self.free else None
-        if got is not None and got[0].shape[0] >= counted and got[1].shape[0] >= lines:
+        if got is not None and got[0].shape[0] >= counted and got[1].shape[0] >= lines and got[2].dtype == index:
             return got
         return kernels.work_arrays(max(counted, got[0].shape[0] if got else 0),
-                                   max(lines, got[1].shape[0] if got else 0))
+                                   max(lines, got[1].shape[0] if got else 0), index)
 
     def give(self, arrays: tuple[np.ndarray, ...]) -> None:
         with self.lock:
