@@ -16,8 +16,8 @@ removed. Both maps are one compiled pass per chunk over the Arrow text buffers (
    `min_kept_chars`) is dropped (reason DROP_REASON, through exclusion_masks); documents that lose nothing keep
    their text byte for byte. With the local engine (its tasks run in this process) the removal takes the
    chunk the count map read and its line keys (`HELD`, at most 512 MB, emptied after the run) instead of
-   reading and hashing it again; with Ray, past the budget or after a resume it reads them again: the same
-   output either way. Output per source (layout.LINE_DOCS): raw/<source>'s rows in raw order with the
+   reading and hashing it again, and writes the new texts over the held ones (no second buffer); with Ray,
+   past the budget or after a resume it reads them again: the same output either way. Output per source (layout.LINE_DOCS): raw/<source>'s rows in raw order with the
    new text, n_bytes / n_chars / est_tokens recomputed, and per document the lines and bytes removed and
    whether it is dropped.
 """
