@@ -187,7 +187,7 @@ def run_ours(docs: list[str], raw: Path, work: Path) -> dict:
     res = lib.dedup_lines(storage, {"web": engine.FileAt(str(path))}, {"web": "bench"}, params, [], eng)
     wall, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
     user, sys_ = r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime
-    cpu = user + sys_
+    cpu, faults = user + sys_, r1.ru_minflt - r0.ru_minflt
     # removed (doc, line index), untimed: the same line frame the stage builds
     frequent = pq.read_table(storage.source("lines/frequent.parquet")).column("hash").to_numpy()
     df = lib._lines(pa.array(docs, pa.large_string()), 1).with_columns(
@@ -195,7 +195,8 @@ def run_ours(docs: list[str], raw: Path, work: Path) -> dict:
     gone = df.filter(pl.col("counted") & pl.col("hash").is_in(pl.Series(frequent, dtype=pl.UInt64).implode()))
     removed = set(zip(gone["row"].to_list(), gone["idx"].to_list()))
     assert sum(r["removed_lines"] for r in res.sources) == len(removed)
-    return {"wall": wall, "cpu": cpu, "user": user, "sys": sys_, "removed": removed, "frequent": int(len(frequent))}
+    return {"wall": wall, "cpu": cpu, "user": user, "sys": sys_, "faults": faults, "removed": removed,
+            "frequent": int(len(frequent))}
 
 
 def causes(docs: list[str], ours: set, theirs: set) -> dict:
@@ -278,8 +279,8 @@ def main() -> None:
         f"{cold['cpu']:.2f} ({mb / cold['wall']:.1f} MB/s) |",
         f"| ours, warm{f' (least CPU of {len(warm)} runs; the ratios below)' if len(warm) > 1 else ' (the ratios below)'}"
         f": wall s / CPU s | {ours['wall']:.2f} / {ours['cpu']:.2f} ({mb / ours['wall']:.1f} MB/s) |",
-        *([f"| ours, every warm run: CPU s (user + system) | "
-           + ", ".join(f"{r['cpu']:.2f} ({r['user']:.2f} + {r['sys']:.2f})" for r in warm)
+        *([f"| ours, every warm run: CPU s (user + system; minor page faults) | "
+           + ", ".join(f"{r['cpu']:.2f} ({r['user']:.2f} + {r['sys']:.2f}; {r['faults']:,})" for r in warm)
            + f" |", f"| ratio files, each warm run / datatrove set to lines with files: CPU s | "
            + ", ".join(f"{df['cpu'] / r['cpu']:.1f}x" for r in warm) + " |"] if len(warm) > 1 else []),
         *([f"| datatrove, its defaults (3-sentence spans, spaCy sentences): wall s / CPU s | {dd['wall']:.2f} / "

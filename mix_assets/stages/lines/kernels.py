@@ -148,18 +148,14 @@ _LINEAR = 64  # up to this many distinct lines a document's repeats are found by
 
 
 @numba.njit(**_JIT)
-def doc_line_hashes(o: np.ndarray, b: np.ndarray, w: np.ndarray, head: int, min_chars: int, cap: int, keep: bool):
-    """(the distinct hashes of each document's counted lines (documents in order; within one, first seen
-    first unless it has more than _LINEAR, then sorted): every counted line once per document; and with
-    `keep`, every line's hash, stripped characters, end (its newline or its document's end, from o[0]) and
-    characters in text order (what remove_frequent would compute again), else four empty arrays). `cap`
-    bounds the number of counted lines; w, head: `words(b)`."""
-    out = np.empty(cap, np.uint64)
-    nl = (b.shape[0] + o.shape[0]) if keep else 0  # lines <= bytes + documents
-    line_hash = np.empty(nl, np.uint64)
-    line_sc = np.empty(nl, np.int64)
-    line_end = np.empty(nl, np.int64)
-    line_nc = np.empty(nl, np.int64)
+def doc_line_hashes(o: np.ndarray, b: np.ndarray, w: np.ndarray, head: int, min_chars: int, out: np.ndarray,
+                    line_hash: np.ndarray, line_sc: np.ndarray, line_end: np.ndarray, line_nc: np.ndarray, keep: bool):
+    """(k, li): out[:k] the distinct hashes of each document's counted lines (documents in order; within one,
+    first seen first unless it has more than _LINEAR, then sorted): every counted line once per document; and
+    with `keep`, line_*[:li] every line's hash, stripped characters, end (its newline or its document's end,
+    from o[0]) and characters in text order (what remove_frequent would compute again). The caller's arrays
+    (`work_arrays`: reused from chunk to chunk, only the pages written are taken): `out` holds at least the
+    counted lines, line_* (with `keep`) every line. w, head: `words(b)`."""
     base = o[0]
     li = 0
     k = 0
@@ -202,7 +198,98 @@ def doc_line_hashes(o: np.ndarray, b: np.ndarray, w: np.ndarray, head: int, min_
                     out[m] = out[i]
                     m += 1
             k = m
-    return out[:k], line_hash[:li].copy(), line_sc[:li].copy(), line_end[:li].copy(), line_nc[:li].copy()
+    return k, li
+
+
+def work_arrays(counted: int, lines: int, index=np.int64) -> tuple[np.ndarray, ...]:
+    """Fresh arrays for doc_line_hashes: `out` for `counted` hashes, line_* for `lines` lines, their stripped
+    characters, ends and characters as `index` (np.empty: only the pages written are taken)."""
+    return (np.empty(counted, np.uint64), np.empty(lines, np.uint64), *(np.empty(lines, index) for _ in range(3)))
+
+
+@numba.njit(**_JIT)
+def runs(h: np.ndarray):
+    """(distinct values, how many times each) of sorted `h`: np.unique(h, return_counts=True) without its
+    temporaries (two passes, two exact-size arrays)."""
+    n = h.shape[0]
+    m = 0
+    for i in range(n):
+        if i == 0 or h[i] != h[i - 1]:
+            m += 1
+    uniq = np.empty(m, np.uint64)
+    counts = np.empty(m, np.int64)
+    j = -1
+    for i in range(n):
+        if i == 0 or h[i] != h[i - 1]:
+            j += 1
+            uniq[j] = h[i]
+            counts[j] = 0
+        counts[j] += 1
+    return uniq, counts
+
+
+@numba.njit(inline="always")
+def _sift(heap, n, at, key):
+    """Restore the min-heap heap[:n] of part indices, ordered by key[part] (the part's current hash), from
+    `at` down."""
+    x = heap[at]
+    kx = key[x]
+    while True:
+        c = 2 * at + 1
+        if c >= n:
+            break
+        y = heap[c]
+        ky = key[y]
+        if c + 1 < n:
+            z = heap[c + 1]
+            if key[z] < ky:
+                c, y, ky = c + 1, z, key[z]
+        if kx <= ky:
+            break
+        heap[at] = y
+        at = c
+    heap[at] = x
+
+
+@numba.njit(**_JIT)
+def merge_counts(h, d, starts):
+    """(hashes, summed documents) of sorted parts laid end to end (part i: h[starts[i]:starts[i + 1]], sorted
+    and distinct; d its counts): one k-way merge (a heap of the parts' heads), equal hashes summed; no sort."""
+    k = starts.shape[0] - 1
+    oh = np.empty(h.shape[0], np.uint64)
+    od = np.empty(h.shape[0], np.int64)
+    pos = starts[:-1].copy()
+    key = np.empty(k, np.uint64)
+    heap = np.empty(k, np.int64)
+    n = 0
+    for i in range(k):
+        if starts[i + 1] > starts[i]:
+            key[i] = h[starts[i]]
+            heap[n] = i
+            n += 1
+    for at in range(n // 2 - 1, -1, -1):
+        _sift(heap, n, at, key)
+    m = 0
+    while n:
+        i = heap[0]
+        j = pos[i]
+        v = key[i]
+        if m and oh[m - 1] == v:
+            od[m - 1] += d[j]
+        else:
+            oh[m] = v
+            od[m] = d[j]
+            m += 1
+        j += 1
+        pos[i] = j
+        if j == starts[i + 1]:
+            n -= 1
+            heap[0] = heap[n]
+        else:
+            key[i] = h[j]
+        if n:
+            _sift(heap, n, 0, key)
+    return oh[:m], od[:m]
 
 
 @numba.njit(inline="always")
@@ -253,7 +340,8 @@ def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.n
     `line_hash` / `line_sc` / `line_end` / `line_nc`: every line's hash, stripped characters, end and characters
     from doc_line_hashes(keep=True) on the same buffers, or empty arrays (computed here). With them no byte is
     scanned: a document losing nothing is copied whole, a kept line as one slice. `nb`: where the new bytes go
-    (at least o[-1] - o[0] of them; the caller's allocation, e.g. from Arrow's pool)."""
+    (at least o[-1] - o[0] of them; the caller's allocation, e.g. from Arrow's pool), or, with the line keys
+    only, b[o[0]:] itself: the texts are then rewritten in place (every kept byte moves down or stays)."""
     if line_hash.shape[0] > 0:
         return _remove_known(o, b, min_chars, frequent, line_hash, line_sc, line_end, line_nc, nb)
     n = o.shape[0] - 1
@@ -313,6 +401,31 @@ def remove_frequent(o: np.ndarray, b: np.ndarray, min_chars: int, frequent: np.n
     return no, w, removed, chars, kept, nchars
 
 
+_PIECES_FROM = 64  # a move down by fewer bytes than this goes byte by byte, else in pieces of the distance
+
+
+@numba.njit(inline="always")
+def _move(dst, di, src, si, n):
+    """dst[di:di + n] = src[si:si + n] where dst may be src's buffer with di's byte at or below si's (the removal
+    in place writes each kept byte at or below where it was read): a copy forward in pieces no longer than the
+    distance, so no piece reads a byte an earlier one wrote (numba's slice copy would take a temporary copy
+    of a source that overlaps its destination)."""
+    gap = (src.ctypes.data + si) - (dst.ctypes.data + di)
+    if gap == 0 or n <= 0:
+        return
+    if gap < 0 or gap >= n:
+        dst[di:di + n] = src[si:si + n]
+    elif gap < _PIECES_FROM:
+        for k in range(n):
+            dst[di + k] = src[si + k]
+    else:
+        k = 0
+        while k < n:
+            m = min(gap, n - k)
+            dst[di + k:di + k + m] = src[si + k:si + k + m]
+            k += m
+
+
 @numba.njit(**_JIT)
 def _remove_known(o, b, min_chars, frequent, line_hash, line_sc, line_end, line_nc, nb):
     """remove_frequent with every line's key, end and characters known (doc_line_hashes(keep=True))."""
@@ -342,7 +455,7 @@ def _remove_known(o, b, min_chars, frequent, line_hash, line_sc, line_end, line_
             if line_end[j - 1] >= e:
                 break
         if rm == 0:
-            nb[w:w + e - s] = b[base + s:base + e]
+            _move(nb, w, b, base + s, e - s)
             w += e - s
             nchars[d] = cc + (j - li - 1)  # its characters and newlines
         else:
@@ -362,7 +475,7 @@ def _remove_known(o, b, min_chars, frequent, line_hash, line_sc, line_end, line_
                         w += 1
                         cc += 1
                     first = False
-                    nb[w:w + q - p] = b[base + p:base + q]
+                    _move(nb, w, b, base + p, q - p)
                     w += q - p
                     cc += line_nc[i]
                 p = q + 1

@@ -16,8 +16,8 @@ removed. Both maps are one compiled pass per chunk over the Arrow text buffers (
    `min_kept_chars`) is dropped (reason DROP_REASON, through exclusion_masks); documents that lose nothing keep
    their text byte for byte. With the local engine (its tasks run in this process) the removal takes the
    chunk the count map read and its line keys (`HELD`, at most 512 MB, emptied after the run) instead of
-   reading and hashing it again; with Ray, past the budget or after a resume it reads them again: the same
-   output either way. Output per source (layout.LINE_DOCS): raw/<source>'s rows in raw order with the
+   reading and hashing it again, and writes the new texts over the held ones (no second buffer); with Ray,
+   past the budget or after a resume it reads them again: the same output either way. Output per source (layout.LINE_DOCS): raw/<source>'s rows in raw order with the
    new text, n_bytes / n_chars / est_tokens recomputed, and per document the lines and bytes removed and
    whether it is dropped.
 """
@@ -126,21 +126,34 @@ def _read(rows: engine.RowRange, source: str, columns: list[str]) -> pa.Table:
     return t
 
 
-def count_lines(text: pa.Array, min_line_chars: int, keep: bool = False):
+def count_lines(text: pa.Array, min_line_chars: int, keep: bool = False, work: Optional["Work"] = None):
     """(distinct line hashes sorted, documents holding each): every counted line once per document (one
     compiled pass, kernels.doc_line_hashes). With `keep`, also (every line's hash, stripped characters, end
-    and characters) in text order: what remove_lines would compute again (`lines=`)."""
+    and characters) in text order: what remove_lines would compute again (`lines=`). `work`: where the
+    kernel's work arrays come from and go back to (else fresh ones)."""
     from mix_assets.stages.lines import kernels
 
     _, o, b = _buffers(text)
     # a counted line holds a byte and all but a document's last are followed by a newline: at most
-    # (bytes + documents) / 2 + documents of them (np.empty: only the pages written are taken)
+    # (bytes + documents) / 2 + documents of them; lines: at most bytes + documents
     n = len(o) - 1
-    cap = int(o[-1] - o[0] + n) // 2 + n + 1 if min_line_chars >= 1 else int(o[-1] - o[0]) + n + 1
-    h, *lines = kernels.doc_line_hashes(o, b, *kernels.words(b), min_line_chars, cap, keep)
-    uniq, n = np.unique(h, return_counts=True)
-    counts = (uniq.astype(np.uint64), n.astype(np.int64))
-    return (*counts, *lines) if keep else counts
+    size = int(o[-1] - o[0])
+    cap = (size + n) // 2 + n + 1 if min_line_chars >= 1 else size + n + 1
+    nl = size + n + 1 if keep else 0
+    # a line's end, characters and stripped characters are under the chunk's bytes: int32 while that fits (the
+    # kept line keys take 20 bytes a line instead of 32)
+    index = np.int32 if size + n < 2**31 - 1 else np.int64
+    arrays = work.take(cap, nl, index) if work is not None else kernels.work_arrays(cap, nl, index)
+    try:
+        k, li = kernels.doc_line_hashes(o, b, *kernels.words(b), min_line_chars, *arrays, keep)
+        h = arrays[0][:k]
+        h.sort()  # in place (np.unique would sort a copy)
+        uniq, counts = kernels.runs(h)
+        lines = tuple(a[:li].copy() for a in arrays[1:]) if keep else ()
+    finally:
+        if work is not None:
+            work.give(arrays)
+    return (uniq, counts, *lines)
 
 
 def count_chunk(chunk: CountChunk) -> tuple[np.ndarray, np.ndarray]:
@@ -153,9 +166,40 @@ def count_chunk(chunk: CountChunk) -> tuple[np.ndarray, np.ndarray]:
     i = t.schema.get_field_index("text")
     if t.column(i).num_chunks > 1:  # joined once here, not again by the removal
         t = t.set_column(i, t.schema.field(i), pa.chunked_array([t.column(i).combine_chunks()]))
-    uniq, n, *lines = count_lines(t.column("text"), chunk.min_line_chars, keep=True)
+    uniq, n, *lines = count_lines(t.column("text"), chunk.min_line_chars, keep=True, work=WORK)
     HELD.put((chunk.source, chunk.rows), (t, *lines))
     return uniq, n
+
+
+class Work:
+    """The count kernel's work arrays, handed from chunk to chunk of one run in this process (local engine):
+    a chunk's arrays are written again by the next instead of fresh ones being mapped and faulted in page by
+    page for every chunk. Sized by the largest chunk so far (only the pages written are taken); emptied
+    after the run."""
+
+    def __init__(self):
+        self.free, self.lock = [], threading.Lock()
+
+    def take(self, counted: int, lines: int, index=np.int64) -> tuple[np.ndarray, ...]:
+        from mix_assets.stages.lines import kernels
+
+        with self.lock:
+            got = self.free.pop() if self.free else None
+        if got is not None and got[0].shape[0] >= counted and got[1].shape[0] >= lines and got[2].dtype == index:
+            return got
+        return kernels.work_arrays(max(counted, got[0].shape[0] if got else 0),
+                                   max(lines, got[1].shape[0] if got else 0), index)
+
+    def give(self, arrays: tuple[np.ndarray, ...]) -> None:
+        with self.lock:
+            self.free.append(arrays)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.free = []
+
+
+WORK = Work()  # a local engine's count work arrays, one set per thread counting at once, emptied after a run
 
 
 class Held:
@@ -195,18 +239,17 @@ HELD = Held(512 << 20)  # a local engine's chunks (text and line keys) between t
 
 
 def reduce_counts(parts: Iterable[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """The chunks' counts summed per hash, sorted by hash (independent of the parts' order and cut)."""
+    """The chunks' counts summed per hash, sorted by hash (independent of the parts' order and cut): each
+    part is sorted, so one k-way merge of them (kernels.merge_counts) instead of a sort of them all."""
+    from mix_assets.stages.lines import kernels
+
     parts = list(parts)
     if not parts:
         return np.array([], np.uint64), np.array([], np.int64)
     h = np.concatenate([p[0] for p in parts]).astype(np.uint64, copy=False)
     d = np.concatenate([p[1] for p in parts]).astype(np.int64, copy=False)
-    order = np.argsort(h, kind="stable")  # each part is sorted: a merge of runs, not a full sort
-    h, d = h[order], d[order]
-    if not len(h):
-        return h, d
-    start = np.flatnonzero(np.concatenate(([True], h[1:] != h[:-1])))
-    return h[start], np.add.reduceat(d, start).astype(np.int64)
+    starts = np.cumsum([0] + [len(p[0]) for p in parts], dtype=np.int64)
+    return kernels.merge_counts(h, d, starts)
 
 
 def frequent(hashes: np.ndarray, docs: np.ndarray, min_docs: int) -> pa.Table:
@@ -216,22 +259,29 @@ def frequent(hashes: np.ndarray, docs: np.ndarray, min_docs: int) -> pa.Table:
                     schema=FREQUENT_SCHEMA)
 
 
-def remove_lines(text: pa.Array, hashes: np.ndarray, p: LineParams, lines: Optional[tuple] = None
-                 ) -> tuple[pa.Array, dict]:
+def remove_lines(text: pa.Array, hashes: np.ndarray, p: LineParams, lines: Optional[tuple] = None,
+                 in_place: bool = False) -> tuple[pa.Array, dict]:
     """(the texts without their frequent lines, per document: removed_lines, removed_bytes, dropped,
     kept_chars, chars, n_chars of the new text); a document losing nothing keeps its text as it was. One
-    compiled pass (kernels.remove_frequent); `lines`: count_lines(keep=True)'s line keys of these texts."""
+    compiled pass (kernels.remove_frequent); `lines`: count_lines(keep=True)'s line keys of these texts.
+    `in_place`: the caller owns `text` and reads it no more: with `lines` and a writable buffer the new texts
+    are written over the old ones (no second copy of the chunk's text, no fresh pages to fault in)."""
     from mix_assets.stages.lines import kernels
 
     old, o, b = _buffers(text)
     n = len(old)
-    lines = lines if lines is not None else (np.zeros(0, np.uint64), *(np.zeros(0, np.int64) for _ in range(3)))
-    # the new bytes in a buffer of Arrow's pool: it takes back the pages of the chunks already written (a
-    # fresh numpy allocation per chunk costs a page fault per 4 KB, all chunks of a row group being alive)
-    buf = pa.allocate_buffer(max(int(o[-1] - o[0]), 1))
+    base = int(o[0])
+    data = old.buffers()[2]
+    if in_place and lines is not None and len(lines[0]) and data is not None and b.flags.writeable:
+        buf, nb = data, b[base:]
+    else:
+        lines = lines if lines is not None else (np.zeros(0, np.uint64), *(np.zeros(0, np.int64) for _ in range(3)))
+        # a buffer of Arrow's pool: it takes back the pages of the chunks already written
+        buf, base = pa.allocate_buffer(max(int(o[-1]) - base, 1)), 0
+        nb = np.frombuffer(buf, np.uint8)
     no, w, removed, chars, kept, nchars = kernels.remove_frequent(
-        o, b, p.min_line_chars, np.ascontiguousarray(hashes, np.uint64), *lines, np.frombuffer(buf, np.uint8))
-    out = pa.LargeStringArray.from_buffers(n, pa.py_buffer(no), buf.slice(0, int(w)) if w < buf.size else buf)
+        o, b, p.min_line_chars, np.ascontiguousarray(hashes, np.uint64), *lines, nb)
+    out = pa.LargeStringArray.from_buffers(n, pa.py_buffer(no), buf.slice(base, int(w)))
     if old.null_count:  # a null text stays null (it has one blank line, never removed unless blank lines count)
         out = pc.if_else(pc.is_null(old), old, out)
     changed = removed > 0
@@ -265,7 +315,8 @@ def apply_chunk(chunk: ApplyChunk, doc_schema: Optional[pa.Schema] = None) -> pa
     else:
         t, lines = _read(chunk.rows, chunk.source, _columns(chunk.rows)), None
     schema = t.schema
-    text, st = remove_lines(t.column("text"), chunk.hashes, chunk.params, lines)
+    # the chunk's table is this task's own (popped or just read): its text is rewritten in place
+    text, st = remove_lines(t.column("text"), chunk.hashes, chunk.params, lines, in_place=True)
     nb_old = t.column("n_bytes").fill_null(0).to_numpy().astype(np.int64)
     nb = pc.binary_length(text).to_numpy(zero_copy_only=False).astype(np.int64)
     est_old = t.column("est_tokens").fill_null(1).to_numpy().astype(np.int64)
@@ -353,7 +404,11 @@ WRITE_BATCH_ROWS = 1024  # the Parquet writer's batch (pyarrow's default write_b
 # A documents file is a second copy of its source's text, written once and read by every later stage:
 # pyarrow's lz4 instead of the project's zstd costs less CPU to write and about half as much to read, for a
 # file about 1.5x larger on prose (bench/results/line_dedup.md, "the stage with its files"). Same content.
-DOCS_WRITER_OPTIONS = {**tables.WRITER_OPTIONS, "compression": "lz4", "write_batch_size": WRITE_BATCH_ROWS}
+# Dictionaries only for raw's few-valued string columns: the text, doc ids and numbers are (nearly) all distinct
+# per row group, so the writer hashed their values into a dictionary only to fall back to plain (write about
+# 0.02 CPU s less per 100 MB; same content, the file 0.3 % larger on the bench's text).
+DOCS_WRITER_OPTIONS = {**tables.WRITER_OPTIONS, "compression": "lz4", "write_batch_size": WRITE_BATCH_ROWS,
+                       "use_dictionary": ["source", "origin"]}
 
 
 def aligned_groups(parts: Iterable[pa.Table], rows: int, schema: pa.Schema,
@@ -438,11 +493,12 @@ def _count_table(chunk, got: tuple[np.ndarray, np.ndarray]) -> pa.Table:
 
 def dedup_lines(storage, files: Mapping[str, engine.FileAt], raw_versions: Mapping[str, Optional[str]], p: LineParams,
                 skip: Sequence[str], eng: engine.Engine, samples: int = 0, log=None) -> Result:
-    """`_dedup_lines`; whatever happens, nothing stays HELD after it."""
+    """`_dedup_lines`; whatever happens, nothing stays HELD (nor in WORK) after it."""
     try:
         return _dedup_lines(storage, files, raw_versions, p, skip, eng, samples, log)
     finally:
         HELD.clear()
+        WORK.clear()
 
 
 def _dedup_lines(storage, files: Mapping[str, engine.FileAt], raw_versions: Mapping[str, Optional[str]], p: LineParams,

@@ -437,3 +437,43 @@ def test_the_line_key_is_xxh64_of_the_stripped_utf8_bytes():
     got = dict(zip(h.tolist(), d.tolist()))
     assert got[xxhash.xxh64_intdigest("Ünïcode line".encode())] == 2  # U+3000, U+00A0 stripped, U+001C not
     assert got[xxhash.xxh64_intdigest("\x1cÜnïcode line".encode())] == 1
+
+
+def test_the_removal_in_place_gives_the_texts_of_a_copy_and_leaves_a_callers_text_alone():
+    """remove_lines(in_place=True) (the removal map on the chunk it owns) writes the new texts over the old bytes,
+    moving kept lines down by distances under and over kernels._PIECES_FROM (short and long removed lines): the
+    same texts and counts as into a new buffer; without in_place the caller's texts are untouched."""
+    docs = _messy_corpus() + ["x" * 300 + "\n" + BOILER + "\n" + "y" * 5000, BOILER + "\n" + "z" * 40]
+    p = lib.LineParams(min_docs=3, min_line_chars=4, min_kept_share=0.5, min_kept_chars=1)
+    arr = pa.array(docs, pa.large_string())
+    uniq, n, *keys = lib.count_lines(arr, p.min_line_chars, keep=True)
+    wanted = uniq[n >= p.min_docs]
+    copy, st = lib.remove_lines(arr, wanted, p, tuple(keys))
+    assert arr.to_pylist() == docs and sum(st["removed_lines"]) > 100
+    own = pa.array(docs, pa.large_string())
+    got, st2 = lib.remove_lines(own, wanted, p, tuple(keys), in_place=True)
+    assert got.buffers()[2].address == own.buffers()[2].address  # written over the old bytes
+    assert got.to_pylist() == copy.to_pylist()
+    assert all(np.array_equal(st[k], st2[k]) for k in st)
+
+
+def test_reduce_counts_merges_many_parts_with_empty_ones_like_a_sort():
+    """kernels.merge_counts (a heap of the parts' heads) against np.unique over all the parts: parts empty,
+    one long, hashes 0 and 2**64 - 1, a hash in every part."""
+    r = np.random.default_rng(3)
+    top = np.uint64(2**64 - 1)
+    parts = []
+    for i in range(40):
+        h = r.integers(0, 2**64 - 1, int(r.integers(0, 400 if i else 20_000)), dtype=np.uint64, endpoint=True)
+        h = np.unique(np.concatenate([h % np.uint64(1000 if i % 3 else 2**63), [np.uint64(7)], [0, top][i % 2:][:1]]
+                                     ).astype(np.uint64)) if i % 5 else np.zeros(0, np.uint64)
+        parts.append((h, r.integers(1, 9, len(h)).astype(np.int64)))
+    got_h, got_d = lib.reduce_counts(parts)
+    all_h = np.concatenate([h for h, _ in parts])
+    want_h, inv = np.unique(all_h, return_inverse=True)
+    want_d = np.zeros(len(want_h), np.int64)
+    np.add.at(want_d, inv, np.concatenate([d for _, d in parts]))
+    assert got_h.dtype == np.uint64 and got_d.dtype == np.int64
+    assert np.array_equal(got_h, want_h) and np.array_equal(got_d, want_d)
+    assert lib.reduce_counts([])[0].size == 0
+    assert lib.reduce_counts([(np.zeros(0, np.uint64), np.zeros(0, np.int64))])[0].size == 0
