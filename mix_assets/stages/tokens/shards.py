@@ -480,9 +480,6 @@ def encode_chunk(chunk: EncodeChunk, params: EncodeParams) -> EncodedChunk:
 # 27; test_killed_runs). A larger value gathers a round's small chunks into fewer files (i27-tokens measured no
 # gain from it) but a killed run then loses the encoded documents of its unwritten part.
 CACHE_PART_DOCS = 1
-# Rows per encode task of a read the token cache answers in part (`_EncodeMap.encode`): fixed, never from the
-# worker count. A read with no hit (a full build) keeps one task per row range.
-PARTIAL_ROWS = 256
 
 class _EncodeMap:
     """Runs `encode_chunk` over a file's wanted rows on the engine, appends the ids to the spill.
@@ -515,16 +512,12 @@ class _EncodeMap:
         misses = [self._from_cache(job, out[j]) for j, job in enumerate(jobs)]
         chunks, job_of = [], []
         for j, ((path, rows, _, _), miss) in enumerate(zip(jobs, misses)):
-            # a read the cache answers in part: its misses (a refreshed source's new tail, mostly) in tasks of at
-            # most PARTIAL_ROWS, or they would be one task on one core; ids do not depend on the cut
-            partial = len(miss) < len(rows)
             for rng in self._ranges(path):
                 lo, hi = np.searchsorted(rows, [rng.start, rng.stop])
                 m = miss[(miss >= lo) & (miss < hi)]
-                step = PARTIAL_ROWS if partial else max(len(m), 1)
-                for at in range(0, len(m), step):
-                    chunks.append(EncodeChunk(rng, rows[m[at: at + step]] - rng.start))
-                    job_of.append((j, m[at: at + step]))
+                if len(m):
+                    chunks.append(EncodeChunk(rng, rows[m] - rng.start))
+                    job_of.append((j, m))
         if self.progress:  # the ETA covers the rounds planned so far
             self.progress.total_docs += sum(len(m) for m in misses)
             self.progress.total_bytes += sum(int(n[m].sum()) for (_, _, n, _), m in zip(jobs, misses))

@@ -157,31 +157,6 @@ def test_new_and_edited_documents_are_the_only_ones_encoded(tmp_path):
     assert 0 < len(streamed) <= miss_b <= len(kept) and hit_b > 100
 
 
-def test_a_partly_cached_read_is_encoded_in_tasks_of_at_most_partial_rows(tmp_path, monkeypatch):
-    """30 documents appended to source b (its new tail; the cache holds the rest): its misses are encoded in tasks
-    of at most PARTIAL_ROWS rows (2 here), not one task per row range, with a cacheless build's bytes; a build
-    with nothing cached keeps one task per range (every wanted row of it)."""
-    spec, st = _upstream(tmp_path)
-    tasks = []
-    real = shards.encode_chunk
-
-    def counted(chunk, params):
-        tasks.append(len(chunk.wanted))
-        return real(chunk, params)
-
-    monkeypatch.setattr(shards, "encode_chunk", counted)
-    monkeypatch.setattr(shards, "PARTIAL_ROWS", 2, raising=False)
-    _build(spec, st)
-    assert max(tasks) > 2  # nothing cached: whole ranges' wanted rows per task
-    _edit_raw(st, "b", changed=[], appended=30)
-    build_validation_split(st, [s.name for s in spec.sources], spec.seed, spec.split.val_fraction)
-    _, want, _ = _build(spec, st, token_cache=False)
-    tasks.clear()
-    res, got, _ = _build(spec, st)
-    assert got == want
-    assert res.cache_docs["b"][1] > 4 and tasks and max(tasks) <= 2, tasks
-
-
 def test_the_cache_key_names_what_decides_the_ids(tmp_path):
     st = Storage(str(tmp_path))
     a = idcache.TokenCache(st, "0" * 64, "uint16")
