@@ -34,6 +34,10 @@ from mix_assets.core.progress import Progress, reused_line
 from mix_assets.core.storage import Storage
 
 SCAN_BATCH_ROWS = 1024
+# Rows per map task when a source is rescanned in part (the rows its last scan does not hold): a refreshed
+# source's new rows are mostly one run at its tail, which at `chunk_rows` rows would be one task on one core.
+# Fixed (never from the worker count); the hits and signature files do not depend on how rows are cut.
+RESCAN_ROWS = 256
 
 
 @dataclass
@@ -606,7 +610,7 @@ def scan_sources(storage, sources: Iterable[str], eng: engine.Engine = engine.En
                 priors[s] = (prior, src_rows)
                 path = raw.path if isinstance(raw, engine.FileAt) else raw
                 url = raw.endpoint_url if isinstance(raw, engine.FileAt) else None
-                work += [(s, rng) for rng in _todo_ranges(src_rows, path, eng.chunk_rows, url)]
+                work += [(s, rng) for rng in _todo_ranges(src_rows, path, min(eng.chunk_rows, RESCAN_ROWS), url)]
                 continue
         work += [(s, rng) for rng in tables.row_ranges(storage, layout.RAW_DOCS.format(source=s), eng.chunk_rows)]
     if log and priors:

@@ -174,13 +174,11 @@ def test_one_changed_source_rescans_only_itself(tmp_path, monkeypatch):
         .reused_sources == [] and counter.calls == 16
 
 
-def test_new_and_dropped_documents_rescan_only_the_new_texts_and_write_a_from_scratch_scans_bytes(tmp_path, monkeypatch):
-    """A refreshed source as the raw stage's sample makes it: documents dropped from the middle, new ones appended
-    (among them a copy of an eval item, so a new hit). The rescan maps only the new rows, the reused rows keep
-    their hits (counts, fuzzy matches) and signatures under their current ids, and every output (report,
-    contaminated and fuzzy ids, signature files, the hits and text keys of books) equals a from-scratch scan's."""
+def _refreshed_books(tmp_path):
+    """(spec, a root scanned before books was refreshed and then refreshed, a root scanned from scratch after,
+    books' documents after): documents dropped from the middle, 41 new ones appended (among them a copy of an
+    eval item, so a new hit), as the raw stage's sample makes a refreshed source."""
     from mix_assets.core import engine
-    from mix_assets_tests.support import killed
 
     spec, e = make_spec(tmp_path), engine.Engine(num_cpus=1, chunk_rows=50)
     corpus = make_corpus(n_web=300, n_books=500, near_copy=True)
@@ -201,17 +199,51 @@ def test_new_and_dropped_documents_rescan_only_the_new_texts_and_write_a_from_sc
     _raw_with_chars(st, "books", after)
     fresh = root("fresh", after)
     eval_scan.write_contamination_report(fresh, spec, e, raw_versions={"web": "w1", "books": "b2"})
-    counter, log = killed.Counter(eval_scan._scan_task), killed.Lines()
-    monkeypatch.setattr(eval_scan, "_scan_task", counter)
-    scan, _ = eval_scan.write_contamination_report(st, spec, e, log=log, raw_versions={"web": "w1", "books": "b2"})
-    assert counter.calls == 1  # the 41 new rows, appended: one range of at most 50
-    assert f"books {len(after) - 41:,} of {len(after):,} documents" in " ".join(log.lines), log.lines
-    assert scan.reused_sources == ["web"] and scan.signed_sources == ["books"]
+    return spec, st, fresh, after
+
+
+def _same_as_fresh(st: Storage, fresh: Storage) -> None:
     assert _outputs(st) == _outputs(fresh)
     for k in (layout.CONTAMINATION_HITS.format(source="books"), layout.CONTAMINATION_TEXT_KEYS.format(source="books")):
         assert pq.read_table(st.local_path(k)).equals(pq.read_table(fresh.local_path(k))), k
     assert json.loads(st.read_text(layout.CONTAMINATION_REPORT))["contaminated_docs"] > 0
     assert st.list("parts") == []
+
+
+def test_new_and_dropped_documents_rescan_only_the_new_texts_and_write_a_from_scratch_scans_bytes(tmp_path, monkeypatch):
+    """A refreshed source (`_refreshed_books`). The rescan maps only the new rows, the reused rows keep their hits
+    (counts, fuzzy matches) and signatures under their current ids, and every output (report, contaminated and
+    fuzzy ids, signature files, the hits and text keys of books) equals a from-scratch scan's."""
+    from mix_assets.core import engine
+    from mix_assets_tests.support import killed
+
+    spec, st, fresh, after = _refreshed_books(tmp_path)
+    counter, log = killed.Counter(eval_scan._scan_task), killed.Lines()
+    monkeypatch.setattr(eval_scan, "_scan_task", counter)
+    scan, _ = eval_scan.write_contamination_report(st, spec, engine.Engine(num_cpus=1, chunk_rows=50), log=log,
+                                                   raw_versions={"web": "w1", "books": "b2"})
+    assert counter.calls == 1  # the 41 new rows, appended: one range of at most 50
+    assert f"books {len(after) - 41:,} of {len(after):,} documents" in " ".join(log.lines), log.lines
+    assert scan.reused_sources == ["web"] and scan.signed_sources == ["books"]
+    _same_as_fresh(st, fresh)
+
+
+def test_a_rescanned_tail_is_cut_into_tasks_for_every_worker_with_the_same_bytes(tmp_path, monkeypatch):
+    """The new rows of a refreshed source are one run at its tail: rescanned in tasks of at most RESCAN_ROWS rows
+    (41 rows at 16: 3 tasks, on 2 threads), not one task of up to chunk_rows; the outputs are a from-scratch
+    scan's (made with 1 thread and 50-row chunks)."""
+    from mix_assets.core import engine
+    from mix_assets_tests.support import killed
+
+    spec, st, fresh, _ = _refreshed_books(tmp_path)
+    monkeypatch.setattr(eval_scan, "RESCAN_ROWS", 16, raising=False)
+    counter = killed.Counter(eval_scan._scan_task)
+    monkeypatch.setattr(eval_scan, "_scan_task", counter)
+    scan, _ = eval_scan.write_contamination_report(st, spec, engine.Engine(num_cpus=2, chunk_rows=50),
+                                                   raw_versions={"web": "w1", "books": "b2"})
+    assert counter.calls == 3
+    assert scan.reused_sources == ["web"] and scan.signed_sources == ["books"]
+    _same_as_fresh(st, fresh)
 
 
 def test_the_registry_files_do_not_depend_on_the_thread_count(tmp_path):
