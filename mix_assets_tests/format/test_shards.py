@@ -94,6 +94,9 @@ NOT_SHARDS = {
     "text_keys", "_fixed", "SourceHits.read", "TokenCache.locate", "TokenCache.write",
     "TokenCache.stored_text_keys", "TokenCache.file_text_keys",  # raw text keys (16 B a row), never token ids
     "TiktokenEncoder._array",  # stages/tokens/backends.py: tiktoken's output buffer of ids, before any shard
+    # stages/audit/published.py: the known-clean documents' xxh3-128 digests (a hash of ids already decoded by
+    # format/shards, and 16-byte digest rows stored as a blob), never shard bytes
+    "doc_digests", "load_known_clean", "file_known_clean",
 }
 # Where shard bytes could be handled: the stages that write, check, publish or audit shards, and the reader.
 SHARD_USERS = ("reader", "stages/tokens", "stages/audit", "stages/manifest", "stages/publish", "stages/common.py",
