@@ -76,7 +76,7 @@ def _appearances(storage, stats: dict) -> pa.Table:
     parts = []
     for split in ("train", "val"):
         t = tables.read_parquet(storage, layout.STREAM_DOCS.format(split=split))
-        t = t.append_column("split", pa.array([split] * len(t), pa.string()))
+        t = t.append_column("split", pa.repeat(pa.scalar(split, pa.string()), len(t)))
         parts.append(t.select(["split", "start", "tokens", "source", "doc_id"]))
     t = pa.concat_tables(parts)
     t = t.set_column(3, "source", t.column("source").cast(pa.string()))
@@ -86,21 +86,34 @@ def _appearances(storage, stats: dict) -> pa.Table:
     return t.take(pa.array(np.sort(first.to_numpy())))
 
 
+def _unit_hashes(seed: int, ids: pa.Array, batch: int = 1 << 13) -> np.ndarray:
+    """`unit_hash(seed, "exact:" + id)` of each doc id, converted to Python strings one batch at a time."""
+    out = np.empty(len(ids), np.float64)
+    for lo in range(0, len(ids), batch):
+        part = ids.slice(lo, batch).to_pylist()
+        out[lo:lo + len(part)] = np.fromiter((unit_hash(seed, f"exact:{d}") for d in part), np.float64, len(part))
+    return out
+
+
 def choose(app: pa.Table, seed: int) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    """Per source: rows of `app` to check (seeded draw + the longest), and its distinct documents."""
+    """Per source: rows of `app` to check (seeded draw + the longest), and its distinct documents. On Arrow and
+    numpy columns (no Python object per row: the table grows with the corpus)."""
     out, docs = {}, {}
-    sources = app.column("source").to_pylist()
-    ids = app.column("doc_id").to_pylist()
+    enc = app.column("source").combine_chunks().dictionary_encode()
+    code = enc.indices.to_numpy(zero_copy_only=False)
+    ids = app.column("doc_id").combine_chunks()
     tokens = app.column("tokens").to_numpy()
-    by_source: dict[str, list[int]] = {}
-    for i, s in enumerate(sources):
-        by_source.setdefault(s, []).append(i)
-    for s, rows in sorted(by_source.items()):
-        rows = np.asarray(rows, np.int64)
-        distinct = {ids[i] for i in rows}
-        docs[s] = len(distinct)
+    order = np.argsort(code, kind="stable")  # each source's rows, ascending
+    bounds = np.searchsorted(code[order], np.arange(len(enc.dictionary) + 1))
+    for c, s in sorted(enumerate(enc.dictionary.to_pylist()), key=lambda x: x[1]):
+        rows = order[bounds[c]:bounds[c + 1]]
+        if not len(rows):
+            continue
+        sub = ids.take(pa.array(rows))
+        docs[s] = pc.count_distinct(sub).as_py()
         k = sample_size(len(rows))
-        h = np.fromiter((unit_hash(seed, f"exact:{ids[i]}") for i in rows), np.float64, len(rows))
+        h = _unit_hashes(seed, sub)
+        del sub
         drawn = rows[np.lexsort((rows, h))[:k]]
         longest = rows[np.argsort(-tokens[rows], kind="stable")[:LONGEST]]
         out[s] = np.unique(np.concatenate([drawn, longest]))
