@@ -69,3 +69,16 @@ def test_choose_holds_no_python_object_per_row():
     finally:
         tracemalloc.stop()
     assert peak / n < 40, f"{peak / n:.0f} B a row"
+
+
+def test_first_rows_are_the_group_bys_first_appearances():
+    """`_first_rows` (dictionary encoding + numpy) gives the rows the hash aggregation gave: each doc id's first row,
+    nulls one value, ascending."""
+    rng = np.random.default_rng(4)
+    for n in (0, 1, 5_000):
+        vals = [None if v == 0 else f"d{v}" for v in rng.integers(0, max(n // 3, 1), n).tolist()]
+        ids = pa.array(vals, pa.string())
+        t = pa.table({"doc_id": ids, "i": pa.array(np.arange(n, dtype=np.int64))})
+        want = np.sort(t.group_by(["doc_id"], use_threads=False).aggregate([("i", "min")]).column("i_min").to_numpy())
+        got = exactness._first_rows(ids)
+        assert got.dtype == np.int64 and np.array_equal(got, want)
