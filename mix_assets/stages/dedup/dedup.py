@@ -463,7 +463,7 @@ def kept_sizes(done: list[dict]) -> dict[int, int]:
     return dict(sorted(out.items()))
 
 
-CHECK_ROWS = 1 << 16  # dedup_keys rows per task of the partitioned clusters_consistent check
+CHECK_ROWS = 1 << 16  # dedup_keys rows per scatter task and (about) per partition of the clusters_consistent check
 
 
 def cluster_problems(storage, key: str, eng: engine.Engine, partitions: int) -> list[str]:

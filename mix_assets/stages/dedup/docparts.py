@@ -468,18 +468,26 @@ def check_cluster_task(sc: Scratch, n_ranges: int, hexed: bool, q: int) -> bool:
     return True
 
 
+def check_partitions(n_rows: int, partitions: int, rows: int) -> int:
+    """Hash partitions of the clusters_consistent check over `n_rows` rows: `partitions` (dedup.partitions), more when
+    that would put more than `rows` rows (on average) in one, so a check task's memory is set by `rows`, not by the
+    corpus (issue 29: at 1 partition the one task held the whole table sorted). Whole clusters and whole exact keys
+    fall in each partition whatever the count, so the answer does not depend on it."""
+    return max(partitions, -(-n_rows // rows))
+
+
 def clusters_consistent(file: engine.FileAt, sc: Scratch, partitions: int, eng: engine.Engine, rows: int) -> bool:
     """True when `check_clusters` would find no problem in the dedup_keys file, judged by tasks: row ranges of
-    `rows` rows scattered by cluster-id and exact-key hash, one check per hash partition; the driver holds the
-    ranges' first and last ids. False: some rule may fail (nulls, ids out of order or repeated, or a cluster
-    rule); the caller then lists the problems with `check_clusters`."""
+    `rows` rows scattered by cluster-id and exact-key hash, one check per hash partition (`check_partitions`: about
+    `rows` rows or fewer in each); the driver holds the ranges' first and last ids. False: some rule may fail (nulls,
+    ids out of order or repeated, or a cluster rule); the caller then lists the problems with `check_clusters`."""
     ranges = list(enumerate(engine.row_ranges(file, rows)))
-    got = list(engine.map_chunks(functools.partial(check_scatter_task, sc, partitions), ranges, eng))
+    parts = check_partitions(ranges[-1][1].stop if ranges else 0, partitions, rows)
+    got = list(engine.map_chunks(functools.partial(check_scatter_task, sc, parts), ranges, eng))
     if any(r == (None, None, False) for r in got):
         return False
     ends = [x for a, b, _ in got if a is not None for x in (a, b)]
     if any(b <= a for a, b in zip(ends[1::2], ends[2::2])):
         return False
     hexed = all(h for _, _, h in got)
-    return all(engine.map_chunks(functools.partial(check_cluster_task, sc, len(ranges), hexed), range(partitions),
-                                 eng))
+    return all(engine.map_chunks(functools.partial(check_cluster_task, sc, len(ranges), hexed), range(parts), eng))

@@ -260,6 +260,38 @@ def test_the_check_as_tasks_passes_exactly_the_tables_check_clusters_passes(tmp_
     assert False in seen
 
 
+def test_the_checks_partitions_hold_about_rows_rows_whatever_dedup_partitions(tmp_path, monkeypatch):
+    """At 1 partition (dedup.partitions) the check still cuts a table of n rows into ceil(n / 37) hash partitions of
+    ~37 rows (issue 29: one task held the whole table), with the same answers."""
+    from mix_assets_tests.stages.dedup.test_dedup import _consistent_keys
+
+    assert docparts.check_partitions(400, 1, 37) == 11 and docparts.check_partitions(400, 16, 37) == 16
+    assert docparts.check_partitions(0, 1, 37) == 1 and docparts.check_partitions(37, 1, 37) == 1
+    storage = Storage(str(tmp_path))
+    base = sorted(_consistent_keys(random.Random(7), 400), key=lambda r: r["doc_id"])
+    ok = pa.Table.from_pylist(base, schema=lib.DEDUP_SCHEMA)
+    held: list[int] = []
+    plain = docparts._concat
+
+    def spy(batches, schema):
+        t = plain(batches, schema)
+        if schema == docparts._BY_CLUSTER:
+            held.append(t.num_rows)
+        return t
+
+    monkeypatch.setattr(docparts, "_concat", spy)
+    tables.write_parquet(storage, "check/keys.parquet", ok)
+    assert docparts.clusters_consistent(tables.file_at(storage, "check/keys.parquet"), _scratch(storage), 1,
+                                        ENGINES[1], 37)
+    n = ok.num_rows
+    assert n > 500 and len(held) == -(-n // 37) and sum(held) == n and max(held) <= 3 * 37, held
+    bad = ok.set_column(ok.schema.get_field_index("keep"), "keep", pa.array([not ok.column("keep")[0].as_py()]
+                                                                          + ok.column("keep").to_pylist()[1:]))
+    tables.write_parquet(storage, "check/keys.parquet", bad)
+    assert not docparts.clusters_consistent(tables.file_at(storage, "check/keys.parquet"), _scratch(storage), 1,
+                                            ENGINES[0], 37)
+
+
 def test_the_check_as_tasks_reads_the_written_file(signed):
     storage, paths, rejected, want, _ = signed
     for p in (1, 4):
